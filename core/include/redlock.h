@@ -1,0 +1,231 @@
+/*
+ * redlock.h — the public C API of the redlock core.
+ *
+ * A client talks to N independent Redis masters and runs the Redlock
+ * algorithm: every operation is a *round* that sends one command to all
+ * nodes at once and counts replies until the outcome is certain.
+ *
+ * The API is pull-style and written for the LuaJIT FFI:
+ *   - the library never calls back into foreign code;
+ *   - functions return an int status and fill caller-owned structs;
+ *   - many operations may be in flight on one client: rl_begin_* starts one,
+ *     rl_run drives the I/O, rl_collect / rl_wait hand back finished ones;
+ *   - the blocking calls (rl_acquire, rl_release, rl_extend) are built on that.
+ *
+ * A client is not thread-safe: use it from one thread at a time.
+ * Plain declarations only (no macros in prototypes, no varargs) so that
+ * lua/redlock/cdefs.lua can mirror this file; a spec checks that it does.
+ */
+#ifndef REDLOCK_H
+#define REDLOCK_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RL_OK 0
+#define RL_ERR -1
+
+#define RL_ERR_LEN 256      /* size of caller-owned error buffers */
+#define RL_MAX_NODES 16     /* most nodes one client may use */
+#define RL_VALUE_LEN 40     /* hex characters in a lock value (20 random bytes) */
+#define RL_NODE_ERR_LEN 96  /* error text kept per node in a result */
+
+/* What an operation does. */
+enum {
+    RL_OP_ACQUIRE = 1,   /* SET key value NX PX ttl */
+    RL_OP_RELEASE = 2,   /* delete key if it holds value */
+    RL_OP_EXTEND = 3     /* PEXPIRE key ttl if it holds value */
+};
+
+/* How an operation ended (rl_result.status). */
+enum {
+    RL_STATUS_PENDING = 0,      /* not decided yet */
+    RL_STATUS_OK = 1,           /* quorum agreed (and, for acquire/extend, validity > 0) */
+    RL_STATUS_BUSY = 2,         /* acquire: enough nodes hold another value that quorum is impossible */
+    RL_STATUS_UNAVAILABLE = 3,  /* too few nodes answered usefully (errors, timeouts, down) */
+    RL_STATUS_TIMEOUT = 4,      /* quorum reached, but too late: no validity left */
+    RL_STATUS_NOT_HELD = 5      /* release/extend: enough nodes do not hold our value */
+};
+
+/* What one node said in a round (rl_node_result.state). */
+enum {
+    RL_NODE_PENDING = 0,  /* no answer yet (or not needed: decided early) */
+    RL_NODE_OK = 1,       /* voted for: key set / deleted / extended */
+    RL_NODE_TAKEN = 2,    /* voted against: key holds another value (or none, for release/extend) */
+    RL_NODE_ERROR = 3,    /* error reply, bad reply, lost or absent connection */
+    RL_NODE_TIMEOUT = 4   /* no reply within the node timeout */
+};
+
+/* Client options. Fill with rl_options_init, then change what you need. */
+typedef struct rl_options {
+    int node_timeout_ms;     /* longest wait for one node's reply in a round (default 50) */
+    int connect_timeout_ms;  /* longest wait for a TCP/unix connect to complete (default 1000) */
+    int reconnect_min_ms;    /* first delay before reconnecting a lost node (default 50) */
+    int reconnect_max_ms;    /* cap of the doubling reconnect delay (default 1000) */
+    int quorum;              /* votes needed; 0 means N/2+1; never below N/2+1, never above N */
+    double drift_factor;     /* clock drift allowance, fraction of ttl (default 0.01) */
+    const char *prefix;      /* prepended to every resource name to form the key (default "") */
+    size_t prefix_len;       /* length of prefix in bytes */
+} rl_options;
+
+/* One node's part of a result. */
+typedef struct rl_node_result {
+    int state;                     /* RL_NODE_* */
+    char errstr[RL_NODE_ERR_LEN];  /* NUL-terminated error text when state is ERROR or TIMEOUT */
+} rl_node_result;
+
+/* The outcome of one operation. Caller-owned; reuse one for many calls. */
+typedef struct rl_result {
+    int id;                  /* operation id returned by rl_begin_* */
+    int op;                  /* RL_OP_* */
+    int status;              /* RL_STATUS_* */
+    int nodes;               /* number of nodes asked (entries used in node[]) */
+    int quorum;              /* votes that were needed */
+    int ok;                  /* nodes that voted for */
+    int taken;               /* nodes that voted against */
+    int failed;              /* nodes that errored or timed out */
+    double elapsed_ms;       /* from before the first send to the decision */
+    double validity_ms;      /* acquire/extend: ttl - elapsed - drift; > 0 exactly when status is OK */
+    char value[RL_VALUE_LEN + 1];       /* the lock value (acquire: freshly generated), NUL-terminated */
+    rl_node_result node[RL_MAX_NODES];  /* per-node detail, in server order */
+} rl_result;
+
+typedef struct rl_client rl_client;
+
+/* Fill *opts with the defaults listed in rl_options. */
+void rl_options_init(rl_options *opts);
+
+/*
+ * Create a client for the nodes named by urls[0..nurls-1]:
+ *   redis://[[user]:password@]host:port[/db]   unix:///path/to.sock[?db=N]
+ * Connections start at once, without blocking; AUTH and SELECT follow each
+ * connect. opts may be NULL for the defaults. On error (bad URL, a node listed
+ * twice, no nodes, bad options) NULL is returned, err holds the reason and
+ * nothing is left allocated.
+ */
+rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *opts,
+                         char *err, size_t errlen);
+
+/* Close every connection and free the client. Operations in flight are
+ * abandoned (their results are lost). NULL is ignored. */
+void rl_client_free(rl_client *c);
+
+/* Number of nodes, and the name of node i (its URL without password). */
+int rl_client_nodes(const rl_client *c);
+const char *rl_client_node_name(const rl_client *c, int i);
+
+/* Votes needed for a decision. */
+int rl_client_quorum(const rl_client *c);
+
+/* The text of the last error an rl_begin_* call on this client reported. */
+const char *rl_client_errstr(const rl_client *c);
+
+/*
+ * Start an operation; return its id (>= 0), or RL_ERR with the reason in
+ * rl_client_errstr (resource empty, ttl <= 0, value not RL_VALUE_LEN long).
+ * The clock starts before the first byte is sent. Resource names are
+ * binary-safe (they may hold NUL bytes). An id stays valid until its result
+ * is collected.
+ */
+int rl_begin_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms);
+int rl_begin_release(rl_client *c, const char *resource, size_t len, const char *value);
+int rl_begin_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms);
+
+/*
+ * Drive the I/O until at least one operation has finished or timeout_ms has
+ * passed (0: do what is ready and return; < 0: no limit). Return the number of
+ * finished operations waiting to be collected.
+ */
+int rl_run(rl_client *c, int timeout_ms);
+
+/* Copy the oldest finished operation into *out and forget it. Return 1 if one
+ * was copied, 0 if none had finished. */
+int rl_collect(rl_client *c, rl_result *out);
+
+/* Drive the I/O until operation id has finished, copy it into *out and forget
+ * it. Return RL_OK, or RL_ERR if id is not an operation in flight. */
+int rl_wait(rl_client *c, int id, rl_result *out);
+
+/* Keep serving connections (reconnects, late replies) for ms milliseconds
+ * without starting anything: a sleep that keeps the client alive. */
+void rl_sleep(rl_client *c, int ms);
+
+/* Blocking forms: begin, then wait. Return the RL_STATUS_* of the result, or
+ * RL_ERR on misuse (reason in rl_client_errstr). */
+int rl_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
+int rl_release(rl_client *c, const char *resource, size_t len, const char *value, rl_result *out);
+int rl_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms,
+              rl_result *out);
+
+/*
+ * Keep-alive. A keeper owns a thread with its own connections to the same
+ * nodes; it extends the locks handed to it without any help from the calling
+ * thread (which may be busy in a long computation or a blocking call).
+ * All rl_keeper_* functions are thread-safe.
+ *
+ * Each kept lock is extended every ttl/3. If an extension fails, the keeper
+ * retries until the lock's validity would run out; a lock is *lost* when an
+ * extension finds our value gone from enough nodes (not held), or when its
+ * validity minus margin_ms has passed without a successful extension.
+ */
+typedef struct rl_keeper rl_keeper;
+
+/* Keep-alive states (rl_keeper_state). */
+enum {
+    RL_KEEP_HELD = 1,      /* extended on schedule; valid_until is in the future */
+    RL_KEEP_LOST = 2,      /* not held any more, or validity ran out */
+    RL_KEEP_RELEASED = 3   /* released through the keeper */
+};
+
+/* Start a keeper for the same nodes and options as a client would use.
+ * Return NULL with err filled on failure. */
+rl_keeper *rl_keeper_new(const char *const *urls, int nurls, const rl_options *opts,
+                         char *err, size_t errlen);
+
+/* Stop the keeper's thread and free it. Locks still kept are neither
+ * extended nor released any more. NULL is ignored. */
+void rl_keeper_free(rl_keeper *k);
+
+/* Hand a held lock to the keeper. valid_until_ms is rl_now_ms() + validity at
+ * acquisition. Return an id (>= 0) or RL_ERR with the reason in err. */
+int rl_keeper_add(rl_keeper *k, const char *resource, size_t len, const char *value,
+                  int ttl_ms, double valid_until_ms, int margin_ms, char *err, size_t errlen);
+
+/* The state of kept lock id (RL_KEEP_*); *valid_until_ms (may be NULL) gets
+ * the end of its current validity on the monotonic clock. RL_ERR for an
+ * unknown id. */
+int rl_keeper_state(rl_keeper *k, int id, double *valid_until_ms);
+
+/* Stop extending lock id and forget it (the caller releases it).
+ * Return RL_OK or RL_ERR for an unknown id. */
+int rl_keeper_remove(rl_keeper *k, int id);
+
+/* Release every lock still kept by every keeper in this process, waiting at
+ * most timeout_ms. For exit paths and signal-handling threads (not for
+ * signal handlers themselves). Return the number of locks released. */
+int rl_keeper_release_all(int timeout_ms);
+
+/* Monotonic clock in milliseconds (CLOCK_MONOTONIC). */
+double rl_now_ms(void);
+
+/* A uniform random number in [0, 1), from a per-thread generator seeded by
+ * getrandom(2): retry jitter that differs between processes started together. */
+double rl_random(void);
+
+/* The short stable word for a status ("ok", "busy", "unavailable", "timeout",
+ * "not held", "pending") and for a node state ("ok", "taken", "error",
+ * "timeout", "pending"). Unknown codes give "invalid". */
+const char *rl_status_word(int status);
+const char *rl_node_state_word(int state);
+
+/* Library version, "MAJOR.MINOR.PATCH". */
+const char *rl_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* REDLOCK_H */

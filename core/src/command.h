@@ -1,0 +1,30 @@
+/* command.h — the RESP bytes of every command a round sends, encoded once per round. */
+#ifndef RL_COMMAND_H
+#define RL_COMMAND_H
+
+#include <stddef.h>
+
+/* A growable byte buffer, reused across rounds (it only ever grows). */
+typedef struct rl_buf {
+    char *data;
+    size_t len, cap;
+} rl_buf;
+
+void rl_buf_free(rl_buf *b);
+
+/* The compare-and-delete and compare-and-pexpire scripts, shared with other
+ * Redlock clients, and their SHA1 digests (checked against Redis by a spec). */
+extern const char rl_release_script[];
+extern const char rl_extend_script[];
+extern const char rl_release_sha[];
+extern const char rl_extend_sha[];
+
+/* Encode into b (replacing its content); each returns 0, or -1 when out of memory.
+ *   acquire: SET key value NX PX ttl
+ *   release: EVALSHA release_sha 1 key value           (by_sha = 0: EVAL script ...)
+ *   extend:  EVALSHA extend_sha 1 key value ttl        (by_sha = 0: EVAL script ...) */
+int rl_cmd_acquire(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms);
+int rl_cmd_release(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value);
+int rl_cmd_extend(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value, int ttl_ms);
+
+#endif

@@ -1,0 +1,66 @@
+/* node.h — one node's connection: a hiredis async context on a libev loop,
+ * non-blocking connect with a deadline, AUTH/SELECT on connect, reconnect
+ * with doubling backoff, and a FIFO of tickets that pairs every reply with
+ * the operation that asked for it. */
+#ifndef RL_NODE_H
+#define RL_NODE_H
+
+#include <ev.h>
+#include <hiredis/async.h>
+
+#include "redlock.h"
+#include "url.h"
+
+/* Which operation (slot) and which phase of it (gen) a command belongs to. */
+typedef struct rl_ticket {
+    int slot;
+    unsigned gen;
+} rl_ticket;
+
+/* Called for every reply to a command sent with rl_node_send, in order.
+ * reply is NULL when the command failed without a reply; errstr then says why.
+ * errstr is also set (reply NULL) when the node's setup (AUTH/SELECT) failed. */
+typedef void (*rl_reply_fn)(void *owner, int node, rl_ticket ticket, redisReply *reply, const char *errstr);
+
+enum { RL_LINK_DOWN = 0, RL_LINK_CONNECTING = 1, RL_LINK_UP = 2 };
+
+typedef struct rl_node {
+    rl_url url;
+    int index;
+    struct ev_loop *loop;
+    const rl_options *opts;
+    rl_reply_fn on_reply;
+    void *owner;
+
+    redisAsyncContext *ac;   /* NULL while down */
+    int link;                /* RL_LINK_* */
+    int closing;             /* rl_node_close in progress: no reconnects */
+    int setup_failed;        /* AUTH or SELECT was refused on this connection */
+    int backoff_ms;          /* next reconnect delay */
+    ev_timer connect_timer;  /* deadline of a connect in progress */
+    ev_timer retry_timer;    /* delay before the next connect */
+    char errstr[RL_NODE_ERR_LEN];  /* why the node is down (or refused setup) */
+
+    rl_ticket *ring;         /* tickets of commands awaiting replies, oldest first */
+    unsigned ring_head, ring_count, ring_cap;
+} rl_node;
+
+/* Prepare n; nothing is connected until rl_node_start. */
+void rl_node_init(rl_node *n, const rl_url *url, int index, struct ev_loop *loop,
+                  const rl_options *opts, rl_reply_fn on_reply, void *owner);
+
+/* Begin a non-blocking connect. Failures are retried with backoff. */
+void rl_node_start(rl_node *n);
+
+/* Queue a pre-encoded command. Return 0, or -1 if the node cannot take it
+ * now (down, closing, out of memory); the reason is then in n->errstr. */
+int rl_node_send(rl_node *n, const char *cmd, size_t len, rl_ticket ticket);
+
+/* Commands sent and not answered yet. */
+unsigned rl_node_outstanding(const rl_node *n);
+
+/* Close the connection and stop timers. Outstanding commands are answered
+ * through on_reply with a NULL reply before this returns. */
+void rl_node_close(rl_node *n);
+
+#endif

@@ -1,0 +1,117 @@
+/* round.c — votes, quorum and validity for one round (see round.h). */
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "round.h"
+
+void rl_round_start(rl_round *r, rl_result *res, int op, int nodes, int quorum, int ttl_ms,
+                    double drift_factor, double start_ms) {
+    r->res = res;
+    r->ttl_ms = ttl_ms;
+    r->drift_factor = drift_factor;
+    r->start_ms = start_ms;
+    r->pending = nodes;
+    res->op = op;
+    res->status = RL_STATUS_PENDING;
+    res->nodes = nodes;
+    res->quorum = quorum;
+    res->ok = res->taken = res->failed = 0;
+    res->elapsed_ms = res->validity_ms = 0;
+    for (int i = 0; i < nodes; i++) {
+        res->node[i].state = RL_NODE_PENDING;
+        res->node[i].errstr[0] = '\0';
+    }
+}
+
+int rl_round_decided(const rl_round *r) {
+    return r->res->status != RL_STATUS_PENDING;
+}
+
+/* Validity left after elapsed_ms: ttl - elapsed - (ttl * drift + 2 ms). */
+static double validity(const rl_round *r, double elapsed_ms) {
+    return r->ttl_ms - elapsed_ms - (r->ttl_ms * r->drift_factor + 2.0);
+}
+
+/* Decide if the outcome is certain: quorum reached, or no longer reachable. */
+static int try_decide(rl_round *r, double now_ms) {
+    rl_result *res = r->res;
+    int against = res->nodes - res->quorum; /* votes against that still leave quorum possible */
+    if (res->ok >= res->quorum) {
+        res->elapsed_ms = now_ms - r->start_ms;
+        if (res->op == RL_OP_RELEASE) {
+            res->status = RL_STATUS_OK;
+        } else {
+            res->validity_ms = validity(r, res->elapsed_ms);
+            res->status = res->validity_ms > 0 ? RL_STATUS_OK : RL_STATUS_TIMEOUT;
+        }
+        return 1;
+    }
+    if (res->ok + r->pending < res->quorum) {
+        res->elapsed_ms = now_ms - r->start_ms;
+        if (res->taken > against)
+            res->status = res->op == RL_OP_ACQUIRE ? RL_STATUS_BUSY : RL_STATUS_NOT_HELD;
+        else
+            res->status = RL_STATUS_UNAVAILABLE;
+        return 1;
+    }
+    return 0;
+}
+
+int rl_round_vote(rl_round *r, int node, int state, const char *errstr, double now_ms) {
+    rl_result *res = r->res;
+    if (rl_round_decided(r) || node < 0 || node >= res->nodes || res->node[node].state != RL_NODE_PENDING)
+        return 0;
+    rl_node_result *n = &res->node[node];
+    n->state = state;
+    switch (state) {
+    case RL_NODE_OK: res->ok++; break;
+    case RL_NODE_TAKEN: res->taken++; break;
+    default:
+        n->state = state == RL_NODE_TIMEOUT ? RL_NODE_TIMEOUT : RL_NODE_ERROR;
+        res->failed++;
+        snprintf(n->errstr, sizeof(n->errstr), "%s", errstr ? errstr : "error");
+        break;
+    }
+    r->pending--;
+    return try_decide(r, now_ms);
+}
+
+/* What a reply means for the round's command. */
+static int classify(int op, const redisReply *reply, char *why, size_t whylen) {
+    if (reply->type == REDIS_REPLY_ERROR) {
+        snprintf(why, whylen, "%.*s", (int)reply->len, reply->str);
+        return RL_NODE_ERROR;
+    }
+    if (op == RL_OP_ACQUIRE) {
+        if (reply->type == REDIS_REPLY_STATUS && reply->len == 2 && strncasecmp(reply->str, "OK", 2) == 0)
+            return RL_NODE_OK;
+        if (reply->type == REDIS_REPLY_NIL) return RL_NODE_TAKEN;
+    } else if (reply->type == REDIS_REPLY_INTEGER && (reply->integer == 0 || reply->integer == 1)) {
+        return reply->integer == 1 ? RL_NODE_OK : RL_NODE_TAKEN;
+    }
+    snprintf(why, whylen, "unexpected reply (type %d)", reply->type);
+    return RL_NODE_ERROR;
+}
+
+int rl_round_reply(rl_round *r, int node, const redisReply *reply, const char *errstr, double now_ms) {
+    char why[RL_NODE_ERR_LEN];
+    if (reply == NULL) return rl_round_vote(r, node, RL_NODE_ERROR, errstr ? errstr : "connection lost", now_ms);
+    int state = classify(r->res->op, reply, why, sizeof(why));
+    return rl_round_vote(r, node, state, why, now_ms);
+}
+
+int rl_round_expire(rl_round *r, const char *errstr, double now_ms) {
+    rl_result *res = r->res;
+    if (rl_round_decided(r)) return 0;
+    /* Mark every silent node first, so the detail names them all, then decide. */
+    for (int i = 0; i < res->nodes; i++) {
+        rl_node_result *n = &res->node[i];
+        if (n->state != RL_NODE_PENDING) continue;
+        n->state = RL_NODE_TIMEOUT;
+        snprintf(n->errstr, sizeof(n->errstr), "%s", errstr ? errstr : "timeout");
+        res->failed++;
+        r->pending--;
+    }
+    return try_decide(r, now_ms);
+}

@@ -1,0 +1,41 @@
+/* round.h — one Redlock round, free of any transport: per-node votes, the
+ * quorum arithmetic, early decision and validity timing. It consumes parsed
+ * replies and clock readings; it never touches a socket. */
+#ifndef RL_ROUND_H
+#define RL_ROUND_H
+
+#include <hiredis/hiredis.h>
+
+#include "redlock.h"
+
+typedef struct rl_round {
+    rl_result *res;       /* where votes and the outcome are written */
+    int ttl_ms;           /* acquire/extend: the ttl asked for */
+    double drift_factor;
+    double start_ms;      /* clock reading taken before the first send */
+    int pending;          /* nodes that have not voted yet */
+} rl_round;
+
+/* Start a round of op over nodes nodes needing quorum votes; reset *res
+ * (except res->id and res->value). start_ms must be read before anything is sent. */
+void rl_round_start(rl_round *r, rl_result *res, int op, int nodes, int quorum, int ttl_ms,
+                    double drift_factor, double start_ms);
+
+/* Record node's vote (RL_NODE_OK/TAKEN/ERROR/TIMEOUT; errstr may be NULL).
+ * Votes after the decision, or a second vote by one node, are ignored.
+ * Return 1 if this vote decided the round, else 0. */
+int rl_round_vote(rl_round *r, int node, int state, const char *errstr, double now_ms);
+
+/* Classify a reply to the round's command and vote with it. A NULL reply is
+ * an error vote with the text in errstr (e.g. "connection lost").
+ * Return as rl_round_vote. */
+int rl_round_reply(rl_round *r, int node, const redisReply *reply, const char *errstr, double now_ms);
+
+/* The node timeout passed: every node still pending votes RL_NODE_TIMEOUT
+ * with errstr. The round is decided afterwards. Return 1 if this decided it. */
+int rl_round_expire(rl_round *r, const char *errstr, double now_ms);
+
+/* 1 once the outcome is certain. */
+int rl_round_decided(const rl_round *r);
+
+#endif

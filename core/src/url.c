@@ -1,0 +1,152 @@
+/* url.c — parsing node URLs and telling when two name one server. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "url.h"
+
+#define fail(...) do { snprintf(err, errlen, __VA_ARGS__); return -1; } while (0)
+
+/* Copy text[0..len) into dst (size cap), decoding %XX escapes. -1 if it does not fit or an escape is bad. */
+static int copy_decoded(char *dst, size_t cap, const char *text, size_t len) {
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        int c = (unsigned char)text[i];
+        if (c == '%') {
+            if (i + 2 >= len || !isxdigit((unsigned char)text[i + 1]) || !isxdigit((unsigned char)text[i + 2]))
+                return -1;
+            char hex[3] = {text[i + 1], text[i + 2], 0};
+            c = (int)strtol(hex, NULL, 16);
+            i += 2;
+        }
+        if (o + 1 >= cap || c == 0) return -1;
+        dst[o++] = (char)c;
+    }
+    dst[o] = '\0';
+    return 0;
+}
+
+/* Parse a decimal integer in [lo, hi] spanning exactly text[0..len). */
+static int parse_int(const char *text, size_t len, long lo, long hi, long *out) {
+    if (len == 0 || len > 9) return -1;
+    long v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!isdigit((unsigned char)text[i])) return -1;
+        v = v * 10 + (text[i] - '0');
+    }
+    if (v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_unix(const char *text, const char *rest, rl_url *u, char *err, size_t errlen) {
+    const char *query = strchr(rest, '?');
+    size_t plen = query ? (size_t)(query - rest) : strlen(rest);
+    if (plen == 0 || rest[0] != '/') fail("'%s': a unix socket URL needs an absolute path (unix:///path/to.sock)", text);
+    if (plen >= sizeof(u->path)) fail("'%s': socket path too long", text);
+    memcpy(u->path, rest, plen);
+    u->path[plen] = '\0';
+    if (query) {
+        long db;
+        if (strncmp(query, "?db=", 4) != 0 || parse_int(query + 4, strlen(query + 4), 0, 1000000, &db) != 0)
+            fail("'%s': the only query a unix socket URL takes is ?db=N", text);
+        u->db = (int)db;
+    }
+    snprintf(u->name, sizeof(u->name), "unix://%s", u->path);
+    if (u->db) snprintf(u->name + strlen(u->name), sizeof(u->name) - strlen(u->name), "?db=%d", u->db);
+    return 0;
+}
+
+static int parse_tcp(const char *text, const char *rest, rl_url *u, char *err, size_t errlen) {
+    const char *end = rest + strcspn(rest, "/?#");
+    const char *at = NULL;
+    for (const char *p = rest; p < end; p++)
+        if (*p == '@') at = p;
+    const char *hostport = rest;
+    if (at) {
+        const char *colon = memchr(rest, ':', (size_t)(at - rest));
+        size_t ulen = colon ? (size_t)(colon - rest) : (size_t)(at - rest);
+        if (copy_decoded(u->user, sizeof(u->user), rest, ulen) != 0) fail("'%s': bad user name", text);
+        if (colon) {
+            if (copy_decoded(u->password, sizeof(u->password), colon + 1, (size_t)(at - colon - 1)) != 0)
+                fail("'%s': bad password", text);
+        } else {
+            /* redis://secret@host: a lone userinfo is the password, as other clients read it. */
+            snprintf(u->password, sizeof(u->password), "%s", u->user);
+            u->user[0] = '\0';
+        }
+        hostport = at + 1;
+    }
+    const char *hend, *portp = NULL;
+    const char *hstart = hostport;
+    if (*hostport == '[') {
+        const char *close = memchr(hostport, ']', (size_t)(end - hostport));
+        if (!close) fail("'%s': unclosed '[' in host", text);
+        hstart = hostport + 1;
+        hend = close;
+        if (close + 1 < end) {
+            if (close[1] != ':') fail("'%s': junk after ']'", text);
+            portp = close + 2;
+        }
+    } else {
+        const char *colon = memchr(hostport, ':', (size_t)(end - hostport));
+        hend = colon ? colon : end;
+        if (colon) portp = colon + 1;
+    }
+    size_t hlen = (size_t)(hend - hstart);
+    if (hlen == 0) fail("'%s': missing host", text);
+    if (hlen >= sizeof(u->host)) fail("'%s': host name too long", text);
+    memcpy(u->host, hstart, hlen);
+    u->host[hlen] = '\0';
+    u->port = 6379;
+    if (portp) {
+        long port;
+        if (parse_int(portp, (size_t)(end - portp), 1, 65535, &port) != 0)
+            fail("'%s': port must be a number from 1 to 65535", text);
+        u->port = (int)port;
+    }
+    if (*end == '/') {
+        long db;
+        const char *dbp = end + 1;
+        size_t dblen = strlen(dbp);
+        if (dblen > 0 && parse_int(dbp, dblen, 0, 1000000, &db) != 0) fail("'%s': database must be a number", text);
+        if (dblen > 0) u->db = (int)db;
+    } else if (*end != '\0') {
+        fail("'%s': unexpected '%c' after host and port", text, *end);
+    }
+    int v6 = strchr(u->host, ':') != NULL;
+    snprintf(u->name, sizeof(u->name), "redis://%s%s%s%s%s:%d", u->user, u->user[0] ? "@" : "",
+             v6 ? "[" : "", u->host, v6 ? "]" : "", u->port);
+    if (u->db) snprintf(u->name + strlen(u->name), sizeof(u->name) - strlen(u->name), "/%d", u->db);
+    return 0;
+}
+
+int rl_url_parse(const char *text, rl_url *u, char *err, size_t errlen) {
+    memset(u, 0, sizeof(*u));
+    if (text == NULL || *text == '\0') fail("empty server URL");
+    for (const char *p = text; *p; p++)
+        if (isspace((unsigned char)*p)) fail("'%s': white space in server URL", text);
+    if (strncmp(text, "redis://", 8) == 0) {
+        u->kind = RL_URL_TCP;
+        return parse_tcp(text, text + 8, u, err, errlen);
+    }
+    if (strncmp(text, "unix://", 7) == 0) {
+        u->kind = RL_URL_UNIX;
+        return parse_unix(text, text + 7, u, err, errlen);
+    }
+    if (strncmp(text, "rediss://", 9) == 0) fail("'%s': TLS (rediss://) is not supported", text);
+    if (strstr(text, "://")) fail("'%s': unknown scheme (use redis:// or unix://)", text);
+    fail("'%s': not a URL (expected redis://host:port or unix:///path)", text);
+}
+
+static const char *canonical_host(const char *host) {
+    return strcasecmp(host, "localhost") == 0 ? "127.0.0.1" : host;
+}
+
+int rl_url_same_server(const rl_url *a, const rl_url *b) {
+    if (a->kind != b->kind) return 0;
+    if (a->kind == RL_URL_UNIX) return strcmp(a->path, b->path) == 0;
+    return a->port == b->port && strcasecmp(canonical_host(a->host), canonical_host(b->host)) == 0;
+}

@@ -1,0 +1,28 @@
+/* url.h — node addresses: redis://[[user]:password@]host[:port][/db], unix:///path[?db=N]. */
+#ifndef RL_URL_H
+#define RL_URL_H
+
+#include <stddef.h>
+
+enum { RL_URL_TCP = 1, RL_URL_UNIX = 2 };
+
+typedef struct rl_url {
+    int kind;            /* RL_URL_TCP or RL_URL_UNIX */
+    char host[256];      /* TCP: host name or address, brackets removed */
+    int port;            /* TCP: 1..65535 (default 6379) */
+    char path[108];      /* UNIX: socket path */
+    char user[128];      /* AUTH user ("" for password-only AUTH) */
+    char password[256];  /* AUTH password ("" for no AUTH) */
+    int db;              /* SELECT db (0: none sent) */
+    char name[400];      /* the URL without its password, for messages */
+} rl_url;
+
+/* Parse text into *u. On error return -1 with the reason in err; *u is then
+ * unspecified. */
+int rl_url_parse(const char *text, rl_url *u, char *err, size_t errlen);
+
+/* Return 1 if a and b name the same server (whatever their db or password),
+ * comparing hosts case-insensitively with "localhost" as 127.0.0.1. */
+int rl_url_same_server(const rl_url *a, const rl_url *b);
+
+#endif

@@ -1,0 +1,51 @@
+/* test_command.c — the RESP bytes of each command, and lock values. */
+#include <stdlib.h>
+
+#include "redlock.h"
+#include "../src/command.h"
+#include "../src/value.h"
+#include "check.h"
+
+static const char *V = "0123456789abcdef0123456789abcdef01234567";
+
+static void encodes_set_nx_px(void) {
+    rl_buf b = {0};
+    CHECK_INT(rl_cmd_acquire(&b, "re\0s", 4, V, 1500), 0);
+    const char want[] = "*6\r\n$3\r\nSET\r\n$4\r\nre\0s\r\n$40\r\n0123456789abcdef0123456789abcdef01234567\r\n"
+                        "$2\r\nNX\r\n$2\r\nPX\r\n$4\r\n1500\r\n";
+    CHECK_INT(b.len, sizeof(want) - 1);
+    CHECK(memcmp(b.data, want, b.len) == 0);
+    rl_buf_free(&b);
+}
+
+static void encodes_scripts_by_sha_and_by_source(void) {
+    rl_buf b = {0};
+    CHECK_INT(rl_cmd_release(&b, 1, "k", 1, V), 0);
+    const char want[] = "*5\r\n$7\r\nEVALSHA\r\n$40\r\nb70c2384248f88e6b75b9f89241a180f856ad852\r\n$1\r\n1\r\n"
+                        "$1\r\nk\r\n$40\r\n0123456789abcdef0123456789abcdef01234567\r\n";
+    CHECK_INT(b.len, sizeof(want) - 1);
+    CHECK(memcmp(b.data, want, b.len) == 0);
+    CHECK_INT(rl_cmd_extend(&b, 0, "k", 1, V, 30000), 0);
+    CHECK(memcmp(b.data, "*6\r\n$4\r\nEVAL\r\n", 14) == 0);
+    CHECK(strstr(b.data, "pexpire") != NULL);
+    CHECK(memcmp(b.data + b.len - 9, "$5\r\n30000", 9) == 0 || memcmp(b.data + b.len - 11, "$5\r\n30000\r\n", 11) == 0);
+    rl_buf_free(&b);
+}
+
+static void values_are_hex_and_distinct(void) {
+    char a[RL_VALUE_LEN + 1], b[RL_VALUE_LEN + 1];
+    CHECK_INT(rl_value_generate(a), 0);
+    CHECK_INT(strlen(a), RL_VALUE_LEN);
+    CHECK_INT(strspn(a, "0123456789abcdef"), RL_VALUE_LEN);
+    for (int i = 0; i < 1000; i++) {
+        CHECK_INT(rl_value_generate(b), 0);
+        if (strcmp(a, b) == 0) CHECK(!"two equal values");
+    }
+}
+
+int main(void) {
+    encodes_set_nx_px();
+    encodes_scripts_by_sha_and_by_source();
+    values_are_hex_and_distinct();
+    return check_report("test_command");
+}

@@ -1,0 +1,85 @@
+/* test_url.c — node URL parsing and same-server detection. */
+#include "../src/url.h"
+#include "check.h"
+
+static rl_url u;
+static char err[256];
+
+static int parse(const char *text) {
+    err[0] = '\0';
+    return rl_url_parse(text, &u, err, sizeof(err));
+}
+
+static void tcp_urls(void) {
+    CHECK_INT(parse("redis://127.0.0.1:7001"), 0);
+    CHECK_INT(u.kind, RL_URL_TCP);
+    CHECK_STR(u.host, "127.0.0.1");
+    CHECK_INT(u.port, 7001);
+    CHECK_INT(u.db, 0);
+    CHECK_STR(u.password, "");
+    CHECK_STR(u.name, "redis://127.0.0.1:7001");
+
+    CHECK_INT(parse("redis://alice:s%40cret@db.example:6380/3"), 0);
+    CHECK_STR(u.user, "alice");
+    CHECK_STR(u.password, "s@cret");
+    CHECK_INT(u.db, 3);
+    CHECK_STR(u.name, "redis://alice@db.example:6380/3");
+
+    CHECK_INT(parse("redis://:pw@localhost"), 0);
+    CHECK_STR(u.user, "");
+    CHECK_STR(u.password, "pw");
+    CHECK_INT(u.port, 6379);
+
+    CHECK_INT(parse("redis://[::1]:7002"), 0);
+    CHECK_STR(u.host, "::1");
+    CHECK_STR(u.name, "redis://[::1]:7002");
+}
+
+static void unix_urls(void) {
+    CHECK_INT(parse("unix:///tmp/redis.sock"), 0);
+    CHECK_INT(u.kind, RL_URL_UNIX);
+    CHECK_STR(u.path, "/tmp/redis.sock");
+    CHECK_INT(parse("unix:///tmp/redis.sock?db=2"), 0);
+    CHECK_INT(u.db, 2);
+    CHECK_INT(parse("unix://relative.sock"), -1);
+    CHECK_INT(parse("unix:///tmp/x.sock?foo=1"), -1);
+}
+
+static void bad_urls(void) {
+    CHECK_INT(parse("redis://127.0.0.1:0"), -1);
+    CHECK(strstr(err, "port must be a number from 1 to 65535") != NULL);
+    CHECK_INT(parse("redis://127.0.0.1:70000"), -1);
+    CHECK_INT(parse("redis://127.0.0.1:12ab"), -1);
+    CHECK_INT(parse("redis://:7000"), -1);
+    CHECK(strstr(err, "missing host") != NULL);
+    CHECK_INT(parse("http://127.0.0.1:7000"), -1);
+    CHECK(strstr(err, "unknown scheme") != NULL);
+    CHECK_INT(parse("rediss://127.0.0.1:7000"), -1);
+    CHECK(strstr(err, "TLS") != NULL);
+    CHECK_INT(parse("127.0.0.1:7000"), -1);
+    CHECK_INT(parse(""), -1);
+    CHECK_INT(parse("redis://127.0.0.1:7000/x"), -1);
+    CHECK_INT(parse("redis://a b:7000"), -1);
+    CHECK_INT(parse("redis://u:%zz@h:1"), -1);
+    CHECK_INT(parse("redis://[::1:7000"), -1);
+}
+
+static void same_server(void) {
+    rl_url a, b;
+    rl_url_parse("redis://localhost:7001/1", &a, err, sizeof(err));
+    rl_url_parse("redis://:pw@127.0.0.1:7001/2", &b, err, sizeof(err));
+    CHECK(rl_url_same_server(&a, &b));
+    rl_url_parse("redis://127.0.0.1:7002", &b, err, sizeof(err));
+    CHECK(!rl_url_same_server(&a, &b));
+    rl_url_parse("unix:///tmp/a.sock", &a, err, sizeof(err));
+    rl_url_parse("unix:///tmp/a.sock?db=3", &b, err, sizeof(err));
+    CHECK(rl_url_same_server(&a, &b));
+}
+
+int main(void) {
+    tcp_urls();
+    unix_urls();
+    bad_urls();
+    same_server();
+    return check_report("test_url");
+}

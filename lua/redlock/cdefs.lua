@@ -1,0 +1,155 @@
+-- redlock.cdefs: the FFI declarations of core/include/redlock.h, in one place,
+-- and the loader of the C core. spec/cdefs_spec.lua checks that the two agree.
+--
+-- The core is looked up first in the running executable (the `redlock` host
+-- links it in and exports its symbols), then as redlock_core.so along
+-- package.cpath. On failure the error lists every path that was tried.
+
+local ffi = require "ffi"
+
+local _M = {}
+
+-- #define constants of the header, as enum constants usable in array sizes.
+_M.source = [[
+enum {
+    RL_OK = 0,
+    RL_ERR = -1,
+    RL_ERR_LEN = 256,
+    RL_MAX_NODES = 16,
+    RL_VALUE_LEN = 40,
+    RL_NODE_ERR_LEN = 96
+};
+
+enum {
+    RL_OP_ACQUIRE = 1,
+    RL_OP_RELEASE = 2,
+    RL_OP_EXTEND = 3
+};
+
+enum {
+    RL_STATUS_PENDING = 0,
+    RL_STATUS_OK = 1,
+    RL_STATUS_BUSY = 2,
+    RL_STATUS_UNAVAILABLE = 3,
+    RL_STATUS_TIMEOUT = 4,
+    RL_STATUS_NOT_HELD = 5
+};
+
+enum {
+    RL_NODE_PENDING = 0,
+    RL_NODE_OK = 1,
+    RL_NODE_TAKEN = 2,
+    RL_NODE_ERROR = 3,
+    RL_NODE_TIMEOUT = 4
+};
+
+typedef struct rl_options {
+    int node_timeout_ms;
+    int connect_timeout_ms;
+    int reconnect_min_ms;
+    int reconnect_max_ms;
+    int quorum;
+    double drift_factor;
+    const char *prefix;
+    size_t prefix_len;
+} rl_options;
+
+typedef struct rl_node_result {
+    int state;
+    char errstr[RL_NODE_ERR_LEN];
+} rl_node_result;
+
+typedef struct rl_result {
+    int id;
+    int op;
+    int status;
+    int nodes;
+    int quorum;
+    int ok;
+    int taken;
+    int failed;
+    double elapsed_ms;
+    double validity_ms;
+    char value[RL_VALUE_LEN + 1];
+    rl_node_result node[RL_MAX_NODES];
+} rl_result;
+
+typedef struct rl_client rl_client;
+
+void rl_options_init(rl_options *opts);
+rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *opts, char *err, size_t errlen);
+void rl_client_free(rl_client *c);
+int rl_client_nodes(const rl_client *c);
+const char *rl_client_node_name(const rl_client *c, int i);
+int rl_client_quorum(const rl_client *c);
+const char *rl_client_errstr(const rl_client *c);
+int rl_begin_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms);
+int rl_begin_release(rl_client *c, const char *resource, size_t len, const char *value);
+int rl_begin_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms);
+int rl_run(rl_client *c, int timeout_ms);
+int rl_collect(rl_client *c, rl_result *out);
+int rl_wait(rl_client *c, int id, rl_result *out);
+void rl_sleep(rl_client *c, int ms);
+int rl_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
+int rl_release(rl_client *c, const char *resource, size_t len, const char *value, rl_result *out);
+int rl_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms, rl_result *out);
+
+typedef struct rl_keeper rl_keeper;
+
+enum {
+    RL_KEEP_HELD = 1,
+    RL_KEEP_LOST = 2,
+    RL_KEEP_RELEASED = 3
+};
+
+rl_keeper *rl_keeper_new(const char *const *urls, int nurls, const rl_options *opts, char *err, size_t errlen);
+void rl_keeper_free(rl_keeper *k);
+int rl_keeper_add(rl_keeper *k, const char *resource, size_t len, const char *value, int ttl_ms, double valid_until_ms, int margin_ms, char *err, size_t errlen);
+int rl_keeper_state(rl_keeper *k, int id, double *valid_until_ms);
+int rl_keeper_remove(rl_keeper *k, int id);
+int rl_keeper_release_all(int timeout_ms);
+
+double rl_now_ms(void);
+double rl_random(void);
+const char *rl_status_word(int status);
+const char *rl_node_state_word(int state);
+const char *rl_version(void);
+]]
+
+ffi.cdef(_M.source)
+
+local function in_executable()
+    local ok = pcall(function() return ffi.C.rl_version end)
+    return ok and ffi.C or nil
+end
+
+-- Walk package.cpath for redlock_core.so; return the loaded library and its
+-- path, or nil and the list of paths tried.
+local function from_cpath()
+    local tried = {}
+    for template in package.cpath:gmatch("[^;]+") do
+        local path = template:gsub("%?", "redlock_core")
+        local f = io.open(path, "rb")
+        if f then
+            f:close()
+            local ok, lib = pcall(ffi.load, path)
+            if ok then return lib, path end
+            tried[#tried + 1] = path .. " (" .. tostring(lib) .. ")"
+        else
+            tried[#tried + 1] = path
+        end
+    end
+    return nil, tried
+end
+
+local function load()
+    local exe = in_executable()
+    if exe then return exe, "(executable)" end
+    local lib, where = from_cpath()
+    if lib then return lib, where end
+    error("redlock: cannot find the C core redlock_core.so; tried:\n\t" .. table.concat(where, "\n\t"), 3)
+end
+
+_M.lib, _M.path = load()
+
+return _M

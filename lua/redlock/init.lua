@@ -1,0 +1,521 @@
+-- redlock: Redlock distributed locks for LuaJIT, on the redlock C core.
+--
+--   local redlock = require "redlock"
+--   local dlm = redlock.new{ servers = { "redis://127.0.0.1:7001", ... } }
+--   local lock, err, detail = dlm:lock("orders:42", { ttl = 10000, wait = 5000 })
+--   if lock then ...; lock:unlock() end
+--
+-- Misuse raises "bad argument #N to 'fn' (...)". Runtime failure returns
+-- nil, err, detail: err is one of busy, unavailable, timeout, expired,
+-- not held, invalid; detail says per node what happened.
+
+local ffi = require "ffi"
+local cdefs = require "redlock.cdefs"
+local retry = require "redlock.retry"
+
+local C = cdefs.lib
+local ffi_string, ffi_new, ffi_gc = ffi.string, ffi.new, ffi.gc
+local type, error, setmetatable, tostring, select = type, error, setmetatable, tostring, select
+local pcall, unpack = pcall, unpack
+
+local _M = { _VERSION = "0.1.0", retry = retry }
+_M.core_version = ffi_string(C.rl_version())
+
+local dlm = {}
+local dlm_mt = { __index = dlm }
+local lock = {}
+local lock_mt = { __index = lock }
+local group = {}
+local group_mt = { __index = group }
+
+local OK = C.RL_STATUS_OK
+local VALUE_LEN = C.RL_VALUE_LEN
+local STATUS_WORDS = { [0] = "pending", "ok", "busy", "unavailable", "timeout", "not held" }
+local NODE_WORDS = { [0] = "pending", "ok", "taken", "error", "timeout" }
+_M.status_words, _M.node_words = STATUS_WORDS, NODE_WORDS
+
+-- Scratch space reused by every call (calls are synchronous).
+local result = ffi_new("rl_result")
+local errbuf = ffi_new("char[?]", C.RL_ERR_LEN)
+local until_buf = ffi_new("double[1]")
+
+local defaults = {}  -- set by redlock.configure, used by redlock.default
+
+---------------------------------------------------------------------------
+-- argument checks
+
+local function argerror(pos, fname, msg, level)
+    error(("bad argument #%d to '%s' (%s)"):format(pos, fname, msg), (level or 2) + 1)
+end
+
+local function check_resource(pos, fname, resource)
+    if type(resource) ~= "string" or #resource == 0 then
+        argerror(pos, fname, "resource must be a non-empty string, got " ..
+            (type(resource) == "string" and "an empty string" or type(resource)), 3)
+    end
+end
+
+local function check_ms(pos, fname, name, v, level)
+    if type(v) ~= "number" or v ~= v or v < 1 or v > 2147483647 or v % 1 ~= 0 then
+        argerror(pos, fname, name .. " must be a positive integer number of ms, got " .. tostring(v), (level or 2) + 1)
+    end
+end
+
+local function check_opts(pos, fname, opts)
+    if opts ~= nil and type(opts) ~= "table" then
+        argerror(pos, fname, "options must be a table or nil, got " .. type(opts), 3)
+    end
+    return opts
+end
+
+---------------------------------------------------------------------------
+-- results
+
+local function detail_of(self, r)
+    local d = { ok = r.ok, quorum = r.quorum, elapsed = r.elapsed_ms, status = STATUS_WORDS[r.status] }
+    for i = 0, r.nodes - 1 do
+        local n = r.node[i]
+        d[i + 1] = {
+            server = self.names[i + 1],
+            state = NODE_WORDS[n.state],
+            error = n.errstr[0] ~= 0 and ffi_string(n.errstr) or nil,
+        }
+    end
+    return d
+end
+
+local function failure(self, r)
+    return nil, STATUS_WORDS[r.status] or "invalid", detail_of(self, r)
+end
+
+---------------------------------------------------------------------------
+-- the client
+
+local function options_struct(fname, o)
+    local opts = ffi_new("rl_options")
+    C.rl_options_init(opts)
+    if o.node_timeout ~= nil then check_ms(1, fname, "node_timeout", o.node_timeout, 3); opts.node_timeout_ms = o.node_timeout end
+    if o.connect_timeout ~= nil then check_ms(1, fname, "connect_timeout", o.connect_timeout, 3); opts.connect_timeout_ms = o.connect_timeout end
+    if o.quorum ~= nil then
+        if type(o.quorum) ~= "number" or o.quorum % 1 ~= 0 then argerror(1, fname, "quorum must be an integer", 3) end
+        opts.quorum = o.quorum
+    end
+    if o.drift_factor ~= nil then
+        if type(o.drift_factor) ~= "number" then argerror(1, fname, "drift_factor must be a number", 3) end
+        opts.drift_factor = o.drift_factor
+    end
+    if o.prefix ~= nil then
+        if type(o.prefix) ~= "string" then argerror(1, fname, "prefix must be a string", 3) end
+        opts.prefix, opts.prefix_len = o.prefix, #o.prefix
+    end
+    return opts
+end
+
+local function server_list(fname, servers)
+    if type(servers) ~= "table" or #servers == 0 then
+        argerror(1, fname, "servers must be a non-empty list of URLs", 3)
+    end
+    local urls = ffi_new("const char *[?]", #servers)
+    for i = 1, #servers do
+        if type(servers[i]) ~= "string" then argerror(1, fname, ("servers[%d] must be a URL string"):format(i), 3) end
+        urls[i - 1] = servers[i]
+    end
+    return urls
+end
+
+--- Create a client. See the README for the options; misuse raises.
+function _M.new(opts)
+    if type(opts) ~= "table" then argerror(1, "new", "options table expected, got " .. type(opts)) end
+    local urls = server_list("new", opts.servers)
+    local copts = options_struct("new", opts)
+    local ttl = opts.ttl or 10000
+    check_ms(1, "new", "ttl", ttl)
+    if opts.retry ~= nil and type(opts.retry) ~= "function" then argerror(1, "new", "retry must be a function") end
+    if opts.max_extensions ~= nil and (type(opts.max_extensions) ~= "number" or opts.max_extensions < 0) then
+        argerror(1, "new", "max_extensions must be a non-negative number")
+    end
+    local servers = {}
+    for i = 1, #opts.servers do servers[i] = opts.servers[i] end
+
+    local client = C.rl_client_new(urls, #servers, copts, errbuf, C.RL_ERR_LEN)
+    if client == nil then argerror(1, "new", ffi_string(errbuf)) end
+    client = ffi_gc(client, function(p) C.rl_client_free(p) end)
+
+    local names = {}
+    for i = 1, #servers do names[i] = ffi_string(C.rl_client_node_name(client, i - 1)) end
+    return setmetatable({
+        client = client,
+        servers = servers,
+        names = names,
+        quorum = C.rl_client_quorum(client),
+        ttl = ttl,
+        retry = opts.retry or retry.default,
+        keepalive = opts.keepalive and true or false,
+        max_extensions = opts.max_extensions,
+        options = copts,      -- kept for the keeper, which dials the same nodes
+        urls = urls,
+        keeper = nil,         -- started on first use of keep-alive
+    }, dlm_mt)
+end
+
+--- Remember options for redlock.default() (the host sets them from its flags).
+function _M.configure(opts)
+    if type(opts) ~= "table" then argerror(1, "configure", "options table expected") end
+    defaults = opts
+end
+
+local function servers_from_env()
+    local env = os.getenv("REDLOCK_SERVERS")
+    if not env or env == "" then return nil end
+    local list = {}
+    for url in env:gmatch("[^,%s]+") do list[#list + 1] = url end
+    return list
+end
+
+--- A client built from redlock.configure{...} or REDLOCK_SERVERS, made once.
+function _M.default()
+    if _M._default then return _M._default end
+    local opts = {}
+    for k, v in pairs(defaults) do opts[k] = v end
+    opts.servers = opts.servers or servers_from_env()
+    if not opts.servers then
+        error("no servers configured: pass --servers URL,URL,... or set REDLOCK_SERVERS "
+            .. "(`redlock dev` starts a throwaway local cluster and prints the line to use)", 2)
+    end
+    _M._default = _M.new(opts)
+    return _M._default
+end
+
+--- The node names (URLs without passwords), in server order.
+function dlm:nodes()
+    local list = {}
+    for i = 1, #self.names do list[i] = self.names[i] end
+    return list
+end
+
+--- Close every connection now instead of at garbage collection. Held locks are not released.
+function dlm:close()
+    if self.keeper then
+        C.rl_keeper_free(ffi_gc(self.keeper, nil))
+        self.keeper = nil
+    end
+    if self.client then
+        C.rl_client_free(ffi_gc(self.client, nil))
+        self.client = nil
+    end
+end
+
+local function live_client(self, fname)
+    local client = self.client
+    if client == nil then error(("'%s' on a closed client"):format(fname), 3) end
+    return client
+end
+
+local function keeper_of(self)
+    local k = self.keeper
+    if k == nil then
+        k = C.rl_keeper_new(self.urls, #self.servers, self.options, errbuf, C.RL_ERR_LEN)
+        if k == nil then error("redlock: cannot start keep-alive: " .. ffi_string(errbuf), 3) end
+        k = ffi_gc(k, function(p) C.rl_keeper_free(p) end)
+        self.keeper = k
+    end
+    return k
+end
+
+---------------------------------------------------------------------------
+-- locks
+
+local function new_lock(self, resource, ttl, started, r)
+    return setmetatable({
+        dlm = self,
+        resource = resource,
+        value = ffi_string(r.value, VALUE_LEN),
+        ttl = ttl,
+        validity = r.validity_ms,
+        valid_until = started + r.validity_ms,
+        extensions = 0,
+        released = false,
+        kept = nil,
+    }, lock_mt)
+end
+
+local function keep(lk, margin)
+    local self = lk.dlm
+    local id = C.rl_keeper_add(keeper_of(self), lk.resource, #lk.resource, lk.value, lk.ttl,
+                               lk.valid_until, margin or 0, errbuf, C.RL_ERR_LEN)
+    if id < 0 then error("redlock: keep-alive refused the lock: " .. ffi_string(errbuf), 3) end
+    lk.kept = id
+end
+
+-- One attempt. Returns a lock, or nil, err, detail.
+local function attempt(self, client, resource, ttl)
+    local started = C.rl_now_ms()
+    local status = C.rl_acquire(client, resource, #resource, ttl, result)
+    if status == OK then return new_lock(self, resource, ttl, started, result) end
+    if status < 0 then error("redlock: " .. ffi_string(C.rl_client_errstr(client)), 3) end
+    return failure(self, result)
+end
+
+local function lock_options(self, fname, resource, opts)
+    check_resource(1, fname, resource)
+    opts = check_opts(2, fname, opts)
+    local ttl, wait, policy, keepalive, margin = self.ttl, nil, self.retry, self.keepalive, nil
+    if opts then
+        if opts.ttl ~= nil then check_ms(2, fname, "ttl", opts.ttl, 3); ttl = opts.ttl end
+        if opts.wait ~= nil then
+            if type(opts.wait) ~= "number" or opts.wait < 0 then argerror(2, fname, "wait must be a non-negative number of ms", 3) end
+            wait = opts.wait
+            if opts.retry == nil then policy = retry.forever() end
+        end
+        if opts.retry ~= nil then
+            if type(opts.retry) ~= "function" then argerror(2, fname, "retry must be a function", 3) end
+            policy = opts.retry
+        end
+        if opts.keepalive ~= nil then keepalive = opts.keepalive and true or false end
+        if opts.margin ~= nil then
+            if type(opts.margin) ~= "number" or opts.margin < 0 then argerror(2, fname, "margin must be a non-negative number of ms", 3) end
+            margin = opts.margin
+        end
+    end
+    return ttl, wait, policy, keepalive, margin
+end
+
+-- Run `try` under the retry policy, within `wait` ms if given: the last attempt
+-- starts no later than `wait` ms after the first.
+local function with_retries(self, client, policy, wait, try, a, b)
+    local deadline = wait and C.rl_now_ms() + wait
+    local n = 0
+    while true do
+        n = n + 1
+        local got, err, detail = try(self, client, a, b)
+        if got then return got end
+        local delay = policy(n, err)
+        if not delay then return nil, err, detail end
+        if deadline then
+            local left = deadline - C.rl_now_ms()
+            if left <= 0 then return nil, err, detail end
+            if delay > left then delay = left end
+        end
+        C.rl_sleep(client, delay)
+    end
+end
+
+--- Acquire resource, retrying under the policy. Returns a lock or nil, err, detail.
+function dlm:lock(resource, opts)
+    local ttl, wait, policy, keepalive, margin = lock_options(self, "lock", resource, opts)
+    local client = live_client(self, "lock")
+    local lk, err, detail = with_retries(self, client, policy, wait, attempt, resource, ttl)
+    if lk and keepalive then keep(lk, margin) end
+    return lk, err, detail
+end
+
+--- One attempt to acquire resource.
+function dlm:try_lock(resource, opts)
+    local ttl, _, _, keepalive, margin = lock_options(self, "try_lock", resource, opts)
+    local lk, err, detail = attempt(self, live_client(self, "try_lock"), resource, ttl)
+    if lk and keepalive then keep(lk, margin) end
+    return lk, err, detail
+end
+
+local function kept_state(lk)
+    local k = lk.dlm.keeper
+    if lk.kept == nil or k == nil then return nil end
+    local state = C.rl_keeper_state(k, lk.kept, until_buf)
+    if state > 0 then lk.valid_until = until_buf[0] end
+    return state
+end
+
+--- Milliseconds of validity left (<= 0 once it has run out).
+function lock:remaining()
+    if self.released then return 0 end
+    kept_state(self)
+    return self.valid_until - C.rl_now_ms()
+end
+
+--- True while the lock is held: not unlocked, not lost, validity left.
+function lock:valid()
+    return not self.released and not self:lost() and self:remaining() > 0
+end
+
+--- True once the lock is known to be gone: keep-alive failed, or validity ran out.
+function lock:lost()
+    if self.released then return false end
+    local state = kept_state(self)
+    if state ~= nil then return state == C.RL_KEEP_LOST end
+    return self.valid_until - C.rl_now_ms() <= 0
+end
+
+--- Raise "lost: ..." if the lock has been lost; return the lock otherwise.
+function lock:check()
+    if self:lost() then
+        error("lost: the lock on '" .. self.resource .. "' is no longer held", 2)
+    end
+    return self
+end
+
+local function stop_keeping(lk)
+    if lk.kept ~= nil and lk.dlm.keeper ~= nil then C.rl_keeper_remove(lk.dlm.keeper, lk.kept) end
+    lk.kept = nil
+end
+
+--- Extend the lock to ttl ms (default: its ttl) from now. true or nil, err, detail.
+function lock:extend(ttl)
+    if ttl == nil then ttl = self.ttl else check_ms(1, "extend", "ttl", ttl) end
+    if self.released then return nil, "invalid", "the lock was unlocked" end
+    local max = self.dlm.max_extensions
+    if max and self.extensions >= max then return nil, "invalid", ("extension limit (%d) reached"):format(max) end
+    if self:remaining() <= 0 then return nil, "expired", "no validity left to extend" end
+    local client = live_client(self.dlm, "extend")
+    local started = C.rl_now_ms()
+    local status = C.rl_extend(client, self.resource, #self.resource, self.value, ttl, result)
+    if status ~= OK then return failure(self.dlm, result) end
+    self.extensions = self.extensions + 1
+    self.ttl = ttl
+    self.validity = result.validity_ms
+    self.valid_until = started + result.validity_ms
+    return true
+end
+
+--- Release the lock on every node. true, or nil, err, detail ("not held" when
+--- our value was no longer on a quorum: it expired or was taken over).
+function lock:unlock()
+    if self.released then return nil, "invalid", "the lock was already unlocked" end
+    stop_keeping(self)
+    self.released = true
+    local client = live_client(self.dlm, "unlock")
+    local status = C.rl_release(client, self.resource, #self.resource, self.value, result)
+    if status == OK then return true end
+    return failure(self.dlm, result)
+end
+
+---------------------------------------------------------------------------
+-- many locks at once
+
+local function release_all_started(client, locks)
+    for i = 1, #locks do
+        local lk = locks[i]
+        lk.released = true
+        lk.op = C.rl_begin_release(client, lk.resource, #lk.resource, lk.value)
+    end
+    for i = 1, #locks do
+        if locks[i].op >= 0 then C.rl_wait(client, locks[i].op, result) end
+        locks[i].op = nil
+    end
+end
+
+-- One all-or-nothing attempt: every acquire in flight together.
+local function attempt_many(self, client, resources, ttl)
+    local ids, started = {}, C.rl_now_ms()
+    for i = 1, #resources do
+        ids[i] = C.rl_begin_acquire(client, resources[i], #resources[i], ttl)
+        if ids[i] < 0 then error("redlock: " .. ffi_string(C.rl_client_errstr(client)), 3) end
+    end
+    local locks, err, detail = {}, nil, nil
+    for i = 1, #resources do
+        C.rl_wait(client, ids[i], result)
+        if result.status == OK then
+            locks[#locks + 1] = new_lock(self, resources[i], ttl, started, result)
+        elseif not err then
+            local _
+            _, err, detail = failure(self, result)
+            detail.resource = resources[i]
+        end
+    end
+    if err then
+        release_all_started(client, locks)
+        return nil, err, detail
+    end
+    return setmetatable(locks, group_mt)
+end
+
+--- Acquire every resource or none; all requests in flight together.
+--- Returns a list of locks (with :unlock(), :extend(), :valid()) or nil, err, detail.
+function dlm:lock_many(resources, opts)
+    if type(resources) ~= "table" or #resources == 0 then
+        argerror(1, "lock_many", "resources must be a non-empty list of strings")
+    end
+    local seen = {}
+    for i = 1, #resources do
+        local r = resources[i]
+        if type(r) ~= "string" or #r == 0 then argerror(1, "lock_many", ("resources[%d] must be a non-empty string"):format(i)) end
+        if seen[r] then argerror(1, "lock_many", ("resources[%d] repeats resources[%d]"):format(i, seen[r])) end
+        seen[r] = i
+    end
+    local ttl, wait, policy, keepalive, margin = lock_options(self, "lock_many", resources[1], opts)
+    local client = live_client(self, "lock_many")
+    local locks, err, detail = with_retries(self, client, policy, wait, attempt_many, resources, ttl)
+    if locks and keepalive then
+        for i = 1, #locks do keep(locks[i], margin) end
+    end
+    return locks, err, detail
+end
+
+--- Release every lock of the group; true, or nil, err, detail of the first failure.
+function group:unlock()
+    local client = live_client(self[1].dlm, "unlock")
+    local ids = {}
+    for i = 1, #self do
+        local lk = self[i]
+        stop_keeping(lk)
+        if not lk.released then
+            lk.released = true
+            ids[i] = C.rl_begin_release(client, lk.resource, #lk.resource, lk.value)
+        end
+    end
+    local ok, err, detail = true, nil, nil
+    for i = 1, #self do
+        if ids[i] and ids[i] >= 0 then
+            C.rl_wait(client, ids[i], result)
+            if result.status ~= OK and ok then
+                ok, err, detail = failure(self[i].dlm, result)
+                detail.resource = self[i].resource
+            end
+        end
+    end
+    return ok, err, detail
+end
+
+--- Extend every lock of the group; true, or the first failure.
+function group:extend(ttl)
+    for i = 1, #self do
+        local ok, err, detail = self[i]:extend(ttl)
+        if not ok then return nil, err, detail end
+    end
+    return true
+end
+
+--- True while every lock of the group is valid.
+function group:valid()
+    for i = 1, #self do
+        if not self[i]:valid() then return false end
+    end
+    return true
+end
+
+---------------------------------------------------------------------------
+-- critical sections
+
+local function pack(...)
+    return { n = select("#", ...), ... }
+end
+
+--- Acquire resource, run fn(lock, ...), always release. Keep-alive is on
+--- unless opts.keepalive == false. Returns fn's results, or nil, err, detail
+--- when the lock was not acquired; an error in fn is raised again after release.
+function dlm:with_lock(resource, opts, fn, ...)
+    check_resource(1, "with_lock", resource)
+    opts = check_opts(2, "with_lock", opts)
+    if type(fn) ~= "function" then argerror(3, "with_lock", "function expected, got " .. type(fn)) end
+    local lock_opts = { keepalive = true }
+    if opts then
+        for k, v in pairs(opts) do lock_opts[k] = v end
+    end
+    local lk, err, detail = self:lock(resource, lock_opts)
+    if not lk then return nil, err, detail end
+    local out = pack(pcall(fn, lk, ...))
+    lk:unlock()
+    if not out[1] then error(out[2], 0) end
+    return unpack(out, 2, out.n)
+end
+
+return _M
