@@ -42,7 +42,7 @@ enum {
 
 /* How an operation ended (rl_result.status). */
 enum {
-    RL_STATUS_PENDING = 0,      /* not decided yet */
+    RL_STATUS_PENDING = 0,      /* not decided yet (acquire/extend decide at quorum; release hears every node) */
     RL_STATUS_OK = 1,           /* quorum agreed (and, for acquire/extend, validity > 0) */
     RL_STATUS_BUSY = 2,         /* acquire: enough nodes hold another value that quorum is impossible */
     RL_STATUS_UNAVAILABLE = 3,  /* too few nodes answered usefully (errors, timeouts, down) */
@@ -65,6 +65,8 @@ typedef struct rl_options {
     int connect_timeout_ms;  /* longest wait for a TCP/unix connect to complete (default 1000) */
     int reconnect_min_ms;    /* first delay before reconnecting a lost node (default 50) */
     int reconnect_max_ms;    /* cap of the doubling reconnect delay (default 1000) */
+    int stall_reset_ms;      /* reconnect a node silent this long with commands unanswered (default 500):
+                                a stream that lost a reply cannot resynchronise any other way */
     int quorum;              /* votes needed; 0 means N/2+1; never below N/2+1, never above N */
     double drift_factor;     /* clock drift allowance, fraction of ttl (default 0.01) */
     const char *prefix;      /* prepended to every resource name to form the key (default "") */

@@ -67,6 +67,7 @@ void rl_options_init(rl_options *o) {
     o->connect_timeout_ms = 1000;
     o->reconnect_min_ms = 50;
     o->reconnect_max_ms = 1000;
+    o->stall_reset_ms = 500;
     o->quorum = 0;
     o->drift_factor = 0.01;
     o->prefix = "";
@@ -87,6 +88,7 @@ static int check_options(const rl_options *o, int n, char *err, size_t errlen) {
     int majority = n / 2 + 1;
     if (o->node_timeout_ms <= 0) return snprintf(err, errlen, "node_timeout must be > 0 ms"), -1;
     if (o->connect_timeout_ms <= 0) return snprintf(err, errlen, "connect_timeout must be > 0 ms"), -1;
+    if (o->stall_reset_ms <= 0) return snprintf(err, errlen, "stall_reset must be > 0 ms"), -1;
     if (o->reconnect_min_ms <= 0 || o->reconnect_max_ms < o->reconnect_min_ms)
         return snprintf(err, errlen, "reconnect delays must satisfy 0 < min <= max"), -1;
     if (!(o->drift_factor >= 0 && o->drift_factor < 1))

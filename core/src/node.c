@@ -8,6 +8,7 @@
 #include "node.h"
 
 static void connect_now(rl_node *n);
+static void on_watchdog(EV_P_ ev_timer *w, int revents);
 
 static void set_err(rl_node *n, const char *prefix, const char *text) {
     snprintf(n->errstr, sizeof(n->errstr), "%s%s", prefix, text && *text ? text : "unknown error");
@@ -18,6 +19,7 @@ static void schedule_reconnect(rl_node *n) {
     n->link = RL_LINK_DOWN;
     if (n->closing) return;
     ev_timer_stop(n->loop, &n->connect_timer);
+    n->retry_at_ms = rl_now_ms() + n->backoff_ms;
     ev_timer_set(&n->retry_timer, n->backoff_ms / 1000.0, 0.);
     ev_now_update(n->loop);
     ev_timer_start(n->loop, &n->retry_timer);
@@ -59,11 +61,12 @@ static void on_reply(redisAsyncContext *ac, void *r, void *privdata) {
     rl_node *n = privdata;
     redisReply *reply = r;
     rl_ticket t = ring_pop(n);
+    if (reply) n->progress_ms = rl_now_ms();
     const char *errstr = NULL;
     if (reply == NULL) {
         errstr = ac->err && ac->errstr[0] ? ac->errstr : "connection closed";
-        if (n->setup_failed) errstr = n->errstr;
-    } else if (n->setup_failed && reply->type == REDIS_REPLY_ERROR) {
+        if (n->sticky_err) errstr = n->errstr;
+    } else if (n->sticky_err && reply->type == REDIS_REPLY_ERROR) {
         /* NOAUTH after a refused AUTH: report the cause, not the symptom. */
         reply = NULL;
         errstr = n->errstr;
@@ -75,9 +78,9 @@ static void on_reply(redisAsyncContext *ac, void *r, void *privdata) {
  * queued commands have been answered (they fail with the reason). */
 static void setup_refused(redisAsyncContext *ac, rl_node *n, const char *what, redisReply *reply) {
     if (reply == NULL || reply->type != REDIS_REPLY_ERROR) return;
-    if (!n->setup_failed) {
+    if (!n->sticky_err) {
         snprintf(n->errstr, sizeof(n->errstr), "%s refused: %s", what, reply->str);
-        n->setup_failed = 1;
+        n->sticky_err = 1;
     }
     redisAsyncDisconnect(ac);
 }
@@ -100,12 +103,12 @@ static void on_connect(const redisAsyncContext *ac, int status) {
     }
     n->link = RL_LINK_UP;
     n->backoff_ms = n->opts->reconnect_min_ms;
-    if (!n->setup_failed) n->errstr[0] = '\0';
+    if (!n->sticky_err) n->errstr[0] = '\0';
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status) {
     rl_node *n = ac->data;
-    if (!n->setup_failed) {
+    if (!n->sticky_err) {
         if (status != REDIS_OK) set_err(n, "connection lost: ", ac->errstr);
         else snprintf(n->errstr, sizeof(n->errstr), "connection closed");
     }
@@ -118,6 +121,7 @@ static void on_connect_timeout(EV_P_ ev_timer *w, int revents) {
     rl_node *n = w->data;
     redisAsyncContext *ac = n->ac;
     snprintf(n->errstr, sizeof(n->errstr), "connect timed out after %d ms", n->opts->connect_timeout_ms);
+    n->sticky_err = 1;
     schedule_reconnect(n);
     if (ac) {
         ac->onDisconnect = NULL; /* we already know; do not schedule twice */
@@ -163,7 +167,7 @@ static int send_setup(rl_node *n) {
 static void connect_now(rl_node *n) {
     redisAsyncContext *ac = n->url.kind == RL_URL_UNIX ? redisAsyncConnectUnix(n->url.path)
                                                        : redisAsyncConnect(n->url.host, n->url.port);
-    n->setup_failed = 0;
+    n->sticky_err = 0;
     if (ac == NULL) {
         set_err(n, "connect failed: ", "out of memory");
         schedule_reconnect(n);
@@ -200,17 +204,28 @@ void rl_node_init(rl_node *n, const rl_url *url, int index, struct ev_loop *loop
     n->backoff_ms = opts->reconnect_min_ms;
     ev_timer_init(&n->connect_timer, on_connect_timeout, 0., 0.);
     ev_timer_init(&n->retry_timer, on_retry_timer, 0., 0.);
+    double period = opts->stall_reset_ms / 2000.0;
+    ev_timer_init(&n->watchdog, on_watchdog, period, period);
     n->connect_timer.data = n;
     n->retry_timer.data = n;
+    n->watchdog.data = n;
     snprintf(n->errstr, sizeof(n->errstr), "not connected");
 }
 
 void rl_node_start(rl_node *n) {
+    ev_timer_start(n->loop, &n->watchdog);
     connect_now(n);
 }
 
 int rl_node_send(rl_node *n, const char *cmd, size_t len, rl_ticket ticket) {
+    if (n->ac == NULL && !n->closing && rl_now_ms() >= n->retry_at_ms) {
+        /* The backoff is over but nobody drove the loop to fire the timer:
+         * reconnect now and queue the command behind the connect. */
+        ev_timer_stop(n->loop, &n->retry_timer);
+        connect_now(n);
+    }
     if (n->ac == NULL) return -1;
+    if (n->ring_count == 0) n->progress_ms = rl_now_ms();
     if (ring_push(n, ticket) != 0) {
         snprintf(n->errstr, sizeof(n->errstr), "out of memory");
         return -1;
@@ -227,10 +242,27 @@ unsigned rl_node_outstanding(const rl_node *n) {
     return n->ring_count;
 }
 
+/* Commands unanswered for stall_reset_ms: a reply was lost (or the node hangs),
+ * and the reply stream cannot resynchronise. Drop the connection (its
+ * commands are answered with errors through on_reply) and reconnect. */
+static void on_watchdog(EV_P_ ev_timer *w, int revents) {
+    (void)loop;
+    (void)revents;
+    rl_node *n = w->data;
+    if (n->ac == NULL || n->ring_count == 0 || rl_now_ms() - n->progress_ms < n->opts->stall_reset_ms) return;
+    redisAsyncContext *ac = n->ac;
+    snprintf(n->errstr, sizeof(n->errstr), "connection reset: no reply for %d ms", n->opts->stall_reset_ms);
+    n->sticky_err = 1;
+    schedule_reconnect(n);
+    ac->onDisconnect = NULL;
+    redisAsyncFree(ac);
+}
+
 void rl_node_close(rl_node *n) {
     n->closing = 1;
     ev_timer_stop(n->loop, &n->connect_timer);
     ev_timer_stop(n->loop, &n->retry_timer);
+    ev_timer_stop(n->loop, &n->watchdog);
     if (n->ac) {
         redisAsyncContext *ac = n->ac;
         n->ac = NULL;

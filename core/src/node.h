@@ -35,12 +35,16 @@ typedef struct rl_node {
     redisAsyncContext *ac;   /* NULL while down */
     int link;                /* RL_LINK_* */
     int closing;             /* rl_node_close in progress: no reconnects */
-    int setup_failed;        /* AUTH or SELECT was refused on this connection */
+    int sticky_err;          /* errstr explains this connection's failures better than hiredis
+                                can (AUTH/SELECT refused, stall reset, connect timeout) */
     int backoff_ms;          /* next reconnect delay */
+    double retry_at_ms;      /* while down: when the next connect may start */
     ev_timer connect_timer;  /* deadline of a connect in progress */
     ev_timer retry_timer;    /* delay before the next connect */
+    ev_timer watchdog;       /* every stall_reset_ms / 2: reset the connection if stalled */
     char errstr[RL_NODE_ERR_LEN];  /* why the node is down (or refused setup) */
 
+    double progress_ms;      /* last reply, or when the first unanswered command was sent */
     rl_ticket *ring;         /* tickets of commands awaiting replies, oldest first */
     unsigned ring_head, ring_count, ring_cap;
 } rl_node;
@@ -52,7 +56,8 @@ void rl_node_init(rl_node *n, const rl_url *url, int index, struct ev_loop *loop
 /* Begin a non-blocking connect. Failures are retried with backoff. */
 void rl_node_start(rl_node *n);
 
-/* Queue a pre-encoded command. Return 0, or -1 if the node cannot take it
+/* Queue a pre-encoded command; a node that is down and past its reconnect
+ * delay starts connecting first. Return 0, or -1 if the node cannot take it
  * now (down, closing, out of memory); the reason is then in n->errstr. */
 int rl_node_send(rl_node *n, const char *cmd, size_t len, rl_ticket ticket);
 

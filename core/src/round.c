@@ -33,9 +33,12 @@ static double validity(const rl_round *r, double elapsed_ms) {
     return r->ttl_ms - elapsed_ms - (r->ttl_ms * r->drift_factor + 2.0);
 }
 
-/* Decide if the outcome is certain: quorum reached, or no longer reachable. */
+/* Decide if the outcome is certain: quorum reached, or no longer reachable.
+ * A release waits for every node (or the node timeout) instead: its point is
+ * that the keys are gone, and a waiter elsewhere should find them gone. */
 static int try_decide(rl_round *r, double now_ms) {
     rl_result *res = r->res;
+    if (res->op == RL_OP_RELEASE && r->pending > 0) return 0;
     int against = res->nodes - res->quorum; /* votes against that still leave quorum possible */
     if (res->ok >= res->quorum) {
         res->elapsed_ms = now_ms - r->start_ms;

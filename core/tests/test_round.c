@@ -97,15 +97,19 @@ static void expiry_after_quorum_keeps_the_decision(void) {
 }
 
 static void release_and_extend_read_integers(void) {
+    /* a release hears every node before it decides */
     start(RL_OP_RELEASE, 3, 2, 0);
-    rl_round_reply(&r, 0, &one, NULL, 1001);
-    CHECK_INT(rl_round_reply(&r, 1, &one, NULL, 1001), 1);
+    CHECK_INT(rl_round_reply(&r, 0, &one, NULL, 1001), 0);
+    CHECK_INT(rl_round_reply(&r, 1, &one, NULL, 1001), 0);
+    CHECK_INT(rl_round_reply(&r, 2, &zero, NULL, 1001), 1);
     CHECK_INT(res.status, RL_STATUS_OK);
 
     start(RL_OP_RELEASE, 3, 2, 0);
     rl_round_reply(&r, 0, &zero, NULL, 1001);
-    CHECK_INT(rl_round_reply(&r, 1, &zero, NULL, 1001), 1);
+    rl_round_reply(&r, 1, &zero, NULL, 1001);
+    CHECK_INT(rl_round_expire(&r, "no reply", 1050), 1);
     CHECK_INT(res.status, RL_STATUS_NOT_HELD);
+    CHECK_INT(res.node[2].state, RL_NODE_TIMEOUT);
 
     start(RL_OP_EXTEND, 3, 2, 5000);
     rl_round_reply(&r, 0, &one, NULL, 1001);

@@ -48,6 +48,7 @@ typedef struct rl_options {
     int connect_timeout_ms;
     int reconnect_min_ms;
     int reconnect_max_ms;
+    int stall_reset_ms;
     int quorum;
     double drift_factor;
     const char *prefix;

@@ -281,14 +281,12 @@ local function lock_options(self, fname, resource, opts)
 end
 
 -- Run `try` under the retry policy, within `wait` ms if given: the last attempt
--- starts no later than `wait` ms after the first.
-local function with_retries(self, client, policy, wait, try, a, b)
-    local deadline = wait and C.rl_now_ms() + wait
-    local n = 0
+-- starts no later than `wait` ms after the first. The first attempt stands
+-- outside the loop so the common path (success at once) has no inner loop and
+-- the caller's own loop compiles into one trace.
+local function retry_loop(self, client, policy, deadline, try, a, b, err, detail)
+    local n = 1
     while true do
-        n = n + 1
-        local got, err, detail = try(self, client, a, b)
-        if got then return got end
         local delay = policy(n, err)
         if not delay then return nil, err, detail end
         if deadline then
@@ -297,7 +295,18 @@ local function with_retries(self, client, policy, wait, try, a, b)
             if delay > left then delay = left end
         end
         C.rl_sleep(client, delay)
+        n = n + 1
+        local got
+        got, err, detail = try(self, client, a, b)
+        if got then return got end
     end
+end
+
+local function with_retries(self, client, policy, wait, try, a, b)
+    local deadline = wait and C.rl_now_ms() + wait
+    local got, err, detail = try(self, client, a, b)
+    if got then return got end
+    return retry_loop(self, client, policy, deadline, try, a, b, err, detail)
 end
 
 --- Acquire resource, retrying under the policy. Returns a lock or nil, err, detail.
@@ -377,14 +386,17 @@ function lock:extend(ttl)
 end
 
 --- Release the lock on every node. true, or nil, err, detail ("not held" when
---- our value was no longer on a quorum: it expired or was taken over).
+--- our value was no longer on a quorum: it expired or was taken over). After
+--- a failure the lock may be unlocked again (say, once nodes are back).
 function lock:unlock()
     if self.released then return nil, "invalid", "the lock was already unlocked" end
     stop_keeping(self)
-    self.released = true
     local client = live_client(self.dlm, "unlock")
     local status = C.rl_release(client, self.resource, #self.resource, self.value, result)
-    if status == OK then return true end
+    if status == OK then
+        self.released = true
+        return true
+    end
     return failure(self.dlm, result)
 end
 

@@ -1,0 +1,86 @@
+/*
+ * host.h — the pieces of the `redlock` host executable.
+ *
+ * main.c    runs the Lua side (lua/redlock/host/init.lua) the way luajit.c runs a script;
+ * paths.c   finds the Lua modules next to the executable (build tree or install prefix);
+ * signals.c turns SIGINT/SIGTERM/SIGHUP into "release every kept lock, stop the child, exit";
+ * proc.c    starts and supervises child processes (exec, os.execute, demo workers).
+ *
+ * The rl_host_* functions are exported from the executable (-Wl,-E) for the
+ * LuaJIT FFI; lua/redlock/host/sys.lua declares them and must agree with
+ * this file. Everything else is internal.
+ */
+#ifndef RL_HOST_H
+#define RL_HOST_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "lua.h"
+
+#define RL_HOST_PROGNAME "redlock"
+
+/* How long the exit paths wait for kept locks to be released. */
+#define RL_HOST_RELEASE_TIMEOUT_MS 2000
+
+/* paths.c: prepend the host's Lua module directories to package.path and
+ * package.cpath. Return 0, or -1 (and leave the paths alone) if the
+ * executable's own path is unknown. */
+int rl_host_set_paths(lua_State *L);
+
+/* signals.c: install the handlers and start the signal thread. Return 0 or -1
+ * with errno set. */
+int rl_host_signals_start(void);
+
+/* signals.c: the process is about to exit normally. Release every kept lock,
+ * unless the signal thread has already taken over the exit, in which case this
+ * never returns (that thread calls _exit). Idempotent; also run by atexit. */
+void rl_host_finish(void);
+
+/* proc.c: stop the supervised child, if any: sig, then SIGKILL after its grace
+ * period. Called by the signal thread. */
+void rl_host_stop_supervised(int sig);
+
+/* ---- exported for the FFI (see lua/redlock/host/sys.lua) ---- */
+
+enum {
+    RL_HOST_NEWPGRP = 1,    /* the child leads a new process group */
+    RL_HOST_SUPERVISE = 2,  /* a signal to the host stops the child before the host exits */
+    RL_HOST_FOREGROUND = 4  /* and, on a terminal, the child's group becomes the foreground */
+};
+
+/* Start argv[0] (searched in PATH) with argv and the current environment,
+ * default signal dispositions and an empty signal mask. Return its pid, or -1
+ * with *errnum set (ENOENT: not found; EACCES, ENOEXEC: not executable). */
+int rl_host_spawn(const char *const *argv, int flags, int grace_ms, int *errnum);
+
+/* Reap pid if it has ended. Return 0 while it runs (or, with block, wait),
+ * 1 when it ended, with *code its exit status or 128+signal, or -1 with
+ * *code = errno (ECHILD: already reaped elsewhere). Forgets a supervised pid. */
+int rl_host_wait(int pid, int block, int *code);
+
+/* Send sig to pid, or to its process group when group is nonzero. Return 0
+ * or -1 (errno ESRCH: nobody left). */
+int rl_host_kill(int pid, int sig, int group);
+
+/* True while pid's process group still has members (zombies count). */
+int rl_host_group_alive(int pid);
+
+/* os.execute for the host: /bin/sh -c cmd, supervised, without ignoring
+ * SIGINT/SIGQUIT in the host as system(3) does. Return the raw wait status as
+ * system(3) does, or -1. cmd NULL: return 1 (a shell is available). */
+int rl_host_system(const char *cmd);
+
+/* Signals: with defer nonzero, SIGINT/SIGTERM/SIGHUP are only recorded (the
+ * Lua side polls rl_host_pending_signal and cleans up itself); a third one
+ * exits at once. With defer zero (the default), the signal thread stops the
+ * supervised child, releases every kept lock and exits 128+signal. */
+void rl_host_defer_signals(int defer);
+
+/* The first signal recorded while deferred, or 0. */
+int rl_host_pending_signal(void);
+
+/* Sleep ms milliseconds (returns early on no signal: signals never interrupt it). */
+void rl_host_sleep_ms(int ms);
+
+#endif

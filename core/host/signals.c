@@ -1,0 +1,128 @@
+/*
+ * signals.c — SIGINT, SIGTERM and SIGHUP end the host cleanly, whatever the
+ * Lua thread is doing (a long loop, os.execute, a blocking read).
+ *
+ * The handler only writes the signal number into a pipe; a dedicated thread
+ * reads it and does the work no handler may do: stop the supervised child,
+ * release every kept lock (rl_keeper_release_all), _exit(128 + signal).
+ * Handlers, not a blocked mask, so that children started by io.popen and
+ * friends inherit an ordinary signal mask and default dispositions.
+ *
+ * Exactly one of two paths ends the process: the signal thread, or a normal
+ * exit through rl_host_finish. Whichever claims the exit first wins; the other
+ * waits for it (so the exit status is the winner's).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "host.h"
+#include "redlock.h"
+
+static int pipe_fd[2] = {-1, -1};
+static atomic_int exit_claim;     /* 0: nobody; -1: normal exit; > 0: that signal */
+static atomic_int defer_mode;
+static atomic_int pending_sig;
+static atomic_int deferred_count;
+
+static void on_signal(int sig) {
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+    if (write(pipe_fd[1], &b, 1) < 0) { /* pipe full: a signal is pending anyway */ }
+    errno = saved;
+}
+
+static void on_sigpipe(int sig) {
+    (void)sig; /* a node closed its socket: write() reports EPIPE instead of killing us */
+}
+
+/* Claim the exit for who (-1 normal, > 0 signal). Return 1 if it was ours. */
+static int claim_exit(int who) {
+    int expected = 0;
+    return atomic_compare_exchange_strong(&exit_claim, &expected, who);
+}
+
+static void never_return(void) {
+    for (;;) pause();
+}
+
+static void terminate(int sig) {
+    if (!claim_exit(sig)) return; /* a normal exit is under way; let it finish */
+    rl_host_stop_supervised(sig);
+    rl_keeper_release_all(RL_HOST_RELEASE_TIMEOUT_MS);
+    _exit(128 + sig);
+}
+
+static void *signal_thread(void *ud) {
+    (void)ud;
+    for (;;) {
+        unsigned char b;
+        ssize_t n = read(pipe_fd[0], &b, 1);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return NULL;
+        int sig = b;
+        if (atomic_load(&defer_mode) && atomic_fetch_add(&deferred_count, 1) < 2) {
+            int none = 0;
+            atomic_compare_exchange_strong(&pending_sig, &none, sig);
+            continue;
+        }
+        terminate(sig);
+    }
+}
+
+int rl_host_signals_start(void) {
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    struct sigaction sa;
+    sigset_t all, old;
+    pthread_t tid;
+    if (pipe(pipe_fd) != 0) return -1;
+    memset(&sa, 0, sizeof(sa));
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sa.sa_handler = on_sigpipe;
+    if (sigaction(SIGPIPE, &sa, NULL) != 0) return -1;
+    /* The thread itself takes no signals; it only reads the pipe. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int rc = pthread_create(&tid, NULL, signal_thread, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        errno = rc;
+        return -1;
+    }
+    pthread_detach(tid);
+    sa.sa_handler = on_signal;
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+        if (sigaction(sigs[i], &sa, NULL) != 0) return -1;
+    return 0;
+}
+
+void rl_host_finish(void) {
+    static atomic_int done;
+    if (atomic_exchange(&done, 1)) return;
+    if (!claim_exit(-1) && atomic_load(&exit_claim) > 0) never_return();
+    rl_keeper_release_all(RL_HOST_RELEASE_TIMEOUT_MS);
+}
+
+void rl_host_defer_signals(int defer) {
+    atomic_store(&defer_mode, defer != 0);
+    if (!defer) {
+        atomic_store(&deferred_count, 0);
+        int sig = atomic_exchange(&pending_sig, 0);
+        if (sig) terminate(sig);
+    }
+}
+
+int rl_host_pending_signal(void) {
+    return atomic_load(&pending_sig);
+}
+
+void rl_host_sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (ms > 0 && nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}

@@ -1,0 +1,226 @@
+/* test_client.c — the client and the keeper against real redis-server
+ * processes on loopback (started and stopped here, by pid), so the network
+ * paths run under the sanitizers too. Skips (exit 77) when redis-server is
+ * not on PATH. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "redlock.h"
+#include "check.h"
+
+#define NODES 3
+
+static pid_t pids[NODES];
+static int ports[NODES];
+static char urls[NODES][64];
+static const char *url_list[NODES];
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || getsockname(fd, (struct sockaddr *)&a, &len) != 0)
+        return -1;
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static pid_t start_node(int port) {
+    char p[16];
+    snprintf(p, sizeof(p), "%d", port);
+    pid_t pid = fork();
+    if (pid == 0) {
+        freopen("/dev/null", "w", stdout);
+        execlp("redis-server", "redis-server", "--port", p, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+               (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static void stop_node(int i) {
+    if (pids[i] > 0) {
+        kill(pids[i], SIGCONT);
+        kill(pids[i], SIGKILL);
+        waitpid(pids[i], NULL, 0);
+        pids[i] = 0;
+    }
+}
+
+static void stop_all(void) {
+    for (int i = 0; i < NODES; i++) stop_node(i);
+}
+
+/* Wait until every node takes part (they are up and we are connected).
+ * An acquire decides at quorum, a release hears every node: count on that. */
+static int wait_ready(rl_client *c, rl_result *r) {
+    for (int tries = 0; tries < 200; tries++) {
+        if (rl_acquire(c, "ready", 5, 1000, r) == RL_STATUS_OK &&
+            rl_release(c, "ready", 5, r->value, r) == RL_STATUS_OK && r->ok == NODES)
+            return 0;
+        rl_sleep(c, 25);
+    }
+    return -1;
+}
+
+static void acquire_release_extend(rl_client *c, rl_result *r) {
+    CHECK_INT(rl_acquire(c, "res\0x", 5, 5000, r), RL_STATUS_OK);
+    CHECK(r->validity_ms > 4000 && r->validity_ms <= 5000 - 52);
+    char value[RL_VALUE_LEN + 1];
+    memcpy(value, r->value, sizeof(value));
+    rl_result *other = calloc(1, sizeof(*other));
+    CHECK_INT(rl_acquire(c, "res\0x", 5, 5000, other), RL_STATUS_BUSY);
+    CHECK(other->taken >= NODES / 2 + 1); /* decided as soon as quorum was impossible */
+    CHECK_INT(rl_extend(c, "res\0x", 5, value, 20000, r), RL_STATUS_OK);
+    CHECK(r->validity_ms > 19000);
+    CHECK_INT(rl_release(c, "res\0x", 5, value, r), RL_STATUS_OK);
+    CHECK_INT(r->ok, NODES);
+    CHECK_INT(rl_release(c, "res\0x", 5, value, r), RL_STATUS_NOT_HELD);
+    CHECK_INT(rl_extend(c, "res\0x", 5, value, 1000, r), RL_STATUS_NOT_HELD);
+    free(other);
+}
+
+static void many_in_flight(rl_client *c, rl_result *r) {
+    int ids[64], done = 0, ok = 0;
+    char name[16];
+    for (int i = 0; i < 64; i++) {
+        snprintf(name, sizeof(name), "many%d", i);
+        ids[i] = rl_begin_acquire(c, name, strlen(name), 5000);
+        CHECK(ids[i] >= 0);
+    }
+    while (done < 64) {
+        rl_run(c, 1000);
+        while (rl_collect(c, r)) {
+            done++;
+            if (r->status == RL_STATUS_OK) ok++;
+            snprintf(name, sizeof(name), "many%d", r->id);
+            int found = 0;
+            for (int i = 0; i < 64; i++) found |= ids[i] == r->id;
+            CHECK(found);
+            int rel = rl_begin_release(c, name, strlen(name), r->value);
+            CHECK(rel >= 0);
+        }
+    }
+    CHECK_INT(ok, 64);
+    int released = 0;
+    while (released < 64) {
+        rl_run(c, 1000);
+        while (rl_collect(c, r)) released += r->status == RL_STATUS_OK;
+    }
+    CHECK_INT(rl_wait(c, 12345, r), RL_ERR);
+}
+
+static void misuse_is_refused(rl_client *c, rl_result *r) {
+    CHECK_INT(rl_acquire(c, "", 0, 1000, r), RL_ERR);
+    CHECK(strstr(rl_client_errstr(c), "resource") != NULL);
+    CHECK_INT(rl_acquire(c, "x", 1, 0, r), RL_ERR);
+    CHECK(strstr(rl_client_errstr(c), "ttl") != NULL);
+    CHECK_INT(rl_release(c, "x", 1, "short", r), RL_ERR);
+    char err[RL_ERR_LEN];
+    const char *dup[2] = {"redis://127.0.0.1:7000", "redis://localhost:7000/2"};
+    CHECK(rl_client_new(dup, 2, NULL, err, sizeof(err)) == NULL);
+    CHECK(strstr(err, "same server") != NULL);
+    rl_options o;
+    rl_options_init(&o);
+    o.quorum = 1;
+    CHECK(rl_client_new(url_list, NODES, &o, err, sizeof(err)) == NULL);
+    CHECK(strstr(err, "quorum") != NULL);
+}
+
+static void dead_and_stalled_nodes(rl_client *c, rl_result *r) {
+    stop_node(0);
+    CHECK_INT(rl_acquire(c, "dead", 4, 5000, r), RL_STATUS_OK);
+    CHECK_INT(r->ok, 2);
+    rl_release(c, "dead", 4, r->value, r);
+    stop_node(1);
+    double t0 = rl_now_ms();
+    CHECK_INT(rl_acquire(c, "dead", 4, 5000, r), RL_STATUS_UNAVAILABLE);
+    CHECK(rl_now_ms() - t0 < 1000);
+    pids[0] = start_node(ports[0]);
+    pids[1] = start_node(ports[1]);
+    CHECK_INT(wait_ready(c, r), 0);
+
+    kill(pids[2], SIGSTOP);
+    t0 = rl_now_ms();
+    CHECK_INT(rl_acquire(c, "stall", 5, 5000, r), RL_STATUS_OK);
+    char value[RL_VALUE_LEN + 1];
+    memcpy(value, r->value, sizeof(value));
+    rl_release(c, "stall", 5, value, r);
+    CHECK_INT(r->node[2].state, RL_NODE_TIMEOUT);
+    rl_sleep(c, 600); /* past stall_reset_ms: the connection is reset */
+    kill(pids[2], SIGCONT);
+    CHECK_INT(wait_ready(c, r), 0);
+}
+
+static void keeper_extends_and_releases(void) {
+    char err[RL_ERR_LEN];
+    rl_options o;
+    rl_options_init(&o);
+    rl_client *c = rl_client_new(url_list, NODES, &o, err, sizeof(err));
+    rl_keeper *k = rl_keeper_new(url_list, NODES, &o, err, sizeof(err));
+    rl_result *r = calloc(1, sizeof(*r));
+    CHECK(c && k);
+    CHECK_INT(wait_ready(c, r), 0);
+    double t0 = rl_now_ms();
+    CHECK_INT(rl_acquire(c, "kept", 4, 300, r), RL_STATUS_OK);
+    int id = rl_keeper_add(k, "kept", 4, r->value, 300, t0 + r->validity_ms, 0, err, sizeof(err));
+    CHECK(id >= 0);
+    rl_sleep(c, 900); /* three ttls */
+    double until = 0;
+    CHECK_INT(rl_keeper_state(k, id, &until), RL_KEEP_HELD);
+    CHECK(until > rl_now_ms());
+    rl_result *other = calloc(1, sizeof(*other));
+    CHECK_INT(rl_acquire(c, "kept", 4, 300, other), RL_STATUS_BUSY);
+    CHECK_INT(rl_keeper_release_all(1000), 1);
+    CHECK_INT(rl_keeper_state(k, id, NULL), RL_KEEP_RELEASED);
+    CHECK_INT(rl_acquire(c, "kept", 4, 300, other), RL_STATUS_OK);
+    /* stolen: keys replaced by another holder -> lost */
+    id = rl_keeper_add(k, "kept", 4, r->value, 300, rl_now_ms() + 10000, 0, err, sizeof(err));
+    rl_sleep(c, 400);
+    CHECK_INT(rl_keeper_state(k, id, NULL), RL_KEEP_LOST);
+    CHECK_INT(rl_keeper_remove(k, id), RL_OK);
+    CHECK_INT(rl_keeper_state(k, id, NULL), RL_ERR);
+    CHECK_INT(rl_keeper_add(k, "x", 1, "bad", 300, 0, 0, err, sizeof(err)), RL_ERR);
+    rl_release(c, "kept", 4, other->value, other);
+    free(other);
+    free(r);
+    rl_keeper_free(k);
+    rl_client_free(c);
+}
+
+int main(void) {
+    if (system("command -v redis-server >/dev/null 2>&1") != 0) {
+        printf("test_client: redis-server not found, skipped\n");
+        return 77;
+    }
+    for (int i = 0; i < NODES; i++) {
+        ports[i] = free_port();
+        pids[i] = start_node(ports[i]);
+        snprintf(urls[i], sizeof(urls[i]), "redis://127.0.0.1:%d", ports[i]);
+        url_list[i] = urls[i];
+    }
+    atexit(stop_all);
+    char err[RL_ERR_LEN];
+    rl_client *c = rl_client_new(url_list, NODES, NULL, err, sizeof(err));
+    rl_result *r = calloc(1, sizeof(*r));
+    CHECK(c != NULL);
+    CHECK_INT(wait_ready(c, r), 0);
+    acquire_release_extend(c, r);
+    many_in_flight(c, r);
+    misuse_is_refused(c, r);
+    dead_and_stalled_nodes(c, r);
+    keeper_extends_and_releases();
+    /* freeing with operations in flight abandons them cleanly */
+    rl_begin_acquire(c, "abandoned", 9, 1000);
+    rl_client_free(c);
+    free(r);
+    return check_report("test_client");
+}
