@@ -19,10 +19,12 @@ void rl_buf_free(rl_buf *b) {
     b->len = b->cap = 0;
 }
 
+/* Room for extra more bytes and the NUL kept after the content: hiredis 0.14
+ * scans a pre-formatted command with strchr, so it must be a C string too. */
 static int reserve(rl_buf *b, size_t extra) {
-    if (b->len + extra <= b->cap) return 0;
+    if (b->len + extra + 1 <= b->cap) return 0;
     size_t cap = b->cap ? b->cap : 128;
-    while (cap < b->len + extra) cap *= 2;
+    while (cap < b->len + extra + 1) cap *= 2;
     char *p = realloc(b->data, cap);
     if (!p) return -1;
     b->data = p;
@@ -40,7 +42,7 @@ static int append_bulk(rl_buf *b, const char *s, size_t n) {
     if (append_header(b, '$', n) != 0 || reserve(b, n + 2) != 0) return -1;
     memcpy(b->data + b->len, s, n);
     b->len += n;
-    memcpy(b->data + b->len, "\r\n", 2);
+    memcpy(b->data + b->len, "\r\n", 3);
     b->len += 2;
     return 0;
 }

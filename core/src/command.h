@@ -4,7 +4,8 @@
 
 #include <stddef.h>
 
-/* A growable byte buffer, reused across rounds (it only ever grows). */
+/* A growable byte buffer, reused across rounds (it only ever grows). Its
+ * content is always followed by a NUL (hiredis 0.14 needs that). */
 typedef struct rl_buf {
     char *data;
     size_t len, cap;

@@ -232,6 +232,7 @@ local function new_lock(self, resource, ttl, started, r)
         value = ffi_string(r.value, VALUE_LEN),
         ttl = ttl,
         validity = r.validity_ms,
+        votes = r.ok,         -- nodes that had granted it when quorum was reached
         valid_until = started + r.validity_ms,
         extensions = 0,
         released = false,
