@@ -46,12 +46,14 @@ void rl_host_stop_supervised(int sig);
 enum {
     RL_HOST_NEWPGRP = 1,    /* the child leads a new process group */
     RL_HOST_SUPERVISE = 2,  /* a signal to the host stops the child before the host exits */
-    RL_HOST_FOREGROUND = 4  /* and, on a terminal, the child's group becomes the foreground */
+    RL_HOST_FOREGROUND = 4,  /* and, on a terminal, the child's group becomes the foreground */
+    RL_HOST_DIE_WITH_HOST = 8 /* SIGKILL the child when the host dies (PR_SET_PDEATHSIG) */
 };
 
 /* Start argv[0] (searched in PATH) with argv and the current environment,
- * default signal dispositions and an empty signal mask. Return its pid, or -1
- * with *errnum set (ENOENT: not found; EACCES, ENOEXEC: not executable). */
+ * default signal dispositions and an empty signal mask. Return its pid once it
+ * has exec'd, or -1 with *errnum set (ENOENT: not found; EACCES, ENOEXEC: not
+ * executable). */
 int rl_host_spawn(const char *const *argv, int flags, int grace_ms, int *errnum);
 
 /* Reap pid if it has ended. Return 0 while it runs (or, with block, wait),
@@ -63,7 +65,7 @@ int rl_host_wait(int pid, int block, int *code);
  * or -1 (errno ESRCH: nobody left). */
 int rl_host_kill(int pid, int sig, int group);
 
-/* True while pid's process group still has members (zombies count). */
+/* True while pid's process group still has a member that is not a zombie. */
 int rl_host_group_alive(int pid);
 
 /* os.execute for the host: /bin/sh -c cmd, supervised, without ignoring

@@ -1,19 +1,26 @@
 /*
- * proc.c — child processes of the host: started with posix_spawn (safe in a
- * process with threads), in a process group of their own when asked, with the
- * signal mask and dispositions a freshly started program expects.
+ * proc.c — child processes of the host: fork + execve with only
+ * async-signal-safe calls in between (the host has threads), in a process
+ * group of their own when asked, with the signal mask and dispositions a
+ * freshly started program expects, and optionally killed with the host
+ * (PR_SET_PDEATHSIG): a command run under a lock must not outlive the process
+ * that keeps the lock, even when that one is SIGKILLed.
  *
  * At most one child at a time is *supervised*: when a signal ends the host,
  * the signal thread forwards the signal to it, gives it its grace period,
  * SIGKILLs what is left and only then releases the locks, so that nothing
  * protected by a lock still runs once the lock is free.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -58,42 +65,100 @@ static int decode(int st) {
     return 128;
 }
 
-static int spawn(const char *path, int search, const char *const *argv, int flags, int grace_ms,
-                 int *errnum) {
-    posix_spawnattr_t attr;
-    sigset_t none, dflt;
-    short how = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
-    pid_t pid = -1;
-    int rc;
-
-    posix_spawnattr_init(&attr);
-    sigemptyset(&none);
-    posix_spawnattr_setsigmask(&attr, &none);
-    sigemptyset(&dflt);
-    sigaddset(&dflt, SIGINT);
-    sigaddset(&dflt, SIGTERM);
-    sigaddset(&dflt, SIGHUP);
-    sigaddset(&dflt, SIGQUIT);
-    sigaddset(&dflt, SIGPIPE);
-    posix_spawnattr_setsigdefault(&attr, &dflt);
-    if (flags & RL_HOST_NEWPGRP) {
-        how |= POSIX_SPAWN_SETPGROUP;
-        posix_spawnattr_setpgroup(&attr, 0);
+/* Find file in PATH like execvp(3) would, before forking (the child of a
+ * threaded process should only make async-signal-safe calls). Return 0 with
+ * out filled, or an errno: ENOENT (nowhere), EACCES (found, not executable). */
+static int resolve(const char *file, char *out, size_t outlen) {
+    if (strchr(file, '/')) {
+        snprintf(out, outlen, "%s", file);
+        return 0;
     }
-    posix_spawnattr_setflags(&attr, how);
+    const char *path = getenv("PATH");
+    if (path == NULL || *path == '\0') path = "/usr/local/bin:/usr/bin:/bin";
+    int found_unexecutable = 0;
+    for (const char *p = path;; p++) {
+        const char *end = strchr(p, ':');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (snprintf(out, outlen, "%.*s%s%s", (int)len, p, len ? "/" : "", file) < (int)outlen) {
+            struct stat st;
+            if (stat(out, &st) == 0 && S_ISREG(st.st_mode)) {
+                if (access(out, X_OK) == 0) return 0;
+                found_unexecutable = 1;
+            }
+        }
+        if (!end) break;
+        p = end;
+    }
+    return found_unexecutable ? EACCES : ENOENT;
+}
+
+/* The child between fork and exec: async-signal-safe calls only. */
+static void child(const char *path, const char *const *argv, int flags, pid_t parent, int errfd) {
+    static const int dflt[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTTOU, SIGTTIN, SIGTSTP};
+    struct sigaction sa;
+    sigset_t none;
+    int e;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = SIG_DFL;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof(dflt) / sizeof(dflt[0]); i++) sigaction(dflt[i], &sa, NULL);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    if ((flags & RL_HOST_NEWPGRP) && setpgid(0, 0) != 0) goto fail;
+    if (flags & RL_HOST_DIE_WITH_HOST) {
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) goto fail;
+        if (getppid() != parent) _exit(127); /* the host is already gone */
+    }
+    execve(path, (char *const *)argv, environ);
+fail:
+    e = errno;
+    if (write(errfd, &e, sizeof(e)) < 0) { /* nothing more to do */ }
+    _exit(127);
+}
+
+static int spawn(const char *file, int search, const char *const *argv, int flags, int grace_ms,
+                 int *errnum) {
+    char path[4096];
+    int fds[2], e = 0;
+    pid_t parent = getpid();
+    if (search) {
+        if ((e = resolve(file, path, sizeof(path))) != 0) {
+            *errnum = e;
+            return -1;
+        }
+    } else {
+        snprintf(path, sizeof(path), "%s", file);
+    }
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        *errnum = errno;
+        return -1;
+    }
 
     pthread_mutex_lock(&sup_lock);
-    rc = search ? posix_spawnp(&pid, path, NULL, &attr, (char *const *)argv, environ)
-                : posix_spawn(&pid, path, NULL, &attr, (char *const *)argv, environ);
-    posix_spawnattr_destroy(&attr);
-    if (rc == 0 && (flags & RL_HOST_SUPERVISE)) {
+    pid_t pid = fork();
+    if (pid == 0) child(path, argv, flags, parent, fds[1]);
+    if (pid < 0) e = errno;
+    close(fds[1]);
+    if (pid > 0) {
+        /* EOF: exec succeeded (the pipe is close-on-exec); else the child's errno */
+        ssize_t n;
+        do n = read(fds[0], &e, sizeof(e));
+        while (n < 0 && errno == EINTR);
+        if (n == (ssize_t)sizeof(e)) {
+            waitpid(pid, NULL, 0);
+            pid = -1;
+        } else {
+            e = 0;
+        }
+    }
+    close(fds[0]);
+    if (pid > 0 && (flags & RL_HOST_SUPERVISE)) {
         sup.pid = pid;
         sup.group = (flags & RL_HOST_NEWPGRP) != 0;
         sup.grace_ms = grace_ms;
         sup.terminal = 0;
         if ((flags & RL_HOST_FOREGROUND) && sup.group && isatty(STDIN_FILENO) &&
             tcgetpgrp(STDIN_FILENO) == getpgrp()) {
-            setpgid(pid, pid); /* may already be done by the child: harmless */
             if (tcsetpgrp(STDIN_FILENO, pid) == 0) {
                 sup.terminal = 1;
                 kill(-pid, SIGCONT); /* in case it read the terminal before it was its own */
@@ -101,8 +166,8 @@ static int spawn(const char *path, int search, const char *const *argv, int flag
         }
     }
     pthread_mutex_unlock(&sup_lock);
-    if (rc != 0) {
-        *errnum = rc;
+    if (pid < 0) {
+        *errnum = e;
         return -1;
     }
     return pid;
@@ -140,9 +205,35 @@ int rl_host_kill(int pid, int sig, int group) {
     return kill(group ? -pid : pid, sig);
 }
 
+/* A zombie still counts for kill(-pgrp, 0), and an orphaned zombie may never
+ * be reaped (a container's init may not wait), so read /proc instead. */
 int rl_host_group_alive(int pid) {
     if (pid <= 0) return 0;
-    return kill(-pid, 0) == 0 || errno == EPERM;
+    if (kill(-pid, 0) != 0 && errno == ESRCH) return 0;
+    DIR *d = opendir("/proc");
+    if (d == NULL) return 1;
+    int alive = 0;
+    struct dirent *de;
+    while (!alive && (de = readdir(d)) != NULL) {
+        char path[300], buf[512];
+        if (de->d_name[0] < '0' || de->d_name[0] > '9') continue;
+        snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0) continue;
+        buf[n] = '\0';
+        /* pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses */
+        char *rp = strrchr(buf, ')');
+        char state;
+        int ppid, pgrp;
+        if (rp && sscanf(rp + 1, " %c %d %d", &state, &ppid, &pgrp) == 3 && pgrp == pid &&
+            state != 'Z' && state != 'X')
+            alive = 1;
+    }
+    closedir(d);
+    return alive;
 }
 
 int rl_host_system(const char *cmd) {

@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -50,10 +51,21 @@ static void never_return(void) {
     for (;;) pause();
 }
 
+/* Flush what the script printed, unless the Lua thread is inside stdio with
+ * the stream locked (it may be blocked writing to a full pipe). */
+static void flush_if_free(FILE *f) {
+    if (ftrylockfile(f) == 0) {
+        fflush_unlocked(f);
+        funlockfile(f);
+    }
+}
+
 static void terminate(int sig) {
     if (!claim_exit(sig)) return; /* a normal exit is under way; let it finish */
     rl_host_stop_supervised(sig);
     rl_keeper_release_all(RL_HOST_RELEASE_TIMEOUT_MS);
+    flush_if_free(stdout);
+    flush_if_free(stderr);
     _exit(128 + sig);
 }
 

@@ -252,7 +252,7 @@ static void op_start_cleanup(rl_client *c, rl_op *op) {
     op->phase = OP_CLEANUP;
     op->cleanup_pending = 0;
     if (rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, op->res.value) != 0) return;
-    rl_ticket t = {op->slot, op->gen};
+    rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, 0};
     for (int i = 0; i < c->nnodes; i++) {
         if (!(op->sent & (1u << i)) || op->res.node[i].state == RL_NODE_TAKEN) continue;
         if (rl_node_send(&c->nodes[i], op->cmd.data, op->cmd.len, t) == 0) op->cleanup_pending++;
@@ -260,9 +260,30 @@ static void op_start_cleanup(rl_client *c, rl_op *op) {
     if (op->cleanup_pending > 0) start_timer(c, op);
 }
 
+/* A healthy node answers within the node timeout. A node that timed out in
+ * RL_MAX_MISSES rounds in a row, with no answer in between, has a connection
+ * whose replies are out of step with its commands (replies lost in flight
+ * shift the stream for good), or it hangs: reset it. A node left pending by
+ * an early decision says nothing either way. */
+#define RL_MAX_MISSES 3
+
+static void count_misses(rl_client *c, const rl_op *op) {
+    for (int i = 0; i < c->nnodes; i++) {
+        int state = op->res.node[i].state;
+        if (!(op->sent & (1u << i)) || state == RL_NODE_PENDING) continue;
+        rl_node *n = &c->nodes[i];
+        if (state != RL_NODE_TIMEOUT) n->misses = 0;
+        else if (++n->misses >= RL_MAX_MISSES) {
+            n->misses = 0;
+            rl_node_reset(n, "connection reset: no reply in time for several rounds");
+        }
+    }
+}
+
 /* The round is decided. */
 static void op_round_decided(rl_client *c, rl_op *op) {
     ev_timer_stop(c->loop, &op->timer);
+    count_misses(c, op);
     if (op->res.op == RL_OP_ACQUIRE && op->res.status != RL_STATUS_OK) {
         op_start_cleanup(c, op);
         if (op->cleanup_pending > 0) return;
@@ -276,7 +297,7 @@ static int is_noscript(const redisReply *r) {
 
 /* The node has flushed its scripts: send the script itself (EVAL) instead. */
 static int resend_as_eval(rl_client *c, rl_op *op, int node, rl_ticket t) {
-    int kind = op->phase == OP_CLEANUP ? RL_OP_RELEASE : op->res.op;
+    int kind = t.kind;
     int rc = kind == RL_OP_RELEASE
                  ? rl_cmd_release(&c->scratch, 0, op->key.data, op->key.len, op->res.value)
                  : rl_cmd_extend(&c->scratch, 0, op->key.data, op->key.len, op->res.value, op->round.ttl_ms);
@@ -287,6 +308,13 @@ static int resend_as_eval(rl_client *c, rl_op *op, int node, rl_ticket t) {
 static void on_node_reply(void *owner, int node, rl_ticket t, redisReply *reply, const char *errstr) {
     rl_client *c = owner;
     if (c->closing || t.slot < 0 || t.slot >= c->nops) return;
+    if (reply && !rl_reply_fits(t.kind, reply)) {
+        /* Out of step: this reply answers some other command. Nothing on
+         * this connection can be trusted any more. */
+        rl_node_reset(&c->nodes[node], "connection reset: replies out of step with commands (a reply was lost)");
+        reply = NULL;
+        errstr = c->nodes[node].errstr;
+    }
     rl_op *op = c->ops[t.slot];
     if (op->gen != t.gen) return; /* a late reply to an earlier phase or operation */
     if (is_noscript(reply) && resend_as_eval(c, op, node, t) == 0) return;
@@ -359,7 +387,7 @@ static int begin(rl_client *c, int kind, const char *resource, size_t len, const
     ev_now_update(c->loop);
     rl_round_start(&op->round, &op->res, kind, c->nnodes, c->quorum, ttl_ms, c->opts.drift_factor, rl_now_ms());
     start_timer(c, op);
-    rl_ticket t = {op->slot, op->gen};
+    rl_ticket t = {op->slot, op->gen, kind, 0};
     for (int i = 0; i < c->nnodes && op->phase == OP_ROUND; i++) {
         if (rl_node_send(&c->nodes[i], op->cmd.data, op->cmd.len, t) == 0) {
             op->sent |= 1u << i;

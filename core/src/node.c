@@ -1,4 +1,5 @@
 /* node.c — one node's connection lifecycle (see node.h). */
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,14 @@
 
 static void connect_now(rl_node *n);
 static void on_watchdog(EV_P_ ev_timer *w, int revents);
+
+/* libev runs an overdue timer before the I/O that arrived in the same loop
+ * iteration (pending watchers are invoked last in, first out). A timer that
+ * judges a connection looks at the socket itself first. */
+static int socket_ready(const redisAsyncContext *ac, short events) {
+    struct pollfd p = {.fd = ac->c.fd, .events = events};
+    return poll(&p, 1, 0) == 1 && !(p.revents & (POLLERR | POLLHUP | POLLNVAL)) && (p.revents & events);
+}
 
 static void set_err(rl_node *n, const char *prefix, const char *text) {
     snprintf(n->errstr, sizeof(n->errstr), "%s%s", prefix, text && *text ? text : "unknown error");
@@ -28,7 +37,7 @@ static void schedule_reconnect(rl_node *n) {
 }
 
 static rl_ticket ring_pop(rl_node *n) {
-    rl_ticket t = {-1, 0};
+    rl_ticket t = {-1, 0, 0, 0};
     if (n->ring_count == 0) return t;
     t = n->ring[n->ring_head];
     n->ring_head = (n->ring_head + 1) % n->ring_cap;
@@ -61,7 +70,6 @@ static void on_reply(redisAsyncContext *ac, void *r, void *privdata) {
     rl_node *n = privdata;
     redisReply *reply = r;
     rl_ticket t = ring_pop(n);
-    if (reply) n->progress_ms = rl_now_ms();
     const char *errstr = NULL;
     if (reply == NULL) {
         errstr = ac->err && ac->errstr[0] ? ac->errstr : "connection closed";
@@ -120,6 +128,10 @@ static void on_connect_timeout(EV_P_ ev_timer *w, int revents) {
     (void)revents;
     rl_node *n = w->data;
     redisAsyncContext *ac = n->ac;
+    if (ac && socket_ready(ac, POLLOUT)) {
+        redisAsyncHandleWrite(ac); /* connected while nobody drove the loop */
+        return;
+    }
     snprintf(n->errstr, sizeof(n->errstr), "connect timed out after %d ms", n->opts->connect_timeout_ms);
     n->sticky_err = 1;
     schedule_reconnect(n);
@@ -225,14 +237,14 @@ int rl_node_send(rl_node *n, const char *cmd, size_t len, rl_ticket ticket) {
         connect_now(n);
     }
     if (n->ac == NULL) return -1;
-    if (n->ring_count == 0) n->progress_ms = rl_now_ms();
+    ticket.sent_ms = rl_now_ms();
     if (ring_push(n, ticket) != 0) {
         snprintf(n->errstr, sizeof(n->errstr), "out of memory");
         return -1;
     }
     if (redisAsyncFormattedCommand(n->ac, on_reply, n, cmd, len) != REDIS_OK) {
         ring_unpush(n);
-        snprintf(n->errstr, sizeof(n->errstr), "connection closing");
+        if (!n->sticky_err) snprintf(n->errstr, sizeof(n->errstr), "connection closing");
         return -1;
     }
     return 0;
@@ -249,13 +261,22 @@ static void on_watchdog(EV_P_ ev_timer *w, int revents) {
     (void)loop;
     (void)revents;
     rl_node *n = w->data;
-    if (n->ac == NULL || n->ring_count == 0 || rl_now_ms() - n->progress_ms < n->opts->stall_reset_ms) return;
+    if (n->ac == NULL || n->ring_count == 0) return;
+    if (rl_now_ms() - n->ring[n->ring_head].sent_ms < n->opts->stall_reset_ms) return;
+    if (socket_ready(n->ac, POLLIN)) return; /* replies are there, just not read yet */
+    char why[64];
+    snprintf(why, sizeof(why), "connection reset: no reply for %d ms", n->opts->stall_reset_ms);
+    rl_node_reset(n, why);
+}
+
+void rl_node_reset(rl_node *n, const char *why) {
     redisAsyncContext *ac = n->ac;
-    snprintf(n->errstr, sizeof(n->errstr), "connection reset: no reply for %d ms", n->opts->stall_reset_ms);
+    if (ac == NULL) return;
+    snprintf(n->errstr, sizeof(n->errstr), "%s", why);
     n->sticky_err = 1;
     schedule_reconnect(n);
     ac->onDisconnect = NULL;
-    redisAsyncFree(ac);
+    redisAsyncFree(ac); /* deferred by hiredis when called from one of its callbacks */
 }
 
 void rl_node_close(rl_node *n) {

@@ -11,10 +11,14 @@
 #include "redlock.h"
 #include "url.h"
 
-/* Which operation (slot) and which phase of it (gen) a command belongs to. */
+/* Which operation (slot) and which phase of it (gen) a command belongs to,
+ * what the command was (RL_OP_*, to check that a reply fits it) and when it
+ * was sent (set by rl_node_send). */
 typedef struct rl_ticket {
     int slot;
     unsigned gen;
+    int kind;
+    double sent_ms;
 } rl_ticket;
 
 /* Called for every reply to a command sent with rl_node_send, in order.
@@ -39,12 +43,12 @@ typedef struct rl_node {
                                 can (AUTH/SELECT refused, stall reset, connect timeout) */
     int backoff_ms;          /* next reconnect delay */
     double retry_at_ms;      /* while down: when the next connect may start */
+    int misses;              /* release/extend rounds in a row this node did not answer in time */
     ev_timer connect_timer;  /* deadline of a connect in progress */
     ev_timer retry_timer;    /* delay before the next connect */
     ev_timer watchdog;       /* every stall_reset_ms / 2: reset the connection if stalled */
     char errstr[RL_NODE_ERR_LEN];  /* why the node is down (or refused setup) */
 
-    double progress_ms;      /* last reply, or when the first unanswered command was sent */
     rl_ticket *ring;         /* tickets of commands awaiting replies, oldest first */
     unsigned ring_head, ring_count, ring_cap;
 } rl_node;
@@ -60,6 +64,11 @@ void rl_node_start(rl_node *n);
  * delay starts connecting first. Return 0, or -1 if the node cannot take it
  * now (down, closing, out of memory); the reason is then in n->errstr. */
 int rl_node_send(rl_node *n, const char *cmd, size_t len, rl_ticket ticket);
+
+/* Drop the connection now (its unanswered commands are answered with errors
+ * through on_reply, with why as their text) and reconnect with backoff.
+ * Safe inside on_reply. */
+void rl_node_reset(rl_node *n, const char *why);
 
 /* Commands sent and not answered yet. */
 unsigned rl_node_outstanding(const rl_node *n);

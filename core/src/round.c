@@ -34,11 +34,13 @@ static double validity(const rl_round *r, double elapsed_ms) {
 }
 
 /* Decide if the outcome is certain: quorum reached, or no longer reachable.
- * A release waits for every node (or the node timeout) instead: its point is
- * that the keys are gone, and a waiter elsewhere should find them gone. */
+ * Release and extend wait for every node (or the node timeout) instead: the
+ * point of a release is that the keys are gone everywhere reachable, and an
+ * extension should reach every node that still holds our value (a late one
+ * may first need its script re-sent after NOSCRIPT). Acquire decides early. */
 static int try_decide(rl_round *r, double now_ms) {
     rl_result *res = r->res;
-    if (res->op == RL_OP_RELEASE && r->pending > 0) return 0;
+    if (res->op != RL_OP_ACQUIRE && r->pending > 0) return 0;
     int against = res->nodes - res->quorum; /* votes against that still leave quorum possible */
     if (res->ok >= res->quorum) {
         res->elapsed_ms = now_ms - r->start_ms;
@@ -78,6 +80,12 @@ int rl_round_vote(rl_round *r, int node, int state, const char *errstr, double n
     }
     r->pending--;
     return try_decide(r, now_ms);
+}
+
+int rl_reply_fits(int kind, const redisReply *reply) {
+    if (reply->type == REDIS_REPLY_ERROR) return 1;
+    if (kind == RL_OP_ACQUIRE) return reply->type == REDIS_REPLY_STATUS || reply->type == REDIS_REPLY_NIL;
+    return reply->type == REDIS_REPLY_INTEGER;
 }
 
 /* What a reply means for the round's command. */

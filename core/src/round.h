@@ -35,6 +35,11 @@ int rl_round_reply(rl_round *r, int node, const redisReply *reply, const char *e
  * with errstr. The round is decided afterwards. Return 1 if this decided it. */
 int rl_round_expire(rl_round *r, const char *errstr, double now_ms);
 
+/* 1 if reply has a shape the command of kind (RL_OP_*) can answer with. A
+ * reply that does not fit proves the connection's replies are out of step
+ * with its commands (a reply was lost). */
+int rl_reply_fits(int kind, const redisReply *reply);
+
 /* 1 once the outcome is certain. */
 int rl_round_decided(const rl_round *r);
 

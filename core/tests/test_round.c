@@ -111,9 +111,11 @@ static void release_and_extend_read_integers(void) {
     CHECK_INT(res.status, RL_STATUS_NOT_HELD);
     CHECK_INT(res.node[2].state, RL_NODE_TIMEOUT);
 
+    /* an extension also hears every node; validity counts to the last reply */
     start(RL_OP_EXTEND, 3, 2, 5000);
-    rl_round_reply(&r, 0, &one, NULL, 1001);
-    CHECK_INT(rl_round_reply(&r, 2, &one, NULL, 1010), 1);
+    CHECK_INT(rl_round_reply(&r, 0, &one, NULL, 1001), 0);
+    CHECK_INT(rl_round_reply(&r, 2, &one, NULL, 1005), 0);
+    CHECK_INT(rl_round_reply(&r, 1, &zero, NULL, 1010), 1);
     CHECK_INT(res.status, RL_STATUS_OK);
     CHECK(res.validity_ms > 4937.99 && res.validity_ms < 4938.01);
 
@@ -132,6 +134,16 @@ static void raised_quorum_and_single_node(void) {
     start(RL_OP_ACQUIRE, 1, 1, 10000);
     CHECK_INT(rl_round_reply(&r, 0, &nil, NULL, 1001), 1);
     CHECK_INT(res.status, RL_STATUS_BUSY);
+}
+
+static void replies_must_fit_their_command(void) {
+    CHECK(rl_reply_fits(RL_OP_ACQUIRE, &status_ok));
+    CHECK(rl_reply_fits(RL_OP_ACQUIRE, &nil));
+    CHECK(rl_reply_fits(RL_OP_ACQUIRE, &oom));
+    CHECK(!rl_reply_fits(RL_OP_ACQUIRE, &one));
+    CHECK(rl_reply_fits(RL_OP_RELEASE, &zero));
+    CHECK(!rl_reply_fits(RL_OP_RELEASE, &status_ok));
+    CHECK(!rl_reply_fits(RL_OP_EXTEND, &nil));
 }
 
 static void a_node_votes_once(void) {
@@ -154,5 +166,6 @@ int main(void) {
     release_and_extend_read_integers();
     raised_quorum_and_single_node();
     a_node_votes_once();
+    replies_must_fit_their_command();
     return check_report("test_round");
 }

@@ -1,0 +1,124 @@
+--- Where the servers come from (--servers, else REDLOCK_SERVERS), and the
+-- host's thin layer over the Lua API: one client per process, keep-alive on.
+
+local _M = {}
+
+_M.OPTIONS = {
+  { name = "servers", long = "servers", arg = "URL,...",
+    help = "the Redis nodes (default: $REDLOCK_SERVERS)" },
+  { name = "prefix", long = "prefix", arg = "PREFIX",
+    help = "prepended to RESOURCE to form the key (default: $REDLOCK_PREFIX)" },
+}
+
+local NO_SERVERS = "no servers configured: pass --servers URL,URL,... or set REDLOCK_SERVERS"
+  .. " (`redlock dev` starts a throwaway local cluster and prints the line to use)"
+
+--- Split "a, b,c" into a list.
+function _M.split(text)
+  local list = {}
+  for url in text:gmatch("[^,%s]+") do list[#list + 1] = url end
+  return list
+end
+
+--- The server list from opts.servers or REDLOCK_SERVERS; nil and a message if neither.
+function _M.servers(opts)
+  local text = opts.servers
+  local from = "--servers"
+  if text == nil then
+    text = os.getenv("REDLOCK_SERVERS")
+    from = "REDLOCK_SERVERS"
+  end
+  if text == nil or text:match("^[,%s]*$") then
+    if text ~= nil then return nil, from .. " is empty; " .. NO_SERVERS end
+    return nil, NO_SERVERS
+  end
+  return _M.split(text)
+end
+
+--- Client options from the command line and environment (nil, err without servers).
+function _M.client_options(opts)
+  local servers, err = _M.servers(opts)
+  if not servers then return nil, err end
+  local prefix = opts.prefix or os.getenv("REDLOCK_PREFIX")
+  return { servers = servers, prefix = prefix ~= "" and prefix or nil, keepalive = true }
+end
+
+--- Make redlock.default() return a client built from the host configuration,
+-- and make keep-alive the default for every client created in the host (so
+-- that the signal thread's rl_keeper_release_all covers every held lock).
+function _M.install(opts)
+  local redlock = require "redlock"
+  local copts = _M.client_options(opts)
+  if copts then redlock.configure(copts) end
+  if not redlock._host_new then
+    local new = redlock.new
+    redlock._host_new = new
+    redlock.new = function(o)
+      if type(o) == "table" and o.keepalive == nil then
+        local copy = {}
+        for k, v in pairs(o) do copy[k] = v end
+        copy.keepalive = true
+        o = copy
+      end
+      return new(o)
+    end
+  end
+  return redlock
+end
+
+--- A client from the host configuration, or nil and a message.
+function _M.client(opts)
+  local copts, err = _M.client_options(opts)
+  if not copts then return nil, err end
+  local redlock = require "redlock"
+  local ok, dlm = pcall(redlock.new, copts)
+  if not ok then
+    return nil, tostring(dlm):gsub("^bad argument #1 to 'new' %((.*)%)$", "%1")
+  end
+  return dlm
+end
+
+--- Acquire resource with keep-alive. o: ttl, margin, policy, nonblock, wait.
+-- Without nonblock, wait or policy, waits as long as it takes.
+function _M.lock(dlm, resource, o)
+  local retry = require("redlock").retry
+  local lopts = { ttl = o.ttl, keepalive = true, margin = o.margin }
+  if o.nonblock then return dlm:try_lock(resource, lopts) end
+  lopts.wait = o.wait
+  lopts.retry = o.policy or retry.forever()
+  return dlm:lock(resource, lopts)
+end
+
+--- Sleep ms while serving dlm's connections (late replies, reconnects), so
+-- that an idle client is never mistaken for a stalled node.
+function _M.sleep(dlm, ms)
+  if dlm.client ~= nil then
+    require("redlock.cdefs").lib.rl_sleep(dlm.client, ms)
+  else
+    require("redlock.host.sys").sleep_ms(ms)
+  end
+end
+
+function _M.release(lock)
+  return lock:unlock()
+end
+
+function _M.lost(lock)
+  return lock:lost()
+end
+
+function _M.remaining(lock)
+  return lock:remaining()
+end
+
+--- Per-node lines for a failure's detail.
+function _M.describe_detail(detail)
+  local lines = {}
+  for i, node in ipairs(detail) do
+    lines[#lines + 1] = ("  node %d %s: %s%s"):format(i, node.server or "?", node.state or "?",
+      node.error and (" (" .. node.error .. ")") or "")
+  end
+  return table.concat(lines, "\n")
+end
+
+return _M

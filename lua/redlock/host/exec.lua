@@ -1,0 +1,202 @@
+--- redlock exec [OPTIONS] RESOURCE -- COMMAND [ARGS...]
+--
+-- flock(1) across machines: acquire RESOURCE, run COMMAND in a process group
+-- of its own while the keeper (a C thread) keeps the lock extended, release
+-- when it exits, exit with its status.
+--
+-- Losing the lock: the keeper is given margin = grace + safety, so it declares
+-- the lock lost while at least grace + safety ms of validity are left. The
+-- host polls every POLL_MS and then sends the group SIGTERM, and SIGKILL after
+-- grace ms: everything is dead about `safety` ms before the validity ends.
+
+local host = require "redlock.host"
+local args = require "redlock.host.args"
+local config = require "redlock.host.config"
+local sys = require "redlock.host.sys"
+
+local EXIT = host.EXIT
+local _M = {}
+
+local POLL_MS = 10
+local DEFAULT_TTL = 10000
+local DEFAULT_GRACE = 2000
+
+local SPEC = {
+  { name = "ttl", long = "ttl", arg = "MS", check = "ms",
+    help = ("lock time-to-live; kept extended every ttl/3 (%d)"):format(DEFAULT_TTL) },
+  { name = "wait", short = "w", long = "wait", arg = "MS", check = "ms0",
+    help = "give up after waiting MS for the lock (default: wait forever)" },
+  { name = "timeout", long = "timeout", arg = "MS", check = "ms0" }, -- flock's spelling of -w
+  { name = "nonblock", short = "n", long = "nonblock",
+    help = "fail at once if RESOURCE is held elsewhere" },
+  { name = "conflict", short = "E", long = "conflict-exit-code", arg = "N", check = "status",
+    help = "exit status when RESOURCE stays held elsewhere (1)" },
+  { name = "policy", long = "policy", arg = "FILE.lua",
+    help = "retry policy: a Lua file returning function(attempt, last) -> delay_ms|nil" },
+  { name = "grace", long = "grace", arg = "MS", check = "ms0",
+    help = ("lock lost: SIGTERM, then SIGKILL after MS (%d)"):format(DEFAULT_GRACE) },
+  { name = "quiet", short = "q", long = "quiet", help = "no message when RESOURCE is held elsewhere" },
+  { name = "verbose", short = "v", long = "verbose", help = "say when the lock is acquired and released" },
+}
+for _, o in ipairs(config.OPTIONS) do SPEC[#SPEC + 1] = o end
+SPEC[#SPEC + 1] = { name = "help", short = "h", long = "help", help = "show this help" }
+
+function _M.help()
+  return ([[
+usage: redlock exec [OPTIONS] RESOURCE [--] COMMAND [ARGS...]
+
+Acquire RESOURCE on a quorum of the servers, run COMMAND in a process group of
+its own while the lock is kept extended, release it when COMMAND exits, and
+exit with COMMAND's status. COMMAND's environment has REDLOCK_RESOURCE,
+REDLOCK_VALUE (this holder's lock value) and REDLOCK_VALIDITY_MS.
+
+If the lock is lost while COMMAND runs (its keys are taken over, or too few
+nodes answer extensions), COMMAND's process group gets SIGTERM and, after the
+grace period, SIGKILL - before the lock's validity runs out - and redlock
+exits with 75. Without -n or -w, redlock waits for RESOURCE as long as it takes.
+
+Options:
+%s
+
+%s
+]]):format(args.describe(SPEC), host.EXIT_STATUS_HELP)
+end
+
+--- Load a --policy file: a Lua chunk that returns the policy function.
+local function load_policy(path)
+  local chunk, err = loadfile(path)
+  if not chunk then return nil, ("--policy %s: %s"):format(path, err) end
+  local ok, policy = pcall(chunk)
+  if not ok then return nil, ("--policy %s: %s"):format(path, tostring(policy)) end
+  local mt = type(policy) == "table" and getmetatable(policy)
+  if type(policy) ~= "function" and not (mt and mt.__call) then
+    return nil, ("--policy %s must return a function(attempt, last) -> delay_ms or nil, got %s")
+      :format(path, type(policy))
+  end
+  return policy
+end
+
+--- Stop the child's process group: SIGTERM, then SIGKILL after grace_ms.
+-- Return the child's status (nil if reaped elsewhere).
+local function stop_child(pid, grace_ms)
+  local status
+  sys.kill(pid, sys.SIGTERM, true)
+  sys.kill(pid, sys.SIGCONT, true)
+  local deadline = sys.now_ms() + grace_ms
+  local function reap()
+    if status == nil then
+      local what, code = sys.wait(pid, false)
+      if what == "exited" then status = code elseif what == "gone" then status = false end
+    end
+  end
+  while sys.now_ms() < deadline do
+    reap()
+    if status ~= nil and not sys.group_alive(pid) then return status end
+    sys.sleep_ms(POLL_MS)
+  end
+  sys.kill(pid, sys.SIGKILL, true)
+  while status == nil do
+    local what, code = sys.wait(pid, true)
+    status = what == "exited" and code or false
+  end
+  return status
+end
+
+function _M.main(argv, i)
+  local opts, k = args.parse(argv, i, SPEC)
+  if not opts then return host.usage_error("exec", k) end
+  if opts.help then
+    io.stdout:write(_M.help())
+    return EXIT.OK
+  end
+  local resource = argv[k]
+  if resource == nil or resource == "" then
+    return host.usage_error("exec", "missing RESOURCE")
+  end
+  k = k + 1
+  if argv[k] == "--" then k = k + 1 end
+  local command = {}
+  for j = k, #argv do command[#command + 1] = argv[j] end
+  if #command == 0 then
+    return host.usage_error("exec", "missing COMMAND (redlock exec RESOURCE -- COMMAND [ARGS...])")
+  end
+
+  local ttl = opts.ttl or DEFAULT_TTL
+  local grace = opts.grace or DEFAULT_GRACE
+  local safety = math.max(20, math.floor(ttl / 20))
+  local margin = grace + safety
+  if margin * 2 > ttl then
+    return host.usage_error("exec", ("--grace %d ms is too long for --ttl %d ms: grace + %d ms "
+      .. "must stay under half the ttl"):format(grace, ttl, safety))
+  end
+  if opts.nonblock and (opts.wait or opts.timeout) then
+    return host.usage_error("exec", "-n and -w exclude each other")
+  end
+  local policy
+  if opts.policy then
+    local err
+    policy, err = load_policy(opts.policy)
+    if not policy then return host.fail(EXIT.USAGE, "%s", err) end
+  end
+  local conflict = opts.conflict or EXIT.FAIL
+
+  local dlm, err = config.client(opts)
+  if not dlm then return host.fail(EXIT.USAGE, "%s", err) end
+
+  local lock, why, detail = config.lock(dlm, resource, {
+    ttl = ttl, margin = margin, policy = policy,
+    nonblock = opts.nonblock, wait = opts.wait or opts.timeout,
+  })
+  if not lock then
+    if why == "busy" then
+      if not opts.quiet then
+        host.fail(conflict, "'%s' is held elsewhere%s", resource,
+          opts.nonblock and "" or " (gave up waiting)")
+      end
+      return conflict
+    end
+    return host.fail(EXIT.UNAVAILABLE, "cannot lock '%s': %s%s", resource, tostring(why),
+      detail and ("\n" .. config.describe_detail(detail)) or "")
+  end
+  if opts.verbose then
+    io.stderr:write(("redlock: locked '%s' (value %s, valid %d ms)\n")
+      :format(resource, lock.value:sub(1, 8), math.floor(lock.validity or ttl)))
+  end
+
+  sys.setenv("REDLOCK_RESOURCE", resource)
+  sys.setenv("REDLOCK_VALUE", lock.value)
+  sys.setenv("REDLOCK_VALIDITY_MS", math.floor(lock.validity or ttl))
+  if lock.token then sys.setenv("REDLOCK_TOKEN", lock.token) end
+  local pid, serr, errno = sys.spawn(command,
+    sys.NEWPGRP + sys.SUPERVISE + sys.FOREGROUND + sys.DIE_WITH_HOST, grace)
+  if not pid then
+    config.release(lock)
+    if errno == sys.ENOENT then
+      return host.fail(EXIT.NOTFOUND, "%s: command not found", command[1])
+    end
+    return host.fail(EXIT.NOEXEC, "%s: %s", command[1], serr)
+  end
+
+  while true do
+    local what, code = sys.wait(pid, false)
+    if what == "exited" then
+      config.release(lock)
+      if opts.verbose then io.stderr:write(("redlock: released '%s'\n"):format(resource)) end
+      return code
+    elseif what == "gone" then
+      -- reaped by the signal thread: it is ending the process
+      config.release(lock)
+      return EXIT.FAIL
+    end
+    if config.lost(lock) or config.remaining(lock) <= grace + POLL_MS then
+      host.fail(EXIT.LOST, "lock on '%s' lost; stopping %s (pid %d): SIGTERM, SIGKILL after %d ms",
+        resource, command[1], pid, grace)
+      stop_child(pid, grace)
+      config.release(lock)
+      return EXIT.LOST
+    end
+    config.sleep(dlm, POLL_MS)
+  end
+end
+
+return _M

@@ -1,0 +1,128 @@
+--- The `redlock` host executable's Lua side: subcommand dispatch, help,
+-- messages and exit statuses. core/host/main.c calls main(arg) and exits with
+-- what it returns.
+
+local _M = {}
+
+--- Exit statuses every subcommand shares (documented in `redlock --help`).
+_M.EXIT = {
+  OK = 0,
+  FAIL = 1,          -- script error; exec's default conflict status; status: not held
+  USAGE = 64,        -- bad option or argument, no servers configured, bad --policy file
+  UNAVAILABLE = 69,  -- too few nodes answered to decide
+  LOST = 75,         -- exec: the lock was lost while the command ran (it was stopped)
+  NOEXEC = 126,      -- exec: the command cannot be executed
+  NOTFOUND = 127,    -- exec: the command was not found
+}
+
+_M.COMMANDS = { "run", "exec", "status", "dev", "demo" }
+
+local function self_info()
+  return package.loaded["redlock.host.self"] or {}
+end
+
+--- Print "redlock: message" on stderr; return code.
+function _M.fail(code, fmt, ...)
+  local msg = select("#", ...) > 0 and fmt:format(...) or fmt
+  io.stderr:write("redlock: ", msg, "\n")
+  io.stderr:flush()
+  return code
+end
+
+--- A usage error: the message, then where to look.
+function _M.usage_error(cmd, msg)
+  return _M.fail(_M.EXIT.USAGE, "%s\nTry 'redlock %s--help'.", msg, cmd and (cmd .. " ") or "")
+end
+
+local EXIT_STATUS_HELP = [[
+Exit status:
+  0        success (exec: the command's own status)
+  1        exec: RESOURCE is held elsewhere (see -E); run: the script failed;
+           status: not held by a quorum
+  64       usage: bad option or argument, no servers, unusable --policy file
+  69       too few nodes answered to decide (unavailable)
+  75       exec: the lock was lost while the command ran; it was stopped
+  126/127  exec: the command cannot be executed / was not found
+  128+N    killed by signal N; SIGINT and SIGTERM to redlock release its
+           locks first and exit 130 and 143]]
+
+local function usage()
+  return ([[
+usage: redlock COMMAND [OPTIONS] [ARGS...]
+
+Distributed locks (the Redlock algorithm) over N independent Redis nodes,
+and a LuaJIT host for lock-protected work.
+
+Commands:
+  run SCRIPT.lua [ARGS...]             run a Lua job script; require "redlock" works
+                                       and redlock.default() is a configured client
+  exec [OPTIONS] RESOURCE -- CMD...    run a command while holding RESOURCE, like
+                                       flock(1) across machines
+  status RESOURCE                      who holds RESOURCE, node by node
+  dev [N]                              start N (5) throwaway redis-server nodes
+  demo                                 watch workers contend for one lock
+
+Servers (for run, exec, status, demo):
+  --servers URL,URL,...   or the environment variable REDLOCK_SERVERS
+  URL: redis://[[user]:password@]host:port[/db]  or  unix:///path/to.sock[?db=N]
+  No servers yet? 'redlock dev' starts some; 'redlock demo' needs none.
+
+'redlock COMMAND --help' shows a command's options; 'redlock --version'.
+
+%s
+]]):format(EXIT_STATUS_HELP)
+end
+
+_M.EXIT_STATUS_HELP = EXIT_STATUS_HELP
+
+function _M.version()
+  local s = self_info()
+  return ("redlock %s (%s)"):format(s.version or "?", s.luajit or jit.version)
+end
+
+local function load_command(name)
+  for _, c in ipairs(_M.COMMANDS) do
+    if c == name then return require("redlock.host." .. name) end
+  end
+  if name == "demo-worker" then return require("redlock.host.demo").worker end
+  return nil
+end
+
+--- Run the command line arg (arg[1..]); return the exit status.
+function _M.main(arg)
+  local argv = {}
+  for i = 1, #arg do argv[i] = arg[i] end
+  local first = argv[1]
+  if first == nil then
+    io.stderr:write(usage())
+    return _M.EXIT.USAGE
+  end
+  if first == "--help" or first == "-h" or first == "help" then
+    if first == "help" and argv[2] then
+      local cmd = load_command(argv[2])
+      if not cmd then return _M.usage_error(nil, ("unknown command '%s'"):format(argv[2])) end
+      io.stdout:write(cmd.help())
+      return _M.EXIT.OK
+    end
+    io.stdout:write(usage())
+    return _M.EXIT.OK
+  end
+  if first == "--version" or first == "-V" or first == "version" then
+    io.stdout:write(_M.version(), "\n")
+    return _M.EXIT.OK
+  end
+  local cmd = load_command(first)
+  if not cmd then
+    if first:sub(1, 1) == "-" then
+      return _M.usage_error(nil, ("unknown option '%s' (options follow the command)"):format(first))
+    end
+    if first:match("%.lua$") then
+      return _M.usage_error(nil, ("unknown command '%s' (did you mean 'redlock run %s'?)")
+        :format(first, first))
+    end
+    return _M.usage_error(nil, ("unknown command '%s'"):format(first))
+  end
+  return cmd.main(argv, 2)
+end
+
+return _M

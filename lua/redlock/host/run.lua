@@ -1,0 +1,98 @@
+--- redlock run [OPTIONS] SCRIPT.lua [ARGS...]: run a Lua job script.
+--
+-- The script sees `arg` the standard way (arg[0] the script, arg[1..] its
+-- arguments, arg[-1] "run", arg[-2] the executable) and gets ARGS as `...`.
+-- require "redlock" works; redlock.default() is a client built from
+-- --servers / REDLOCK_SERVERS; every client made in the host keeps its locks
+-- alive from a C thread. If the script returns a number, that is the exit
+-- status (false: 1). A script error prints "redlock: message" and a traceback
+-- and exits 1. Every way out releases the locks still held first.
+
+local host = require "redlock.host"
+local args = require "redlock.host.args"
+local config = require "redlock.host.config"
+
+local EXIT = host.EXIT
+local _M = {}
+
+local SPEC = {}
+for _, o in ipairs(config.OPTIONS) do SPEC[#SPEC + 1] = o end
+SPEC[#SPEC + 1] = { name = "help", short = "h", long = "help", help = "show this help" }
+
+function _M.help()
+  return ([[
+usage: redlock run [OPTIONS] SCRIPT.lua [ARGS...]
+
+Run a Lua job script under LuaJIT. Inside it:
+  local redlock = require "redlock"
+  local dlm = redlock.default()        -- a client for --servers / REDLOCK_SERVERS
+  dlm:with_lock("nightly-report", { ttl = 10000 }, function(lock)
+    ...                                -- kept alive by a C thread while this runs
+    lock:check()                       -- raises "lost: ..." if the lock was lost
+  end)
+`arg` and `...` hold ARGS. Locks are kept alive by default in the host, and
+released on every way out: the end of the script, an error, os.exit(),
+SIGINT (exit 130), SIGTERM (exit 143). A script that returns a number exits
+with it; a script error prints its message and a traceback and exits 1.
+
+Options (before SCRIPT):
+%s
+]]):format(args.describe(SPEC))
+end
+
+-- Drop the host's own frames from the bottom of a traceback.
+local function trim_traceback(tb)
+  local out = {}
+  for line in tb:gmatch("[^\n]+") do
+    if line:find("redlock/host/", 1, true) or line:find("[C]: in function 'xpcall'", 1, true) then
+      break
+    end
+    out[#out + 1] = line
+  end
+  while out[#out] and out[#out]:match("^%s*%[C%]: %?$") do out[#out] = nil end
+  return table.concat(out, "\n")
+end
+
+local function handler(e)
+  local msg = e
+  if type(e) ~= "string" then
+    local mt = getmetatable(e)
+    msg = (mt and mt.__tostring) and tostring(e) or ("(error object is a %s value)"):format(type(e))
+  end
+  return trim_traceback(debug.traceback(msg, 2))
+end
+
+function _M.main(argv, i)
+  local opts, k = args.parse(argv, i, SPEC)
+  if not opts then return host.usage_error("run", k) end
+  if opts.help then
+    io.stdout:write(_M.help())
+    return EXIT.OK
+  end
+  local script = argv[k]
+  if script == nil then return host.usage_error("run", "missing SCRIPT.lua") end
+  if opts.servers then
+    local ok, err = config.servers(opts)
+    if not ok then return host.fail(EXIT.USAGE, "%s", err) end
+  end
+  config.install(opts)
+
+  local chunk, err = loadfile(script ~= "-" and script or nil)
+  if not chunk then return host.fail(EXIT.FAIL, "%s", err) end
+
+  -- arg the standard way: the script at 0, its arguments from 1, the rest below.
+  local sarg, n = {}, 0
+  for j = 0, #argv do sarg[j - k] = argv[j] end
+  for j = k + 1, #argv do n = n + 1 end
+  _G.arg = sarg
+
+  local res = { xpcall(function() return chunk(unpack(sarg, 1, n)) end, handler) }
+  io.stdout:flush()
+  if not res[1] then return host.fail(EXIT.FAIL, "%s", res[2]) end
+  local r = res[2]
+  if type(r) == "number" and r % 1 == 0 and r >= 0 and r <= 255 then return r end
+  if r == false then return EXIT.FAIL end
+  return EXIT.OK
+end
+
+return _M

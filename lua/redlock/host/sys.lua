@@ -1,0 +1,110 @@
+--- The host's system calls: the rl_host_* functions of core/host (declared in
+-- core/host/host.h, exported from the `redlock` executable) and the few libc
+-- functions the subcommands need. Only usable inside the host executable.
+
+local ffi = require "ffi"
+local C = ffi.C
+
+local _M = {}
+
+-- libc functions are renamed with asm("...") so these declarations never
+-- clash with another module's declarations of the same functions.
+if not pcall(ffi.typeof, "rl_host_timespec") then
+  ffi.cdef [[
+    typedef struct { long tv_sec; long tv_nsec; } rl_host_timespec;
+    int rl_host_spawn(const char *const *argv, int flags, int grace_ms, int *errnum);
+    int rl_host_wait(int pid, int block, int *code);
+    int rl_host_kill(int pid, int sig, int group);
+    int rl_host_group_alive(int pid);
+    int rl_host_system(const char *cmd);
+    void rl_host_defer_signals(int defer);
+    int rl_host_pending_signal(void);
+    void rl_host_sleep_ms(int ms);
+    int rl_host_libc_setenv(const char *name, const char *value, int overwrite) asm("setenv");
+    int rl_host_libc_unsetenv(const char *name) asm("unsetenv");
+    char *rl_host_libc_strerror(int errnum) asm("strerror");
+    int rl_host_libc_getpid(void) asm("getpid");
+    int rl_host_libc_isatty(int fd) asm("isatty");
+    int rl_host_libc_clock_gettime(int clk, rl_host_timespec *ts) asm("clock_gettime");
+  ]]
+end
+
+_M.NEWPGRP, _M.SUPERVISE, _M.FOREGROUND, _M.DIE_WITH_HOST = 1, 2, 4, 8
+_M.SIGHUP, _M.SIGINT, _M.SIGKILL, _M.SIGTERM, _M.SIGCONT = 1, 2, 9, 15, 18
+_M.ENOENT, _M.EACCES, _M.ENOEXEC, _M.ECHILD, _M.ESRCH = 2, 13, 8, 10, 3
+
+local ts = ffi.new("rl_host_timespec")
+local code_box = ffi.new("int[1]")
+
+--- Monotonic clock in milliseconds (the same clock as rl_now_ms).
+function _M.now_ms()
+  C.rl_host_libc_clock_gettime(1, ts)
+  return tonumber(ts.tv_sec) * 1000 + tonumber(ts.tv_nsec) / 1e6
+end
+
+function _M.sleep_ms(ms)
+  C.rl_host_sleep_ms(math.max(0, math.floor(ms)))
+end
+
+function _M.strerror(e)
+  return ffi.string(C.rl_host_libc_strerror(e))
+end
+
+function _M.getpid()
+  return C.rl_host_libc_getpid()
+end
+
+function _M.isatty(fd)
+  return C.rl_host_libc_isatty(fd) == 1
+end
+
+function _M.setenv(name, value)
+  if value == nil then
+    C.rl_host_libc_unsetenv(name)
+  else
+    C.rl_host_libc_setenv(name, tostring(value), 1)
+  end
+end
+
+--- Start argv (a list of strings; argv[1] searched in PATH).
+-- Return the pid, or nil, a message and the errno.
+function _M.spawn(argv, flags, grace_ms)
+  local n = #argv
+  local cargv = ffi.new("const char *[?]", n + 1)
+  for i = 1, n do cargv[i - 1] = argv[i] end -- argv keeps the strings alive
+  local pid = C.rl_host_spawn(cargv, flags or 0, grace_ms or 0, code_box)
+  if pid < 0 then
+    local e = code_box[0]
+    return nil, _M.strerror(e), e
+  end
+  return pid
+end
+
+--- Reap pid. Return "running"; or "exited" and its status (128+signal when
+-- killed); or "gone" and the errno when it was reaped elsewhere.
+function _M.wait(pid, block)
+  local r = C.rl_host_wait(pid, block and 1 or 0, code_box)
+  if r == 0 then return "running" end
+  if r == 1 then return "exited", code_box[0] end
+  return "gone", code_box[0]
+end
+
+function _M.kill(pid, sig, group)
+  return C.rl_host_kill(pid, sig, group and 1 or 0) == 0
+end
+
+function _M.group_alive(pid)
+  return C.rl_host_group_alive(pid) ~= 0
+end
+
+--- With on true, SIGINT/SIGTERM/SIGHUP are only recorded; poll pending_signal().
+function _M.defer_signals(on)
+  C.rl_host_defer_signals(on and 1 or 0)
+end
+
+function _M.pending_signal()
+  local s = C.rl_host_pending_signal()
+  return s ~= 0 and s or nil
+end
+
+return _M

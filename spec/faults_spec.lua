@@ -1,0 +1,430 @@
+-- Real faults against real nodes: crashed nodes (SIGKILL, restart), stalled
+-- nodes (SIGSTOP/SIGCONT), and a fault proxy in front of nodes (delay,
+-- freeze, blackhole, lost replies, resets). A failed node is one failed
+-- vote; what it costs is bounded by the node timeout; it serves again once
+-- it is back.
+
+local redlock = require "redlock"
+local cluster = require "helpers.cluster"
+local faults = require "helpers.faults"
+local proc = require "helpers.proc"
+
+local NODE_TIMEOUT = 50
+-- "About one node timeout per attempt": generous for loaded machines, and
+-- still far below a TCP timeout or the proxy's 1000 ms delay.
+local ROUND_BOUND = 10 * NODE_TIMEOUT
+local COMEBACK_MS = 3000 -- "within a couple of seconds" (reconnect backoff caps at 1 s)
+
+local seq = 0
+local function res(tag)
+  seq = seq + 1
+  return ("spec:faults:%s:%d:%d"):format(tag, proc.getpid(), seq)
+end
+
+local function timed(fn, ...)
+  local t0 = proc.now_ms()
+  local a, b, c = fn(...)
+  return proc.now_ms() - t0, a, b, c
+end
+
+-- Nodes (indexes into cl) that hold value under key r; skips the listed
+-- nodes (stopped ones would make redis-cli hang).
+local function holders(cl, r, value, skip)
+  local t = {}
+  for i = 1, cl.n do
+    if not (skip and skip[i]) and cl:alive(i) and cluster.get(cl, i, r) == value then
+      t[#t + 1] = i
+    end
+  end
+  return t
+end
+
+local function has(list, x)
+  for _, v in ipairs(list) do if v == x then return true end end
+  return false
+end
+
+-- Lock and unlock repeatedly until node i (of cl) holds our value during the
+-- lock, i.e. its vote is back. Returns the ms it took, or nil on timeout.
+local function await_vote(dlm, cl, i, timeout_ms)
+  local t0 = proc.now_ms()
+  local last
+  repeat
+    local r = res("vote")
+    local lock, err, detail = dlm:try_lock(r)
+    if lock then
+      local v = cluster.get(cl, i, r)
+      lock:unlock()
+      if v == lock.value then return proc.now_ms() - t0 end
+      last = "locked, but node " .. i .. " held " .. tostring(v)
+    else
+      last = tostring(err) .. " " .. cluster.show(detail)
+    end
+    proc.sleep_ms(20)
+  until proc.now_ms() - t0 > timeout_ms
+  return nil, ("node %d did not vote within %d ms; last: %s"):format(i, timeout_ms, last)
+end
+
+local function count_state(detail, state, from, to)
+  local c = 0
+  for i = from or 1, to or #detail do
+    if detail[i].state == state then c = c + 1 end
+  end
+  return c
+end
+
+describe("faults", function()
+  teardown(function()
+    faults.stop_all()
+    cluster.stop_all()
+  end)
+
+  describe("crashed nodes (SIGKILL)", function()
+    local cl, dlm
+
+    lazy_setup(function()
+      cl = cluster.start(5)
+      dlm = redlock.new { servers = cl.urls, ttl = 10000, node_timeout = NODE_TIMEOUT }
+    end)
+    lazy_teardown(function()
+      if dlm then dlm:close() end
+      if cl then cl:stop() end
+    end)
+    after_each(function()
+      local restarted = {}
+      for i = 1, cl.n do
+        if not cl:alive(i) then
+          cl:restart(i)
+          restarted[#restarted + 1] = i
+        end
+      end
+      -- every test starts with all five nodes voting
+      for _, i in ipairs(restarted) do assert(await_vote(dlm, cl, i, COMEBACK_MS)) end
+    end)
+
+    it("still grants locks with 2 of 5 nodes killed", function()
+      assert(cl:kill(4, "KILL"))
+      assert(cl:kill(5, "KILL"))
+      assert.is_true(proc.wait_gone(cl.pids[4], 2000) and proc.wait_gone(cl.pids[5], 2000))
+      for _ = 1, 5 do
+        local r = res("two")
+        local ms, lock, err, detail = timed(dlm.try_lock, dlm, r)
+        assert.is_nil(err, tostring(err) .. " " .. cluster.show(detail))
+        assert.same({ 1, 2, 3 }, holders(cl, r, lock.value))
+        assert.is_true(ms < ROUND_BOUND, ("took %.1f ms"):format(ms))
+        assert(lock:unlock())
+      end
+    end)
+
+    it("returns 'unavailable' with 3 of 5 killed, within about one node timeout", function()
+      for i = 3, 5 do assert(cl:kill(i, "KILL")) end
+      for i = 3, 5 do assert.is_true(proc.wait_gone(cl.pids[i], 2000)) end
+      for _ = 1, 5 do
+        local r = res("three")
+        local ms, lock, err, detail = timed(dlm.try_lock, dlm, r)
+        assert.is_nil(lock)
+        assert.equal("unavailable", err)
+        assert.is_true(ms < ROUND_BOUND, ("took %.1f ms"):format(ms))
+        assert.is_true(detail.ok < detail.quorum)
+        for i = 3, 5 do
+          assert.is_true(detail[i].state == "error" or detail[i].state == "timeout",
+            cluster.show(detail))
+        end
+        -- the failed acquire released what it got on the live nodes
+        for i = 1, 2 do assert.is_nil(cluster.get(cl, i, r)) end
+      end
+    end)
+
+    it("bounds a retrying lock() by attempts x node timeout", function()
+      for i = 3, 5 do assert(cl:kill(i, "KILL")) end
+      for i = 3, 5 do assert.is_true(proc.wait_gone(cl.pids[i], 2000)) end
+      local calls, delays = 0, 0
+      local policy = function(attempt)
+        calls = calls + 1
+        if attempt >= 4 then return nil end
+        delays = delays + 10
+        return 10
+      end
+      local ms, lock, err = timed(dlm.lock, dlm, res("retry"), { retry = policy, wait = 60000 })
+      assert.is_nil(lock)
+      assert.equal("unavailable", err)
+      assert.is_true(calls >= 3 and calls <= 5, "policy calls " .. calls)
+      local attempts = calls + 1
+      assert.is_true(ms < attempts * ROUND_BOUND + delays,
+        ("%d attempts took %.1f ms"):format(attempts, ms))
+    end)
+
+    it("uses a killed node again once it is restarted", function()
+      assert(cl:kill(2, "KILL"))
+      assert.is_true(proc.wait_gone(cl.pids[2], 2000))
+      local lock = assert(dlm:try_lock(res("down")))
+      assert.is_false(has(holders(cl, lock.resource, lock.value, { [2] = true }), 2))
+      assert(lock:unlock())
+      cl:restart(2)
+      assert(await_vote(dlm, cl, 2, COMEBACK_MS))
+    end)
+
+    it("survives every node crashing and coming back", function()
+      for i = 1, 5 do assert(cl:kill(i, "KILL")) end
+      for i = 1, 5 do assert.is_true(proc.wait_gone(cl.pids[i], 2000)) end
+      local ms, lock, err = timed(dlm.try_lock, dlm, res("all"))
+      assert.is_nil(lock)
+      assert.equal("unavailable", err)
+      assert.is_true(ms < ROUND_BOUND, ("took %.1f ms"):format(ms))
+      for i = 1, 5 do cl:restart(i) end
+      for i = 1, 5 do
+        assert(await_vote(dlm, cl, i, COMEBACK_MS))
+      end
+    end)
+  end)
+
+  describe("stalled nodes (SIGSTOP)", function()
+    local cl, dlm
+    local stopped = {}
+
+    lazy_setup(function() cl = cluster.start(5) end)
+    lazy_teardown(function() if cl then cl:stop() end end)
+    before_each(function()
+      dlm = redlock.new { servers = cl.urls, ttl = 10000, node_timeout = NODE_TIMEOUT }
+      for i = 1, cl.n do assert(await_vote(dlm, cl, i, COMEBACK_MS)) end
+    end)
+    after_each(function()
+      for i in pairs(stopped) do cl:kill(i, "CONT") end
+      stopped = {}
+      dlm:close()
+    end)
+
+    local function stop(i)
+      assert(cl:kill(i, "STOP"))
+      stopped[i] = true
+    end
+
+    it("costs at most the node timeout per round with one node stalled", function()
+      stop(1)
+      for _ = 1, 5 do
+        local r = res("stall1")
+        local ms, lock, err, detail = timed(dlm.try_lock, dlm, r)
+        assert.is_nil(err, tostring(err) .. " " .. cluster.show(detail))
+        assert.is_true(ms < ROUND_BOUND, ("took %.1f ms"):format(ms))
+        assert.is_true(#holders(cl, r, lock.value, stopped) >= 3)
+        assert(lock:unlock())
+      end
+    end)
+
+    it("fails with 'unavailable' after about one node timeout when a majority stalls", function()
+      for i = 1, 3 do stop(i) end
+      for _ = 1, 3 do
+        local ms, lock, err, detail = timed(dlm.try_lock, dlm, res("stall3"))
+        assert.is_nil(lock)
+        assert.equal("unavailable", err)
+        assert.equal(3, count_state(detail, "timeout", 1, 3), cluster.show(detail))
+        -- it cannot know before the timeout, and it must not wait much longer
+        assert.is_true(detail.elapsed >= NODE_TIMEOUT * 0.9, cluster.show(detail))
+        assert.is_true(ms < ROUND_BOUND, ("took %.1f ms"):format(ms))
+      end
+    end)
+
+    it("serves again after SIGCONT", function()
+      stop(2)
+      local lock = assert(dlm:try_lock(res("pre")))
+      assert(lock:unlock())
+      cl:kill(2, "CONT")
+      stopped[2] = nil
+      assert(await_vote(dlm, cl, 2, COMEBACK_MS))
+      -- and its detail state is "ok" in a round that cannot be decided
+      -- without it: 4 and 5 hold the key by hand, 3 is stalled, so the
+      -- round waits for 1 and 2 and then for 3's timeout
+      local r = res("post")
+      for i = 4, 5 do assert.is_true(cluster.set_nx(cl, i, r, "other", 10000)) end
+      stop(3)
+      local none, err, detail = dlm:try_lock(r)
+      assert.is_nil(none)
+      assert.is_truthy(err == "busy" or err == "unavailable", tostring(err))
+      assert.equal("ok", detail[2].state, cluster.show(detail))
+      assert.equal("ok", detail[1].state, cluster.show(detail))
+      assert.equal("timeout", detail[3].state, cluster.show(detail))
+    end)
+
+    it("leaves no keys behind once a node stalled during a failed acquire resumes", function()
+      for i = 1, 3 do stop(i) end
+      local r = res("leftover")
+      local lock, err = dlm:try_lock(r, { ttl = 20000 })
+      assert.is_nil(lock)
+      assert.equal("unavailable", err)
+      for i = 1, 3 do cl:kill(i, "CONT") end
+      stopped = {}
+      -- the SETs still queued in the stalled nodes run now; so must the releases
+      local deadline = proc.now_ms() + 2000
+      local left
+      repeat
+        proc.sleep_ms(50)
+        left = {}
+        for i = 1, 5 do
+          if cluster.get(cl, i, r) then left[#left + 1] = i end
+        end
+      until #left == 0 or proc.now_ms() > deadline
+      assert.same({}, left)
+    end)
+  end)
+
+  describe("behind a fault proxy", function()
+    local cl, dlm, px, servers
+
+    lazy_setup(function()
+      cl = cluster.start(5)
+      px = {}
+      servers = {}
+      for i = 1, 5 do
+        if i <= 3 then
+          px[i] = faults.proxy(cl.ports[i])
+          servers[i] = px[i].url
+        else
+          servers[i] = cl.urls[i]
+        end
+      end
+    end)
+    lazy_teardown(function()
+      for i = 1, 3 do if px and px[i] then px[i]:stop() end end
+      if cl then cl:stop() end
+    end)
+    -- A fresh client per test, all five nodes voting, so one test's damage
+    -- does not show up as another's failure.
+    before_each(function()
+      for i = 1, 3 do px[i]:set("pass") end
+      dlm = redlock.new { servers = servers, ttl = 10000, node_timeout = NODE_TIMEOUT }
+      for i = 1, 5 do assert(await_vote(dlm, cl, i, COMEBACK_MS)) end
+    end)
+    after_each(function()
+      dlm:close()
+      for i = 1, 3 do px[i]:set("pass") end
+    end)
+
+    -- Back to pass: nodes 1..3 must vote again within COMEBACK_MS.
+    local function recovers()
+      for i = 1, 3 do px[i]:set("pass") end
+      for i = 1, 3 do assert(await_vote(dlm, cl, i, COMEBACK_MS)) end
+    end
+
+    it("grants locks through the proxies", function()
+      local r = res("pass")
+      local lock = assert(dlm:try_lock(r))
+      assert.same({ 1, 2, 3, 4, 5 }, holders(cl, r, lock.value))
+      assert(lock:unlock())
+    end)
+
+    it("does not wait for one slow node (replies delayed 1000 ms)", function()
+      px[1]:set("delay 1000")
+      for _ = 1, 3 do
+        local ms, lock, err = timed(dlm.try_lock, dlm, res("slow1"))
+        assert.is_nil(err)
+        assert.is_true(ms < ROUND_BOUND, ("took %.1f ms"):format(ms))
+        assert(lock:unlock())
+      end
+      recovers()
+    end)
+
+    for _, mode in ipairs { "delay 1000", "stall", "blackhole" } do
+      it(("gives up after about one node timeout when a majority is '%s', and recovers"):format(mode), function()
+        for i = 1, 3 do px[i]:set(mode) end
+        for _ = 1, 3 do
+          local ms, lock, err, detail = timed(dlm.try_lock, dlm, res("maj"))
+          assert.is_nil(lock)
+          assert.equal("unavailable", err)
+          -- failed votes: timed out (or reset by the core's stall watchdog)
+          assert.equal(3, count_state(detail, "timeout", 1, 3) + count_state(detail, "error", 1, 3),
+            cluster.show(detail))
+          assert.is_true(ms < ROUND_BOUND, ("took %.1f ms"):format(ms))
+        end
+        recovers()
+      end)
+    end
+
+    it("counts late replies from a timed-out round for nothing, and votes correctly after", function()
+      for i = 1, 3 do px[i]:set("delay 200") end
+      for _ = 1, 3 do
+        local lock, err = dlm:try_lock(res("late"))
+        assert.is_nil(lock)
+        assert.equal("unavailable", err)
+      end
+      for i = 1, 3 do px[i]:set("pass") end
+      proc.sleep_ms(300) -- the late replies arrive now
+      -- every vote from here on must be for the command it answers
+      recovers()
+      for _ = 1, 10 do
+        local r = res("after")
+        local lock, err, detail = dlm:try_lock(r)
+        assert.is_nil(err, tostring(err) .. " " .. cluster.show(detail))
+        assert(cluster.await_value(cl, r, lock.value))
+        assert(lock:unlock())
+        assert(cluster.await_value(cl, r, nil))
+      end
+    end)
+
+    it("releases keys whose SET replies were lost", function()
+      for i = 1, 3 do px[i]:set("drop") end
+      local r = res("drop")
+      local lock, err, detail = dlm:try_lock(r, { ttl = 20000 })
+      assert.is_nil(lock)
+      assert.equal("unavailable", err)
+      assert.equal(3, count_state(detail, "timeout", 1, 3), cluster.show(detail))
+      -- the SETs were applied upstream, the release must have undone them
+      local deadline = proc.now_ms() + 1000
+      local left
+      repeat
+        proc.sleep_ms(20)
+        left = {}
+        for i = 1, 5 do
+          if cluster.get(cl, i, r) then left[#left + 1] = i end
+        end
+      until #left == 0 or proc.now_ms() > deadline
+      assert.same({}, left)
+      recovers()
+    end)
+
+    it("extends and releases on a slow node too after SCRIPT FLUSH (NOSCRIPT after the decision)", function()
+      -- node 1 answers 30 ms late: every round is decided by the others
+      -- before its NOSCRIPT arrives; the script must still reach it
+      px[1]:set("delay 30")
+      local r = res("flushslow")
+      local lock = assert(dlm:try_lock(r, { ttl = 2000 }))
+      assert(cluster.await_value(cl, r, lock.value))
+      for i = 1, 5 do assert.equal("OK", (cl:cli(i, "SCRIPT", "FLUSH"))) end
+      assert(lock:extend(30000))
+      -- (the client is kept busy meanwhile: it does I/O only inside calls)
+      assert(cluster.await_all(cl, function(i)
+        local p = cluster.pttl(cl, i, r)
+        return p > 20000, "pttl " .. p
+      end, 1000, nil, dlm))
+      for i = 1, 5 do assert.equal("OK", (cl:cli(i, "SCRIPT", "FLUSH"))) end
+      assert(lock:unlock())
+      assert(cluster.await_value(cl, r, nil, 1000, nil, dlm))
+    end)
+
+    it("releases on a slow node even when the client idled after locking", function()
+      -- node 1's SET reply arrives after the decision and stays unread while
+      -- the program does other work; that is no reason to drop node 1
+      px[1]:set("delay 20")
+      local r = res("idle")
+      local lock = assert(dlm:try_lock(r, { ttl = 20000 }))
+      assert(cluster.await_value(cl, r, lock.value))
+      proc.sleep_ms(800) -- work, without calling into the client
+      local ok, err, detail = lock:unlock()
+      assert.is_nil(err, tostring(err) .. " " .. cluster.show(detail))
+      assert.is_true(ok)
+      assert(cluster.await_value(cl, r, nil, 1000, nil, dlm))
+    end)
+
+    it("counts a node whose connections are reset as one failed vote", function()
+      px[1]:set("reset")
+      for _ = 1, 3 do
+        local r = res("reset")
+        local ms, lock, err, detail = timed(dlm.try_lock, dlm, r)
+        assert.is_nil(err, tostring(err) .. " " .. cluster.show(detail))
+        assert.is_true(ms < ROUND_BOUND, ("took %.1f ms"):format(ms))
+        assert.same({ 2, 3, 4, 5 }, holders(cl, r, lock.value))
+        assert(lock:unlock())
+      end
+      recovers()
+    end)
+  end)
+end)

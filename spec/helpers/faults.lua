@@ -1,0 +1,90 @@
+-- Spec helper: the C fault tools in build/spec/tools/ (see spec/tools/*.c).
+--
+--   local faults = require "helpers.faults"
+--   local fake = faults.fakeserver("garbage")   -- fake.url, fake.port, fake.pid
+--   local px = faults.proxy(cl.ports[1])        -- px.url; px:set("stall") ...
+--   fake:stop(); px:stop()
+--
+-- Every process is stopped by its pid; stop_all() stops whatever is left.
+
+local proc = require "helpers.proc"
+
+local M = {}
+
+local build = os.getenv("REDLOCK_BUILD_DIR") or "build"
+M.tools_dir = build .. "/spec/tools"
+
+local started = {}
+
+local function tool(name)
+  local path = M.tools_dir .. "/" .. name
+  local f = io.open(path, "rb")
+  if not f then
+    error(path .. " not found: build it first (cmake -S . -B build && cmake --build build)", 3)
+  end
+  f:close()
+  return path
+end
+
+local Proc = {}
+Proc.__index = Proc
+
+function Proc:stop()
+  if self.stopped then return true end
+  self.stopped = true
+  local ok = proc.stop(self.pid)
+  proc.rmdir(self.dir)
+  return ok
+end
+
+function Proc:alive()
+  return proc.alive(self.pid)
+end
+
+--- Change the proxy's mode ("pass", "delay MS", "stall", "blackhole", "drop",
+-- "reset") and wait long enough for the proxy to have read it.
+function Proc:set(mode)
+  assert(self.control, "not a proxy")
+  proc.write_file(self.control, mode .. "\n")
+  proc.sleep_ms(20) -- the proxy re-reads its control file every few ms
+end
+
+local function start(argv_tail_fn, name)
+  local dir = proc.tmpdir()
+  local portfile = dir .. "/port"
+  local self = setmetatable({ dir = dir }, Proc)
+  local argv = argv_tail_fn(self, portfile)
+  table.insert(argv, 1, tool(name))
+  self.pid = proc.spawn(argv, { out = dir .. "/out.log" })
+  started[#started + 1] = self
+  local ok, text = pcall(proc.wait_file, portfile, 5000)
+  if not ok then
+    self:stop()
+    error(name .. " did not start: " .. tostring(proc.read_file(dir .. "/out.log")), 3)
+  end
+  self.port = tonumber(text:match("%d+"))
+  self.url = "redis://127.0.0.1:" .. self.port
+  return self
+end
+
+--- A fake node that misbehaves in MODE: garbage, silent, reset, error,
+-- readonly, oom, loading.
+function M.fakeserver(mode)
+  return start(function(_, portfile) return { mode, portfile } end, "rl-fakeserver")
+end
+
+--- A proxy in front of 127.0.0.1:upstream_port, initially in mode "pass".
+function M.proxy(upstream_port, mode)
+  return start(function(self, portfile)
+    self.control = self.dir .. "/control"
+    proc.write_file(self.control, (mode or "pass") .. "\n")
+    return { portfile, tostring(upstream_port), self.control }
+  end, "rl-faultproxy")
+end
+
+function M.stop_all()
+  for _, p in ipairs(started) do p:stop() end
+  started = {}
+end
+
+return M

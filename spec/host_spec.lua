@@ -1,0 +1,580 @@
+-- The `redlock` host executable, through the real binary against real
+-- redis-server nodes (redlock.devcluster). The binary is build/redlock, or
+-- $REDLOCK_HOST.
+
+local devcluster = require "redlock.devcluster"
+local ffi = require "ffi"
+
+if not pcall(ffi.typeof, "rl_hostspec_timespec") then
+  ffi.cdef [[
+    typedef struct { long tv_sec; long tv_nsec; } rl_hostspec_timespec;
+    int rl_hostspec_clock_gettime(int clk, rl_hostspec_timespec *ts) asm("clock_gettime");
+    int rl_hostspec_poll(void *fds, unsigned long nfds, int timeout) asm("poll");
+    int rl_hostspec_kill(int pid, int sig) asm("kill");
+  ]]
+end
+local C = ffi.C
+local ts = ffi.new("rl_hostspec_timespec")
+
+-- Wall clock in ms: the children below log with `date +%s%3N`.
+local function wall_ms()
+  C.rl_hostspec_clock_gettime(0, ts) -- CLOCK_REALTIME
+  return tonumber(ts.tv_sec) * 1000 + math.floor(tonumber(ts.tv_nsec) / 1e6)
+end
+local function sleep_ms(ms) C.rl_hostspec_poll(nil, 0, ms) end
+local SIG = { INT = 2, KILL = 9, TERM = 15 }
+
+local function q(s) return "'" .. tostring(s):gsub("'", [['\'']]) .. "'" end
+
+local ROOT = io.popen("pwd"):read("*l")
+local BIN = os.getenv("REDLOCK_HOST") or (ROOT .. "/build/redlock")
+if BIN:sub(1, 1) ~= "/" then BIN = ROOT .. "/" .. BIN end
+
+local function read_file(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+local function write_file(path, s)
+  local f = assert(io.open(path, "wb"))
+  f:write(s)
+  f:close()
+end
+
+--- Run a shell command; return its output (stderr merged), exit status and ms taken.
+local function sh(cmd)
+  local t0 = wall_ms()
+  local p = assert(io.popen("exec 2>&1; " .. cmd .. "; echo \"<rc=$?>\""))
+  local out = p:read("*a")
+  p:close()
+  local body, rc = out:match("^(.-)<rc=(%d+)>%s*$")
+  return body or out, tonumber(rc), wall_ms() - t0
+end
+
+local TMP -- a fresh directory per run (setup)
+
+--- `redlock ARGS` with env (a string of VAR=value words, or "") in dir TMP.
+local function redlock(args, env)
+  return sh(("cd %s && env %s %s %s"):format(q(TMP), env or "", q(BIN), args))
+end
+
+--- Start `redlock ARGS` in the background; return a handle with pid, and
+-- :wait(ms) -> exit status, output (nil on timeout).
+local bg_count = 0
+local function bg(args, env)
+  bg_count = bg_count + 1
+  local base = ("%s/bg%d"):format(TMP, bg_count)
+  os.execute(("cd %s && ( env %s sh -c 'echo $$ > %s.pid; exec \"$0\" \"$@\"' %s %s > %s.out 2>&1;"
+    .. " echo $? > %s.rc.tmp; mv %s.rc.tmp %s.rc ) < /dev/null > /dev/null 2>&1 &")
+    :format(q(TMP), env or "", q(base), q(BIN), args, q(base), q(base), q(base), q(base)))
+  local pid
+  for _ = 1, 500 do
+    pid = tonumber(read_file(base .. ".pid") or "")
+    if pid then break end
+    sleep_ms(10)
+  end
+  assert(pid, "background redlock did not start")
+  return {
+    pid = pid,
+    output = function() return read_file(base .. ".out") or "" end,
+    signal = function(_, sig) return C.rl_hostspec_kill(pid, SIG[sig]) == 0 end,
+    wait = function(self, ms)
+      local deadline = wall_ms() + (ms or 10000)
+      repeat
+        local rc = tonumber(read_file(base .. ".rc") or "")
+        if rc then return rc, self.output() end
+        sleep_ms(10)
+      until wall_ms() > deadline
+      return nil, self.output()
+    end,
+  }
+end
+
+--- Poll until f() is true (up to ms); return whether it became true.
+local function eventually(f, ms)
+  local deadline = wall_ms() + (ms or 5000)
+  repeat
+    if f() then return true end
+    sleep_ms(10)
+  until wall_ms() > deadline
+  return false
+end
+
+describe("the redlock host", function()
+  local cl, SERVERS, ENV
+
+  local function get(i, key)
+    local out = cl:cli(i, "GET", key)
+    return out ~= "" and out or nil
+  end
+
+  local function holders(key)
+    local t = {}
+    for i = 1, cl.n do t[i] = get(i, key) or false end
+    return t
+  end
+
+  local function gone_everywhere(key)
+    for i = 1, cl.n do
+      if get(i, key) then return false end
+    end
+    return true
+  end
+
+  local function script(name, text)
+    write_file(TMP .. "/" .. name, text)
+    return name
+  end
+
+  setup(function()
+    local f = io.open(BIN, "rb")
+    assert(f, BIN .. " is not built (cmake -S . -B build && cmake --build build)")
+    f:close()
+    TMP = os.tmpname()
+    os.remove(TMP)
+    assert(os.execute("mkdir -p " .. q(TMP)) == 0)
+    cl = devcluster.start { n = 5 }
+    SERVERS = table.concat(cl.urls, ",")
+    ENV = "REDLOCK_SERVERS=" .. SERVERS
+  end)
+
+  teardown(function()
+    if cl then cl:stop() end
+    if TMP then os.execute("rm -rf " .. q(TMP)) end
+  end)
+
+  describe("command line", function()
+    it("prints help and version and exits 0", function()
+      local out, rc = redlock("--help")
+      assert.are.equal(0, rc)
+      assert.matches("usage: redlock COMMAND", out, 1, true)
+      for _, cmd in ipairs { "run", "exec", "status", "dev", "demo" } do
+        out, rc = redlock(cmd .. " --help")
+        assert.are.equal(0, rc, cmd .. ": " .. out)
+        assert.matches("usage: redlock " .. cmd, out, 1, true)
+      end
+      out, rc = redlock("--version")
+      assert.are.equal(0, rc)
+      assert.matches("^redlock %d+%.%d+%.%d+", out)
+    end)
+
+    it("rejects an unknown command or option with status 64", function()
+      local out, rc = redlock("frobnicate")
+      assert.are.equal(64, rc)
+      assert.matches("redlock: unknown command 'frobnicate'", out, 1, true)
+      out, rc = redlock("exec --bogus r -- true", ENV)
+      assert.are.equal(64, rc)
+      assert.matches("unknown option --bogus", out, 1, true)
+      out, rc = redlock("exec --ttl abc r -- true", ENV)
+      assert.are.equal(64, rc)
+      assert.matches("--ttl expects a positive number of milliseconds, got 'abc'", out, 1, true)
+    end)
+
+    it("without servers names --servers, REDLOCK_SERVERS and redlock dev", function()
+      local out, rc = redlock("exec r -- true", "-u REDLOCK_SERVERS")
+      assert.are.equal(64, rc)
+      assert.matches("--servers", out, 1, true)
+      assert.matches("REDLOCK_SERVERS", out, 1, true)
+      assert.matches("redlock dev", out, 1, true)
+      out, rc = redlock("status r", "-u REDLOCK_SERVERS")
+      assert.are.equal(64, rc)
+      assert.matches("redlock dev", out, 1, true)
+    end)
+
+    it("takes the servers from --servers too", function()
+      local out, rc = redlock("exec --servers " .. SERVERS .. " cli-servers -- true", "-u REDLOCK_SERVERS")
+      assert.are.equal(0, rc, out)
+    end)
+  end)
+
+  describe("run", function()
+    it("runs a script with arg set the standard way and exits with its number", function()
+      local name = script("args.lua", [[
+        local redlock = require "redlock"
+        local dlm = redlock.default()
+        local lock = assert(dlm:lock("run:args", { ttl = 2000 }))
+        print("arg", arg[0], arg[1], arg[2], arg[-1], select("#", ...), ...)
+        assert(lock:unlock())
+        return 7
+      ]])
+      local out, rc = redlock("run " .. name .. " a 'b c'", ENV)
+      assert.are.equal(7, rc, out)
+      assert.matches("arg\targs.lua\ta\tb c\trun\t2\ta\tb c", out, 1, true)
+    end)
+
+    it("reports a runtime error with a traceback, exits 1 and releases held locks", function()
+      local name = script("boom.lua", [[
+        local dlm = require("redlock").default()
+        local lock = assert(dlm:lock("run:boom", { ttl = 30000 }))
+        local function deeper() error("something broke") end
+        local function work() deeper() end
+        work()
+      ]])
+      local out, rc = redlock("run " .. name, ENV)
+      assert.are.equal(1, rc)
+      assert.matches("redlock: boom.lua:3: something broke\nstack traceback:", out, 1, true)
+      assert.matches("in function 'deeper'", out, 1, true)
+      assert.matches("boom.lua:5: in main chunk", out, 1, true)
+      assert.is_true(gone_everywhere("run:boom"), "the lock was left behind")
+    end)
+
+    it("reports a syntax error with the file and line, exit 1", function()
+      local name = script("syntax.lua", "local x = = 1\n")
+      local out, rc = redlock("run " .. name, ENV)
+      assert.are.equal(1, rc)
+      assert.matches("^redlock: syntax.lua:1: unexpected symbol near '='", out)
+    end)
+
+    it("releases held locks on os.exit", function()
+      local name = script("exit.lua", [[
+        local lock = assert(require("redlock").default():lock("run:exit", { ttl = 30000 }))
+        os.exit(3)
+      ]])
+      local _, rc = redlock("run " .. name, ENV)
+      assert.are.equal(3, rc)
+      assert.is_true(gone_everywhere("run:exit"))
+    end)
+
+    it("inside run, redlock.default() says how to configure the servers", function()
+      local name = script("noservers.lua", "require('redlock').default()\n")
+      local out, rc = redlock("run " .. name, "-u REDLOCK_SERVERS")
+      assert.are.equal(1, rc)
+      assert.matches("REDLOCK_SERVERS", out, 1, true)
+      assert.matches("redlock dev", out, 1, true)
+    end)
+
+    for _, case in ipairs {
+      { sig = "TERM", rc = 143, busy = "os.execute('sleep 30')" },
+      { sig = "INT", rc = 130, busy = "local x = 0 while true do x = x + 1 end" },
+      { sig = "TERM", rc = 143, busy = "io.open('fifo'):read('*l')" }, -- blocks in open(2)
+    } do
+      it(("SIG%s while busy in `%s` releases the lock and exits %d"):format(case.sig, case.busy, case.rc),
+        function()
+          os.execute("rm -f " .. q(TMP .. "/fifo") .. " && mkfifo " .. q(TMP .. "/fifo"))
+          local key = "run:signal:" .. case.sig .. #case.busy
+          local name = script("busy" .. #case.busy .. ".lua", ([[
+            local lock = assert(require("redlock").default():lock(%q, { ttl = 30000 }))
+            print("locked") io.stdout:flush()
+            %s
+          ]]):format(key, case.busy))
+          local job = bg("run " .. name, ENV)
+          assert.is_true(eventually(function() return job.output():find("locked") end), job.output())
+          local held = 0
+          for _, v in ipairs(holders(key)) do if v then held = held + 1 end end
+          assert.are.equal(5, held)
+          sleep_ms(100)
+          job:signal(case.sig)
+          local rc, out = job:wait(5000)
+          assert.are.equal(case.rc, rc, out)
+          assert.is_true(gone_everywhere(key), "keys left behind")
+        end)
+    end
+  end)
+
+  describe("exec", function()
+    it("passes the lock in the environment and exits with the command's status", function()
+      local out, rc = redlock([[exec env:r -- sh -c 'echo "$REDLOCK_RESOURCE $REDLOCK_VALUE $REDLOCK_VALIDITY_MS"; ]]
+        .. [[redis-cli -p ]] .. cl.ports[1] .. [[ GET env:r; exit 7']], ENV)
+      assert.are.equal(7, rc, out)
+      local res, value, validity, seen = out:match("^(%S+) (%x+) (%d+)\n(%x+)")
+      assert.are.equal("env:r", res, out)
+      assert.are.equal(40, #value)
+      assert.are.equal(value, seen)
+      assert.is_true(tonumber(validity) > 9000, out)
+      assert.is_true(gone_everywhere("env:r"))
+    end)
+
+    it("exits 128+N when the command dies of signal N, 127/126 when it cannot run", function()
+      local _, rc = redlock("exec sig:r -- sh -c 'kill -9 $$'", ENV)
+      assert.are.equal(137, rc)
+      local out
+      out, rc = redlock("exec sig:r -- no-such-command-here", ENV)
+      assert.are.equal(127, rc)
+      assert.matches("no-such-command-here: command not found", out, 1, true)
+      _, rc = redlock("exec sig:r -- /etc/passwd", ENV)
+      assert.are.equal(126, rc)
+      assert.is_true(gone_everywhere("sig:r"))
+    end)
+
+    it("-n on a held resource exits with the conflict status at once; -w gives up after MS", function()
+      local holder = bg("exec held:r -- sleep 3", ENV)
+      assert.is_true(eventually(function() return get(1, "held:r") ~= nil end))
+      local out, rc, took = redlock("exec -n held:r -- echo ran", ENV)
+      assert.are.equal(1, rc, out)
+      assert.is_nil(out:find("ran", 1, true))
+      assert.matches("held elsewhere", out, 1, true)
+      assert.is_true(took < 500, "took " .. took .. " ms")
+      _, rc = redlock("exec -n -E 42 held:r -- true", ENV)
+      assert.are.equal(42, rc)
+      _, rc, took = redlock("exec -w 400 --conflict-exit-code 9 held:r -- true", ENV)
+      assert.are.equal(9, rc)
+      assert.is_true(took >= 400 and took < 1500, "took " .. took .. " ms")
+      assert.are.equal(0, (holder:wait(10000)))
+    end)
+
+    it("waits for a held resource by default and then runs", function()
+      local holder = bg("exec wait:r -- sleep 1", ENV)
+      assert.is_true(eventually(function() return get(1, "wait:r") ~= nil end))
+      local out, rc, took = redlock("exec wait:r -- echo ran", ENV)
+      assert.are.equal(0, rc, out)
+      assert.matches("ran", out, 1, true)
+      assert.is_true(took > 400, "took " .. took .. " ms")
+      assert.are.equal(0, (holder:wait(5000)))
+    end)
+
+    it("never lets two commands on one resource overlap", function()
+      local log = TMP .. "/overlap.log"
+      local child = ([[sh -c 'echo "enter $$ $(date +%%s%%N)" >> %s; sleep 0.05; echo "exit $$ $(date +%%s%%N)" >> %s']])
+        :format(log, log)
+      local jobs = {}
+      for w = 1, 3 do
+        jobs[w] = bg(("run %s %s"):format(script("loop" .. w .. ".lua", ([[
+          for i = 1, 6 do
+            local rc = os.execute(%q)
+            assert(rc == 0, "exec failed: " .. tostring(rc))
+          end
+        ]]):format(q(BIN) .. " exec overlap:r -- " .. child)), ""), ENV)
+      end
+      for w = 1, 3 do assert.are.equal(0, (jobs[w]:wait(30000))) end
+      local intervals, open = {}, {}
+      for kind, pid, t in (read_file(log) or ""):gmatch("(%a+) (%d+) (%d+)") do
+        t = tonumber(t)
+        if kind == "enter" then open[pid] = t else intervals[#intervals + 1] = { open[pid], t } end
+      end
+      assert.are.equal(18, #intervals)
+      table.sort(intervals, function(a, b) return a[1] < b[1] end)
+      for i = 2, #intervals do
+        assert.is_true(intervals[i][1] >= intervals[i - 1][2], "two holders at once")
+      end
+    end)
+
+    it("keeps the lock while a command runs 3x longer than the ttl", function()
+      local job = bg("exec --ttl 600 --grace 100 long:r -- sh -c 'echo $REDLOCK_VALUE > long.value; sleep 1.8'", ENV)
+      assert.is_true(eventually(function() return (read_file(TMP .. "/long.value") or ""):match("%x+") end))
+      local value = read_file(TMP .. "/long.value"):match("%x+")
+      local checks = 0
+      while true do
+        local rc = tonumber(read_file(TMP .. "/bg" .. bg_count .. ".rc") or "")
+        if rc then
+          assert.are.equal(0, rc, job.output())
+          break
+        end
+        local n = 0
+        for _, v in ipairs(holders("long:r")) do if v == value then n = n + 1 end end
+        -- the command may just have ended and released
+        if n < 3 and not read_file(TMP .. "/bg" .. bg_count .. ".rc") then
+          error(("only %d nodes hold our value after %d checks"):format(n, checks))
+        end
+        checks = checks + 1
+        sleep_ms(50)
+      end
+      assert.is_true(checks >= 8, "checked " .. checks .. " times")
+      assert.is_true(gone_everywhere("long:r"))
+    end)
+
+    for _, case in ipairs {
+      { what = "a command that obeys SIGTERM stops", trap = "exit 0", killed = false },
+      { what = "a command that ignores SIGTERM is SIGKILLed after the grace period", trap = "", killed = true },
+    } do
+      it("lock stolen: " .. case.what .. ", before the validity runs out; exit 75", function()
+        local key = "stolen:" .. tostring(case.killed)
+        local marks = TMP .. "/" .. key .. ".marks"
+        local child = script(key .. ".sh", ([[
+trap 'echo TERM $(date +%%s%%3N) >> %s; %s' TERM
+echo start >> %s
+i=0; while [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
+echo end >> %s
+]]):format(marks, case.trap, marks, marks))
+        local job = bg(("exec --ttl 1500 --grace 300 %s -- sh %s"):format(key, child), ENV)
+        assert.is_true(eventually(function() return (read_file(marks) or ""):find("start") end))
+        sleep_ms(200)
+        -- steal it by hand on a majority: delete our keys, set others
+        local stolen_at = wall_ms()
+        for i = 1, 3 do
+          cl:cli(i, "DEL", key)
+          cl:cli(i, "SET", key, "thief", "PX", "10000")
+        end
+        local rc, out = job:wait(5000)
+        local exited_at = wall_ms()
+        assert.are.equal(75, rc, out)
+        assert.matches("lock on '" .. key .. "' lost", out, 1, true)
+        local term_at = tonumber((read_file(marks) or ""):match("TERM (%d+)"))
+        assert.is_not_nil(term_at, "the command got no SIGTERM")
+        -- our last extension happened before the theft, so our validity
+        -- ended at most 1500 ms after it
+        assert.is_true(term_at - stolen_at < 1000, ("SIGTERM %d ms after the theft"):format(term_at - stolen_at))
+        assert.is_true(exited_at - stolen_at < 1500, ("exit %d ms after the theft"):format(exited_at - stolen_at))
+        assert.is_nil((read_file(marks) or ""):find("end"), "the command ran to its end")
+        if case.killed then
+          assert.is_true(exited_at - term_at >= 300, "SIGKILL before the grace period ended")
+        else
+          assert.is_true(exited_at - term_at < 300, "waited the grace period for a command that had exited")
+        end
+        for i = 1, 3 do assert.are.equal("thief", get(i, key)) end
+      end)
+    end
+
+    it("SIGTERM to redlock stops the command, releases the lock on every node, exits 143", function()
+      local marks = TMP .. "/hostterm.marks"
+      local job = bg(([[exec --grace 300 hostterm:r -- sh -c 'trap "echo TERM >> %s; exit 0" TERM; echo start >> %s; ]]
+        .. [[while :; do sleep 0.05; done']]):format(marks, marks), ENV)
+      assert.is_true(eventually(function() return (read_file(marks) or ""):find("start") end))
+      local n = 0
+      for _, v in ipairs(holders("hostterm:r")) do if v then n = n + 1 end end
+      assert.are.equal(5, n)
+      job:signal("TERM")
+      local rc, out = job:wait(5000)
+      assert.are.equal(143, rc, out)
+      assert.matches("TERM", read_file(marks), 1, true)
+      assert.is_true(gone_everywhere("hostterm:r"))
+    end)
+
+    it("a command does not outlive a SIGKILLed redlock", function()
+      local job = bg("exec orphan:r -- sh -c 'echo $$ > orphan.pid; exec sleep 30'", ENV)
+      assert.is_true(eventually(function() return tonumber(read_file(TMP .. "/orphan.pid") or "") end))
+      local child = tonumber(read_file(TMP .. "/orphan.pid"))
+      job:signal("KILL")
+      assert.are.equal(137, (job:wait(5000)))
+      assert.is_true(eventually(function()
+        local stat = read_file("/proc/" .. child .. "/stat")
+        return not stat or stat:match("^%d+ %b() (%a)") == "Z"
+      end, 2000), "the command still runs without its lock")
+    end)
+
+    it("gives the terminal to the command, so it can read it", function()
+      if not sh("command -v script") :find("script") then
+        pending("needs script(1) for a pseudo-terminal")
+        return
+      end
+      local out, rc = sh(("cd %s && (sleep 0.5; echo typed) | env %s timeout 20 script -qec %s /dev/null")
+        :format(q(TMP), ENV, q(q(BIN) .. [[ exec tty:r -- sh -c 'read x; echo "got $x"; exit 3']])))
+      assert.are.equal(3, rc, out)
+      assert.matches("got typed", out, 1, true)
+    end)
+
+    it("takes a retry policy from a Lua file", function()
+      local out, rc = redlock("exec --policy " .. q(ROOT .. "/examples/jobs/backoff_policy.lua")
+        .. " policy:r -- echo ran", ENV)
+      assert.are.equal(0, rc, out)
+      assert.matches("ran", out, 1, true)
+      -- a policy that gives up at once
+      local giveup = script("giveup.lua", "return function() return nil end\n")
+      local holder = bg("exec policy:held -- sleep 2", ENV)
+      assert.is_true(eventually(function() return get(1, "policy:held") ~= nil end))
+      local took
+      out, rc, took = redlock("exec --policy " .. giveup .. " policy:held -- echo ran", ENV)
+      assert.are.equal(1, rc, out)
+      assert.is_true(took < 500)
+      assert.are.equal(0, (holder:wait(5000)))
+    end)
+
+    it("says clearly what is wrong with a broken --policy file, exit 64", function()
+      local broken = script("broken.lua", "return function(attempt\n")
+      local out, rc = redlock("exec --policy " .. broken .. " policy:r -- echo ran", ENV)
+      assert.are.equal(64, rc)
+      assert.matches("^redlock: %-%-policy broken.lua: broken.lua:2: ", out)
+      assert.is_nil(out:find("ran\n", 1, true))
+      local notfn = script("notfn.lua", "return 42\n")
+      out, rc = redlock("exec --policy " .. notfn .. " policy:r -- echo ran", ENV)
+      assert.are.equal(64, rc)
+      assert.matches("--policy notfn.lua must return a function", out, 1, true)
+      local raises = script("raises.lua", "error('no policy for you')\n")
+      out, rc = redlock("exec --policy " .. raises .. " policy:r -- echo ran", ENV)
+      assert.are.equal(64, rc)
+      assert.matches("no policy for you", out, 1, true)
+      out, rc = redlock("exec --policy missing.lua policy:r -- echo ran", ENV)
+      assert.are.equal(64, rc)
+      assert.matches("cannot open missing.lua", out, 1, true)
+    end)
+  end)
+
+  describe("status", function()
+    it("shows each node's holder and pttl, and whether a quorum holds it", function()
+      local job = bg("exec status:r -- sh -c 'echo $REDLOCK_VALUE > status.value; sleep 1'", ENV)
+      assert.is_true(eventually(function() return (read_file(TMP .. "/status.value") or ""):match("%x+") end))
+      local value = read_file(TMP .. "/status.value"):match("%x+")
+      cl:cli(5, "DEL", "status:r")
+      local out, rc = redlock("status status:r", ENV)
+      assert.are.equal(0, rc, out)
+      assert.matches("resource 'status:r' on 5 nodes, quorum 3", out, 1, true)
+      for i = 1, 4 do
+        assert.matches(("%%s%d  redis://127%%.0%%.0%%.1:%d%%s+held%%s+%s%%.%%.%%.%%s+pttl %%d+ ms")
+          :format(i, cl.ports[i], value:sub(1, 12)), out)
+      end
+      assert.matches(("5  redis://127.0.0.1:%d  free"):format(cl.ports[5]), out, 1, true)
+      assert.matches("held: value " .. value:sub(1, 12) .. "... on 4 of 5 nodes (quorum 3)", out, 1, true)
+      assert.are.equal(0, (job:wait(5000)))
+      out, rc = redlock("status status:r", ENV)
+      assert.are.equal(1, rc, out)
+      assert.matches("free: no node holds 'status:r'", out, 1, true)
+    end)
+  end)
+
+  describe("dev", function()
+    it("starts N nodes, prints the REDLOCK_SERVERS line, stops them all on Ctrl-C", function()
+      local job = bg("dev 3", "")
+      assert.is_true(eventually(function() return job.output():find("Ctrl%-C stops them") end, 10000),
+        job.output())
+      local out = job.output()
+      local line = out:match("export REDLOCK_SERVERS=(%S+)")
+      assert.is_not_nil(line, out)
+      local pids = {}
+      for pid in out:match("%(pids ([%d ]+)%)"):gmatch("%d+") do pids[#pids + 1] = tonumber(pid) end
+      assert.are.equal(3, #pids)
+      local status_out, rc = redlock("status dev:r", "REDLOCK_SERVERS=" .. line)
+      assert.are.equal(1, rc, status_out)
+      assert.matches("free: no node holds", status_out, 1, true)
+      job:signal("INT")
+      assert.are.equal(0, (job:wait(10000)))
+      for _, pid in ipairs(pids) do
+        assert.is_true(eventually(function()
+          local stat = read_file("/proc/" .. pid .. "/stat")
+          return not stat or stat:match("^%d+ %b() (%a)") == "Z"
+        end, 3000), "redis-server " .. pid .. " still running")
+      end
+    end)
+  end)
+
+  describe("demo", function()
+    it("runs end to end with no configuration and leaves no redis-server behind", function()
+      local out, rc = redlock("demo --workers 3 --rounds 3", "-u REDLOCK_SERVERS")
+      assert.are.equal(0, rc, out)
+      assert.matches("overlaps: 0   lost updates: 0", out, 1, true)
+      assert.matches("9 critical sections", out, 1, true)
+      assert.matches("OK: one holder at a time", out, 1, true)
+      local pids = out:match("%(pids ([%d ]+)%)")
+      assert.is_not_nil(pids, out)
+      for pid in pids:gmatch("%d+") do
+        local stat = read_file("/proc/" .. pid .. "/stat")
+        assert.is_true(not stat or stat:match("^%d+ %b() (%a)") == "Z", "redis-server " .. pid .. " left behind")
+      end
+    end)
+  end)
+
+  describe("installed with cmake --install", function()
+    it("finds its modules from any directory, with no LUA_PATH", function()
+      local build = BIN:match("^(.*)/[^/]+$")
+      local prefix = TMP .. "/prefix"
+      local out, rc = sh(("cmake --install %s --prefix %s"):format(q(build), q(prefix)))
+      assert.are.equal(0, rc, out)
+      local installed = prefix .. "/bin/redlock"
+      local name = script("where.lua", [[
+        local redlock = require "redlock"
+        print(package.searchpath("redlock", package.path))
+        local lock = assert(redlock.default():lock("install:r", { ttl = 2000 }))
+        assert(lock:unlock())
+        print("locked and released")
+      ]])
+      out, rc = sh(("cd / && env -u LUA_PATH -u LUA_CPATH %s %s run %s"):format(ENV, q(installed),
+        q(TMP .. "/" .. name)))
+      assert.are.equal(0, rc, out)
+      assert.matches(prefix .. "/bin/../share/lua/5.1/redlock/init.lua", out, 1, true)
+      assert.matches("locked and released", out, 1, true)
+      out, rc = sh(("cd / && env -u LUA_PATH -u LUA_CPATH %s --version"):format(q(installed)))
+      assert.are.equal(0, rc, out)
+    end)
+  end)
+end)

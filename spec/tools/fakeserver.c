@@ -1,0 +1,238 @@
+/*
+ * rl-fakeserver — a TCP server that pretends to be a Redis node and is wrong.
+ *
+ *   rl-fakeserver MODE PORTFILE
+ *
+ * Listens on 127.0.0.1, port chosen by the kernel, and writes that port to
+ * PORTFILE (atomically: written to PORTFILE.tmp, then renamed). Then serves
+ * any number of connections according to MODE:
+ *
+ *   garbage   answers any input with bytes that are not RESP
+ *   silent    accepts and reads, never answers
+ *   reset     accepts, then closes at once with a RST (SO_LINGER 0)
+ *   error     answers every command with  -ERR boom
+ *   readonly  answers every command with  -READONLY You can't write against a read only replica.
+ *   oom       answers every command with  -OOM command not allowed when used memory > 'maxmemory'.
+ *   loading   answers every command with  -LOADING Redis is loading the dataset in memory
+ *
+ * Commands are counted by parsing RESP arrays (and inline commands), so a
+ * pipeline of k commands gets exactly k replies. Exits on SIGTERM/SIGINT.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define MAX_CONNS 128
+#define BUF_CAP 65536
+
+enum mode { M_GARBAGE, M_SILENT, M_RESET, M_ERROR, M_READONLY, M_OOM, M_LOADING };
+
+struct conn {
+    int fd;
+    size_t len;
+    char buf[BUF_CAP];
+};
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
+static void die(const char *what) {
+    fprintf(stderr, "rl-fakeserver: %s: %s\n", what, strerror(errno));
+    exit(1);
+}
+
+static int parse_mode(const char *s, enum mode *m) {
+    static const struct { const char *name; enum mode m; } modes[] = {
+        {"garbage", M_GARBAGE}, {"silent", M_SILENT},   {"reset", M_RESET},
+        {"error", M_ERROR},     {"readonly", M_READONLY}, {"oom", M_OOM},
+        {"loading", M_LOADING},
+    };
+    for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+        if (strcmp(s, modes[i].name) == 0) {
+            *m = modes[i].m;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static const char *reply_for(enum mode m) {
+    switch (m) {
+    case M_ERROR: return "-ERR boom\r\n";
+    case M_READONLY: return "-READONLY You can't write against a read only replica.\r\n";
+    case M_OOM: return "-OOM command not allowed when used memory > 'maxmemory'.\r\n";
+    case M_LOADING: return "-LOADING Redis is loading the dataset in memory\r\n";
+    default: return NULL;
+    }
+}
+
+/* Write all of s (blocking socket); return -1 if the peer went away. */
+static int write_all(int fd, const char *s, size_t n) {
+    while (n > 0) {
+        ssize_t w = send(fd, s, n, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        s += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Find "\r\n" in p[0..n); return offset of '\r' or -1. */
+static long find_crlf(const char *p, size_t n) {
+    for (size_t i = 0; i + 1 < n; i++)
+        if (p[i] == '\r' && p[i + 1] == '\n') return (long)i;
+    return -1;
+}
+
+/*
+ * Length of the first complete command in p[0..n): 0 if incomplete, -1 if
+ * malformed. Understands RESP arrays of bulk strings and inline commands.
+ */
+static long command_length(const char *p, size_t n) {
+    if (n == 0) return 0;
+    long eol = find_crlf(p, n);
+    if (eol < 0) return 0;
+    if (p[0] != '*') return eol + 2; /* inline command */
+    long count = strtol(p + 1, NULL, 10);
+    size_t off = (size_t)eol + 2;
+    for (long i = 0; i < count; i++) {
+        if (off >= n) return 0;
+        if (p[off] != '$') return -1;
+        long e = find_crlf(p + off, n - off);
+        if (e < 0) return 0;
+        long blen = strtol(p + off + 1, NULL, 10);
+        if (blen < 0) return -1;
+        off += (size_t)e + 2;
+        if (off + (size_t)blen + 2 > n) return 0;
+        off += (size_t)blen + 2;
+    }
+    return (long)off;
+}
+
+static void reset_close(int fd) {
+    struct linger lg = {1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    close(fd);
+}
+
+/* Handle readable data on c; return -1 when the connection should close. */
+static int serve(struct conn *c, enum mode m) {
+    ssize_t r = recv(c->fd, c->buf + c->len, BUF_CAP - c->len, 0);
+    if (r < 0 && errno == EINTR) return 0;
+    if (r <= 0) return -1;
+    c->len += (size_t)r;
+    if (m == M_SILENT) {
+        c->len = 0;
+        return 0;
+    }
+    if (m == M_GARBAGE) {
+        static const char junk[] = "HTTP/1.1 400 Bad Request\r\n\r\n\x01\x02\xff garbage";
+        c->len = 0;
+        return write_all(c->fd, junk, sizeof junk - 1);
+    }
+    const char *reply = reply_for(m);
+    for (;;) {
+        long k = command_length(c->buf, c->len);
+        if (k < 0) return -1;
+        if (k == 0) break;
+        memmove(c->buf, c->buf + k, c->len - (size_t)k);
+        c->len -= (size_t)k;
+        if (write_all(c->fd, reply, strlen(reply)) < 0) return -1;
+    }
+    if (c->len == BUF_CAP) return -1; /* a command larger than we care for */
+    return 0;
+}
+
+static void write_portfile(const char *path, int port) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) die(tmp);
+    fprintf(f, "%d\n", port);
+    if (fclose(f) != 0) die(tmp);
+    if (rename(tmp, path) != 0) die(path);
+}
+
+int main(int argc, char **argv) {
+    enum mode m;
+    if (argc != 3 || parse_mode(argv[1], &m) != 0) {
+        fprintf(stderr,
+                "usage: rl-fakeserver garbage|silent|reset|error|readonly|oom|loading PORTFILE\n");
+        return 2;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    if (lfd < 0) die("socket");
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    if (bind(lfd, (struct sockaddr *)&addr, sizeof addr) != 0) die("bind");
+    if (listen(lfd, 64) != 0) die("listen");
+    socklen_t alen = sizeof addr;
+    if (getsockname(lfd, (struct sockaddr *)&addr, &alen) != 0) die("getsockname");
+    write_portfile(argv[2], ntohs(addr.sin_port));
+
+    static struct conn conns[MAX_CONNS];
+    int nconns = 0;
+    struct pollfd pfds[MAX_CONNS + 1];
+
+    while (!stop_requested) {
+        pfds[0].fd = lfd;
+        pfds[0].events = POLLIN;
+        for (int i = 0; i < nconns; i++) {
+            pfds[i + 1].fd = conns[i].fd;
+            pfds[i + 1].events = POLLIN;
+        }
+        int n = poll(pfds, (nfds_t)nconns + 1, 200);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            die("poll");
+        }
+        /* Serve existing connections first; indexes shift when one closes. */
+        for (int i = nconns - 1; i >= 0; i--) {
+            if (!(pfds[i + 1].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            if (serve(&conns[i], m) < 0) {
+                close(conns[i].fd);
+                conns[i] = conns[nconns - 1];
+                nconns--;
+            }
+        }
+        if (pfds[0].revents & POLLIN) {
+            int fd = accept(lfd, NULL, NULL);
+            if (fd < 0) continue;
+            if (m == M_RESET || nconns == MAX_CONNS) {
+                reset_close(fd);
+                continue;
+            }
+            conns[nconns].fd = fd;
+            conns[nconns].len = 0;
+            nconns++;
+        }
+    }
+    for (int i = 0; i < nconns; i++) close(conns[i].fd);
+    close(lfd);
+    return 0;
+}

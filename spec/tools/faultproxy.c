@@ -1,0 +1,343 @@
+/*
+ * rl-faultproxy — a TCP proxy in front of one Redis node that injects faults.
+ *
+ *   rl-faultproxy PORTFILE UPSTREAM_PORT CONTROLFILE
+ *
+ * Listens on 127.0.0.1, port chosen by the kernel, writes that port to
+ * PORTFILE (atomically), and forwards every accepted connection to
+ * 127.0.0.1:UPSTREAM_PORT. What it does to the traffic is read from
+ * CONTROLFILE, re-read every few milliseconds (write it atomically: to a
+ * temporary name, then rename). Its first word is the mode:
+ *
+ *   pass        forward both ways (also when CONTROLFILE is missing)
+ *   delay MS    hold every reply (upstream -> client) MS milliseconds
+ *   stall       forward nothing, keep everything; when the mode changes the
+ *               held bytes flow again, in order (a network that freezes)
+ *   blackhole   read and discard everything, both ways (a partition)
+ *   drop        forward requests, discard replies (replies lost after the
+ *               command was applied)
+ *   reset       close every connection with a RST, and each new one at once
+ *
+ * Byte order per direction is always preserved. Exits on SIGTERM/SIGINT.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_PAIRS 64
+#define CHUNK 16384
+#define TICK_MS 2
+
+enum mode { M_PASS, M_DELAY, M_STALL, M_BLACKHOLE, M_DROP, M_RESET };
+
+/* A chunk of bytes waiting to be forwarded, due at a time (ms). */
+struct chunk {
+    struct chunk *next;
+    double due;
+    size_t off, len;
+    char data[];
+};
+
+/* One direction of a connection: bytes read from src, queued for dst. */
+struct pipe_dir {
+    struct chunk *head, *tail;
+};
+
+struct pair {
+    int client, upstream;
+    struct pipe_dir up;   /* client -> upstream (requests) */
+    struct pipe_dir down; /* upstream -> client (replies) */
+};
+
+static volatile sig_atomic_t stop_requested;
+static enum mode mode = M_PASS;
+static int delay_ms;
+
+static void on_signal(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
+static void die(const char *what) {
+    fprintf(stderr, "rl-faultproxy: %s: %s\n", what, strerror(errno));
+    exit(1);
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
+static void set_nonblock(int fd) {
+    int fl = fcntl(fd, F_GETFL, 0);
+    fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+static void reset_close(int fd) {
+    struct linger lg = {1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    close(fd);
+}
+
+static void dir_clear(struct pipe_dir *d) {
+    while (d->head) {
+        struct chunk *c = d->head;
+        d->head = c->next;
+        free(c);
+    }
+    d->tail = NULL;
+}
+
+static void dir_push(struct pipe_dir *d, const char *data, size_t len, double due) {
+    struct chunk *c = malloc(sizeof *c + len);
+    if (!c) die("malloc");
+    c->next = NULL;
+    c->due = due;
+    c->off = 0;
+    c->len = len;
+    memcpy(c->data, data, len);
+    if (d->tail) d->tail->next = c;
+    else d->head = c;
+    d->tail = c;
+}
+
+/* Write the due chunks of d to fd; return -1 if fd failed. */
+static int dir_flush(struct pipe_dir *d, int fd, double now) {
+    while (d->head && d->head->due <= now) {
+        struct chunk *c = d->head;
+        ssize_t w = send(fd, c->data + c->off, c->len - c->off, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
+            return -1;
+        }
+        c->off += (size_t)w;
+        if (c->off < c->len) return 0;
+        d->head = c->next;
+        if (!d->head) d->tail = NULL;
+        free(c);
+    }
+    return 0;
+}
+
+static void close_pair(struct pair *p, int rst) {
+    if (rst) {
+        reset_close(p->client);
+        reset_close(p->upstream);
+    } else {
+        close(p->client);
+        close(p->upstream);
+    }
+    dir_clear(&p->up);
+    dir_clear(&p->down);
+}
+
+/* Re-read the control file; return 1 if the mode changed. */
+static int read_control(const char *path) {
+    char buf[128] = {0};
+    enum mode m = M_PASS;
+    int d = 0;
+    FILE *f = fopen(path, "r");
+    if (f) {
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        buf[n] = '\0';
+        fclose(f);
+        char word[32] = {0};
+        if (sscanf(buf, "%31s %d", word, &d) < 1) word[0] = '\0';
+        if (strcmp(word, "delay") == 0) m = M_DELAY;
+        else if (strcmp(word, "stall") == 0) m = M_STALL;
+        else if (strcmp(word, "blackhole") == 0) m = M_BLACKHOLE;
+        else if (strcmp(word, "drop") == 0) m = M_DROP;
+        else if (strcmp(word, "reset") == 0) m = M_RESET;
+        else m = M_PASS;
+        if (m != M_DELAY) d = 0;
+        if (d < 0) d = 0;
+    }
+    int changed = (m != mode || d != delay_ms);
+    mode = m;
+    delay_ms = d;
+    return changed;
+}
+
+/* Due time for bytes read now in one direction; < 0 means discard. */
+static double due_for(int replies, double now) {
+    switch (mode) {
+    case M_PASS: return now;
+    case M_DELAY: return replies ? now + delay_ms : now;
+    case M_STALL: return 1e300;
+    case M_BLACKHOLE: return -1;
+    case M_DROP: return replies ? -1 : now;
+    case M_RESET: return -1;
+    }
+    return now;
+}
+
+static void release_held(struct pipe_dir *d, double now) {
+    for (struct chunk *c = d->head; c; c = c->next)
+        if (c->due > 1e299) c->due = now;
+}
+
+/* Read what src has into d; return -1 when the pair should close. */
+static int pump(int src, struct pipe_dir *d, int replies, double now) {
+    char buf[CHUNK];
+    ssize_t r = recv(src, buf, sizeof buf, 0);
+    if (r < 0) return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? 0 : -1;
+    if (r == 0) return -1;
+    double due = due_for(replies, now);
+    if (due >= 0) dir_push(d, buf, (size_t)r, due);
+    return 0;
+}
+
+static void write_portfile(const char *path, int port) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) die(tmp);
+    fprintf(f, "%d\n", port);
+    if (fclose(f) != 0) die(tmp);
+    if (rename(tmp, path) != 0) die(path);
+}
+
+static int connect_upstream(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((unsigned short)port);
+    /* Loopback: a blocking connect is immediate (accepted or refused). */
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    set_nonblock(fd);
+    return fd;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4) {
+        fprintf(stderr, "usage: rl-faultproxy PORTFILE UPSTREAM_PORT CONTROLFILE\n");
+        return 2;
+    }
+    int upstream_port = atoi(argv[2]);
+    const char *control = argv[3];
+    if (upstream_port <= 0 || upstream_port > 65535) {
+        fprintf(stderr, "rl-faultproxy: bad upstream port %s\n", argv[2]);
+        return 2;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    if (lfd < 0) die("socket");
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(lfd, (struct sockaddr *)&addr, sizeof addr) != 0) die("bind");
+    if (listen(lfd, 64) != 0) die("listen");
+    socklen_t alen = sizeof addr;
+    if (getsockname(lfd, (struct sockaddr *)&addr, &alen) != 0) die("getsockname");
+    read_control(control);
+    write_portfile(argv[1], ntohs(addr.sin_port));
+
+    static struct pair pairs[MAX_PAIRS];
+    int npairs = 0;
+    struct pollfd pfds[1 + 2 * MAX_PAIRS];
+
+    while (!stop_requested) {
+        double now = now_ms();
+        if (read_control(control)) {
+            for (int i = 0; i < npairs; i++) {
+                if (mode == M_RESET) {
+                    close_pair(&pairs[i], 1);
+                    continue;
+                }
+                if (mode != M_STALL) {
+                    release_held(&pairs[i].up, now);
+                    release_held(&pairs[i].down, now);
+                }
+            }
+            if (mode == M_RESET) npairs = 0;
+        }
+
+        /* Forward what is due; drop pairs whose sockets failed. */
+        for (int i = npairs - 1; i >= 0; i--) {
+            struct pair *p = &pairs[i];
+            if (dir_flush(&p->up, p->upstream, now) < 0 ||
+                dir_flush(&p->down, p->client, now) < 0) {
+                close_pair(p, 0);
+                pairs[i] = pairs[--npairs];
+            }
+        }
+
+        pfds[0].fd = lfd;
+        pfds[0].events = POLLIN;
+        for (int i = 0; i < npairs; i++) {
+            pfds[1 + 2 * i].fd = pairs[i].client;
+            pfds[1 + 2 * i].events = POLLIN | (pairs[i].down.head ? POLLOUT : 0);
+            pfds[2 + 2 * i].fd = pairs[i].upstream;
+            pfds[2 + 2 * i].events = POLLIN | (pairs[i].up.head ? POLLOUT : 0);
+        }
+        int n = poll(pfds, (nfds_t)(1 + 2 * npairs), TICK_MS);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            die("poll");
+        }
+        now = now_ms();
+        for (int i = npairs - 1; i >= 0; i--) {
+            struct pair *p = &pairs[i];
+            short cr = pfds[1 + 2 * i].revents, ur = pfds[2 + 2 * i].revents;
+            int bad = 0;
+            if (cr & (POLLIN | POLLHUP | POLLERR)) bad |= pump(p->client, &p->up, 0, now) < 0;
+            if (!bad && (ur & (POLLIN | POLLHUP | POLLERR)))
+                bad |= pump(p->upstream, &p->down, 1, now) < 0;
+            if (bad) {
+                /* Deliver what is already due before closing, like a real peer. */
+                dir_flush(&p->down, p->client, now);
+                dir_flush(&p->up, p->upstream, now);
+                close_pair(p, 0);
+                pairs[i] = pairs[--npairs];
+            }
+        }
+        if (pfds[0].revents & POLLIN) {
+            int fd = accept(lfd, NULL, NULL);
+            if (fd < 0) continue;
+            if (mode == M_RESET || npairs == MAX_PAIRS) {
+                reset_close(fd);
+                continue;
+            }
+            int up = connect_upstream(upstream_port);
+            if (up < 0) {
+                reset_close(fd);
+                continue;
+            }
+            set_nonblock(fd);
+            memset(&pairs[npairs], 0, sizeof pairs[npairs]);
+            pairs[npairs].client = fd;
+            pairs[npairs].upstream = up;
+            npairs++;
+        }
+    }
+    for (int i = 0; i < npairs; i++) close_pair(&pairs[i], 0);
+    close(lfd);
+    return 0;
+}
