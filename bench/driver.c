@@ -1,0 +1,436 @@
+/*
+ * driver.c — the redlock C API in the peers harness (../shared/peers/README.md,
+ * "Driver protocol"): environment in, one JSON line per workload out.
+ *
+ *   seq      rl_acquire + rl_release on one resource (the blocking calls)
+ *   conc     RB_CONC lockers on distinct resources, all in flight on ONE client:
+ *            rl_begin_acquire / rl_begin_release, rl_run + rl_collect
+ *   handoff  RB_WAITERS waiters on one resource, one client, one thread: each
+ *            waiter is a state machine over begin/collect, retrying with the
+ *            library's default policy (redlock.retry.default = jitter 50-250 ms,
+ *            32 attempts; the waiter calls acquire again when it gives up),
+ *            exactly like the harness's node peers (one process, async waiters,
+ *            shared connections).
+ *
+ * Built by bench/driver-c (cc, against the static library of the Release build).
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "redlock.h"
+
+#define MAXNODES RL_MAX_NODES
+
+static const char *host;
+static int nodes, ports[MAXNODES];
+static double dur;
+static long seq_max, warmup;
+static int ttl_ms, conc, waiters, hold_ms, clk_tck;
+static const char *piddir;
+static int pids[MAXNODES], npids;
+static char prefix[128];
+static rl_client *cl;
+
+/* default retry policy of the Lua module (lua/redlock/retry.lua: jitter(50, 250, 32)) */
+#define POLICY_MIN_MS 50.0
+#define POLICY_MAX_MS 250.0
+#define POLICY_ATTEMPTS 32
+
+static const char *envs(const char *k, const char *d) {
+    const char *v = getenv(k);
+    return v && *v ? v : d;
+}
+static void die(const char *m) {
+    fprintf(stderr, "redlock driver-c: %s\n", m);
+    exit(1);
+}
+static double cpu_ms(int who) {
+    struct rusage ru;
+    getrusage(who, &ru);
+    return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+}
+
+static void load_pids(void) {
+    if (!piddir) return;
+    DIR *d = opendir(piddir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) && npids < MAXNODES) {
+        int port;
+        char tail[8];
+        if (sscanf(e->d_name, "redis-%d.%7s", &port, tail) == 2 && !strcmp(tail, "pid")) {
+            char p[4096];
+            snprintf(p, sizeof p, "%s/%s", piddir, e->d_name);
+            FILE *f = fopen(p, "r");
+            if (f) {
+                if (fscanf(f, "%d", &pids[npids]) == 1) npids++;
+                fclose(f);
+            }
+        }
+    }
+    closedir(d);
+}
+static double srv_cpu_ms(void) {
+    double ticks = 0;
+    for (int i = 0; i < npids; i++) {
+        char p[64], buf[1024];
+        snprintf(p, sizeof p, "/proc/%d/stat", pids[i]);
+        FILE *f = fopen(p, "r");
+        if (!f) return -1;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        char *s = strrchr(buf, ')');
+        if (!s) return -1;
+        unsigned long ut = 0, st = 0;
+        if (sscanf(s + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2) return -1;
+        ticks += ut + st;
+    }
+    return ticks * 1000.0 / clk_tck;
+}
+
+/* ------------------------------------------------------------ latency arrays (µs) */
+typedef struct {
+    double *v;
+    size_t n, cap;
+} vec;
+static void vpush(vec *a, double x) {
+    if (a->n == a->cap) {
+        a->cap = a->cap ? a->cap * 2 : 65536;
+        a->v = realloc(a->v, a->cap * sizeof(double));
+        if (!a->v) die("out of memory");
+    }
+    a->v[a->n++] = x;
+}
+static int dcmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+/* same rank rule as bench-node.js: ceil(p/100 * n) - 1 on the sorted samples */
+static int no_pct; /* RB_PROFILE=1: no percentiles (keeps qsort out of instruction counts) */
+static double vpct(vec *a, double p) {
+    if (!a->n || no_pct) return -1;
+    qsort(a->v, a->n, sizeof(double), dcmp);
+    size_t i = (size_t)(p / 100.0 * a->n + 0.999999999);
+    if (i < 1) i = 1;
+    if (i > a->n) i = a->n;
+    return a->v[i - 1];
+}
+static void out_common(void) {
+    printf("{\"peer\":\"%s\",\"impl\":\"redlock %s C API (rl_acquire/rl_release; begin/run/collect)\",\"nodes\":%d,",
+           envs("RB_LABEL", "redlock-c"), rl_version(), nodes);
+}
+
+/* ------------------------------------------------------------ seq */
+static void wl_seq(void) {
+    char key[160];
+    int klen = snprintf(key, sizeof key, "%sseq", prefix);
+    rl_result *r = malloc(sizeof *r);
+    char value[RL_VALUE_LEN + 1];
+    vec acq = {0}, rel = {0};
+    long errors = 0;
+    for (long i = 0; i < warmup; i++) {
+        if (rl_acquire(cl, key, klen, ttl_ms, r) != RL_STATUS_OK) continue;
+        memcpy(value, r->value, sizeof value);
+        rl_release(cl, key, klen, value, r);
+    }
+    double s0 = srv_cpu_ms(), c0 = cpu_ms(RUSAGE_SELF), t0 = rl_now_ms(), deadline = t0 + dur * 1e3, c = t0;
+    long n = 0;
+    while (n < seq_max) {
+        double a = rl_now_ms();
+        if (rl_acquire(cl, key, klen, ttl_ms, r) != RL_STATUS_OK) {
+            errors++;
+            if (rl_now_ms() >= deadline) break;
+            continue;
+        }
+        double b = rl_now_ms();
+        memcpy(value, r->value, sizeof value);
+        if (rl_release(cl, key, klen, value, r) != RL_STATUS_OK) errors++;
+        c = rl_now_ms();
+        vpush(&acq, (b - a) * 1e3);
+        vpush(&rel, (c - b) * 1e3);
+        n++;
+        if (c >= deadline) break;
+    }
+    double t1 = rl_now_ms(), cpu = cpu_ms(RUSAGE_SELF) - c0, srv = srv_cpu_ms() - s0, secs = (t1 - t0) / 1e3;
+    out_common();
+    printf("\"workload\":\"seq\",\"cycles\":%ld,\"secs\":%.3f,\"rate\":%.0f,\"p50_us\":%.1f,\"p99_us\":%.1f,"
+           "\"rel_p50_us\":%.1f,\"rel_p99_us\":%.1f,\"cpu_ms_per_1k\":%.1f,\"srv_cpu_ms_per_1k\":%.1f,\"errors\":%ld}\n",
+           n, secs, n / secs, vpct(&acq, 50), vpct(&acq, 99), vpct(&rel, 50), vpct(&rel, 99),
+           n ? cpu * 1000 / n : 0, n ? srv * 1000 / n : 0, errors);
+    fflush(stdout);
+    free(acq.v);
+    free(rel.v);
+    free(r);
+}
+
+/* ------------------------------------------------------------ op id -> owner */
+static int *owner;
+static int capowner;
+static void set_owner(int id, int who) {
+    if (id < 0) die(rl_client_errstr(cl));
+    if (id >= capowner) {
+        int cap = capowner ? capowner : 256;
+        while (cap <= id) cap *= 2;
+        owner = realloc(owner, (size_t)cap * sizeof *owner);
+        if (!owner) die("out of memory");
+        capowner = cap;
+    }
+    owner[id] = who;
+}
+
+/* ------------------------------------------------------------ conc */
+typedef struct {
+    char key[160];
+    int klen;
+    char value[RL_VALUE_LEN + 1];
+    double start;
+} locker;
+
+static void wl_conc(void) {
+    locker *L = calloc((size_t)conc, sizeof *L);
+    rl_result *r = malloc(sizeof *r);
+    vec cyc = {0};
+    long cycles = 0, errors = 0;
+    int active = 0;
+    for (int j = 0; j < conc; j++) L[j].klen = snprintf(L[j].key, sizeof L[j].key, "%sc:%d", prefix, j);
+    double s0 = srv_cpu_ms(), c0 = cpu_ms(RUSAGE_SELF), t0 = rl_now_ms(), deadline = t0 + dur * 1e3;
+    for (int j = 0; j < conc; j++) {
+        L[j].start = rl_now_ms();
+        set_owner(rl_begin_acquire(cl, L[j].key, L[j].klen, ttl_ms), j);
+        active++;
+    }
+    while (active > 0) {
+        rl_run(cl, 1000);
+        while (rl_collect(cl, r)) {
+            int j = owner[r->id];
+            locker *l = &L[j];
+            if (r->op == RL_OP_ACQUIRE) {
+                if (r->status != RL_STATUS_OK) { /* no contention here: should not happen */
+                    errors++;
+                    if (rl_now_ms() < deadline) set_owner(rl_begin_acquire(cl, l->key, l->klen, ttl_ms), j);
+                    else active--;
+                    continue;
+                }
+                memcpy(l->value, r->value, sizeof l->value);
+                set_owner(rl_begin_release(cl, l->key, l->klen, l->value), j);
+            } else {
+                double t = rl_now_ms();
+                if (r->status != RL_STATUS_OK) errors++;
+                vpush(&cyc, (t - l->start) * 1e3);
+                cycles++;
+                if (t < deadline) {
+                    l->start = t;
+                    set_owner(rl_begin_acquire(cl, l->key, l->klen, ttl_ms), j);
+                } else {
+                    active--;
+                }
+            }
+        }
+    }
+    double t1 = rl_now_ms(), cpu = cpu_ms(RUSAGE_SELF) - c0, srv = srv_cpu_ms() - s0, secs = (t1 - t0) / 1e3;
+    out_common();
+    printf("\"workload\":\"conc\",\"inflight\":%d,\"cycles\":%ld,\"secs\":%.3f,\"rate\":%.0f,\"p50_us\":%.1f,"
+           "\"p99_us\":%.1f,\"cpu_ms_per_1k\":%.1f,\"srv_cpu_ms_per_1k\":%.1f,\"errors\":%ld}\n",
+           conc, cycles, secs, cycles / secs, vpct(&cyc, 50), vpct(&cyc, 99), cycles ? cpu * 1000 / cycles : 0,
+           cycles ? srv * 1000 / cycles : 0, errors);
+    fflush(stdout);
+    free(cyc.v);
+    free(L);
+    free(r);
+}
+
+/* ------------------------------------------------------------ handoff */
+enum { W_ACQUIRING, W_SLEEPING, W_HOLDING, W_RELEASING, W_PARKED, W_DONE };
+typedef struct {
+    int state;
+    int attempt;     /* attempts made in the current acquire() */
+    double until;    /* SLEEPING / HOLDING: when that ends */
+    unsigned epoch;  /* PARKED: the epoch of our own acquisition */
+    int counted;     /* HOLDING and counted in holders */
+    char value[RL_VALUE_LEN + 1];
+} waiter;
+
+static void wl_handoff(void) {
+    char key[160];
+    int klen = snprintf(key, sizeof key, "%sh", prefix);
+    waiter *W = calloc((size_t)waiters, sizeof *W);
+    rl_result *r = malloc(sizeof *r);
+    vec lat = {0};
+    long acquisitions = 0, gave_up = 0, rel_errors = 0, violations = 0;
+    int holders = 0, stop = 0, busy = 0;
+    unsigned epoch = 0;
+    double last_release = 0;
+    double s0 = srv_cpu_ms(), c0 = cpu_ms(RUSAGE_SELF), t0 = rl_now_ms(), t_stop = t0 + dur * 1e3, t1 = 0;
+    for (int i = 0; i < waiters; i++) {
+        W[i].state = W_ACQUIRING;
+        W[i].attempt = 1;
+        set_owner(rl_begin_acquire(cl, key, klen, ttl_ms), i);
+        busy++;
+    }
+    /* busy = waiters with an operation in flight; after stop, drain them (they are fast) */
+    while (busy > 0 || !stop) {
+        double now = rl_now_ms();
+        if (!stop && now >= t_stop) {
+            stop = 1;
+            t1 = now;
+        }
+        /* timers; once stopped: sleepers and parked waiters leave, holders release */
+        double next = now + 1000;
+        for (int i = 0; i < waiters; i++) {
+            waiter *w = &W[i];
+            if (w->state == W_SLEEPING && (stop || now >= w->until)) {
+                if (stop) {
+                    w->state = W_DONE;
+                    continue;
+                }
+                w->state = W_ACQUIRING;
+                set_owner(rl_begin_acquire(cl, key, klen, ttl_ms), i);
+                busy++;
+            } else if (w->state == W_HOLDING && (stop || now >= w->until)) {
+                if (w->counted) {
+                    holders--;
+                    w->counted = 0;
+                    last_release = rl_now_ms();
+                }
+                w->state = W_RELEASING;
+                set_owner(rl_begin_release(cl, key, klen, w->value), i);
+                busy++;
+            } else if (w->state == W_PARKED && (stop || w->epoch != epoch)) {
+                if (stop) {
+                    w->state = W_DONE;
+                    continue;
+                }
+                w->state = W_ACQUIRING;
+                w->attempt = 1;
+                set_owner(rl_begin_acquire(cl, key, klen, ttl_ms), i);
+                busy++;
+            }
+            if ((w->state == W_SLEEPING || w->state == W_HOLDING) && w->until < next) next = w->until;
+        }
+        if (stop && busy == 0) break;
+        if (!stop && t_stop < next) next = t_stop;
+        int ms = (int)(next - rl_now_ms() + 0.999);
+        if (ms < 0) ms = 0;
+        rl_run(cl, ms);
+        while (rl_collect(cl, r)) {
+            int i = owner[r->id];
+            waiter *w = &W[i];
+            busy--;
+            double t = rl_now_ms();
+            if (r->op == RL_OP_ACQUIRE) {
+                if (r->status == RL_STATUS_OK) {
+                    memcpy(w->value, r->value, sizeof w->value);
+                    w->state = W_HOLDING;
+                    w->until = t + hold_ms;
+                    if (stop) continue; /* released at once by the timer pass */
+                    w->counted = 1;
+                    if (++holders > 1) violations++;
+                    if (last_release > 0) vpush(&lat, (t - last_release) * 1e3);
+                    acquisitions++;
+                    w->epoch = ++epoch;
+                } else if (stop) {
+                    w->state = W_DONE;
+                } else if (w->attempt < POLICY_ATTEMPTS) {
+                    w->attempt++;
+                    w->state = W_SLEEPING;
+                    w->until = t + POLICY_MIN_MS + rl_random() * (POLICY_MAX_MS - POLICY_MIN_MS);
+                } else { /* the library gave up: the waiter just calls acquire again */
+                    gave_up++;
+                    w->attempt = 1;
+                    w->state = W_ACQUIRING;
+                    set_owner(rl_begin_acquire(cl, key, klen, ttl_ms), i);
+                    busy++;
+                }
+            } else {
+                if (r->status != RL_STATUS_OK) rel_errors++;
+                if (stop) {
+                    w->state = W_DONE;
+                } else if (w->epoch == epoch) {
+                    w->state = W_PARKED; /* wait until another waiter acquired */
+                } else {
+                    w->state = W_ACQUIRING;
+                    w->attempt = 1;
+                    set_owner(rl_begin_acquire(cl, key, klen, ttl_ms), i);
+                    busy++;
+                }
+            }
+        }
+    }
+    double cpu = cpu_ms(RUSAGE_SELF) - c0, srv = srv_cpu_ms() - s0, secs = (t1 - t0) / 1e3;
+    long n = acquisitions;
+    out_common();
+    printf("\"workload\":\"handoff\",\"waiters\":%d,\"hold_ms\":%d,\"cycles\":%ld,\"secs\":%.3f,\"rate\":%.0f,"
+           "\"p50_us\":%.1f,\"p99_us\":%.1f,\"cpu_ms_per_1k\":%.1f,\"srv_cpu_ms_per_1k\":%.1f,\"errors\":%ld,"
+           "\"acquire_gave_up\":%ld,\"violations\":%ld,\"note\":\"1 process, 1 client, %d async waiters; "
+           "default policy jitter 50-250 ms x 32\"}\n",
+           waiters, hold_ms, n, secs, n / secs, vpct(&lat, 50), vpct(&lat, 99), n ? cpu * 1000 / n : 0,
+           n ? srv * 1000 / n : 0, rel_errors, gave_up, violations, waiters);
+    fflush(stdout);
+    free(lat.v);
+    free(W);
+    free(r);
+}
+
+int main(void) {
+    host = envs("RB_HOST", "127.0.0.1");
+    char *pl = strdup(envs("RB_PORTS", "17101,17102,17103,17104,17105"));
+    for (char *s = strtok(pl, ","); s && nodes < MAXNODES; s = strtok(NULL, ",")) ports[nodes++] = atoi(s);
+    free(pl);
+    dur = atof(envs("RB_DUR", "5"));
+    seq_max = atol(envs("RB_SEQ_MAX", "20000"));
+    conc = atoi(envs("RB_CONC", "64"));
+    waiters = atoi(envs("RB_WAITERS", "8"));
+    hold_ms = atoi(envs("RB_HOLD_MS", "1"));
+    ttl_ms = atoi(envs("RB_TTL_MS", "10000"));
+    warmup = atol(envs("RB_WARMUP", "300"));
+    no_pct = atoi(envs("RB_PROFILE", "0"));
+    piddir = getenv("RB_PIDDIR");
+    clk_tck = atoi(envs("RB_CLK_TCK", "100"));
+    snprintf(prefix, sizeof prefix, "rb:%s:%d:", envs("RB_LABEL", "redlock-c"), (int)getpid());
+    load_pids();
+
+    char urls[MAXNODES][300];
+    const char *up[MAXNODES];
+    for (int i = 0; i < nodes; i++) {
+        snprintf(urls[i], sizeof urls[i], "redis://%s:%d", host, ports[i]);
+        up[i] = urls[i];
+    }
+    char err[RL_ERR_LEN];
+    cl = rl_client_new(up, nodes, NULL, err, sizeof err);
+    if (!cl) die(err);
+    /* connections start without blocking: let them come up before timing anything */
+    rl_sleep(cl, 100);
+    {
+        rl_result *r = malloc(sizeof *r);
+        char k[160];
+        int kl = snprintf(k, sizeof k, "%sprobe", prefix);
+        int st = rl_acquire(cl, k, kl, ttl_ms, r);
+        if (st != RL_STATUS_OK) {
+            fprintf(stderr, "redlock driver-c: probe acquire: %s\n", rl_status_word(st));
+            for (int i = 0; i < r->nodes; i++)
+                fprintf(stderr, "  %s: %s %s\n", rl_client_node_name(cl, i), rl_node_state_word(r->node[i].state),
+                        r->node[i].errstr);
+            exit(1);
+        }
+        rl_release(cl, k, kl, r->value, r);
+        free(r);
+    }
+
+    char *wls = strdup(envs("RB_WORKLOADS", "seq,conc,handoff"));
+    for (char *s = strtok(wls, ","); s; s = strtok(NULL, ",")) {
+        if (!strcmp(s, "seq")) wl_seq();
+        else if (!strcmp(s, "conc")) wl_conc();
+        else if (!strcmp(s, "handoff")) wl_handoff();
+        else die("unknown workload");
+    }
+    free(wls);
+    rl_client_free(cl);
+    free(owner);
+    return 0;
+}

@@ -1,0 +1,305 @@
+-- summary.lua — our figures beside the floor's and the best peer's, with the
+-- targets of issue 4, from the JSON lines of the peers harness.
+--
+--   luajit bench/summary.lua RUN1.jsonl [RUN2.jsonl ...] [--scaling S.jsonl] [--keepalive K.jsonl]
+--
+-- Ratios are taken within each run (same nodes, same minute), then the median
+-- over runs is shown with its [min..max].
+
+local runs, scaling_file, keepalive_file, ab = {}, nil, nil, false
+do
+    local i = 1
+    while arg[i] do
+        if arg[i] == "--ab" then ab = true; i = i + 1
+        elseif arg[i] == "--scaling" then scaling_file = arg[i + 1]; i = i + 2
+        elseif arg[i] == "--keepalive" then keepalive_file = arg[i + 1]; i = i + 2
+        else runs[#runs + 1] = arg[i]; i = i + 1 end
+    end
+end
+
+-- flat JSON objects, one per line
+local function parse(line)
+    local o, pos = {}, line:find("{")
+    if not pos then return nil end
+    pos = pos + 1
+    while true do
+        local k, e = line:match('^%s*"([^"]*)"%s*:%s*()', pos)
+        if not k then break end
+        pos = e
+        local c = line:sub(pos, pos)
+        if c == '"' then
+            local j, buf = pos + 1, {}
+            while j <= #line do
+                local ch = line:sub(j, j)
+                if ch == "\\" then buf[#buf + 1] = line:sub(j + 1, j + 1); j = j + 2
+                elseif ch == '"' then break
+                else buf[#buf + 1] = ch; j = j + 1 end
+            end
+            o[k] = table.concat(buf)
+            pos = j + 1
+        else
+            local v, e2 = line:match("^([^,}]*)()", pos)
+            v = v:gsub("%s+$", "")
+            o[k] = tonumber(v) or (v == "true" and true) or (v == "false" and false) or nil
+            pos = e2
+        end
+        local sep, e3 = line:match("^%s*([,}])()", pos)
+        if sep ~= "," then break end
+        pos = e3
+    end
+    return o
+end
+
+local function load(file)
+    local rows = {}
+    local f = io.open(file)
+    if not f then return rows end
+    for line in f:lines() do
+        local o = line:match("^%s*{") and parse(line)
+        if o and o.peer then rows[#rows + 1] = o end
+    end
+    f:close()
+    return rows
+end
+
+local function median(xs)
+    local a = {}
+    for _, x in ipairs(xs) do if type(x) == "number" then a[#a + 1] = x end end
+    if #a == 0 then return nil end
+    table.sort(a)
+    local m = math.floor(#a / 2)
+    if #a % 2 == 1 then return a[m + 1] end
+    return (a[m] + a[m + 1]) / 2
+end
+local function spread(xs)
+    local a = {}
+    for _, x in ipairs(xs) do if type(x) == "number" then a[#a + 1] = x end end
+    if #a == 0 then return nil end
+    table.sort(a)
+    return a[1], a[#a]
+end
+
+local NPM_PEERS = { ["node-redlock@4"] = true, ["node-redlock@5b2"] = true, ["sesamecare-redlock"] = true,
+    ["redis-semaphore"] = true }
+local FLOOR, C, LUA = "floor-c-mux", "redlock-c", "redlock-lua"
+
+-- per run: index[peer][workload] = row; best peer per workload (by rate)
+local per_run = {}
+for _, file in ipairs(runs) do
+    local idx, best = {}, {}
+    for _, r in ipairs(load(file)) do
+        idx[r.peer] = idx[r.peer] or {}
+        idx[r.peer][r.workload] = r
+        if NPM_PEERS[r.peer] and type(r.rate) == "number" then
+            local b = best[r.workload]
+            if not b or r.rate > b.rate then best[r.workload] = r end
+        end
+    end
+    per_run[#per_run + 1] = { idx = idx, best = best }
+end
+
+local function get(run, who, wl, field)
+    local r
+    if who == "best" then r = run.best[wl] else r = run.idx[who] and run.idx[who][wl] end
+    return r and r[field]
+end
+local function series(who, wl, field)
+    local xs = {}
+    for _, run in ipairs(per_run) do xs[#xs + 1] = get(run, who, wl, field) end
+    return xs
+end
+local function ratio_series(a, wa, fa, b, wb, fb)
+    local xs = {}
+    for _, run in ipairs(per_run) do
+        local x, y = get(run, a, wa, fa), get(run, b, wb, fb)
+        if type(x) == "number" and type(y) == "number" and y ~= 0 then xs[#xs + 1] = x / y end
+    end
+    return xs
+end
+local function fmt(x, d)
+    if x == nil then return "-" end
+    return (("%." .. (d or 0) .. "f"):format(x))
+end
+local function med_fmt(xs, d)
+    local m = median(xs)
+    if not m then return "-" end
+    local lo, hi = spread(xs)
+    if #xs > 1 and lo ~= hi then return ("%s [%s..%s]"):format(fmt(m, d), fmt(lo, d), fmt(hi, d)) end
+    return fmt(m, d)
+end
+local function best_names(wl)
+    local seen, names = {}, {}
+    for _, run in ipairs(per_run) do
+        local b = run.best[wl]
+        if b and not seen[b.peer] then seen[b.peer] = true; names[#names + 1] = b.peer end
+    end
+    return #names > 0 and table.concat(names, "/") or "-"
+end
+
+local n = #per_run
+if ab then
+    -- interleaved seq rounds (floor, redlock-c, redlock-lua in rotating order, same nodes)
+    print(("## seq, interleaved: %d rounds of floor / redlock-c / redlock-lua in rotating order on one cluster"):format(n))
+    print()
+    print("| driver | seq cycles/s median [min..max] | acquire p50 µs | release p50 µs | client CPU ms / 1000 cycles |")
+    print("|---|---|---|---|---|")
+    for _, w in ipairs { FLOOR, C, LUA } do
+        print(("| %s | %s | %s | %s | %s |"):format(w, med_fmt(series(w, "seq", "rate")), fmt(median(series(w, "seq", "p50_us"))),
+            fmt(median(series(w, "seq", "rel_p50_us"))), fmt(median(series(w, "seq", "cpu_ms_per_1k")), 1)))
+    end
+    print()
+    print("| target (ratio within each round) | median [min..max] | verdict (median) |")
+    print("|---|---|---|")
+    local function t(name, xs, ok)
+        local m = median(xs)
+        print(("| %s | %s | %s |"):format(name, med_fmt(xs, 2), m and (ok(m) and "**met**" or "**not met**") or "not measured"))
+    end
+    t("redlock-c seq >= floor", ratio_series(C, "seq", "rate", FLOOR, "seq", "rate"), function(x) return x >= 1 end)
+    t("redlock-lua seq >= floor", ratio_series(LUA, "seq", "rate", FLOOR, "seq", "rate"), function(x) return x >= 1 end)
+    t("Lua API within 10% of C API (Lua/C)", ratio_series(LUA, "seq", "rate", C, "seq", "rate"), function(x) return math.abs(x - 1) <= 0.10 end)
+    print()
+    os.exit(0)
+end
+print(("## Figures (medians of %d run%s; [min..max] over runs)"):format(n, n == 1 and "" or "s"))
+print()
+print("| | seq cycles/s | seq acquire p50/p99 µs | conc (64 in flight) cycles/s | client CPU ms / 1000 cycles (conc) | hand-off acquisitions/s | hand-off p50 ms | violations | gave up |")
+print("|---|---|---|---|---|---|---|---|---|")
+local function row(label, who)
+    print(("| %s | %s | %s / %s | %s | %s | %s | %s | %s | %s |"):format(label,
+        med_fmt(series(who, "seq", "rate")),
+        fmt(median(series(who, "seq", "p50_us"))), fmt(median(series(who, "seq", "p99_us"))),
+        med_fmt(series(who, "conc", "rate")),
+        fmt(median(series(who, "conc", "cpu_ms_per_1k")), 1),
+        who == FLOOR and "-" or med_fmt(series(who, "handoff", "rate")),
+        who == FLOOR and "-" or fmt(median(series(who, "handoff", "p50_us")) and median(series(who, "handoff", "p50_us")) / 1e3, 1),
+        who == FLOOR and "-" or table.concat((function() local t = {} for _, v in ipairs(series(who, "handoff", "violations")) do t[#t + 1] = tostring(v) end return t end)(), "/"),
+        who == FLOOR and "-" or table.concat((function() local t = {} for _, v in ipairs(series(who, "handoff", "acquire_gave_up")) do t[#t + 1] = tostring(v) end return t end)(), "/")))
+end
+row("floor (C, waits for all 5)", FLOOR)
+print(("| best peer (seq: %s; conc: %s; hand-off: %s) | %s | %s / %s | %s | %s | %s | %s | | |"):format(
+    best_names("seq"), best_names("conc"), best_names("handoff"),
+    med_fmt(series("best", "seq", "rate")), fmt(median(series("best", "seq", "p50_us"))), fmt(median(series("best", "seq", "p99_us"))),
+    med_fmt(series("best", "conc", "rate")), fmt(median(series("best", "conc", "cpu_ms_per_1k")), 1),
+    med_fmt(series("best", "handoff", "rate")),
+    fmt(median(series("best", "handoff", "p50_us")) and median(series("best", "handoff", "p50_us")) / 1e3, 1)))
+row("**redlock-c** (C API)", C)
+row("**redlock-lua** (Lua API)", LUA)
+print()
+
+-- targets
+local function verdict(xs, ok)
+    local m = median(xs)
+    if not m then return "not measured" end
+    return ok(m) and "**met**" or "**not met**"
+end
+local function lowest(...)
+    local all = {}
+    for _, xs in ipairs { ... } do for _, x in ipairs(xs) do all[#all + 1] = x end end
+    return all
+end
+print("## Targets (issue 4), ratios within each run")
+print()
+print("| target | redlock-c | redlock-lua | verdict |")
+print("|---|---|---|---|")
+local function trow(name, xc, xl, ok, d)
+    local both = {}
+    local mc, ml = median(xc), median(xl)
+    local v
+    if not mc and not ml then v = "not measured"
+    else v = ((not mc or ok(mc)) and (not ml or ok(ml))) and "**met**" or "**not met**" end
+    print(("| %s | %s | %s | %s |"):format(name, med_fmt(xc, d or 2), med_fmt(xl, d or 2), v))
+end
+trow("seq cycles/s >= floor's (ratio >= 1)", ratio_series(C, "seq", "rate", FLOOR, "seq", "rate"),
+    ratio_series(LUA, "seq", "rate", FLOOR, "seq", "rate"), function(x) return x >= 1 end)
+trow("seq cycles/s >= 1.3x best peer", ratio_series(C, "seq", "rate", "best", "seq", "rate"),
+    ratio_series(LUA, "seq", "rate", "best", "seq", "rate"), function(x) return x >= 1.3 end)
+trow("conc cycles/s >= 0.7x floor's", ratio_series(C, "conc", "rate", FLOOR, "conc", "rate"),
+    ratio_series(LUA, "conc", "rate", FLOOR, "conc", "rate"), function(x) return x >= 0.7 end)
+trow("conc cycles/s >= 7x best peer", ratio_series(C, "conc", "rate", "best", "conc", "rate"),
+    ratio_series(LUA, "conc", "rate", "best", "conc", "rate"), function(x) return x >= 7 end)
+trow("conc client CPU <= 15 ms / 1000 cycles", series(C, "conc", "cpu_ms_per_1k"), series(LUA, "conc", "cpu_ms_per_1k"),
+    function(x) return x <= 15 end, 1)
+do
+    local xs = ratio_series(LUA, "seq", "rate", C, "seq", "rate")
+    local m = median(xs)
+    print(("| Lua API vs C API on seq: within 10%% (Lua/C cycles/s) | | %s | %s |"):format(med_fmt(xs, 2),
+        m and (math.abs(m - 1) <= 0.10 and "**met**" or "**not met**") or "not measured"))
+end
+trow("hand-off acquisitions/s vs best peer (later target >= 10x)", ratio_series(C, "handoff", "rate", "best", "handoff", "rate"),
+    ratio_series(LUA, "handoff", "rate", "best", "handoff", "rate"), function(x) return x >= 10 end)
+do
+    local c, l = series(C, "handoff", "p50_us"), series(LUA, "handoff", "p50_us")
+    local mc, ml = median(c), median(l)
+    print(("| hand-off p50 < 1 ms (later target) | %s ms | %s ms | %s |"):format(fmt(mc and mc / 1e3, 1), fmt(ml and ml / 1e3, 1),
+        (mc and ml) and ((mc < 1000 and ml < 1000) and "**met**" or "**not met** (needs release notifications)") or "not measured"))
+    local v = {}
+    for _, who in ipairs { C, LUA } do for _, x in ipairs(series(who, "handoff", "violations")) do v[#v + 1] = x end end
+    local bad = 0
+    for _, x in ipairs(v) do bad = bad + x end
+    print(("| hand-off violations = 0 | %s | %s | %s |"):format(
+        table.concat((function() local t = {} for _, x in ipairs(series(C, "handoff", "violations")) do t[#t + 1] = tostring(x) end return t end)(), "/"),
+        table.concat((function() local t = {} for _, x in ipairs(series(LUA, "handoff", "violations")) do t[#t + 1] = tostring(x) end return t end)(), "/"),
+        #v == 0 and "not measured" or (bad == 0 and "**met**" or "**not met**")))
+end
+if keepalive_file then
+    local ka = load(keepalive_file)
+    local rss, cpu, lost, locks = {}, {}, {}, nil
+    for _, r in ipairs(ka) do
+        rss[#rss + 1], cpu[#cpu + 1], lost[#lost + 1], locks = r.rss_mb, r.keepalive_cpu_pct, r.lost, r.locks
+    end
+    if #rss > 0 then
+        local mr, mc = median(rss), median(cpu)
+        print(("| %s locks kept alive: RSS < 64 MB | %s MB (host) | | %s |"):format(tostring(locks), med_fmt(rss, 1), mr < 64 and "**met**" or "**not met**"))
+        print(("| %s locks kept alive: keep-alive CPU < 5%% of a core | %s %% (host) | | %s |"):format(tostring(locks), med_fmt(cpu, 2), mc < 5 and "**met**" or "**not met**"))
+    end
+end
+print()
+
+if scaling_file then
+    local rows = load(scaling_file)
+    local by = {}
+    local ns, whos, seen_n = {}, {}, {}
+    for _, r in ipairs(rows) do
+        if r.workload == "seq" then
+            local k = r.nodes .. "\0" .. r.peer
+            if not by[k] then
+                by[k] = {}
+                if not seen_n[r.nodes] then seen_n[r.nodes] = true; ns[#ns + 1] = r.nodes end
+                if not whos[r.peer] then whos[r.peer] = true; whos[#whos + 1] = r.peer end
+            end
+            table.insert(by[k], r)
+        end
+    end
+    table.sort(ns)
+    local order = {}
+    for _, w in ipairs { FLOOR, C, LUA } do if whos[w] then order[#order + 1] = w end end
+    print("## Scaling: seq (one client, one resource), by number of nodes")
+    print()
+    print("| N | quorum | driver | cycles/s | acquire p50 / p99 µs | release p50 / p99 µs |")
+    print("|---|---|---|---|---|---|")
+    for _, nn in ipairs(ns) do
+        for _, w in ipairs(order) do
+            local rs = by[nn .. "\0" .. w] or {}
+            local function s(f) local t = {} for _, r in ipairs(rs) do t[#t + 1] = r[f] end return t end
+            print(("| %d | %d | %s | %s | %s / %s | %s / %s |"):format(nn, math.floor(nn / 2) + 1, w,
+                fmt(median(s("rate"))), fmt(median(s("p50_us"))), fmt(median(s("p99_us"))),
+                fmt(median(s("rel_p50_us"))), fmt(median(s("rel_p99_us")))))
+        end
+    end
+    print()
+end
+
+if keepalive_file then
+    local ka = load(keepalive_file)
+    if #ka > 0 then
+        print("## Keep-alive: locks held by one host process, extended by its keep-alive thread")
+        print()
+        print("| run | locks | ttl ms | window s | RSS MB (before locking) | keep-alive CPU % of a core | µs CPU per extension | extensions/s (expected) | redis CPU % (5 nodes) | lost |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for i, r in ipairs(ka) do
+            print(("| %d | %d | %d | %.0f | %.1f (%.1f) | %.2f | %.1f | %.0f | %.1f | %d |"):format(i, r.locks, r.ttl_ms, r.secs,
+                r.rss_mb, r.rss_before_mb, r.keepalive_cpu_pct, r.keepalive_us_per_extend, r.extends_per_s, r.srv_cpu_pct, r.lost))
+        end
+        print()
+    end
+end
