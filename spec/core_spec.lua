@@ -113,6 +113,8 @@ describe("redlock against real nodes", function()
         assert.is_true(lock.validity >= TTL - (TTL * DRIFT + 2) - SLACK_MS,
           "validity " .. lock.validity)
         assert.is_true(lock:valid())
+        -- the lock was granted at quorum: at least a majority had voted for it
+        assert.is_true(lock.votes >= math.floor(n / 2) + 1 and lock.votes <= n, "votes " .. tostring(lock.votes))
         local rem = lock:remaining()
         assert.is_true(rem > 0 and rem <= lock.validity)
         -- SET key value NX PX ttl on every node: the key is the resource name.

@@ -3,46 +3,15 @@
 -- $REDLOCK_HOST.
 
 local devcluster = require "redlock.devcluster"
-local ffi = require "ffi"
-
-if not pcall(ffi.typeof, "rl_hostspec_timespec") then
-  ffi.cdef [[
-    typedef struct { long tv_sec; long tv_nsec; } rl_hostspec_timespec;
-    int rl_hostspec_clock_gettime(int clk, rl_hostspec_timespec *ts) asm("clock_gettime");
-    int rl_hostspec_poll(void *fds, unsigned long nfds, int timeout) asm("poll");
-    int rl_hostspec_kill(int pid, int sig) asm("kill");
-  ]]
-end
-local C = ffi.C
-local ts = ffi.new("rl_hostspec_timespec")
+local proc = require "helpers.proc"
 
 -- Wall clock in ms: the children below log with `date +%s%3N`.
-local function wall_ms()
-  C.rl_hostspec_clock_gettime(0, ts) -- CLOCK_REALTIME
-  return tonumber(ts.tv_sec) * 1000 + math.floor(tonumber(ts.tv_nsec) / 1e6)
-end
-local function sleep_ms(ms) C.rl_hostspec_poll(nil, 0, ms) end
-local SIG = { INT = 2, KILL = 9, TERM = 15 }
-
-local function q(s) return "'" .. tostring(s):gsub("'", [['\'']]) .. "'" end
+local wall_ms, sleep_ms, q = proc.wall_ms, proc.sleep_ms, proc.quote
+local read_file, write_file = proc.read_file, proc.write_file
 
 local ROOT = io.popen("pwd"):read("*l")
 local BIN = os.getenv("REDLOCK_HOST") or (ROOT .. "/build/redlock")
 if BIN:sub(1, 1) ~= "/" then BIN = ROOT .. "/" .. BIN end
-
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
-local function write_file(path, s)
-  local f = assert(io.open(path, "wb"))
-  f:write(s)
-  f:close()
-end
 
 --- Run a shell command; return its output (stderr merged), exit status and ms taken.
 local function sh(cmd)
@@ -80,7 +49,7 @@ local function bg(args, env)
   return {
     pid = pid,
     output = function() return read_file(base .. ".out") or "" end,
-    signal = function(_, sig) return C.rl_hostspec_kill(pid, SIG[sig]) == 0 end,
+    signal = function(_, sig) return proc.kill(pid, sig) end,
     wait = function(self, ms)
       local deadline = wall_ms() + (ms or 10000)
       repeat

@@ -250,10 +250,6 @@ int rl_node_send(rl_node *n, const char *cmd, size_t len, rl_ticket ticket) {
     return 0;
 }
 
-unsigned rl_node_outstanding(const rl_node *n) {
-    return n->ring_count;
-}
-
 /* Commands unanswered for stall_reset_ms: a reply was lost (or the node hangs),
  * and the reply stream cannot resynchronise. Drop the connection (its
  * commands are answered with errors through on_reply) and reconnect. */

@@ -70,9 +70,6 @@ int rl_node_send(rl_node *n, const char *cmd, size_t len, rl_ticket ticket);
  * Safe inside on_reply. */
 void rl_node_reset(rl_node *n, const char *why);
 
-/* Commands sent and not answered yet. */
-unsigned rl_node_outstanding(const rl_node *n);
-
 /* Close the connection and stop timers. Outstanding commands are answered
  * through on_reply with a NULL reply before this returns. */
 void rl_node_close(rl_node *n);

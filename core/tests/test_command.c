@@ -28,7 +28,8 @@ static void encodes_scripts_by_sha_and_by_source(void) {
     CHECK_INT(rl_cmd_extend(&b, 0, "k", 1, V, 30000), 0);
     CHECK(memcmp(b.data, "*6\r\n$4\r\nEVAL\r\n", 14) == 0);
     CHECK(strstr(b.data, "pexpire") != NULL);
-    CHECK(memcmp(b.data + b.len - 9, "$5\r\n30000", 9) == 0 || memcmp(b.data + b.len - 11, "$5\r\n30000\r\n", 11) == 0);
+    CHECK(b.len > 11 && memcmp(b.data + b.len - 11, "$5\r\n30000\r\n", 11) == 0);
+    CHECK_INT(b.data[b.len], '\0'); /* hiredis 0.14 reads it as a C string */
     rl_buf_free(&b);
 }
 

@@ -30,8 +30,10 @@ local group_mt = { __index = group }
 
 local OK = C.RL_STATUS_OK
 local VALUE_LEN = C.RL_VALUE_LEN
-local STATUS_WORDS = { [0] = "pending", "ok", "busy", "unavailable", "timeout", "not held" }
-local NODE_WORDS = { [0] = "pending", "ok", "taken", "error", "timeout" }
+-- The words come from the core (words.c), read once into tables for the hot path.
+local STATUS_WORDS, NODE_WORDS = {}, {}
+for code = C.RL_STATUS_PENDING, C.RL_STATUS_NOT_HELD do STATUS_WORDS[code] = ffi_string(C.rl_status_word(code)) end
+for code = C.RL_NODE_PENDING, C.RL_NODE_TIMEOUT do NODE_WORDS[code] = ffi_string(C.rl_node_state_word(code)) end
 _M.status_words, _M.node_words = STATUS_WORDS, NODE_WORDS
 
 -- Scratch space reused by every call (calls are synchronous).
@@ -40,6 +42,7 @@ local errbuf = ffi_new("char[?]", C.RL_ERR_LEN)
 local until_buf = ffi_new("double[1]")
 
 local defaults = {}  -- set by redlock.configure, used by redlock.default
+local RETRY_UNTIL_WAIT = retry.forever()  -- `wait` without `retry`: try until wait runs out
 
 ---------------------------------------------------------------------------
 -- argument checks
@@ -266,7 +269,7 @@ local function lock_options(self, fname, resource, opts)
         if opts.wait ~= nil then
             if type(opts.wait) ~= "number" or opts.wait < 0 then argerror(2, fname, "wait must be a non-negative number of ms", 3) end
             wait = opts.wait
-            if opts.retry == nil then policy = retry.forever() end
+            if opts.retry == nil then policy = RETRY_UNTIL_WAIT end
         end
         if opts.retry ~= nil then
             if type(opts.retry) ~= "function" then argerror(2, fname, "retry must be a function", 3) end

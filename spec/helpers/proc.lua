@@ -32,6 +32,12 @@ function M.now_ms()
   return tonumber(ts.tv_sec) * 1000 + tonumber(ts.tv_nsec) / 1e6
 end
 
+--- Wall clock, integer milliseconds (what `date +%s%3N` prints in a child).
+function M.wall_ms()
+  C.rl_spec_clock_gettime(0, ts) -- CLOCK_REALTIME
+  return tonumber(ts.tv_sec) * 1000 + math.floor(tonumber(ts.tv_nsec) / 1e6)
+end
+
 --- Monotonic clock, integer microseconds (comparable across processes).
 function M.now_us()
   C.rl_spec_clock_gettime(CLOCK_MONOTONIC, ts)

@@ -30,6 +30,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "toolsock.h"
+
 #define MAX_CONNS 128
 #define BUF_CAP 65536
 
@@ -41,17 +43,8 @@ struct conn {
     char buf[BUF_CAP];
 };
 
-static volatile sig_atomic_t stop_requested;
 
-static void on_signal(int sig) {
-    (void)sig;
-    stop_requested = 1;
-}
 
-static void die(const char *what) {
-    fprintf(stderr, "rl-fakeserver: %s: %s\n", what, strerror(errno));
-    exit(1);
-}
 
 static int parse_mode(const char *s, enum mode *m) {
     static const struct { const char *name; enum mode m; } modes[] = {
@@ -124,11 +117,6 @@ static long command_length(const char *p, size_t n) {
     return (long)off;
 }
 
-static void reset_close(int fd) {
-    struct linger lg = {1, 0};
-    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
-    close(fd);
-}
 
 /* Handle readable data on c; return -1 when the connection should close. */
 static int serve(struct conn *c, enum mode m) {
@@ -158,15 +146,6 @@ static int serve(struct conn *c, enum mode m) {
     return 0;
 }
 
-static void write_portfile(const char *path, int port) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) die(tmp);
-    fprintf(f, "%d\n", port);
-    if (fclose(f) != 0) die(tmp);
-    if (rename(tmp, path) != 0) die(path);
-}
 
 int main(int argc, char **argv) {
     enum mode m;
@@ -175,25 +154,11 @@ int main(int argc, char **argv) {
                 "usage: rl-fakeserver garbage|silent|reset|error|readonly|oom|loading PORTFILE\n");
         return 2;
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    tool_init("rl-fakeserver");
 
-    int lfd = socket(AF_INET, SOCK_STREAM, 0);
-    if (lfd < 0) die("socket");
-    struct sockaddr_in addr;
-    memset(&addr, 0, sizeof addr);
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    if (bind(lfd, (struct sockaddr *)&addr, sizeof addr) != 0) die("bind");
-    if (listen(lfd, 64) != 0) die("listen");
-    socklen_t alen = sizeof addr;
-    if (getsockname(lfd, (struct sockaddr *)&addr, &alen) != 0) die("getsockname");
-    write_portfile(argv[2], ntohs(addr.sin_port));
+    int port;
+    int lfd = listen_loopback(&port);
+    write_portfile(argv[2], port);
 
     static struct conn conns[MAX_CONNS];
     int nconns = 0;

@@ -35,6 +35,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "toolsock.h"
+
 #define MAX_PAIRS 64
 #define CHUNK 16384
 #define TICK_MS 2
@@ -60,19 +62,10 @@ struct pair {
     struct pipe_dir down; /* upstream -> client (replies) */
 };
 
-static volatile sig_atomic_t stop_requested;
 static enum mode mode = M_PASS;
 static int delay_ms;
 
-static void on_signal(int sig) {
-    (void)sig;
-    stop_requested = 1;
-}
 
-static void die(const char *what) {
-    fprintf(stderr, "rl-faultproxy: %s: %s\n", what, strerror(errno));
-    exit(1);
-}
 
 static double now_ms(void) {
     struct timespec ts;
@@ -87,11 +80,6 @@ static void set_nonblock(int fd) {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-static void reset_close(int fd) {
-    struct linger lg = {1, 0};
-    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
-    close(fd);
-}
 
 static void dir_clear(struct pipe_dir *d) {
     while (d->head) {
@@ -201,15 +189,6 @@ static int pump(int src, struct pipe_dir *d, int replies, double now) {
     return 0;
 }
 
-static void write_portfile(const char *path, int port) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) die(tmp);
-    fprintf(f, "%d\n", port);
-    if (fclose(f) != 0) die(tmp);
-    if (rename(tmp, path) != 0) die(path);
-}
 
 static int connect_upstream(int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -239,25 +218,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "rl-faultproxy: bad upstream port %s\n", argv[2]);
         return 2;
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    tool_init("rl-faultproxy");
 
-    int lfd = socket(AF_INET, SOCK_STREAM, 0);
-    if (lfd < 0) die("socket");
-    struct sockaddr_in addr;
-    memset(&addr, 0, sizeof addr);
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(lfd, (struct sockaddr *)&addr, sizeof addr) != 0) die("bind");
-    if (listen(lfd, 64) != 0) die("listen");
-    socklen_t alen = sizeof addr;
-    if (getsockname(lfd, (struct sockaddr *)&addr, &alen) != 0) die("getsockname");
+    int port;
+    int lfd = listen_loopback(&port);
     read_control(control);
-    write_portfile(argv[1], ntohs(addr.sin_port));
+    write_portfile(argv[1], port);
 
     static struct pair pairs[MAX_PAIRS];
     int npairs = 0;

@@ -47,9 +47,7 @@ could be started, 130/143 when interrupted.
 ]]):format(args.describe(SPEC))
 end
 
-local function shell_quote(s)
-  return "'" .. tostring(s):gsub("'", [['\'']]) .. "'"
-end
+local shell_quote = require("redlock.devcluster").shell_quote
 
 local function read_file(path)
   local f = io.open(path, "rb")
