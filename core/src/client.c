@@ -99,7 +99,7 @@ static int check_options(const rl_options *o, int n, char *err, size_t errlen) {
     return 0;
 }
 
-static void on_node_reply(void *owner, int node, rl_ticket t, redisReply *reply, const char *errstr);
+static void on_node_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, const char *errstr);
 static void on_op_timeout(EV_P_ ev_timer *w, int revents);
 static void on_run_timer(EV_P_ ev_timer *w, int revents);
 
@@ -291,8 +291,8 @@ static void op_round_decided(rl_client *c, rl_op *op) {
     op_complete(c, op);
 }
 
-static int is_noscript(const redisReply *r) {
-    return r && r->type == REDIS_REPLY_ERROR && r->len >= 8 && strncmp(r->str, "NOSCRIPT", 8) == 0;
+static int is_noscript(const rl_reply *r) {
+    return r && r->type == RL_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
 }
 
 /* The node has flushed its scripts: send the script itself (EVAL) instead. */
@@ -305,7 +305,7 @@ static int resend_as_eval(rl_client *c, rl_op *op, int node, rl_ticket t) {
     return rl_node_send(&c->nodes[node], c->scratch.data, c->scratch.len, t);
 }
 
-static void on_node_reply(void *owner, int node, rl_ticket t, redisReply *reply, const char *errstr) {
+static void on_node_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, const char *errstr) {
     rl_client *c = owner;
     if (c->closing || t.slot < 0 || t.slot >= c->nops) return;
     if (reply && !rl_reply_fits(t.kind, reply)) {

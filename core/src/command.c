@@ -1,5 +1,7 @@
-/* command.c — RESP encoding of SET NX PX and the release/extend scripts. */
-#include <stdio.h>
+/* command.c — RESP encoding of SET NX PX and the release/extend scripts.
+ *
+ * On the hot path: one reserve, then the constant parts copied as literals
+ * and the few numbers written by hand (no printf family). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,18 +15,20 @@ const char rl_extend_script[] =
 const char rl_release_sha[] = "b70c2384248f88e6b75b9f89241a180f856ad852";
 const char rl_extend_sha[] = "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10";
 
+#define LIT(s) s, sizeof(s) - 1
+#define SHA_LEN 40
+#define HEADER_MAX 24 /* "$" + 20 digits + CRLF, rounded up */
+
 void rl_buf_free(rl_buf *b) {
     free(b->data);
     b->data = NULL;
     b->len = b->cap = 0;
 }
 
-/* Room for extra more bytes and the NUL kept after the content: hiredis 0.14
- * scans a pre-formatted command with strchr, so it must be a C string too. */
-static int reserve(rl_buf *b, size_t extra) {
-    if (b->len + extra + 1 <= b->cap) return 0;
+int rl_buf_reserve(rl_buf *b, size_t extra) {
+    if (b->len + extra <= b->cap) return 0;
     size_t cap = b->cap ? b->cap : 128;
-    while (cap < b->len + extra + 1) cap *= 2;
+    while (cap < b->len + extra) cap *= 2;
     char *p = realloc(b->data, cap);
     if (!p) return -1;
     b->data = p;
@@ -32,50 +36,104 @@ static int reserve(rl_buf *b, size_t extra) {
     return 0;
 }
 
-static int append_header(rl_buf *b, char kind, size_t n) {
-    if (reserve(b, 24) != 0) return -1;
-    b->len += (size_t)snprintf(b->data + b->len, 24, "%c%zu\r\n", kind, n);
-    return 0;
+static char *put(char *p, const char *s, size_t n) {
+    memcpy(p, s, n);
+    return p + n;
 }
 
-static int append_bulk(rl_buf *b, const char *s, size_t n) {
-    if (append_header(b, '$', n) != 0 || reserve(b, n + 2) != 0) return -1;
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-    memcpy(b->data + b->len, "\r\n", 3);
-    b->len += 2;
-    return 0;
+static char *put_uint(char *p, size_t v) {
+    char digits[20];
+    int n = 0;
+    do digits[n++] = (char)('0' + v % 10);
+    while (v /= 10);
+    while (n > 0) *p++ = digits[--n];
+    return p;
 }
 
-static int append_str(rl_buf *b, const char *s) {
-    return append_bulk(b, s, strlen(s));
+static char *put_header(char *p, char kind, size_t n) {
+    *p++ = kind;
+    p = put_uint(p, n);
+    return put(p, LIT("\r\n"));
 }
 
-static int append_int(rl_buf *b, int v) {
-    char digits[16];
-    int n = snprintf(digits, sizeof(digits), "%d", v);
-    return append_bulk(b, digits, (size_t)n);
+static char *put_bulk(char *p, const char *s, size_t n) {
+    p = put_header(p, '$', n);
+    p = put(p, s, n);
+    return put(p, LIT("\r\n"));
+}
+
+/* The ttl as a bulk string; callers check ttl_ms > 0. */
+static char *put_ttl(char *p, int ttl_ms) {
+    char digits[HEADER_MAX];
+    size_t n = (size_t)(put_uint(digits, (size_t)ttl_ms) - digits);
+    return put_bulk(p, digits, n);
+}
+
+/* Start b over with room for a command of fixed bytes plus keylen. */
+static char *start(rl_buf *b, size_t fixed, size_t keylen) {
+    b->len = 0;
+    if (rl_buf_reserve(b, fixed + keylen + 4 * HEADER_MAX) != 0) return NULL;
+    return b->data;
 }
 
 int rl_cmd_acquire(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms) {
-    b->len = 0;
-    return append_header(b, '*', 6) | append_str(b, "SET") | append_bulk(b, key, keylen) |
-           append_bulk(b, value, RL_VALUE_LEN) | append_str(b, "NX") | append_str(b, "PX") |
-           append_int(b, ttl_ms);
+    char *p = start(b, 64 + RL_VALUE_LEN, keylen);
+    if (p == NULL) return -1;
+    p = put(p, LIT("*6\r\n$3\r\nSET\r\n"));
+    p = put_bulk(p, key, keylen);
+    p = put(p, LIT("$40\r\n"));
+    p = put(p, value, RL_VALUE_LEN);
+    p = put(p, LIT("\r\n$2\r\nNX\r\n$2\r\nPX\r\n"));
+    p = put_ttl(p, ttl_ms);
+    b->len = (size_t)(p - b->data);
+    return 0;
 }
 
-static int script_head(rl_buf *b, int argc, int by_sha, const char *sha, const char *script) {
-    b->len = 0;
-    return append_header(b, '*', (size_t)argc) | append_str(b, by_sha ? "EVALSHA" : "EVAL") |
-           append_str(b, by_sha ? sha : script) | append_str(b, "1");
+/* *argc EVALSHA sha 1 key value   or   *argc EVAL script 1 key value */
+static char *script_head(rl_buf *b, char argc, int by_sha, const char *sha, const char *script,
+                         size_t script_len, const char *key, size_t keylen, const char *value) {
+    char *p = start(b, 64 + (by_sha ? SHA_LEN : script_len) + RL_VALUE_LEN, keylen);
+    if (p == NULL) return NULL;
+    *p++ = '*';
+    *p++ = argc;
+    if (by_sha) {
+        p = put(p, LIT("\r\n$7\r\nEVALSHA\r\n$40\r\n"));
+        p = put(p, sha, SHA_LEN);
+        p = put(p, LIT("\r\n$1\r\n1\r\n"));
+    } else {
+        p = put(p, LIT("\r\n$4\r\nEVAL\r\n"));
+        p = put_bulk(p, script, script_len);
+        p = put(p, LIT("$1\r\n1\r\n"));
+    }
+    p = put_bulk(p, key, keylen);
+    p = put(p, LIT("$40\r\n"));
+    p = put(p, value, RL_VALUE_LEN);
+    return put(p, LIT("\r\n"));
 }
 
 int rl_cmd_release(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value) {
-    return script_head(b, 5, by_sha, rl_release_sha, rl_release_script) | append_bulk(b, key, keylen) |
-           append_bulk(b, value, RL_VALUE_LEN);
+    char *p = script_head(b, '5', by_sha, rl_release_sha, rl_release_script, sizeof(rl_release_script) - 1,
+                          key, keylen, value);
+    if (p == NULL) return -1;
+    b->len = (size_t)(p - b->data);
+    return 0;
 }
 
 int rl_cmd_extend(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value, int ttl_ms) {
-    return script_head(b, 6, by_sha, rl_extend_sha, rl_extend_script) | append_bulk(b, key, keylen) |
-           append_bulk(b, value, RL_VALUE_LEN) | append_int(b, ttl_ms);
+    char *p = script_head(b, '6', by_sha, rl_extend_sha, rl_extend_script, sizeof(rl_extend_script) - 1,
+                          key, keylen, value);
+    if (p == NULL) return -1;
+    p = put_ttl(p, ttl_ms);
+    b->len = (size_t)(p - b->data);
+    return 0;
+}
+
+int rl_cmd_append_argv(rl_buf *b, int argc, const char *const *argv, const size_t *lens) {
+    size_t need = HEADER_MAX;
+    for (int i = 0; i < argc; i++) need += lens[i] + HEADER_MAX;
+    if (rl_buf_reserve(b, need) != 0) return -1;
+    char *p = put_header(b->data + b->len, '*', (size_t)argc);
+    for (int i = 0; i < argc; i++) p = put_bulk(p, argv[i], lens[i]);
+    b->len = (size_t)(p - b->data);
+    return 0;
 }

@@ -4,12 +4,14 @@
 
 #include <stddef.h>
 
-/* A growable byte buffer, reused across rounds (it only ever grows). Its
- * content is always followed by a NUL (hiredis 0.14 needs that). */
+/* A growable byte buffer, reused across rounds (it only ever grows). */
 typedef struct rl_buf {
     char *data;
     size_t len, cap;
 } rl_buf;
+
+/* Make room for extra more bytes after the content. Return 0, or -1 when out of memory. */
+int rl_buf_reserve(rl_buf *b, size_t extra);
 
 void rl_buf_free(rl_buf *b);
 
@@ -27,5 +29,8 @@ extern const char rl_extend_sha[];
 int rl_cmd_acquire(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms);
 int rl_cmd_release(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value);
 int rl_cmd_extend(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value, int ttl_ms);
+
+/* Append any command (argc words) to b, after its content. Return 0, or -1 when out of memory. */
+int rl_cmd_append_argv(rl_buf *b, int argc, const char *const *argv, const size_t *lens);
 
 #endif

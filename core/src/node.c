@@ -1,45 +1,53 @@
-/* node.c — one node's connection lifecycle (see node.h). */
+/* node.c — one node's connection lifecycle (see node.h).
+ *
+ * hiredis opens the socket (address lookup, non-blocking connect) and parses
+ * replies (reply.c); the bytes go through our own buffer and write(2), so a
+ * command costs one write and no allocation, and the reply FIFO is our ticket
+ * ring rather than a second callback queue. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
-#include <hiredis/adapters/libev.h>
+#include <hiredis/hiredis.h>
 
 #include "node.h"
 
+/* Node-internal command kinds: the setup commands sent on every connect. */
+enum { SETUP_AUTH = -1, SETUP_SELECT = -2 };
+
+#define READ_CHUNK 16384
+
 static void connect_now(rl_node *n);
-static void on_watchdog(EV_P_ ev_timer *w, int revents);
 
 /* libev runs an overdue timer before the I/O that arrived in the same loop
  * iteration (pending watchers are invoked last in, first out). A timer that
  * judges a connection looks at the socket itself first. */
-static int socket_ready(const redisAsyncContext *ac, short events) {
-    struct pollfd p = {.fd = ac->c.fd, .events = events};
+static int socket_ready(int fd, short events) {
+    struct pollfd p = {.fd = fd, .events = events};
     return poll(&p, 1, 0) == 1 && !(p.revents & (POLLERR | POLLHUP | POLLNVAL)) && (p.revents & events);
 }
 
+/* errstr = prefix .. text, cut to fit. */
 static void set_err(rl_node *n, const char *prefix, const char *text) {
-    snprintf(n->errstr, sizeof(n->errstr), "%s%s", prefix, text && *text ? text : "unknown error");
+    if (text == NULL || *text == '\0') text = "unknown error";
+    size_t room = sizeof(n->errstr) - 1;
+    size_t plen = strnlen(prefix, room);
+    size_t tlen = strnlen(text, room - plen);
+    memcpy(n->errstr, prefix, plen);
+    memcpy(n->errstr + plen, text, tlen);
+    n->errstr[plen + tlen] = '\0';
 }
 
-static void schedule_reconnect(rl_node *n) {
-    n->ac = NULL;
-    n->link = RL_LINK_DOWN;
-    if (n->closing) return;
-    ev_timer_stop(n->loop, &n->connect_timer);
-    n->retry_at_ms = rl_now_ms() + n->backoff_ms;
-    ev_timer_set(&n->retry_timer, n->backoff_ms / 1000.0, 0.);
-    ev_now_update(n->loop);
-    ev_timer_start(n->loop, &n->retry_timer);
-    n->backoff_ms *= 2;
-    if (n->backoff_ms > n->opts->reconnect_max_ms) n->backoff_ms = n->opts->reconnect_max_ms;
-}
+/* ---- the ticket ring ---- */
 
 static rl_ticket ring_pop(rl_node *n) {
-    rl_ticket t = {-1, 0, 0, 0};
-    if (n->ring_count == 0) return t;
-    t = n->ring[n->ring_head];
+    rl_ticket t = n->ring[n->ring_head];
     n->ring_head = (n->ring_head + 1) % n->ring_cap;
     n->ring_count--;
     return t;
@@ -61,84 +69,193 @@ static int ring_push(rl_node *n, rl_ticket t) {
     return 0;
 }
 
-/* Undo the last ring_push (the command it was for was not queued). */
-static void ring_unpush(rl_node *n) {
-    n->ring_count--;
+/* ---- ending a connection ---- */
+
+static void schedule_reconnect(rl_node *n) {
+    n->link = RL_LINK_DOWN;
+    if (n->closing) return;
+    n->retry_at_ms = rl_now_ms() + n->backoff_ms;
+    ev_timer_set(&n->retry_timer, n->backoff_ms / 1000.0, 0.);
+    ev_now_update(n->loop);
+    ev_timer_start(n->loop, &n->retry_timer);
+    n->backoff_ms *= 2;
+    if (n->backoff_ms > n->opts->reconnect_max_ms) n->backoff_ms = n->opts->reconnect_max_ms;
 }
 
-static void on_reply(redisAsyncContext *ac, void *r, void *privdata) {
-    rl_node *n = privdata;
-    redisReply *reply = r;
-    rl_ticket t = ring_pop(n);
-    const char *errstr = NULL;
-    if (reply == NULL) {
-        errstr = ac->err && ac->errstr[0] ? ac->errstr : "connection closed";
-        if (n->sticky_err) errstr = n->errstr;
-    } else if (n->sticky_err && reply->type == REDIS_REPLY_ERROR) {
-        /* NOAUTH after a refused AUTH: report the cause, not the symptom. */
-        reply = NULL;
-        errstr = n->errstr;
-    }
-    n->on_reply(n->owner, n->index, t, reply, errstr);
-}
-
-/* AUTH or SELECT refused: remember why, and drop the connection once its
- * queued commands have been answered (they fail with the reason). */
-static void setup_refused(redisAsyncContext *ac, rl_node *n, const char *what, redisReply *reply) {
-    if (reply == NULL || reply->type != REDIS_REPLY_ERROR) return;
-    if (!n->sticky_err) {
-        snprintf(n->errstr, sizeof(n->errstr), "%s refused: %s", what, reply->str);
-        n->sticky_err = 1;
-    }
-    redisAsyncDisconnect(ac);
-}
-
-static void on_auth_reply(redisAsyncContext *ac, void *r, void *privdata) {
-    setup_refused(ac, privdata, "AUTH", r);
-}
-
-static void on_select_reply(redisAsyncContext *ac, void *r, void *privdata) {
-    setup_refused(ac, privdata, "SELECT", r);
-}
-
-static void on_connect(const redisAsyncContext *ac, int status) {
-    rl_node *n = ac->data;
+/* Close the socket and forget what was queued or half-read on it. */
+static void close_socket(rl_node *n) {
+    ev_io_stop(n->loop, &n->readable);
+    ev_io_stop(n->loop, &n->writable);
     ev_timer_stop(n->loop, &n->connect_timer);
-    if (status != REDIS_OK) {
-        set_err(n, "connect failed: ", ac->errstr);
-        schedule_reconnect(n); /* hiredis frees ac after this callback */
-        return;
+    if (n->fd >= 0) close(n->fd);
+    n->fd = -1;
+    n->conn++;
+    n->out.len = n->out_off = 0;
+    rl_reader_free(&n->reader);
+}
+
+/* The connection is gone: say why, answer every unanswered command with
+ * that, and reconnect after the backoff. */
+static void drop(rl_node *n, const char *why) {
+    if (why != n->errstr) snprintf(n->errstr, sizeof(n->errstr), "%s", why);
+    close_socket(n);
+    schedule_reconnect(n);
+    /* Callbacks may send to this node again: it is down until retry_at_ms,
+     * so nothing new joins the ring while it drains. */
+    while (n->ring_count > 0) {
+        rl_ticket t = ring_pop(n);
+        if (t.kind > 0) n->on_reply(n->owner, n->index, t, NULL, n->errstr);
     }
+}
+
+void rl_node_reset(rl_node *n, const char *why) {
+    if (n->fd >= 0) drop(n, why);
+}
+
+/* ---- writing ---- */
+
+/* Write what is queued. Return 0 when all is written, 1 when the socket is
+ * full, -1 on an error (errno says which). */
+static int write_out(rl_node *n) {
+    while (n->out_off < n->out.len) {
+        ssize_t w = send(n->fd, n->out.data + n->out_off, n->out.len - n->out_off, MSG_NOSIGNAL);
+        if (w > 0) {
+            n->out_off += (size_t)w;
+        } else if (w < 0 && errno == EINTR) {
+            continue;
+        } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return 1;
+        } else {
+            return -1;
+        }
+    }
+    n->out.len = n->out_off = 0;
+    return 0;
+}
+
+/* Write now if the link is up; otherwise, or for what does not fit, wait for
+ * the socket to be writable. Errors are left to the writable handler. */
+static void flush(rl_node *n) {
+    if (n->link != RL_LINK_UP) return;
+    if (write_out(n) == 0) ev_io_stop(n->loop, &n->writable);
+    else ev_io_start(n->loop, &n->writable);
+}
+
+static int queue_command(rl_node *n, const char *cmd, size_t len, rl_ticket t) {
+    t.sent_ms = rl_now_ms();
+    if (rl_buf_reserve(&n->out, len) != 0 || ring_push(n, t) != 0) {
+        snprintf(n->errstr, sizeof(n->errstr), "out of memory");
+        return -1;
+    }
+    memcpy(n->out.data + n->out.len, cmd, len);
+    n->out.len += len;
+    return 0;
+}
+
+/* ---- reading ---- */
+
+/* A reply to AUTH or SELECT: a refusal ends the connection, and every
+ * command queued behind it fails with the reason. */
+static void setup_reply(rl_node *n, rl_ticket t, const rl_reply *reply) {
+    if (reply->type != RL_REPLY_ERROR) return;
+    set_err(n, t.kind == SETUP_AUTH ? "AUTH refused: " : "SELECT refused: ", reply->str);
+    drop(n, n->errstr);
+}
+
+/* Hand every complete reply to its ticket, until the connection ends. */
+static void dispatch(rl_node *n) {
+    unsigned conn = n->conn;
+    while (n->conn == conn) {
+        const rl_reply *reply;
+        int got = rl_reader_next(&n->reader, &reply);
+        if (got == 0) return;
+        if (got < 0) {
+            set_err(n, "connection reset: ", rl_reader_error(&n->reader));
+            drop(n, n->errstr);
+        } else if (n->ring_count == 0) {
+            drop(n, "connection reset: a reply to no command");
+        } else {
+            rl_ticket t = ring_pop(n);
+            if (t.kind > 0) n->on_reply(n->owner, n->index, t, reply, NULL);
+            else setup_reply(n, t, reply);
+        }
+    }
+}
+
+static void on_readable(EV_P_ ev_io *w, int revents) {
+    (void)loop;
+    (void)revents;
+    rl_node *n = w->data;
+    char buf[READ_CHUNK];
+    const char *ended = NULL;
+    for (;;) {
+        ssize_t got = read(n->fd, buf, sizeof(buf));
+        if (got > 0) {
+            if (rl_reader_feed(&n->reader, buf, (size_t)got) != 0) ended = "out of memory";
+            else if (got == (ssize_t)sizeof(buf)) continue; /* there may be more */
+        } else if (got == 0) {
+            ended = "closed by the server";
+        } else if (errno == EINTR) {
+            continue;
+        } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            ended = strerror(errno);
+        }
+        break;
+    }
+    unsigned conn = n->conn;
+    dispatch(n); /* replies that arrived before the end still count */
+    if (ended && n->conn == conn) {
+        set_err(n, "connection lost: ", ended);
+        drop(n, n->errstr);
+    }
+}
+
+/* ---- connecting ---- */
+
+static void connected(rl_node *n) {
+    ev_timer_stop(n->loop, &n->connect_timer);
     n->link = RL_LINK_UP;
     n->backoff_ms = n->opts->reconnect_min_ms;
-    if (!n->sticky_err) n->errstr[0] = '\0';
+    n->errstr[0] = '\0';
+    ev_io_start(n->loop, &n->readable);
+    flush(n);
 }
 
-static void on_disconnect(const redisAsyncContext *ac, int status) {
-    rl_node *n = ac->data;
-    if (!n->sticky_err) {
-        if (status != REDIS_OK) set_err(n, "connection lost: ", ac->errstr);
-        else snprintf(n->errstr, sizeof(n->errstr), "connection closed");
+static void on_writable(EV_P_ ev_io *w, int revents) {
+    (void)loop;
+    (void)revents;
+    rl_node *n = w->data;
+    if (n->link == RL_LINK_CONNECTING) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+        if (getsockopt(n->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+        if (err != 0) {
+            set_err(n, "connect failed: ", strerror(err));
+            drop(n, n->errstr);
+        } else {
+            connected(n);
+        }
+        return;
     }
-    schedule_reconnect(n);
+    if (write_out(n) < 0) {
+        set_err(n, "connection lost: ", strerror(errno));
+        drop(n, n->errstr);
+    } else if (n->out.len == 0) {
+        ev_io_stop(n->loop, &n->writable);
+    }
 }
 
 static void on_connect_timeout(EV_P_ ev_timer *w, int revents) {
     (void)loop;
     (void)revents;
     rl_node *n = w->data;
-    redisAsyncContext *ac = n->ac;
-    if (ac && socket_ready(ac, POLLOUT)) {
-        redisAsyncHandleWrite(ac); /* connected while nobody drove the loop */
+    if (n->link != RL_LINK_CONNECTING) return;
+    if (socket_ready(n->fd, POLLOUT)) {
+        on_writable(n->loop, &n->writable, EV_WRITE); /* connected while nobody drove the loop */
         return;
     }
     snprintf(n->errstr, sizeof(n->errstr), "connect timed out after %d ms", n->opts->connect_timeout_ms);
-    n->sticky_err = 1;
-    schedule_reconnect(n);
-    if (ac) {
-        ac->onDisconnect = NULL; /* we already know; do not schedule twice */
-        redisAsyncFree(ac);
-    }
+    drop(n, n->errstr);
 }
 
 static void on_retry_timer(EV_P_ ev_timer *w, int revents) {
@@ -147,62 +264,90 @@ static void on_retry_timer(EV_P_ ev_timer *w, int revents) {
     connect_now(w->data);
 }
 
-static int send_setup(rl_node *n) {
-    const char *argv[3];
-    size_t argvlen[3];
-    int argc = 0;
+/* Queue AUTH and SELECT as the URL asks; they go out first on connect. */
+static int queue_setup(rl_node *n) {
+    rl_buf cmd = {0};
+    int rc = 0;
     if (n->url.password[0]) {
-        argv[argc] = "AUTH";
-        argvlen[argc++] = 4;
-        if (n->url.user[0]) {
-            argv[argc] = n->url.user;
-            argvlen[argc] = strlen(n->url.user);
-            argc++;
-        }
-        argv[argc] = n->url.password;
-        argvlen[argc] = strlen(n->url.password);
-        argc++;
-        if (redisAsyncCommandArgv(n->ac, on_auth_reply, n, argc, argv, argvlen) != REDIS_OK) return -1;
+        const char *argv[3] = {"AUTH"};
+        size_t lens[3] = {4};
+        int argc = 1;
+        if (n->url.user[0]) argv[argc] = n->url.user, lens[argc++] = strlen(n->url.user);
+        argv[argc] = n->url.password, lens[argc++] = strlen(n->url.password);
+        rl_ticket t = {-1, 0, SETUP_AUTH, 0};
+        rc |= rl_cmd_append_argv(&cmd, argc, argv, lens) | queue_command(n, cmd.data, cmd.len, t);
+        cmd.len = 0;
     }
-    if (n->url.db) {
+    if (n->url.db && rc == 0) {
         char db[16];
-        snprintf(db, sizeof(db), "%d", n->url.db);
-        argv[0] = "SELECT";
-        argvlen[0] = 6;
-        argv[1] = db;
-        argvlen[1] = strlen(db);
-        if (redisAsyncCommandArgv(n->ac, on_select_reply, n, 2, argv, argvlen) != REDIS_OK) return -1;
+        const char *argv[2] = {"SELECT", db};
+        size_t lens[2] = {6, (size_t)snprintf(db, sizeof(db), "%d", n->url.db)};
+        rl_ticket t = {-1, 0, SETUP_SELECT, 0};
+        rc |= rl_cmd_append_argv(&cmd, 2, argv, lens) | queue_command(n, cmd.data, cmd.len, t);
     }
-    return 0;
+    rl_buf_free(&cmd);
+    return rc;
+}
+
+/* Open a non-blocking socket with hiredis' address handling, and keep only the fd. */
+static int open_socket(rl_node *n) {
+    redisContext *ctx = n->url.kind == RL_URL_UNIX ? redisConnectUnixNonBlock(n->url.path)
+                                                   : redisConnectNonBlock(n->url.host, n->url.port);
+    if (ctx == NULL) {
+        set_err(n, "connect failed: ", "out of memory");
+        return -1;
+    }
+    if (ctx->err) {
+        set_err(n, "connect failed: ", ctx->errstr);
+        redisFree(ctx);
+        return -1;
+    }
+    int fd = redisFreeKeepFd(ctx);
+    if (n->url.kind != RL_URL_UNIX) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
+    return fd;
 }
 
 static void connect_now(rl_node *n) {
-    redisAsyncContext *ac = n->url.kind == RL_URL_UNIX ? redisAsyncConnectUnix(n->url.path)
-                                                       : redisAsyncConnect(n->url.host, n->url.port);
-    n->sticky_err = 0;
-    if (ac == NULL) {
-        set_err(n, "connect failed: ", "out of memory");
+    ev_timer_stop(n->loop, &n->retry_timer);
+    n->fd = open_socket(n);
+    if (n->fd < 0) {
         schedule_reconnect(n);
         return;
     }
-    if (ac->err) {
-        set_err(n, "connect failed: ", ac->errstr);
-        redisAsyncFree(ac);
-        schedule_reconnect(n);
+    if (rl_reader_reset(&n->reader) != 0 || queue_setup(n) != 0) {
+        drop(n, "connect failed: out of memory");
         return;
     }
-    ac->data = n;
-    redisLibevAttach(n->loop, ac);
-    redisAsyncSetConnectCallback(ac, on_connect);
-    redisAsyncSetDisconnectCallback(ac, on_disconnect);
-    n->ac = ac;
     n->link = RL_LINK_CONNECTING;
     snprintf(n->errstr, sizeof(n->errstr), "connecting");
-    if (send_setup(n) != 0) set_err(n, "setup failed: ", ac->errstr);
+    ev_io_set(&n->readable, n->fd, EV_READ);
+    ev_io_set(&n->writable, n->fd, EV_WRITE);
+    ev_io_start(n->loop, &n->writable);
     ev_timer_set(&n->connect_timer, n->opts->connect_timeout_ms / 1000.0, 0.);
     ev_now_update(n->loop);
     ev_timer_start(n->loop, &n->connect_timer);
 }
+
+/* ---- the stall watchdog ---- */
+
+/* Commands unanswered for stall_reset_ms: a reply was lost (or the node hangs),
+ * and the reply stream cannot resynchronise. Drop the connection (its
+ * commands are answered with errors through on_reply) and reconnect. */
+static void on_watchdog(EV_P_ ev_timer *w, int revents) {
+    (void)loop;
+    (void)revents;
+    rl_node *n = w->data;
+    if (n->link != RL_LINK_UP || n->ring_count == 0) return;
+    if (rl_now_ms() - n->ring[n->ring_head].sent_ms < n->opts->stall_reset_ms) return;
+    if (socket_ready(n->fd, POLLIN)) return; /* replies are there, just not read yet */
+    snprintf(n->errstr, sizeof(n->errstr), "connection reset: no reply for %d ms", n->opts->stall_reset_ms);
+    drop(n, n->errstr);
+}
+
+/* ---- the interface ---- */
 
 void rl_node_init(rl_node *n, const rl_url *url, int index, struct ev_loop *loop,
                   const rl_options *opts, rl_reply_fn on_reply_fn, void *owner) {
@@ -213,14 +358,16 @@ void rl_node_init(rl_node *n, const rl_url *url, int index, struct ev_loop *loop
     n->opts = opts;
     n->on_reply = on_reply_fn;
     n->owner = owner;
+    n->fd = -1;
     n->backoff_ms = opts->reconnect_min_ms;
+    ev_io_init(&n->readable, on_readable, -1, EV_READ);
+    ev_io_init(&n->writable, on_writable, -1, EV_WRITE);
     ev_timer_init(&n->connect_timer, on_connect_timeout, 0., 0.);
     ev_timer_init(&n->retry_timer, on_retry_timer, 0., 0.);
     double period = opts->stall_reset_ms / 2000.0;
     ev_timer_init(&n->watchdog, on_watchdog, period, period);
-    n->connect_timer.data = n;
-    n->retry_timer.data = n;
-    n->watchdog.data = n;
+    n->readable.data = n->writable.data = n;
+    n->connect_timer.data = n->retry_timer.data = n->watchdog.data = n;
     snprintf(n->errstr, sizeof(n->errstr), "not connected");
 }
 
@@ -230,63 +377,24 @@ void rl_node_start(rl_node *n) {
 }
 
 int rl_node_send(rl_node *n, const char *cmd, size_t len, rl_ticket ticket) {
-    if (n->ac == NULL && !n->closing && rl_now_ms() >= n->retry_at_ms) {
+    if (n->fd < 0 && !n->closing && rl_now_ms() >= n->retry_at_ms) {
         /* The backoff is over but nobody drove the loop to fire the timer:
          * reconnect now and queue the command behind the connect. */
-        ev_timer_stop(n->loop, &n->retry_timer);
         connect_now(n);
     }
-    if (n->ac == NULL) return -1;
-    ticket.sent_ms = rl_now_ms();
-    if (ring_push(n, ticket) != 0) {
-        snprintf(n->errstr, sizeof(n->errstr), "out of memory");
-        return -1;
-    }
-    if (redisAsyncFormattedCommand(n->ac, on_reply, n, cmd, len) != REDIS_OK) {
-        ring_unpush(n);
-        if (!n->sticky_err) snprintf(n->errstr, sizeof(n->errstr), "connection closing");
-        return -1;
-    }
+    if (n->fd < 0) return -1;
+    if (queue_command(n, cmd, len, ticket) != 0) return -1;
+    if (!ev_is_active(&n->writable)) flush(n);
     return 0;
-}
-
-/* Commands unanswered for stall_reset_ms: a reply was lost (or the node hangs),
- * and the reply stream cannot resynchronise. Drop the connection (its
- * commands are answered with errors through on_reply) and reconnect. */
-static void on_watchdog(EV_P_ ev_timer *w, int revents) {
-    (void)loop;
-    (void)revents;
-    rl_node *n = w->data;
-    if (n->ac == NULL || n->ring_count == 0) return;
-    if (rl_now_ms() - n->ring[n->ring_head].sent_ms < n->opts->stall_reset_ms) return;
-    if (socket_ready(n->ac, POLLIN)) return; /* replies are there, just not read yet */
-    char why[64];
-    snprintf(why, sizeof(why), "connection reset: no reply for %d ms", n->opts->stall_reset_ms);
-    rl_node_reset(n, why);
-}
-
-void rl_node_reset(rl_node *n, const char *why) {
-    redisAsyncContext *ac = n->ac;
-    if (ac == NULL) return;
-    snprintf(n->errstr, sizeof(n->errstr), "%s", why);
-    n->sticky_err = 1;
-    schedule_reconnect(n);
-    ac->onDisconnect = NULL;
-    redisAsyncFree(ac); /* deferred by hiredis when called from one of its callbacks */
 }
 
 void rl_node_close(rl_node *n) {
     n->closing = 1;
-    ev_timer_stop(n->loop, &n->connect_timer);
+    close_socket(n);
     ev_timer_stop(n->loop, &n->retry_timer);
     ev_timer_stop(n->loop, &n->watchdog);
-    if (n->ac) {
-        redisAsyncContext *ac = n->ac;
-        n->ac = NULL;
-        ac->onDisconnect = NULL;
-        redisAsyncFree(ac);
-    }
     free(n->ring);
     n->ring = NULL;
     n->ring_cap = n->ring_count = n->ring_head = 0;
+    rl_buf_free(&n->out);
 }

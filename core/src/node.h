@@ -1,14 +1,16 @@
-/* node.h — one node's connection: a hiredis async context on a libev loop,
- * non-blocking connect with a deadline, AUTH/SELECT on connect, reconnect
- * with doubling backoff, and a FIFO of tickets that pairs every reply with
- * the operation that asked for it. */
+/* node.h — one node's connection: a non-blocking socket on a libev loop,
+ * connect with a deadline, AUTH/SELECT on connect, reconnect with doubling
+ * backoff, commands written at once (one write per command, the rest queued
+ * only when the socket is full), replies parsed once (reply.h), and a FIFO of
+ * tickets that pairs every reply with the operation that asked for it. */
 #ifndef RL_NODE_H
 #define RL_NODE_H
 
 #include <ev.h>
-#include <hiredis/async.h>
 
+#include "command.h"
 #include "redlock.h"
+#include "reply.h"
 #include "url.h"
 
 /* Which operation (slot) and which phase of it (gen) a command belongs to,
@@ -23,8 +25,8 @@ typedef struct rl_ticket {
 
 /* Called for every reply to a command sent with rl_node_send, in order.
  * reply is NULL when the command failed without a reply; errstr then says why.
- * errstr is also set (reply NULL) when the node's setup (AUTH/SELECT) failed. */
-typedef void (*rl_reply_fn)(void *owner, int node, rl_ticket ticket, redisReply *reply, const char *errstr);
+ * reply is valid only during the call. */
+typedef void (*rl_reply_fn)(void *owner, int node, rl_ticket ticket, const rl_reply *reply, const char *errstr);
 
 enum { RL_LINK_DOWN = 0, RL_LINK_CONNECTING = 1, RL_LINK_UP = 2 };
 
@@ -36,18 +38,23 @@ typedef struct rl_node {
     rl_reply_fn on_reply;
     void *owner;
 
-    redisAsyncContext *ac;   /* NULL while down */
+    int fd;                  /* -1 while down */
     int link;                /* RL_LINK_* */
+    unsigned conn;           /* bumped when a connection ends: callbacks can tell it is gone */
     int closing;             /* rl_node_close in progress: no reconnects */
-    int sticky_err;          /* errstr explains this connection's failures better than hiredis
-                                can (AUTH/SELECT refused, stall reset, connect timeout) */
     int backoff_ms;          /* next reconnect delay */
     double retry_at_ms;      /* while down: when the next connect may start */
     int misses;              /* release/extend rounds in a row this node did not answer in time */
+    ev_io readable;          /* while up: replies to read */
+    ev_io writable;          /* while connecting, or while queued bytes wait for room */
     ev_timer connect_timer;  /* deadline of a connect in progress */
     ev_timer retry_timer;    /* delay before the next connect */
     ev_timer watchdog;       /* every stall_reset_ms / 2: reset the connection if stalled */
-    char errstr[RL_NODE_ERR_LEN];  /* why the node is down (or refused setup) */
+    char errstr[RL_NODE_ERR_LEN];  /* why the node is down (or the last connection ended) */
+
+    rl_buf out;              /* bytes not written yet: out.data[out_off .. out.len) */
+    size_t out_off;
+    rl_reader reader;
 
     rl_ticket *ring;         /* tickets of commands awaiting replies, oldest first */
     unsigned ring_head, ring_count, ring_cap;
@@ -60,18 +67,20 @@ void rl_node_init(rl_node *n, const rl_url *url, int index, struct ev_loop *loop
 /* Begin a non-blocking connect. Failures are retried with backoff. */
 void rl_node_start(rl_node *n);
 
-/* Queue a pre-encoded command; a node that is down and past its reconnect
- * delay starts connecting first. Return 0, or -1 if the node cannot take it
- * now (down, closing, out of memory); the reason is then in n->errstr. */
+/* Send a pre-encoded command: written at once when connected (queued while
+ * connecting, or the rest of it when the socket is full). A node that is down
+ * and past its reconnect delay starts connecting first. Return 0, or -1 if
+ * the node cannot take it now (down, out of memory); the reason is then in
+ * n->errstr. Never calls on_reply itself: a failed write is noticed by the loop. */
 int rl_node_send(rl_node *n, const char *cmd, size_t len, rl_ticket ticket);
 
-/* Drop the connection now (its unanswered commands are answered with errors
- * through on_reply, with why as their text) and reconnect with backoff.
- * Safe inside on_reply. */
+/* Drop the connection now (its unanswered commands are answered with why
+ * through on_reply before this returns) and reconnect with backoff. Safe
+ * inside on_reply. */
 void rl_node_reset(rl_node *n, const char *why);
 
-/* Close the connection and stop timers. Outstanding commands are answered
- * through on_reply with a NULL reply before this returns. */
+/* Close the connection and stop timers. Unanswered commands are dropped
+ * without a call to on_reply. */
 void rl_node_close(rl_node *n);
 
 #endif

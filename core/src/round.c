@@ -82,30 +82,30 @@ int rl_round_vote(rl_round *r, int node, int state, const char *errstr, double n
     return try_decide(r, now_ms);
 }
 
-int rl_reply_fits(int kind, const redisReply *reply) {
-    if (reply->type == REDIS_REPLY_ERROR) return 1;
-    if (kind == RL_OP_ACQUIRE) return reply->type == REDIS_REPLY_STATUS || reply->type == REDIS_REPLY_NIL;
-    return reply->type == REDIS_REPLY_INTEGER;
+int rl_reply_fits(int kind, const rl_reply *reply) {
+    if (reply->type == RL_REPLY_ERROR) return 1;
+    if (kind == RL_OP_ACQUIRE) return reply->type == RL_REPLY_STATUS || reply->type == RL_REPLY_NIL;
+    return reply->type == RL_REPLY_INTEGER;
 }
 
 /* What a reply means for the round's command. */
-static int classify(int op, const redisReply *reply, char *why, size_t whylen) {
-    if (reply->type == REDIS_REPLY_ERROR) {
-        snprintf(why, whylen, "%.*s", (int)reply->len, reply->str);
+static int classify(int op, const rl_reply *reply, char *why, size_t whylen) {
+    if (reply->type == RL_REPLY_ERROR) {
+        snprintf(why, whylen, "%s", reply->str);
         return RL_NODE_ERROR;
     }
     if (op == RL_OP_ACQUIRE) {
-        if (reply->type == REDIS_REPLY_STATUS && reply->len == 2 && strncasecmp(reply->str, "OK", 2) == 0)
+        if (reply->type == RL_REPLY_STATUS && reply->len == 2 && strncasecmp(reply->str, "OK", 2) == 0)
             return RL_NODE_OK;
-        if (reply->type == REDIS_REPLY_NIL) return RL_NODE_TAKEN;
-    } else if (reply->type == REDIS_REPLY_INTEGER && (reply->integer == 0 || reply->integer == 1)) {
+        if (reply->type == RL_REPLY_NIL) return RL_NODE_TAKEN;
+    } else if (reply->type == RL_REPLY_INTEGER && (reply->integer == 0 || reply->integer == 1)) {
         return reply->integer == 1 ? RL_NODE_OK : RL_NODE_TAKEN;
     }
     snprintf(why, whylen, "unexpected reply (type %d)", reply->type);
     return RL_NODE_ERROR;
 }
 
-int rl_round_reply(rl_round *r, int node, const redisReply *reply, const char *errstr, double now_ms) {
+int rl_round_reply(rl_round *r, int node, const rl_reply *reply, const char *errstr, double now_ms) {
     char why[RL_NODE_ERR_LEN];
     if (reply == NULL) return rl_round_vote(r, node, RL_NODE_ERROR, errstr ? errstr : "connection lost", now_ms);
     int state = classify(r->res->op, reply, why, sizeof(why));

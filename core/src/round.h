@@ -4,9 +4,8 @@
 #ifndef RL_ROUND_H
 #define RL_ROUND_H
 
-#include <hiredis/hiredis.h>
-
 #include "redlock.h"
+#include "reply.h"
 
 typedef struct rl_round {
     rl_result *res;       /* where votes and the outcome are written */
@@ -29,7 +28,7 @@ int rl_round_vote(rl_round *r, int node, int state, const char *errstr, double n
 /* Classify a reply to the round's command and vote with it. A NULL reply is
  * an error vote with the text in errstr (e.g. "connection lost").
  * Return as rl_round_vote. */
-int rl_round_reply(rl_round *r, int node, const redisReply *reply, const char *errstr, double now_ms);
+int rl_round_reply(rl_round *r, int node, const rl_reply *reply, const char *errstr, double now_ms);
 
 /* The node timeout passed: every node still pending votes RL_NODE_TIMEOUT
  * with errstr. The round is decided afterwards. Return 1 if this decided it. */
@@ -38,7 +37,7 @@ int rl_round_expire(rl_round *r, const char *errstr, double now_ms);
 /* 1 if reply has a shape the command of kind (RL_OP_*) can answer with. A
  * reply that does not fit proves the connection's replies are out of step
  * with its commands (a reply was lost). */
-int rl_reply_fits(int kind, const redisReply *reply);
+int rl_reply_fits(int kind, const rl_reply *reply);
 
 /* 1 once the outcome is certain. */
 int rl_round_decided(const rl_round *r);

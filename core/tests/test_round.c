@@ -2,12 +2,12 @@
 #include "../src/round.h"
 #include "check.h"
 
-static redisReply status_ok = {.type = REDIS_REPLY_STATUS, .len = 2, .str = "OK"};
-static redisReply nil = {.type = REDIS_REPLY_NIL};
-static redisReply one = {.type = REDIS_REPLY_INTEGER, .integer = 1};
-static redisReply zero = {.type = REDIS_REPLY_INTEGER, .integer = 0};
-static redisReply oom = {.type = REDIS_REPLY_ERROR, .len = 28, .str = "OOM command not allowed when"};
-static redisReply weird = {.type = REDIS_REPLY_INTEGER, .integer = 7};
+static rl_reply status_ok = {.type = RL_REPLY_STATUS, .len = 2, .str = "OK"};
+static rl_reply nil = {.type = RL_REPLY_NIL};
+static rl_reply one = {.type = RL_REPLY_INTEGER, .integer = 1};
+static rl_reply zero = {.type = RL_REPLY_INTEGER, .integer = 0};
+static rl_reply oom = {.type = RL_REPLY_ERROR, .len = 28, .str = "OOM command not allowed when"};
+static rl_reply weird = {.type = RL_REPLY_INTEGER, .integer = 7};
 
 static rl_round r;
 static rl_result res;

@@ -1,0 +1,87 @@
+/* reply.c — hiredis' reader with object functions that fill one slot (see reply.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "reply.h"
+
+/* The value handed back for every element nested in an array: non-NULL (the
+ * reader treats NULL as out of memory), never dereferenced. */
+static char nested;
+
+static rl_reply *top(const redisReadTask *task) {
+    if (task->parent != NULL) return NULL;
+    rl_reply *r = &((rl_reader *)task->privdata)->slot;
+    r->type = task->type;
+    r->integer = 0;
+    r->len = 0;
+    r->str[0] = '\0';
+    return r;
+}
+
+static void *create_string(const redisReadTask *task, char *str, size_t len) {
+    rl_reply *r = top(task);
+    if (r == NULL) return &nested;
+    size_t keep = len < sizeof(r->str) - 1 ? len : sizeof(r->str) - 1;
+    memcpy(r->str, str, keep);
+    r->str[keep] = '\0';
+    r->len = len;
+    return r;
+}
+
+static void *create_array(const redisReadTask *task, int elements) {
+    rl_reply *r = top(task);
+    if (r == NULL) return &nested;
+    r->integer = elements;
+    return r;
+}
+
+static void *create_integer(const redisReadTask *task, long long value) {
+    rl_reply *r = top(task);
+    if (r == NULL) return &nested;
+    r->integer = value;
+    return r;
+}
+
+static void *create_nil(const redisReadTask *task) {
+    rl_reply *r = top(task);
+    if (r == NULL) return &nested;
+    r->type = RL_REPLY_NIL;  /* a nil array, too */
+    return r;
+}
+
+static void free_object(void *obj) {
+    (void)obj; /* nothing was allocated */
+}
+
+static redisReplyObjectFunctions slot_functions = {
+    create_string, create_array, create_integer, create_nil, free_object,
+};
+
+int rl_reader_reset(rl_reader *rd) {
+    if (rd->reader) redisReaderFree(rd->reader);
+    rd->reader = redisReaderCreateWithFunctions(&slot_functions);
+    if (rd->reader == NULL) return -1;
+    rd->reader->privdata = rd;
+    return 0;
+}
+
+void rl_reader_free(rl_reader *rd) {
+    if (rd->reader) redisReaderFree(rd->reader);
+    rd->reader = NULL;
+}
+
+int rl_reader_feed(rl_reader *rd, const char *buf, size_t len) {
+    return redisReaderFeed(rd->reader, buf, len) == REDIS_OK ? 0 : -1;
+}
+
+int rl_reader_next(rl_reader *rd, const rl_reply **out) {
+    void *obj = NULL;
+    if (redisReaderGetReply(rd->reader, &obj) != REDIS_OK) return -1;
+    if (obj == NULL) return 0;
+    *out = obj;
+    return 1;
+}
+
+const char *rl_reader_error(const rl_reader *rd) {
+    return rd->reader && rd->reader->errstr[0] ? rd->reader->errstr : "protocol error";
+}
