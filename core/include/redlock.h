@@ -128,9 +128,11 @@ const char *rl_client_errstr(const rl_client *c);
 /*
  * Start an operation; return its id (>= 0), or RL_ERR with the reason in
  * rl_client_errstr (resource empty, ttl <= 0, value not RL_VALUE_LEN long).
- * The clock starts before the first byte is sent. Resource names are
- * binary-safe (they may hold NUL bytes). An id stays valid until its result
- * is collected.
+ * The command is queued; it goes out when the client's loop next runs
+ * (rl_run, rl_wait, rl_sleep), in one write per node for everything begun
+ * since, so begin a batch, then drive. The clock and the node timeout start
+ * here, before the first byte is sent. Resource names are binary-safe (they
+ * may hold NUL bytes). An id stays valid until its result is collected.
  */
 int rl_begin_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms);
 int rl_begin_release(rl_client *c, const char *resource, size_t len, const char *value);

@@ -57,6 +57,7 @@ struct rl_client {
     rl_op *done_head, *done_tail;
     int ndone, inflight;
 
+    ev_prepare flusher;      /* before the loop polls: write what was queued */
     ev_timer run_timer;      /* bounds rl_run / rl_sleep */
     int run_expired;
 };
@@ -103,6 +104,18 @@ static void on_node_reply(void *owner, int node, rl_ticket t, const rl_reply *re
 static void on_op_timeout(EV_P_ ev_timer *w, int revents);
 static void on_run_timer(EV_P_ ev_timer *w, int revents);
 
+/* Write what every node has queued: one write per node for all the commands
+ * begun or re-sent since the last flush. */
+static void flush_all(rl_client *c) {
+    for (int i = 0; i < c->nnodes; i++) rl_node_flush(&c->nodes[i]);
+}
+
+static void on_prepare(EV_P_ ev_prepare *w, int revents) {
+    (void)loop;
+    (void)revents;
+    flush_all(w->data);
+}
+
 rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *opts, char *err,
                          size_t errlen) {
     static pthread_once_t sigpipe_once = PTHREAD_ONCE_INIT;
@@ -145,6 +158,10 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
     snprintf(c->timeout_text, sizeof(c->timeout_text), "no reply within %d ms", opts->node_timeout_ms);
     ev_timer_init(&c->run_timer, on_run_timer, 0., 0.);
     c->run_timer.data = c;
+    ev_prepare_init(&c->flusher, on_prepare);
+    c->flusher.data = c;
+    ev_prepare_start(c->loop, &c->flusher);
+    ev_unref(c->loop); /* the flusher alone does not keep the loop running */
 
     pthread_once(&sigpipe_once, ignore_sigpipe);
     for (int i = 0; i < nurls; i++) rl_node_init(&c->nodes[i], &parsed[i], i, c->loop, &c->opts, on_node_reply, c);
@@ -163,6 +180,8 @@ void rl_client_free(rl_client *c) {
         free(c->ops[i]);
     }
     ev_timer_stop(c->loop, &c->run_timer);
+    ev_ref(c->loop);
+    ev_prepare_stop(c->loop, &c->flusher);
     free(c->ops);
     rl_buf_free(&c->scratch);
     ev_loop_destroy(c->loop);
@@ -430,25 +449,30 @@ static void arm_run_timer(rl_client *c, int ms) {
     ev_timer_start(c->loop, &c->run_timer);
 }
 
+/* Every way of driving the loop ends with a flush, so commands queued by the
+ * last replies (cleanups, re-sends) are on their way while the caller is not
+ * driving it. */
 int rl_run(rl_client *c, int timeout_ms) {
     if (timeout_ms == 0 || c->ndone > 0 || (timeout_ms < 0 && c->inflight == 0)) {
         ev_run(c->loop, EVRUN_NOWAIT);
-        return c->ndone;
+    } else {
+        if (timeout_ms > 0) arm_run_timer(c, timeout_ms);
+        else c->run_expired = 0;
+        while (c->ndone == 0 && !c->run_expired) ev_run(c->loop, EVRUN_ONCE);
+        ev_timer_stop(c->loop, &c->run_timer);
     }
-    if (timeout_ms > 0) arm_run_timer(c, timeout_ms);
-    else c->run_expired = 0;
-    while (c->ndone == 0 && !c->run_expired) ev_run(c->loop, EVRUN_ONCE);
-    ev_timer_stop(c->loop, &c->run_timer);
+    flush_all(c);
     return c->ndone;
 }
 
 void rl_sleep(rl_client *c, int ms) {
     if (ms <= 0) {
         ev_run(c->loop, EVRUN_NOWAIT);
-        return;
+    } else {
+        arm_run_timer(c, ms);
+        while (!c->run_expired) ev_run(c->loop, EVRUN_ONCE);
     }
-    arm_run_timer(c, ms);
-    while (!c->run_expired) ev_run(c->loop, EVRUN_ONCE);
+    flush_all(c);
 }
 
 static void copy_result(const rl_op *op, rl_result *out) {
@@ -472,6 +496,7 @@ int rl_wait(rl_client *c, int id, rl_result *out) {
     }
     rl_op *op = c->ops[id];
     while (op->phase != OP_DONE) ev_run(c->loop, EVRUN_ONCE);
+    flush_all(c);
     done_unlink(c, op);
     copy_result(op, out);
     op_free(c, op);

@@ -3,7 +3,9 @@
  * hiredis opens the socket (address lookup, non-blocking connect) and parses
  * replies (reply.c); the bytes go through our own buffer and write(2), so a
  * command costs one write and no allocation, and the reply FIFO is our ticket
- * ring rather than a second callback queue. */
+ * ring rather than a second callback queue. Commands queue up until the
+ * owner flushes (once per loop iteration), so everything a node is sent in
+ * one iteration goes out in one write. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -100,9 +102,10 @@ static void drop(rl_node *n, const char *why) {
     if (why != n->errstr) snprintf(n->errstr, sizeof(n->errstr), "%s", why);
     close_socket(n);
     schedule_reconnect(n);
-    /* Callbacks may send to this node again: it is down until retry_at_ms,
-     * so nothing new joins the ring while it drains. */
-    while (n->ring_count > 0) {
+    /* Callbacks may send to this node again, which may even reconnect it
+     * (retry_at_ms passed meanwhile): answer only the tickets of this
+     * connection, the oldest ring_count ones. */
+    for (unsigned old = n->ring_count; old > 0; old--) {
         rl_ticket t = ring_pop(n);
         if (t.kind > 0) n->on_reply(n->owner, n->index, t, NULL, n->errstr);
     }
@@ -133,12 +136,10 @@ static int write_out(rl_node *n) {
     return 0;
 }
 
-/* Write now if the link is up; otherwise, or for what does not fit, wait for
- * the socket to be writable. Errors are left to the writable handler. */
-static void flush(rl_node *n) {
-    if (n->link != RL_LINK_UP) return;
-    if (write_out(n) == 0) ev_io_stop(n->loop, &n->writable);
-    else ev_io_start(n->loop, &n->writable);
+void rl_node_flush(rl_node *n) {
+    if (n->link != RL_LINK_UP || n->out.len == 0 || ev_is_active(&n->writable)) return;
+    /* What does not fit, and errors, are the writable handler's. */
+    if (write_out(n) != 0) ev_io_start(n->loop, &n->writable);
 }
 
 static int queue_command(rl_node *n, const char *cmd, size_t len, rl_ticket t) {
@@ -218,7 +219,8 @@ static void connected(rl_node *n) {
     n->backoff_ms = n->opts->reconnect_min_ms;
     n->errstr[0] = '\0';
     ev_io_start(n->loop, &n->readable);
-    flush(n);
+    ev_io_stop(n->loop, &n->writable);
+    rl_node_flush(n);
 }
 
 static void on_writable(EV_P_ ev_io *w, int revents) {
@@ -383,9 +385,7 @@ int rl_node_send(rl_node *n, const char *cmd, size_t len, rl_ticket ticket) {
         connect_now(n);
     }
     if (n->fd < 0) return -1;
-    if (queue_command(n, cmd, len, ticket) != 0) return -1;
-    if (!ev_is_active(&n->writable)) flush(n);
-    return 0;
+    return queue_command(n, cmd, len, ticket);
 }
 
 void rl_node_close(rl_node *n) {

@@ -1,8 +1,8 @@
 /* node.h — one node's connection: a non-blocking socket on a libev loop,
  * connect with a deadline, AUTH/SELECT on connect, reconnect with doubling
- * backoff, commands written at once (one write per command, the rest queued
- * only when the socket is full), replies parsed once (reply.h), and a FIFO of
- * tickets that pairs every reply with the operation that asked for it. */
+ * backoff, commands queued and written in one write per flush, replies
+ * parsed once (reply.h), and a FIFO of tickets that pairs every reply with
+ * the operation that asked for it. */
 #ifndef RL_NODE_H
 #define RL_NODE_H
 
@@ -67,12 +67,16 @@ void rl_node_init(rl_node *n, const rl_url *url, int index, struct ev_loop *loop
 /* Begin a non-blocking connect. Failures are retried with backoff. */
 void rl_node_start(rl_node *n);
 
-/* Send a pre-encoded command: written at once when connected (queued while
- * connecting, or the rest of it when the socket is full). A node that is down
- * and past its reconnect delay starts connecting first. Return 0, or -1 if
- * the node cannot take it now (down, out of memory); the reason is then in
- * n->errstr. Never calls on_reply itself: a failed write is noticed by the loop. */
+/* Queue a pre-encoded command; rl_node_flush writes it. A node that is down
+ * and past its reconnect delay starts connecting first (what is queued goes
+ * out once connected). Return 0, or -1 if the node cannot take it now (down,
+ * out of memory); the reason is then in n->errstr. Never calls on_reply. */
 int rl_node_send(rl_node *n, const char *cmd, size_t len, rl_ticket ticket);
+
+/* Write everything queued, in one write when the socket has room (the rest
+ * waits for the socket to be writable). Never calls on_reply: a failed write
+ * is noticed by the loop. */
+void rl_node_flush(rl_node *n);
 
 /* Drop the connection now (its unanswered commands are answered with why
  * through on_reply before this returns) and reconnect with backoff. Safe
