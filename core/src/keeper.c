@@ -1,10 +1,15 @@
 /* keeper.c — keep-alive: a thread with its own client that extends kept locks.
  *
- * The thread wakes every RL_KEEPER_TICK_MS, starts the extensions that are
- * due, collects the results and decides when a lock is lost. Other threads
- * only touch the entry table under the mutex; the client is the thread's own.
- * Every keeper is listed in a process-wide registry so rl_keeper_release_all
- * can reach them from an exit path or a signal-handling thread. */
+ * Every held entry sits in a min-heap keyed by its next deadline: when its
+ * extension is due, or (with an extension in flight, or a retry that would
+ * come too late) when it turns lost. The thread serves its connections until
+ * the earliest deadline (at most RL_KEEPER_TICK_MS), collects the results and,
+ * at most once a tick, pops only the entries whose deadline has come. Other
+ * threads only touch the entry table under the mutex; the client is the
+ * thread's own. Every keeper is listed in a process-wide registry so
+ * rl_keeper_release_all can reach them from an exit path or a
+ * signal-handling thread. */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,12 +31,19 @@ typedef struct kept {
     double next_due;      /* when to extend next */
     double extend_start;  /* clock reading before the extension in flight was sent */
     int op;               /* extension in flight, or -1 */
+    int heap_pos;         /* index in the deadline heap, or -1 (not held) */
+    int next_free;        /* free slot: the next free slot, or -1 */
 } kept;
 
 typedef struct op_owner {
     int entry;
     unsigned gen;
 } op_owner;
+
+typedef struct heap_slot {
+    double at;            /* the entry's deadline, monotonic ms */
+    int entry;
+} heap_slot;
 
 struct rl_keeper {
     pthread_t thread;
@@ -40,6 +52,9 @@ struct rl_keeper {
     rl_client *client;     /* used by the keeper thread only */
     kept *entries;
     int nentries, capentries;
+    int free_head;         /* first free slot below nentries, or -1 */
+    heap_slot *heap;       /* the held entries, earliest deadline first; capentries long */
+    int nheap;
     op_owner *owners;      /* by operation id */
     int capowners;
     int stop;
@@ -52,8 +67,91 @@ struct rl_keeper {
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static rl_keeper *registry;
 
-static void lost_if_out_of_time(kept *e, double now) {
-    if (e->state == RL_KEEP_HELD && now >= e->valid_until - e->margin_ms) e->state = RL_KEEP_LOST;
+/* ---- the deadline heap: an entry is in it exactly while it is HELD ---- */
+
+/* The moment e turns lost without a successful extension. */
+static double lost_at(const kept *e) {
+    return e->valid_until - e->margin_ms;
+}
+
+/* When the thread must look at e next: its extension, unless one is in
+ * flight or it would come after e is lost. */
+static double deadline_of(const kept *e) {
+    double lost = lost_at(e);
+    if (isnan(lost)) lost = INFINITY; /* never lost by time, as lost_if_out_of_time sees it */
+    if (e->op >= 0 || e->next_due >= lost) return lost;
+    return e->next_due;
+}
+
+static void heap_put(rl_keeper *k, int pos, heap_slot d) {
+    k->heap[pos] = d;
+    k->entries[d.entry].heap_pos = pos;
+}
+
+static void sift_up(rl_keeper *k, int pos) {
+    heap_slot d = k->heap[pos];
+    while (pos > 0) {
+        int parent = (pos - 1) / 2;
+        if (k->heap[parent].at <= d.at) break;
+        heap_put(k, pos, k->heap[parent]);
+        pos = parent;
+    }
+    heap_put(k, pos, d);
+}
+
+static void sift_down(rl_keeper *k, int pos) {
+    heap_slot d = k->heap[pos];
+    for (;;) {
+        int child = 2 * pos + 1;
+        if (child >= k->nheap) break;
+        if (child + 1 < k->nheap && k->heap[child + 1].at < k->heap[child].at) child++;
+        if (d.at <= k->heap[child].at) break;
+        heap_put(k, pos, k->heap[child]);
+        pos = child;
+    }
+    heap_put(k, pos, d);
+}
+
+/* File entry i at its current deadline: insert it, or move it. */
+static void schedule(rl_keeper *k, int i) {
+    kept *e = &k->entries[i];
+    double at = deadline_of(e);
+    int pos = e->heap_pos;
+    if (pos < 0) {
+        pos = k->nheap++;
+        heap_put(k, pos, (heap_slot){at, i});
+        sift_up(k, pos);
+        return;
+    }
+    double was = k->heap[pos].at;
+    k->heap[pos].at = at;
+    if (at < was) sift_up(k, pos);
+    else sift_down(k, pos);
+}
+
+/* Take entry i out of the heap (no-op if it is not in it). */
+static void unschedule(rl_keeper *k, int i) {
+    int pos = k->entries[i].heap_pos;
+    if (pos < 0) return;
+    k->entries[i].heap_pos = -1;
+    heap_slot last = k->heap[--k->nheap];
+    if (pos == k->nheap) return;
+    heap_put(k, pos, last);
+    if (pos > 0 && k->heap[(pos - 1) / 2].at > last.at) sift_up(k, pos);
+    else sift_down(k, pos);
+}
+
+/* Entry i stops being HELD. */
+static void set_state(rl_keeper *k, int i, int state) {
+    unschedule(k, i);
+    k->entries[i].state = state;
+}
+
+/* ---- the entries ---- */
+
+static void lost_if_out_of_time(rl_keeper *k, int i, double now) {
+    kept *e = &k->entries[i];
+    if (e->state == RL_KEEP_HELD && now >= lost_at(e)) set_state(k, i, RL_KEEP_LOST);
 }
 
 static int own_op(rl_keeper *k, int op, int entry) {
@@ -70,21 +168,43 @@ static int own_op(rl_keeper *k, int op, int entry) {
     return 0;
 }
 
-/* Start every extension that is due. Called with the mutex held. */
+/* Start extending entry i. If it cannot start, try again a tick later. */
+static void start_extension(rl_keeper *k, int i, double now) {
+    kept *e = &k->entries[i];
+    e->extend_start = rl_now_ms();
+    int id = rl_begin_extend(k->client, e->resource, e->len, e->value, e->ttl_ms);
+    if (id >= 0 && own_op(k, id, i) == 0) e->op = id;
+    else e->next_due = now + RL_KEEPER_TICK_MS;
+    schedule(k, i);
+}
+
+/* Is the earliest deadline due? */
+static int anything_due(const rl_keeper *k, double now) {
+    return k->nheap > 0 && k->heap[0].at <= now;
+}
+
+/* Milliseconds to serve the connections for: until the earliest deadline,
+ * but not before not_before; at least 1, at most a tick. */
+static int ms_to_wait(const rl_keeper *k, double now, double not_before) {
+    double at = k->nheap > 0 ? k->heap[0].at : INFINITY;
+    double wait = (at > not_before ? at : not_before) - now;
+    if (!(wait < RL_KEEPER_TICK_MS)) return RL_KEEPER_TICK_MS;
+    return wait < 0 ? 1 : (int)wait + 1;
+}
+
+/* Handle every entry whose deadline has come: lost ones turn LOST, due ones
+ * start their extension. Called with the mutex held. */
 static void start_due(rl_keeper *k, double now) {
-    for (int i = 0; i < k->nentries; i++) {
-        kept *e = &k->entries[i];
-        lost_if_out_of_time(e, now);
-        if (e->state != RL_KEEP_HELD || e->op >= 0 || now < e->next_due) continue;
-        e->extend_start = rl_now_ms();
-        int id = rl_begin_extend(k->client, e->resource, e->len, e->value, e->ttl_ms);
-        if (id >= 0 && own_op(k, id, i) == 0) e->op = id;
+    while (anything_due(k, now)) {
+        int i = k->heap[0].entry;
+        if (now >= lost_at(&k->entries[i])) set_state(k, i, RL_KEEP_LOST);
+        else start_extension(k, i, now); /* in flight, it is due only when lost */
     }
 }
 
 /* Apply a finished extension. Called with the mutex held. */
 static void apply(rl_keeper *k, const rl_result *r) {
-    if (r->op != RL_OP_EXTEND || r->id >= k->capowners) return;
+    if (r->op != RL_OP_EXTEND || r->id < 0 || r->id >= k->capowners) return;
     op_owner o = k->owners[r->id];
     kept *e = &k->entries[o.entry];
     if (e->gen != o.gen || e->op != r->id) return; /* removed meanwhile */
@@ -95,13 +215,16 @@ static void apply(rl_keeper *k, const rl_result *r) {
         e->valid_until = e->extend_start + r->validity_ms;
         e->next_due = now + e->ttl_ms / 3.0;
     } else if (r->status == RL_STATUS_NOT_HELD) {
-        e->state = RL_KEEP_LOST;
+        set_state(k, o.entry, RL_KEEP_LOST);
+        return;
     } else {
         /* unavailable / timeout: try again soon, until validity runs out */
         double retry = e->ttl_ms / 10.0;
         e->next_due = now + (retry < 100 ? retry : 100);
-        lost_if_out_of_time(e, now);
+        lost_if_out_of_time(k, o.entry, now);
+        if (e->state != RL_KEEP_HELD) return;
     }
+    schedule(k, o.entry);
 }
 
 /* Release every held entry on the keeper's own connections. Mutex held on
@@ -114,7 +237,7 @@ static void release_held(rl_keeper *k) {
         if (e->state != RL_KEEP_HELD && e->state != RL_KEEP_LOST) continue;
         e->op = -1;
         if (rl_begin_release(k->client, e->resource, e->len, e->value) >= 0) started++;
-        e->state = RL_KEEP_RELEASED;
+        set_state(k, i, RL_KEEP_RELEASED);
     }
     pthread_mutex_unlock(&k->mu);
     while (r && started > 0) {
@@ -137,18 +260,51 @@ static void release_held(rl_keeper *k) {
 static void *keeper_main(void *arg) {
     rl_keeper *k = arg;
     rl_result *r = malloc(sizeof(*r));
+    /* start_due runs at most once a tick: the extensions that fall due in
+     * between go out together, one write per node for the batch instead of
+     * one wake-up and one write per lock. None is later than a tick. */
+    double next_sweep = 0;
     pthread_mutex_lock(&k->mu);
     while (!k->stop && r) {
         if (k->release_requested) release_held(k);
-        start_due(k, rl_now_ms());
+        double now = rl_now_ms();
+        if (now >= next_sweep && anything_due(k, now)) {
+            start_due(k, now);
+            next_sweep = now + RL_KEEPER_TICK_MS;
+        }
+        int wait_ms = ms_to_wait(k, now, next_sweep);
         pthread_mutex_unlock(&k->mu);
-        rl_run(k->client, RL_KEEPER_TICK_MS);
+        rl_run(k->client, wait_ms);
         pthread_mutex_lock(&k->mu);
         while (rl_collect(k->client, r)) apply(k, r);
     }
     pthread_mutex_unlock(&k->mu);
     free(r);
     return NULL;
+}
+
+/* A slot for a new entry: the last one freed, else a new one (the table and
+ * the heap grow together). Its gen is kept. Return -1 when out of memory.
+ * Called with the mutex held. */
+static int take_free_slot(rl_keeper *k) {
+    if (k->free_head >= 0) {
+        int id = k->free_head;
+        k->free_head = k->entries[id].next_free;
+        return id;
+    }
+    if (k->nentries == k->capentries) {
+        int cap = k->capentries ? k->capentries * 2 : 16;
+        kept *e = realloc(k->entries, (size_t)cap * sizeof(*e));
+        if (!e) return -1;
+        k->entries = e;
+        heap_slot *h = realloc(k->heap, (size_t)cap * sizeof(*h));
+        if (!h) return -1;
+        k->heap = h;
+        k->capentries = cap;
+    }
+    int id = k->nentries++;
+    k->entries[id].gen = 0;
+    return id;
 }
 
 rl_keeper *rl_keeper_new(const char *const *urls, int nurls, const rl_options *opts, char *err, size_t errlen) {
@@ -159,6 +315,7 @@ rl_keeper *rl_keeper_new(const char *const *urls, int nurls, const rl_options *o
         free(k);
         return NULL;
     }
+    k->free_head = -1;
     pthread_mutex_init(&k->mu, NULL);
     pthread_cond_init(&k->released, NULL);
     if (pthread_create(&k->thread, NULL, keeper_main, k) != 0) {
@@ -191,6 +348,7 @@ void rl_keeper_free(rl_keeper *k) {
     rl_client_free(k->client);
     for (int i = 0; i < k->nentries; i++) free(k->entries[i].resource);
     free(k->entries);
+    free(k->heap);
     free(k->owners);
     pthread_mutex_destroy(&k->mu);
     pthread_cond_destroy(&k->released);
@@ -209,23 +367,11 @@ int rl_keeper_add(rl_keeper *k, const char *resource, size_t len, const char *va
     memcpy(copy, resource, len);
 
     pthread_mutex_lock(&k->mu);
-    int id = -1;
-    for (int i = 0; i < k->nentries && id < 0; i++)
-        if (k->entries[i].state == 0) id = i;
+    int id = take_free_slot(k);
     if (id < 0) {
-        if (k->nentries == k->capentries) {
-            int cap = k->capentries ? k->capentries * 2 : 16;
-            kept *e = realloc(k->entries, (size_t)cap * sizeof(*e));
-            if (!e) {
-                pthread_mutex_unlock(&k->mu);
-                free(copy);
-                return snprintf(err, errlen, "out of memory"), RL_ERR;
-            }
-            k->entries = e;
-            k->capentries = cap;
-        }
-        id = k->nentries++;
-        k->entries[id].gen = 0;
+        pthread_mutex_unlock(&k->mu);
+        free(copy);
+        return snprintf(err, errlen, "out of memory"), RL_ERR;
     }
     kept *e = &k->entries[id];
     unsigned gen = e->gen + 1;
@@ -240,6 +386,9 @@ int rl_keeper_add(rl_keeper *k, const char *resource, size_t len, const char *va
     e->valid_until = valid_until_ms;
     e->next_due = rl_now_ms() + ttl_ms / 3.0;
     e->op = -1;
+    e->heap_pos = -1;
+    e->next_free = -1;
+    schedule(k, id);
     pthread_mutex_unlock(&k->mu);
     return id;
 }
@@ -249,7 +398,7 @@ int rl_keeper_state(rl_keeper *k, int id, double *valid_until_ms) {
     pthread_mutex_lock(&k->mu);
     if (id >= 0 && id < k->nentries && k->entries[id].state != 0) {
         kept *e = &k->entries[id];
-        lost_if_out_of_time(e, rl_now_ms());
+        lost_if_out_of_time(k, id, rl_now_ms());
         state = e->state;
         if (valid_until_ms) *valid_until_ms = e->valid_until;
     }
@@ -262,11 +411,13 @@ int rl_keeper_remove(rl_keeper *k, int id) {
     pthread_mutex_lock(&k->mu);
     if (id >= 0 && id < k->nentries && k->entries[id].state != 0) {
         kept *e = &k->entries[id];
+        set_state(k, id, 0);
         free(e->resource);
         e->resource = NULL;
-        e->state = 0;
         e->op = -1;
         e->gen++;
+        e->next_free = k->free_head;
+        k->free_head = id;
         rc = RL_OK;
     }
     pthread_mutex_unlock(&k->mu);

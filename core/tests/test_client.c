@@ -196,6 +196,127 @@ static void keeper_extends_and_releases(void) {
     rl_client_free(c);
 }
 
+/* Locks with many different ttls all stay extended (the keeper wakes for the
+ * earliest deadline, whichever entry it is); removed ones are left to expire
+ * and their slots are reused. */
+static void keeper_extends_many_ttls(void) {
+    enum { KEPT = 24 };
+    char err[RL_ERR_LEN], name[16];
+    rl_client *c = rl_client_new(url_list, NODES, NULL, err, sizeof(err));
+    rl_keeper *k = rl_keeper_new(url_list, NODES, NULL, err, sizeof(err));
+    rl_result *r = calloc(1, sizeof(*r));
+    CHECK(c && k);
+    int ids[KEPT];
+    char values[KEPT][RL_VALUE_LEN + 1];
+    for (int i = 0; i < KEPT; i++) {
+        int ttl = 1320 - 40 * i; /* added longest first: the heap must reorder */
+        snprintf(name, sizeof(name), "heap%d", i);
+        double t0 = rl_now_ms();
+        CHECK_INT(rl_acquire(c, name, strlen(name), ttl, r), RL_STATUS_OK);
+        memcpy(values[i], r->value, sizeof(values[i]));
+        ids[i] = rl_keeper_add(k, name, strlen(name), r->value, ttl, t0 + r->validity_ms, 0, err, sizeof(err));
+        CHECK(ids[i] >= 0);
+    }
+    int gone[2] = {3, 20};
+    CHECK_INT(rl_keeper_remove(k, ids[gone[0]]), RL_OK);
+    rl_sleep(c, 150);
+    CHECK_INT(rl_keeper_remove(k, ids[gone[1]]), RL_OK);
+    CHECK_INT(rl_keeper_remove(k, ids[gone[1]]), RL_ERR);
+    rl_sleep(c, 2700); /* two of the longest ttls */
+    for (int i = 0; i < KEPT; i++) {
+        snprintf(name, sizeof(name), "heap%d", i);
+        if (i == gone[0] || i == gone[1]) {
+            CHECK_INT(rl_keeper_state(k, ids[i], NULL), RL_ERR);
+            CHECK_INT(rl_acquire(c, name, strlen(name), 1000, r), RL_STATUS_OK); /* expired */
+            rl_release(c, name, strlen(name), r->value, r);
+            continue;
+        }
+        double until = 0;
+        CHECK_INT(rl_keeper_state(k, ids[i], &until), RL_KEEP_HELD);
+        CHECK(until > rl_now_ms());
+        CHECK_INT(rl_acquire(c, name, strlen(name), 1000, r), RL_STATUS_BUSY);
+    }
+    /* a freed slot is handed out again, with a fresh state */
+    CHECK_INT(rl_acquire(c, "heapnew", 7, 1000, r), RL_STATUS_OK);
+    int id = rl_keeper_add(k, "heapnew", 7, r->value, 1000, rl_now_ms() + 900, 0, err, sizeof(err));
+    CHECK(id == ids[gone[0]] || id == ids[gone[1]]);
+    CHECK_INT(rl_keeper_state(k, id, NULL), RL_KEEP_HELD);
+    CHECK_INT(rl_keeper_remove(k, id), RL_OK);
+    rl_release(c, "heapnew", 7, r->value, r);
+    for (int i = 0; i < KEPT; i++) {
+        if (i == gone[0] || i == gone[1]) continue;
+        snprintf(name, sizeof(name), "heap%d", i);
+        CHECK_INT(rl_keeper_remove(k, ids[i]), RL_OK);
+        CHECK_INT(rl_release(c, name, strlen(name), values[i], r), RL_STATUS_OK);
+    }
+    free(r);
+    rl_keeper_free(k);
+    rl_client_free(c);
+}
+
+static void pause_nodes(int sig) {
+    for (int i = 0; i < NODES; i++) kill(pids[i], sig);
+}
+
+/* Extensions that hang (every node paused): a lock turns LOST at its
+ * validity minus margin, not before, and a late success does not bring it
+ * back; a lock removed while its extension is in flight does not leak that
+ * result into the entry that reuses its slot. */
+static void keeper_hung_extensions(void) {
+    char err[RL_ERR_LEN];
+    rl_options o;
+    rl_options_init(&o);
+    o.node_timeout_ms = 1500; /* the extensions stay in flight while the nodes are paused */
+    o.stall_reset_ms = 5000;
+    rl_client *c = rl_client_new(url_list, NODES, NULL, err, sizeof(err));
+    rl_keeper *k = rl_keeper_new(url_list, NODES, &o, err, sizeof(err));
+    rl_result *r = calloc(1, sizeof(*r));
+    CHECK(c && k);
+    CHECK_INT(wait_ready(c, r), 0);
+    char hung[RL_VALUE_LEN + 1], gone[RL_VALUE_LEN + 1], fresh[RL_VALUE_LEN + 1];
+    /* keys that outlive the pause on the nodes; the keeper extends every 100 ms */
+    CHECK_INT(rl_acquire(c, "hung", 4, 5000, r), RL_STATUS_OK);
+    memcpy(hung, r->value, sizeof(hung));
+    CHECK_INT(rl_acquire(c, "gone", 4, 5000, r), RL_STATUS_OK);
+    memcpy(gone, r->value, sizeof(gone));
+    CHECK_INT(rl_acquire(c, "fresh", 5, 5000, r), RL_STATUS_OK);
+    memcpy(fresh, r->value, sizeof(fresh));
+    int hung_id = rl_keeper_add(k, "hung", 4, hung, 300, rl_now_ms() + 290, 50, err, sizeof(err));
+    int gone_id = rl_keeper_add(k, "gone", 4, gone, 300, rl_now_ms() + 5000, 0, err, sizeof(err));
+    CHECK(hung_id >= 0 && gone_id >= 0);
+    rl_sleep(c, 50);
+    pause_nodes(SIGSTOP);
+    rl_sleep(c, 120); /* the first extensions are in flight now */
+    CHECK_INT(rl_keeper_remove(k, gone_id), RL_OK);
+    double fresh_until = rl_now_ms() + 29000.5;
+    int fresh_id = rl_keeper_add(k, "fresh", 5, fresh, 30000, fresh_until, 0, err, sizeof(err));
+    CHECK_INT(fresh_id, gone_id); /* the freed slot, with the old extension still in flight */
+
+    double until = 0, deadline = rl_now_ms() + 3000;
+    int state;
+    while ((state = rl_keeper_state(k, hung_id, &until)) == RL_KEEP_HELD && rl_now_ms() < deadline) rl_sleep(c, 10);
+    CHECK_INT(state, RL_KEEP_LOST);
+    CHECK(rl_now_ms() >= until - 50); /* not before validity minus margin */
+
+    pause_nodes(SIGCONT);
+    rl_sleep(c, 400); /* the late replies arrive and are ignored */
+    double late_until = 0;
+    CHECK_INT(rl_keeper_state(k, hung_id, &late_until), RL_KEEP_LOST);
+    CHECK(late_until == until);
+    double fresh_seen = 0;
+    CHECK_INT(rl_keeper_state(k, fresh_id, &fresh_seen), RL_KEEP_HELD);
+    CHECK(fresh_seen == fresh_until);
+
+    CHECK_INT(rl_keeper_remove(k, hung_id), RL_OK);
+    CHECK_INT(rl_keeper_remove(k, fresh_id), RL_OK);
+    rl_release(c, "hung", 4, hung, r);
+    rl_release(c, "gone", 4, gone, r);
+    rl_release(c, "fresh", 5, fresh, r);
+    free(r);
+    rl_keeper_free(k);
+    rl_client_free(c);
+}
+
 int main(void) {
     if (system("command -v redis-server >/dev/null 2>&1") != 0) {
         printf("test_client: redis-server not found, skipped\n");
@@ -218,6 +339,8 @@ int main(void) {
     misuse_is_refused(c, r);
     dead_and_stalled_nodes(c, r);
     keeper_extends_and_releases();
+    keeper_extends_many_ttls();
+    keeper_hung_extensions();
     /* freeing with operations in flight abandons them cleanly */
     rl_begin_acquire(c, "abandoned", 9, 1000);
     rl_client_free(c);
