@@ -1,0 +1,103 @@
+/* test_reply.c — the reply reader fed byte streams, no network. */
+#include <stdlib.h>
+
+#include "../src/reply.h"
+#include "check.h"
+
+static rl_reader rd;
+
+/* Feed s in pieces of step bytes; return the number of complete replies. */
+static int feed_in_steps(const char *s, size_t len, size_t step) {
+    int got = 0;
+    const rl_reply *r;
+    for (size_t at = 0; at < len; at += step) {
+        size_t n = len - at < step ? len - at : step;
+        CHECK_INT(rl_reader_feed(&rd, s + at, n), 0);
+        while (rl_reader_next(&rd, &r) == 1) got++;
+    }
+    return got;
+}
+
+static const rl_reply *next(void) {
+    const rl_reply *r = NULL;
+    CHECK_INT(rl_reader_next(&rd, &r), 1);
+    return r;
+}
+
+static void parses_what_rounds_get(void) {
+    CHECK_INT(rl_reader_reset(&rd), 0);
+    const char s[] = "+OK\r\n$-1\r\n:1\r\n:0\r\n-NOSCRIPT No matching script.\r\n";
+    CHECK_INT(rl_reader_feed(&rd, s, sizeof(s) - 1), 0);
+    const rl_reply *r = next();
+    CHECK_INT(r->type, RL_REPLY_STATUS);
+    CHECK_STR(r->str, "OK");
+    CHECK_INT(r->len, 2);
+    CHECK_INT(next()->type, RL_REPLY_NIL);
+    r = next();
+    CHECK_INT(r->type, RL_REPLY_INTEGER);
+    CHECK_INT(r->integer, 1);
+    CHECK_INT(next()->integer, 0);
+    r = next();
+    CHECK_INT(r->type, RL_REPLY_ERROR);
+    CHECK_STR(r->str, "NOSCRIPT No matching script.");
+    CHECK_INT(rl_reader_next(&rd, &r), 0); /* nothing more */
+}
+
+static void waits_for_replies_split_across_reads(void) {
+    CHECK_INT(rl_reader_reset(&rd), 0);
+    const char s[] = "+OK\r\n$5\r\nhello\r\n:42\r\n*2\r\n$1\r\na\r\n*1\r\n:7\r\n-ERR x\r\n";
+    for (size_t step = 1; step <= 7; step++) CHECK_INT(feed_in_steps(s, sizeof(s) - 1, step), 5);
+}
+
+static void keeps_arrays_as_one_reply_and_skips_their_elements(void) {
+    CHECK_INT(rl_reader_reset(&rd), 0);
+    const char s[] = "*3\r\n$1\r\na\r\n*2\r\n:1\r\n+x\r\n$-1\r\n*0\r\n*-1\r\n+after\r\n";
+    CHECK_INT(rl_reader_feed(&rd, s, sizeof(s) - 1), 0);
+    const rl_reply *r = next();
+    CHECK_INT(r->type, RL_REPLY_ARRAY);
+    CHECK_INT(r->integer, 3);
+    r = next();
+    CHECK_INT(r->type, RL_REPLY_ARRAY);
+    CHECK_INT(r->integer, 0);
+    CHECK_INT(next()->type, RL_REPLY_NIL); /* a nil array */
+    CHECK_STR(next()->str, "after");
+}
+
+static void cuts_long_texts_but_keeps_their_length(void) {
+    CHECK_INT(rl_reader_reset(&rd), 0);
+    size_t n = 100000;
+    char *s = malloc(n + 16);
+    CHECK(s != NULL);
+    s[0] = '-';
+    memset(s + 1, 'e', n);
+    memcpy(s + 1 + n, "\r\n", 2);
+    CHECK_INT(rl_reader_feed(&rd, s, n + 3), 0);
+    const rl_reply *r = next();
+    CHECK_INT(r->type, RL_REPLY_ERROR);
+    CHECK_INT(r->len, n);
+    CHECK_INT(strlen(r->str), RL_REPLY_TEXT_LEN - 1);
+    free(s);
+}
+
+static void reports_protocol_errors(void) {
+    CHECK_INT(rl_reader_reset(&rd), 0);
+    const char s[] = "HTTP/1.1 400 Bad Request\r\n";
+    const rl_reply *r;
+    CHECK_INT(rl_reader_feed(&rd, s, sizeof(s) - 1), 0);
+    CHECK_INT(rl_reader_next(&rd, &r), -1);
+    CHECK(strstr(rl_reader_error(&rd), "rotocol") != NULL);
+    /* a reset reader starts clean */
+    CHECK_INT(rl_reader_reset(&rd), 0);
+    CHECK_INT(rl_reader_feed(&rd, ":1\r\n", 4), 0);
+    CHECK_INT(next()->integer, 1);
+}
+
+int main(void) {
+    parses_what_rounds_get();
+    waits_for_replies_split_across_reads();
+    keeps_arrays_as_one_reply_and_skips_their_elements();
+    cuts_long_texts_but_keeps_their_length();
+    reports_protocol_errors();
+    rl_reader_free(&rd);
+    return check_report("test_reply");
+}
