@@ -343,4 +343,92 @@ describe("input", function()
       dlm:close()
     end)
   end)
+
+  describe("other ways to reach a node", function()
+    it("locks over unix sockets", function()
+      local socks, urls = {}, {}
+      for i = 1, 3 do
+        socks[i] = os.tmpname()
+        os.remove(socks[i])
+        socks[i] = socks[i] .. ".sock"
+        local one = cluster.start(1, { args = { "--unixsocket", socks[i], "--unixsocketperm", "700" } })
+        urls[i] = "unix://" .. socks[i]
+        socks[i] = { path = socks[i], cl = one }
+      end
+      local dlm = redlock.new { servers = urls }
+      local r = res("unix")
+      local lock, err, detail = dlm:try_lock(r)
+      assert.is_nil(err, tostring(err) .. " " .. cluster.show(detail))
+      for i = 1, 3 do assert.equal(lock.value, cluster.get(socks[i].cl, 1, r)) end
+      assert(lock:unlock())
+      for i = 1, 3 do assert.is_nil(cluster.get(socks[i].cl, 1, r)) end
+      dlm:close()
+      for i = 1, 3 do socks[i].cl:stop() end
+    end)
+
+    it("selects the database in the URL, and makes a refused SELECT a failed vote with the reason", function()
+      local urls = {}
+      for i = 1, 3 do urls[i] = cl.urls[i] .. "/5" end
+      local dlm = redlock.new { servers = urls }
+      local r = res("db")
+      local lock, err, detail = dlm:try_lock(r)
+      assert.is_nil(err, tostring(err) .. " " .. cluster.show(detail))
+      for i = 1, 3 do
+        assert.is_nil(cluster.get(cl, i, r)) -- not in db 0
+        assert.equal(lock.value, (cl:cli(i, "-n", "5", "GET", r)))
+      end
+      assert(lock:unlock())
+      dlm:close()
+
+      urls[1] = cl.urls[1] .. "/99" -- redis has 16 databases
+      dlm = redlock.new { servers = urls, node_timeout = NODE_TIMEOUT }
+      for _ = 1, 2 do
+        lock, err, detail = dlm:try_lock(res("baddb"))
+        assert.is_nil(err, tostring(err) .. " " .. cluster.show(detail))
+        assert.equal(2, lock.votes)
+        assert(lock:unlock())
+      end
+      dlm:close()
+
+      urls[2] = cl.urls[2] .. "/99"
+      dlm = redlock.new { servers = urls, node_timeout = NODE_TIMEOUT }
+      lock, err, detail = dlm:try_lock(res("baddb"))
+      assert.is_nil(lock)
+      assert.equal("unavailable", err)
+      for i = 1, 2 do
+        assert.equal("error", detail[i].state, cluster.show(detail))
+        assert.matches("SELECT refused: ERR DB index is out of range", detail[i].error, 1, true)
+      end
+      dlm:close()
+    end)
+
+    it("authenticates as an ACL user, and names a wrong user password in the reason", function()
+      local acl = cluster.start(3, { args = { "--user", "locker", "on", ">locker-pw", "~*", "+@all" } })
+      local urls, bad = {}, {}
+      for i = 1, 3 do
+        urls[i] = "redis://locker:locker-pw@127.0.0.1:" .. acl.ports[i]
+        bad[i] = "redis://locker:nope@127.0.0.1:" .. acl.ports[i]
+      end
+      local dlm = redlock.new { servers = urls }
+      local r = res("acl")
+      local lock, err, detail = dlm:try_lock(r)
+      assert.is_nil(err, tostring(err) .. " " .. cluster.show(detail))
+      for i = 1, 3 do assert.equal(lock.value, cluster.get(acl, i, r)) end
+      assert(lock:unlock())
+      dlm:close()
+
+      dlm = redlock.new { servers = bad, node_timeout = NODE_TIMEOUT }
+      lock, err, detail = dlm:try_lock(res("aclbad"))
+      assert.is_nil(lock)
+      assert.equal("unavailable", err)
+      for i = 1, 3 do
+        if detail[i].state ~= "pending" then
+          assert.matches("AUTH refused: WRONGPASS", detail[i].error, 1, true)
+          assert.is_nil(detail[i].error:find("nope", 1, true))
+        end
+      end
+      dlm:close()
+      acl:stop()
+    end)
+  end)
 end)
