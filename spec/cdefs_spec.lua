@@ -8,10 +8,7 @@ local HEADER = "core/include/redlock.h"
 local CDEFS_FILE = "lua/redlock/cdefs.lua"
 
 local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("*a")
-  f:close()
-  return s
+  return assert(require("helpers.proc").read_file(path), "cannot read " .. path)
 end
 
 ----------------------------------------------------------------------------

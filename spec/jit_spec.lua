@@ -38,13 +38,7 @@ v.off()
 io.write("held ", held, " failed ", failed, "\n")
 ]==]
 
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local read = require("helpers.proc").read_file
 
 local function q(s) return devcluster.shell_quote(s) end
 
