@@ -95,6 +95,9 @@ function _M.parse(argv, i, spec)
   return opts, i
 end
 
+--- The option every command takes.
+_M.HELP = { name = "help", short = "h", long = "help", help = "show this help" }
+
 --- The option lines of a help text, aligned.
 function _M.describe(spec)
   local rows, width = {}, 0

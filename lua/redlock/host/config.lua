@@ -10,6 +10,15 @@ _M.OPTIONS = {
     help = "prepended to RESOURCE to form the key (default: $REDLOCK_PREFIX)" },
 }
 
+--- A command's option spec: its own options, then the server options and --help.
+function _M.spec(own)
+  local spec = {}
+  for _, o in ipairs(own) do spec[#spec + 1] = o end
+  for _, o in ipairs(_M.OPTIONS) do spec[#spec + 1] = o end
+  spec[#spec + 1] = require("redlock.host.args").HELP
+  return spec
+end
+
 local NO_SERVERS = "no servers configured: pass --servers URL,URL,... or set REDLOCK_SERVERS"
   .. " (`redlock dev` starts a throwaway local cluster and prints the line to use)"
 

@@ -24,8 +24,9 @@ local SPEC = {
     help = "nodes of the throwaway cluster (5)" },
   { name = "servers", long = "servers", arg = "URL,...",
     help = "use these nodes instead of a throwaway cluster (or $REDLOCK_SERVERS)" },
-  { name = "help", short = "h", long = "help", help = "show this help" },
+  args.HELP,
 }
+_M.SPEC = SPEC
 
 function _M.help()
   return ([[
@@ -116,13 +117,7 @@ local function analyse(events, counter)
   return { sections = #intervals, overlaps = overlaps, lost = #intervals - counter }
 end
 
-function _M.main(argv, i)
-  local opts, k = args.parse(argv, i, SPEC)
-  if not opts then return host.usage_error("demo", k) end
-  if opts.help then
-    io.stdout:write(_M.help())
-    return EXIT.OK
-  end
+function _M.run(opts, argv, k)
   if argv[k] ~= nil then return host.usage_error("demo", "unexpected '" .. argv[k] .. "'") end
   local nworkers, rounds, nnodes = opts.workers or 4, opts.rounds or 5, opts.nodes or 5
   local exe = (package.loaded["redlock.host.self"] or {}).exe or arg[0]
@@ -298,7 +293,7 @@ end
 ---------------------------------------------------------------------------
 -- redlock demo-worker --servers URLS RESOURCE DIR ID ROUNDS (internal)
 
-_M.worker = {}
+_M.worker = { SPEC = config.OPTIONS }
 
 function _M.worker.help()
   return "usage: redlock demo-worker --servers URLS RESOURCE DIR ID ROUNDS (used by redlock demo)\n"
@@ -321,9 +316,7 @@ local function votes_of(lock, servers)
   return table.concat(t, ",")
 end
 
-function _M.worker.main(argv, i)
-  local opts, k = args.parse(argv, i, config.OPTIONS)
-  if not opts then return host.usage_error("demo-worker", k) end
+function _M.worker.run(opts, argv, k)
   local resource, dir, id, rounds = argv[k], argv[k + 1], tonumber(argv[k + 2]), tonumber(argv[k + 3])
   if not (resource and dir and id and rounds) then
     return host.usage_error("demo-worker", "expected RESOURCE DIR ID ROUNDS")

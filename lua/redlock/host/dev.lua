@@ -10,8 +10,9 @@ local _M = {}
 local SPEC = {
   { name = "dir", long = "dir", arg = "DIR",
     help = "keep pid files and logs in DIR (default: a fresh temporary directory)" },
-  { name = "help", short = "h", long = "help", help = "show this help" },
+  args.HELP,
 }
+_M.SPEC = SPEC
 
 function _M.help()
   return ([[
@@ -26,13 +27,7 @@ Options:
 ]]):format(args.describe(SPEC))
 end
 
-function _M.main(argv, i)
-  local opts, k = args.parse(argv, i, SPEC)
-  if not opts then return host.usage_error("dev", k) end
-  if opts.help then
-    io.stdout:write(_M.help())
-    return EXIT.OK
-  end
+function _M.run(opts, argv, k)
   local n = 5
   if argv[k] ~= nil then
     n = argv[k]:match("^%d+$") and tonumber(argv[k])

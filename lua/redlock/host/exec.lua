@@ -21,7 +21,7 @@ local POLL_MS = 10
 local DEFAULT_TTL = 10000
 local DEFAULT_GRACE = 2000
 
-local SPEC = {
+local SPEC = config.spec {
   { name = "ttl", long = "ttl", arg = "MS", check = "ms",
     help = ("lock time-to-live; kept extended every ttl/3 (%d)"):format(DEFAULT_TTL) },
   { name = "wait", short = "w", long = "wait", arg = "MS", check = "ms0",
@@ -38,8 +38,7 @@ local SPEC = {
   { name = "quiet", short = "q", long = "quiet", help = "no message when RESOURCE is held elsewhere" },
   { name = "verbose", short = "v", long = "verbose", help = "say when the lock is acquired and released" },
 }
-for _, o in ipairs(config.OPTIONS) do SPEC[#SPEC + 1] = o end
-SPEC[#SPEC + 1] = { name = "help", short = "h", long = "help", help = "show this help" }
+_M.SPEC = SPEC
 
 function _M.help()
   return ([[
@@ -102,13 +101,7 @@ local function stop_child(pid, grace_ms)
   return status
 end
 
-function _M.main(argv, i)
-  local opts, k = args.parse(argv, i, SPEC)
-  if not opts then return host.usage_error("exec", k) end
-  if opts.help then
-    io.stdout:write(_M.help())
-    return EXIT.OK
-  end
+function _M.run(opts, argv, k)
   local resource = argv[k]
   if resource == nil or resource == "" then
     return host.usage_error("exec", "missing RESOURCE")

@@ -122,7 +122,13 @@ function _M.main(arg)
     end
     return _M.usage_error(nil, ("unknown command '%s'"):format(first))
   end
-  return cmd.main(argv, 2)
+  local opts, k = require("redlock.host.args").parse(argv, 2, cmd.SPEC)
+  if not opts then return _M.usage_error(first, k) end
+  if opts.help then
+    io.stdout:write(cmd.help())
+    return _M.EXIT.OK
+  end
+  return cmd.run(opts, argv, k)
 end
 
 return _M

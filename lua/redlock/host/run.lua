@@ -15,9 +15,8 @@ local config = require "redlock.host.config"
 local EXIT = host.EXIT
 local _M = {}
 
-local SPEC = {}
-for _, o in ipairs(config.OPTIONS) do SPEC[#SPEC + 1] = o end
-SPEC[#SPEC + 1] = { name = "help", short = "h", long = "help", help = "show this help" }
+local SPEC = config.spec {}
+_M.SPEC = SPEC
 
 function _M.help()
   return ([[
@@ -62,13 +61,7 @@ local function handler(e)
   return trim_traceback(debug.traceback(msg, 2))
 end
 
-function _M.main(argv, i)
-  local opts, k = args.parse(argv, i, SPEC)
-  if not opts then return host.usage_error("run", k) end
-  if opts.help then
-    io.stdout:write(_M.help())
-    return EXIT.OK
-  end
+function _M.run(opts, argv, k)
   local script = argv[k]
   if script == nil then return host.usage_error("run", "missing SCRIPT.lua") end
   if opts.servers then

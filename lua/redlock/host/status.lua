@@ -38,9 +38,8 @@ end
 local NIL = {} -- a nil reply
 local REPLY_STRING, REPLY_INTEGER, REPLY_NIL, REPLY_STATUS, REPLY_ERROR = 1, 3, 4, 5, 6
 
-local SPEC = {}
-for _, o in ipairs(config.OPTIONS) do SPEC[#SPEC + 1] = o end
-SPEC[#SPEC + 1] = { name = "help", short = "h", long = "help", help = "show this help" }
+local SPEC = config.spec {}
+_M.SPEC = SPEC
 
 function _M.help()
   return ([[
@@ -152,13 +151,7 @@ local function probe(url, key, timeout_ms)
   return res, why
 end
 
-function _M.main(argv, i)
-  local opts, k = args.parse(argv, i, SPEC)
-  if not opts then return host.usage_error("status", k) end
-  if opts.help then
-    io.stdout:write(_M.help())
-    return EXIT.OK
-  end
+function _M.run(opts, argv, k)
   local resource = argv[k]
   if resource == nil or resource == "" then return host.usage_error("status", "missing RESOURCE") end
   if argv[k + 1] ~= nil then return host.usage_error("status", "one RESOURCE at a time") end
