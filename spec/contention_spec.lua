@@ -11,11 +11,7 @@ local proc = require "helpers.proc"
 local WORKERS = 4
 local RUN_MS = 4000
 
-local seq = 0
-local function res(tag)
-  seq = seq + 1
-  return ("spec:contention:%s:%d:%d"):format(tag, proc.getpid(), seq)
-end
+local res = cluster.names("contention") -- res(tag): a resource name no other run uses
 
 -- Run WORKERS worker processes (spec/helpers/worker.lua) in mode against
 -- urls for run_ms; return the checker's result and the workers' summaries.

@@ -12,11 +12,7 @@ local DRIFT = 0.01
 -- allow far more so a loaded CI machine does not fail the bound.
 local SLACK_MS = 250
 
-local seq = 0
-local function res(tag)
-  seq = seq + 1
-  return ("spec:core:%s:%d:%d"):format(tag, proc.getpid(), seq)
-end
+local res = cluster.names("core") -- res(tag): a resource name no other run uses
 
 local function states(detail)
   local t = {}

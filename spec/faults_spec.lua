@@ -15,11 +15,7 @@ local NODE_TIMEOUT = 50
 local ROUND_BOUND = 10 * NODE_TIMEOUT
 local COMEBACK_MS = 3000 -- "within a couple of seconds" (reconnect backoff caps at 1 s)
 
-local seq = 0
-local function res(tag)
-  seq = seq + 1
-  return ("spec:faults:%s:%d:%d"):format(tag, proc.getpid(), seq)
-end
+local res = cluster.names("faults") -- res(tag): a resource name no other run uses
 
 local function timed(fn, ...)
   local t0 = proc.now_ms()
@@ -254,16 +250,7 @@ describe("faults", function()
       for i = 1, 3 do cl:kill(i, "CONT") end
       stopped = {}
       -- the SETs still queued in the stalled nodes run now; so must the releases
-      local deadline = proc.now_ms() + 2000
-      local left
-      repeat
-        proc.sleep_ms(50)
-        left = {}
-        for i = 1, 5 do
-          if cluster.get(cl, i, r) then left[#left + 1] = i end
-        end
-      until #left == 0 or proc.now_ms() > deadline
-      assert.same({}, left)
+      assert(cluster.await_value(cl, r, nil, 2000))
     end)
   end)
 
@@ -368,16 +355,7 @@ describe("faults", function()
       assert.equal("unavailable", err)
       assert.equal(3, count_state(detail, "timeout", 1, 3), cluster.show(detail))
       -- the SETs were applied upstream, the release must have undone them
-      local deadline = proc.now_ms() + 1000
-      local left
-      repeat
-        proc.sleep_ms(20)
-        left = {}
-        for i = 1, 5 do
-          if cluster.get(cl, i, r) then left[#left + 1] = i end
-        end
-      until #left == 0 or proc.now_ms() > deadline
-      assert.same({}, left)
+      assert(cluster.await_value(cl, r, nil, 1000))
       recovers()
     end)
 

@@ -10,11 +10,7 @@ local proc = require "helpers.proc"
 local NODE_TIMEOUT = 50
 local ROUND_BOUND = 10 * NODE_TIMEOUT
 
-local seq = 0
-local function res(tag)
-  seq = seq + 1
-  return ("spec:input:%s:%d:%d"):format(tag, proc.getpid(), seq)
-end
+local res = cluster.names("input") -- res(tag): a resource name no other run uses
 
 -- fn must raise a "bad argument" error that names what is wrong.
 local function raises(fn, pattern)

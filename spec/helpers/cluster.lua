@@ -7,6 +7,7 @@
 --   cluster.pttl(cl, 1, key)             -- ms, -2 if no key, -1 if no expiry
 --   cluster.set_nx(cl, 1, key, value, px)
 --   cluster.stop_all()                   -- every cluster started here
+--   local res = cluster.names("core")    -- res("tag"): a fresh resource name
 --
 -- Keys travel hex-encoded inside an EVAL so that any byte (NUL included)
 -- reaches the node intact through redis-cli and the shell.
@@ -22,6 +23,17 @@ function M.start(n, opts)
   local cl = devcluster.start(opts)
   started[#started + 1] = cl
   return cl
+end
+
+--- A maker of resource names for one spec file: names("core")("tag") is
+-- "spec:core:tag:<pid>:<n>", a name no other call, file or run uses.
+function M.names(file)
+  local proc = require "helpers.proc"
+  local n = 0
+  return function(tag)
+    n = n + 1
+    return ("spec:%s:%s:%d:%d"):format(file, tag, proc.getpid(), n)
+  end
 end
 
 function M.stop_all()
