@@ -3,12 +3,13 @@
 -- with the same types, and the same layout as the C compiler gives them.
 
 local ffi = require "ffi"
+local proc = require "helpers.proc"
 
 local HEADER = "core/include/redlock.h"
 local CDEFS_FILE = "lua/redlock/cdefs.lua"
 
 local function read(path)
-  return assert(require("helpers.proc").read_file(path), "cannot read " .. path)
+  return assert(proc.read_file(path), "cannot read " .. path)
 end
 
 ----------------------------------------------------------------------------
@@ -391,9 +392,7 @@ describe("lua/redlock/cdefs.lua", function()
 
   it("lays structs out as the C compiler does (sizeof, offsetof)", function()
     -- Compile a probe against the real header and compare with the FFI.
-    local dir = os.tmpname()
-    os.remove(dir)
-    assert(os.execute("mkdir -p " .. dir) == 0)
+    local dir = proc.tmpdir()
     local lines = { "#include <stdio.h>", "#include <stddef.h>", '#include "redlock.h"',
                     "int main(void) {" }
     local expect = {}
@@ -431,7 +430,7 @@ describe("lua/redlock/cdefs.lua", function()
       got[k] = tonumber(v)
     end
     p:close()
-    os.execute("rm -rf " .. dir)
+    proc.rmdir(dir)
     for _, e in ipairs(expect) do
       assert.are.equal(got[e[1]], tonumber(e[2]), e[1])
     end

@@ -16,11 +16,8 @@ if BIN:sub(1, 1) ~= "/" then BIN = ROOT .. "/" .. BIN end
 --- Run a shell command; return its output (stderr merged), exit status and ms taken.
 local function sh(cmd)
   local t0 = wall_ms()
-  local p = assert(io.popen("exec 2>&1; " .. cmd .. "; echo \"<rc=$?>\""))
-  local out = p:read("*a")
-  p:close()
-  local body, rc = out:match("^(.-)<rc=(%d+)>%s*$")
-  return body or out, tonumber(rc), wall_ms() - t0
+  local out, rc = proc.sh(cmd)
+  return out, rc, wall_ms() - t0
 end
 
 local TMP -- a fresh directory per run (setup)
@@ -102,9 +99,7 @@ describe("the redlock host", function()
     local f = io.open(BIN, "rb")
     assert(f, BIN .. " is not built (cmake -S . -B build && cmake --build build)")
     f:close()
-    TMP = os.tmpname()
-    os.remove(TMP)
-    assert(os.execute("mkdir -p " .. q(TMP)) == 0)
+    TMP = proc.tmpdir()
     cl = devcluster.start { n = 5 }
     SERVERS = table.concat(cl.urls, ",")
     ENV = "REDLOCK_SERVERS=" .. SERVERS
@@ -112,7 +107,7 @@ describe("the redlock host", function()
 
   teardown(function()
     if cl then cl:stop() end
-    if TMP then os.execute("rm -rf " .. q(TMP)) end
+    proc.rmdir(TMP)
   end)
 
   describe("command line", function()

@@ -342,24 +342,22 @@ describe("input", function()
 
   describe("other ways to reach a node", function()
     it("locks over unix sockets", function()
-      local socks, urls = {}, {}
+      local dir, nodes, urls = proc.tmpdir(), {}, {}
       for i = 1, 3 do
-        socks[i] = os.tmpname()
-        os.remove(socks[i])
-        socks[i] = socks[i] .. ".sock"
-        local one = cluster.start(1, { args = { "--unixsocket", socks[i], "--unixsocketperm", "700" } })
-        urls[i] = "unix://" .. socks[i]
-        socks[i] = { path = socks[i], cl = one }
+        local path = ("%s/node%d.sock"):format(dir, i)
+        nodes[i] = cluster.start(1, { args = { "--unixsocket", path, "--unixsocketperm", "700" } })
+        urls[i] = "unix://" .. path
       end
       local dlm = redlock.new { servers = urls }
       local r = res("unix")
       local lock, err, detail = dlm:try_lock(r)
       assert.is_nil(err, tostring(err) .. " " .. cluster.show(detail))
-      for i = 1, 3 do assert.equal(lock.value, cluster.get(socks[i].cl, 1, r)) end
+      for i = 1, 3 do assert.equal(lock.value, cluster.get(nodes[i], 1, r)) end
       assert(lock:unlock())
-      for i = 1, 3 do assert.is_nil(cluster.get(socks[i].cl, 1, r)) end
+      for i = 1, 3 do assert.is_nil(cluster.get(nodes[i], 1, r)) end
       dlm:close()
-      for i = 1, 3 do socks[i].cl:stop() end
+      for i = 1, 3 do nodes[i]:stop() end
+      proc.rmdir(dir)
     end)
 
     it("selects the database in the URL, and makes a refused SELECT a failed vote with the reason", function()

@@ -1,7 +1,8 @@
 -- `luarocks make` installs a module that `require "redlock"` loads with
 -- nothing but the target tree on the path: not the checkout's lua/, not build/.
 
-local function q(s) return "'" .. tostring(s):gsub("'", [['\'']]) .. "'" end
+local proc = require "helpers.proc"
+local q, sh = proc.quote, proc.sh
 
 local function exists(path)
   local f = io.open(path, "rb")
@@ -9,13 +10,6 @@ local function exists(path)
   return f ~= nil
 end
 
-local function sh(cmd)
-  local p = assert(io.popen(cmd .. " 2>&1; echo \"<rc=$?>\""))
-  local out = p:read("*a")
-  p:close()
-  local body, rc = out:match("^(.-)<rc=(%d+)>%s*$")
-  return body or out, tonumber(rc)
-end
 
 -- Loads the module and reports where everything came from.
 local PROBE = [[
@@ -37,14 +31,13 @@ describe("luarocks make redlock-scm-1.rockspec", function()
   local tmp, tree
 
   setup(function()
-    tmp = os.tmpname()
-    os.remove(tmp)
+    tmp = proc.tmpdir()
     tree = tmp .. "/tree"
     assert(os.execute("mkdir -p " .. q(tmp .. "/src") .. " " .. q(tmp .. "/cwd")) == 0)
   end)
 
   teardown(function()
-    if tmp then os.execute("rm -rf " .. q(tmp)) end
+    proc.rmdir(tmp)
   end)
 
   it("builds and installs into a tree of its own, offline", function()

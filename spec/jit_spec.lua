@@ -4,6 +4,7 @@
 -- (A child process, so the JIT settings do not leak into busted.)
 
 local devcluster = require "redlock.devcluster"
+local proc = require "helpers.proc"
 
 local ITERATIONS = 300
 
@@ -38,18 +39,16 @@ v.off()
 io.write("held ", held, " failed ", failed, "\n")
 ]==]
 
-local read = require("helpers.proc").read_file
+local read = proc.read_file
 
-local function q(s) return devcluster.shell_quote(s) end
+local q = proc.quote
 
 describe("the lock/unlock hot path", function()
   local cl, dir, log, out
 
   setup(function()
     cl = devcluster.start { n = 3 }
-    dir = os.tmpname()
-    os.remove(dir)
-    assert(os.execute("mkdir -p " .. q(dir)) == 0)
+    dir = proc.tmpdir()
     local f = assert(io.open(dir .. "/jit_loop.lua", "w"))
     f:write(CHILD)
     f:close()
@@ -70,7 +69,7 @@ describe("the lock/unlock hot path", function()
 
   teardown(function()
     if cl then cl:stop() end
-    if dir then os.execute("rm -rf " .. q(dir)) end
+    proc.rmdir(dir)
   end)
 
   it("runs every iteration", function()

@@ -271,7 +271,7 @@ static void op_start_cleanup(rl_client *c, rl_op *op) {
     op->phase = OP_CLEANUP;
     op->cleanup_pending = 0;
     if (rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, op->res.value) != 0) return;
-    rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, 0};
+    rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, rl_now_ms()};
     for (int i = 0; i < c->nnodes; i++) {
         if (!(op->sent & (1u << i)) || op->res.node[i].state == RL_NODE_TAKEN) continue;
         if (rl_node_send(&c->nodes[i], op->cmd.data, op->cmd.len, t) == 0) op->cleanup_pending++;
@@ -321,6 +321,7 @@ static int resend_as_eval(rl_client *c, rl_op *op, int node, rl_ticket t) {
                  ? rl_cmd_release(&c->scratch, 0, op->key.data, op->key.len, op->res.value)
                  : rl_cmd_extend(&c->scratch, 0, op->key.data, op->key.len, op->res.value, op->round.ttl_ms);
     if (rc != 0) return -1;
+    t.sent_ms = rl_now_ms();
     return rl_node_send(&c->nodes[node], c->scratch.data, c->scratch.len, t);
 }
 
@@ -404,9 +405,10 @@ static int begin(rl_client *c, int kind, const char *resource, size_t len, const
     op->sent = 0;
     c->inflight++;
     ev_now_update(c->loop);
-    rl_round_start(&op->round, &op->res, kind, c->nnodes, c->quorum, ttl_ms, c->opts.drift_factor, rl_now_ms());
+    double now = rl_now_ms();
+    rl_round_start(&op->round, &op->res, kind, c->nnodes, c->quorum, ttl_ms, c->opts.drift_factor, now);
     start_timer(c, op);
-    rl_ticket t = {op->slot, op->gen, kind, 0};
+    rl_ticket t = {op->slot, op->gen, kind, now};
     for (int i = 0; i < c->nnodes && op->phase == OP_ROUND; i++) {
         if (rl_node_send(&c->nodes[i], op->cmd.data, op->cmd.len, t) == 0) {
             op->sent |= 1u << i;

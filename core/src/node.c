@@ -143,7 +143,6 @@ void rl_node_flush(rl_node *n) {
 }
 
 static int queue_command(rl_node *n, const char *cmd, size_t len, rl_ticket t) {
-    t.sent_ms = rl_now_ms();
     if (rl_buf_reserve(&n->out, len) != 0 || ring_push(n, t) != 0) {
         snprintf(n->errstr, sizeof(n->errstr), "out of memory");
         return -1;
@@ -276,7 +275,7 @@ static int queue_setup(rl_node *n) {
         int argc = 1;
         if (n->url.user[0]) argv[argc] = n->url.user, lens[argc++] = strlen(n->url.user);
         argv[argc] = n->url.password, lens[argc++] = strlen(n->url.password);
-        rl_ticket t = {-1, 0, SETUP_AUTH, 0};
+        rl_ticket t = {-1, 0, SETUP_AUTH, rl_now_ms()};
         rc |= rl_cmd_append_argv(&cmd, argc, argv, lens) | queue_command(n, cmd.data, cmd.len, t);
         cmd.len = 0;
     }
@@ -284,7 +283,7 @@ static int queue_setup(rl_node *n) {
         char db[16];
         const char *argv[2] = {"SELECT", db};
         size_t lens[2] = {6, (size_t)snprintf(db, sizeof(db), "%d", n->url.db)};
-        rl_ticket t = {-1, 0, SETUP_SELECT, 0};
+        rl_ticket t = {-1, 0, SETUP_SELECT, rl_now_ms()};
         rc |= rl_cmd_append_argv(&cmd, 2, argv, lens) | queue_command(n, cmd.data, cmd.len, t);
     }
     rl_buf_free(&cmd);

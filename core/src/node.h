@@ -15,7 +15,8 @@
 
 /* Which operation (slot) and which phase of it (gen) a command belongs to,
  * what the command was (RL_OP_*, to check that a reply fits it) and when it
- * was sent (set by rl_node_send). */
+ * was sent (a clock reading the sender takes once for all nodes; the stall
+ * watchdog measures from it). */
 typedef struct rl_ticket {
     int slot;
     unsigned gen;

@@ -141,6 +141,15 @@ function M.wait_file(path, timeout_ms)
   error("timed out waiting for " .. path)
 end
 
+--- Run a shell command; return its output (stderr merged) and exit status.
+function M.sh(cmd)
+  local p = assert(io.popen("exec 2>&1; " .. cmd .. "; echo \"<rc=$?>\""))
+  local out = p:read("*a")
+  p:close()
+  local body, rc = out:match("^(.-)<rc=(%d+)>%s*$")
+  return body or out, tonumber(rc)
+end
+
 --- A fresh temporary directory; remove it with M.rmdir.
 function M.tmpdir()
   local p = assert(io.popen("mktemp -d " .. M.quote((os.getenv("TMPDIR") or "/tmp") .. "/redlock-spec.XXXXXX")))
