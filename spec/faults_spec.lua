@@ -404,5 +404,23 @@ describe("faults", function()
       end
       recovers()
     end)
+
+    -- The stall watchdog (500 ms by default) resets a connection with
+    -- commands unanswered and no sign of life; a command that is still
+    -- getting through a slow link is not a stall. Before the fix, the node
+    -- was reset 500 ms after the command was queued, however fast its
+    -- bytes were moving, and the round lost its vote.
+    it("does not reset a node that is still taking a large command through a slow link", function()
+      local big = redlock.new { servers = servers, ttl = 60000, quorum = 5, node_timeout = 60000 }
+      for i = 1, 5 do assert(await_vote(big, cl, i, COMEBACK_MS)) end
+      px[1]:set("throttle 300") -- 300 bytes/ms: 600 kB take about 2 s, 4x the watchdog's 500 ms
+      local r = res("slowlink") .. ("s"):rep(600 * 1000)
+      local lock, err, detail = big:try_lock(r)
+      px[1]:set("pass")
+      assert.is_nil(err, tostring(err) .. " " .. cluster.show(detail))
+      assert.equal(5, lock.votes)
+      assert(lock:unlock())
+      big:close()
+    end)
   end)
 end)

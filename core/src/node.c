@@ -13,10 +13,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <hiredis/hiredis.h>
+#include <linux/sockios.h>
 
 #include "node.h"
 
@@ -124,6 +126,7 @@ static int write_out(rl_node *n) {
         ssize_t w = send(n->fd, n->out.data + n->out_off, n->out.len - n->out_off, MSG_NOSIGNAL);
         if (w > 0) {
             n->out_off += (size_t)w;
+            n->progress_ms = rl_now_ms();
         } else if (w < 0 && errno == EINTR) {
             continue;
         } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -191,6 +194,7 @@ static void on_readable(EV_P_ ev_io *w, int revents) {
     for (;;) {
         ssize_t got = read(n->fd, buf, sizeof(buf));
         if (got > 0) {
+            n->progress_ms = rl_now_ms();
             if (rl_reader_feed(&n->reader, buf, (size_t)got) != 0) ended = "out of memory";
             else if (got == (ssize_t)sizeof(buf)) continue; /* there may be more */
         } else if (got == 0) {
@@ -215,6 +219,8 @@ static void on_readable(EV_P_ ev_io *w, int revents) {
 static void connected(rl_node *n) {
     ev_timer_stop(n->loop, &n->connect_timer);
     n->link = RL_LINK_UP;
+    n->progress_ms = rl_now_ms();
+    n->last_outq = -1;
     n->backoff_ms = n->opts->reconnect_min_ms;
     n->errstr[0] = '\0';
     ev_io_start(n->loop, &n->readable);
@@ -334,15 +340,32 @@ static void connect_now(rl_node *n) {
 
 /* ---- the stall watchdog ---- */
 
-/* Commands unanswered for stall_reset_ms: a reply was lost (or the node hangs),
- * and the reply stream cannot resynchronise. Drop the connection (its
- * commands are answered with errors through on_reply) and reconnect. */
+/* The kernel's send queue shrank since the last look: the peer is taking our
+ * bytes, however slowly (a large batch on a slow link is not a stall). */
+static int send_queue_draining(rl_node *n) {
+    int outq = -1;
+    if (ioctl(n->fd, SIOCOUTQ, &outq) != 0) return 0;
+    int draining = n->last_outq >= 0 && outq < n->last_outq;
+    n->last_outq = outq;
+    return draining;
+}
+
+/* Commands unanswered and no sign of life for stall_reset_ms: a reply was
+ * lost (or the node hangs), and the reply stream cannot resynchronise. Time
+ * counts from the later of the oldest command's send and the last progress,
+ * so a connection still busy moving a large batch is not reset. Drop the
+ * connection (its commands are answered with errors through on_reply) and
+ * reconnect. */
 static void on_watchdog(EV_P_ ev_timer *w, int revents) {
     (void)loop;
     (void)revents;
     rl_node *n = w->data;
     if (n->link != RL_LINK_UP || n->ring_count == 0) return;
-    if (rl_now_ms() - n->ring[n->ring_head].sent_ms < n->opts->stall_reset_ms) return;
+    double now = rl_now_ms();
+    if (send_queue_draining(n)) n->progress_ms = now;
+    double since = n->ring[n->ring_head].sent_ms;
+    if (n->progress_ms > since) since = n->progress_ms;
+    if (now - since < n->opts->stall_reset_ms) return;
     if (socket_ready(n->fd, POLLIN)) return; /* replies are there, just not read yet */
     snprintf(n->errstr, sizeof(n->errstr), "connection reset: no reply for %d ms", n->opts->stall_reset_ms);
     drop(n, n->errstr);

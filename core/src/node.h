@@ -46,6 +46,9 @@ typedef struct rl_node {
     int backoff_ms;          /* next reconnect delay */
     double retry_at_ms;      /* while down: when the next connect may start */
     int misses;              /* release/extend rounds in a row this node did not answer in time */
+    double progress_ms;      /* last sign of life on this connection: bytes written or read, or
+                                the kernel's send queue draining (what the stall watchdog measures) */
+    int last_outq;           /* the send queue's length when the watchdog last looked, or -1 */
     ev_io readable;          /* while up: replies to read */
     ev_io writable;          /* while connecting, or while queued bytes wait for room */
     ev_timer connect_timer;  /* deadline of a connect in progress */

@@ -17,6 +17,8 @@
  *   drop        forward requests, discard replies (replies lost after the
  *               command was applied)
  *   reset       close every connection with a RST, and each new one at once
+ *   throttle N  forward requests at N bytes per millisecond, replies at once
+ *               (a slow link: a large command takes a while to get through)
  *
  * Byte order per direction is always preserved. Exits on SIGTERM/SIGINT.
  */
@@ -41,7 +43,7 @@
 #define CHUNK 16384
 #define TICK_MS 2
 
-enum mode { M_PASS, M_DELAY, M_STALL, M_BLACKHOLE, M_DROP, M_RESET };
+enum mode { M_PASS, M_DELAY, M_STALL, M_BLACKHOLE, M_DROP, M_RESET, M_THROTTLE };
 
 /* A chunk of bytes waiting to be forwarded, due at a time (ms). */
 struct chunk {
@@ -63,8 +65,9 @@ struct pair {
 };
 
 static enum mode mode = M_PASS;
-static int delay_ms;
-
+static int delay_ms;      /* delay: the delay; throttle: bytes per ms */
+static double budget;     /* throttle: request bytes that may be read now */
+static double budget_at;  /* when budget was last topped up */
 
 
 static double now_ms(void) {
@@ -150,8 +153,10 @@ static int read_control(const char *path) {
         else if (strcmp(word, "blackhole") == 0) m = M_BLACKHOLE;
         else if (strcmp(word, "drop") == 0) m = M_DROP;
         else if (strcmp(word, "reset") == 0) m = M_RESET;
+        else if (strcmp(word, "throttle") == 0) m = M_THROTTLE;
         else m = M_PASS;
-        if (m != M_DELAY) d = 0;
+        if (m != M_DELAY && m != M_THROTTLE) d = 0;
+        if (m == M_THROTTLE && d < 1) d = 1;
         if (d < 0) d = 0;
     }
     int changed = (m != mode || d != delay_ms);
@@ -169,6 +174,7 @@ static double due_for(int replies, double now) {
     case M_BLACKHOLE: return -1;
     case M_DROP: return replies ? -1 : now;
     case M_RESET: return -1;
+    case M_THROTTLE: return now;
     }
     return now;
 }
@@ -178,12 +184,30 @@ static void release_held(struct pipe_dir *d, double now) {
         if (c->due > 1e299) c->due = now;
 }
 
+/* Throttle: add what the rate allows since the last top-up (at most a few
+ * ticks' worth, so an idle spell does not let a burst through). */
+static void top_up(double now) {
+    double cap = (double)delay_ms * TICK_MS * 4;
+    budget += (now - budget_at) * delay_ms;
+    if (budget > cap) budget = cap;
+    budget_at = now;
+}
+
+/* How many request bytes may be read now. */
+static size_t request_room(void) {
+    if (mode != M_THROTTLE) return CHUNK;
+    return budget < 1 ? 0 : budget < CHUNK ? (size_t)budget : CHUNK;
+}
+
 /* Read what src has into d; return -1 when the pair should close. */
 static int pump(int src, struct pipe_dir *d, int replies, double now) {
     char buf[CHUNK];
-    ssize_t r = recv(src, buf, sizeof buf, 0);
+    size_t room = replies ? CHUNK : request_room();
+    if (room == 0) return 0;
+    ssize_t r = recv(src, buf, room, 0);
     if (r < 0) return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? 0 : -1;
     if (r == 0) return -1;
+    if (!replies && mode == M_THROTTLE) budget -= (double)r;
     double due = due_for(replies, now);
     if (due >= 0) dir_push(d, buf, (size_t)r, due);
     return 0;
@@ -231,6 +255,7 @@ int main(int argc, char **argv) {
 
     while (!stop_requested) {
         double now = now_ms();
+        top_up(now);
         if (read_control(control)) {
             for (int i = 0; i < npairs; i++) {
                 if (mode == M_RESET) {
@@ -259,7 +284,7 @@ int main(int argc, char **argv) {
         pfds[0].events = POLLIN;
         for (int i = 0; i < npairs; i++) {
             pfds[1 + 2 * i].fd = pairs[i].client;
-            pfds[1 + 2 * i].events = POLLIN | (pairs[i].down.head ? POLLOUT : 0);
+            pfds[1 + 2 * i].events = (request_room() > 0 ? POLLIN : 0) | (pairs[i].down.head ? POLLOUT : 0);
             pfds[2 + 2 * i].fd = pairs[i].upstream;
             pfds[2 + 2 * i].events = POLLIN | (pairs[i].up.head ? POLLOUT : 0);
         }
