@@ -135,7 +135,7 @@ static void wl_seq(void) {
     vec acq = {0}, rel = {0};
     long errors = 0;
     for (long i = 0; i < warmup; i++) {
-        if (rl_acquire(cl, key, klen, ttl_ms, r) != RL_STATUS_OK) continue;
+        if (rl_acquire(cl, key, klen, ttl_ms, r) != RL_OK || r->status != RL_STATUS_OK) continue;
         memcpy(value, r->value, sizeof value);
         rl_release(cl, key, klen, value, r);
     }
@@ -143,14 +143,14 @@ static void wl_seq(void) {
     long n = 0;
     while (n < seq_max) {
         double a = rl_now_ms();
-        if (rl_acquire(cl, key, klen, ttl_ms, r) != RL_STATUS_OK) {
+        if (rl_acquire(cl, key, klen, ttl_ms, r) != RL_OK || r->status != RL_STATUS_OK) {
             errors++;
             if (rl_now_ms() >= deadline) break;
             continue;
         }
         double b = rl_now_ms();
         memcpy(value, r->value, sizeof value);
-        if (rl_release(cl, key, klen, value, r) != RL_STATUS_OK) errors++;
+        if (rl_release(cl, key, klen, value, r) != RL_OK || r->status != RL_STATUS_OK) errors++;
         c = rl_now_ms();
         vpush(&acq, (b - a) * 1e3);
         vpush(&rel, (c - b) * 1e3);
@@ -410,9 +410,9 @@ int main(void) {
         rl_result *r = malloc(sizeof *r);
         char k[160];
         int kl = snprintf(k, sizeof k, "%sprobe", prefix);
-        int st = rl_acquire(cl, k, kl, ttl_ms, r);
-        if (st != RL_STATUS_OK) {
-            fprintf(stderr, "redlock driver-c: probe acquire: %s\n", rl_status_word(st));
+        if (rl_acquire(cl, k, kl, ttl_ms, r) != RL_OK) die(rl_client_errstr(cl));
+        if (r->status != RL_STATUS_OK) {
+            fprintf(stderr, "redlock driver-c: probe acquire: %s\n", rl_status_word(r->status));
             for (int i = 0; i < r->nodes; i++)
                 fprintf(stderr, "  %s: %s %s\n", rl_client_node_name(cl, i), rl_node_state_word(r->node[i].state),
                         r->node[i].errstr);

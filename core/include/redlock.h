@@ -7,7 +7,10 @@
  *
  * The API is pull-style and written for the LuaJIT FFI:
  *   - the library never calls back into foreign code;
- *   - functions return an int status and fill caller-owned structs;
+ *   - functions return RL_OK or RL_ERR (or a count, or an id >= 0) and fill
+ *     caller-owned structs; an operation's verdict (ok, busy, ...) is in
+ *     rl_result.status, never in a return value, so "ok" means one thing:
+ *         if (rl_acquire(c, "r", 1, 10000, &res) == RL_OK && res.status == RL_STATUS_OK) ...
  *   - many operations may be in flight on one client: rl_begin_* starts one,
  *     rl_run drives the I/O, rl_collect / rl_wait hand back finished ones;
  *   - the blocking calls (rl_acquire, rl_release, rl_extend) are built on that.
@@ -127,12 +130,15 @@ const char *rl_client_errstr(const rl_client *c);
 
 /*
  * Start an operation; return its id (>= 0), or RL_ERR with the reason in
- * rl_client_errstr (resource empty, ttl <= 0, value not RL_VALUE_LEN long).
+ * rl_client_errstr (resource empty, ttl <= 0, value not RL_VALUE_LEN long,
+ * out of memory, or 65536 operations already in flight on this client).
  * The command is queued; it goes out when the client's loop next runs
  * (rl_run, rl_wait, rl_sleep), in one write per node for everything begun
  * since, so begin a batch, then drive. The clock and the node timeout start
  * here, before the first byte is sent. Resource names are binary-safe (they
- * may hold NUL bytes). An id stays valid until its result is collected.
+ * may hold NUL bytes). An id stays valid until its result is collected; after
+ * that it names no operation (rl_wait refuses it), even once its slot is
+ * reused (ids carry the slot's use count).
  */
 int rl_begin_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms);
 int rl_begin_release(rl_client *c, const char *resource, size_t len, const char *value);
@@ -157,8 +163,9 @@ int rl_wait(rl_client *c, int id, rl_result *out);
  * without starting anything: a sleep that keeps the client alive. */
 void rl_sleep(rl_client *c, int ms);
 
-/* Blocking forms: begin, then wait. Return the RL_STATUS_* of the result, or
- * RL_ERR on misuse (reason in rl_client_errstr). */
+/* Blocking forms: begin, then wait. Return RL_OK with the verdict in
+ * out->status (RL_STATUS_OK, RL_STATUS_BUSY, ...), or RL_ERR when the
+ * operation could not start (reason in rl_client_errstr; *out untouched). */
 int rl_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
 int rl_release(rl_client *c, const char *resource, size_t len, const char *value, rl_result *out);
 int rl_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms,
@@ -200,16 +207,32 @@ int rl_keeper_add(rl_keeper *k, const char *resource, size_t len, const char *va
 
 /* The state of kept lock id (RL_KEEP_*); *valid_until_ms (may be NULL) gets
  * the end of its current validity on the monotonic clock. RL_ERR for an
- * unknown id. */
+ * unknown (removed or dropped) id. */
 int rl_keeper_state(rl_keeper *k, int id, double *valid_until_ms);
+
+/* The caller extended lock id itself (say, to change its ttl): an extension
+ * begun at started_ms (rl_now_ms) to ttl_ms that left validity until
+ * valid_until_ms. The keeper extends with ttl_ms from now on. If one of its
+ * own extensions overlapped the caller's, nodes may hold either ttl: it then
+ * counts the shorter validity and extends again at once. Return RL_OK, or
+ * RL_ERR for an unknown id or a lock that is not held. */
+int rl_keeper_update(rl_keeper *k, int id, int ttl_ms, double started_ms, double valid_until_ms);
 
 /* Stop extending lock id and forget it (the caller releases it).
  * Return RL_OK or RL_ERR for an unknown id. */
 int rl_keeper_remove(rl_keeper *k, int id);
 
+/* The caller let go of lock id without releasing it (a lock object that was
+ * garbage-collected): stop extending it and release it from the keeper's
+ * thread, without waiting; the id is forgotten at once. Never blocks beyond
+ * the keeper's mutex, so a finalizer may call it. Return RL_OK or RL_ERR for
+ * an unknown id. */
+int rl_keeper_drop(rl_keeper *k, int id);
+
 /* Release every lock still kept by every keeper in this process, waiting at
- * most timeout_ms. For exit paths and signal-handling threads (not for
- * signal handlers themselves). Return the number of locks released. */
+ * most about timeout_ms (never without bound). For exit paths and
+ * signal-handling threads (not for signal handlers themselves). Return the
+ * number of locks released. */
 int rl_keeper_release_all(int timeout_ms);
 
 /* Monotonic clock in milliseconds (CLOCK_MONOTONIC). */

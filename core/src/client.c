@@ -18,6 +18,7 @@
 
 #include "command.h"
 #include "node.h"
+#include "opid.h"
 #include "round.h"
 #include "url.h"
 #include "value.h"
@@ -30,6 +31,7 @@ typedef struct rl_op {
     ev_timer timer;          /* node timeout of the current phase */
     rl_client *client;
     int slot;
+    unsigned uses;           /* operations begun in this slot: the high bits of its id */
     unsigned gen;
     int phase;
     unsigned sent;           /* bit i: this phase's command was queued on node i */
@@ -213,6 +215,7 @@ static rl_op *op_alloc(rl_client *c) {
         c->free_ops = op->next;
         return op;
     }
+    if (c->nops == RL_OPID_MAX_SLOTS) return NULL;
     if (c->nops == c->capops) {
         int cap = c->capops ? c->capops * 2 : 16;
         rl_op **ops = realloc(c->ops, (size_t)cap * sizeof(*ops));
@@ -265,16 +268,24 @@ static void op_complete(rl_client *c, rl_op *op) {
 }
 
 /* A failed acquire: release on every node the SET may have reached. A node
- * that answered "taken" holds another value, never ours, so it is skipped. */
+ * that answered "taken" holds another value, never ours, so it is skipped.
+ * If the release cannot even be encoded (out of memory), the result says so
+ * on every node it was meant for: the key stays there until its ttl. */
 static void op_start_cleanup(rl_client *c, rl_op *op) {
     op->gen++;
     op->phase = OP_CLEANUP;
     op->cleanup_pending = 0;
-    if (rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, op->res.value) != 0) return;
+    int encoded = rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, op->res.value) == 0;
     rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, rl_now_ms()};
     for (int i = 0; i < c->nnodes; i++) {
-        if (!(op->sent & (1u << i)) || op->res.node[i].state == RL_NODE_TAKEN) continue;
-        if (rl_node_send(&c->nodes[i], op->cmd.data, op->cmd.len, t) == 0) op->cleanup_pending++;
+        rl_node_result *n = &op->res.node[i];
+        if (!(op->sent & (1u << i)) || n->state == RL_NODE_TAKEN) continue;
+        if (encoded && rl_node_send(&c->nodes[i], op->cmd.data, op->cmd.len, t) == 0) {
+            op->cleanup_pending++;
+        } else if (n->errstr[0] == '\0') {
+            /* keep a failed vote's own reason; otherwise say why the key may stay */
+            snprintf(n->errstr, sizeof(n->errstr), "%s", encoded ? "cleanup not sent: node down" : "cleanup not sent: out of memory");
+        }
     }
     if (op->cleanup_pending > 0) start_timer(c, op);
 }
@@ -368,6 +379,8 @@ static int begin(rl_client *c, int kind, const char *resource, size_t len, const
     if (kind != RL_OP_ACQUIRE && (value == NULL || strnlen(value, RL_VALUE_LEN + 1) != RL_VALUE_LEN))
         return snprintf(c->errstr, sizeof(c->errstr), "value must be %d characters", RL_VALUE_LEN), RL_ERR;
     rl_op *op = op_alloc(c);
+    if (op == NULL && c->nops == RL_OPID_MAX_SLOTS)
+        return snprintf(c->errstr, sizeof(c->errstr), "too many operations in flight (%d)", RL_OPID_MAX_SLOTS), RL_ERR;
     if (op == NULL) return snprintf(c->errstr, sizeof(c->errstr), "out of memory"), RL_ERR;
 
     /* key = prefix .. resource */
@@ -399,7 +412,8 @@ static int begin(rl_client *c, int kind, const char *resource, size_t len, const
     }
     if (rc != 0) goto oom;
 
-    op->res.id = op->slot;
+    op->uses++;
+    op->res.id = rl_opid_make(op->uses, op->slot);
     op->gen++;
     op->phase = OP_ROUND;
     op->sent = 0;
@@ -416,7 +430,7 @@ static int begin(rl_client *c, int kind, const char *resource, size_t len, const
             op_round_decided(c, op);
         }
     }
-    return op->slot;
+    return op->res.id;
 
 oom:
     snprintf(c->errstr, sizeof(c->errstr), "out of memory");
@@ -491,12 +505,20 @@ int rl_collect(rl_client *c, rl_result *out) {
     return 1;
 }
 
+/* The operation id names, or NULL if it is not in flight (never begun, or
+ * already collected). */
+static rl_op *op_of(rl_client *c, int id) {
+    if (id < 0 || rl_opid_slot(id) >= c->nops) return NULL;
+    rl_op *op = c->ops[rl_opid_slot(id)];
+    return op->phase != OP_FREE && op->res.id == id ? op : NULL;
+}
+
 int rl_wait(rl_client *c, int id, rl_result *out) {
-    if (id < 0 || id >= c->nops || c->ops[id]->phase == OP_FREE) {
+    rl_op *op = op_of(c, id);
+    if (op == NULL) {
         snprintf(c->errstr, sizeof(c->errstr), "no operation %d in flight", id);
         return RL_ERR;
     }
-    rl_op *op = c->ops[id];
     while (op->phase != OP_DONE) ev_run(c->loop, EVRUN_ONCE);
     flush_all(c);
     done_unlink(c, op);
@@ -506,9 +528,7 @@ int rl_wait(rl_client *c, int id, rl_result *out) {
 }
 
 static int finish(rl_client *c, int id, rl_result *out) {
-    if (id < 0) return RL_ERR;
-    rl_wait(c, id, out);
-    return out->status;
+    return id < 0 ? RL_ERR : rl_wait(c, id, out);
 }
 
 int rl_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out) {

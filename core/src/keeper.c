@@ -8,16 +8,26 @@
  * threads only touch the entry table under the mutex; the client is the
  * thread's own. Every keeper is listed in a process-wide registry so
  * rl_keeper_release_all can reach them from an exit path or a
- * signal-handling thread. */
+ * signal-handling thread.
+ *
+ * An entry whose owner let go of it without releasing (rl_keeper_drop: a
+ * lock object collected by Lua's GC) is DROPPING: due at once, the thread
+ * releases it and then frees the slot. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "opid.h"
 #include "redlock.h"
 
 #define RL_KEEPER_TICK_MS 10
+
+/* Internal entry state beside the public RL_KEEP_*: the owner dropped the
+ * lock; the thread releases it and frees the slot. */
+#define KEEP_DROPPING 100
 
 typedef struct kept {
     int state;            /* 0 = free slot, else RL_KEEP_* */
@@ -30,7 +40,8 @@ typedef struct kept {
     double valid_until;   /* end of validity, monotonic ms */
     double next_due;      /* when to extend next */
     double extend_start;  /* clock reading before the extension in flight was sent */
-    int op;               /* extension in flight, or -1 */
+    int extend_ttl;       /* the ttl that extension asked for */
+    int op;               /* extension (or, DROPPING, release) in flight, or -1 */
     int heap_pos;         /* index in the deadline heap, or -1 (not held) */
     int next_free;        /* free slot: the next free slot, or -1 */
 } kept;
@@ -55,8 +66,9 @@ struct rl_keeper {
     int free_head;         /* first free slot below nentries, or -1 */
     heap_slot *heap;       /* the held entries, earliest deadline first; capentries long */
     int nheap;
-    op_owner *owners;      /* by operation id */
+    op_owner *owners;      /* by operation slot (rl_opid_slot) */
     int capowners;
+    rl_result *result;     /* the thread's scratch result, allocated before it starts */
     int stop;
     int release_requested; /* rl_keeper_release_all asks; the thread answers */
     int release_count;
@@ -77,6 +89,7 @@ static double lost_at(const kept *e) {
 /* When the thread must look at e next: its extension, unless one is in
  * flight or it would come after e is lost. */
 static double deadline_of(const kept *e) {
+    if (e->state == KEEP_DROPPING) return -INFINITY;
     double lost = lost_at(e);
     if (isnan(lost)) lost = INFINITY; /* never lost by time, as lost_if_out_of_time sees it */
     if (e->op >= 0 || e->next_due >= lost) return lost;
@@ -154,24 +167,53 @@ static void lost_if_out_of_time(rl_keeper *k, int i, double now) {
     if (e->state == RL_KEEP_HELD && now >= lost_at(e)) set_state(k, i, RL_KEEP_LOST);
 }
 
-static int own_op(rl_keeper *k, int op, int entry) {
-    if (op >= k->capowners) {
+/* File operation id as entry's. Return 0, or -1 when out of memory. */
+static int own_op(rl_keeper *k, int id, int entry) {
+    int slot = rl_opid_slot(id);
+    if (slot >= k->capowners) {
         int cap = k->capowners ? k->capowners : 64;
-        while (cap <= op) cap *= 2;
+        while (cap <= slot) cap *= 2;
         op_owner *o = realloc(k->owners, (size_t)cap * sizeof(*o));
         if (!o) return -1;
+        for (int i = k->capowners; i < cap; i++) o[i].entry = -1;
         k->owners = o;
         k->capowners = cap;
     }
-    k->owners[op].entry = entry;
-    k->owners[op].gen = k->entries[entry].gen;
+    k->owners[slot].entry = entry;
+    k->owners[slot].gen = k->entries[entry].gen;
     return 0;
+}
+
+/* Forget entry i and put its slot on the free list. */
+static void free_entry(rl_keeper *k, int i) {
+    kept *e = &k->entries[i];
+    set_state(k, i, 0);
+    free(e->resource);
+    e->resource = NULL;
+    e->op = -1;
+    e->gen++;
+    e->next_free = k->free_head;
+    k->free_head = i;
+}
+
+/* A dropped entry: send its release; the slot is freed when it is answered
+ * (or now, if it cannot be sent: the key then runs out its ttl). */
+static void start_drop(rl_keeper *k, int i) {
+    kept *e = &k->entries[i];
+    int id = rl_begin_release(k->client, e->resource, e->len, e->value);
+    if (id >= 0 && own_op(k, id, i) == 0) {
+        e->op = id;
+        unschedule(k, i);
+    } else {
+        free_entry(k, i);
+    }
 }
 
 /* Start extending entry i. If it cannot start, try again a tick later. */
 static void start_extension(rl_keeper *k, int i, double now) {
     kept *e = &k->entries[i];
     e->extend_start = rl_now_ms();
+    e->extend_ttl = e->ttl_ms;
     int id = rl_begin_extend(k->client, e->resource, e->len, e->value, e->ttl_ms);
     if (id >= 0 && own_op(k, id, i) == 0) e->op = id;
     else e->next_due = now + RL_KEEPER_TICK_MS;
@@ -197,21 +239,35 @@ static int ms_to_wait(const rl_keeper *k, double now, double not_before) {
 static void start_due(rl_keeper *k, double now) {
     while (anything_due(k, now)) {
         int i = k->heap[0].entry;
-        if (now >= lost_at(&k->entries[i])) set_state(k, i, RL_KEEP_LOST);
+        if (k->entries[i].state == KEEP_DROPPING) start_drop(k, i);
+        else if (now >= lost_at(&k->entries[i])) set_state(k, i, RL_KEEP_LOST);
         else start_extension(k, i, now); /* in flight, it is due only when lost */
     }
 }
 
-/* Apply a finished extension. Called with the mutex held. */
+/* Apply a finished extension (or a dropped entry's release). Called with
+ * the mutex held. */
 static void apply(rl_keeper *k, const rl_result *r) {
-    if (r->op != RL_OP_EXTEND || r->id < 0 || r->id >= k->capowners) return;
-    op_owner o = k->owners[r->id];
+    int slot = r->id >= 0 ? rl_opid_slot(r->id) : k->capowners;
+    if (slot >= k->capowners) return;
+    op_owner o = k->owners[slot];
+    if (o.entry < 0 || o.entry >= k->nentries) return;
     kept *e = &k->entries[o.entry];
     if (e->gen != o.gen || e->op != r->id) return; /* removed meanwhile */
     e->op = -1;
-    if (e->state != RL_KEEP_HELD) return;
+    if (e->state == KEEP_DROPPING) {
+        free_entry(k, o.entry);
+        return;
+    }
+    if (e->state != RL_KEEP_HELD || r->op != RL_OP_EXTEND) return;
     double now = rl_now_ms();
-    if (r->status == RL_STATUS_OK) {
+    if (r->status == RL_STATUS_OK && e->extend_ttl != e->ttl_ms) {
+        /* The owner extended to another ttl meanwhile (rl_keeper_update):
+         * nodes may hold either; count the shorter, extend again at once. */
+        double until = e->extend_start + r->validity_ms;
+        if (until < e->valid_until) e->valid_until = until;
+        e->next_due = now;
+    } else if (r->status == RL_STATUS_OK) {
         e->valid_until = e->extend_start + r->validity_ms;
         e->next_due = now + e->ttl_ms / 3.0;
     } else if (r->status == RL_STATUS_NOT_HELD) {
@@ -227,20 +283,23 @@ static void apply(rl_keeper *k, const rl_result *r) {
     schedule(k, o.entry);
 }
 
-/* Release every held entry on the keeper's own connections. Mutex held on
- * entry and exit; dropped while waiting for replies. */
+/* Release every held (or lost, or dropped) entry on the keeper's own
+ * connections. Mutex held on entry and exit; dropped while waiting for
+ * replies. */
 static void release_held(rl_keeper *k) {
-    rl_result *r = malloc(sizeof(*r));
+    rl_result *r = k->result;
     int started = 0, released = 0;
-    for (int i = 0; r && i < k->nentries; i++) {
+    for (int i = 0; i < k->nentries; i++) {
         kept *e = &k->entries[i];
-        if (e->state != RL_KEEP_HELD && e->state != RL_KEEP_LOST) continue;
+        int dropping = e->state == KEEP_DROPPING;
+        if (e->state != RL_KEEP_HELD && e->state != RL_KEEP_LOST && !dropping) continue;
+        if (!(dropping && e->op >= 0) && rl_begin_release(k->client, e->resource, e->len, e->value) >= 0) started++;
         e->op = -1;
-        if (rl_begin_release(k->client, e->resource, e->len, e->value) >= 0) started++;
-        set_state(k, i, RL_KEEP_RELEASED);
+        if (dropping) free_entry(k, i);
+        else set_state(k, i, RL_KEEP_RELEASED);
     }
     pthread_mutex_unlock(&k->mu);
-    while (r && started > 0) {
+    while (started > 0) {
         int left = (int)(k->release_deadline - rl_now_ms());
         if (left <= 0) break;
         rl_run(k->client, left);
@@ -250,7 +309,6 @@ static void release_held(rl_keeper *k) {
             if (r->status == RL_STATUS_OK) released++;
         }
     }
-    free(r);
     pthread_mutex_lock(&k->mu);
     k->release_count = released;
     k->release_requested = 0;
@@ -259,13 +317,13 @@ static void release_held(rl_keeper *k) {
 
 static void *keeper_main(void *arg) {
     rl_keeper *k = arg;
-    rl_result *r = malloc(sizeof(*r));
+    rl_result *r = k->result;
     /* start_due runs at most once a tick: the extensions that fall due in
      * between go out together, one write per node for the batch instead of
      * one wake-up and one write per lock. None is later than a tick. */
     double next_sweep = 0;
     pthread_mutex_lock(&k->mu);
-    while (!k->stop && r) {
+    while (!k->stop) {
         if (k->release_requested) release_held(k);
         double now = rl_now_ms();
         if (now >= next_sweep && anything_due(k, now)) {
@@ -279,7 +337,6 @@ static void *keeper_main(void *arg) {
         while (rl_collect(k->client, r)) apply(k, r);
     }
     pthread_mutex_unlock(&k->mu);
-    free(r);
     return NULL;
 }
 
@@ -308,20 +365,32 @@ static int take_free_slot(rl_keeper *k) {
 }
 
 rl_keeper *rl_keeper_new(const char *const *urls, int nurls, const rl_options *opts, char *err, size_t errlen) {
+    char dummy[RL_ERR_LEN];
+    if (err == NULL) err = dummy, errlen = sizeof(dummy);
     rl_keeper *k = calloc(1, sizeof(*k));
-    if (!k) return snprintf(err, errlen, "out of memory"), NULL;
+    if (k) k->result = malloc(sizeof(*k->result));
+    if (!k || !k->result) {
+        free(k);
+        return snprintf(err, errlen, "out of memory"), NULL;
+    }
     k->client = rl_client_new(urls, nurls, opts, err, errlen);
     if (!k->client) {
+        free(k->result);
         free(k);
         return NULL;
     }
     k->free_head = -1;
     pthread_mutex_init(&k->mu, NULL);
-    pthread_cond_init(&k->released, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&k->released, &attr);
+    pthread_condattr_destroy(&attr);
     if (pthread_create(&k->thread, NULL, keeper_main, k) != 0) {
         rl_client_free(k->client);
         pthread_mutex_destroy(&k->mu);
         pthread_cond_destroy(&k->released);
+        free(k->result);
         free(k);
         return snprintf(err, errlen, "cannot start the keep-alive thread"), NULL;
     }
@@ -343,6 +412,7 @@ void rl_keeper_free(rl_keeper *k) {
     pthread_mutex_unlock(&registry_mu);
     pthread_mutex_lock(&k->mu);
     k->stop = 1;
+    pthread_cond_broadcast(&k->released);
     pthread_mutex_unlock(&k->mu);
     pthread_join(k->thread, NULL);
     rl_client_free(k->client);
@@ -350,6 +420,7 @@ void rl_keeper_free(rl_keeper *k) {
     free(k->entries);
     free(k->heap);
     free(k->owners);
+    free(k->result);
     pthread_mutex_destroy(&k->mu);
     pthread_cond_destroy(&k->released);
     free(k);
@@ -357,11 +428,14 @@ void rl_keeper_free(rl_keeper *k) {
 
 int rl_keeper_add(rl_keeper *k, const char *resource, size_t len, const char *value, int ttl_ms,
                   double valid_until_ms, int margin_ms, char *err, size_t errlen) {
+    char dummy[RL_ERR_LEN];
+    if (err == NULL) err = dummy, errlen = sizeof(dummy);
     if (!resource || len == 0) return snprintf(err, errlen, "resource must be a non-empty string"), RL_ERR;
     if (!value || strnlen(value, RL_VALUE_LEN + 1) != RL_VALUE_LEN)
         return snprintf(err, errlen, "value must be %d characters", RL_VALUE_LEN), RL_ERR;
     if (ttl_ms <= 0) return snprintf(err, errlen, "ttl must be > 0 ms"), RL_ERR;
     if (margin_ms < 0) return snprintf(err, errlen, "margin must be >= 0 ms"), RL_ERR;
+    if (!(valid_until_ms == valid_until_ms)) return snprintf(err, errlen, "valid_until must be a number"), RL_ERR;
     char *copy = malloc(len);
     if (!copy) return snprintf(err, errlen, "out of memory"), RL_ERR;
     memcpy(copy, resource, len);
@@ -393,11 +467,19 @@ int rl_keeper_add(rl_keeper *k, const char *resource, size_t len, const char *va
     return id;
 }
 
+/* The entry id names for its owner (a dropped one is no longer the owner's),
+ * or NULL. Called with the mutex held. */
+static kept *owned(rl_keeper *k, int id) {
+    if (id < 0 || id >= k->nentries) return NULL;
+    kept *e = &k->entries[id];
+    return e->state != 0 && e->state != KEEP_DROPPING ? e : NULL;
+}
+
 int rl_keeper_state(rl_keeper *k, int id, double *valid_until_ms) {
     int state = RL_ERR;
     pthread_mutex_lock(&k->mu);
-    if (id >= 0 && id < k->nentries && k->entries[id].state != 0) {
-        kept *e = &k->entries[id];
+    kept *e = owned(k, id);
+    if (e) {
         lost_if_out_of_time(k, id, rl_now_ms());
         state = e->state;
         if (valid_until_ms) *valid_until_ms = e->valid_until;
@@ -406,34 +488,82 @@ int rl_keeper_state(rl_keeper *k, int id, double *valid_until_ms) {
     return state;
 }
 
-int rl_keeper_remove(rl_keeper *k, int id) {
+int rl_keeper_update(rl_keeper *k, int id, int ttl_ms, double started_ms, double valid_until_ms) {
+    if (ttl_ms <= 0 || !(valid_until_ms == valid_until_ms)) return RL_ERR;
     int rc = RL_ERR;
     pthread_mutex_lock(&k->mu);
-    if (id >= 0 && id < k->nentries && k->entries[id].state != 0) {
-        kept *e = &k->entries[id];
-        set_state(k, id, 0);
-        free(e->resource);
-        e->resource = NULL;
-        e->op = -1;
-        e->gen++;
-        e->next_free = k->free_head;
-        k->free_head = id;
+    kept *e = owned(k, id);
+    if (e && e->state == RL_KEEP_HELD) {
+        double now = rl_now_ms();
+        e->ttl_ms = ttl_ms;
+        if (e->op >= 0 || e->extend_start >= started_ms) {
+            /* One of ours overlapped the owner's: nodes may hold either ttl.
+             * Count the shorter validity and extend again at once. */
+            if (valid_until_ms < e->valid_until) e->valid_until = valid_until_ms;
+            e->next_due = now;
+        } else {
+            e->valid_until = valid_until_ms;
+            e->next_due = now + ttl_ms / 3.0;
+        }
+        schedule(k, id);
         rc = RL_OK;
     }
     pthread_mutex_unlock(&k->mu);
     return rc;
 }
 
+int rl_keeper_remove(rl_keeper *k, int id) {
+    int rc = RL_ERR;
+    pthread_mutex_lock(&k->mu);
+    if (owned(k, id)) {
+        free_entry(k, id);
+        rc = RL_OK;
+    }
+    pthread_mutex_unlock(&k->mu);
+    return rc;
+}
+
+int rl_keeper_drop(rl_keeper *k, int id) {
+    int rc = RL_ERR;
+    pthread_mutex_lock(&k->mu);
+    kept *e = owned(k, id);
+    if (e && e->state == RL_KEEP_RELEASED) {
+        free_entry(k, id);
+        rc = RL_OK;
+    } else if (e) {
+        unschedule(k, id);
+        e->state = KEEP_DROPPING;
+        e->op = -1; /* an extension in flight is ignored; the release follows it on each connection */
+        schedule(k, id);
+        rc = RL_OK;
+    }
+    pthread_mutex_unlock(&k->mu);
+    return rc;
+}
+
+/* A CLOCK_MONOTONIC time (what the keeper's condition variable waits on). */
+static struct timespec monotonic_at(double ms) {
+    struct timespec ts;
+    ts.tv_sec = (time_t)(ms / 1000);
+    ts.tv_nsec = (long)((ms - (double)ts.tv_sec * 1000) * 1e6);
+    return ts;
+}
+
 int rl_keeper_release_all(int timeout_ms) {
     int total = 0;
-    double deadline = rl_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    if (timeout_ms < 0) timeout_ms = 0;
+    double deadline = rl_now_ms() + timeout_ms;
     pthread_mutex_lock(&registry_mu);
     for (rl_keeper *k = registry; k; k = k->next_keeper) {
         pthread_mutex_lock(&k->mu);
         k->release_requested = 1;
         k->release_deadline = deadline;
-        while (k->release_requested && !k->stop) pthread_cond_wait(&k->released, &k->mu);
-        total += k->release_count;
+        /* The thread answers by the deadline; wait a little longer for the
+         * answer, never without bound. */
+        struct timespec give_up = monotonic_at(deadline + 100);
+        while (k->release_requested && !k->stop)
+            if (pthread_cond_timedwait(&k->released, &k->mu, &give_up) != 0) break;
+        if (!k->release_requested) total += k->release_count;
         pthread_mutex_unlock(&k->mu);
     }
     pthread_mutex_unlock(&registry_mu);

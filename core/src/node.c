@@ -145,6 +145,7 @@ void rl_node_flush(rl_node *n) {
     if (write_out(n) != 0) ev_io_start(n->loop, &n->writable);
 }
 
+/* Append a command and its ticket, both or neither. */
 static int queue_command(rl_node *n, const char *cmd, size_t len, rl_ticket t) {
     if (rl_buf_reserve(&n->out, len) != 0 || ring_push(n, t) != 0) {
         snprintf(n->errstr, sizeof(n->errstr), "out of memory");
@@ -271,7 +272,9 @@ static void on_retry_timer(EV_P_ ev_timer *w, int revents) {
     connect_now(w->data);
 }
 
-/* Queue AUTH and SELECT as the URL asks; they go out first on connect. */
+/* Queue AUTH and SELECT as the URL asks; they go out first on connect.
+ * Return 0, or -1 when out of memory (nothing half-queued is left behind:
+ * the caller drops the connection). */
 static int queue_setup(rl_node *n) {
     rl_buf cmd = {0};
     int rc = 0;
@@ -282,7 +285,8 @@ static int queue_setup(rl_node *n) {
         if (n->url.user[0]) argv[argc] = n->url.user, lens[argc++] = strlen(n->url.user);
         argv[argc] = n->url.password, lens[argc++] = strlen(n->url.password);
         rl_ticket t = {-1, 0, SETUP_AUTH, rl_now_ms()};
-        rc |= rl_cmd_append_argv(&cmd, argc, argv, lens) | queue_command(n, cmd.data, cmd.len, t);
+        rc = rl_cmd_append_argv(&cmd, argc, argv, lens);
+        if (rc == 0) rc = queue_command(n, cmd.data, cmd.len, t);
         cmd.len = 0;
     }
     if (n->url.db && rc == 0) {
@@ -290,7 +294,8 @@ static int queue_setup(rl_node *n) {
         const char *argv[2] = {"SELECT", db};
         size_t lens[2] = {6, (size_t)snprintf(db, sizeof(db), "%d", n->url.db)};
         rl_ticket t = {-1, 0, SETUP_SELECT, rl_now_ms()};
-        rc |= rl_cmd_append_argv(&cmd, 2, argv, lens) | queue_command(n, cmd.data, cmd.len, t);
+        rc = rl_cmd_append_argv(&cmd, 2, argv, lens);
+        if (rc == 0) rc = queue_command(n, cmd.data, cmd.len, t);
     }
     rl_buf_free(&cmd);
     return rc;

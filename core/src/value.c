@@ -8,6 +8,8 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "redlock.h"
 #include "value.h"
@@ -62,6 +64,23 @@ int rl_value_generate(char *out) {
     return 0;
 }
 
+/* Without getrandom (an old kernel, a seccomp filter): a seed that still
+ * differs between processes and threads started together — the clock in
+ * nanoseconds, the pid and this thread's stack address, mixed (splitmix64's
+ * finaliser). Jitter only: lock values never fall back to this. */
+static unsigned long long fallback_seed(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    unsigned long long x = (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+    x ^= (unsigned long long)getpid() << 32;
+    x ^= (unsigned long long)(size_t)&ts;
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    return x ? x : 0x9E3779B97F4A7C15ull;
+}
+
 /* xorshift64* state per thread, seeded from getrandom on first use and again
  * in a forked child, so no two processes share a jitter sequence. */
 static _Thread_local unsigned long long jitter_state;
@@ -72,7 +91,8 @@ double rl_random(void) {
     if (jitter_state == 0 || jitter_generation != fork_generation) {
         unsigned long long seed = 0;
         while (getrandom(&seed, sizeof(seed), 0) < 0 && errno == EINTR) continue;
-        jitter_state = seed ? seed : 0x9E3779B97F4A7C15ull;
+        if (seed == 0) seed = fallback_seed();
+        jitter_state = seed;
         jitter_generation = fork_generation;
     }
     jitter_state ^= jitter_state >> 12;

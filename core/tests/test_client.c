@@ -15,6 +15,7 @@
 
 #include "redlock.h"
 #include "check.h"
+#include "nodes.h"
 
 #define NODES 3
 
@@ -23,36 +24,14 @@ static int ports[NODES];
 static char urls[NODES][64];
 static const char *url_list[NODES];
 
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || getsockname(fd, (struct sockaddr *)&a, &len) != 0)
-        return -1;
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-static pid_t start_node(int port) {
-    char p[16];
-    snprintf(p, sizeof(p), "%d", port);
-    pid_t pid = fork();
-    if (pid == 0) {
-        freopen("/dev/null", "w", stdout);
-        execlp("redis-server", "redis-server", "--port", p, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-               (char *)NULL);
-        _exit(127);
-    }
-    return pid;
+/* The verdict of a blocking call: its rl_result's status, or RL_ERR if the
+ * operation did not start. */
+static int verdict(int rc, const rl_result *r) {
+    return rc == RL_OK ? r->status : RL_ERR;
 }
 
 static void stop_node(int i) {
-    if (pids[i] > 0) {
-        kill(pids[i], SIGCONT);
-        kill(pids[i], SIGKILL);
-        waitpid(pids[i], NULL, 0);
-        pids[i] = 0;
-    }
+    kill_node(&pids[i]);
 }
 
 static void stop_all(void) {
@@ -63,8 +42,8 @@ static void stop_all(void) {
  * An acquire decides at quorum, a release hears every node: count on that. */
 static int wait_ready(rl_client *c, rl_result *r) {
     for (int tries = 0; tries < 200; tries++) {
-        if (rl_acquire(c, "ready", 5, 1000, r) == RL_STATUS_OK &&
-            rl_release(c, "ready", 5, r->value, r) == RL_STATUS_OK && r->ok == NODES)
+        if (verdict(rl_acquire(c, "ready", 5, 1000, r), r) == RL_STATUS_OK &&
+            verdict(rl_release(c, "ready", 5, r->value, r), r) == RL_STATUS_OK && r->ok == NODES)
             return 0;
         rl_sleep(c, 25);
     }
@@ -72,19 +51,19 @@ static int wait_ready(rl_client *c, rl_result *r) {
 }
 
 static void acquire_release_extend(rl_client *c, rl_result *r) {
-    CHECK_INT(rl_acquire(c, "res\0x", 5, 5000, r), RL_STATUS_OK);
+    CHECK_INT(verdict(rl_acquire(c, "res\0x", 5, 5000, r), r), RL_STATUS_OK);
     CHECK(r->validity_ms > 4000 && r->validity_ms <= 5000 - 52);
     char value[RL_VALUE_LEN + 1];
     memcpy(value, r->value, sizeof(value));
     rl_result *other = calloc(1, sizeof(*other));
-    CHECK_INT(rl_acquire(c, "res\0x", 5, 5000, other), RL_STATUS_BUSY);
+    CHECK_INT(verdict(rl_acquire(c, "res\0x", 5, 5000, other), other), RL_STATUS_BUSY);
     CHECK(other->taken >= NODES / 2 + 1); /* decided as soon as quorum was impossible */
-    CHECK_INT(rl_extend(c, "res\0x", 5, value, 20000, r), RL_STATUS_OK);
+    CHECK_INT(verdict(rl_extend(c, "res\0x", 5, value, 20000, r), r), RL_STATUS_OK);
     CHECK(r->validity_ms > 19000);
-    CHECK_INT(rl_release(c, "res\0x", 5, value, r), RL_STATUS_OK);
+    CHECK_INT(verdict(rl_release(c, "res\0x", 5, value, r), r), RL_STATUS_OK);
     CHECK_INT(r->ok, NODES);
-    CHECK_INT(rl_release(c, "res\0x", 5, value, r), RL_STATUS_NOT_HELD);
-    CHECK_INT(rl_extend(c, "res\0x", 5, value, 1000, r), RL_STATUS_NOT_HELD);
+    CHECK_INT(verdict(rl_release(c, "res\0x", 5, value, r), r), RL_STATUS_NOT_HELD);
+    CHECK_INT(verdict(rl_extend(c, "res\0x", 5, value, 1000, r), r), RL_STATUS_NOT_HELD);
     free(other);
 }
 
@@ -182,12 +161,66 @@ static void commands_larger_than_the_socket(void) {
     rl_client_free(c);
 }
 
+/* The documented form: the call says whether the operation ran (RL_OK), the
+ * result says how it ended. */
+static void verdict_is_in_the_result(rl_client *c, rl_result *r) {
+    int held = 0;
+    if (rl_acquire(c, "form", 4, 5000, r) == RL_OK && r->status == RL_STATUS_OK) held = 1;
+    CHECK_INT(held, 1);
+    char value[RL_VALUE_LEN + 1];
+    memcpy(value, r->value, sizeof(value));
+    rl_result *other = calloc(1, sizeof(*other));
+    CHECK_INT(rl_acquire(c, "form", 4, 5000, other), RL_OK); /* it ran ... */
+    CHECK_INT(other->status, RL_STATUS_BUSY);                 /* ... and found the lock taken */
+    CHECK_INT(rl_extend(c, "form", 4, value, 5000, r), RL_OK);
+    CHECK_INT(r->status, RL_STATUS_OK);
+    CHECK_INT(rl_release(c, "form", 4, value, r), RL_OK);
+    CHECK_INT(r->status, RL_STATUS_OK);
+    CHECK_INT(rl_release(c, "form", 4, value, r), RL_OK);
+    CHECK_INT(r->status, RL_STATUS_NOT_HELD);
+    /* misuse: RL_ERR, and the result is left as it was */
+    r->status = -7;
+    CHECK_INT(rl_acquire(c, "form", 4, 0, r), RL_ERR);
+    CHECK_INT(r->status, -7);
+    free(other);
+}
+
+/* An id that was collected names no operation, even after its slot has been
+ * reused by later operations: rl_wait refuses it instead of answering with
+ * another operation's result. */
+static void stale_ids_are_refused(rl_client *c, rl_result *r) {
+    int first = rl_begin_acquire(c, "stale1", 6, 5000);
+    CHECK(first >= 0);
+    CHECK_INT(rl_wait(c, first, r), RL_OK);
+    CHECK_INT(r->id, first);
+    char value[RL_VALUE_LEN + 1];
+    memcpy(value, r->value, sizeof(value));
+    int second = rl_begin_acquire(c, "stale2", 6, 5000); /* reuses the freed slot */
+    CHECK(second >= 0 && second != first);
+    CHECK_INT(rl_wait(c, first, r), RL_ERR);
+    CHECK(strstr(rl_client_errstr(c), "no operation") != NULL);
+    CHECK_INT(rl_wait(c, second, r), RL_OK);
+    CHECK_INT(r->id, second);
+    CHECK_INT(r->status, RL_STATUS_OK);
+    CHECK_INT(rl_wait(c, second, r), RL_ERR);
+    rl_release(c, "stale2", 6, r->value, r);
+    rl_release(c, "stale1", 6, value, r);
+    /* many reuses later, the first id is still refused */
+    for (int i = 0; i < 100; i++) {
+        int id = rl_begin_release(c, "stale1", 6, value);
+        CHECK(id != first && id != second);
+        CHECK_INT(rl_wait(c, id, r), RL_OK);
+    }
+    CHECK_INT(rl_wait(c, first, r), RL_ERR);
+    CHECK_INT(rl_wait(c, -1, r), RL_ERR);
+}
+
 static void misuse_is_refused(rl_client *c, rl_result *r) {
-    CHECK_INT(rl_acquire(c, "", 0, 1000, r), RL_ERR);
+    CHECK_INT(verdict(rl_acquire(c, "", 0, 1000, r), r), RL_ERR);
     CHECK(strstr(rl_client_errstr(c), "resource") != NULL);
-    CHECK_INT(rl_acquire(c, "x", 1, 0, r), RL_ERR);
+    CHECK_INT(verdict(rl_acquire(c, "x", 1, 0, r), r), RL_ERR);
     CHECK(strstr(rl_client_errstr(c), "ttl") != NULL);
-    CHECK_INT(rl_release(c, "x", 1, "short", r), RL_ERR);
+    CHECK_INT(verdict(rl_release(c, "x", 1, "short", r), r), RL_ERR);
     char err[RL_ERR_LEN];
     const char *dup[2] = {"redis://127.0.0.1:7000", "redis://localhost:7000/2"};
     CHECK(rl_client_new(dup, 2, NULL, err, sizeof(err)) == NULL);
@@ -201,12 +234,12 @@ static void misuse_is_refused(rl_client *c, rl_result *r) {
 
 static void dead_and_stalled_nodes(rl_client *c, rl_result *r) {
     stop_node(0);
-    CHECK_INT(rl_acquire(c, "dead", 4, 5000, r), RL_STATUS_OK);
+    CHECK_INT(verdict(rl_acquire(c, "dead", 4, 5000, r), r), RL_STATUS_OK);
     CHECK_INT(r->ok, 2);
     rl_release(c, "dead", 4, r->value, r);
     stop_node(1);
     double t0 = rl_now_ms();
-    CHECK_INT(rl_acquire(c, "dead", 4, 5000, r), RL_STATUS_UNAVAILABLE);
+    CHECK_INT(verdict(rl_acquire(c, "dead", 4, 5000, r), r), RL_STATUS_UNAVAILABLE);
     CHECK(rl_now_ms() - t0 < 1000);
     pids[0] = start_node(ports[0]);
     pids[1] = start_node(ports[1]);
@@ -214,7 +247,7 @@ static void dead_and_stalled_nodes(rl_client *c, rl_result *r) {
 
     kill(pids[2], SIGSTOP);
     t0 = rl_now_ms();
-    CHECK_INT(rl_acquire(c, "stall", 5, 5000, r), RL_STATUS_OK);
+    CHECK_INT(verdict(rl_acquire(c, "stall", 5, 5000, r), r), RL_STATUS_OK);
     char value[RL_VALUE_LEN + 1];
     memcpy(value, r->value, sizeof(value));
     rl_release(c, "stall", 5, value, r);
@@ -234,7 +267,7 @@ static void keeper_extends_and_releases(void) {
     CHECK(c && k);
     CHECK_INT(wait_ready(c, r), 0);
     double t0 = rl_now_ms();
-    CHECK_INT(rl_acquire(c, "kept", 4, 300, r), RL_STATUS_OK);
+    CHECK_INT(verdict(rl_acquire(c, "kept", 4, 300, r), r), RL_STATUS_OK);
     int id = rl_keeper_add(k, "kept", 4, r->value, 300, t0 + r->validity_ms, 0, err, sizeof(err));
     CHECK(id >= 0);
     rl_sleep(c, 900); /* three ttls */
@@ -242,10 +275,10 @@ static void keeper_extends_and_releases(void) {
     CHECK_INT(rl_keeper_state(k, id, &until), RL_KEEP_HELD);
     CHECK(until > rl_now_ms());
     rl_result *other = calloc(1, sizeof(*other));
-    CHECK_INT(rl_acquire(c, "kept", 4, 300, other), RL_STATUS_BUSY);
+    CHECK_INT(verdict(rl_acquire(c, "kept", 4, 300, other), other), RL_STATUS_BUSY);
     CHECK_INT(rl_keeper_release_all(1000), 1);
     CHECK_INT(rl_keeper_state(k, id, NULL), RL_KEEP_RELEASED);
-    CHECK_INT(rl_acquire(c, "kept", 4, 300, other), RL_STATUS_OK);
+    CHECK_INT(verdict(rl_acquire(c, "kept", 4, 300, other), other), RL_STATUS_OK);
     /* stolen: keys replaced by another holder -> lost */
     id = rl_keeper_add(k, "kept", 4, r->value, 300, rl_now_ms() + 10000, 0, err, sizeof(err));
     rl_sleep(c, 400);
@@ -276,7 +309,7 @@ static void keeper_extends_many_ttls(void) {
         int ttl = 1320 - 40 * i; /* added longest first: the heap must reorder */
         snprintf(name, sizeof(name), "heap%d", i);
         double t0 = rl_now_ms();
-        CHECK_INT(rl_acquire(c, name, strlen(name), ttl, r), RL_STATUS_OK);
+        CHECK_INT(verdict(rl_acquire(c, name, strlen(name), ttl, r), r), RL_STATUS_OK);
         memcpy(values[i], r->value, sizeof(values[i]));
         ids[i] = rl_keeper_add(k, name, strlen(name), r->value, ttl, t0 + r->validity_ms, 0, err, sizeof(err));
         CHECK(ids[i] >= 0);
@@ -291,17 +324,17 @@ static void keeper_extends_many_ttls(void) {
         snprintf(name, sizeof(name), "heap%d", i);
         if (i == gone[0] || i == gone[1]) {
             CHECK_INT(rl_keeper_state(k, ids[i], NULL), RL_ERR);
-            CHECK_INT(rl_acquire(c, name, strlen(name), 1000, r), RL_STATUS_OK); /* expired */
+            CHECK_INT(verdict(rl_acquire(c, name, strlen(name), 1000, r), r), RL_STATUS_OK); /* expired */
             rl_release(c, name, strlen(name), r->value, r);
             continue;
         }
         double until = 0;
         CHECK_INT(rl_keeper_state(k, ids[i], &until), RL_KEEP_HELD);
         CHECK(until > rl_now_ms());
-        CHECK_INT(rl_acquire(c, name, strlen(name), 1000, r), RL_STATUS_BUSY);
+        CHECK_INT(verdict(rl_acquire(c, name, strlen(name), 1000, r), r), RL_STATUS_BUSY);
     }
     /* a freed slot is handed out again, with a fresh state */
-    CHECK_INT(rl_acquire(c, "heapnew", 7, 1000, r), RL_STATUS_OK);
+    CHECK_INT(verdict(rl_acquire(c, "heapnew", 7, 1000, r), r), RL_STATUS_OK);
     int id = rl_keeper_add(k, "heapnew", 7, r->value, 1000, rl_now_ms() + 900, 0, err, sizeof(err));
     CHECK(id == ids[gone[0]] || id == ids[gone[1]]);
     CHECK_INT(rl_keeper_state(k, id, NULL), RL_KEEP_HELD);
@@ -311,7 +344,7 @@ static void keeper_extends_many_ttls(void) {
         if (i == gone[0] || i == gone[1]) continue;
         snprintf(name, sizeof(name), "heap%d", i);
         CHECK_INT(rl_keeper_remove(k, ids[i]), RL_OK);
-        CHECK_INT(rl_release(c, name, strlen(name), values[i], r), RL_STATUS_OK);
+        CHECK_INT(verdict(rl_release(c, name, strlen(name), values[i], r), r), RL_STATUS_OK);
     }
     free(r);
     rl_keeper_free(k);
@@ -339,11 +372,11 @@ static void keeper_hung_extensions(void) {
     CHECK_INT(wait_ready(c, r), 0);
     char hung[RL_VALUE_LEN + 1], gone[RL_VALUE_LEN + 1], fresh[RL_VALUE_LEN + 1];
     /* keys that outlive the pause on the nodes; the keeper extends every 100 ms */
-    CHECK_INT(rl_acquire(c, "hung", 4, 5000, r), RL_STATUS_OK);
+    CHECK_INT(verdict(rl_acquire(c, "hung", 4, 5000, r), r), RL_STATUS_OK);
     memcpy(hung, r->value, sizeof(hung));
-    CHECK_INT(rl_acquire(c, "gone", 4, 5000, r), RL_STATUS_OK);
+    CHECK_INT(verdict(rl_acquire(c, "gone", 4, 5000, r), r), RL_STATUS_OK);
     memcpy(gone, r->value, sizeof(gone));
-    CHECK_INT(rl_acquire(c, "fresh", 5, 5000, r), RL_STATUS_OK);
+    CHECK_INT(verdict(rl_acquire(c, "fresh", 5, 5000, r), r), RL_STATUS_OK);
     memcpy(fresh, r->value, sizeof(fresh));
     int hung_id = rl_keeper_add(k, "hung", 4, hung, 300, rl_now_ms() + 290, 50, err, sizeof(err));
     int gone_id = rl_keeper_add(k, "gone", 4, gone, 300, rl_now_ms() + 5000, 0, err, sizeof(err));
@@ -382,7 +415,7 @@ static void keeper_hung_extensions(void) {
 }
 
 int main(void) {
-    if (system("command -v redis-server >/dev/null 2>&1") != 0) {
+    if (!have_redis_server()) {
         printf("test_client: redis-server not found, skipped\n");
         return 77;
     }
@@ -399,6 +432,8 @@ int main(void) {
     CHECK(c != NULL);
     CHECK_INT(wait_ready(c, r), 0);
     acquire_release_extend(c, r);
+    verdict_is_in_the_result(c, r);
+    stale_ids_are_refused(c, r);
     many_in_flight(c, r);
     commands_larger_than_the_socket();
     misuse_is_refused(c, r);

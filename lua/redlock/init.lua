@@ -28,7 +28,7 @@ local lock_mt = { __index = lock }
 local group = {}
 local group_mt = { __index = group }
 
-local OK = C.RL_STATUS_OK
+local OK, RL_OK = C.RL_STATUS_OK, C.RL_OK
 local VALUE_LEN = C.RL_VALUE_LEN
 -- The words come from the core (words.c), read once into tables for the hot path.
 local STATUS_WORDS, NODE_WORDS = {}, {}
@@ -40,6 +40,7 @@ _M.status_words, _M.node_words = STATUS_WORDS, NODE_WORDS
 local result = ffi_new("rl_result")
 local errbuf = ffi_new("char[?]", C.RL_ERR_LEN)
 local until_buf = ffi_new("double[1]")
+local guard_t = ffi.typeof("char[1]")  -- a kept lock's finalizer rides on one of these
 
 local defaults = {}  -- set by redlock.configure, used by redlock.default
 local RETRY_UNTIL_WAIT = retry.forever()  -- `wait` without `retry`: try until wait runs out
@@ -158,6 +159,7 @@ function _M.new(opts)
         options = copts,      -- kept for the keeper, which dials the same nodes
         urls = urls,
         keeper = nil,         -- started on first use of keep-alive
+        keeper_live = {},     -- .on while the keeper lives: what kept locks' finalizers check
     }, dlm_mt)
 end
 
@@ -199,6 +201,7 @@ end
 --- Close every connection now instead of at garbage collection. Held locks are not released.
 function dlm:close()
     if self.keeper then
+        self.keeper_live.on = false
         C.rl_keeper_free(ffi_gc(self.keeper, nil))
         self.keeper = nil
     end
@@ -214,12 +217,18 @@ local function live_client(self, fname)
     return client
 end
 
+-- The client's keeper, started on first use; or nil, why.
 local function keeper_of(self)
     local k = self.keeper
     if k == nil then
         k = C.rl_keeper_new(self.urls, #self.servers, self.options, errbuf, C.RL_ERR_LEN)
-        if k == nil then error("redlock: cannot start keep-alive: " .. ffi_string(errbuf), 3) end
-        k = ffi_gc(k, function(p) C.rl_keeper_free(p) end)
+        if k == nil then return nil, "cannot start keep-alive: " .. ffi_string(errbuf) end
+        local live = self.keeper_live
+        k = ffi_gc(k, function(p)
+            live.on = false
+            C.rl_keeper_free(p)
+        end)
+        live.on = true
         self.keeper = k
     end
     return k
@@ -243,20 +252,52 @@ local function new_lock(self, resource, ttl, started, r)
     }, lock_mt)
 end
 
+-- A kept lock that is garbage-collected without unlock() must not stay
+-- extended for the life of the process: its guard's finalizer hands it back
+-- to the keeper, which releases it. The finalizer holds the keeper (so GC
+-- keeps the keeper until the guard is done), never the lock (so the lock can
+-- be collected), and checks `live`: close(), and the keeper's own finalizer
+-- when lua_close runs every finalizer in no particular order, clear it first.
+local function guard(k, live, id)
+    return ffi_gc(guard_t(), function()
+        if live.on then C.rl_keeper_drop(k, id) end
+    end)
+end
+
+-- Hand a held lock to the keeper. Returns true, or nil, why.
 local function keep(lk, margin)
     local self = lk.dlm
-    local id = C.rl_keeper_add(keeper_of(self), lk.resource, #lk.resource, lk.value, lk.ttl,
+    local k, why = keeper_of(self)
+    if not k then return nil, why end
+    local id = C.rl_keeper_add(k, lk.resource, #lk.resource, lk.value, lk.ttl,
                                lk.valid_until, margin or 0, errbuf, C.RL_ERR_LEN)
-    if id < 0 then error("redlock: keep-alive refused the lock: " .. ffi_string(errbuf), 3) end
+    if id < 0 then return nil, "keep-alive refused the lock: " .. ffi_string(errbuf) end
     lk.kept = id
+    lk.guard = guard(k, self.keeper_live, id)
+    return true
+end
+
+-- Keep every lock of a list, or release them all and raise at the caller of
+-- the caller: a lock the caller never sees must not stay behind.
+local function keep_or_release(locks, margin)
+    for i = 1, #locks do
+        local ok, why = keep(locks[i], margin)
+        if not ok then
+            for j = 1, #locks do
+                if not locks[j].released then locks[j]:unlock() end
+            end
+            error("redlock: " .. why, 3)
+        end
+    end
 end
 
 -- One attempt. Returns a lock, or nil, err, detail.
 local function attempt(self, client, resource, ttl)
     local started = C.rl_now_ms()
-    local status = C.rl_acquire(client, resource, #resource, ttl, result)
-    if status == OK then return new_lock(self, resource, ttl, started, result) end
-    if status < 0 then error("redlock: " .. ffi_string(C.rl_client_errstr(client)), 3) end
+    if C.rl_acquire(client, resource, #resource, ttl, result) ~= RL_OK then
+        error("redlock: " .. ffi_string(C.rl_client_errstr(client)), 3)
+    end
+    if result.status == OK then return new_lock(self, resource, ttl, started, result) end
     return failure(self, result)
 end
 
@@ -318,7 +359,7 @@ function dlm:lock(resource, opts)
     local ttl, wait, policy, keepalive, margin = lock_options(self, "lock", resource, opts)
     local client = live_client(self, "lock")
     local lk, err, detail = with_retries(self, client, policy, wait, attempt, resource, ttl)
-    if lk and keepalive then keep(lk, margin) end
+    if lk and keepalive then keep_or_release({ lk }, margin) end
     return lk, err, detail
 end
 
@@ -326,7 +367,7 @@ end
 function dlm:try_lock(resource, opts)
     local ttl, _, _, keepalive, margin = lock_options(self, "try_lock", resource, opts)
     local lk, err, detail = attempt(self, live_client(self, "try_lock"), resource, ttl)
-    if lk and keepalive then keep(lk, margin) end
+    if lk and keepalive then keep_or_release({ lk }, margin) end
     return lk, err, detail
 end
 
@@ -368,7 +409,8 @@ end
 
 local function stop_keeping(lk)
     if lk.kept ~= nil and lk.dlm.keeper ~= nil then C.rl_keeper_remove(lk.dlm.keeper, lk.kept) end
-    lk.kept = nil
+    if lk.guard ~= nil then ffi_gc(lk.guard, nil) end
+    lk.kept, lk.guard = nil, nil
 end
 
 --- Extend the lock to ttl ms (default: its ttl) from now. true or nil, err, detail.
@@ -380,12 +422,18 @@ function lock:extend(ttl)
     if self:remaining() <= 0 then return nil, "expired", "no validity left to extend" end
     local client = live_client(self.dlm, "extend")
     local started = C.rl_now_ms()
-    local status = C.rl_extend(client, self.resource, #self.resource, self.value, ttl, result)
-    if status ~= OK then return failure(self.dlm, result) end
+    if C.rl_extend(client, self.resource, #self.resource, self.value, ttl, result) ~= RL_OK then
+        error("redlock: " .. ffi_string(C.rl_client_errstr(client)), 2)
+    end
+    if result.status ~= OK then return failure(self.dlm, result) end
     self.extensions = self.extensions + 1
     self.ttl = ttl
     self.validity = result.validity_ms
     self.valid_until = started + result.validity_ms
+    if self.kept ~= nil and self.dlm.keeper ~= nil then
+        -- the keeper goes on with this ttl, not the one it was handed
+        C.rl_keeper_update(self.dlm.keeper, self.kept, ttl, started, self.valid_until)
+    end
     return true
 end
 
@@ -396,8 +444,10 @@ function lock:unlock()
     if self.released then return nil, "invalid", "the lock was already unlocked" end
     stop_keeping(self)
     local client = live_client(self.dlm, "unlock")
-    local status = C.rl_release(client, self.resource, #self.resource, self.value, result)
-    if status == OK then
+    if C.rl_release(client, self.resource, #self.resource, self.value, result) ~= RL_OK then
+        error("redlock: " .. ffi_string(C.rl_client_errstr(client)), 2)
+    end
+    if result.status == OK then
         self.released = true
         return true
     end
@@ -460,9 +510,7 @@ function dlm:lock_many(resources, opts)
     local ttl, wait, policy, keepalive, margin = lock_options(self, "lock_many", resources[1], opts)
     local client = live_client(self, "lock_many")
     local locks, err, detail = with_retries(self, client, policy, wait, attempt_many, resources, ttl)
-    if locks and keepalive then
-        for i = 1, #locks do keep(locks[i], margin) end
-    end
+    if locks and keepalive then keep_or_release(locks, margin) end
     return locks, err, detail
 end
 

@@ -1,0 +1,138 @@
+-- Keep-alive against real nodes: a kept lock outlives its ttl while Lua is
+-- busy; a kept lock that is dropped without unlock() is released, not kept
+-- forever; an error after the acquire does not leave the lock behind; a
+-- manual extend sets the ttl the keeper goes on with; a tampered lock raises
+-- instead of answering with another call's result.
+
+local redlock = require "redlock"
+local cluster = require "helpers.cluster"
+local proc = require "helpers.proc"
+
+local res = cluster.names("keepalive") -- res(tag): a resource name no other run uses
+
+-- The smallest PTTL of key over the nodes (-2 where a node lacks it).
+local function min_pttl(cl, key)
+  local m
+  for i = 1, cl.n do
+    local p = cluster.pttl(cl, i, key)
+    if m == nil or p < m then m = p end
+  end
+  return m
+end
+
+describe("keep-alive", function()
+  local cl, dlm
+
+  lazy_setup(function() cl = cluster.start(3) end)
+  lazy_teardown(function() if cl then cl:stop() end end)
+  before_each(function() dlm = redlock.new { servers = cl.urls, ttl = 1000 } end)
+  after_each(function() dlm:close() end)
+
+  it("keeps a lock past several ttls while Lua is busy elsewhere", function()
+    local r = res("busy")
+    local lock = assert(dlm:lock(r, { ttl = 300, keepalive = true }))
+    os.execute("sleep 1") -- a blocking call: no Lua code runs for 3 ttls
+    assert.is_true(lock:valid())
+    assert.is_false(lock:lost())
+    assert(cluster.await_value(cl, r, lock.value, 10))
+    assert(lock:unlock())
+    assert(cluster.await_value(cl, r, nil, 1000))
+  end)
+
+  -- Before: the keeper extended a collected lock for the life of the process
+  -- (key still held 2.5 s later with a 1000 ms ttl).
+  it("releases a kept lock whose object is collected without unlock()", function()
+    local r = res("dropped")
+    do
+      local lock = assert(dlm:lock(r, { ttl = 30000, keepalive = true }))
+      assert(cluster.await_value(cl, r, lock.value, 1000))
+    end
+    collectgarbage()
+    collectgarbage()
+    -- released by the keeper thread, long before the 30 s ttl
+    local gone, why = cluster.await_value(cl, r, nil, 5000)
+    assert(gone, why)
+    local other = assert(dlm:try_lock(r))
+    assert(other:unlock())
+  end)
+
+  it("does not touch a collected lock that was unlocked, nor a client closed first", function()
+    local r = res("unlocked")
+    do
+      local lock = assert(dlm:lock(r, { keepalive = true }))
+      assert(lock:unlock())
+    end
+    local other = assert(dlm:lock(r, { ttl = 30000, keepalive = true }))
+    collectgarbage()
+    collectgarbage()
+    proc.sleep_ms(100)
+    assert(cluster.await_value(cl, r, other.value, 10)) -- the new holder's key is intact
+    assert(other:unlock())
+
+    local closing = redlock.new { servers = cl.urls }
+    do assert(closing:lock(res("closed"), { ttl = 2000, keepalive = true })) end
+    closing:close()
+    collectgarbage()  -- the lock's finalizer runs after its keeper is gone: no crash
+    collectgarbage()
+  end)
+
+  -- Before: keep() raised after the acquire had succeeded, and the key
+  -- stayed on every node for its ttl.
+  it("releases the lock when keep-alive refuses it after the acquire, then raises", function()
+    local r = res("refused")
+    assert.has_error(function()
+      dlm:lock(r, { ttl = 30000, keepalive = true, margin = 2 ^ 40 })
+    end)
+    assert(cluster.await_value(cl, r, nil, 10))
+    assert.has_error(function()
+      dlm:try_lock(r, { ttl = 30000, keepalive = true, margin = 2 ^ 40 })
+    end)
+    assert(cluster.await_value(cl, r, nil, 10))
+    assert.has_error(function()
+      dlm:lock_many({ r, r .. ":2" }, { ttl = 30000, keepalive = true, margin = 2 ^ 40 })
+    end)
+    assert(cluster.await_value(cl, r, nil, 10))
+    assert(cluster.await_value(cl, r .. ":2", nil, 10))
+  end)
+
+  -- Before: the keeper went on extending with the ttl it was first handed.
+  it("goes on with the ttl of a manual extend", function()
+    local r = res("extend")
+    local lock = assert(dlm:lock(r, { ttl = 600, keepalive = true }))
+    assert(lock:extend(30000))
+    assert.is_true(lock:remaining() > 20000)
+    proc.sleep_ms(1000) -- several of the old ttl's extension periods
+    local pttl = min_pttl(cl, r)
+    assert.is_true(pttl > 20000, "PTTL after the keeper's extensions: " .. pttl)
+    assert.is_true(lock:remaining() > 20000)
+    assert(lock:unlock())
+  end)
+end)
+
+describe("a lock whose value was tampered with", function()
+  local cl, dlm
+
+  lazy_setup(function()
+    cl = cluster.start(3)
+    dlm = redlock.new { servers = cl.urls, ttl = 5000 }
+  end)
+  lazy_teardown(function()
+    if dlm then dlm:close() end
+    if cl then cl:stop() end
+  end)
+
+  -- Before: the core refused the call, and unlock()/extend() built
+  -- nil, "ok", <detail> from the previous call's result.
+  it("raises on extend() and unlock() instead of answering with another call's result", function()
+    local good = assert(dlm:lock(res("good")))
+    assert(good:extend(5000)) -- the scratch result now holds an "ok"
+    local lock = assert(dlm:lock(res("tampered")))
+    local value = lock.value
+    lock.value = "short"
+    assert.has_error(function() lock:extend(5000) end, "redlock: value must be 40 characters")
+    assert.has_error(function() lock:unlock() end, "redlock: value must be 40 characters")
+    lock.value = value
+    assert(lock:unlock())
+    assert(good:unlock())
+  end)
+end)
