@@ -6,9 +6,11 @@
  * signals.c turns SIGINT/SIGTERM/SIGHUP into "release every kept lock, stop the child, exit";
  * proc.c    starts and supervises child processes (exec, os.execute, demo workers).
  *
- * The rl_host_* functions are exported from the executable (-Wl,-E) for the
- * LuaJIT FFI; lua/redlock/host/sys.lua declares them and must agree with
- * this file. Everything else is internal.
+ * The rl_host_* functions of the "exported for the FFI" section are exported
+ * from the executable (-Wl,-E) for the LuaJIT FFI; lua/redlock/host/sys.lua
+ * declares them and must agree with this file. Everything else is internal:
+ * the host is compiled with -fvisibility=hidden, and only that section (and
+ * redlock.h, see core/src/exports.h) has default visibility.
  */
 #ifndef RL_HOST_H
 #define RL_HOST_H
@@ -42,6 +44,8 @@ void rl_host_finish(void);
 void rl_host_stop_supervised(int sig);
 
 /* ---- exported for the FFI (see lua/redlock/host/sys.lua) ---- */
+
+#pragma GCC visibility push(default)
 
 enum {
     RL_HOST_NEWPGRP = 1,    /* the child leads a new process group */
@@ -84,5 +88,7 @@ int rl_host_pending_signal(void);
 
 /* Sleep ms milliseconds (returns early on no signal: signals never interrupt it). */
 void rl_host_sleep_ms(int ms);
+
+#pragma GCC visibility pop
 
 #endif

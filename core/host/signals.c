@@ -38,7 +38,8 @@ static void on_signal(int sig) {
 }
 
 static void on_sigpipe(int sig) {
-    (void)sig; /* a node closed its socket: write() reports EPIPE instead of killing us */
+    (void)sig; /* a write to a closed pipe reports EPIPE instead of killing the host; being
+                  caught (not ignored), SIGPIPE is back at SIG_DFL in every child after execve */
 }
 
 /* Claim the exit for who (-1 normal, > 0 signal). Return 1 if it was ours. */

@@ -10,8 +10,6 @@
  * Each phase change bumps the slot's generation; a reply carries the
  * generation it was sent under (node.c tickets), so a late reply can never
  * vote in a later phase or a later operation. */
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,16 +75,6 @@ void rl_options_init(rl_options *o) {
     o->prefix_len = 0;
 }
 
-/* Writing to a socket the peer has closed must be an error, not a signal
- * that kills the process: ignore SIGPIPE unless the program chose a handler. */
-static void ignore_sigpipe(void) {
-    struct sigaction sa;
-    if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL) {
-        sa.sa_handler = SIG_IGN;
-        sigaction(SIGPIPE, &sa, NULL);
-    }
-}
-
 static int check_options(const rl_options *o, int n, char *err, size_t errlen) {
     int majority = n / 2 + 1;
     if (o->node_timeout_ms <= 0) return snprintf(err, errlen, "node_timeout must be > 0 ms"), -1;
@@ -120,7 +108,6 @@ static void on_prepare(EV_P_ ev_prepare *w, int revents) {
 
 rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *opts, char *err,
                          size_t errlen) {
-    static pthread_once_t sigpipe_once = PTHREAD_ONCE_INIT;
     char dummy[RL_ERR_LEN];
     if (err == NULL) err = dummy, errlen = sizeof(dummy);
     rl_options defaults;
@@ -165,7 +152,6 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
     ev_prepare_start(c->loop, &c->flusher);
     ev_unref(c->loop); /* the flusher alone does not keep the loop running */
 
-    pthread_once(&sigpipe_once, ignore_sigpipe);
     for (int i = 0; i < nurls; i++) rl_node_init(&c->nodes[i], &parsed[i], i, c->loop, &c->opts, on_node_reply, c);
     for (int i = 0; i < nurls; i++) rl_node_start(&c->nodes[i]);
     return c;

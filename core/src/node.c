@@ -1,11 +1,16 @@
 /* node.c — one node's connection lifecycle (see node.h).
  *
  * hiredis opens the socket (address lookup, non-blocking connect) and parses
- * replies (reply.c); the bytes go through our own buffer and write(2), so a
+ * replies (reply.c); the bytes go through our own buffer and send(2), so a
  * command costs one write and no allocation, and the reply FIFO is our ticket
  * ring rather than a second callback queue. Commands queue up until the
  * owner flushes (once per loop iteration), so everything a node is sent in
- * one iteration goes out in one write. */
+ * one iteration goes out in one write.
+ *
+ * Every write is send(..., MSG_NOSIGNAL): a node that closed its end makes it
+ * fail with EPIPE instead of raising SIGPIPE, so the library never needs to
+ * touch the process's signal dispositions. No other code of the library
+ * writes to a socket or pipe (hiredis only connects and parses). */
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
