@@ -153,7 +153,11 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
     ev_unref(c->loop); /* the flusher alone does not keep the loop running */
 
     for (int i = 0; i < nurls; i++) rl_node_init(&c->nodes[i], &parsed[i], i, c->loop, &c->opts, on_node_reply, c);
-    for (int i = 0; i < nurls; i++) rl_node_start(&c->nodes[i]);
+    /* Every name is looked up at once and waited for together, so N slow
+     * names cost one connect_timeout, not N. Rounds never wait for a lookup. */
+    for (int i = 0; i < nurls; i++) rl_node_resolve(&c->nodes[i]);
+    double deadline = rl_now_ms() + opts->connect_timeout_ms;
+    for (int i = 0; i < nurls; i++) rl_node_start(&c->nodes[i], deadline);
     return c;
 }
 

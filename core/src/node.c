@@ -1,16 +1,17 @@
 /* node.c — one node's connection lifecycle (see node.h).
  *
- * hiredis opens the socket (address lookup, non-blocking connect) and parses
- * replies (reply.c); the bytes go through our own buffer and send(2), so a
- * command costs one write and no allocation, and the reply FIFO is our ticket
- * ring rather than a second callback queue. Commands queue up until the
- * owner flushes (once per loop iteration), so everything a node is sent in
- * one iteration goes out in one write.
+ * The socket is ours: opened non-blocking to an address found before
+ * (resolve.c: a name is looked up on a thread, never on the loop), written
+ * with send(2) from our own buffer, so a command costs one write and no
+ * allocation, and the reply FIFO is our ticket ring rather than a second
+ * callback queue. hiredis' reader parses the replies (reply.c). Commands
+ * queue up until the owner flushes (once per loop iteration), so everything
+ * a node is sent in one iteration goes out in one write.
  *
  * Every write is send(..., MSG_NOSIGNAL): a node that closed its end makes it
  * fail with EPIPE instead of raising SIGPIPE, so the library never needs to
  * touch the process's signal dispositions. No other code of the library
- * writes to a socket or pipe (hiredis only connects and parses). */
+ * writes to a socket or pipe. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -20,9 +21,9 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
-#include <hiredis/hiredis.h>
 #include <linux/sockios.h>
 
 #include "node.h"
@@ -33,6 +34,7 @@ enum { SETUP_AUTH = -1, SETUP_SELECT = -2 };
 #define READ_CHUNK 16384
 
 static void connect_now(rl_node *n);
+static void connect_failed(rl_node *n);
 
 /* libev runs an overdue timer before the I/O that arrived in the same loop
  * iteration (pending watchers are invoked last in, first out). A timer that
@@ -244,6 +246,7 @@ static void on_writable(EV_P_ ev_io *w, int revents) {
         if (getsockopt(n->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
         if (err != 0) {
             set_err(n, "connect failed: ", strerror(err));
+            connect_failed(n);
             drop(n, n->errstr);
         } else {
             connected(n);
@@ -268,6 +271,7 @@ static void on_connect_timeout(EV_P_ ev_timer *w, int revents) {
         return;
     }
     snprintf(n->errstr, sizeof(n->errstr), "connect timed out after %d ms", n->opts->connect_timeout_ms);
+    connect_failed(n);
     drop(n, n->errstr);
 }
 
@@ -306,31 +310,93 @@ static int queue_setup(rl_node *n) {
     return rc;
 }
 
-/* Open a non-blocking socket with hiredis' address handling, and keep only the fd. */
+/* Open a non-blocking socket and begin connecting it to the node's unix
+ * path or current address. Return the fd, or -1 with the reason in errstr. */
 static int open_socket(rl_node *n) {
-    redisContext *ctx = n->url.kind == RL_URL_UNIX ? redisConnectUnixNonBlock(n->url.path)
-                                                   : redisConnectNonBlock(n->url.host, n->url.port);
-    if (ctx == NULL) {
-        set_err(n, "connect failed: ", "out of memory");
+    struct sockaddr_un un;
+    const struct sockaddr *sa;
+    socklen_t salen;
+    if (n->url.kind == RL_URL_UNIX) {
+        memset(&un, 0, sizeof(un));
+        un.sun_family = AF_UNIX;
+        memcpy(un.sun_path, n->url.path, strlen(n->url.path) + 1); /* url.c: shorter than sun_path */
+        sa = (const struct sockaddr *)&un;
+        salen = sizeof(un);
+    } else {
+        const rl_addr *a = &n->addrs.addr[n->addr_next];
+        sa = &a->sa.any;
+        salen = a->len;
+    }
+    int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        set_err(n, "connect failed: ", strerror(errno));
         return -1;
     }
-    if (ctx->err) {
-        set_err(n, "connect failed: ", ctx->errstr);
-        redisFree(ctx);
-        return -1;
-    }
-    int fd = redisFreeKeepFd(ctx);
     if (n->url.kind != RL_URL_UNIX) {
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     }
+    /* 0 (a unix socket, or loopback at once) is seen as writable like a
+     * connect in progress; an interrupted connect goes on by itself. */
+    if (connect(fd, sa, salen) != 0 && errno != EINPROGRESS && errno != EINTR) {
+        set_err(n, "connect failed: ", strerror(errno));
+        close(fd);
+        return -1;
+    }
     return fd;
+}
+
+/* Look the name up again on a thread of its own; the node keeps what it
+ * has meanwhile. A node with no address says why it has none. */
+static void start_lookup(rl_node *n) {
+    char why[RL_NODE_ERR_LEN];
+    n->lookup = rl_lookup_start(n->url.host, n->url.port, why, sizeof(why));
+    if (n->lookup == NULL && n->addrs.n == 0) set_err(n, "name resolution failed: ", why);
+}
+
+/* Take what a finished lookup found. Return 1 if there is an address to
+ * connect to. Never waits: a name still being looked up is not one, and a
+ * name that has none is looked up again, in the background. */
+static int have_address(rl_node *n) {
+    if (n->url.kind == RL_URL_UNIX) return 1;
+    if (n->lookup != NULL) {
+        rl_addrs found;
+        char why[RL_NODE_ERR_LEN];
+        int got = rl_lookup_result(n->lookup, &found, why, sizeof(why));
+        if (got != 0) {
+            rl_lookup_drop(n->lookup);
+            n->lookup = NULL;
+        }
+        if (got > 0) {
+            n->addrs = found;
+            n->addr_next = 0;
+        } else if (got < 0 && n->addrs.n == 0) {
+            set_err(n, "name resolution failed: ", why);
+        }
+    }
+    if (n->addrs.n > 0) return 1;
+    if (n->named && n->lookup == NULL) start_lookup(n);
+    return 0;
+}
+
+/* A connect to the current address failed: the next attempt tries the next
+ * address, and once every address has failed a name is looked up again
+ * (its address may have moved). */
+static void connect_failed(rl_node *n) {
+    if (!n->named || n->addrs.n == 0) return;
+    n->addr_next = (n->addr_next + 1) % n->addrs.n;
+    if (n->addr_next == 0 && n->lookup == NULL) start_lookup(n);
 }
 
 static void connect_now(rl_node *n) {
     ev_timer_stop(n->loop, &n->retry_timer);
+    if (!have_address(n)) {
+        schedule_reconnect(n);
+        return;
+    }
     n->fd = open_socket(n);
     if (n->fd < 0) {
+        connect_failed(n);
         schedule_reconnect(n);
         return;
     }
@@ -405,7 +471,15 @@ void rl_node_init(rl_node *n, const rl_url *url, int index, struct ev_loop *loop
     snprintf(n->errstr, sizeof(n->errstr), "not connected");
 }
 
-void rl_node_start(rl_node *n) {
+void rl_node_resolve(rl_node *n) {
+    if (n->url.kind != RL_URL_TCP || rl_resolve_numeric(n->url.host, n->url.port, &n->addrs) == 0) return;
+    n->named = 1;
+    start_lookup(n);
+}
+
+void rl_node_start(rl_node *n, double deadline_ms) {
+    if (n->lookup != NULL && !rl_lookup_wait(n->lookup, deadline_ms))
+        snprintf(n->errstr, sizeof(n->errstr), "name resolution timed out after %d ms", n->opts->connect_timeout_ms);
     ev_timer_start(n->loop, &n->watchdog);
     connect_now(n);
 }
@@ -422,6 +496,8 @@ int rl_node_send(rl_node *n, const char *cmd, size_t len, rl_ticket ticket) {
 
 void rl_node_close(rl_node *n) {
     n->closing = 1;
+    rl_lookup_drop(n->lookup);
+    n->lookup = NULL;
     close_socket(n);
     ev_timer_stop(n->loop, &n->retry_timer);
     ev_timer_stop(n->loop, &n->watchdog);

@@ -1,8 +1,9 @@
 /* node.h — one node's connection: a non-blocking socket on a libev loop,
- * connect with a deadline, AUTH/SELECT on connect, reconnect with doubling
- * backoff, commands queued and written in one write per flush, replies
- * parsed once (reply.h), and a FIFO of tickets that pairs every reply with
- * the operation that asked for it. */
+ * its address found outside any round (resolve.h), connect with a deadline,
+ * AUTH/SELECT on connect, reconnect with doubling backoff, commands queued
+ * and written in one write per flush, replies parsed once (reply.h), and a
+ * FIFO of tickets that pairs every reply with the operation that asked for
+ * it. */
 #ifndef RL_NODE_H
 #define RL_NODE_H
 
@@ -11,6 +12,7 @@
 #include "command.h"
 #include "redlock.h"
 #include "reply.h"
+#include "resolve.h"
 #include "url.h"
 
 /* Which operation (slot) and which phase of it (gen) a command belongs to,
@@ -39,6 +41,11 @@ typedef struct rl_node {
     rl_reply_fn on_reply;
     void *owner;
 
+    rl_addrs addrs;          /* TCP: where the host is (empty until a lookup found it) */
+    int addr_next;           /* which of addrs the next connect tries */
+    int named;               /* TCP host is a name, not a numeric address: it needs lookups */
+    rl_lookup *lookup;       /* a lookup of the name running on its own thread, or NULL */
+
     int fd;                  /* -1 while down */
     int link;                /* RL_LINK_* */
     unsigned conn;           /* bumped when a connection ends: callbacks can tell it is gone */
@@ -64,17 +71,26 @@ typedef struct rl_node {
     unsigned ring_head, ring_count, ring_cap;
 } rl_node;
 
-/* Prepare n; nothing is connected until rl_node_start. */
+/* Prepare n; nothing is looked up or connected. */
 void rl_node_init(rl_node *n, const rl_url *url, int index, struct ev_loop *loop,
                   const rl_options *opts, rl_reply_fn on_reply, void *owner);
 
-/* Begin a non-blocking connect. Failures are retried with backoff. */
-void rl_node_start(rl_node *n);
+/* Start finding n's address: a numeric address (or a unix socket path) at
+ * once, a host name on a thread of its own (rl_node_start waits for it). */
+void rl_node_resolve(rl_node *n);
+
+/* Wait for n's name lookup until the clock (rl_now_ms) passes deadline_ms,
+ * then begin a non-blocking connect. A name not resolved by then leaves n
+ * down, saying why in errstr; its lookup goes on in the background and a
+ * later connect attempt takes its result. Failures are retried with
+ * backoff. */
+void rl_node_start(rl_node *n, double deadline_ms);
 
 /* Queue a pre-encoded command; rl_node_flush writes it. A node that is down
  * and past its reconnect delay starts connecting first (what is queued goes
- * out once connected). Return 0, or -1 if the node cannot take it now (down,
- * out of memory); the reason is then in n->errstr. Never calls on_reply. */
+ * out once connected); it never waits for a name lookup. Return 0, or -1 if
+ * the node cannot take it now (down, its name not resolved yet, out of
+ * memory); the reason is then in n->errstr. Never calls on_reply. */
 int rl_node_send(rl_node *n, const char *cmd, size_t len, rl_ticket ticket);
 
 /* Write everything queued, in one write when the socket has room (the rest
@@ -88,7 +104,8 @@ void rl_node_flush(rl_node *n);
 void rl_node_reset(rl_node *n, const char *why);
 
 /* Close the connection and stop timers. Unanswered commands are dropped
- * without a call to on_reply. */
+ * without a call to on_reply. A lookup still running is abandoned (its
+ * thread frees it). */
 void rl_node_close(rl_node *n);
 
 #endif

@@ -3,6 +3,7 @@
 --   local faults = require "helpers.faults"
 --   local fake = faults.fakeserver("garbage")   -- fake.url, fake.port, fake.pid
 --   local px = faults.proxy(cl.ports[1])        -- px.url; px:set("stall") ...
+--   local dns = faults.fakedns()                -- dns.addr; dns:set("answer 127.0.0.1")
 --   fake:stop(); px:stop()
 --
 -- Every process is stopped by its pid; stop_all() stops whatever is left.
@@ -42,11 +43,17 @@ function Proc:alive()
 end
 
 --- Change the proxy's mode ("pass", "delay MS", "stall", "blackhole", "drop",
--- "reset") and wait long enough for the proxy to have read it.
+-- "reset") or the fake DNS server's ("deaf", "answer ADDR") and wait long
+-- enough for the tool to have read it.
 function Proc:set(mode)
-  assert(self.control, "not a proxy")
+  assert(self.control, "this tool has no modes")
   proc.write_file(self.control, mode .. "\n")
   proc.sleep_ms(20) -- the proxy re-reads its control file every few ms
+end
+
+--- What the tool printed (stdout and stderr).
+function Proc:log()
+  return proc.read_file(self.dir .. "/out.log") or ""
 end
 
 local function start(argv_tail_fn, name)
@@ -71,6 +78,26 @@ end
 -- readonly, oom, loading.
 function M.fakeserver(mode)
   return start(function(_, portfile) return { mode, portfile } end, "rl-fakeserver")
+end
+
+--- A DNS server on UDP port 53 of some 127.53.X.Y (binding it needs root),
+-- at first deaf: it reads queries and never answers. dns.addr is its
+-- address (put it in a resolv.conf); dns:set("answer 127.0.0.1") makes it
+-- answer; dns:log() is what it was asked, a line per query.
+function M.fakedns()
+  local dir = proc.tmpdir()
+  local self = setmetatable({ dir = dir, control = dir .. "/control" }, Proc)
+  proc.write_file(self.control, "deaf\n")
+  local addrfile = dir .. "/addr"
+  self.pid = proc.spawn({ tool("rl-fakedns"), addrfile, self.control }, { out = dir .. "/out.log" })
+  started[#started + 1] = self
+  local ok, text = pcall(proc.wait_file, addrfile, 5000)
+  if not ok then
+    self:stop()
+    error("rl-fakedns did not start: " .. tostring(proc.read_file(dir .. "/out.log")), 2)
+  end
+  self.addr = text:match("[%d.]+")
+  return self
 end
 
 --- A proxy in front of 127.0.0.1:upstream_port, initially in mode "pass".

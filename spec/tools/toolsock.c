@@ -49,14 +49,20 @@ int listen_loopback(int *port) {
     return fd;
 }
 
-void write_portfile(const char *path, int port) {
+void write_file_atomic(const char *path, const char *text) {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     if (!f) die(tmp);
-    fprintf(f, "%d\n", port);
+    fputs(text, f);
     if (fclose(f) != 0) die(tmp);
     if (rename(tmp, path) != 0) die(path);
+}
+
+void write_portfile(const char *path, int port) {
+    char line[16];
+    snprintf(line, sizeof line, "%d\n", port);
+    write_file_atomic(path, line);
 }
 
 void reset_close(int fd) {

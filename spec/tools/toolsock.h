@@ -1,5 +1,6 @@
 /* toolsock.h — what the fault tools share: stop signals, a loopback
- * listener on a kernel-chosen port, the port file, fatal errors, RST closes. */
+ * listener on a kernel-chosen port, the port file (or any small file written
+ * atomically), fatal errors, RST closes. */
 #ifndef RL_TOOLSOCK_H
 #define RL_TOOLSOCK_H
 
@@ -18,7 +19,10 @@ void die(const char *what);
  * the port in *port. Dies on failure. */
 int listen_loopback(int *port);
 
-/* Write port to path atomically (a temporary name, then rename). Dies on failure. */
+/* Write text to path atomically (a temporary name, then rename). Dies on failure. */
+void write_file_atomic(const char *path, const char *text);
+
+/* Write port to path atomically, as a line. Dies on failure. */
 void write_portfile(const char *path, int port);
 
 /* Close fd with a TCP RST (SO_LINGER 0). */
