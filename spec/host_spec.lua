@@ -519,6 +519,49 @@ echo end >> %s
     end)
   end)
 
+  describe("C files", function()
+    -- What each object of the executable defines and what it takes from the others.
+    local function host_objects()
+      local build = BIN:match("^(.*)/[^/]+$")
+      local objs = {}
+      local p = io.popen(("find %s -path '*/core/host/CMakeFiles/redlock.dir/*' -name '*.c.o' | sort"):format(q(build)))
+      for path in p:lines() do objs[#objs + 1] = { path = path, name = path:match("([^/]+)%.c%.o$") } end
+      p:close()
+      assert.is_true(#objs >= 4, "no objects of the host under " .. build)
+      for _, o in ipairs(objs) do
+        o.defines, o.uses = {}, {}
+        local out, rc = sh("nm -g --defined-only " .. q(o.path))
+        assert.are.equal(0, rc, out)
+        for sym in out:gmatch("%x+ [A-Z] ([%w_]+)") do o.defines[sym] = true end
+        out, rc = sh("nm -u " .. q(o.path))
+        assert.are.equal(0, rc, out)
+        for sym in out:gmatch("U ([%w_]+)") do o.uses[sym] = true end
+      end
+      return objs
+    end
+
+    it("depend on each other one way only", function()
+      local objs = host_objects()
+      local function needs(a, b)
+        for sym in pairs(a.uses) do
+          if b.defines[sym] then return sym end
+        end
+      end
+      local cycles = {}
+      for i, a in ipairs(objs) do
+        for j = i + 1, #objs do
+          local b = objs[j]
+          local ab, ba = needs(a, b), needs(b, a)
+          if ab and ba then
+            cycles[#cycles + 1] = ("%s.c uses %s of %s.c, which uses %s of %s.c")
+              :format(a.name, ab, b.name, ba, a.name)
+          end
+        end
+      end
+      assert.are.same({}, cycles)
+    end)
+  end)
+
   describe("installed with cmake --install", function()
     it("finds its modules from any directory, with no LUA_PATH", function()
       local build = BIN:match("^(.*)/[^/]+$")

@@ -3,8 +3,11 @@
  *
  * main.c    runs the Lua side (lua/redlock/host/init.lua) the way luajit.c runs a script;
  * paths.c   finds the Lua modules next to the executable (build tree or install prefix);
- * signals.c turns SIGINT/SIGTERM/SIGHUP into "release every kept lock, stop the child, exit";
+ * signals.c turns SIGINT/SIGTERM/SIGHUP into "stop the child, release every kept lock, exit";
  * proc.c    starts and supervises child processes (exec, os.execute, demo workers).
+ *
+ * Dependencies go one way: main.c uses the others, signals.c uses proc.c (to
+ * stop the supervised child), proc.c uses none of them.
  *
  * The rl_host_* functions are exported from the executable (-Wl,-E) for the
  * LuaJIT FFI; lua/redlock/host/sys.lua declares them and must agree with
@@ -82,7 +85,7 @@ void rl_host_defer_signals(int defer);
 /* The first signal recorded while deferred, or 0. */
 int rl_host_pending_signal(void);
 
-/* Sleep ms milliseconds (returns early on no signal: signals never interrupt it). */
+/* proc.c: sleep ms milliseconds; a signal does not cut the sleep short. */
 void rl_host_sleep_ms(int ms);
 
 #endif
