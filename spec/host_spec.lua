@@ -4,6 +4,7 @@
 
 local devcluster = require "redlock.devcluster"
 local proc = require "helpers.proc"
+local faults = require "helpers.faults"
 
 -- Wall clock in ms: the children below log with `date +%s%3N`.
 local wall_ms, sleep_ms, q = proc.wall_ms, proc.sleep_ms, proc.quote
@@ -106,6 +107,7 @@ describe("the redlock host", function()
   end)
 
   teardown(function()
+    faults.stop_all()
     if cl then cl:stop() end
     proc.rmdir(TMP)
   end)
@@ -475,6 +477,107 @@ echo end >> %s
       out, rc = redlock("status status:r", ENV)
       assert.are.equal(1, rc, out)
       assert.matches("free: no node holds 'status:r'", out, 1, true)
+    end)
+
+    --- True if out has node idx's row: name, state, then text starting with info.
+    local function has_row(out, idx, name, state, info)
+      local esc = function(s) return (s:gsub("%p", "%%%0")) end
+      return out:find(("\n%%s*%d  %s%%s+%s%%s+%s"):format(idx, esc(name), state, esc(info))) ~= nil
+    end
+
+    it("selects the URL's database and reports a refused AUTH as that node's error", function()
+      local port = cl.ports[1]
+      local db3 = ("redis://127.0.0.1:%d/3"):format(port)
+      assert.are.equal("OK", (cl:cli(1, "-n", "3", "SET", "status:db", "in-db-3", "PX", "60000")))
+      local out, rc = redlock("status --servers " .. db3 .. " status:db", "")
+      assert.are.equal(0, rc, out)
+      assert.is_true(has_row(out, 1, db3, "held", "in-db-3"), out)
+      assert.matches("held: value in-db-3... on 1 of 1 nodes (quorum 1)", out, 1, true)
+      out, rc = redlock(("status --servers redis://127.0.0.1:%d status:db"):format(port), "")
+      assert.are.equal(1, rc, out)
+      out, rc = redlock(("status --servers redis://:wrong@127.0.0.1:%d status:db"):format(port), "")
+      assert.are.equal(69, rc, out)
+      assert.is_true(has_row(out, 1, "redis://127.0.0.1:" .. port, "error", "AUTH: "), out)
+      assert.is_nil(out:find("wrong", 1, true), "the password is shown")
+      cl:cli(1, "-n", "3", "DEL", "status:db")
+    end)
+
+    it("a bad URL is a usage error (64)", function()
+      local out, rc = redlock("status --servers " .. cl.urls[1] .. ",http://x status:r", "")
+      assert.are.equal(64, rc, out)
+      assert.matches("'http://x': unknown scheme", out, 1, true)
+    end)
+
+    -- name: the node as status shows it (the URL without its password)
+    for _, case in ipairs {
+      { mode = "ok", url = "redis://127.0.0.1:%d", says = "GET: unexpected status reply 'OK'" },
+      { mode = "ok", url = "redis://user:pw@127.0.0.1:%d/2", name = "redis://user@127.0.0.1:%d/2",
+        says = "GET: unexpected status reply 'OK'" },
+      { mode = "error", url = "redis://127.0.0.1:%d", says = "GET: ERR boom" },
+      { mode = "error", url = "redis://:pw@127.0.0.1:%d", name = "redis://127.0.0.1:%d", says = "AUTH: ERR boom" },
+      { mode = "readonly", url = "redis://127.0.0.1:%d/1", says = "SELECT: READONLY" },
+      { mode = "garbage", url = "redis://127.0.0.1:%d", says = "GET: " },
+      { mode = "reset", url = "redis://127.0.0.1:%d", says = "" },
+      { mode = "silent", url = "redis://127.0.0.1:%d", says = "GET: no answer within 500 ms" },
+    } do
+      it(("a node in fake mode '%s' (%s) is an error row and exit 69, not a crash")
+        :format(case.mode, (case.url:gsub("%%d", "PORT"))),
+        function()
+          local fake = faults.fakeserver(case.mode)
+          local out, rc = redlock("status --servers " .. case.url:format(fake.port) .. " status:fake", "")
+          fake:stop()
+          assert.are.equal(69, rc, out)
+          assert.is_true(has_row(out, 1, (case.name or case.url):format(fake.port), "error", case.says), out)
+          assert.matches("unknown: only 0 of 1 nodes answered (quorum 1)", out, 1, true)
+          assert.is_nil(out:find("traceback", 1, true), out)
+        end)
+    end
+
+    it("a node that answers +OK to everything does not count; the others decide (exit 1 or 0)", function()
+      local fake = faults.fakeserver("ok")
+      local servers = table.concat({ cl.urls[1], cl.urls[2], fake.url }, ",")
+      local out, rc = redlock("status --servers " .. servers .. " status:ok", "")
+      assert.are.equal(1, rc, out)
+      assert.is_true(has_row(out, 3, fake.url, "error", "GET: unexpected status reply 'OK'"), out)
+      assert.matches("free: no node holds 'status:ok'", out, 1, true)
+      for i = 1, 2 do cl:cli(i, "SET", "status:ok", "the-holder", "PX", "60000") end
+      out, rc = redlock("status --servers " .. servers .. " status:ok", "")
+      fake:stop()
+      for i = 1, 2 do cl:cli(i, "DEL", "status:ok") end
+      assert.are.equal(0, rc, out)
+      assert.matches("held: value the-holder... on 2 of 3 nodes (quorum 2)", out, 1, true)
+    end)
+
+    it("no Lua module mirrors hiredis' structs or binds hiredis' functions", function()
+      local out = sh("grep -rnE 'redisReply|redisContext|redisReader|asm *\\( *\"(redis|freeReplyObject)' "
+        .. q(ROOT .. "/lua"))
+      assert.are.equal("", out)
+    end)
+
+    it("sys.lua declares rl_host_probe_result as core/host/host.h lays it out", function()
+      local ffi = require "ffi"
+      local sys = require "redlock.host.sys"
+      local T = "rl_host_probe_result"
+      local fields = { "err", "errstr", "name", "exists", "pttl", "value_len", "value" }
+      local dir = proc.tmpdir()
+      local lines = { "#include <stdio.h>", "#include <stddef.h>", '#include "host.h"', "int main(void) {",
+        ('printf("sizeof %%zu\\n", sizeof(%s));'):format(T),
+        'printf("EINVAL %d\\nENODE %d\\n", RL_HOST_PROBE_EINVAL, RL_HOST_PROBE_ENODE);' }
+      local expect = { sizeof = ffi.sizeof(T), EINVAL = sys.PROBE_EINVAL, ENODE = sys.PROBE_ENODE }
+      for _, f in ipairs(fields) do
+        lines[#lines + 1] = ('printf("%s %%zu\\n", offsetof(%s, %s));'):format(f, T, f)
+        expect[f] = ffi.offsetof(T, f)
+      end
+      lines[#lines + 1] = "return 0; }"
+      write_file(dir .. "/layout.c", table.concat(lines, "\n") .. "\n")
+      local out, rc = sh(("%s -std=c11 -I%s $(pkg-config --cflags luajit) -o %s %s && %s"):format(
+        os.getenv("CC") or "cc", q(ROOT .. "/core/host"), q(dir .. "/layout"), q(dir .. "/layout.c"),
+        q(dir .. "/layout")))
+      proc.rmdir(dir)
+      assert.are.equal(0, rc, out)
+      local got = {}
+      for k, v in out:gmatch("([%w_]+) (%d+)") do got[k] = tonumber(v) end
+      assert.are.same(expect, got)
     end)
   end)
 
