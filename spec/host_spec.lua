@@ -342,20 +342,27 @@ describe("the redlock host", function()
       assert.is_true(gone_everywhere("long:r"))
     end)
 
+    -- grace: what the host uses, given with --grace unless derived (ttl 2000:
+    -- half of it less a safety margin of 100 ms)
     for _, case in ipairs {
-      { what = "a command that obeys SIGTERM stops", trap = "exit 0", killed = false },
-      { what = "a command that ignores SIGTERM is SIGKILLed after the grace period", trap = "", killed = true },
+      { what = "a command that obeys SIGTERM stops", trap = "exit 0", killed = false, ttl = 1500, grace = 300 },
+      { what = "a command that ignores SIGTERM is SIGKILLed after the grace period", trap = "", killed = true,
+        ttl = 1500, grace = 300 },
+      { what = "without --grace, a short --ttl's derived grace period applies", trap = "", killed = true,
+        ttl = 2000, grace = 900, derived = true },
     } do
       it("lock stolen: " .. case.what .. ", before the validity runs out; exit 75", function()
-        local key = "stolen:" .. tostring(case.killed)
+        local key = ("stolen:%d:%s"):format(case.ttl, tostring(case.killed))
         local marks = TMP .. "/" .. key .. ".marks"
+        -- the trap runs once the current sleep ends: short sleeps date SIGTERM closely
         local child = script(key .. ".sh", ([[
 trap 'echo TERM $(date +%%s%%3N) >> %s; %s' TERM
 echo start >> %s
-i=0; while [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
+i=0; while [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done
 echo end >> %s
 ]]):format(marks, case.trap, marks, marks))
-        local job = bg(("exec --ttl 1500 --grace 300 %s -- sh %s"):format(key, child), ENV)
+        local job = bg(("exec --ttl %d %s %s -- sh %s"):format(case.ttl,
+          case.derived and "" or ("--grace " .. case.grace), key, child), ENV)
         assert.is_true(eventually(function() return (read_file(marks) or ""):find("start") end))
         sleep_ms(200)
         -- steal it by hand on a majority: delete our keys, set others
@@ -367,22 +374,48 @@ echo end >> %s
         local rc, out = job:wait(5000)
         local exited_at = wall_ms()
         assert.are.equal(75, rc, out)
-        assert.matches("lock on '" .. key .. "' lost", out, 1, true)
+        assert.matches(("lock on '%s' lost; stopping sh %%(pid %%d+%%): SIGTERM, SIGKILL after %d ms")
+          :format(key:gsub("%p", "%%%0"), case.grace), out)
         local term_at = tonumber((read_file(marks) or ""):match("TERM (%d+)"))
         assert.is_not_nil(term_at, "the command got no SIGTERM")
         -- our last extension happened before the theft, so our validity
-        -- ended at most 1500 ms after it
-        assert.is_true(term_at - stolen_at < 1000, ("SIGTERM %d ms after the theft"):format(term_at - stolen_at))
-        assert.is_true(exited_at - stolen_at < 1500, ("exit %d ms after the theft"):format(exited_at - stolen_at))
+        -- ended at most ttl ms after it; SIGTERM must leave the grace period
+        assert.is_true(term_at - stolen_at < case.ttl - case.grace,
+          ("SIGTERM %d ms after the theft"):format(term_at - stolen_at))
+        assert.is_true(exited_at - stolen_at < case.ttl, ("exit %d ms after the theft"):format(exited_at - stolen_at))
         assert.is_nil((read_file(marks) or ""):find("end"), "the command ran to its end")
         if case.killed then
-          assert.is_true(exited_at - term_at >= 300, "SIGKILL before the grace period ended")
+          assert.is_true(exited_at - term_at >= case.grace,
+            ("SIGKILL %d ms after SIGTERM, before the grace period ended"):format(exited_at - term_at))
         else
-          assert.is_true(exited_at - term_at < 300, "waited the grace period for a command that had exited")
+          assert.is_true(exited_at - term_at < case.grace, "waited the grace period for a command that had exited")
         end
         for i = 1, 3 do assert.are.equal("thief", get(i, key)) end
       end)
     end
+
+    it("with a short --ttl and no --grace, runs the command (the grace period fits the ttl)", function()
+      local out, rc = redlock("exec --ttl 1000 short:r -- echo ran", ENV)
+      assert.are.equal(0, rc, out)
+      assert.matches("ran", out, 1, true)
+      assert.is_true(gone_everywhere("short:r"))
+    end)
+
+    it("a --grace that does not fit the ttl, or a ttl too short for any, is a usage error (64)", function()
+      local out, rc = redlock("exec --ttl 1000 --grace 451 short:r -- echo ran", ENV)
+      assert.are.equal(64, rc, out)
+      assert.matches("--grace 451 ms is too long for --ttl 1000 ms", out, 1, true)
+      assert.matches("--grace 450 at most", out, 1, true)
+      assert.is_nil(out:find("ran\n", 1, true))
+      out, rc = redlock("exec --ttl 39 short:r -- echo ran", ENV)
+      assert.are.equal(64, rc, out)
+      assert.matches("--ttl 39 ms is too short: exec needs at least 40 ms", out, 1, true)
+      -- the shortest ttl is accepted (whether the lock survives 40 ms is up to the machine)
+      out, rc = redlock("exec --ttl 40 short:r -- true", ENV)
+      assert.are_not.equal(64, rc, out)
+      assert.is_nil(out:find("too short", 1, true), out)
+      assert.is_nil(out:find("too long", 1, true), out)
+    end)
 
     it("SIGTERM to redlock stops the command, releases the lock on every node, exits 143", function()
       local marks = TMP .. "/hostterm.marks"
