@@ -4,6 +4,7 @@
 
 local devcluster = require "redlock.devcluster"
 local proc = require "helpers.proc"
+local faults = require "helpers.faults"
 
 -- Wall clock in ms: the children below log with `date +%s%3N`.
 local wall_ms, sleep_ms, q = proc.wall_ms, proc.sleep_ms, proc.quote
@@ -106,6 +107,7 @@ describe("the redlock host", function()
   end)
 
   teardown(function()
+    faults.stop_all()
     if cl then cl:stop() end
     proc.rmdir(TMP)
   end)
@@ -340,20 +342,27 @@ describe("the redlock host", function()
       assert.is_true(gone_everywhere("long:r"))
     end)
 
+    -- grace: what the host uses, given with --grace unless derived (ttl 2000:
+    -- half of it less a safety margin of 100 ms)
     for _, case in ipairs {
-      { what = "a command that obeys SIGTERM stops", trap = "exit 0", killed = false },
-      { what = "a command that ignores SIGTERM is SIGKILLed after the grace period", trap = "", killed = true },
+      { what = "a command that obeys SIGTERM stops", trap = "exit 0", killed = false, ttl = 1500, grace = 300 },
+      { what = "a command that ignores SIGTERM is SIGKILLed after the grace period", trap = "", killed = true,
+        ttl = 1500, grace = 300 },
+      { what = "without --grace, a short --ttl's derived grace period applies", trap = "", killed = true,
+        ttl = 2000, grace = 900, derived = true },
     } do
       it("lock stolen: " .. case.what .. ", before the validity runs out; exit 75", function()
-        local key = "stolen:" .. tostring(case.killed)
+        local key = ("stolen:%d:%s"):format(case.ttl, tostring(case.killed))
         local marks = TMP .. "/" .. key .. ".marks"
+        -- the trap runs once the current sleep ends: short sleeps date SIGTERM closely
         local child = script(key .. ".sh", ([[
 trap 'echo TERM $(date +%%s%%3N) >> %s; %s' TERM
 echo start >> %s
-i=0; while [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
+i=0; while [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done
 echo end >> %s
 ]]):format(marks, case.trap, marks, marks))
-        local job = bg(("exec --ttl 1500 --grace 300 %s -- sh %s"):format(key, child), ENV)
+        local job = bg(("exec --ttl %d %s %s -- sh %s"):format(case.ttl,
+          case.derived and "" or ("--grace " .. case.grace), key, child), ENV)
         assert.is_true(eventually(function() return (read_file(marks) or ""):find("start") end))
         sleep_ms(200)
         -- steal it by hand on a majority: delete our keys, set others
@@ -365,22 +374,48 @@ echo end >> %s
         local rc, out = job:wait(5000)
         local exited_at = wall_ms()
         assert.are.equal(75, rc, out)
-        assert.matches("lock on '" .. key .. "' lost", out, 1, true)
+        assert.matches(("lock on '%s' lost; stopping sh %%(pid %%d+%%): SIGTERM, SIGKILL after %d ms")
+          :format(key:gsub("%p", "%%%0"), case.grace), out)
         local term_at = tonumber((read_file(marks) or ""):match("TERM (%d+)"))
         assert.is_not_nil(term_at, "the command got no SIGTERM")
         -- our last extension happened before the theft, so our validity
-        -- ended at most 1500 ms after it
-        assert.is_true(term_at - stolen_at < 1000, ("SIGTERM %d ms after the theft"):format(term_at - stolen_at))
-        assert.is_true(exited_at - stolen_at < 1500, ("exit %d ms after the theft"):format(exited_at - stolen_at))
+        -- ended at most ttl ms after it; SIGTERM must leave the grace period
+        assert.is_true(term_at - stolen_at < case.ttl - case.grace,
+          ("SIGTERM %d ms after the theft"):format(term_at - stolen_at))
+        assert.is_true(exited_at - stolen_at < case.ttl, ("exit %d ms after the theft"):format(exited_at - stolen_at))
         assert.is_nil((read_file(marks) or ""):find("end"), "the command ran to its end")
         if case.killed then
-          assert.is_true(exited_at - term_at >= 300, "SIGKILL before the grace period ended")
+          assert.is_true(exited_at - term_at >= case.grace,
+            ("SIGKILL %d ms after SIGTERM, before the grace period ended"):format(exited_at - term_at))
         else
-          assert.is_true(exited_at - term_at < 300, "waited the grace period for a command that had exited")
+          assert.is_true(exited_at - term_at < case.grace, "waited the grace period for a command that had exited")
         end
         for i = 1, 3 do assert.are.equal("thief", get(i, key)) end
       end)
     end
+
+    it("with a short --ttl and no --grace, runs the command (the grace period fits the ttl)", function()
+      local out, rc = redlock("exec --ttl 1000 short:r -- echo ran", ENV)
+      assert.are.equal(0, rc, out)
+      assert.matches("ran", out, 1, true)
+      assert.is_true(gone_everywhere("short:r"))
+    end)
+
+    it("a --grace that does not fit the ttl, or a ttl too short for any, is a usage error (64)", function()
+      local out, rc = redlock("exec --ttl 1000 --grace 451 short:r -- echo ran", ENV)
+      assert.are.equal(64, rc, out)
+      assert.matches("--grace 451 ms is too long for --ttl 1000 ms", out, 1, true)
+      assert.matches("--grace 450 at most", out, 1, true)
+      assert.is_nil(out:find("ran\n", 1, true))
+      out, rc = redlock("exec --ttl 39 short:r -- echo ran", ENV)
+      assert.are.equal(64, rc, out)
+      assert.matches("--ttl 39 ms is too short: exec needs at least 40 ms", out, 1, true)
+      -- the shortest ttl is accepted (whether the lock survives 40 ms is up to the machine)
+      out, rc = redlock("exec --ttl 40 short:r -- true", ENV)
+      assert.are_not.equal(64, rc, out)
+      assert.is_nil(out:find("too short", 1, true), out)
+      assert.is_nil(out:find("too long", 1, true), out)
+    end)
 
     it("SIGTERM to redlock stops the command, releases the lock on every node, exits 143", function()
       local marks = TMP .. "/hostterm.marks"
@@ -476,6 +511,107 @@ echo end >> %s
       assert.are.equal(1, rc, out)
       assert.matches("free: no node holds 'status:r'", out, 1, true)
     end)
+
+    --- True if out has node idx's row: name, state, then text starting with info.
+    local function has_row(out, idx, name, state, info)
+      local esc = function(s) return (s:gsub("%p", "%%%0")) end
+      return out:find(("\n%%s*%d  %s%%s+%s%%s+%s"):format(idx, esc(name), state, esc(info))) ~= nil
+    end
+
+    it("selects the URL's database and reports a refused AUTH as that node's error", function()
+      local port = cl.ports[1]
+      local db3 = ("redis://127.0.0.1:%d/3"):format(port)
+      assert.are.equal("OK", (cl:cli(1, "-n", "3", "SET", "status:db", "in-db-3", "PX", "60000")))
+      local out, rc = redlock("status --servers " .. db3 .. " status:db", "")
+      assert.are.equal(0, rc, out)
+      assert.is_true(has_row(out, 1, db3, "held", "in-db-3"), out)
+      assert.matches("held: value in-db-3... on 1 of 1 nodes (quorum 1)", out, 1, true)
+      out, rc = redlock(("status --servers redis://127.0.0.1:%d status:db"):format(port), "")
+      assert.are.equal(1, rc, out)
+      out, rc = redlock(("status --servers redis://:wrong@127.0.0.1:%d status:db"):format(port), "")
+      assert.are.equal(69, rc, out)
+      assert.is_true(has_row(out, 1, "redis://127.0.0.1:" .. port, "error", "AUTH: "), out)
+      assert.is_nil(out:find("wrong", 1, true), "the password is shown")
+      cl:cli(1, "-n", "3", "DEL", "status:db")
+    end)
+
+    it("a bad URL is a usage error (64)", function()
+      local out, rc = redlock("status --servers " .. cl.urls[1] .. ",http://x status:r", "")
+      assert.are.equal(64, rc, out)
+      assert.matches("'http://x': unknown scheme", out, 1, true)
+    end)
+
+    -- name: the node as status shows it (the URL without its password)
+    for _, case in ipairs {
+      { mode = "ok", url = "redis://127.0.0.1:%d", says = "GET: unexpected status reply 'OK'" },
+      { mode = "ok", url = "redis://user:pw@127.0.0.1:%d/2", name = "redis://user@127.0.0.1:%d/2",
+        says = "GET: unexpected status reply 'OK'" },
+      { mode = "error", url = "redis://127.0.0.1:%d", says = "GET: ERR boom" },
+      { mode = "error", url = "redis://:pw@127.0.0.1:%d", name = "redis://127.0.0.1:%d", says = "AUTH: ERR boom" },
+      { mode = "readonly", url = "redis://127.0.0.1:%d/1", says = "SELECT: READONLY" },
+      { mode = "garbage", url = "redis://127.0.0.1:%d", says = "GET: " },
+      { mode = "reset", url = "redis://127.0.0.1:%d", says = "" },
+      { mode = "silent", url = "redis://127.0.0.1:%d", says = "GET: no answer within 500 ms" },
+    } do
+      it(("a node in fake mode '%s' (%s) is an error row and exit 69, not a crash")
+        :format(case.mode, (case.url:gsub("%%d", "PORT"))),
+        function()
+          local fake = faults.fakeserver(case.mode)
+          local out, rc = redlock("status --servers " .. case.url:format(fake.port) .. " status:fake", "")
+          fake:stop()
+          assert.are.equal(69, rc, out)
+          assert.is_true(has_row(out, 1, (case.name or case.url):format(fake.port), "error", case.says), out)
+          assert.matches("unknown: only 0 of 1 nodes answered (quorum 1)", out, 1, true)
+          assert.is_nil(out:find("traceback", 1, true), out)
+        end)
+    end
+
+    it("a node that answers +OK to everything does not count; the others decide (exit 1 or 0)", function()
+      local fake = faults.fakeserver("ok")
+      local servers = table.concat({ cl.urls[1], cl.urls[2], fake.url }, ",")
+      local out, rc = redlock("status --servers " .. servers .. " status:ok", "")
+      assert.are.equal(1, rc, out)
+      assert.is_true(has_row(out, 3, fake.url, "error", "GET: unexpected status reply 'OK'"), out)
+      assert.matches("free: no node holds 'status:ok'", out, 1, true)
+      for i = 1, 2 do cl:cli(i, "SET", "status:ok", "the-holder", "PX", "60000") end
+      out, rc = redlock("status --servers " .. servers .. " status:ok", "")
+      fake:stop()
+      for i = 1, 2 do cl:cli(i, "DEL", "status:ok") end
+      assert.are.equal(0, rc, out)
+      assert.matches("held: value the-holder... on 2 of 3 nodes (quorum 2)", out, 1, true)
+    end)
+
+    it("no Lua module mirrors hiredis' structs or binds hiredis' functions", function()
+      local out = sh("grep -rnE 'redisReply|redisContext|redisReader|asm *\\( *\"(redis|freeReplyObject)' "
+        .. q(ROOT .. "/lua"))
+      assert.are.equal("", out)
+    end)
+
+    it("sys.lua declares rl_host_probe_result as core/host/host.h lays it out", function()
+      local ffi = require "ffi"
+      local sys = require "redlock.host.sys"
+      local T = "rl_host_probe_result"
+      local fields = { "err", "errstr", "name", "exists", "pttl", "value_len", "value" }
+      local dir = proc.tmpdir()
+      local lines = { "#include <stdio.h>", "#include <stddef.h>", '#include "host.h"', "int main(void) {",
+        ('printf("sizeof %%zu\\n", sizeof(%s));'):format(T),
+        'printf("EINVAL %d\\nENODE %d\\n", RL_HOST_PROBE_EINVAL, RL_HOST_PROBE_ENODE);' }
+      local expect = { sizeof = ffi.sizeof(T), EINVAL = sys.PROBE_EINVAL, ENODE = sys.PROBE_ENODE }
+      for _, f in ipairs(fields) do
+        lines[#lines + 1] = ('printf("%s %%zu\\n", offsetof(%s, %s));'):format(f, T, f)
+        expect[f] = ffi.offsetof(T, f)
+      end
+      lines[#lines + 1] = "return 0; }"
+      write_file(dir .. "/layout.c", table.concat(lines, "\n") .. "\n")
+      local out, rc = sh(("%s -std=c11 -I%s $(pkg-config --cflags luajit) -o %s %s && %s"):format(
+        os.getenv("CC") or "cc", q(ROOT .. "/core/host"), q(dir .. "/layout"), q(dir .. "/layout.c"),
+        q(dir .. "/layout")))
+      proc.rmdir(dir)
+      assert.are.equal(0, rc, out)
+      local got = {}
+      for k, v in out:gmatch("([%w_]+) (%d+)") do got[k] = tonumber(v) end
+      assert.are.same(expect, got)
+    end)
   end)
 
   describe("dev", function()
@@ -516,6 +652,49 @@ echo end >> %s
         local stat = read_file("/proc/" .. pid .. "/stat")
         assert.is_true(not stat or stat:match("^%d+ %b() (%a)") == "Z", "redis-server " .. pid .. " left behind")
       end
+    end)
+  end)
+
+  describe("C files", function()
+    -- What each object of the executable defines and what it takes from the others.
+    local function host_objects()
+      local build = BIN:match("^(.*)/[^/]+$")
+      local objs = {}
+      local p = io.popen(("find %s -path '*/core/host/CMakeFiles/redlock.dir/*' -name '*.c.o' | sort"):format(q(build)))
+      for path in p:lines() do objs[#objs + 1] = { path = path, name = path:match("([^/]+)%.c%.o$") } end
+      p:close()
+      assert.is_true(#objs >= 4, "no objects of the host under " .. build)
+      for _, o in ipairs(objs) do
+        o.defines, o.uses = {}, {}
+        local out, rc = sh("nm -g --defined-only " .. q(o.path))
+        assert.are.equal(0, rc, out)
+        for sym in out:gmatch("%x+ [A-Z] ([%w_]+)") do o.defines[sym] = true end
+        out, rc = sh("nm -u " .. q(o.path))
+        assert.are.equal(0, rc, out)
+        for sym in out:gmatch("U ([%w_]+)") do o.uses[sym] = true end
+      end
+      return objs
+    end
+
+    it("depend on each other one way only", function()
+      local objs = host_objects()
+      local function needs(a, b)
+        for sym in pairs(a.uses) do
+          if b.defines[sym] then return sym end
+        end
+      end
+      local cycles = {}
+      for i, a in ipairs(objs) do
+        for j = i + 1, #objs do
+          local b = objs[j]
+          local ab, ba = needs(a, b), needs(b, a)
+          if ab and ba then
+            cycles[#cycles + 1] = ("%s.c uses %s of %s.c, which uses %s of %s.c")
+              :format(a.name, ab, b.name, ba, a.name)
+          end
+        end
+      end
+      assert.are.same({}, cycles)
     end)
   end)
 

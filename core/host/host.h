@@ -3,8 +3,12 @@
  *
  * main.c    runs the Lua side (lua/redlock/host/init.lua) the way luajit.c runs a script;
  * paths.c   finds the Lua modules next to the executable (build tree or install prefix);
- * signals.c turns SIGINT/SIGTERM/SIGHUP into "release every kept lock, stop the child, exit";
- * proc.c    starts and supervises child processes (exec, os.execute, demo workers).
+ * signals.c turns SIGINT/SIGTERM/SIGHUP into "stop the child, release every kept lock, exit";
+ * proc.c    starts and supervises child processes (exec, os.execute, demo workers);
+ * probe.c   reads what one node holds under a key (redlock status).
+ *
+ * Dependencies go one way: main.c uses the others, signals.c uses proc.c (to
+ * stop the supervised child); proc.c, paths.c and probe.c use none of them.
  *
  * The rl_host_* functions of the "exported for the FFI" section are exported
  * from the executable (-Wl,-E) for the LuaJIT FFI; lua/redlock/host/sys.lua
@@ -86,8 +90,35 @@ void rl_host_defer_signals(int defer);
 /* The first signal recorded while deferred, or 0. */
 int rl_host_pending_signal(void);
 
-/* Sleep ms milliseconds (returns early on no signal: signals never interrupt it). */
+/* proc.c: sleep ms milliseconds; a signal does not cut the sleep short. */
 void rl_host_sleep_ms(int ms);
+
+/* probe.c: what one node holds under one key. */
+
+#define RL_HOST_PROBE_VALUE_LEN 128
+
+enum {
+    RL_HOST_PROBE_EINVAL = 1, /* bad URL or argument: no node was asked */
+    RL_HOST_PROBE_ENODE = 2   /* the node could not be reached, or answered with an error or a
+                                 reply of the wrong type */
+};
+
+typedef struct rl_host_probe_result {
+    int err;                              /* 0, or RL_HOST_PROBE_E* with errstr saying why */
+    char errstr[256];
+    char name[400];                       /* the node's URL without its password */
+    int exists;                           /* 1 when GET found a string under the key */
+    long long pttl;                       /* PTTL: ms left, -1 no expiry, -2 no key */
+    size_t value_len;                     /* the whole value's length */
+    char value[RL_HOST_PROBE_VALUE_LEN];  /* its first bytes (all of a lock value), NUL-terminated */
+} rl_host_probe_result;
+
+/* Connect to the node at url (redis://... or unix://..., as the core reads
+ * them) within timeout_ms, AUTH and SELECT as the URL says, then GET and PTTL
+ * key[0..keylen). Every reply is awaited at most timeout_ms. Return 0 with
+ * *out filled, or -1 with out->err and out->errstr set. */
+int rl_host_probe(const char *url, const char *key, size_t keylen, int timeout_ms,
+                  rl_host_probe_result *out);
 
 #pragma GCC visibility pop
 

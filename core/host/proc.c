@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <termios.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "host.h"
@@ -252,6 +253,12 @@ int rl_host_system(const char *cmd) {
     forget(pid);
     (void)code;
     return r == pid ? st : -1;
+}
+
+void rl_host_sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (ms > 0 && nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
 }
 
 /* True once the supervised child (and, for a group, everyone in it) is gone.

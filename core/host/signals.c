@@ -18,7 +18,6 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "host.h"
@@ -132,10 +131,4 @@ void rl_host_defer_signals(int defer) {
 
 int rl_host_pending_signal(void) {
     return atomic_load(&pending_sig);
-}
-
-void rl_host_sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (ms > 0 && nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
 }

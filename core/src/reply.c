@@ -4,6 +4,25 @@
 
 #include "reply.h"
 
+/* top() stores hiredis' task type as the slot's type: the numbers must agree. */
+_Static_assert(RL_REPLY_STRING == REDIS_REPLY_STRING, "RL_REPLY_STRING != REDIS_REPLY_STRING");
+_Static_assert(RL_REPLY_ARRAY == REDIS_REPLY_ARRAY, "RL_REPLY_ARRAY != REDIS_REPLY_ARRAY");
+_Static_assert(RL_REPLY_INTEGER == REDIS_REPLY_INTEGER, "RL_REPLY_INTEGER != REDIS_REPLY_INTEGER");
+_Static_assert(RL_REPLY_NIL == REDIS_REPLY_NIL, "RL_REPLY_NIL != REDIS_REPLY_NIL");
+_Static_assert(RL_REPLY_STATUS == REDIS_REPLY_STATUS, "RL_REPLY_STATUS != REDIS_REPLY_STATUS");
+_Static_assert(RL_REPLY_ERROR == REDIS_REPLY_ERROR, "RL_REPLY_ERROR != REDIS_REPLY_ERROR");
+
+/* hiredis 1.x reads RESP3 too (it defines REDIS_REPLY_DOUBLE and the other
+ * RESP3 types, passes array sizes as size_t, and has two more object
+ * functions). We send no HELLO, but a broken or hostile node may still send
+ * RESP3 bytes: every type must land in the slot (as a type no round accepts),
+ * never as hiredis' placeholder pointer. */
+#ifdef REDIS_REPLY_DOUBLE
+typedef size_t array_len;
+#else
+typedef int array_len;
+#endif
+
 /* The value handed back for every element nested in an array: non-NULL (the
  * reader treats NULL as out of memory), never dereferenced. */
 static char nested;
@@ -28,10 +47,10 @@ static void *create_string(const redisReadTask *task, char *str, size_t len) {
     return r;
 }
 
-static void *create_array(const redisReadTask *task, int elements) {
+static void *create_array(const redisReadTask *task, array_len elements) {
     rl_reply *r = top(task);
     if (r == NULL) return &nested;
-    r->integer = elements;
+    r->integer = (long long)elements;
     return r;
 }
 
@@ -49,12 +68,31 @@ static void *create_nil(const redisReadTask *task) {
     return r;
 }
 
+#ifdef REDIS_REPLY_DOUBLE
+static void *create_double(const redisReadTask *task, double value, char *str, size_t len) {
+    (void)value;
+    return create_string(task, str, len);
+}
+
+static void *create_bool(const redisReadTask *task, int value) {
+    return create_integer(task, value);
+}
+#endif
+
 static void free_object(void *obj) {
     (void)obj; /* nothing was allocated */
 }
 
 static redisReplyObjectFunctions slot_functions = {
-    create_string, create_array, create_integer, create_nil, free_object,
+    .createString = create_string,
+    .createArray = create_array,
+    .createInteger = create_integer,
+    .createNil = create_nil,
+#ifdef REDIS_REPLY_DOUBLE
+    .createDouble = create_double,
+    .createBool = create_bool,
+#endif
+    .freeObject = free_object,
 };
 
 int rl_reader_reset(rl_reader *rd) {

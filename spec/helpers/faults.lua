@@ -75,7 +75,7 @@ local function start(argv_tail_fn, name)
 end
 
 --- A fake node that misbehaves in MODE: garbage, silent, reset, error,
--- readonly, oom, loading.
+-- readonly, oom, loading, ok (+OK to every command).
 function M.fakeserver(mode)
   return start(function(_, portfile) return { mode, portfile } end, "rl-fakeserver")
 end

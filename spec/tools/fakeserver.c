@@ -14,6 +14,7 @@
  *   readonly  answers every command with  -READONLY You can't write against a read only replica.
  *   oom       answers every command with  -OOM command not allowed when used memory > 'maxmemory'.
  *   loading   answers every command with  -LOADING Redis is loading the dataset in memory
+ *   ok        answers every command with  +OK (right for SET, wrong for everything else)
  *
  * Commands are counted by parsing RESP arrays (and inline commands), so a
  * pipeline of k commands gets exactly k replies. Exits on SIGTERM/SIGINT.
@@ -35,7 +36,7 @@
 #define MAX_CONNS 128
 #define BUF_CAP 65536
 
-enum mode { M_GARBAGE, M_SILENT, M_RESET, M_ERROR, M_READONLY, M_OOM, M_LOADING };
+enum mode { M_GARBAGE, M_SILENT, M_RESET, M_ERROR, M_READONLY, M_OOM, M_LOADING, M_OK };
 
 struct conn {
     int fd;
@@ -50,7 +51,7 @@ static int parse_mode(const char *s, enum mode *m) {
     static const struct { const char *name; enum mode m; } modes[] = {
         {"garbage", M_GARBAGE}, {"silent", M_SILENT},   {"reset", M_RESET},
         {"error", M_ERROR},     {"readonly", M_READONLY}, {"oom", M_OOM},
-        {"loading", M_LOADING},
+        {"loading", M_LOADING}, {"ok", M_OK},
     };
     for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
         if (strcmp(s, modes[i].name) == 0) {
@@ -67,6 +68,7 @@ static const char *reply_for(enum mode m) {
     case M_READONLY: return "-READONLY You can't write against a read only replica.\r\n";
     case M_OOM: return "-OOM command not allowed when used memory > 'maxmemory'.\r\n";
     case M_LOADING: return "-LOADING Redis is loading the dataset in memory\r\n";
+    case M_OK: return "+OK\r\n";
     default: return NULL;
     }
 }
@@ -151,7 +153,7 @@ int main(int argc, char **argv) {
     enum mode m;
     if (argc != 3 || parse_mode(argv[1], &m) != 0) {
         fprintf(stderr,
-                "usage: rl-fakeserver garbage|silent|reset|error|readonly|oom|loading PORTFILE\n");
+                "usage: rl-fakeserver garbage|silent|reset|error|readonly|oom|loading|ok PORTFILE\n");
         return 2;
     }
     tool_init("rl-fakeserver");

@@ -307,10 +307,9 @@ local function votes_of(lock, servers)
   end
   -- The Lua API does not report a granted lock's votes: ask each node
   -- whether it holds our value (the nodes that granted it do).
-  local probe = require("redlock.host.status").probe
   local t = {}
   for j, url in ipairs(servers) do
-    local r = probe(url, lock.resource, 60)
+    local r = sys.probe(url, lock.resource, 60)
     t[j] = not r and "timeout" or (r.value == lock.value and "ok" or "taken")
   end
   return table.concat(t, ",")

@@ -8,6 +8,12 @@
 -- the lock lost while at least grace + safety ms of validity are left. The
 -- host polls every POLL_MS and then sends the group SIGTERM, and SIGKILL after
 -- grace ms: everything is dead about `safety` ms before the validity ends.
+--
+-- grace + safety must fit in half the ttl: the keeper extends every ttl/3,
+-- and a margin beyond ttl/2 would leave the extension too little time before
+-- the lock counts as lost. Without --grace, the grace period is DEFAULT_GRACE
+-- or, when that does not fit, the most that does (max_grace); the shortest
+-- ttl is the one where that is 0.
 
 local host = require "redlock.host"
 local args = require "redlock.host.args"
@@ -20,6 +26,20 @@ local _M = {}
 local POLL_MS = 10
 local DEFAULT_TTL = 10000
 local DEFAULT_GRACE = 2000
+local MIN_SAFETY = 20
+
+--- The validity kept in hand after SIGKILL: ttl/20, at least MIN_SAFETY ms.
+local function safety_for(ttl)
+  return math.max(MIN_SAFETY, math.floor(ttl / 20))
+end
+
+--- The longest grace period that fits ttl (negative when none does).
+local function max_grace(ttl)
+  return math.floor(ttl / 2) - safety_for(ttl)
+end
+
+local MIN_TTL = 2 * MIN_SAFETY -- the shortest ttl with max_grace(ttl) >= 0
+assert(max_grace(MIN_TTL) == 0 and max_grace(MIN_TTL - 1) < 0)
 
 local SPEC = config.spec {
   { name = "ttl", long = "ttl", arg = "MS", check = "ms",
@@ -34,11 +54,18 @@ local SPEC = config.spec {
   { name = "policy", long = "policy", arg = "FILE.lua",
     help = "retry policy: a Lua file returning function(attempt, last) -> delay_ms|nil" },
   { name = "grace", long = "grace", arg = "MS", check = "ms0",
-    help = ("lock lost: SIGTERM, then SIGKILL after MS (%d)"):format(DEFAULT_GRACE) },
+    help = ("lock lost: SIGTERM, then SIGKILL after MS (%d, less for a short --ttl)"):format(DEFAULT_GRACE) },
   { name = "quiet", short = "q", long = "quiet", help = "no message when RESOURCE is held elsewhere" },
   { name = "verbose", short = "v", long = "verbose", help = "say when the lock is acquired and released" },
 }
 _M.SPEC = SPEC
+
+--- The shortest ttl that DEFAULT_GRACE fits.
+local function full_grace_ttl()
+  local ttl = MIN_TTL
+  while max_grace(ttl) < DEFAULT_GRACE do ttl = ttl + 1 end
+  return ttl
+end
 
 function _M.help()
   return ([[
@@ -54,11 +81,19 @@ nodes answer extensions), COMMAND's process group gets SIGTERM and, after the
 grace period, SIGKILL - before the lock's validity runs out - and redlock
 exits with 75. Without -n or -w, redlock waits for RESOURCE as long as it takes.
 
+The lock is extended every ttl/3. SIGKILL comes a safety margin (ttl/20, at
+least %d ms) before the validity ends, and grace + safety must fit in half
+the ttl. Without --grace, the grace period is %d ms or, for a short --ttl,
+the most that fits: ttl/2 - safety (--ttl 1000: %d ms; %d ms from --ttl %d
+on). The shortest --ttl is %d ms (grace 0). A --grace that does not fit is a
+usage error.
+
 Options:
 %s
 
 %s
-]]):format(args.describe(SPEC), host.EXIT_STATUS_HELP)
+]]):format(MIN_SAFETY, DEFAULT_GRACE, max_grace(1000), DEFAULT_GRACE, full_grace_ttl(), MIN_TTL,
+    args.describe(SPEC), host.EXIT_STATUS_HELP)
 end
 
 --- Load a --policy file: a Lua chunk that returns the policy function.
@@ -115,13 +150,17 @@ function _M.run(opts, argv, k)
   end
 
   local ttl = opts.ttl or DEFAULT_TTL
-  local grace = opts.grace or DEFAULT_GRACE
-  local safety = math.max(20, math.floor(ttl / 20))
-  local margin = grace + safety
-  if margin * 2 > ttl then
-    return host.usage_error("exec", ("--grace %d ms is too long for --ttl %d ms: grace + %d ms "
-      .. "must stay under half the ttl"):format(grace, ttl, safety))
+  if ttl < MIN_TTL then
+    return host.usage_error("exec", ("--ttl %d ms is too short: exec needs at least %d ms"
+      .. " (a safety margin of %d ms, kept within half the ttl)"):format(ttl, MIN_TTL, MIN_SAFETY))
   end
+  local safety = safety_for(ttl)
+  local grace = opts.grace or math.min(DEFAULT_GRACE, max_grace(ttl))
+  if grace > max_grace(ttl) then
+    return host.usage_error("exec", ("--grace %d ms is too long for --ttl %d ms: grace + %d ms of safety "
+      .. "must fit in half the ttl (--grace %d at most)"):format(grace, ttl, safety, max_grace(ttl)))
+  end
+  local margin = grace + safety
   if opts.nonblock and (opts.wait or opts.timeout) then
     return host.usage_error("exec", "-n and -w exclude each other")
   end

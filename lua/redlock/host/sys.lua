@@ -20,6 +20,17 @@ if not pcall(ffi.typeof, "rl_host_timespec") then
     void rl_host_defer_signals(int defer);
     int rl_host_pending_signal(void);
     void rl_host_sleep_ms(int ms);
+    typedef struct rl_host_probe_result {
+      int err;
+      char errstr[256];
+      char name[400];
+      int exists;
+      long long pttl;
+      size_t value_len;
+      char value[128];
+    } rl_host_probe_result;
+    int rl_host_probe(const char *url, const char *key, size_t keylen, int timeout_ms,
+                      rl_host_probe_result *out);
     int rl_host_libc_setenv(const char *name, const char *value, int overwrite) asm("setenv");
     int rl_host_libc_unsetenv(const char *name) asm("unsetenv");
     char *rl_host_libc_strerror(int errnum) asm("strerror");
@@ -32,6 +43,7 @@ end
 _M.NEWPGRP, _M.SUPERVISE, _M.FOREGROUND, _M.DIE_WITH_HOST = 1, 2, 4, 8
 _M.SIGHUP, _M.SIGINT, _M.SIGKILL, _M.SIGTERM, _M.SIGCONT = 1, 2, 9, 15, 18
 _M.ENOENT, _M.EACCES, _M.ENOEXEC, _M.ECHILD, _M.ESRCH = 2, 13, 8, 10, 3
+_M.PROBE_EINVAL, _M.PROBE_ENODE = 1, 2
 
 local ts = ffi.new("rl_host_timespec")
 local code_box = ffi.new("int[1]")
@@ -95,6 +107,28 @@ end
 
 function _M.group_alive(pid)
   return C.rl_host_group_alive(pid) ~= 0
+end
+
+local probe_result = ffi.new("rl_host_probe_result")
+
+--- Ask the node at url what it holds under key (rl_host_probe). Return
+-- { name =, exists =, value =, value_len =, pttl = }, where value is at most
+-- the first 127 bytes of the value (value_len is the whole length); or nil, a
+-- message, the kind of failure (PROBE_EINVAL: bad URL; PROBE_ENODE: the
+-- node failed) and the node's name.
+function _M.probe(url, key, timeout_ms)
+  local r = probe_result
+  if C.rl_host_probe(url, key, #key, timeout_ms, r) ~= 0 then
+    return nil, ffi.string(r.errstr), r.err, ffi.string(r.name)
+  end
+  local len = tonumber(r.value_len)
+  return {
+    name = ffi.string(r.name),
+    exists = r.exists ~= 0,
+    value = r.exists ~= 0 and ffi.string(r.value, math.min(len, ffi.sizeof(r.value) - 1)) or nil,
+    value_len = len,
+    pttl = tonumber(r.pttl),
+  }
 end
 
 --- With on true, SIGINT/SIGTERM/SIGHUP are only recorded; poll pending_signal().

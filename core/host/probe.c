@@ -1,0 +1,172 @@
+/*
+ * probe.c — what one node holds under one key, for `redlock status`.
+ *
+ * One blocking hiredis connection per call: connect with a timeout, AUTH and
+ * SELECT as the URL says (parsed by the core's own rl_url_parse), then GET
+ * and PTTL pipelined in one round trip. Written against hiredis' public API
+ * only, so the compiler checks every field read here; the Lua side sees
+ * nothing of hiredis, only rl_host_probe_result. A reply of the wrong type (a
+ * server that answers +OK to everything, something that is not Redis) is an
+ * error text for that node, like a refused connection or a timeout.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include <hiredis/hiredis.h>
+
+#include "host.h"
+#include "url.h"
+
+/* One probe under way. */
+typedef struct probe {
+    redisContext *c;
+    rl_host_probe_result *out;
+    int timeout_ms;
+} probe;
+
+#define WANT(type) (1u << (type))
+
+static int fail(rl_host_probe_result *out, int err, const char *fmt, ...) {
+    va_list ap;
+    out->err = err;
+    va_start(ap, fmt);
+    vsnprintf(out->errstr, sizeof(out->errstr), fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* The connection's error, a read timeout said as such. */
+static int fail_io(probe *p, const char *what) {
+    redisContext *c = p->c;
+#ifdef REDIS_ERR_TIMEOUT /* hiredis >= 1.0 */
+    if (c->err == REDIS_ERR_TIMEOUT)
+        return fail(p->out, RL_HOST_PROBE_ENODE, "%s: no answer within %d ms", what, p->timeout_ms);
+#endif
+    if (c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return fail(p->out, RL_HOST_PROBE_ENODE, "%s: no answer within %d ms", what, p->timeout_ms);
+    return fail(p->out, RL_HOST_PROBE_ENODE, "%s: %s", what, c->err ? c->errstr : "connection lost");
+}
+
+/* "status reply 'OK'", "integer reply 5", ...: an answer we did not ask for. */
+static void describe(const redisReply *r, char *buf, size_t len) {
+    int shown = (int)(r->len < 40 ? r->len : 40);
+    switch (r->type) {
+    case REDIS_REPLY_STRING: snprintf(buf, len, "string reply '%.*s'", shown, r->str); break;
+    case REDIS_REPLY_STATUS: snprintf(buf, len, "status reply '%.*s'", shown, r->str); break;
+    case REDIS_REPLY_INTEGER: snprintf(buf, len, "integer reply %lld", r->integer); break;
+    case REDIS_REPLY_NIL: snprintf(buf, len, "nil reply"); break;
+    case REDIS_REPLY_ARRAY: snprintf(buf, len, "array reply (%zu elements)", r->elements); break;
+    default: snprintf(buf, len, "reply of type %d", r->type); break;
+    }
+}
+
+/* Take the next reply of a command already sent. Return it when its type is
+ * in want (WANT(REDIS_REPLY_*) bits); otherwise, error replies included,
+ * fail the probe with what the reply was to and return NULL. */
+static redisReply *take(probe *p, const char *what, unsigned want) {
+    void *obj = NULL;
+    if (redisGetReply(p->c, &obj) != REDIS_OK || obj == NULL) {
+        fail_io(p, what);
+        return NULL;
+    }
+    redisReply *r = obj;
+    if (r->type == REDIS_REPLY_ERROR) {
+        fail(p->out, RL_HOST_PROBE_ENODE, "%s: %.*s", what, (int)r->len, r->str);
+    } else if (r->type < 0 || r->type >= 32 || !(want & WANT(r->type))) {
+        char got[80];
+        describe(r, got, sizeof(got));
+        fail(p->out, RL_HOST_PROBE_ENODE, "%s: unexpected %s", what, got);
+    } else {
+        return r;
+    }
+    freeReplyObject(r);
+    return NULL;
+}
+
+/* Send a command and check that it was answered with a status reply. */
+static int expect_status(probe *p, const char *what, int argc, const char **argv, const size_t *lens) {
+    if (redisAppendCommandArgv(p->c, argc, argv, lens) != REDIS_OK) return fail_io(p, what);
+    redisReply *r = take(p, what, WANT(REDIS_REPLY_STATUS));
+    if (r == NULL) return -1;
+    freeReplyObject(r);
+    return 0;
+}
+
+/* AUTH and SELECT as u says. Return 0, or -1 with the probe failed. */
+static int prepare(probe *p, const rl_url *u) {
+    if (u->password[0]) {
+        /* AUTH [user] password: the user only when the URL names one */
+        const char *argv[3] = {"AUTH", u->user, u->password};
+        size_t lens[3] = {4, strlen(u->user), strlen(u->password)};
+        int argc = 3;
+        if (u->user[0] == '\0') {
+            argv[1] = argv[2];
+            lens[1] = lens[2];
+            argc = 2;
+        }
+        if (expect_status(p, "AUTH", argc, argv, lens) != 0) return -1;
+    }
+    if (u->db) {
+        char db[16];
+        snprintf(db, sizeof(db), "%d", u->db);
+        const char *argv[2] = {"SELECT", db};
+        size_t lens[2] = {6, strlen(db)};
+        if (expect_status(p, "SELECT", 2, argv, lens) != 0) return -1;
+    }
+    return 0;
+}
+
+/* GET and PTTL key in one round trip. Return 0 with the result filled, or
+ * -1 with the probe failed. */
+static int look(probe *p, const char *key, size_t keylen) {
+    rl_host_probe_result *out = p->out;
+    const char *get[2] = {"GET", key}, *pttl[2] = {"PTTL", key};
+    size_t getlens[2] = {3, keylen}, pttllens[2] = {4, keylen};
+    if (redisAppendCommandArgv(p->c, 2, get, getlens) != REDIS_OK ||
+        redisAppendCommandArgv(p->c, 2, pttl, pttllens) != REDIS_OK)
+        return fail_io(p, "GET");
+    redisReply *v = take(p, "GET", WANT(REDIS_REPLY_STRING) | WANT(REDIS_REPLY_NIL));
+    if (v == NULL) return -1;
+    if (v->type == REDIS_REPLY_STRING) {
+        size_t keep = v->len < sizeof(out->value) - 1 ? v->len : sizeof(out->value) - 1;
+        out->exists = 1;
+        out->value_len = v->len;
+        memcpy(out->value, v->str, keep);
+        out->value[keep] = '\0';
+    }
+    freeReplyObject(v);
+    redisReply *t = take(p, "PTTL", WANT(REDIS_REPLY_INTEGER));
+    if (t == NULL) return -1;
+    out->pttl = t->integer;
+    freeReplyObject(t);
+    return 0;
+}
+
+int rl_host_probe(const char *url, const char *key, size_t keylen, int timeout_ms,
+                  rl_host_probe_result *out) {
+    rl_url u;
+    memset(out, 0, sizeof(*out));
+    out->pttl = -2;
+    if (url == NULL || key == NULL || timeout_ms <= 0)
+        return fail(out, RL_HOST_PROBE_EINVAL, "rl_host_probe: NULL url or key, or timeout_ms <= 0");
+    if (rl_url_parse(url, &u, out->errstr, sizeof(out->errstr)) != 0) {
+        out->err = RL_HOST_PROBE_EINVAL;
+        return -1;
+    }
+    snprintf(out->name, sizeof(out->name), "%s", u.name);
+
+    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    probe p = {NULL, out, timeout_ms};
+    p.c = u.kind == RL_URL_UNIX ? redisConnectUnixWithTimeout(u.path, tv)
+                                : redisConnectWithTimeout(u.host, u.port, tv);
+    if (p.c == NULL) return fail(out, RL_HOST_PROBE_ENODE, "out of memory");
+    int rc;
+    if (p.c->err) rc = fail(out, RL_HOST_PROBE_ENODE, "connect: %s", p.c->errstr);
+    else if (redisSetTimeout(p.c, tv) != REDIS_OK) rc = fail_io(&p, "connect");
+    else if ((rc = prepare(&p, &u)) == 0) rc = look(&p, key, keylen);
+    redisFree(p.c);
+    return rc;
+}
