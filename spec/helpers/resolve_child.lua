@@ -68,13 +68,13 @@ local function cycle()
     rounds[#rounds + 1] = { op, ms, status, r.ok, r.node[2].state, ffi.string(r.node[2].errstr) }
   end
   local t = C.rl_now_ms()
-  local status = C.rl_acquire(client, resource, #resource, 10000, r)
-  note("acquire", C.rl_now_ms() - t, status)
-  if status == C.RL_STATUS_OK then
+  assert(C.rl_acquire(client, resource, #resource, 10000, r) == C.RL_OK, "acquire did not start")
+  note("acquire", C.rl_now_ms() - t, r.status)
+  if r.status == C.RL_STATUS_OK then
     local value = ffi.string(r.value)
     t = C.rl_now_ms()
-    status = C.rl_release(client, resource, #resource, value, r)
-    note("release", C.rl_now_ms() - t, status)
+    assert(C.rl_release(client, resource, #resource, value, r) == C.RL_OK, "release did not start")
+    note("release", C.rl_now_ms() - t, r.status)
   end
   return rounds
 end

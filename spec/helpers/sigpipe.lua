@@ -95,7 +95,7 @@ elseif mode == "survive" then
 
   -- Every node connected: a release hears all of them.
   local warm = resource .. ":warm"
-  assert(C.rl_acquire(c, warm, #warm, 10000, r) == C.RL_STATUS_OK, "warm-up acquire failed")
+  assert(C.rl_acquire(c, warm, #warm, 10000, r) == C.RL_OK and r.status == C.RL_STATUS_OK, "warm-up acquire failed")
   C.rl_release(c, warm, #warm, ffi.string(r.value), r)
   assert(r.ok == #urls, "warm-up release did not reach every node")
 
