@@ -283,9 +283,22 @@ static void apply(rl_keeper *k, const rl_result *r) {
     schedule(k, o.entry);
 }
 
+/* Is r the answer to a release that release_held filed for its entry? */
+static int is_release_of_held(rl_keeper *k, const rl_result *r) {
+    int slot = rl_opid_slot(r->id);
+    if (r->op != RL_OP_RELEASE || r->id < 0 || slot >= k->capowners) return 0;
+    op_owner o = k->owners[slot];
+    if (o.entry < 0 || o.entry >= k->nentries) return 0;
+    kept *e = &k->entries[o.entry];
+    if (e->gen != o.gen || e->op != r->id || e->state != RL_KEEP_RELEASED) return 0;
+    e->op = -1;
+    return 1;
+}
+
 /* Release every held (or lost, or dropped) entry on the keeper's own
- * connections. Mutex held on entry and exit; dropped while waiting for
- * replies. */
+ * connections, and count the releases that a quorum confirmed by the
+ * deadline. A dropped entry stays RELEASED (nobody asks for it; it is freed
+ * with the keeper). Mutex held on entry and exit; dropped while waiting. */
 static void release_held(rl_keeper *k) {
     rl_result *r = k->result;
     int started = 0, released = 0;
@@ -293,23 +306,26 @@ static void release_held(rl_keeper *k) {
         kept *e = &k->entries[i];
         int dropping = e->state == KEEP_DROPPING;
         if (e->state != RL_KEEP_HELD && e->state != RL_KEEP_LOST && !dropping) continue;
-        if (!(dropping && e->op >= 0) && rl_begin_release(k->client, e->resource, e->len, e->value) >= 0) started++;
+        int id = dropping && e->op >= 0 ? e->op : rl_begin_release(k->client, e->resource, e->len, e->value);
         e->op = -1;
-        if (dropping) free_entry(k, i);
-        else set_state(k, i, RL_KEEP_RELEASED);
+        set_state(k, i, RL_KEEP_RELEASED);
+        if (id >= 0 && own_op(k, id, i) == 0) {
+            e->op = id;
+            started++;
+        }
     }
-    pthread_mutex_unlock(&k->mu);
     while (started > 0) {
         int left = (int)(k->release_deadline - rl_now_ms());
         if (left <= 0) break;
+        pthread_mutex_unlock(&k->mu);
         rl_run(k->client, left);
+        pthread_mutex_lock(&k->mu);
         while (rl_collect(k->client, r)) {
-            if (r->op != RL_OP_RELEASE) continue;
+            if (!is_release_of_held(k, r)) continue;
             started--;
             if (r->status == RL_STATUS_OK) released++;
         }
     }
-    pthread_mutex_lock(&k->mu);
     k->release_count = released;
     k->release_requested = 0;
     pthread_cond_broadcast(&k->released);
