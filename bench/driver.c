@@ -169,19 +169,11 @@ static void wl_seq(void) {
     free(r);
 }
 
-/* ------------------------------------------------------------ op id -> owner */
-static int *owner;
-static int capowner;
+/* ---------------------------------------------- op id -> owner (by id % RL_ID_SLOTS) */
+static int owner[RL_ID_SLOTS];
 static void set_owner(int id, int who) {
     if (id < 0) die(rl_client_errstr(cl));
-    if (id >= capowner) {
-        int cap = capowner ? capowner : 256;
-        while (cap <= id) cap *= 2;
-        owner = realloc(owner, (size_t)cap * sizeof *owner);
-        if (!owner) die("out of memory");
-        capowner = cap;
-    }
-    owner[id] = who;
+    owner[id % RL_ID_SLOTS] = who;
 }
 
 /* ------------------------------------------------------------ conc */
@@ -208,7 +200,7 @@ static void wl_conc(void) {
     while (active > 0) {
         rl_run(cl, 1000);
         while (rl_collect(cl, r)) {
-            int j = owner[r->id];
+            int j = owner[r->id % RL_ID_SLOTS];
             locker *l = &L[j];
             if (r->op == RL_OP_ACQUIRE) {
                 if (r->status != RL_STATUS_OK) { /* no contention here: should not happen */
@@ -319,7 +311,7 @@ static void wl_handoff(void) {
         if (ms < 0) ms = 0;
         rl_run(cl, ms);
         while (rl_collect(cl, r)) {
-            int i = owner[r->id];
+            int i = owner[r->id % RL_ID_SLOTS];
             waiter *w = &W[i];
             busy--;
             double t = rl_now_ms();

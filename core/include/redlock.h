@@ -35,6 +35,7 @@ extern "C" {
 #define RL_MAX_NODES 16     /* most nodes one client may use */
 #define RL_VALUE_LEN 40     /* hex characters in a lock value (20 random bytes) */
 #define RL_NODE_ERR_LEN 96  /* error text kept per node in a result */
+#define RL_ID_SLOTS 65536   /* operations in flight on one client: ids % RL_ID_SLOTS differ */
 
 /* What an operation does. */
 enum {
@@ -137,14 +138,15 @@ const char *rl_client_errstr(const rl_client *c);
 /*
  * Start an operation; return its id (>= 0), or RL_ERR with the reason in
  * rl_client_errstr (resource empty, ttl <= 0, value not RL_VALUE_LEN long,
- * out of memory, or 65536 operations already in flight on this client).
+ * out of memory, or RL_ID_SLOTS operations already in flight on this client).
  * The command is queued; it goes out when the client's loop next runs
  * (rl_run, rl_wait, rl_sleep), in one write per node for everything begun
  * since, so begin a batch, then drive. The clock and the node timeout start
  * here, before the first byte is sent. Resource names are binary-safe (they
  * may hold NUL bytes). An id stays valid until its result is collected; after
  * that it names no operation (rl_wait refuses it), even once its slot is
- * reused (ids carry the slot's use count).
+ * reused (ids carry the slot's use count). Ids of operations in flight on one
+ * client differ in id % RL_ID_SLOTS, so that can index a table of your own.
  */
 int rl_begin_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms);
 int rl_begin_release(rl_client *c, const char *resource, size_t len, const char *value);

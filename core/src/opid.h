@@ -5,9 +5,13 @@
 #ifndef RL_OPID_H
 #define RL_OPID_H
 
+#include "redlock.h"
+
 #define RL_OPID_SLOT_BITS 16
-#define RL_OPID_MAX_SLOTS (1 << RL_OPID_SLOT_BITS)
+#define RL_OPID_MAX_SLOTS RL_ID_SLOTS /* the header promises: ids in flight differ modulo this */
 #define RL_OPID_USE_MASK 0x7FFFu
+
+_Static_assert(RL_OPID_MAX_SLOTS == 1 << RL_OPID_SLOT_BITS, "the slot is the id's low bits");
 
 /* The id of the uses-th operation of slot (uses is kept to 15 bits). */
 static inline int rl_opid_make(unsigned uses, int slot) {

@@ -75,6 +75,9 @@ static void many_in_flight(rl_client *c, rl_result *r) {
         ids[i] = rl_begin_acquire(c, name, strlen(name), 5000);
         CHECK(ids[i] >= 0);
     }
+    /* the header's promise: ids in flight differ modulo RL_ID_SLOTS */
+    for (int i = 0; i < 64; i++)
+        for (int j = 0; j < i; j++) CHECK(ids[i] % RL_ID_SLOTS != ids[j] % RL_ID_SLOTS);
     /* Each finished acquire begins its release; both finish in any order. */
     while (acquired < 64 || released < ok) {
         if (rl_run(c, 1000) == 0) break;
