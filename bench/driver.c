@@ -423,6 +423,5 @@ int main(void) {
     }
     free(wls);
     rl_client_free(cl);
-    free(owner);
     return 0;
 }
