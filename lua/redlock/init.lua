@@ -40,7 +40,7 @@ _M.status_words, _M.node_words = STATUS_WORDS, NODE_WORDS
 local result = ffi_new("rl_result")
 local errbuf = ffi_new("char[?]", C.RL_ERR_LEN)
 local until_buf = ffi_new("double[1]")
-local guard_t = ffi.typeof("char[1]")  -- a kept lock's finalizer rides on one of these
+local guard_t = ffi.typeof("struct { int id; }")  -- a kept lock's finalizer rides on one of these
 
 local defaults = {}  -- set by redlock.configure, used by redlock.default
 local RETRY_UNTIL_WAIT = retry.forever()  -- `wait` without `retry`: try until wait runs out
@@ -217,6 +217,21 @@ local function live_client(self, fname)
     return client
 end
 
+-- A kept lock that is garbage-collected without unlock() must not stay
+-- extended for the life of the process: its guard (a small cdata holding the
+-- keeper's id for it) has the client's drop_guard as finalizer, which hands
+-- the lock back to the keeper to release. One finalizer per client, not a
+-- closure per lock: 10,000 kept locks cost 10,000 small cdata and nothing else.
+-- The finalizer holds the keeper (so GC keeps the keeper until every guard is
+-- done), never a lock (so locks can be collected), and checks `live`: close(),
+-- and the keeper's own finalizer when lua_close runs every finalizer in no
+-- particular order, clear it first.
+local function drop_guard_for(k, live)
+    return function(g)
+        if live.on then C.rl_keeper_drop(k, g.id) end
+    end
+end
+
 -- The client's keeper, started on first use; or nil, why.
 local function keeper_of(self)
     local k = self.keeper
@@ -230,6 +245,7 @@ local function keeper_of(self)
         end)
         live.on = true
         self.keeper = k
+        self.drop_guard = drop_guard_for(k, live)
     end
     return k
 end
@@ -252,18 +268,6 @@ local function new_lock(self, resource, ttl, started, r)
     }, lock_mt)
 end
 
--- A kept lock that is garbage-collected without unlock() must not stay
--- extended for the life of the process: its guard's finalizer hands it back
--- to the keeper, which releases it. The finalizer holds the keeper (so GC
--- keeps the keeper until the guard is done), never the lock (so the lock can
--- be collected), and checks `live`: close(), and the keeper's own finalizer
--- when lua_close runs every finalizer in no particular order, clear it first.
-local function guard(k, live, id)
-    return ffi_gc(guard_t(), function()
-        if live.on then C.rl_keeper_drop(k, id) end
-    end)
-end
-
 -- Hand a held lock to the keeper. Returns true, or nil, why.
 local function keep(lk, margin)
     local self = lk.dlm
@@ -273,7 +277,7 @@ local function keep(lk, margin)
                                lk.valid_until, margin or 0, errbuf, C.RL_ERR_LEN)
     if id < 0 then return nil, "keep-alive refused the lock: " .. ffi_string(errbuf) end
     lk.kept = id
-    lk.guard = guard(k, self.keeper_live, id)
+    lk.guard = ffi_gc(guard_t(id), self.drop_guard)
     return true
 end
 
