@@ -34,6 +34,8 @@ typedef struct rl_op {
     int phase;
     unsigned sent;           /* bit i: this phase's command was queued on node i */
     int cleanup_pending;     /* cleanup replies still awaited */
+    unsigned cleanup_sent;   /* bit i: node i was sent the cleanup */
+    rl_mark cleanup_out[RL_MAX_NODES];  /* where each node's cleanup ends in its output */
     rl_buf key;              /* prefix + resource */
     rl_buf cmd;              /* RESP of the current phase's command */
     struct rl_op *prev, *next;  /* done list (doubly linked) or free list (next only) */
@@ -265,6 +267,7 @@ static void op_start_cleanup(rl_client *c, rl_op *op) {
     op->gen++;
     op->phase = OP_CLEANUP;
     op->cleanup_pending = 0;
+    op->cleanup_sent = 0;
     int encoded = rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, op->res.value) == 0;
     rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, rl_now_ms()};
     for (int i = 0; i < c->nnodes; i++) {
@@ -272,6 +275,8 @@ static void op_start_cleanup(rl_client *c, rl_op *op) {
         if (!(op->sent & (1u << i)) || n->state == RL_NODE_TAKEN) continue;
         if (encoded && rl_node_send(&c->nodes[i], op->cmd.data, op->cmd.len, t) == 0) {
             op->cleanup_pending++;
+            op->cleanup_sent |= 1u << i;
+            op->cleanup_out[i] = rl_node_mark(&c->nodes[i]);
         } else if (n->errstr[0] == '\0') {
             /* keep a failed vote's own reason; otherwise say why the key may stay */
             snprintf(n->errstr, sizeof(n->errstr), "%s", encoded ? "cleanup not sent: node down" : "cleanup not sent: out of memory");
@@ -280,30 +285,23 @@ static void op_start_cleanup(rl_client *c, rl_op *op) {
     if (op->cleanup_pending > 0) start_timer(c, op);
 }
 
-/* A healthy node answers within the node timeout. A node that timed out in
- * RL_MAX_MISSES rounds in a row, with no answer in between, has a connection
- * whose replies are out of step with its commands (replies lost in flight
- * shift the stream for good), or it hangs: reset it. A node left pending by
+/* A healthy node answers within the node timeout. One that did not, in a
+ * round it was sent, may be out of step (a reply lost in flight shifts the
+ * stream for good: each reply then answers the command before its own), may
+ * hang (the stall watchdog resets it), or may be working through a backlog (a
+ * large batch): a step check tells them apart without resetting a backlog,
+ * which would throw away what is queued behind it (the cleanups of failed
+ * acquires) while the commands already sent still run. A node left pending by
  * an early decision says nothing either way. */
-#define RL_MAX_MISSES 3
-
-static void count_misses(rl_client *c, const rl_op *op) {
-    for (int i = 0; i < c->nnodes; i++) {
-        int state = op->res.node[i].state;
-        if (!(op->sent & (1u << i)) || state == RL_NODE_PENDING) continue;
-        rl_node *n = &c->nodes[i];
-        if (state != RL_NODE_TIMEOUT) n->misses = 0;
-        else if (++n->misses >= RL_MAX_MISSES) {
-            n->misses = 0;
-            rl_node_reset(n, "connection reset: no reply in time for several rounds");
-        }
-    }
+static void check_late_nodes(rl_client *c, const rl_op *op) {
+    for (int i = 0; i < c->nnodes; i++)
+        if ((op->sent & (1u << i)) && op->res.node[i].state == RL_NODE_TIMEOUT) rl_node_check_step(&c->nodes[i]);
 }
 
 /* The round is decided. */
 static void op_round_decided(rl_client *c, rl_op *op) {
     ev_timer_stop(c->loop, &op->timer);
-    count_misses(c, op);
+    check_late_nodes(c, op);
     if (op->res.op == RL_OP_ACQUIRE && op->res.status != RL_STATUS_OK) {
         op_start_cleanup(c, op);
         if (op->cleanup_pending > 0) return;
@@ -336,6 +334,7 @@ static void on_node_reply(void *owner, int node, rl_ticket t, const rl_reply *re
         reply = NULL;
         errstr = c->nodes[node].errstr;
     }
+    if (is_noscript(reply)) rl_node_load_scripts(&c->nodes[node]); /* for every later command */
     rl_op *op = c->ops[t.slot];
     if (op->gen != t.gen) return; /* a late reply to an earlier phase or operation */
     if (is_noscript(reply) && resend_as_eval(c, op, node, t) == 0) return;
@@ -344,6 +343,16 @@ static void on_node_reply(void *owner, int node, rl_ticket t, const rl_reply *re
     } else if (op->phase == OP_CLEANUP) {
         if (--op->cleanup_pending == 0) op_complete(c, op);
     }
+}
+
+/* Has every node that was sent the cleanup been handed its bytes (or lost
+ * the connection)? A cleanup that times out is done only then: the caller
+ * may stop driving the client once it has the result, and the release must
+ * not be left in our buffer while the SET it undoes is on the node. */
+static int cleanup_out(rl_client *c, const rl_op *op) {
+    for (int i = 0; i < c->nnodes; i++)
+        if ((op->cleanup_sent & (1u << i)) && !rl_node_passed(&c->nodes[i], op->cleanup_out[i])) return 0;
+    return 1;
 }
 
 static void on_op_timeout(EV_P_ ev_timer *w, int revents) {
@@ -355,7 +364,8 @@ static void on_op_timeout(EV_P_ ev_timer *w, int revents) {
         rl_round_expire(&op->round, c->timeout_text, rl_now_ms());
         op_round_decided(c, op);
     } else if (op->phase == OP_CLEANUP) {
-        op_complete(c, op);
+        if (cleanup_out(c, op)) op_complete(c, op);
+        else start_timer(c, op); /* still in our buffer: a socket that was full */
     }
 }
 

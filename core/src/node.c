@@ -29,7 +29,7 @@
 #include "node.h"
 
 /* Node-internal command kinds: the setup commands sent on every connect. */
-enum { SETUP_AUTH = -1, SETUP_SELECT = -2 };
+enum { SETUP_AUTH = -1, SETUP_SELECT = -2, CHECK_ECHO = -3, LOAD_SCRIPT = -4 };
 
 #define READ_CHUNK 16384
 
@@ -102,6 +102,9 @@ static void close_socket(rl_node *n) {
     n->fd = -1;
     n->conn++;
     n->out.len = n->out_off = 0;
+    n->queued_total = n->written_total = 0;
+    n->step_check = 0;
+    n->step_nonce++;
     rl_reader_free(&n->reader);
 }
 
@@ -133,6 +136,7 @@ static int write_out(rl_node *n) {
         ssize_t w = send(n->fd, n->out.data + n->out_off, n->out.len - n->out_off, MSG_NOSIGNAL);
         if (w > 0) {
             n->out_off += (size_t)w;
+            n->written_total += (unsigned long long)w;
             n->progress_ms = rl_now_ms();
         } else if (w < 0 && errno == EINTR) {
             continue;
@@ -160,6 +164,7 @@ static int queue_command(rl_node *n, const char *cmd, size_t len, rl_ticket t) {
     }
     memcpy(n->out.data + n->out.len, cmd, len);
     n->out.len += len;
+    n->queued_total += len;
     return 0;
 }
 
@@ -167,7 +172,30 @@ static int queue_command(rl_node *n, const char *cmd, size_t len, rl_ticket t) {
 
 /* A reply to AUTH or SELECT: a refusal ends the connection, and every
  * command queued behind it fails with the reason. */
+/* The nonce the step check asks for: "rl-step-" and a number. */
+static int step_nonce(const rl_node *n, char *buf, size_t len) {
+    return snprintf(buf, len, "rl-step-%u", n->step_nonce);
+}
+
+/* The reply to a step check must be its own nonce: anything else answers
+ * some other command, so the replies are out of step with the commands. */
+static void step_reply(rl_node *n, const rl_reply *reply) {
+    char nonce[32];
+    size_t len = (size_t)step_nonce(n, nonce, sizeof(nonce));
+    n->step_check = 0;
+    if (reply->type == RL_REPLY_STRING && reply->len == len && memcmp(reply->str, nonce, len) == 0) return;
+    drop(n, "connection reset: replies out of step with commands (a reply was lost)");
+}
+
 static void setup_reply(rl_node *n, rl_ticket t, const rl_reply *reply) {
+    if (t.kind == CHECK_ECHO) {
+        step_reply(n, reply);
+        return;
+    }
+    if (t.kind == LOAD_SCRIPT) {
+        n->scripts_loading = 0; /* a refusal only means EVALSHA falls back to EVAL */
+        return;
+    }
     if (reply->type != RL_REPLY_ERROR) return;
     set_err(n, t.kind == SETUP_AUTH ? "AUTH refused: " : "SELECT refused: ", reply->str);
     drop(n, n->errstr);
@@ -281,6 +309,29 @@ static void on_retry_timer(EV_P_ ev_timer *w, int revents) {
     connect_now(w->data);
 }
 
+/* Queue SCRIPT LOAD of the release and extend scripts (unless loads are in
+ * flight), so EVALSHA finds them. A node that lost them (SCRIPT FLUSH, a
+ * restart) answers NOSCRIPT; a round then falls back to EVAL, but a reply
+ * that comes after its round is over has nobody to fall back for. Return 0,
+ * or -1 when out of memory. */
+static int queue_script_loads(rl_node *n) {
+    if (n->scripts_loading) return 0;
+    const char *scripts[2] = {rl_release_script, rl_extend_script};
+    rl_buf cmd = {0};
+    int rc = 0;
+    for (int i = 0; i < 2 && rc == 0; i++) {
+        const char *argv[3] = {"SCRIPT", "LOAD", scripts[i]};
+        size_t lens[3] = {6, 4, strlen(scripts[i])};
+        rl_ticket t = {-1, 0, LOAD_SCRIPT, rl_now_ms()};
+        cmd.len = 0;
+        rc = rl_cmd_append_argv(&cmd, 3, argv, lens);
+        if (rc == 0) rc = queue_command(n, cmd.data, cmd.len, t);
+    }
+    rl_buf_free(&cmd);
+    if (rc == 0) n->scripts_loading = 1;
+    return rc;
+}
+
 /* Queue AUTH and SELECT as the URL asks; they go out first on connect.
  * Return 0, or -1 when out of memory (nothing half-queued is left behind:
  * the caller drops the connection). */
@@ -307,6 +358,8 @@ static int queue_setup(rl_node *n) {
         if (rc == 0) rc = queue_command(n, cmd.data, cmd.len, t);
     }
     rl_buf_free(&cmd);
+    n->scripts_loading = 0;
+    if (rc == 0) rc = queue_script_loads(n);
     return rc;
 }
 
@@ -492,6 +545,28 @@ int rl_node_send(rl_node *n, const char *cmd, size_t len, rl_ticket ticket) {
     }
     if (n->fd < 0) return -1;
     return queue_command(n, cmd, len, ticket);
+}
+
+rl_mark rl_node_mark(const rl_node *n) {
+    rl_mark m = {n->conn, n->queued_total};
+    return m;
+}
+
+int rl_node_passed(const rl_node *n, rl_mark m) {
+    return n->conn != m.conn || n->written_total >= m.end;
+}
+
+void rl_node_load_scripts(rl_node *n) {
+    if (n->fd >= 0) queue_script_loads(n);
+}
+
+void rl_node_check_step(rl_node *n) {
+    if (n->link == RL_LINK_DOWN || n->fd < 0 || n->step_check) return;
+    char nonce[32], cmd[64];
+    int nlen = step_nonce(n, nonce, sizeof(nonce));
+    int len = snprintf(cmd, sizeof(cmd), "*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n", nlen, nonce);
+    rl_ticket t = {-1, 0, CHECK_ECHO, rl_now_ms()};
+    if (queue_command(n, cmd, (size_t)len, t) == 0) n->step_check = 1;
 }
 
 void rl_node_close(rl_node *n) {

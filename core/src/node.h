@@ -33,6 +33,12 @@ typedef void (*rl_reply_fn)(void *owner, int node, rl_ticket ticket, const rl_re
 
 enum { RL_LINK_DOWN = 0, RL_LINK_CONNECTING = 1, RL_LINK_UP = 2 };
 
+/* A position in a connection's output: everything queued so far. */
+typedef struct rl_mark {
+    unsigned conn;
+    unsigned long long end;
+} rl_mark;
+
 typedef struct rl_node {
     rl_url url;
     int index;
@@ -52,7 +58,9 @@ typedef struct rl_node {
     int closing;             /* rl_node_close in progress: no reconnects */
     int backoff_ms;          /* next reconnect delay */
     double retry_at_ms;      /* while down: when the next connect may start */
-    int misses;              /* release/extend rounds in a row this node did not answer in time */
+    int step_check;          /* a step check (ECHO) is in flight on this connection */
+    int scripts_loading;     /* SCRIPT LOADs are in flight on this connection */
+    unsigned step_nonce;     /* its nonce's number; a new one for every connection */
     double progress_ms;      /* last sign of life on this connection: bytes written or read, or
                                 the kernel's send queue draining (what the stall watchdog measures) */
     int last_outq;           /* the send queue's length when the watchdog last looked, or -1 */
@@ -65,6 +73,7 @@ typedef struct rl_node {
 
     rl_buf out;              /* bytes not written yet: out.data[out_off .. out.len) */
     size_t out_off;
+    unsigned long long queued_total, written_total;  /* bytes queued / handed to the kernel on this connection */
     rl_reader reader;
 
     rl_ticket *ring;         /* tickets of commands awaiting replies, oldest first */
@@ -97,6 +106,23 @@ int rl_node_send(rl_node *n, const char *cmd, size_t len, rl_ticket ticket);
  * waits for the socket to be writable). Never calls on_reply: a failed write
  * is noticed by the loop. */
 void rl_node_flush(rl_node *n);
+
+/* Where n's output stands after everything queued so far. */
+rl_mark rl_node_mark(const rl_node *n);
+
+/* 1 once everything queued up to m has been handed to the kernel, or the
+ * connection m was taken on is gone (nothing of it is left to wait for). */
+int rl_node_passed(const rl_node *n, rl_mark m);
+
+/* n answered NOSCRIPT: load the scripts again (once per NOSCRIPT spell). */
+void rl_node_load_scripts(rl_node *n);
+
+/* Check that n's replies are in step with its commands: queue an ECHO of a
+ * nonce (unless one is in flight, or n is down); a reply that is not that
+ * nonce means a reply was lost (the stream is shifted for good), and the
+ * connection is reset. For a node that did not answer a round in time: that
+ * is a lost reply, a hang (the stall watchdog's), or a backlog (harmless). */
+void rl_node_check_step(rl_node *n);
 
 /* Drop the connection now (its unanswered commands are answered with why
  * through on_reply before this returns) and reconnect with backoff. Safe
