@@ -1,0 +1,104 @@
+-- Misuse and what users see: every number is checked before anything is
+-- sent, misuse is raised at the caller's line naming the function called,
+-- error texts never show a password, `detail` always has one shape, and a
+-- failed extend never leaves a lock looking more valid than it is.
+
+local redlock = require "redlock"
+local cluster = require "helpers.cluster"
+local proc = require "helpers.proc"
+
+local res = cluster.names("misuse") -- res(tag): a resource name no other run uses
+
+local NAN, INF = 0 / 0, 1 / 0
+
+-- The line of the caller: misuse(here(), function() ... end, ...) keeps the
+-- call under test on the line here() reports.
+local function here()
+  return debug.getinfo(2, "l").currentline
+end
+
+-- fn must raise, at this spec's line `line`, the message `text` (exact), or
+-- one containing every string of the list `text`.
+local function misuse(line, fn, text)
+  local ok, e = pcall(fn)
+  assert.is_false(ok, "expected an error")
+  assert.is_string(e)
+  local at, msg = e:match("misuse_spec%.lua:(%d+): (.*)$")
+  assert.is_not_nil(at, "not raised at the caller's line: " .. e)
+  assert.equal(line, tonumber(at), e)
+  if type(text) == "string" then
+    assert.equal(text, msg)
+  else
+    for _, part in ipairs(text) do assert.is_truthy(msg:find(part, 1, true), e) end
+  end
+  return msg
+end
+
+-- Calls of SET (the acquire command) handled by every node of cl so far.
+local function sets(cl)
+  local total = 0
+  for i = 1, cl.n do
+    local out = cl:cli(i, "INFO", "commandstats")
+    total = total + tonumber(out:match("cmdstat_set:calls=(%d+)") or 0)
+  end
+  return total
+end
+
+-- detail must have the one shape of every nil, err, detail.
+local function one_shape(detail, err, cl)
+  assert.is_table(detail)
+  assert.is_number(detail.ok)
+  assert.is_number(detail.quorum)
+  assert.is_number(detail.elapsed)
+  assert.equal(err, detail.status)
+  assert.equal(cl.n, #detail)
+  for i, d in ipairs(detail) do
+    assert.equal("redis://127.0.0.1:" .. cl.ports[i], d.server)
+    assert.is_string(d.state)
+  end
+end
+
+describe("misuse", function()
+  local cl, dlm, other
+
+  lazy_setup(function()
+    cl = cluster.start(3)
+    dlm = redlock.new { servers = cl.urls, ttl = 5000, node_timeout = 100 }
+    other = redlock.new { servers = cl.urls }
+  end)
+  lazy_teardown(function()
+    if dlm then dlm:close() end
+    if other then other:close() end
+    cluster.stop_all()
+  end)
+
+  describe("passwords and long URLs in new()'s errors", function()
+    it("never shows the password", function()
+      -- Before: 'redis://:topsecret@127.0.0.1:99999': port must be ...
+      for _, url in ipairs { "redis://:topsecret@127.0.0.1:99999", "redis://user:topsecret@127.0.0.1:99999",
+                             "redis://topsecret@127.0.0.1:99999", "redis://:topsecret@127.0.0.1:1/x",
+                             "redis://:top secret@127.0.0.1:1", "rediss://:topsecret@127.0.0.1:1" } do
+        local msg = misuse(here(), function() redlock.new { servers = { cl.urls[1], url } } end,
+          { "bad argument #1 to 'new' (server 2: '", "***@127.0.0.1:" })
+        assert.is_nil(msg:find("topsecret", 1, true), msg)
+        assert.is_nil(msg:find("top secret", 1, true), msg)
+      end
+      local msg = misuse(here(), function() redlock.new { servers = { "redis://:topsecret@127.0.0.1:99999" } } end,
+        "bad argument #1 to 'new' (server 1: 'redis://:***@127.0.0.1:99999': port must be a number from 1 to 65535)")
+      assert.is_string(msg)
+    end)
+
+    it("cuts a long URL and keeps the reason", function()
+      -- Before: the reason fell off the end of the message.
+      local long = "redis://" .. ("h"):rep(300) .. ":6379"
+      local msg = misuse(here(), function() redlock.new { servers = { long } } end,
+        { "bad argument #1 to 'new' (server 1: 'redis://hhhh", "...': host name too long)" })
+      assert.is_true(#msg < 200, msg)
+      local pw = "redis://:" .. ("p"):rep(200) .. "@127.0.0.1:0"
+      msg = misuse(here(), function() redlock.new { servers = { pw } } end,
+        "bad argument #1 to 'new' (server 1: 'redis://:***@127.0.0.1:0': port must be a number from 1 to 65535)")
+      assert.is_string(msg)
+    end)
+  end)
+
+end)
