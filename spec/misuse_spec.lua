@@ -72,6 +72,66 @@ describe("misuse", function()
     cluster.stop_all()
   end)
 
+  describe("the caller's line and function", function()
+    it("names the call and the caller's line for a bad resource", function()
+      -- Before: reported at init.lua's own lines.
+      misuse(here(), function() dlm:lock(nil) end,
+        "bad argument #1 to 'lock' (resource must be a non-empty string, got nil)")
+      misuse(here(), function() dlm:try_lock(nil) end,
+        "bad argument #1 to 'try_lock' (resource must be a non-empty string, got nil)")
+      misuse(here(), function() dlm:with_lock(nil, nil, function() end) end,
+        "bad argument #1 to 'with_lock' (resource must be a non-empty string, got nil)")
+      misuse(here(), function() dlm:lock_many({ "a", 7 }) end,
+        "bad argument #1 to 'lock_many' (resources[2] must be a non-empty string, got 7)")
+      misuse(here(), function() redlock.new { servers = {} } end, { "bad argument #1 to 'new'", "servers" })
+    end)
+
+    it("names with_lock, not lock, for with_lock's options", function()
+      misuse(here(), function() dlm:with_lock(res("w"), { ttl = 0 }, function() end) end,
+        "bad argument #2 to 'with_lock' (ttl must be a whole number of ms from 1 to 2147483647, got 0)")
+    end)
+
+    it("shows the type of a value of the wrong type", function()
+      misuse(here(), function() dlm:lock(res("t"), { ttl = "100" }) end,
+        "bad argument #2 to 'lock' (ttl must be a whole number of ms from 1 to 2147483647, got string \"100\")")
+      misuse(here(), function() dlm:lock(res("t"), { ttl = 1.5 }) end,
+        "bad argument #2 to 'lock' (ttl must be a whole number of ms from 1 to 2147483647, got 1.5)")
+    end)
+
+    it("raises 'a lock expected' when a method is called with a dot", function()
+      local lock = assert(dlm:try_lock(res("dot")))
+      -- Before: "attempt to index local 'self'" inside init.lua.
+      misuse(here(), function() lock.unlock() end,
+        "bad argument #1 to 'unlock' (a lock expected, got nil; call it as lock:unlock())")
+      misuse(here(), function() lock.extend(1000) end,
+        "bad argument #1 to 'extend' (a lock expected, got 1000; call it as lock:extend(ttl))")
+      for _, m in ipairs { "valid", "remaining", "lost", "check" } do
+        misuse(here(), function() lock[m]() end, { ("bad argument #1 to '%s' (a lock expected"):format(m) })
+      end
+      misuse(here(), function() dlm.try_lock("x") end,
+        "bad argument #1 to 'try_lock' (a client expected, got string \"x\"; call it as dlm:try_lock(...))")
+      for _, m in ipairs { "lock", "lock_many", "with_lock", "nodes" } do
+        misuse(here(), function() dlm[m]() end, { ("bad argument #1 to '%s' (a client expected"):format(m) })
+      end
+      assert(lock:unlock())
+      local locks = assert(dlm:lock_many({ res("dot1"), res("dot2") }))
+      for _, m in ipairs { "unlock", "extend", "valid" } do
+        misuse(here(), function() locks[m]() end, { ("bad argument #1 to '%s' (a group of locks expected"):format(m) })
+      end
+      assert(locks:unlock())
+    end)
+
+    it("raises inside with_lock's function at that function's line", function()
+      local line
+      local ok, e = pcall(dlm.with_lock, dlm, res("inner"), nil, function(lock)
+        line = here(); lock.unlock()
+      end)
+      assert.is_false(ok)
+      assert.equal(("misuse_spec.lua:%d: bad argument #1 to 'unlock'"):format(line),
+        e:match("misuse_spec%.lua:%d+: bad argument #1 to 'unlock'"))
+    end)
+  end)
+
   describe("passwords and long URLs in new()'s errors", function()
     it("never shows the password", function()
       -- Before: 'redis://:topsecret@127.0.0.1:99999': port must be ...
