@@ -72,6 +72,105 @@ describe("misuse", function()
     cluster.stop_all()
   end)
 
+  describe("numbers and option keys", function()
+    it("new() refuses unknown keys and bad numbers, naming them", function()
+      local u = cl.urls
+      misuse(here(), function() redlock.new { servers = u, tll = 5 } end,
+        "bad argument #1 to 'new' (unknown option 'tll')")
+      for _, v in ipairs { NAN, 1.5, -1, INF, "3" } do
+        misuse(here(), function() redlock.new { servers = u, max_extensions = v } end,
+          { "bad argument #1 to 'new'", "max_extensions" })
+      end
+      -- 2^32 + 2 would reach the core as quorum 2
+      for _, v in ipairs { 2 ^ 32 + 2, NAN, 0, 2.5 } do
+        misuse(here(), function() redlock.new { servers = u, quorum = v } end,
+          { "bad argument #1 to 'new'", "quorum" })
+      end
+      for _, v in ipairs { NAN, INF, 1 } do
+        misuse(here(), function() redlock.new { servers = u, drift_factor = v } end,
+          { "bad argument #1 to 'new'", "drift_factor" })
+      end
+      for _, v in ipairs { NAN, INF, 2 ^ 31, 0.5 } do
+        misuse(here(), function() redlock.new { servers = u, node_timeout = v } end,
+          { "bad argument #1 to 'new'", "node_timeout" })
+      end
+      assert(redlock.new { servers = u, max_extensions = 0, quorum = 3 }):close()
+    end)
+
+    it("lock calls refuse unknown option keys, naming the key and the call", function()
+      local r = res("keys")
+      misuse(here(), function() dlm:lock(r, { tll = 5 }) end, "bad argument #2 to 'lock' (unknown option 'tll')")
+      misuse(here(), function() dlm:try_lock(r, { tll = 5 }) end, "bad argument #2 to 'try_lock' (unknown option 'tll')")
+      misuse(here(), function() dlm:lock_many({ r }, { tll = 5 }) end, "bad argument #2 to 'lock_many' (unknown option 'tll')")
+      misuse(here(), function() dlm:with_lock(r, { tll = 5 }, function() end) end,
+        "bad argument #2 to 'with_lock' (unknown option 'tll')")
+      misuse(here(), function() dlm:lock(r, { 5000 }) end, "bad argument #2 to 'lock' (unknown option [1])")
+      assert(cluster.await_value(cl, r, nil, 0))
+    end)
+
+    it("refuses a wait that is NaN, infinite or negative", function()
+      -- Before: wait = NaN was accepted and never timed out.
+      for _, v in ipairs { NAN, INF, -1, "100" } do
+        misuse(here(), function() dlm:lock(res("wait"), { wait = v }) end, { "bad argument #2 to 'lock'", "wait" })
+      end
+    end)
+
+    it("refuses a bad max_extensions given as a call option only through new()", function()
+      misuse(here(), function() dlm:lock(res("maxext"), { max_extensions = 1 }) end,
+        "bad argument #2 to 'lock' (unknown option 'max_extensions')")
+    end)
+
+    describe("a retry policy", function()
+      local blocker, r
+
+      before_each(function()
+        r = res("policy")
+        blocker = assert(other:try_lock(r, { ttl = 30000 }))
+      end)
+      after_each(function() assert(blocker:unlock()) end)
+
+      -- Before: a delay the core cannot sleep became 0 ms: 6 attempts in no time.
+      for _, v in ipairs { 2 ^ 31, 2 ^ 40, INF, NAN, -5, "100", {} } do
+        it(("that returns %s raises naming the bad return, after one attempt"):format(tostring(v)), function()
+          local calls = 0
+          local policy = function(n)
+            calls = calls + 1
+            if n < 6 then return v end
+          end
+          local msg = misuse(here(), function() dlm:lock(r, { retry = policy }) end,
+            { "bad retry policy: after attempt 1 it returned" })
+          assert.equal(1, calls)
+          if type(v) == "number" then assert.is_truthy(msg:find(tostring(v), 1, true), msg) end
+          assert.equal(blocker.value, cluster.get(cl, 1, r))
+        end)
+      end
+
+      it("may return fractions of a ms, nil or false to give up", function()
+        local n = 0
+        local lock, err = dlm:lock(r, { retry = function(a)
+          n = a
+          if a == 1 then return 0.5 end
+          if a == 2 then return false end
+        end })
+        assert.is_nil(lock)
+        assert.equal("busy", err)
+        assert.equal(2, n)
+      end)
+    end)
+
+    it("redlock.retry refuses delays the core cannot sleep and unknown keys", function()
+      local retry = redlock.retry
+      misuse(here(), function() retry.fixed(2 ^ 31, 3) end, { "bad argument #1 to 'fixed'", "delay" })
+      misuse(here(), function() retry.jitter(0, 2 ^ 40, 3) end, { "bad argument #2 to 'jitter'", "max" })
+      misuse(here(), function() retry.forever(0, 2 ^ 31) end, { "bad argument #2 to 'forever'", "max" })
+      misuse(here(), function() retry.exponential { cap = 2 ^ 40 } end, { "bad argument #1 to 'exponential'", "cap" })
+      misuse(here(), function() retry.exponential { bse = 5 } end,
+        "bad argument #1 to 'exponential' (unknown option 'bse')")
+      misuse(here(), function() retry.fixed(10, 1.5) end, { "bad argument #2 to 'fixed'", "attempts" })
+      assert.is_function(retry.fixed(2 ^ 31 - 1, 3))
+    end)
+  end)
+
   describe("the caller's line and function", function()
     it("names the call and the caller's line for a bad resource", function()
       -- Before: reported at init.lua's own lines.
@@ -96,6 +195,8 @@ describe("misuse", function()
         "bad argument #2 to 'lock' (ttl must be a whole number of ms from 1 to 2147483647, got string \"100\")")
       misuse(here(), function() dlm:lock(res("t"), { ttl = 1.5 }) end,
         "bad argument #2 to 'lock' (ttl must be a whole number of ms from 1 to 2147483647, got 1.5)")
+      misuse(here(), function() dlm:lock(res("t"), { keepalive = "yes" }) end,
+        "bad argument #2 to 'lock' (keepalive must be a boolean, got string \"yes\")")
     end)
 
     it("raises 'a lock expected' when a method is called with a dot", function()

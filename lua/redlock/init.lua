@@ -53,7 +53,8 @@ local RETRY_UNTIL_WAIT = retry.forever()  -- `wait` without `retry`: try until w
 -- file, so a check may sit at any depth and with_lock's checks name
 -- with_lock, not the lock call it makes.
 
-local getinfo, getmetatable = debug.getinfo, getmetatable
+local getinfo, getmetatable, next = debug.getinfo, getmetatable, next
+local floor = math.floor
 local THIS_FILE = getinfo(1, "S").source
 local MAX_MS = 2147483647  -- what fits the core's int milliseconds
 
@@ -109,12 +110,23 @@ local function check_ms(pos, fname, name, v)
     end
 end
 
-local function check_opts(pos, fname, opts)
-    if opts ~= nil and type(opts) ~= "table" then
+-- opts must be nil or a table whose keys are all in `known`.
+local function check_opts(pos, fname, opts, known)
+    if opts == nil then return nil end
+    if type(opts) ~= "table" then
         argerror(pos, fname, "options must be a table or nil, got " .. show(opts))
+    end
+    for k in next, opts do
+        if not known[k] then
+            argerror(pos, fname, ("unknown option %s"):format(type(k) == "string" and ("'" .. k .. "'") or ("[" .. show(k) .. "]")))
+        end
     end
     return opts
 end
+
+local NEW_KEYS = { servers = true, ttl = true, node_timeout = true, connect_timeout = true, quorum = true,
+                   drift_factor = true, prefix = true, retry = true, max_extensions = true, keepalive = true }
+local LOCK_KEYS = { ttl = true, wait = true, retry = true, keepalive = true, margin = true }
 
 ---------------------------------------------------------------------------
 -- results
@@ -139,18 +151,25 @@ end
 ---------------------------------------------------------------------------
 -- the client
 
-local function options_struct(fname, o)
+local function options_struct(fname, o, nservers)
     local opts = ffi_new("rl_options")
     C.rl_options_init(opts)
     if o.node_timeout ~= nil then check_ms(1, fname, "node_timeout", o.node_timeout); opts.node_timeout_ms = o.node_timeout end
     if o.connect_timeout ~= nil then check_ms(1, fname, "connect_timeout", o.connect_timeout); opts.connect_timeout_ms = o.connect_timeout end
     if o.quorum ~= nil then
-        if type(o.quorum) ~= "number" or o.quorum % 1 ~= 0 then argerror(1, fname, "quorum must be an integer, got " .. show(o.quorum)) end
+        local majority = floor(nservers / 2) + 1
+        if not is_int(o.quorum, majority, nservers) then
+            argerror(1, fname, ("quorum must be a whole number from %d (a majority of %d) to %d, got %s")
+                :format(majority, nservers, nservers, show(o.quorum)))
+        end
         opts.quorum = o.quorum
     end
     if o.drift_factor ~= nil then
-        if type(o.drift_factor) ~= "number" then argerror(1, fname, "drift_factor must be a number, got " .. show(o.drift_factor)) end
-        opts.drift_factor = o.drift_factor
+        local d = o.drift_factor
+        if type(d) ~= "number" or not (d >= 0 and d < 1) then
+            argerror(1, fname, "drift_factor must be a number in [0, 1), got " .. show(d))
+        end
+        opts.drift_factor = d
     end
     if o.prefix ~= nil then
         if type(o.prefix) ~= "string" then argerror(1, fname, "prefix must be a string, got " .. show(o.prefix)) end
@@ -174,13 +193,17 @@ end
 --- Create a client. See the README for the options; misuse raises.
 function _M.new(opts)
     if type(opts) ~= "table" then argerror(1, "new", "options table expected, got " .. show(opts)) end
+    check_opts(1, "new", opts, NEW_KEYS)
     local urls = server_list("new", opts.servers)
-    local copts = options_struct("new", opts)
+    local copts = options_struct("new", opts, #opts.servers)
     local ttl = opts.ttl or 10000
     check_ms(1, "new", "ttl", ttl)
     if opts.retry ~= nil and type(opts.retry) ~= "function" then argerror(1, "new", "retry must be a function, got " .. show(opts.retry)) end
-    if opts.max_extensions ~= nil and (type(opts.max_extensions) ~= "number" or opts.max_extensions < 0) then
-        argerror(1, "new", "max_extensions must be a non-negative number, got " .. show(opts.max_extensions))
+    if opts.max_extensions ~= nil and not is_int(opts.max_extensions, 0, MAX_MS) then
+        argerror(1, "new", ("max_extensions must be a whole number from 0 to %d, got %s"):format(MAX_MS, show(opts.max_extensions)))
+    end
+    if opts.keepalive ~= nil and type(opts.keepalive) ~= "boolean" then
+        argerror(1, "new", "keepalive must be a boolean, got " .. show(opts.keepalive))
     end
     local servers = {}
     for i = 1, #opts.servers do servers[i] = opts.servers[i] end
@@ -198,7 +221,7 @@ function _M.new(opts)
         quorum = C.rl_client_quorum(client),
         ttl = ttl,
         retry = opts.retry or retry.default,
-        keepalive = opts.keepalive and true or false,
+        keepalive = opts.keepalive or false,
         max_extensions = opts.max_extensions,
         options = copts,      -- kept for the keeper, which dials the same nodes
         urls = urls,
@@ -350,24 +373,30 @@ local function attempt(self, client, resource, ttl)
     return failure(self, result)
 end
 
+-- Check every option of a lock call before anything is sent; returns what
+-- the call needs.
 local function lock_options(self, fname, resource, opts)
     check_resource(1, fname, resource)
-    opts = check_opts(2, fname, opts)
+    opts = check_opts(2, fname, opts, LOCK_KEYS)
     local ttl, wait, policy, keepalive, margin = self.ttl, nil, self.retry, self.keepalive, nil
     if opts then
         if opts.ttl ~= nil then check_ms(2, fname, "ttl", opts.ttl); ttl = opts.ttl end
         if opts.wait ~= nil then
-            if type(opts.wait) ~= "number" or opts.wait < 0 then
-                argerror(2, fname, "wait must be a non-negative number of ms, got " .. show(opts.wait))
+            local w = opts.wait
+            if type(w) ~= "number" or not (w >= 0 and w <= MAX_MS) then
+                argerror(2, fname, ("wait must be a number of ms from 0 to %d, got %s"):format(MAX_MS, show(w)))
             end
-            wait = opts.wait
+            wait = w
             if opts.retry == nil then policy = RETRY_UNTIL_WAIT end
         end
         if opts.retry ~= nil then
             if type(opts.retry) ~= "function" then argerror(2, fname, "retry must be a function, got " .. show(opts.retry)) end
             policy = opts.retry
         end
-        if opts.keepalive ~= nil then keepalive = opts.keepalive and true or false end
+        if opts.keepalive ~= nil then
+            if type(opts.keepalive) ~= "boolean" then argerror(2, fname, "keepalive must be a boolean, got " .. show(opts.keepalive)) end
+            keepalive = opts.keepalive
+        end
         if opts.margin ~= nil then
             if type(opts.margin) ~= "number" or opts.margin < 0 then
                 argerror(2, fname, "margin must be a non-negative number of ms, got " .. show(opts.margin))
@@ -378,6 +407,19 @@ local function lock_options(self, fname, resource, opts)
     return ttl, wait, policy, keepalive, margin
 end
 
+-- The delay a policy returned after attempt n, as whole ms; nil to give up.
+-- A policy is the caller's code: a delay that is not a number of ms the core
+-- can sleep is misuse, raised at the caller of lock.
+local function policy_delay(policy, n, err)
+    local delay = policy(n, err)
+    if not delay then return nil end
+    if type(delay) ~= "number" or not (delay >= 0 and delay <= MAX_MS) then
+        raise(("bad retry policy: after attempt %d it returned %s (expected nil or a number of ms from 0 to %d)")
+            :format(n, show(delay), MAX_MS))
+    end
+    return floor(delay)
+end
+
 -- Run `try` under the retry policy, within `wait` ms if given: the last attempt
 -- starts no later than `wait` ms after the first. The first attempt stands
 -- outside the loop so the common path (success at once) has no inner loop and
@@ -385,7 +427,7 @@ end
 local function retry_loop(self, client, policy, deadline, try, a, b, err, detail)
     local n = 1
     while true do
-        local delay = policy(n, err)
+        local delay = policy_delay(policy, n, err)
         if not delay then return nil, err, detail end
         if deadline then
             local left = deadline - C.rl_now_ms()
