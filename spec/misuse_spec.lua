@@ -115,6 +115,29 @@ describe("misuse", function()
       end
     end)
 
+    it("refuses a margin that is not a whole number of ms below the ttl, before sending anything", function()
+      local before = sets(cl)
+      for _, v in ipairs { INF, NAN, 2 ^ 40, 1.5, -1, 5000 } do
+        local r = res("margin")
+        misuse(here(), function() dlm:lock(r, { keepalive = true, margin = v }) end,
+          { "bad argument #2 to 'lock'", "margin" })
+        misuse(here(), function() dlm:try_lock(r, { keepalive = true, margin = v }) end,
+          { "bad argument #2 to 'try_lock'", "margin" })
+        misuse(here(), function() dlm:lock_many({ r, r .. ":2" }, { keepalive = true, margin = v }) end,
+          { "bad argument #2 to 'lock_many'", "margin" })
+        misuse(here(), function() dlm:with_lock(r, { margin = v }, function() end) end,
+          { "bad argument #2 to 'with_lock'", "margin" })
+        for i = 1, cl.n do
+          assert.is_nil(cluster.get(cl, i, r))
+          assert.is_nil(cluster.get(cl, i, r .. ":2"))
+        end
+      end
+      -- Before: the lock was acquired, then keep-alive refused the margin.
+      assert.equal(before, sets(cl), "an acquire was sent")
+      local lock = assert(dlm:try_lock(res("margin"), { keepalive = true, margin = 4999 }))
+      assert(lock:unlock())
+    end)
+
     it("refuses a bad max_extensions given as a call option only through new()", function()
       misuse(here(), function() dlm:lock(res("maxext"), { max_extensions = 1 }) end,
         "bad argument #2 to 'lock' (unknown option 'max_extensions')")

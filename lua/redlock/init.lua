@@ -398,8 +398,9 @@ local function lock_options(self, fname, resource, opts)
             keepalive = opts.keepalive
         end
         if opts.margin ~= nil then
-            if type(opts.margin) ~= "number" or opts.margin < 0 then
-                argerror(2, fname, "margin must be a non-negative number of ms, got " .. show(opts.margin))
+            if not is_int(opts.margin, 0, ttl - 1) then
+                argerror(2, fname, ("margin must be a whole number of ms from 0 to ttl - 1 (%d), got %s")
+                    :format(ttl - 1, show(opts.margin)))
             end
             margin = opts.margin
         end
