@@ -285,4 +285,78 @@ describe("misuse", function()
     end)
   end)
 
+  describe("detail", function()
+    it("has one shape for invalid and expired too", function()
+      local lock = assert(dlm:try_lock(res("shape"), { ttl = 200 }))
+      assert(lock:unlock())
+      -- Before: detail was a string here.
+      local ok, err, detail = lock:unlock()
+      assert.is_nil(ok)
+      assert.equal("invalid", err)
+      one_shape(detail, "invalid", cl)
+      assert.equal("the lock was already unlocked", detail.message)
+      ok, err, detail = lock:extend(1000)
+      assert.is_nil(ok)
+      assert.equal("invalid", err)
+      one_shape(detail, "invalid", cl)
+      assert.is_string(detail.message)
+
+      lock = assert(dlm:try_lock(res("shape"), { ttl = 50 }))
+      while lock:remaining() > 0 do proc.sleep_ms(10) end
+      ok, err, detail = lock:extend(1000)
+      assert.is_nil(ok)
+      assert.equal("expired", err)
+      one_shape(detail, "expired", cl)
+      assert.is_string(detail.message)
+
+      local capped = redlock.new { servers = cl.urls, max_extensions = 1 }
+      lock = assert(capped:try_lock(res("shape")))
+      assert(lock:extend())
+      ok, err, detail = lock:extend()
+      assert.is_nil(ok)
+      assert.equal("invalid", err)
+      one_shape(detail, "invalid", cl)
+      assert.equal("extension limit (1) reached", detail.message)
+      assert(lock:unlock())
+      capped:close()
+
+      -- and a round's detail has the same fields
+      local r2 = res("shape2")
+      local blocker = assert(other:try_lock(r2))
+      ok, err, detail = dlm:try_lock(r2)
+      assert.is_nil(ok)
+      one_shape(detail, "busy", cl)
+      assert(blocker:unlock())
+    end)
+
+    it("a lock_many group unlocked twice answers as a single lock does", function()
+      local locks = assert(dlm:lock_many({ res("g1"), res("g2") }))
+      assert.is_true(locks:unlock())
+      -- Before: true again.
+      local ok, err, detail = locks:unlock()
+      assert.is_nil(ok)
+      assert.equal("invalid", err)
+      one_shape(detail, "invalid", cl)
+      assert.is_string(detail.message)
+    end)
+
+    it("a group member whose release failed may be unlocked again", function()
+      local rs = { res("gf1"), res("gf2") }
+      local locks = assert(dlm:lock_many(rs, { ttl = 10000 }))
+      assert(cluster.await_value(cl, rs[2], locks[2].value, 1000, nil, dlm))
+      for i = 1, cl.n do cl:cli(i, "SET", rs[2], "someone-else", "PX", "10000") end
+      local ok, err = locks:unlock()
+      assert.is_nil(ok)
+      assert.equal("not held", err)
+      assert(cluster.await_value(cl, rs[1], nil, 1000, nil, dlm))
+      for i = 1, cl.n do cl:cli(i, "DEL", rs[2]) end
+      -- the one that failed is tried again, the released one is not
+      ok, err = locks:unlock()
+      assert.is_nil(ok)
+      assert.equal("not held", err)
+      assert.is_true(locks[1].released)
+      assert.is_false(locks[2].released)
+    end)
+  end)
+
 end)

@@ -148,6 +148,15 @@ local function failure(self, r)
     return nil, STATUS_WORDS[r.status] or "invalid", detail_of(self, r)
 end
 
+-- nil, word, detail for a call refused before anything was sent (invalid,
+-- expired): the detail has the shape of a round's, no node asked, and says
+-- why in detail.message.
+local function refusal(self, word, message)
+    local d = { ok = 0, quorum = self.quorum, elapsed = 0, status = word, message = message }
+    for i = 1, #self.names do d[i] = { server = self.names[i], state = "pending" } end
+    return nil, word, d
+end
+
 ---------------------------------------------------------------------------
 -- the client
 
@@ -519,12 +528,12 @@ end
 function lock:extend(ttl)
     check_self(self, lock_mt, "extend", "a lock", "lock:extend(ttl)")
     if ttl == nil then ttl = self.ttl else check_ms(1, "extend", "ttl", ttl) end
-    if self.released then return nil, "invalid", "the lock was unlocked" end
+    if self.released then return refusal(self.dlm, "invalid", "the lock was unlocked") end
     local max = self.dlm.max_extensions
     if max and self.extensions >= max then
-        return nil, "invalid", ("extension limit (%d) reached"):format(max)
+        return refusal(self.dlm, "invalid", ("extension limit (%d) reached"):format(max))
     end
-    if self:remaining() <= 0 then return nil, "expired", "no validity left to extend" end
+    if self:remaining() <= 0 then return refusal(self.dlm, "expired", "no validity left to extend") end
     local client = live_client(self.dlm, "extend")
     local started = C.rl_now_ms()
     if C.rl_extend(client, self.resource, #self.resource, self.value, ttl, result) ~= RL_OK then
@@ -544,10 +553,11 @@ end
 
 --- Release the lock on every node. true, or nil, err, detail ("not held" when
 --- our value was no longer on a quorum: it expired or was taken over). After
---- a failure the lock may be unlocked again (say, once nodes are back).
+--- a failure the lock may be unlocked again (say, once nodes are back); once
+--- it succeeded, unlocking again returns nil, "invalid", detail.
 function lock:unlock()
     check_self(self, lock_mt, "unlock", "a lock", "lock:unlock()")
-    if self.released then return nil, "invalid", "the lock was already unlocked" end
+    if self.released then return refusal(self.dlm, "invalid", "the lock was already unlocked") end
     stop_keeping(self)
     local client = live_client(self.dlm, "unlock")
     if C.rl_release(client, self.resource, #self.resource, self.value, result) ~= RL_OK then
@@ -625,29 +635,43 @@ function dlm:lock_many(resources, opts)
     return locks, err, detail
 end
 
---- Release every lock of the group; true, or nil, err, detail of the first failure.
+--- Release every lock of the group that is not released yet; true, or nil,
+--- err, detail of the first failure. As with one lock: a lock whose release
+--- failed may be unlocked again, and a group already unlocked returns nil,
+--- "invalid", detail.
 function group:unlock()
     check_self(self, group_mt, "unlock", "a group of locks", "locks:unlock()")
-    local client = live_client(self[1].dlm, "unlock")
-    local ids = {}
+    local dlm_ = self[1].dlm
+    local ids, any, refused = {}, false, nil
+    for i = 1, #self do
+        if not self[i].released then any = true end
+    end
+    if not any then return refusal(dlm_, "invalid", "the locks were already unlocked") end
+    local client = live_client(dlm_, "unlock")
     for i = 1, #self do
         local lk = self[i]
         stop_keeping(lk)
         if not lk.released then
-            lk.released = true
             ids[i] = C.rl_begin_release(client, lk.resource, #lk.resource, lk.value)
+            if ids[i] < 0 then
+                ids[i] = nil
+                refused = refused or ffi_string(C.rl_client_errstr(client))
+            end
         end
     end
     local ok, err, detail = true, nil, nil
     for i = 1, #self do
-        if ids[i] and ids[i] >= 0 then
+        if ids[i] then
             C.rl_wait(client, ids[i], result)
-            if result.status ~= OK and ok then
-                ok, err, detail = failure(self[i].dlm, result)
+            if result.status == OK then
+                self[i].released = true
+            elseif ok then
+                ok, err, detail = failure(dlm_, result)
                 detail.resource = self[i].resource
             end
         end
     end
+    if refused then raise("redlock: " .. refused) end
     return ok, err, detail
 end
 
