@@ -524,6 +524,26 @@ local function stop_keeping(lk)
     lk.kept, lk.guard = nil, nil
 end
 
+-- After an extend that was sent and failed, the lock is held no longer
+-- than both what it had and what the round may have left: nodes that took
+-- the new ttl drop the key by started + the new ttl's validity, and "not
+-- held" means our value is gone from too many nodes for a quorum.
+local function after_failed_extend(lk, ttl, started, r)
+    local until_
+    if r.status == C.RL_STATUS_NOT_HELD then
+        until_ = started
+    else
+        local elapsed = C.rl_now_ms() - started
+        until_ = started + ttl - elapsed - (ttl * lk.dlm.options.drift_factor + 2)
+    end
+    kept_state(lk)  -- a kept lock: start from the keeper's latest validity
+    if until_ < lk.valid_until then lk.valid_until = until_ end
+    if lk.kept ~= nil and lk.dlm.keeper ~= nil then
+        -- the keeper goes on with the ttl it had, counting the lower validity
+        C.rl_keeper_update(lk.dlm.keeper, lk.kept, lk.ttl, started, lk.valid_until)
+    end
+end
+
 --- Extend the lock to ttl ms (default: its ttl) from now. true or nil, err, detail.
 function lock:extend(ttl)
     check_self(self, lock_mt, "extend", "a lock", "lock:extend(ttl)")
@@ -539,7 +559,10 @@ function lock:extend(ttl)
     if C.rl_extend(client, self.resource, #self.resource, self.value, ttl, result) ~= RL_OK then
         raise("redlock: " .. ffi_string(C.rl_client_errstr(client)))
     end
-    if result.status ~= OK then return failure(self.dlm, result) end
+    if result.status ~= OK then
+        after_failed_extend(self, ttl, started, result)
+        return failure(self.dlm, result)
+    end
     self.extensions = self.extensions + 1
     self.ttl = ttl
     self.validity = result.validity_ms
