@@ -154,7 +154,8 @@ describe("misuse", function()
 
       -- Before: a delay the core cannot sleep became 0 ms: 6 attempts in no time.
       for _, v in ipairs { 2 ^ 31, 2 ^ 40, INF, NAN, -5, "100", {} } do
-        it(("that returns %s raises naming the bad return, after one attempt"):format(tostring(v)), function()
+        local shown = type(v) == "string" and ("%q"):format(v) or type(v) == "table" and "a table" or tostring(v)
+        it(("that returns %s raises naming the bad return, after one attempt"):format(shown), function()
           local calls = 0
           local policy = function(n)
             calls = calls + 1
