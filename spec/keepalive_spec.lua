@@ -76,21 +76,54 @@ describe("keep-alive", function()
     collectgarbage()
   end)
 
+  -- Calls of SET (the acquire command) handled by the nodes so far.
+  local function sets()
+    local total = 0
+    for i = 1, cl.n do
+      total = total + tonumber(cl:cli(i, "INFO", "commandstats"):match("cmdstat_set:calls=(%d+)") or 0)
+    end
+    return total
+  end
+
   -- Before: keep() raised after the acquire had succeeded, and the key
   -- stayed on every node for its ttl.
-  it("releases the lock when keep-alive refuses it after the acquire, then raises", function()
+  it("releases the lock when keep-alive cannot take it after the acquire, then raises", function()
+    -- The keeper starts on first use of keep-alive and dials with the
+    -- client's options: spoilt here, it cannot start, once the lock is held.
+    dlm.options.quorum = 99
     local r = res("refused")
+    local before = sets()
+    assert.has_error(function()
+      dlm:lock(r, { ttl = 30000, keepalive = true })
+    end)
+    assert.is_true(sets() > before, "no acquire was sent")
+    assert(cluster.await_value(cl, r, nil, 10))
+    assert.has_error(function()
+      dlm:try_lock(r, { ttl = 30000, keepalive = true })
+    end)
+    assert(cluster.await_value(cl, r, nil, 10))
+    assert.has_error(function()
+      dlm:lock_many({ r, r .. ":2" }, { ttl = 30000, keepalive = true })
+    end)
+    assert(cluster.await_value(cl, r, nil, 10))
+    assert(cluster.await_value(cl, r .. ":2", nil, 10))
+  end)
+
+  -- Before: a margin keep-alive could not take was found out only after the
+  -- acquire.
+  it("refuses a margin keep-alive could not take before acquiring anything", function()
+    local r = res("margin")
+    local before = sets()
     assert.has_error(function()
       dlm:lock(r, { ttl = 30000, keepalive = true, margin = 2 ^ 40 })
     end)
-    assert(cluster.await_value(cl, r, nil, 10))
     assert.has_error(function()
       dlm:try_lock(r, { ttl = 30000, keepalive = true, margin = 2 ^ 40 })
     end)
-    assert(cluster.await_value(cl, r, nil, 10))
     assert.has_error(function()
       dlm:lock_many({ r, r .. ":2" }, { ttl = 30000, keepalive = true, margin = 2 ^ 40 })
     end)
+    assert.equal(before, sets(), "an acquire was sent")
     assert(cluster.await_value(cl, r, nil, 10))
     assert(cluster.await_value(cl, r .. ":2", nil, 10))
   end)

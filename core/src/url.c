@@ -9,6 +9,31 @@
 
 #define fail(...) do { snprintf(err, errlen, __VA_ARGS__); return -1; } while (0)
 
+/* Longest URL an error text quotes, so that the reason after it always fits
+ * a caller's RL_ERR_LEN buffer behind a "server N: " prefix. */
+#define SHOWN_MAX 96
+
+/* Write into out (size cap >= SHOWN_MAX + 4) text as error texts quote it:
+ * the password (what sits between the user's ':' and the last '@', or the
+ * whole userinfo when it has no ':') replaced by "***", and cut to SHOWN_MAX
+ * bytes with "..." after. Unix socket URLs carry no password. */
+static void shown_url(const char *text, char *out, size_t cap) {
+    char tmp[SHOWN_MAX * 2 + 8];
+    const char *scheme_end = strstr(text, "://");
+    const char *start = scheme_end ? scheme_end + 3 : text;
+    const char *at = strncmp(text, "unix://", 7) == 0 ? NULL : strrchr(start, '@');
+    if (at) {
+        const char *colon = memchr(start, ':', (size_t)(at - start));
+        const char *keep_to = colon ? colon + 1 : start;
+        snprintf(tmp, sizeof(tmp), "%.*s***%.*s", (int)(keep_to - text) > SHOWN_MAX ? SHOWN_MAX : (int)(keep_to - text),
+                 text, SHOWN_MAX, at);
+    } else {
+        snprintf(tmp, sizeof(tmp), "%.*s", SHOWN_MAX + 1, text);
+    }
+    if (strlen(tmp) > SHOWN_MAX) snprintf(out, cap, "%.*s...", SHOWN_MAX - 3, tmp);
+    else snprintf(out, cap, "%s", tmp);
+}
+
 /* Copy text[0..len) into dst (size cap), decoding %XX escapes. -1 if it does not fit or an escape is bad. */
 static int copy_decoded(char *dst, size_t cap, const char *text, size_t len) {
     size_t o = 0;
@@ -41,17 +66,17 @@ static int parse_int(const char *text, size_t len, long lo, long hi, long *out) 
     return 0;
 }
 
-static int parse_unix(const char *text, const char *rest, rl_url *u, char *err, size_t errlen) {
+static int parse_unix(const char *shown, const char *rest, rl_url *u, char *err, size_t errlen) {
     const char *query = strchr(rest, '?');
     size_t plen = query ? (size_t)(query - rest) : strlen(rest);
-    if (plen == 0 || rest[0] != '/') fail("'%s': a unix socket URL needs an absolute path (unix:///path/to.sock)", text);
-    if (plen >= sizeof(u->path)) fail("'%s': socket path too long", text);
+    if (plen == 0 || rest[0] != '/') fail("'%s': a unix socket URL needs an absolute path (unix:///path/to.sock)", shown);
+    if (plen >= sizeof(u->path)) fail("'%s': socket path too long", shown);
     memcpy(u->path, rest, plen);
     u->path[plen] = '\0';
     if (query) {
         long db;
         if (strncmp(query, "?db=", 4) != 0 || parse_int(query + 4, strlen(query + 4), 0, 1000000, &db) != 0)
-            fail("'%s': the only query a unix socket URL takes is ?db=N", text);
+            fail("'%s': the only query a unix socket URL takes is ?db=N", shown);
         u->db = (int)db;
     }
     snprintf(u->name, sizeof(u->name), "unix://%s", u->path);
@@ -59,7 +84,7 @@ static int parse_unix(const char *text, const char *rest, rl_url *u, char *err, 
     return 0;
 }
 
-static int parse_tcp(const char *text, const char *rest, rl_url *u, char *err, size_t errlen) {
+static int parse_tcp(const char *shown, const char *rest, rl_url *u, char *err, size_t errlen) {
     const char *end = rest + strcspn(rest, "/?#");
     const char *at = NULL;
     for (const char *p = rest; p < end; p++)
@@ -68,10 +93,10 @@ static int parse_tcp(const char *text, const char *rest, rl_url *u, char *err, s
     if (at) {
         const char *colon = memchr(rest, ':', (size_t)(at - rest));
         size_t ulen = colon ? (size_t)(colon - rest) : (size_t)(at - rest);
-        if (copy_decoded(u->user, sizeof(u->user), rest, ulen) != 0) fail("'%s': bad user name", text);
+        if (copy_decoded(u->user, sizeof(u->user), rest, ulen) != 0) fail("'%s': bad user name", shown);
         if (colon) {
             if (copy_decoded(u->password, sizeof(u->password), colon + 1, (size_t)(at - colon - 1)) != 0)
-                fail("'%s': bad password", text);
+                fail("'%s': bad password", shown);
         } else {
             /* redis://secret@host: a lone userinfo is the password, as other clients read it. */
             snprintf(u->password, sizeof(u->password), "%s", u->user);
@@ -83,11 +108,11 @@ static int parse_tcp(const char *text, const char *rest, rl_url *u, char *err, s
     const char *hstart = hostport;
     if (*hostport == '[') {
         const char *close = memchr(hostport, ']', (size_t)(end - hostport));
-        if (!close) fail("'%s': unclosed '[' in host", text);
+        if (!close) fail("'%s': unclosed '[' in host", shown);
         hstart = hostport + 1;
         hend = close;
         if (close + 1 < end) {
-            if (close[1] != ':') fail("'%s': junk after ']'", text);
+            if (close[1] != ':') fail("'%s': junk after ']'", shown);
             portp = close + 2;
         }
     } else {
@@ -96,25 +121,25 @@ static int parse_tcp(const char *text, const char *rest, rl_url *u, char *err, s
         if (colon) portp = colon + 1;
     }
     size_t hlen = (size_t)(hend - hstart);
-    if (hlen == 0) fail("'%s': missing host", text);
-    if (hlen >= sizeof(u->host)) fail("'%s': host name too long", text);
+    if (hlen == 0) fail("'%s': missing host", shown);
+    if (hlen >= sizeof(u->host)) fail("'%s': host name too long", shown);
     memcpy(u->host, hstart, hlen);
     u->host[hlen] = '\0';
     u->port = 6379;
     if (portp) {
         long port;
         if (parse_int(portp, (size_t)(end - portp), 1, 65535, &port) != 0)
-            fail("'%s': port must be a number from 1 to 65535", text);
+            fail("'%s': port must be a number from 1 to 65535", shown);
         u->port = (int)port;
     }
     if (*end == '/') {
         long db;
         const char *dbp = end + 1;
         size_t dblen = strlen(dbp);
-        if (dblen > 0 && parse_int(dbp, dblen, 0, 1000000, &db) != 0) fail("'%s': database must be a number", text);
+        if (dblen > 0 && parse_int(dbp, dblen, 0, 1000000, &db) != 0) fail("'%s': database must be a number", shown);
         if (dblen > 0) u->db = (int)db;
     } else if (*end != '\0') {
-        fail("'%s': unexpected '%c' after host and port", text, *end);
+        fail("'%s': unexpected '%c' after host and port", shown, *end);
     }
     int v6 = strchr(u->host, ':') != NULL;
     snprintf(u->name, sizeof(u->name), "redis://%s%s%s%s%s:%d", u->user, u->user[0] ? "@" : "",
@@ -126,19 +151,21 @@ static int parse_tcp(const char *text, const char *rest, rl_url *u, char *err, s
 int rl_url_parse(const char *text, rl_url *u, char *err, size_t errlen) {
     memset(u, 0, sizeof(*u));
     if (text == NULL || *text == '\0') fail("empty server URL");
+    char shown[SHOWN_MAX + 4];
+    shown_url(text, shown, sizeof(shown));
     for (const char *p = text; *p; p++)
-        if (isspace((unsigned char)*p)) fail("'%s': white space in server URL", text);
+        if (isspace((unsigned char)*p)) fail("'%s': white space in server URL", shown);
     if (strncmp(text, "redis://", 8) == 0) {
         u->kind = RL_URL_TCP;
-        return parse_tcp(text, text + 8, u, err, errlen);
+        return parse_tcp(shown, text + 8, u, err, errlen);
     }
     if (strncmp(text, "unix://", 7) == 0) {
         u->kind = RL_URL_UNIX;
-        return parse_unix(text, text + 7, u, err, errlen);
+        return parse_unix(shown, text + 7, u, err, errlen);
     }
-    if (strncmp(text, "rediss://", 9) == 0) fail("'%s': TLS (rediss://) is not supported", text);
-    if (strstr(text, "://")) fail("'%s': unknown scheme (use redis:// or unix://)", text);
-    fail("'%s': not a URL (expected redis://host:port or unix:///path)", text);
+    if (strncmp(text, "rediss://", 9) == 0) fail("'%s': TLS (rediss://) is not supported", shown);
+    if (strstr(text, "://")) fail("'%s': unknown scheme (use redis:// or unix://)", shown);
+    fail("'%s': not a URL (expected redis://host:port or unix:///path)", shown);
 }
 
 static const char *canonical_host(const char *host) {

@@ -47,30 +47,86 @@ local RETRY_UNTIL_WAIT = retry.forever()  -- `wait` without `retry`: try until w
 
 ---------------------------------------------------------------------------
 -- argument checks
+--
+-- Misuse raises at the line of the code that called into this module: the
+-- error level is found by walking the stack to the first frame outside this
+-- file, so a check may sit at any depth and with_lock's checks name
+-- with_lock, not the lock call it makes.
 
-local function argerror(pos, fname, msg, level)
-    error(("bad argument #%d to '%s' (%s)"):format(pos, fname, msg), (level or 2) + 1)
+local getinfo, getmetatable, next = debug.getinfo, getmetatable, next
+local floor = math.floor
+local THIS_FILE = getinfo(1, "S").source
+local MAX_MS = 2147483647  -- what fits the core's int milliseconds
+
+-- Raise msg at the first caller outside this file.
+local function raise(msg)
+    local level = 2
+    while true do
+        local info = getinfo(level, "S")
+        if info == nil then level = 1; break end
+        if info.source ~= THIS_FILE then break end
+        level = level + 1
+    end
+    error(msg, level)
+end
+
+local function argerror(pos, fname, msg)
+    raise(("bad argument #%d to '%s' (%s)"):format(pos, fname, msg))
+end
+
+-- A value as a message shows it: numbers as they are, strings quoted with
+-- their type, anything else by its type.
+local function show(v)
+    local t = type(v)
+    if t == "number" then return tostring(v) end
+    if t == "string" then
+        if #v > 40 then v = v:sub(1, 40) .. "..." end
+        return (("string %q"):format(v):gsub("\\\n", "\\n"))
+    end
+    if t == "boolean" then return "boolean " .. tostring(v) end
+    return t
+end
+
+local function is_int(v, lo, hi)
+    return type(v) == "number" and v >= lo and v <= hi and v % 1 == 0
+end
+
+local function check_self(v, mt, fname, what, how)
+    if getmetatable(v) ~= mt then
+        argerror(1, fname, ("%s expected, got %s; call it as %s"):format(what, show(v), how))
+    end
 end
 
 local function check_resource(pos, fname, resource)
     if type(resource) ~= "string" or #resource == 0 then
         argerror(pos, fname, "resource must be a non-empty string, got " ..
-            (type(resource) == "string" and "an empty string" or type(resource)), 3)
+            (resource == "" and "an empty string" or show(resource)))
     end
 end
 
-local function check_ms(pos, fname, name, v, level)
-    if type(v) ~= "number" or v ~= v or v < 1 or v > 2147483647 or v % 1 ~= 0 then
-        argerror(pos, fname, name .. " must be a positive integer number of ms, got " .. tostring(v), (level or 2) + 1)
+local function check_ms(pos, fname, name, v)
+    if not is_int(v, 1, MAX_MS) then
+        argerror(pos, fname, ("%s must be a whole number of ms from 1 to %d, got %s"):format(name, MAX_MS, show(v)))
     end
 end
 
-local function check_opts(pos, fname, opts)
-    if opts ~= nil and type(opts) ~= "table" then
-        argerror(pos, fname, "options must be a table or nil, got " .. type(opts), 3)
+-- opts must be nil or a table whose keys are all in `known`.
+local function check_opts(pos, fname, opts, known)
+    if opts == nil then return nil end
+    if type(opts) ~= "table" then
+        argerror(pos, fname, "options must be a table or nil, got " .. show(opts))
+    end
+    for k in next, opts do
+        if not known[k] then
+            argerror(pos, fname, ("unknown option %s"):format(type(k) == "string" and ("'" .. k .. "'") or ("[" .. show(k) .. "]")))
+        end
     end
     return opts
 end
+
+local NEW_KEYS = { servers = true, ttl = true, node_timeout = true, connect_timeout = true, quorum = true,
+                   drift_factor = true, prefix = true, retry = true, max_extensions = true, keepalive = true }
+local LOCK_KEYS = { ttl = true, wait = true, retry = true, keepalive = true, margin = true }
 
 ---------------------------------------------------------------------------
 -- results
@@ -92,24 +148,40 @@ local function failure(self, r)
     return nil, STATUS_WORDS[r.status] or "invalid", detail_of(self, r)
 end
 
+-- nil, word, detail for a call refused before anything was sent (invalid,
+-- expired): the detail has the shape of a round's, no node asked, and says
+-- why in detail.message.
+local function refusal(self, word, message)
+    local d = { ok = 0, quorum = self.quorum, elapsed = 0, status = word, message = message }
+    for i = 1, #self.names do d[i] = { server = self.names[i], state = "pending" } end
+    return nil, word, d
+end
+
 ---------------------------------------------------------------------------
 -- the client
 
-local function options_struct(fname, o)
+local function options_struct(fname, o, nservers)
     local opts = ffi_new("rl_options")
     C.rl_options_init(opts)
-    if o.node_timeout ~= nil then check_ms(1, fname, "node_timeout", o.node_timeout, 3); opts.node_timeout_ms = o.node_timeout end
-    if o.connect_timeout ~= nil then check_ms(1, fname, "connect_timeout", o.connect_timeout, 3); opts.connect_timeout_ms = o.connect_timeout end
+    if o.node_timeout ~= nil then check_ms(1, fname, "node_timeout", o.node_timeout); opts.node_timeout_ms = o.node_timeout end
+    if o.connect_timeout ~= nil then check_ms(1, fname, "connect_timeout", o.connect_timeout); opts.connect_timeout_ms = o.connect_timeout end
     if o.quorum ~= nil then
-        if type(o.quorum) ~= "number" or o.quorum % 1 ~= 0 then argerror(1, fname, "quorum must be an integer", 3) end
+        local majority = floor(nservers / 2) + 1
+        if not is_int(o.quorum, majority, nservers) then
+            argerror(1, fname, ("quorum must be a whole number from %d (a majority of %d) to %d, got %s")
+                :format(majority, nservers, nservers, show(o.quorum)))
+        end
         opts.quorum = o.quorum
     end
     if o.drift_factor ~= nil then
-        if type(o.drift_factor) ~= "number" then argerror(1, fname, "drift_factor must be a number", 3) end
-        opts.drift_factor = o.drift_factor
+        local d = o.drift_factor
+        if type(d) ~= "number" or not (d >= 0 and d < 1) then
+            argerror(1, fname, "drift_factor must be a number in [0, 1), got " .. show(d))
+        end
+        opts.drift_factor = d
     end
     if o.prefix ~= nil then
-        if type(o.prefix) ~= "string" then argerror(1, fname, "prefix must be a string", 3) end
+        if type(o.prefix) ~= "string" then argerror(1, fname, "prefix must be a string, got " .. show(o.prefix)) end
         opts.prefix, opts.prefix_len = o.prefix, #o.prefix
     end
     return opts
@@ -117,11 +189,11 @@ end
 
 local function server_list(fname, servers)
     if type(servers) ~= "table" or #servers == 0 then
-        argerror(1, fname, "servers must be a non-empty list of URLs", 3)
+        argerror(1, fname, "servers must be a non-empty list of URLs, got " .. show(servers))
     end
     local urls = ffi_new("const char *[?]", #servers)
     for i = 1, #servers do
-        if type(servers[i]) ~= "string" then argerror(1, fname, ("servers[%d] must be a URL string"):format(i), 3) end
+        if type(servers[i]) ~= "string" then argerror(1, fname, ("servers[%d] must be a URL string, got %s"):format(i, show(servers[i]))) end
         urls[i - 1] = servers[i]
     end
     return urls
@@ -129,14 +201,18 @@ end
 
 --- Create a client. See the README for the options; misuse raises.
 function _M.new(opts)
-    if type(opts) ~= "table" then argerror(1, "new", "options table expected, got " .. type(opts)) end
+    if type(opts) ~= "table" then argerror(1, "new", "options table expected, got " .. show(opts)) end
+    check_opts(1, "new", opts, NEW_KEYS)
     local urls = server_list("new", opts.servers)
-    local copts = options_struct("new", opts)
+    local copts = options_struct("new", opts, #opts.servers)
     local ttl = opts.ttl or 10000
     check_ms(1, "new", "ttl", ttl)
-    if opts.retry ~= nil and type(opts.retry) ~= "function" then argerror(1, "new", "retry must be a function") end
-    if opts.max_extensions ~= nil and (type(opts.max_extensions) ~= "number" or opts.max_extensions < 0) then
-        argerror(1, "new", "max_extensions must be a non-negative number")
+    if opts.retry ~= nil and type(opts.retry) ~= "function" then argerror(1, "new", "retry must be a function, got " .. show(opts.retry)) end
+    if opts.max_extensions ~= nil and not is_int(opts.max_extensions, 0, MAX_MS) then
+        argerror(1, "new", ("max_extensions must be a whole number from 0 to %d, got %s"):format(MAX_MS, show(opts.max_extensions)))
+    end
+    if opts.keepalive ~= nil and type(opts.keepalive) ~= "boolean" then
+        argerror(1, "new", "keepalive must be a boolean, got " .. show(opts.keepalive))
     end
     local servers = {}
     for i = 1, #opts.servers do servers[i] = opts.servers[i] end
@@ -154,7 +230,7 @@ function _M.new(opts)
         quorum = C.rl_client_quorum(client),
         ttl = ttl,
         retry = opts.retry or retry.default,
-        keepalive = opts.keepalive and true or false,
+        keepalive = opts.keepalive or false,
         max_extensions = opts.max_extensions,
         options = copts,      -- kept for the keeper, which dials the same nodes
         urls = urls,
@@ -165,7 +241,7 @@ end
 
 --- Remember options for redlock.default() (the host sets them from its flags).
 function _M.configure(opts)
-    if type(opts) ~= "table" then argerror(1, "configure", "options table expected") end
+    if type(opts) ~= "table" then argerror(1, "configure", "options table expected, got " .. show(opts)) end
     defaults = opts
 end
 
@@ -193,6 +269,7 @@ end
 
 --- The node names (URLs without passwords), in server order.
 function dlm:nodes()
+    check_self(self, dlm_mt, "nodes", "a client", "dlm:nodes()")
     local list = {}
     for i = 1, #self.names do list[i] = self.names[i] end
     return list
@@ -290,7 +367,7 @@ local function keep_or_release(locks, margin)
             for j = 1, #locks do
                 if not locks[j].released then locks[j]:unlock() end
             end
-            error("redlock: " .. why, 3)
+            raise("redlock: " .. why)
         end
     end
 end
@@ -299,34 +376,58 @@ end
 local function attempt(self, client, resource, ttl)
     local started = C.rl_now_ms()
     if C.rl_acquire(client, resource, #resource, ttl, result) ~= RL_OK then
-        error("redlock: " .. ffi_string(C.rl_client_errstr(client)), 3)
+        raise("redlock: " .. ffi_string(C.rl_client_errstr(client)))
     end
     if result.status == OK then return new_lock(self, resource, ttl, started, result) end
     return failure(self, result)
 end
 
+-- Check every option of a lock call before anything is sent; returns what
+-- the call needs.
 local function lock_options(self, fname, resource, opts)
     check_resource(1, fname, resource)
-    opts = check_opts(2, fname, opts)
+    opts = check_opts(2, fname, opts, LOCK_KEYS)
     local ttl, wait, policy, keepalive, margin = self.ttl, nil, self.retry, self.keepalive, nil
     if opts then
-        if opts.ttl ~= nil then check_ms(2, fname, "ttl", opts.ttl, 3); ttl = opts.ttl end
+        if opts.ttl ~= nil then check_ms(2, fname, "ttl", opts.ttl); ttl = opts.ttl end
         if opts.wait ~= nil then
-            if type(opts.wait) ~= "number" or opts.wait < 0 then argerror(2, fname, "wait must be a non-negative number of ms", 3) end
-            wait = opts.wait
+            local w = opts.wait
+            if type(w) ~= "number" or not (w >= 0 and w <= MAX_MS) then
+                argerror(2, fname, ("wait must be a number of ms from 0 to %d, got %s"):format(MAX_MS, show(w)))
+            end
+            wait = w
             if opts.retry == nil then policy = RETRY_UNTIL_WAIT end
         end
         if opts.retry ~= nil then
-            if type(opts.retry) ~= "function" then argerror(2, fname, "retry must be a function", 3) end
+            if type(opts.retry) ~= "function" then argerror(2, fname, "retry must be a function, got " .. show(opts.retry)) end
             policy = opts.retry
         end
-        if opts.keepalive ~= nil then keepalive = opts.keepalive and true or false end
+        if opts.keepalive ~= nil then
+            if type(opts.keepalive) ~= "boolean" then argerror(2, fname, "keepalive must be a boolean, got " .. show(opts.keepalive)) end
+            keepalive = opts.keepalive
+        end
         if opts.margin ~= nil then
-            if type(opts.margin) ~= "number" or opts.margin < 0 then argerror(2, fname, "margin must be a non-negative number of ms", 3) end
+            if not is_int(opts.margin, 0, ttl - 1) then
+                argerror(2, fname, ("margin must be a whole number of ms from 0 to ttl - 1 (%d), got %s")
+                    :format(ttl - 1, show(opts.margin)))
+            end
             margin = opts.margin
         end
     end
     return ttl, wait, policy, keepalive, margin
+end
+
+-- The delay a policy returned after attempt n, as whole ms; nil to give up.
+-- A policy is the caller's code: a delay that is not a number of ms the core
+-- can sleep is misuse, raised at the caller of lock.
+local function policy_delay(policy, n, err)
+    local delay = policy(n, err)
+    if not delay then return nil end
+    if type(delay) ~= "number" or not (delay >= 0 and delay <= MAX_MS) then
+        raise(("bad retry policy: after attempt %d it returned %s (expected nil or a number of ms from 0 to %d)")
+            :format(n, show(delay), MAX_MS))
+    end
+    return floor(delay)
 end
 
 -- Run `try` under the retry policy, within `wait` ms if given: the last attempt
@@ -336,7 +437,7 @@ end
 local function retry_loop(self, client, policy, deadline, try, a, b, err, detail)
     local n = 1
     while true do
-        local delay = policy(n, err)
+        local delay = policy_delay(policy, n, err)
         if not delay then return nil, err, detail end
         if deadline then
             local left = deadline - C.rl_now_ms()
@@ -360,6 +461,7 @@ end
 
 --- Acquire resource, retrying under the policy. Returns a lock or nil, err, detail.
 function dlm:lock(resource, opts)
+    check_self(self, dlm_mt, "lock", "a client", "dlm:lock(...)")
     local ttl, wait, policy, keepalive, margin = lock_options(self, "lock", resource, opts)
     local client = live_client(self, "lock")
     local lk, err, detail = with_retries(self, client, policy, wait, attempt, resource, ttl)
@@ -369,6 +471,7 @@ end
 
 --- One attempt to acquire resource.
 function dlm:try_lock(resource, opts)
+    check_self(self, dlm_mt, "try_lock", "a client", "dlm:try_lock(...)")
     local ttl, _, _, keepalive, margin = lock_options(self, "try_lock", resource, opts)
     local lk, err, detail = attempt(self, live_client(self, "try_lock"), resource, ttl)
     if lk and keepalive then keep_or_release({ lk }, margin) end
@@ -385,6 +488,7 @@ end
 
 --- Milliseconds of validity left (<= 0 once it has run out).
 function lock:remaining()
+    check_self(self, lock_mt, "remaining", "a lock", "lock:remaining()")
     if self.released then return 0 end
     kept_state(self)
     return self.valid_until - C.rl_now_ms()
@@ -392,11 +496,13 @@ end
 
 --- True while the lock is held: not unlocked, not lost, validity left.
 function lock:valid()
+    check_self(self, lock_mt, "valid", "a lock", "lock:valid()")
     return not self.released and not self:lost() and self:remaining() > 0
 end
 
 --- True once the lock is known to be gone: keep-alive failed, or validity ran out.
 function lock:lost()
+    check_self(self, lock_mt, "lost", "a lock", "lock:lost()")
     if self.released then return false end
     local state = kept_state(self)
     if state ~= nil then return state == C.RL_KEEP_LOST end
@@ -405,6 +511,7 @@ end
 
 --- Raise "lost: ..." if the lock has been lost; return the lock otherwise.
 function lock:check()
+    check_self(self, lock_mt, "check", "a lock", "lock:check()")
     if self:lost() then
         error("lost: the lock on '" .. self.resource .. "' is no longer held", 2)
     end
@@ -417,19 +524,45 @@ local function stop_keeping(lk)
     lk.kept, lk.guard = nil, nil
 end
 
+-- After an extend that was sent and failed, the lock is held no longer
+-- than both what it had and what the round may have left: nodes that took
+-- the new ttl drop the key by started + the new ttl's validity, and "not
+-- held" means our value is gone from too many nodes for a quorum.
+local function after_failed_extend(lk, ttl, started, r)
+    local until_
+    if r.status == C.RL_STATUS_NOT_HELD then
+        until_ = started
+    else
+        local elapsed = C.rl_now_ms() - started
+        until_ = started + ttl - elapsed - (ttl * lk.dlm.options.drift_factor + 2)
+    end
+    kept_state(lk)  -- a kept lock: start from the keeper's latest validity
+    if until_ < lk.valid_until then lk.valid_until = until_ end
+    if lk.kept ~= nil and lk.dlm.keeper ~= nil then
+        -- the keeper goes on with the ttl it had, counting the lower validity
+        C.rl_keeper_update(lk.dlm.keeper, lk.kept, lk.ttl, started, lk.valid_until)
+    end
+end
+
 --- Extend the lock to ttl ms (default: its ttl) from now. true or nil, err, detail.
 function lock:extend(ttl)
+    check_self(self, lock_mt, "extend", "a lock", "lock:extend(ttl)")
     if ttl == nil then ttl = self.ttl else check_ms(1, "extend", "ttl", ttl) end
-    if self.released then return nil, "invalid", "the lock was unlocked" end
+    if self.released then return refusal(self.dlm, "invalid", "the lock was unlocked") end
     local max = self.dlm.max_extensions
-    if max and self.extensions >= max then return nil, "invalid", ("extension limit (%d) reached"):format(max) end
-    if self:remaining() <= 0 then return nil, "expired", "no validity left to extend" end
+    if max and self.extensions >= max then
+        return refusal(self.dlm, "invalid", ("extension limit (%d) reached"):format(max))
+    end
+    if self:remaining() <= 0 then return refusal(self.dlm, "expired", "no validity left to extend") end
     local client = live_client(self.dlm, "extend")
     local started = C.rl_now_ms()
     if C.rl_extend(client, self.resource, #self.resource, self.value, ttl, result) ~= RL_OK then
-        error("redlock: " .. ffi_string(C.rl_client_errstr(client)), 2)
+        raise("redlock: " .. ffi_string(C.rl_client_errstr(client)))
     end
-    if result.status ~= OK then return failure(self.dlm, result) end
+    if result.status ~= OK then
+        after_failed_extend(self, ttl, started, result)
+        return failure(self.dlm, result)
+    end
     self.extensions = self.extensions + 1
     self.ttl = ttl
     self.validity = result.validity_ms
@@ -443,13 +576,15 @@ end
 
 --- Release the lock on every node. true, or nil, err, detail ("not held" when
 --- our value was no longer on a quorum: it expired or was taken over). After
---- a failure the lock may be unlocked again (say, once nodes are back).
+--- a failure the lock may be unlocked again (say, once nodes are back); once
+--- it succeeded, unlocking again returns nil, "invalid", detail.
 function lock:unlock()
-    if self.released then return nil, "invalid", "the lock was already unlocked" end
+    check_self(self, lock_mt, "unlock", "a lock", "lock:unlock()")
+    if self.released then return refusal(self.dlm, "invalid", "the lock was already unlocked") end
     stop_keeping(self)
     local client = live_client(self.dlm, "unlock")
     if C.rl_release(client, self.resource, #self.resource, self.value, result) ~= RL_OK then
-        error("redlock: " .. ffi_string(C.rl_client_errstr(client)), 2)
+        raise("redlock: " .. ffi_string(C.rl_client_errstr(client)))
     end
     if result.status == OK then
         self.released = true
@@ -478,7 +613,7 @@ local function attempt_many(self, client, resources, ttl)
     local ids, started = {}, C.rl_now_ms()
     for i = 1, #resources do
         ids[i] = C.rl_begin_acquire(client, resources[i], #resources[i], ttl)
-        if ids[i] < 0 then error("redlock: " .. ffi_string(C.rl_client_errstr(client)), 3) end
+        if ids[i] < 0 then raise("redlock: " .. ffi_string(C.rl_client_errstr(client))) end
     end
     local locks, err, detail = {}, nil, nil
     for i = 1, #resources do
@@ -501,13 +636,18 @@ end
 --- Acquire every resource or none; all requests in flight together.
 --- Returns a list of locks (with :unlock(), :extend(), :valid()) or nil, err, detail.
 function dlm:lock_many(resources, opts)
+    check_self(self, dlm_mt, "lock_many", "a client", "dlm:lock_many(...)")
     if type(resources) ~= "table" or #resources == 0 then
-        argerror(1, "lock_many", "resources must be a non-empty list of strings")
+        argerror(1, "lock_many", "resources must be a non-empty list of strings, got " ..
+            (type(resources) == "table" and "an empty table" or show(resources)))
     end
     local seen = {}
     for i = 1, #resources do
         local r = resources[i]
-        if type(r) ~= "string" or #r == 0 then argerror(1, "lock_many", ("resources[%d] must be a non-empty string"):format(i)) end
+        if type(r) ~= "string" or #r == 0 then
+            argerror(1, "lock_many", ("resources[%d] must be a non-empty string, got %s")
+                :format(i, r == "" and "an empty string" or show(r)))
+        end
         if seen[r] then argerror(1, "lock_many", ("resources[%d] repeats resources[%d]"):format(i, seen[r])) end
         seen[r] = i
     end
@@ -518,33 +658,49 @@ function dlm:lock_many(resources, opts)
     return locks, err, detail
 end
 
---- Release every lock of the group; true, or nil, err, detail of the first failure.
+--- Release every lock of the group that is not released yet; true, or nil,
+--- err, detail of the first failure. As with one lock: a lock whose release
+--- failed may be unlocked again, and a group already unlocked returns nil,
+--- "invalid", detail.
 function group:unlock()
-    local client = live_client(self[1].dlm, "unlock")
-    local ids = {}
+    check_self(self, group_mt, "unlock", "a group of locks", "locks:unlock()")
+    local dlm_ = self[1].dlm
+    local ids, any, refused = {}, false, nil
+    for i = 1, #self do
+        if not self[i].released then any = true end
+    end
+    if not any then return refusal(dlm_, "invalid", "the locks were already unlocked") end
+    local client = live_client(dlm_, "unlock")
     for i = 1, #self do
         local lk = self[i]
         stop_keeping(lk)
         if not lk.released then
-            lk.released = true
             ids[i] = C.rl_begin_release(client, lk.resource, #lk.resource, lk.value)
+            if ids[i] < 0 then
+                ids[i] = nil
+                refused = refused or ffi_string(C.rl_client_errstr(client))
+            end
         end
     end
     local ok, err, detail = true, nil, nil
     for i = 1, #self do
-        if ids[i] and ids[i] >= 0 then
+        if ids[i] then
             C.rl_wait(client, ids[i], result)
-            if result.status ~= OK and ok then
-                ok, err, detail = failure(self[i].dlm, result)
+            if result.status == OK then
+                self[i].released = true
+            elseif ok then
+                ok, err, detail = failure(dlm_, result)
                 detail.resource = self[i].resource
             end
         end
     end
+    if refused then raise("redlock: " .. refused) end
     return ok, err, detail
 end
 
 --- Extend every lock of the group; true, or the first failure.
 function group:extend(ttl)
+    check_self(self, group_mt, "extend", "a group of locks", "locks:extend(ttl)")
     for i = 1, #self do
         local ok, err, detail = self[i]:extend(ttl)
         if not ok then return nil, err, detail end
@@ -554,6 +710,7 @@ end
 
 --- True while every lock of the group is valid.
 function group:valid()
+    check_self(self, group_mt, "valid", "a group of locks", "locks:valid()")
     for i = 1, #self do
         if not self[i]:valid() then return false end
     end
@@ -571,9 +728,9 @@ end
 --- unless opts.keepalive == false. Returns fn's results, or nil, err, detail
 --- when the lock was not acquired; an error in fn is raised again after release.
 function dlm:with_lock(resource, opts, fn, ...)
-    check_resource(1, "with_lock", resource)
-    opts = check_opts(2, "with_lock", opts)
-    if type(fn) ~= "function" then argerror(3, "with_lock", "function expected, got " .. type(fn)) end
+    check_self(self, dlm_mt, "with_lock", "a client", "dlm:with_lock(...)")
+    lock_options(self, "with_lock", resource, opts)
+    if type(fn) ~= "function" then argerror(3, "with_lock", "function expected, got " .. show(fn)) end
     local lock_opts = { keepalive = true }
     if opts then
         for k, v in pairs(opts) do lock_opts[k] = v end

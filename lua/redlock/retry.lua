@@ -8,16 +8,25 @@ local C = require("redlock.cdefs").lib
 
 local _M = {}
 
+local MAX_MS = 2147483647  -- the longest sleep the core takes, ms
+
+-- A value as an error message shows it.
+local function show(v)
+    if type(v) == "string" then return ("string %q"):format(v) end
+    if type(v) == "number" then return tostring(v) end
+    return type(v)
+end
+
 local function check_ms(fname, pos, name, v, allow_zero)
-    if type(v) ~= "number" or v ~= v or v < 0 or (v == 0 and not allow_zero) or v == math.huge then
-        error(("bad argument #%d to '%s' (%s must be a %s number of ms)"):format(
-            pos, fname, name, allow_zero and "non-negative" or "positive"), 3)
+    if type(v) ~= "number" or not (v >= 0 and v <= MAX_MS) or (v == 0 and not allow_zero) then
+        error(("bad argument #%d to '%s' (%s must be a %s number of ms up to %d, got %s)"):format(
+            pos, fname, name, allow_zero and "non-negative" or "positive", MAX_MS, show(v)), 3)
     end
 end
 
 local function check_attempts(fname, pos, n)
     if type(n) ~= "number" or n < 1 or n % 1 ~= 0 then
-        error(("bad argument #%d to '%s' (attempts must be a positive integer)"):format(pos, fname), 3)
+        error(("bad argument #%d to '%s' (attempts must be a positive integer, got %s)"):format(pos, fname, show(n)), 3)
     end
 end
 
@@ -44,7 +53,13 @@ end
 
 --- Exponential backoff with full jitter: uniform in [0, min(cap, base * 2^(attempt-1))).
 function _M.exponential(opts)
-    if type(opts) ~= "table" then error("bad argument #1 to 'exponential' (table expected)", 2) end
+    if type(opts) ~= "table" then error("bad argument #1 to 'exponential' (table expected, got " .. show(opts) .. ")", 2) end
+    for k in pairs(opts) do
+        if k ~= "base" and k ~= "cap" and k ~= "attempts" then
+            error(("bad argument #1 to 'exponential' (unknown option %s)"):format(
+                type(k) == "string" and ("'" .. k .. "'") or ("[" .. show(k) .. "]")), 2)
+        end
+    end
     local base, cap, attempts = opts.base or 10, opts.cap or 1000, opts.attempts or 32
     check_ms("exponential", 1, "base", base)
     check_ms("exponential", 1, "cap", cap)
