@@ -157,6 +157,7 @@ function _M.new(opts)
         keepalive = opts.keepalive and true or false,
         max_extensions = opts.max_extensions,
         options = copts,      -- kept for the keeper, which dials the same nodes
+        prefix = opts.prefix, -- options.prefix points into this string: keep it as long as options
         urls = urls,
         keeper = nil,         -- started on first use of keep-alive
         keeper_live = {},     -- .on while the keeper lives: what kept locks' finalizers check
