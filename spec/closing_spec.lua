@@ -1,6 +1,10 @@
 -- Closing a client and leaving the process while locks are held or wanted:
--- a kept lock survives the collection of the prefix string it was
--- configured with.
+-- close() during lock()'s retries (from the policy or from another coroutine)
+-- ends that call with an error instead of using a freed client; a kept lock survives the
+-- collection of the prefix string it was configured with.
+--
+-- Anything that crashed before runs in a child luajit process, so a
+-- segmentation fault fails one test instead of killing busted.
 
 local redlock = require "redlock"
 local cluster = require "helpers.cluster"
@@ -31,6 +35,73 @@ local r = arg[1]
 local urls = {}
 for i = 2, #arg do urls[#urls + 1] = arg[i] end
 ]]
+
+describe("closing a client", function()
+  local cl, dir
+
+  lazy_setup(function()
+    cl = cluster.start(3)
+    dir = proc.tmpdir()
+  end)
+  lazy_teardown(function()
+    if cl then cl:stop() end
+    proc.rmdir(dir)
+  end)
+
+  describe("while lock() retries", function()
+    -- Before: rl_sleep and the next attempt ran on the freed client (rc 139).
+    it("ends lock() with an error when the retry policy closes the client", function()
+      local r = res("policy")
+      local out, rc = child(dir, PRELUDE .. [[
+local holder = redlock.new { servers = urls }
+local held = assert(holder:lock(r, { ttl = 30000 }))
+local dlm = redlock.new { servers = urls }
+local ok, msg = pcall(dlm.lock, dlm, r, { retry = function(n)
+  if n == 1 then dlm:close() end
+  return 10
+end })
+print("lock:", ok, msg)
+ok, msg = pcall(dlm.lock_many, dlm, { r, r .. ":2" }, { retry = function(n)
+  return 10
+end })
+print("lock_many after close:", ok, msg)
+local dlm2 = redlock.new { servers = urls }
+ok, msg = pcall(dlm2.lock_many, dlm2, { r, r .. ":2" }, { retry = function(n)
+  if n == 1 then dlm2:close() end
+  return 10
+end })
+print("lock_many:", ok, msg)
+assert(held:unlock())
+os.exit(0)
+]], { r, unpack(cl.urls) })
+      assert.are.equal(0, rc, out)
+      assert.matches("lock:%s+false%s+[^\n]*'lock' on a closed client", out)
+      assert.matches("lock_many after close:%s+false%s+[^\n]*'lock_many' on a closed client", out)
+      assert.matches("lock_many:%s+false%s+[^\n]*'lock_many' on a closed client", out)
+    end)
+
+    -- Before: the resumed coroutine slept and acquired on the freed client.
+    it("ends lock() with an error when another coroutine closes the client while the policy yields", function()
+      local r = res("coroutine")
+      local out, rc = child(dir, PRELUDE .. [[
+local holder = redlock.new { servers = urls }
+local held = assert(holder:lock(r, { ttl = 30000 }))
+local dlm = redlock.new { servers = urls }
+local co = coroutine.create(function()
+  return dlm:lock(r, { retry = function() coroutine.yield("waiting"); return 10 end })
+end)
+print("first:", coroutine.resume(co))
+dlm:close()
+print("resumed:", coroutine.resume(co))
+assert(held:unlock())
+os.exit(0)
+]], { r, unpack(cl.urls) })
+      assert.are.equal(0, rc, out)
+      assert.matches("first:%s+true%s+waiting", out)
+      assert.matches("resumed:%s+false%s+[^\n]*'lock' on a closed client", out)
+    end)
+  end)
+end)
 
 describe("a kept lock of a client whose prefix was built at run time", function()
   local cl

@@ -339,6 +339,10 @@ local function retry_loop(self, client, policy, deadline, try, a, b, err, detail
     while true do
         local delay = policy(n, err)
         if not delay then return nil, err, detail end
+        if self.client == nil then
+            -- closed by the policy, or by another coroutine while it yielded
+            error(("'%s' on a closed client"):format(try == attempt and "lock" or "lock_many"), 3)
+        end
         if deadline then
             local left = deadline - C.rl_now_ms()
             if left <= 0 then return nil, err, detail end
