@@ -1,6 +1,7 @@
 -- Closing a client and leaving the process while locks are held or wanted:
 -- close() during lock()'s retries (from the policy or from another coroutine)
--- ends that call with an error instead of using a freed client; a kept lock survives the
+-- ends that call with an error instead of using a freed client; close()
+-- releases every lock still held through the client; a kept lock survives the
 -- collection of the prefix string it was configured with.
 --
 -- Anything that crashed before runs in a child luajit process, so a
@@ -99,6 +100,64 @@ os.exit(0)
       assert.are.equal(0, rc, out)
       assert.matches("first:%s+true%s+waiting", out)
       assert.matches("resumed:%s+false%s+[^\n]*'lock' on a closed client", out)
+    end)
+  end)
+
+  describe("with locks held", function()
+    -- Before: close() left both keys for their ttl.
+    it("releases every lock still held through the client, kept or not", function()
+      local dlm = redlock.new { servers = cl.urls }
+      local plain = assert(dlm:lock(res("plain"), { ttl = LONG_TTL }))
+      local kept = assert(dlm:lock(res("kept"), { ttl = LONG_TTL, keepalive = true }))
+      local group = assert(dlm:lock_many({ res("g1"), res("g2") }, { ttl = LONG_TTL }))
+      local done = assert(dlm:lock(res("done"), { ttl = LONG_TTL }))
+      assert(done:unlock())
+      local other = redlock.new { servers = cl.urls }
+      local foreign = assert(other:lock(res("foreign"), { ttl = LONG_TTL }))
+      dlm:close()
+      for _, lk in ipairs { plain, kept, group[1], group[2] } do
+        assert(cluster.await_value(cl, lk.resource, nil, 0))
+        local ok, err = lk:unlock()
+        assert.is_nil(ok)
+        assert.are.equal("invalid", err)
+        assert.is_false(lk:valid())
+      end
+      -- another client's lock is untouched
+      assert(cluster.await_value(cl, foreign.resource, foreign.value, 0))
+      assert(foreign:unlock())
+      other:close()
+      dlm:close() -- twice is fine
+    end)
+
+    -- Before: with_lock raised "'unlock' on a closed client" and the key stayed.
+    it("releases the lock of a with_lock whose function closes the client", function()
+      local dlm = redlock.new { servers = cl.urls }
+      local r = res("with_lock")
+      local a, b = dlm:with_lock(r, { ttl = LONG_TTL }, function(lk)
+        assert(cluster.await_value(cl, r, lk.value, 0))
+        dlm:close()
+        return "done", 2
+      end)
+      assert.are.equal("done", a)
+      assert.are.equal(2, b)
+      assert(cluster.await_value(cl, r, nil, 0))
+    end)
+
+    it("drops locks that were collected from its list without releasing them twice", function()
+      local dlm = redlock.new { servers = cl.urls }
+      local r = res("collected")
+      do
+        local lk = assert(dlm:lock(r, { ttl = 2000 }))
+        assert(lk:unlock())
+      end
+      collectgarbage()
+      collectgarbage()
+      local other = redlock.new { servers = cl.urls }
+      local theirs = assert(other:lock(r, { ttl = LONG_TTL }))
+      dlm:close()
+      assert(cluster.await_value(cl, r, theirs.value, 0))
+      assert(theirs:unlock())
+      other:close()
     end)
   end)
 end)

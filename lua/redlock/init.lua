@@ -44,6 +44,7 @@ local guard_t = ffi.typeof("struct { int id; }")  -- a kept lock's finalizer rid
 
 local defaults = {}  -- set by redlock.configure, used by redlock.default
 local RETRY_UNTIL_WAIT = retry.forever()  -- `wait` without `retry`: try until wait runs out
+local WEAK_KEYS = { __mode = "k" }
 
 ---------------------------------------------------------------------------
 -- argument checks
@@ -159,6 +160,7 @@ function _M.new(opts)
         options = copts,      -- kept for the keeper, which dials the same nodes
         prefix = opts.prefix, -- options.prefix points into this string: keep it as long as options
         urls = urls,
+        live = setmetatable({}, WEAK_KEYS), -- locks made here (released or not), for close()
         keeper = nil,         -- started on first use of keep-alive
         keeper_live = {},     -- .on while the keeper lives: what kept locks' finalizers check
     }, dlm_mt)
@@ -197,19 +199,6 @@ function dlm:nodes()
     local list = {}
     for i = 1, #self.names do list[i] = self.names[i] end
     return list
-end
-
---- Close every connection now instead of at garbage collection. Held locks are not released.
-function dlm:close()
-    if self.keeper then
-        self.keeper_live.on = false
-        C.rl_keeper_free(ffi_gc(self.keeper, nil))
-        self.keeper = nil
-    end
-    if self.client then
-        C.rl_client_free(ffi_gc(self.client, nil))
-        self.client = nil
-    end
 end
 
 local function live_client(self, fname)
@@ -255,7 +244,7 @@ end
 -- locks
 
 local function new_lock(self, resource, ttl, started, r)
-    return setmetatable({
+    local lk = setmetatable({
         dlm = self,
         resource = resource,
         value = ffi_string(r.value, VALUE_LEN),
@@ -267,6 +256,8 @@ local function new_lock(self, resource, ttl, started, r)
         released = false,
         kept = nil,
     }, lock_mt)
+    self.live[lk] = true
+    return lk
 end
 
 -- Hand a held lock to the keeper. Returns true, or nil, why.
@@ -422,6 +413,34 @@ local function stop_keeping(lk)
     lk.kept, lk.guard = nil, nil
 end
 
+--- Release every lock still held through this client (kept or not), then
+--- close every connection now instead of at garbage collection. Bounded in
+--- time: the releases go out together and end within the node timeout. A lock() or lock_many() retrying on this client raises
+--- "'lock' on a closed client" instead of trying again. Closing twice is fine.
+function dlm:close()
+    local client = self.client
+    if client == nil then return end
+    self.client = nil -- first: whatever runs from here on sees the client closed
+    local ids = {}
+    for lk in pairs(self.live) do
+        if not lk.released then
+            stop_keeping(lk)
+            lk.released, lk.closed = true, true
+            local id = C.rl_begin_release(client, lk.resource, #lk.resource, lk.value)
+            if id >= 0 then ids[#ids + 1] = id end
+        end
+    end
+    for i = 1, #ids do C.rl_wait(client, ids[i], result) end
+    self.live = setmetatable({}, WEAK_KEYS)
+    local k = self.keeper
+    if k ~= nil then
+        self.keeper_live.on = false
+        self.keeper = nil
+        C.rl_keeper_free(ffi_gc(k, nil))
+    end
+    C.rl_client_free(ffi_gc(client, nil))
+end
+
 --- Extend the lock to ttl ms (default: its ttl) from now. true or nil, err, detail.
 function lock:extend(ttl)
     if ttl == nil then ttl = self.ttl else check_ms(1, "extend", "ttl", ttl) end
@@ -450,7 +469,10 @@ end
 --- our value was no longer on a quorum: it expired or was taken over). After
 --- a failure the lock may be unlocked again (say, once nodes are back).
 function lock:unlock()
-    if self.released then return nil, "invalid", "the lock was already unlocked" end
+    if self.released then
+        return nil, "invalid", self.closed and "the lock was released when its client was closed"
+            or "the lock was already unlocked"
+    end
     stop_keeping(self)
     local client = live_client(self.dlm, "unlock")
     if C.rl_release(client, self.resource, #self.resource, self.value, result) ~= RL_OK then
@@ -458,6 +480,7 @@ function lock:unlock()
     end
     if result.status == OK then
         self.released = true
+        self.dlm.live[self] = nil
         return true
     end
     return failure(self.dlm, result)
