@@ -2,7 +2,8 @@
 -- close() during lock()'s retries (from the policy or from another coroutine)
 -- ends that call with an error instead of using a freed client; close()
 -- releases every lock still held through the client; a kept lock survives the
--- collection of the prefix string it was configured with.
+-- collection of the prefix string it was configured with; a plain LuaJIT
+-- process that exits (os.exit, an uncaught error) releases what it keeps.
 --
 -- Anything that crashed before runs in a child luajit process, so a
 -- segmentation fault fails one test instead of killing busted.
@@ -195,4 +196,78 @@ describe("a kept lock of a client whose prefix was built at run time", function(
     assert(cluster.await_value(cl, key, nil, 1000))
     dlm:close()
   end)
+end)
+
+describe("a plain LuaJIT process that exits holding a kept lock", function()
+  local cl, dir
+
+  lazy_setup(function()
+    cl = cluster.start(3)
+    dir = proc.tmpdir()
+  end)
+  lazy_teardown(function()
+    if cl then cl:stop() end
+    proc.rmdir(dir)
+  end)
+
+  -- Run body (after the prelude, with `dlm` a client), expect exit status rc,
+  -- then the key of r (and of r:1 .. r:more) gone from every node long before
+  -- its ttl.
+  local function exits(tag, body, rc, more)
+    local r = res(tag)
+    local started = proc.now_ms()
+    local out, got = child(dir, PRELUDE .. "local dlm = redlock.new { servers = urls }\n" .. body, { r, unpack(cl.urls) })
+    assert.are.equal(rc, got, out)
+    assert.matches("holding " .. r, out, 1, true)
+    local gone, why = cluster.await_value(cl, r, nil, SOON_MS)
+    assert(gone, why)
+    for i = 1, more or 0 do
+      gone, why = cluster.await_value(cl, r .. ":" .. i, nil, SOON_MS)
+      assert(gone, r .. ":" .. i .. ": " .. tostring(why))
+    end
+    assert.is_true(proc.now_ms() - started < LONG_TTL / 2)
+    return out
+  end
+
+  -- Before: each of these left the key for its full ttl.
+  it("releases it on os.exit()", function()
+    exits("exit", [[
+local lock = assert(dlm:lock(r, { ttl = 60000, keepalive = true }))
+print("holding " .. r)
+os.exit(3)
+]], 3)
+  end)
+
+  it("releases it on os.exit() inside with_lock", function()
+    exits("exit-with-lock", [[
+dlm:with_lock(r, { ttl = 60000 }, function()
+  print("holding " .. r)
+  io.stdout:flush()
+  os.exit(4)
+end)
+]], 4)
+  end)
+
+  it("releases it on os.exit(code, true), which closes the Lua state first", function()
+    exits("exit-close", [[
+local lock = assert(dlm:lock(r, { ttl = 60000, keepalive = true }))
+print("holding " .. r)
+io.stdout:flush()
+os.exit(5, true)
+]], 5)
+  end)
+
+  -- Several locks, so that no finalizer order can release them all by chance.
+  it("releases them on an uncaught error", function()
+    local out = exits("error", [[
+local locks = {}
+for i = 1, 10 do locks[i] = assert(dlm:lock(r .. ":" .. i, { ttl = 60000, keepalive = true })) end
+locks[0] = assert(dlm:lock(r, { ttl = 60000, keepalive = true }))
+print("holding " .. r)
+io.stdout:flush()
+error("job failed")
+]], 1, 10)
+    assert.matches("job failed", out, 1, true)
+  end)
+
 end)

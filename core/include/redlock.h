@@ -237,10 +237,20 @@ int rl_keeper_remove(rl_keeper *k, int id);
  * an unknown id. */
 int rl_keeper_drop(rl_keeper *k, int id);
 
-/* Release every lock still kept by every keeper in this process, waiting at
- * most about timeout_ms (never without bound). For exit paths and
- * signal-handling threads (not for signal handlers themselves). Return the
- * number of locks released. */
+/* Release every lock k still keeps (held, lost, or dropped and not yet
+ * released), waiting at most about timeout_ms (never without bound); they
+ * are RELEASED from then on. For a keeper about to be freed with locks
+ * nobody will release otherwise. Return the number of locks a quorum
+ * released. NULL is ignored (0). */
+int rl_keeper_release(rl_keeper *k, int timeout_ms);
+
+/* rl_keeper_release for every keeper in this process, all within one
+ * timeout_ms. For exit paths and signal-handling threads (not for signal
+ * handlers themselves). Return the number of locks released.
+ * The first rl_keeper_new registers an exit handler (atexit) that calls this
+ * with a 1000 ms bound, so exit() with locks still kept releases them; a
+ * second call finds nothing left to release. _exit(), a fatal signal and
+ * exit() in a forked child (which has no keeper threads) release nothing. */
 int rl_keeper_release_all(int timeout_ms);
 
 /* Monotonic clock in milliseconds (CLOCK_MONOTONIC). */

@@ -45,6 +45,9 @@ local guard_t = ffi.typeof("struct { int id; }")  -- a kept lock's finalizer rid
 local defaults = {}  -- set by redlock.configure, used by redlock.default
 local RETRY_UNTIL_WAIT = retry.forever()  -- `wait` without `retry`: try until wait runs out
 local WEAK_KEYS = { __mode = "k" }
+-- The longest close(), or a keeper collected with locks still kept, waits for
+-- the keeper's releases.
+local RELEASE_BOUND_MS = 1000
 
 ---------------------------------------------------------------------------
 -- argument checks
@@ -229,8 +232,12 @@ local function keeper_of(self)
         k = C.rl_keeper_new(self.urls, #self.servers, self.options, errbuf, C.RL_ERR_LEN)
         if k == nil then return nil, "cannot start keep-alive: " .. ffi_string(errbuf) end
         local live = self.keeper_live
+        -- Collected (or closed with the Lua state, as on an uncaught error
+        -- or os.exit(code, true)) with locks still kept: release them, in
+        -- bounded time, instead of leaving them for their ttl.
         k = ffi_gc(k, function(p)
             live.on = false
+            C.rl_keeper_release(p, RELEASE_BOUND_MS)
             C.rl_keeper_free(p)
         end)
         live.on = true
@@ -415,7 +422,9 @@ end
 
 --- Release every lock still held through this client (kept or not), then
 --- close every connection now instead of at garbage collection. Bounded in
---- time: the releases go out together and end within the node timeout. A lock() or lock_many() retrying on this client raises
+--- time: the releases go out together and end within the node timeout; the
+--- keeper gets RELEASE_BOUND_MS for what it still releases itself (dropped
+--- locks). A lock() or lock_many() retrying on this client raises
 --- "'lock' on a closed client" instead of trying again. Closing twice is fine.
 function dlm:close()
     local client = self.client
@@ -436,7 +445,9 @@ function dlm:close()
     if k ~= nil then
         self.keeper_live.on = false
         self.keeper = nil
-        C.rl_keeper_free(ffi_gc(k, nil))
+        k = ffi_gc(k, nil)
+        C.rl_keeper_release(k, RELEASE_BOUND_MS)
+        C.rl_keeper_free(k)
     end
     C.rl_client_free(ffi_gc(client, nil))
 end
