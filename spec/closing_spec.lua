@@ -233,12 +233,14 @@ describe("a plain LuaJIT process that exits holding a kept lock", function()
   end
 
   -- Before: each of these left the key for its full ttl.
-  it("releases it on os.exit()", function()
+  it("releases it on os.exit(), and those of every other client", function()
     exits("exit", [[
 local lock = assert(dlm:lock(r, { ttl = 60000, keepalive = true }))
+local other = redlock.new { servers = urls }
+local second = assert(other:lock(r .. ":1", { ttl = 60000, keepalive = true }))
 print("holding " .. r)
 os.exit(3)
-]], 3)
+]], 3, 1)
   end)
 
   it("releases it on os.exit() inside with_lock", function()

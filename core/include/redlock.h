@@ -205,7 +205,8 @@ rl_keeper *rl_keeper_new(const char *const *urls, int nurls, const rl_options *o
                          char *err, size_t errlen);
 
 /* Stop the keeper's thread and free it. Locks still kept are neither
- * extended nor released any more. NULL is ignored. */
+ * extended nor released any more (rl_keeper_release first releases them).
+ * NULL is ignored. */
 void rl_keeper_free(rl_keeper *k);
 
 /* Hand a held lock to the keeper. valid_until_ms is rl_now_ms() + validity at
@@ -244,8 +245,8 @@ int rl_keeper_drop(rl_keeper *k, int id);
  * released. NULL is ignored (0). */
 int rl_keeper_release(rl_keeper *k, int timeout_ms);
 
-/* rl_keeper_release for every keeper in this process, all within one
- * timeout_ms. For exit paths and signal-handling threads (not for signal
+/* rl_keeper_release for every keeper in this process, all at once and
+ * within one timeout_ms. For exit paths and signal-handling threads (not for signal
  * handlers themselves). Return the number of locks released.
  * The first rl_keeper_new registers an exit handler (atexit) that calls this
  * with a 1000 ms bound, so exit() with locks still kept releases them; a

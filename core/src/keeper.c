@@ -587,14 +587,20 @@ static struct timespec monotonic_at(double ms) {
     return ts;
 }
 
-/* Ask k's thread to release everything k keeps by deadline, and wait for its
- * answer, a little past the deadline at most. Return the number of releases
- * a quorum confirmed (0 when the thread did not answer in time). */
-static int release_kept(rl_keeper *k, double deadline) {
-    int count = 0;
+/* Ask k's thread to release everything k keeps by deadline. */
+static void ask_release(rl_keeper *k, double deadline) {
     pthread_mutex_lock(&k->mu);
     k->release_requested = 1;
     k->release_deadline = deadline;
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* Wait for k's answer to ask_release, a little past the deadline at most.
+ * Return the number of releases a quorum confirmed (0 when the thread did
+ * not answer in time). */
+static int await_release(rl_keeper *k, double deadline) {
+    int count = 0;
+    pthread_mutex_lock(&k->mu);
     struct timespec give_up = monotonic_at(deadline + 100);
     while (k->release_requested && !k->stop)
         if (pthread_cond_timedwait(&k->released, &k->mu, &give_up) != 0) break;
@@ -606,7 +612,9 @@ static int release_kept(rl_keeper *k, double deadline) {
 int rl_keeper_release(rl_keeper *k, int timeout_ms) {
     if (!k) return 0;
     if (timeout_ms < 0) timeout_ms = 0;
-    return release_kept(k, rl_now_ms() + timeout_ms);
+    double deadline = rl_now_ms() + timeout_ms;
+    ask_release(k, deadline);
+    return await_release(k, deadline);
 }
 
 int rl_keeper_release_all(int timeout_ms) {
@@ -614,7 +622,9 @@ int rl_keeper_release_all(int timeout_ms) {
     if (timeout_ms < 0) timeout_ms = 0;
     double deadline = rl_now_ms() + timeout_ms;
     pthread_mutex_lock(&registry_mu);
-    for (rl_keeper *k = registry; k; k = k->next_keeper) total += release_kept(k, deadline);
+    /* every keeper releases at once; then collect the answers */
+    for (rl_keeper *k = registry; k; k = k->next_keeper) ask_release(k, deadline);
+    for (rl_keeper *k = registry; k; k = k->next_keeper) total += await_release(k, deadline);
     pthread_mutex_unlock(&registry_mu);
     return total;
 }
