@@ -205,7 +205,8 @@ rl_keeper *rl_keeper_new(const char *const *urls, int nurls, const rl_options *o
                          char *err, size_t errlen);
 
 /* Stop the keeper's thread and free it. Locks still kept are neither
- * extended nor released any more. NULL is ignored. */
+ * extended nor released any more (rl_keeper_release first releases them).
+ * NULL is ignored. */
 void rl_keeper_free(rl_keeper *k);
 
 /* Hand a held lock to the keeper. valid_until_ms is rl_now_ms() + validity at
@@ -237,10 +238,20 @@ int rl_keeper_remove(rl_keeper *k, int id);
  * an unknown id. */
 int rl_keeper_drop(rl_keeper *k, int id);
 
-/* Release every lock still kept by every keeper in this process, waiting at
- * most about timeout_ms (never without bound). For exit paths and
- * signal-handling threads (not for signal handlers themselves). Return the
- * number of locks released. */
+/* Release every lock k still keeps (held, lost, or dropped and not yet
+ * released), waiting at most about timeout_ms (never without bound); they
+ * are RELEASED from then on. For a keeper about to be freed with locks
+ * nobody will release otherwise. Return the number of locks a quorum
+ * released. NULL is ignored (0). */
+int rl_keeper_release(rl_keeper *k, int timeout_ms);
+
+/* rl_keeper_release for every keeper in this process, all at once and
+ * within one timeout_ms. For exit paths and signal-handling threads (not for signal
+ * handlers themselves). Return the number of locks released.
+ * The first rl_keeper_new registers an exit handler (atexit) that calls this
+ * with a 1000 ms bound, so exit() with locks still kept releases them; a
+ * second call finds nothing left to release. _exit(), a fatal signal and
+ * exit() in a forked child (which has no keeper threads) release nothing. */
 int rl_keeper_release_all(int timeout_ms);
 
 /* Monotonic clock in milliseconds (CLOCK_MONOTONIC). */

@@ -8,7 +8,8 @@
  * threads only touch the entry table under the mutex; the client is the
  * thread's own. Every keeper is listed in a process-wide registry so
  * rl_keeper_release_all can reach them from an exit path or a
- * signal-handling thread.
+ * signal-handling thread, and from the exit handler that the first keeper
+ * registers (atexit), so that exit() with locks still kept releases them.
  *
  * An entry whose owner let go of it without releasing (rl_keeper_drop: a
  * lock object collected by Lua's GC) is DROPPING: due at once, the thread
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "opid.h"
 #include "redlock.h"
@@ -76,8 +78,13 @@ struct rl_keeper {
     struct rl_keeper *next_keeper;
 };
 
+/* What the exit handler waits at most for the releases it starts. */
+#define RL_KEEPER_EXIT_RELEASE_MS 1000
+
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static rl_keeper *registry;
+static pthread_once_t exit_handler_once = PTHREAD_ONCE_INIT;
+static pid_t exit_handler_pid; /* the process that registered it (not a forked child) */
 
 /* ---- the deadline heap: an entry is in it exactly while it is HELD ---- */
 
@@ -380,6 +387,20 @@ static int take_free_slot(rl_keeper *k) {
     return id;
 }
 
+/* atexit: release what every keeper still keeps, bounded in time. A forked
+ * child that calls exit() has the registry but none of the threads (and maybe
+ * a mutex locked by one of them): it does nothing. Keepers already freed have
+ * left the registry, so there is nothing to touch. */
+static void release_at_exit(void) {
+    if (getpid() != exit_handler_pid) return;
+    rl_keeper_release_all(RL_KEEPER_EXIT_RELEASE_MS);
+}
+
+static void register_exit_handler(void) {
+    exit_handler_pid = getpid();
+    atexit(release_at_exit);
+}
+
 rl_keeper *rl_keeper_new(const char *const *urls, int nurls, const rl_options *opts, char *err, size_t errlen) {
     char dummy[RL_ERR_LEN];
     if (err == NULL) err = dummy, errlen = sizeof(dummy);
@@ -410,6 +431,7 @@ rl_keeper *rl_keeper_new(const char *const *urls, int nurls, const rl_options *o
         free(k);
         return snprintf(err, errlen, "cannot start the keep-alive thread"), NULL;
     }
+    pthread_once(&exit_handler_once, register_exit_handler);
     pthread_mutex_lock(&registry_mu);
     k->next_keeper = registry;
     registry = k;
@@ -565,23 +587,44 @@ static struct timespec monotonic_at(double ms) {
     return ts;
 }
 
+/* Ask k's thread to release everything k keeps by deadline. */
+static void ask_release(rl_keeper *k, double deadline) {
+    pthread_mutex_lock(&k->mu);
+    k->release_requested = 1;
+    k->release_deadline = deadline;
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* Wait for k's answer to ask_release, a little past the deadline at most.
+ * Return the number of releases a quorum confirmed (0 when the thread did
+ * not answer in time). */
+static int await_release(rl_keeper *k, double deadline) {
+    int count = 0;
+    pthread_mutex_lock(&k->mu);
+    struct timespec give_up = monotonic_at(deadline + 100);
+    while (k->release_requested && !k->stop)
+        if (pthread_cond_timedwait(&k->released, &k->mu, &give_up) != 0) break;
+    if (!k->release_requested) count = k->release_count;
+    pthread_mutex_unlock(&k->mu);
+    return count;
+}
+
+int rl_keeper_release(rl_keeper *k, int timeout_ms) {
+    if (!k) return 0;
+    if (timeout_ms < 0) timeout_ms = 0;
+    double deadline = rl_now_ms() + timeout_ms;
+    ask_release(k, deadline);
+    return await_release(k, deadline);
+}
+
 int rl_keeper_release_all(int timeout_ms) {
     int total = 0;
     if (timeout_ms < 0) timeout_ms = 0;
     double deadline = rl_now_ms() + timeout_ms;
     pthread_mutex_lock(&registry_mu);
-    for (rl_keeper *k = registry; k; k = k->next_keeper) {
-        pthread_mutex_lock(&k->mu);
-        k->release_requested = 1;
-        k->release_deadline = deadline;
-        /* The thread answers by the deadline; wait a little longer for the
-         * answer, never without bound. */
-        struct timespec give_up = monotonic_at(deadline + 100);
-        while (k->release_requested && !k->stop)
-            if (pthread_cond_timedwait(&k->released, &k->mu, &give_up) != 0) break;
-        if (!k->release_requested) total += k->release_count;
-        pthread_mutex_unlock(&k->mu);
-    }
+    /* every keeper releases at once; then collect the answers */
+    for (rl_keeper *k = registry; k; k = k->next_keeper) ask_release(k, deadline);
+    for (rl_keeper *k = registry; k; k = k->next_keeper) total += await_release(k, deadline);
     pthread_mutex_unlock(&registry_mu);
     return total;
 }

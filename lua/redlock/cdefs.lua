@@ -111,6 +111,7 @@ int rl_keeper_state(rl_keeper *k, int id, double *valid_until_ms);
 int rl_keeper_update(rl_keeper *k, int id, int ttl_ms, double started_ms, double valid_until_ms);
 int rl_keeper_remove(rl_keeper *k, int id);
 int rl_keeper_drop(rl_keeper *k, int id);
+int rl_keeper_release(rl_keeper *k, int timeout_ms);
 int rl_keeper_release_all(int timeout_ms);
 
 double rl_now_ms(void);

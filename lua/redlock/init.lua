@@ -44,6 +44,10 @@ local guard_t = ffi.typeof("struct { int id; }")  -- a kept lock's finalizer rid
 
 local defaults = {}  -- set by redlock.configure, used by redlock.default
 local RETRY_UNTIL_WAIT = retry.forever()  -- `wait` without `retry`: try until wait runs out
+local WEAK_KEYS = { __mode = "k" }
+-- The longest close(), or a keeper collected with locks still kept, waits for
+-- the keeper's releases.
+local RELEASE_BOUND_MS = 1000
 
 ---------------------------------------------------------------------------
 -- argument checks
@@ -233,7 +237,9 @@ function _M.new(opts)
         keepalive = opts.keepalive or false,
         max_extensions = opts.max_extensions,
         options = copts,      -- kept for the keeper, which dials the same nodes
+        prefix = opts.prefix, -- options.prefix points into this string: keep it as long as options
         urls = urls,
+        live = setmetatable({}, WEAK_KEYS), -- locks made here (released or not), for close()
         keeper = nil,         -- started on first use of keep-alive
         keeper_live = {},     -- .on while the keeper lives: what kept locks' finalizers check
     }, dlm_mt)
@@ -275,19 +281,6 @@ function dlm:nodes()
     return list
 end
 
---- Close every connection now instead of at garbage collection. Held locks are not released.
-function dlm:close()
-    if self.keeper then
-        self.keeper_live.on = false
-        C.rl_keeper_free(ffi_gc(self.keeper, nil))
-        self.keeper = nil
-    end
-    if self.client then
-        C.rl_client_free(ffi_gc(self.client, nil))
-        self.client = nil
-    end
-end
-
 local function live_client(self, fname)
     local client = self.client
     if client == nil then error(("'%s' on a closed client"):format(fname), 3) end
@@ -316,8 +309,12 @@ local function keeper_of(self)
         k = C.rl_keeper_new(self.urls, #self.servers, self.options, errbuf, C.RL_ERR_LEN)
         if k == nil then return nil, "cannot start keep-alive: " .. ffi_string(errbuf) end
         local live = self.keeper_live
+        -- Collected (or closed with the Lua state, as on an uncaught error
+        -- or os.exit(code, true)) with locks still kept: release them, in
+        -- bounded time, instead of leaving them for their ttl.
         k = ffi_gc(k, function(p)
             live.on = false
+            C.rl_keeper_release(p, RELEASE_BOUND_MS)
             C.rl_keeper_free(p)
         end)
         live.on = true
@@ -331,7 +328,7 @@ end
 -- locks
 
 local function new_lock(self, resource, ttl, started, r)
-    return setmetatable({
+    local lk = setmetatable({
         dlm = self,
         resource = resource,
         value = ffi_string(r.value, VALUE_LEN),
@@ -343,6 +340,8 @@ local function new_lock(self, resource, ttl, started, r)
         released = false,
         kept = nil,
     }, lock_mt)
+    self.live[lk] = true
+    return lk
 end
 
 -- Hand a held lock to the keeper. Returns true, or nil, why.
@@ -439,6 +438,10 @@ local function retry_loop(self, client, policy, deadline, try, a, b, err, detail
     while true do
         local delay = policy_delay(policy, n, err)
         if not delay then return nil, err, detail end
+        if self.client == nil then
+            -- closed by the policy, or by another coroutine while it yielded
+            error(("'%s' on a closed client"):format(try == attempt and "lock" or "lock_many"), 3)
+        end
         if deadline then
             local left = deadline - C.rl_now_ms()
             if left <= 0 then return nil, err, detail end
@@ -544,6 +547,39 @@ local function after_failed_extend(lk, ttl, started, r)
     end
 end
 
+--- Release every lock still held through this client (kept or not), then
+--- close every connection now instead of at garbage collection. Bounded in
+--- time: the releases go out together and end within the node timeout; the
+--- keeper gets RELEASE_BOUND_MS for what it still releases itself (dropped
+--- locks). A lock() or lock_many() retrying on this client raises
+--- "'lock' on a closed client" instead of trying again. Closing twice is fine.
+function dlm:close()
+    check_self(self, dlm_mt, "close", "a client", "dlm:close()")
+    local client = self.client
+    if client == nil then return end
+    self.client = nil -- first: whatever runs from here on sees the client closed
+    local ids = {}
+    for lk in pairs(self.live) do
+        if not lk.released then
+            stop_keeping(lk)
+            lk.released, lk.closed = true, true
+            local id = C.rl_begin_release(client, lk.resource, #lk.resource, lk.value)
+            if id >= 0 then ids[#ids + 1] = id end
+        end
+    end
+    for i = 1, #ids do C.rl_wait(client, ids[i], result) end
+    self.live = setmetatable({}, WEAK_KEYS)
+    local k = self.keeper
+    if k ~= nil then
+        self.keeper_live.on = false
+        self.keeper = nil
+        k = ffi_gc(k, nil)
+        C.rl_keeper_release(k, RELEASE_BOUND_MS)
+        C.rl_keeper_free(k)
+    end
+    C.rl_client_free(ffi_gc(client, nil))
+end
+
 --- Extend the lock to ttl ms (default: its ttl) from now. true or nil, err, detail.
 function lock:extend(ttl)
     check_self(self, lock_mt, "extend", "a lock", "lock:extend(ttl)")
@@ -580,7 +616,10 @@ end
 --- it succeeded, unlocking again returns nil, "invalid", detail.
 function lock:unlock()
     check_self(self, lock_mt, "unlock", "a lock", "lock:unlock()")
-    if self.released then return refusal(self.dlm, "invalid", "the lock was already unlocked") end
+    if self.released then
+        return refusal(self.dlm, "invalid", self.closed and "the lock was released when its client was closed"
+            or "the lock was already unlocked")
+    end
     stop_keeping(self)
     local client = live_client(self.dlm, "unlock")
     if C.rl_release(client, self.resource, #self.resource, self.value, result) ~= RL_OK then
@@ -588,6 +627,7 @@ function lock:unlock()
     end
     if result.status == OK then
         self.released = true
+        self.dlm.live[self] = nil
         return true
     end
     return failure(self.dlm, result)

@@ -1,0 +1,278 @@
+-- Closing a client and leaving the process while locks are held or wanted:
+-- close() during lock()'s retries (from the policy or from another coroutine)
+-- ends that call with an error instead of using a freed client; close()
+-- releases every lock still held through the client; a kept lock survives the
+-- collection of the prefix string it was configured with; a plain LuaJIT
+-- process that exits (os.exit, an uncaught error) releases what it keeps.
+--
+-- Anything that crashed before runs in a child luajit process, so a
+-- segmentation fault fails one test instead of killing busted.
+
+local redlock = require "redlock"
+local cluster = require "helpers.cluster"
+local proc = require "helpers.proc"
+
+local q = proc.quote
+local res = cluster.names("closing") -- res(tag): a resource name no other run uses
+
+local LONG_TTL = 60000
+-- "Long before its ttl": generous for a loaded machine, far below LONG_TTL.
+local SOON_MS = 10000
+-- close() returns once every node answered its release or timed out; a node
+-- slow enough to time out (a loaded machine) still applies it a little later.
+local SETTLE_MS = 2000
+
+-- Run Lua source in a child luajit with this spec's module paths; the
+-- arguments are arg[1..]. Return its output (stderr merged) and exit status.
+local function child(dir, source, args)
+  local script = dir .. "/child.lua"
+  proc.write_file(script, source)
+  local words = {}
+  for i, a in ipairs(args or {}) do words[i] = q(a) end
+  return proc.sh(("env LUA_PATH=%s LUA_CPATH=%s luajit %s %s"):format(
+    q("spec/?.lua;" .. package.path), q(package.cpath), q(script), table.concat(words, " ")))
+end
+
+-- Prelude of every child: servers from arg[2..], the resource in arg[1].
+local PRELUDE = [[
+local redlock = require "redlock"
+local r = arg[1]
+local urls = {}
+for i = 2, #arg do urls[#urls + 1] = arg[i] end
+]]
+
+describe("closing a client", function()
+  local cl, dir
+
+  lazy_setup(function()
+    cl = cluster.start(3)
+    dir = proc.tmpdir()
+  end)
+  lazy_teardown(function()
+    if cl then cl:stop() end
+    proc.rmdir(dir)
+  end)
+
+  describe("while lock() retries", function()
+    -- Before: rl_sleep and the next attempt ran on the freed client (rc 139).
+    it("ends lock() with an error when the retry policy closes the client", function()
+      local r = res("policy")
+      local out, rc = child(dir, PRELUDE .. [[
+local holder = redlock.new { servers = urls }
+local held = assert(holder:lock(r, { ttl = 30000 }))
+local dlm = redlock.new { servers = urls }
+local ok, msg = pcall(dlm.lock, dlm, r, { retry = function(n)
+  if n == 1 then dlm:close() end
+  return 10
+end })
+print("lock:", ok, msg)
+ok, msg = pcall(dlm.lock_many, dlm, { r, r .. ":2" }, { retry = function(n)
+  return 10
+end })
+print("lock_many after close:", ok, msg)
+local dlm2 = redlock.new { servers = urls }
+ok, msg = pcall(dlm2.lock_many, dlm2, { r, r .. ":2" }, { retry = function(n)
+  if n == 1 then dlm2:close() end
+  return 10
+end })
+print("lock_many:", ok, msg)
+assert(held:unlock())
+os.exit(0)
+]], { r, unpack(cl.urls) })
+      assert.are.equal(0, rc, out)
+      assert.matches("lock:%s+false%s+[^\n]*'lock' on a closed client", out)
+      assert.matches("lock_many after close:%s+false%s+[^\n]*'lock_many' on a closed client", out)
+      assert.matches("lock_many:%s+false%s+[^\n]*'lock_many' on a closed client", out)
+    end)
+
+    -- Before: the resumed coroutine slept and acquired on the freed client.
+    it("ends lock() with an error when another coroutine closes the client while the policy yields", function()
+      local r = res("coroutine")
+      local out, rc = child(dir, PRELUDE .. [[
+local holder = redlock.new { servers = urls }
+local held = assert(holder:lock(r, { ttl = 30000 }))
+local dlm = redlock.new { servers = urls }
+local co = coroutine.create(function()
+  return dlm:lock(r, { retry = function() coroutine.yield("waiting"); return 10 end })
+end)
+print("first:", coroutine.resume(co))
+dlm:close()
+print("resumed:", coroutine.resume(co))
+assert(held:unlock())
+os.exit(0)
+]], { r, unpack(cl.urls) })
+      assert.are.equal(0, rc, out)
+      assert.matches("first:%s+true%s+waiting", out)
+      assert.matches("resumed:%s+false%s+[^\n]*'lock' on a closed client", out)
+    end)
+  end)
+
+  describe("with locks held", function()
+    -- Before: close() left both keys for their ttl.
+    it("releases every lock still held through the client, kept or not", function()
+      local dlm = redlock.new { servers = cl.urls }
+      local plain = assert(dlm:lock(res("plain"), { ttl = LONG_TTL }))
+      local kept = assert(dlm:lock(res("kept"), { ttl = LONG_TTL, keepalive = true }))
+      local group = assert(dlm:lock_many({ res("g1"), res("g2") }, { ttl = LONG_TTL }))
+      local done = assert(dlm:lock(res("done"), { ttl = LONG_TTL }))
+      assert(done:unlock())
+      local other = redlock.new { servers = cl.urls }
+      local foreign = assert(other:lock(res("foreign"), { ttl = LONG_TTL }))
+      dlm:close()
+      for _, lk in ipairs { plain, kept, group[1], group[2] } do
+        assert(cluster.await_value(cl, lk.resource, nil, SETTLE_MS))
+        local ok, err = lk:unlock()
+        assert.is_nil(ok)
+        assert.are.equal("invalid", err)
+        assert.is_false(lk:valid())
+      end
+      -- another client's lock is untouched
+      assert(cluster.await_value(cl, foreign.resource, foreign.value, 0))
+      assert(foreign:unlock())
+      other:close()
+      dlm:close() -- twice is fine
+    end)
+
+    -- Before: with_lock raised "'unlock' on a closed client" and the key stayed.
+    it("releases the lock of a with_lock whose function closes the client", function()
+      local dlm = redlock.new { servers = cl.urls }
+      local r = res("with_lock")
+      local a, b = dlm:with_lock(r, { ttl = LONG_TTL }, function(lk)
+        assert(cluster.await_value(cl, r, lk.value, 0))
+        dlm:close()
+        return "done", 2
+      end)
+      assert.are.equal("done", a)
+      assert.are.equal(2, b)
+      assert(cluster.await_value(cl, r, nil, SETTLE_MS))
+    end)
+
+    it("drops locks that were collected from its list without releasing them twice", function()
+      local dlm = redlock.new { servers = cl.urls }
+      local r = res("collected")
+      do
+        local lk = assert(dlm:lock(r, { ttl = 2000 }))
+        assert(lk:unlock())
+      end
+      collectgarbage()
+      collectgarbage()
+      local other = redlock.new { servers = cl.urls }
+      local theirs = assert(other:lock(r, { ttl = LONG_TTL }))
+      dlm:close()
+      assert(cluster.await_value(cl, r, theirs.value, 0))
+      assert(theirs:unlock())
+      other:close()
+    end)
+  end)
+end)
+
+describe("a kept lock of a client whose prefix was built at run time", function()
+  local cl
+
+  lazy_setup(function() cl = cluster.start(3) end)
+  lazy_teardown(function() if cl then cl:stop() end end)
+
+  -- Before: the keeper was started from options pointing into the collected
+  -- prefix string; its extensions named another key, the lock was reported
+  -- lost and unlock() said "not held".
+  it("stays held across several ttls after the prefix string is collected", function()
+    local tag = tostring(proc.getpid())
+    local dlm = redlock.new { servers = cl.urls, prefix = "pfx:" .. tag .. ":" .. ("x"):rep(3) .. ":" }
+    for _ = 1, 3 do collectgarbage() end
+    local junk = {}
+    for i = 1, 20000 do junk[i] = ("junk %d %s"):format(i, ("y"):rep(i % 64)) end
+    junk = nil
+    for _ = 1, 3 do collectgarbage() end
+    for i = 1, 20000 do local _ = ("more junk %d %s"):format(i, ("z"):rep(i % 40)) end
+
+    local r = res("prefixed")
+    local lock = assert(dlm:lock(r, { ttl = 500, keepalive = true }))
+    for i = 1, 20000 do local _ = ("late junk %d %s"):format(i, ("w"):rep(i % 40)) end
+    proc.sleep_ms(1700) -- more than three ttls
+    assert.is_false(lock:lost())
+    assert.is_true(lock:valid())
+    -- built only now: an equal string alive earlier would have kept the old one
+    local key = ("pfx:%s:xxx:"):format(tag) .. r
+    assert(cluster.await_value(cl, key, lock.value, 1000))
+    assert(cluster.await_value(cl, r, nil, 0)) -- nothing without the prefix
+    assert.is_true(lock:unlock())
+    assert(cluster.await_value(cl, key, nil, 1000))
+    dlm:close()
+  end)
+end)
+
+describe("a plain LuaJIT process that exits holding a kept lock", function()
+  local cl, dir
+
+  lazy_setup(function()
+    cl = cluster.start(3)
+    dir = proc.tmpdir()
+  end)
+  lazy_teardown(function()
+    if cl then cl:stop() end
+    proc.rmdir(dir)
+  end)
+
+  -- Run body (after the prelude, with `dlm` a client), expect exit status rc,
+  -- then the key of r (and of r:1 .. r:more) gone from every node long before
+  -- its ttl.
+  local function exits(tag, body, rc, more)
+    local r = res(tag)
+    local started = proc.now_ms()
+    local out, got = child(dir, PRELUDE .. "local dlm = redlock.new { servers = urls }\n" .. body, { r, unpack(cl.urls) })
+    assert.are.equal(rc, got, out)
+    assert.matches("holding " .. r, out, 1, true)
+    local gone, why = cluster.await_value(cl, r, nil, SOON_MS)
+    assert(gone, why)
+    for i = 1, more or 0 do
+      gone, why = cluster.await_value(cl, r .. ":" .. i, nil, SOON_MS)
+      assert(gone, r .. ":" .. i .. ": " .. tostring(why))
+    end
+    assert.is_true(proc.now_ms() - started < LONG_TTL / 2)
+    return out
+  end
+
+  -- Before: each of these left the key for its full ttl.
+  it("releases it on os.exit(), and those of every other client", function()
+    exits("exit", [[
+local lock = assert(dlm:lock(r, { ttl = 60000, keepalive = true }))
+local other = redlock.new { servers = urls }
+local second = assert(other:lock(r .. ":1", { ttl = 60000, keepalive = true }))
+print("holding " .. r)
+os.exit(3)
+]], 3, 1)
+  end)
+
+  it("releases it on os.exit() inside with_lock", function()
+    exits("exit-with-lock", [[
+dlm:with_lock(r, { ttl = 60000 }, function()
+  print("holding " .. r)
+  io.stdout:flush()
+  os.exit(4)
+end)
+]], 4)
+  end)
+
+  it("releases it on os.exit(code, true), which closes the Lua state first", function()
+    exits("exit-close", [[
+local lock = assert(dlm:lock(r, { ttl = 60000, keepalive = true }))
+print("holding " .. r)
+io.stdout:flush()
+os.exit(5, true)
+]], 5)
+  end)
+
+  -- Several locks, so that no finalizer order can release them all by chance.
+  it("releases them on an uncaught error", function()
+    local out = exits("error", [[
+local locks = {}
+for i = 1, 10 do locks[i] = assert(dlm:lock(r .. ":" .. i, { ttl = 60000, keepalive = true })) end
+locks[0] = assert(dlm:lock(r, { ttl = 60000, keepalive = true }))
+print("holding " .. r)
+io.stdout:flush()
+error("job failed")
+]], 1, 10)
+    assert.matches("job failed", out, 1, true)
+  end)
+
+end)
