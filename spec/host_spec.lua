@@ -136,7 +136,39 @@ describe("the redlock host", function()
       assert.matches("unknown option --bogus", out, 1, true)
       out, rc = redlock("exec --ttl abc r -- true", ENV)
       assert.are.equal(64, rc)
-      assert.matches("--ttl expects a positive number of milliseconds, got 'abc'", out, 1, true)
+      assert.matches("--ttl expects a number of milliseconds from 1 to 2147483647, got 'abc'", out, 1, true)
+    end)
+
+    it("a number out of range is a usage error (64) naming the flag, never a traceback", function()
+      for _, case in ipairs {
+        { "exec --ttl 99999999999 r -- true", "--ttl expects a number of milliseconds from 1 to 2147483647, got '99999999999'" },
+        { "exec --grace 99999999999999999999 r -- true",
+          "--grace expects a number of milliseconds from 0 to 2147483647, got '99999999999999999999'" },
+        { "exec -w 2147483648 r -- true", "-w expects a number of milliseconds from 0 to 2147483647" },
+        { "status --servers redis://127.0.0.1:99999 r", "port must be a number from 1 to 65535" },
+      } do
+        local out, rc = redlock(case[1], ENV)
+        assert.are.equal(64, rc, case[1] .. ": " .. out)
+        assert.matches(case[2], out, 1, true)
+        assert.is_nil(out:find("traceback", 1, true), out)
+        assert.is_nil(out:find("-9223372036854775808", 1, true), out)
+      end
+    end)
+
+    it("never shows a password from --servers in a message", function()
+      for _, args in ipairs {
+        "exec --servers redis://:s3cret@127.0.0.1:99999 r -- true",
+        "exec --servers redis://me:s3cret@127.0.0.1:99999,redis://:s3cret@127.0.0.1:1 r -- true",
+        "exec --servers redis://me:s3cret@127.0.0.1:1,redis://me:s3cret@127.0.0.1:1 r -- true",
+        "exec --servers redis://:s3cret@127.0.0.1:bad --ttl 0 r -- true",
+        "status --servers redis://:s3cret@127.0.0.1:99999 r",
+      } do
+        local out, rc = redlock(args, "-u REDLOCK_SERVERS")
+        assert.are.equal(64, rc, args .. ": " .. out)
+        assert.is_nil(out:find("s3cret", 1, true), args .. ": " .. out)
+      end
+      local out = redlock("exec --servers redis://:s3cret@127.0.0.1:99999 r -- true", "")
+      assert.matches("redis://:***@127.0.0.1:99999", out, 1, true)
     end)
 
     it("without servers names --servers, REDLOCK_SERVERS and redlock dev", function()
@@ -204,12 +236,30 @@ describe("the redlock host", function()
       assert.is_true(gone_everywhere("run:exit"))
     end)
 
-    it("inside run, redlock.default() says how to configure the servers", function()
+    it("inside run, redlock.default() without servers is a usage error (64) that says how to configure them", function()
       local name = script("noservers.lua", "require('redlock').default()\n")
       local out, rc = redlock("run " .. name, "-u REDLOCK_SERVERS")
-      assert.are.equal(1, rc)
+      assert.are.equal(64, rc, out)
       assert.matches("REDLOCK_SERVERS", out, 1, true)
       assert.matches("redlock dev", out, 1, true)
+      assert.is_nil(out:find("traceback", 1, true), out)
+      -- a script that catches the error sees the message
+      name = script("noservers_caught.lua", "print(pcall(require('redlock').default)) return 5\n")
+      out, rc = redlock("run " .. name, "-u REDLOCK_SERVERS")
+      assert.are.equal(5, rc, out)
+      assert.matches("false\tno servers configured", out, 1, true)
+    end)
+
+    it("a script returning a number that is no exit status fails (1) and says so", function()
+      for _, v in ipairs { "300", "-1", "1.5", "256" } do
+        local name = script("ret.lua", "return " .. v .. "\n")
+        local out, rc = redlock("run " .. name, ENV)
+        assert.are.equal(1, rc, v .. ": " .. out)
+        assert.matches("ret.lua returned " .. v .. ": an exit status is a whole number from 0 to 255",
+          out, 1, true)
+      end
+      local _, rc = redlock("run " .. script("ret255.lua", "return 255\n"), ENV)
+      assert.are.equal(255, rc)
     end)
 
     for _, case in ipairs {

@@ -52,13 +52,30 @@ function _M.client_options(opts)
   return { servers = servers, prefix = prefix ~= "" and prefix or nil, keepalive = true }
 end
 
+-- An error that is the user's configuration, not the script: `redlock run`
+-- exits 64 with its message and no traceback.
+local USAGE_MT = { __tostring = function(e) return e.msg end }
+
+function _M.is_usage_error(e)
+  return type(e) == "table" and getmetatable(e) == USAGE_MT
+end
+
 --- Make redlock.default() return a client built from the host configuration,
 -- and make keep-alive the default for every client created in the host (so
 -- that the signal thread's rl_keeper_release_all covers every held lock).
 function _M.install(opts)
   local redlock = require "redlock"
-  local copts = _M.client_options(opts)
-  if copts then redlock.configure(copts) end
+  local copts, err = _M.client_options(opts)
+  if copts then
+    redlock.configure(copts)
+  elseif not redlock._host_default then
+    local default = redlock.default
+    redlock._host_default = default
+    redlock.default = function()
+      if _M.servers({}) then return default() end -- REDLOCK_SERVERS set by the script
+      error(setmetatable({ msg = err }, USAGE_MT), 2)
+    end
+  end
   if not redlock._host_new then
     local new = redlock.new
     redlock._host_new = new
