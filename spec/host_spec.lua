@@ -288,6 +288,48 @@ describe("the redlock host", function()
           assert.is_true(gone_everywhere(key), "keys left behind")
         end)
     end
+
+    for _, sig in ipairs { "TERM", "INT", "HUP" } do
+      it(("SIG%s stops every process os.execute started before the lock is free"):format(sig), function()
+        -- work.sh forks a background sleep and a shell that writes a marker after its own sleep
+        local tag = ("%d%s"):format(wall_ms() % 100000, sig)
+        local digits = tag:gsub("%a", "")
+        local bg_arg, fg_arg = "31." .. digits, "3.2" .. digits
+        local marker = TMP .. "/tree" .. sig .. ".marker"
+        write_file(TMP .. "/work" .. sig .. ".sh", ([[
+sleep %s &
+sh -c 'sleep %s; echo late > %s'
+]]):format(bg_arg, fg_arg, q(marker)))
+        local key = "run:tree:" .. sig
+        local name = script("tree" .. sig .. ".lua", ([[
+          require("redlock").default():with_lock(%q, { ttl = 3000 }, function()
+            print("locked") io.stdout:flush()
+            os.execute("sh ./work%s.sh")
+          end)
+        ]]):format(key, sig))
+        local job = bg("run " .. name, ENV)
+        assert.is_true(eventually(function()
+          return #proc.live_with_arg(bg_arg) == 1 and #proc.live_with_arg(fg_arg) == 1
+        end), job.output())
+        job:signal(sig)
+        -- the moment a second holder gets the lock, nothing of the job's tree may run
+        local acquired, left
+        assert.is_true(eventually(function()
+          local _, rc = redlock("exec -n -q " .. key .. " -- true", ENV)
+          if rc ~= 0 then return false end
+          acquired = true
+          left = #proc.live_with_arg(bg_arg) + #proc.live_with_arg(fg_arg)
+          return true
+        end, 10000), "the lock never became free")
+        assert.is_true(acquired)
+        local rc, out = job:wait(5000)
+        assert.are.equal(({ TERM = 143, INT = 130, HUP = 129 })[sig], rc, out)
+        assert.are.equal(0, left, "processes of the job ran on after the lock was free")
+        sleep_ms(3500)
+        assert.is_nil(read_file(marker), "the job's child wrote after the lock was free")
+        for _, pid in ipairs(proc.live_with_arg(bg_arg)) do proc.kill(pid, "KILL") end
+      end)
+    end
   end)
 
   describe("exec", function()
@@ -492,6 +534,31 @@ echo end >> %s
         local stat = read_file("/proc/" .. child .. "/stat")
         return not stat or stat:match("^%d+ %b() (%a)") == "Z"
       end, 2000), "the command still runs without its lock")
+    end)
+
+    it("a SIGKILLed redlock takes the command's whole process group with it, well within the ttl", function()
+      local tag = tostring(wall_ms() % 100000)
+      local marker = TMP .. "/killgroup.marker"
+      -- the command forks a background sleep and a shell that writes after its own sleep
+      local job = bg(("exec --ttl 6000 killgroup:r -- sh -c 'echo $$ > killgroup.pid; sleep 61.%s & "
+        .. [[sh -c "sleep 2.%s; echo late > %s"; wait']]):format(tag, tag, marker), ENV)
+      local pgrp
+      assert.is_true(eventually(function()
+        pgrp = tonumber(read_file(TMP .. "/killgroup.pid") or "")
+        return pgrp and #proc.live_with_arg("61." .. tag) == 1 and #proc.live_with_arg("2." .. tag) == 1
+      end), job.output())
+      assert.is_true(#proc.live_in_group(pgrp) >= 4)
+      local t0 = wall_ms()
+      job:signal("KILL")
+      assert.are.equal(137, (job:wait(5000)))
+      -- the grace period is 2000 ms; the validity left is at least ttl/2 = 3000 ms
+      assert.is_true(eventually(function() return #proc.live_in_group(pgrp) == 0 end, 10000),
+        "the command's group outlived redlock")
+      local took = wall_ms() - t0
+      assert.is_true(took < 3000, ("the group was stopped %d ms after redlock died"):format(took))
+      sleep_ms(3000)
+      assert.is_nil(read_file(marker), "the command's child wrote after redlock died")
+      for _, pid in ipairs(proc.live_in_group(pgrp)) do proc.kill(pid, "KILL") end
     end)
 
     it("gives the terminal to the command, so it can read it", function()

@@ -200,7 +200,7 @@ function _M.run(opts, argv, k)
   sys.setenv("REDLOCK_VALIDITY_MS", math.floor(lock.validity or ttl))
   if lock.token then sys.setenv("REDLOCK_TOKEN", lock.token) end
   local pid, serr, errno = sys.spawn(command,
-    sys.NEWPGRP + sys.SUPERVISE + sys.FOREGROUND + sys.DIE_WITH_HOST, grace)
+    sys.NEWPGRP + sys.SUPERVISE + sys.FOREGROUND + sys.DIE_WITH_HOST + sys.WATCHDOG, grace)
   if not pid then
     config.release(lock)
     if errno == sys.ENOENT then
