@@ -383,6 +383,32 @@ sh -c 'sleep %s; echo late > %s'
       assert.are.equal(0, (holder:wait(5000)))
     end)
 
+    it("waiting on a lock held elsewhere is silent, even for seconds", function()
+      local holder = bg("exec quietwait:r -- sleep 3", ENV)
+      assert.is_true(eventually(function() return get(1, "quietwait:r") ~= nil end))
+      local out, rc = redlock("exec quietwait:r -- echo ran", ENV)
+      assert.are.equal(0, rc, out)
+      assert.are.equal("ran\n", out)
+      assert.are.equal(0, (holder:wait(5000)))
+    end)
+
+    it("says on stderr, node by node, within seconds and then every 10 s, that no quorum can be reached", function()
+      local servers = "redis://127.0.0.1:1,redis://no-such-host.invalid:6379,redis://:pw@127.0.0.1:2"
+      local job = bg("exec --servers " .. servers .. " unreachable:r -- echo ran", "")
+      local function reports() return select(2, job.output():gsub("cannot lock 'unreachable:r'", "")) end
+      assert.is_true(eventually(function() return reports() >= 1 end, 10000), job.output())
+      local out = job.output()
+      assert.matches("still trying", out, 1, true)
+      assert.matches("redis://127.0.0.1:1: error (connect failed: Connection refused)", out, 1, true)
+      assert.matches("redis://no-such-host.invalid:6379: error (name resolution failed", out, 1, true)
+      assert.matches("redis://127.0.0.1:2", out, 1, true)
+      assert.is_nil(out:find("pw", 1, true), out)
+      assert.is_true(eventually(function() return reports() >= 2 end, 20000), job.output())
+      job:signal("TERM")
+      assert.are.equal(143, (job:wait(5000)))
+      assert.is_nil(job.output():find("ran", 1, true))
+    end)
+
     it("never lets two commands on one resource overlap", function()
       local log = TMP .. "/overlap.log"
       local child = ([[sh -c 'echo "enter $$ $(date +%%s%%N)" >> %s; sleep 0.05; echo "exit $$ $(date +%%s%%N)" >> %s']])

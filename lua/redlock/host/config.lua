@@ -104,15 +104,38 @@ function _M.client(opts)
   return dlm
 end
 
---- Acquire resource with keep-alive. o: ttl, margin, policy, nonblock, wait.
--- Without nonblock, wait or policy, waits as long as it takes.
+--- Acquire resource with keep-alive. o: ttl, margin, policy, nonblock, wait,
+-- and unreachable: function(err, detail, ms) called after each failed
+-- attempt that was not "busy", with how long the attempts have failed that
+-- way. Without nonblock, wait or policy, waits as long as it takes.
 function _M.lock(dlm, resource, o)
-  local retry = require("redlock").retry
+  local sys = require "redlock.host.sys"
   local lopts = { ttl = o.ttl, keepalive = true, margin = o.margin }
   if o.nonblock then return dlm:try_lock(resource, lopts) end
-  lopts.wait = o.wait
-  lopts.retry = o.policy or retry.forever()
-  return dlm:lock(resource, lopts)
+  local policy = o.policy or require("redlock").retry.forever()
+  local deadline = o.wait and sys.now_ms() + o.wait
+  local since -- when the attempts began failing for another reason than busy
+  local attempt = 1
+  local lk, err, detail = dlm:try_lock(resource, lopts)
+  while not lk do
+    if err == "busy" then
+      since = nil
+    elseif o.unreachable then
+      since = since or sys.now_ms()
+      o.unreachable(err, detail, sys.now_ms() - since)
+    end
+    local delay = policy(attempt, err)
+    if not delay then return nil, err, detail end
+    if deadline then
+      local left = deadline - sys.now_ms()
+      if left <= 0 then return nil, err, detail end
+      if delay > left then delay = left end
+    end
+    _M.sleep(dlm, delay)
+    attempt = attempt + 1
+    lk, err, detail = dlm:try_lock(resource, lopts)
+  end
+  return lk
 end
 
 --- Sleep ms while serving dlm's connections (late replies, reconnects), so
