@@ -49,6 +49,11 @@ void rl_host_finish(void);
  * on, rl_host_wait and rl_host_system never return once their child ended. */
 void rl_host_stop_supervised(int sig);
 
+/* proc.c: fn is called (on the Lua thread) with SIGINT when an os.execute
+ * command that had the terminal died of SIGINT: the user's Ctrl-C was meant
+ * for the host too. signals.c handles it as if the host got the signal. */
+void rl_host_on_interrupt(void (*fn)(int sig));
+
 /* ---- exported for the FFI (see lua/redlock/host/sys.lua) ---- */
 
 #pragma GCC visibility push(default)

@@ -60,6 +60,12 @@ static void wait_for_exit(void) {
     for (;;) pause();
 }
 
+static void (*on_interrupt)(int sig);
+
+void rl_host_on_interrupt(void (*fn)(int sig)) {
+    on_interrupt = fn;
+}
+
 /* Process groups left behind by os.execute children (their shell has
  * returned, some of its group still runs). 0: a free slot. */
 #define RL_HOST_LEFTOVERS 64
@@ -372,9 +378,14 @@ int rl_host_system(const char *cmd) {
     while (r < 0 && errno == EINTR);
     if (atomic_load(&stopping)) wait_for_exit();
     pthread_mutex_lock(&sup_lock);
+    int terminal = sup.pid == pid && sup.terminal;
     if (rl_host_group_alive(pid)) remember_leftover(pid);
     pthread_mutex_unlock(&sup_lock);
     forget(pid);
+    /* Ctrl-C reached only the command, whose group had the terminal: it was
+     * meant for the host too, as when the host kept the terminal. */
+    if (r == pid && terminal && WIFSIGNALED(st) && WTERMSIG(st) == SIGINT && on_interrupt)
+        on_interrupt(SIGINT);
     return r == pid ? st : -1;
 }
 
