@@ -136,7 +136,39 @@ describe("the redlock host", function()
       assert.matches("unknown option --bogus", out, 1, true)
       out, rc = redlock("exec --ttl abc r -- true", ENV)
       assert.are.equal(64, rc)
-      assert.matches("--ttl expects a positive number of milliseconds, got 'abc'", out, 1, true)
+      assert.matches("--ttl expects a number of milliseconds from 1 to 2147483647, got 'abc'", out, 1, true)
+    end)
+
+    it("a number out of range is a usage error (64) naming the flag, never a traceback", function()
+      for _, case in ipairs {
+        { "exec --ttl 99999999999 r -- true", "--ttl expects a number of milliseconds from 1 to 2147483647, got '99999999999'" },
+        { "exec --grace 99999999999999999999 r -- true",
+          "--grace expects a number of milliseconds from 0 to 2147483647, got '99999999999999999999'" },
+        { "exec -w 2147483648 r -- true", "-w expects a number of milliseconds from 0 to 2147483647" },
+        { "status --servers redis://127.0.0.1:99999 r", "port must be a number from 1 to 65535" },
+      } do
+        local out, rc = redlock(case[1], ENV)
+        assert.are.equal(64, rc, case[1] .. ": " .. out)
+        assert.matches(case[2], out, 1, true)
+        assert.is_nil(out:find("traceback", 1, true), out)
+        assert.is_nil(out:find("-9223372036854775808", 1, true), out)
+      end
+    end)
+
+    it("never shows a password from --servers in a message", function()
+      for _, args in ipairs {
+        "exec --servers redis://:s3cret@127.0.0.1:99999 r -- true",
+        "exec --servers redis://me:s3cret@127.0.0.1:99999,redis://:s3cret@127.0.0.1:1 r -- true",
+        "exec --servers redis://me:s3cret@127.0.0.1:1,redis://me:s3cret@127.0.0.1:1 r -- true",
+        "exec --servers redis://:s3cret@127.0.0.1:bad --ttl 0 r -- true",
+        "status --servers redis://:s3cret@127.0.0.1:99999 r",
+      } do
+        local out, rc = redlock(args, "-u REDLOCK_SERVERS")
+        assert.are.equal(64, rc, args .. ": " .. out)
+        assert.is_nil(out:find("s3cret", 1, true), args .. ": " .. out)
+      end
+      local out = redlock("exec --servers redis://:s3cret@127.0.0.1:99999 r -- true", "")
+      assert.matches("redis://:***@127.0.0.1:99999", out, 1, true)
     end)
 
     it("without servers names --servers, REDLOCK_SERVERS and redlock dev", function()
@@ -204,12 +236,30 @@ describe("the redlock host", function()
       assert.is_true(gone_everywhere("run:exit"))
     end)
 
-    it("inside run, redlock.default() says how to configure the servers", function()
+    it("inside run, redlock.default() without servers is a usage error (64) that says how to configure them", function()
       local name = script("noservers.lua", "require('redlock').default()\n")
       local out, rc = redlock("run " .. name, "-u REDLOCK_SERVERS")
-      assert.are.equal(1, rc)
+      assert.are.equal(64, rc, out)
       assert.matches("REDLOCK_SERVERS", out, 1, true)
       assert.matches("redlock dev", out, 1, true)
+      assert.is_nil(out:find("traceback", 1, true), out)
+      -- a script that catches the error sees the message
+      name = script("noservers_caught.lua", "print(pcall(require('redlock').default)) return 5\n")
+      out, rc = redlock("run " .. name, "-u REDLOCK_SERVERS")
+      assert.are.equal(5, rc, out)
+      assert.matches("false\tno servers configured", out, 1, true)
+    end)
+
+    it("a script returning a number that is no exit status fails (1) and says so", function()
+      for _, v in ipairs { "300", "-1", "1.5", "256" } do
+        local name = script("ret.lua", "return " .. v .. "\n")
+        local out, rc = redlock("run " .. name, ENV)
+        assert.are.equal(1, rc, v .. ": " .. out)
+        assert.matches("ret.lua returned " .. v .. ": an exit status is a whole number from 0 to 255",
+          out, 1, true)
+      end
+      local _, rc = redlock("run " .. script("ret255.lua", "return 255\n"), ENV)
+      assert.are.equal(255, rc)
     end)
 
     for _, case in ipairs {
@@ -237,6 +287,68 @@ describe("the redlock host", function()
           assert.are.equal(case.rc, rc, out)
           assert.is_true(gone_everywhere(key), "keys left behind")
         end)
+    end
+
+    it("Ctrl-C on a terminal during os.execute still ends the job (130) and releases the lock", function()
+      if not sh("command -v script") :find("script") then
+        pending("needs script(1) for a pseudo-terminal")
+        return
+      end
+      local name = script("ctrlc.lua", [[
+        require("redlock").default():with_lock("run:ctrlc", { ttl = 3000 }, function()
+          print("locked") io.stdout:flush()
+          os.execute("sleep 20")
+          print("went on")
+        end)
+      ]])
+      local out = sh(("cd %s && (sleep 3; printf '\\003'; sleep 2) | env %s timeout 20 script -qec %s /dev/null")
+        :format(q(TMP), ENV, q(q(BIN) .. " run " .. name .. "; echo rc=$?")))
+      assert.matches("locked", out, 1, true)
+      assert.matches("rc=130", out, 1, true)
+      assert.is_nil(out:find("went on", 1, true), out)
+      assert.is_true(gone_everywhere("run:ctrlc"))
+    end)
+
+    for _, sig in ipairs { "TERM", "INT", "HUP" } do
+      it(("SIG%s stops every process os.execute started before the lock is free"):format(sig), function()
+        -- work.sh forks a background sleep and a shell that writes a marker after its own sleep
+        local tag = ("%d%s"):format(wall_ms() % 100000, sig)
+        local digits = tag:gsub("%a", "")
+        local bg_arg, fg_arg = "31." .. digits, "3.2" .. digits
+        local marker = TMP .. "/tree" .. sig .. ".marker"
+        write_file(TMP .. "/work" .. sig .. ".sh", ([[
+sleep %s &
+sh -c 'sleep %s; echo late > %s'
+]]):format(bg_arg, fg_arg, q(marker)))
+        local key = "run:tree:" .. sig
+        local name = script("tree" .. sig .. ".lua", ([[
+          require("redlock").default():with_lock(%q, { ttl = 3000 }, function()
+            print("locked") io.stdout:flush()
+            os.execute("sh ./work%s.sh")
+          end)
+        ]]):format(key, sig))
+        local job = bg("run " .. name, ENV)
+        assert.is_true(eventually(function()
+          return #proc.live_with_arg(bg_arg) == 1 and #proc.live_with_arg(fg_arg) == 1
+        end), job.output())
+        job:signal(sig)
+        -- the moment a second holder gets the lock, nothing of the job's tree may run
+        local acquired, left
+        assert.is_true(eventually(function()
+          local _, rc = redlock("exec -n -q " .. key .. " -- true", ENV)
+          if rc ~= 0 then return false end
+          acquired = true
+          left = #proc.live_with_arg(bg_arg) + #proc.live_with_arg(fg_arg)
+          return true
+        end, 10000), "the lock never became free")
+        assert.is_true(acquired)
+        local rc, out = job:wait(5000)
+        assert.are.equal(({ TERM = 143, INT = 130, HUP = 129 })[sig], rc, out)
+        assert.are.equal(0, left, "processes of the job ran on after the lock was free")
+        sleep_ms(3500)
+        assert.is_nil(read_file(marker), "the job's child wrote after the lock was free")
+        for _, pid in ipairs(proc.live_with_arg(bg_arg)) do proc.kill(pid, "KILL") end
+      end)
     end
   end)
 
@@ -289,6 +401,32 @@ describe("the redlock host", function()
       assert.matches("ran", out, 1, true)
       assert.is_true(took > 400, "took " .. took .. " ms")
       assert.are.equal(0, (holder:wait(5000)))
+    end)
+
+    it("waiting on a lock held elsewhere is silent, even for seconds", function()
+      local holder = bg("exec quietwait:r -- sleep 3", ENV)
+      assert.is_true(eventually(function() return get(1, "quietwait:r") ~= nil end))
+      local out, rc = redlock("exec quietwait:r -- echo ran", ENV)
+      assert.are.equal(0, rc, out)
+      assert.are.equal("ran\n", out)
+      assert.are.equal(0, (holder:wait(5000)))
+    end)
+
+    it("says on stderr, node by node, within seconds and then every 10 s, that no quorum can be reached", function()
+      local servers = "redis://127.0.0.1:1,redis://no-such-host.invalid:6379,redis://:pw@127.0.0.1:2"
+      local job = bg("exec --servers " .. servers .. " unreachable:r -- echo ran", "")
+      local function reports() return select(2, job.output():gsub("cannot lock 'unreachable:r'", "")) end
+      assert.is_true(eventually(function() return reports() >= 1 end, 10000), job.output())
+      local out = job.output()
+      assert.matches("still trying", out, 1, true)
+      assert.matches("redis://127.0.0.1:1: error (connect failed: Connection refused)", out, 1, true)
+      assert.matches("redis://no-such-host.invalid:6379: error (name resolution failed", out, 1, true)
+      assert.matches("redis://127.0.0.1:2", out, 1, true)
+      assert.is_nil(out:find("pw", 1, true), out)
+      assert.is_true(eventually(function() return reports() >= 2 end, 20000), job.output())
+      job:signal("TERM")
+      assert.are.equal(143, (job:wait(5000)))
+      assert.is_nil(job.output():find("ran", 1, true))
     end)
 
     it("never lets two commands on one resource overlap", function()
@@ -445,6 +583,31 @@ echo end >> %s
         local stat = read_file("/proc/" .. child .. "/stat")
         return not stat or stat:match("^%d+ %b() (%a)") == "Z"
       end, 2000), "the command still runs without its lock")
+    end)
+
+    it("a SIGKILLed redlock takes the command's whole process group with it, well within the ttl", function()
+      local tag = tostring(wall_ms() % 100000)
+      local marker = TMP .. "/killgroup.marker"
+      -- the command forks a background sleep and a shell that writes after its own sleep
+      local job = bg(("exec --ttl 6000 killgroup:r -- sh -c 'echo $$ > killgroup.pid; sleep 61.%s & "
+        .. [[sh -c "sleep 2.%s; echo late > %s"; wait']]):format(tag, tag, marker), ENV)
+      local pgrp
+      assert.is_true(eventually(function()
+        pgrp = tonumber(read_file(TMP .. "/killgroup.pid") or "")
+        return pgrp and #proc.live_with_arg("61." .. tag) == 1 and #proc.live_with_arg("2." .. tag) == 1
+      end), job.output())
+      assert.is_true(#proc.live_in_group(pgrp) >= 4)
+      local t0 = wall_ms()
+      job:signal("KILL")
+      assert.are.equal(137, (job:wait(5000)))
+      -- the grace period is 2000 ms; the validity left is at least ttl/2 = 3000 ms
+      assert.is_true(eventually(function() return #proc.live_in_group(pgrp) == 0 end, 10000),
+        "the command's group outlived redlock")
+      local took = wall_ms() - t0
+      assert.is_true(took < 3000, ("the group was stopped %d ms after redlock died"):format(took))
+      sleep_ms(3000)
+      assert.is_nil(read_file(marker), "the command's child wrote after redlock died")
+      for _, pid in ipairs(proc.live_in_group(pgrp)) do proc.kill(pid, "KILL") end
     end)
 
     it("gives the terminal to the command, so it can read it", function()

@@ -43,9 +43,16 @@ int rl_host_signals_start(void);
  * never returns (that thread calls _exit). Idempotent; also run by atexit. */
 void rl_host_finish(void);
 
-/* proc.c: stop the supervised child, if any: sig, then SIGKILL after its grace
- * period. Called by the signal thread. */
+/* proc.c: stop the supervised child, if any, and the process groups that
+ * os.execute children left running: sig, then SIGKILL after the grace period.
+ * Called by the signal thread, which then exits the process: from this call
+ * on, rl_host_wait and rl_host_system never return once their child ended. */
 void rl_host_stop_supervised(int sig);
+
+/* proc.c: fn is called (on the Lua thread) with SIGINT when an os.execute
+ * command that had the terminal died of SIGINT: the user's Ctrl-C was meant
+ * for the host too. signals.c handles it as if the host got the signal. */
+void rl_host_on_interrupt(void (*fn)(int sig));
 
 /* ---- exported for the FFI (see lua/redlock/host/sys.lua) ---- */
 
@@ -55,7 +62,10 @@ enum {
     RL_HOST_NEWPGRP = 1,    /* the child leads a new process group */
     RL_HOST_SUPERVISE = 2,  /* a signal to the host stops the child before the host exits */
     RL_HOST_FOREGROUND = 4,  /* and, on a terminal, the child's group becomes the foreground */
-    RL_HOST_DIE_WITH_HOST = 8 /* SIGKILL the child when the host dies (PR_SET_PDEATHSIG) */
+    RL_HOST_DIE_WITH_HOST = 8, /* SIGKILL the child when the host dies (PR_SET_PDEATHSIG) */
+    RL_HOST_WATCHDOG = 16      /* with NEWPGRP and SUPERVISE: a watcher process stops the
+                                  child's group (SIGTERM, SIGKILL after the grace period)
+                                  when the host dies in any way, SIGKILL included */
 };
 
 /* Start argv[0] (searched in PATH) with argv and the current environment,
@@ -76,8 +86,10 @@ int rl_host_kill(int pid, int sig, int group);
 /* True while pid's process group still has a member that is not a zombie. */
 int rl_host_group_alive(int pid);
 
-/* os.execute for the host: /bin/sh -c cmd, supervised, without ignoring
- * SIGINT/SIGQUIT in the host as system(3) does. Return the raw wait status as
+/* os.execute for the host: /bin/sh -c cmd in a process group of its own
+ * (the terminal's foreground group while it runs), supervised, without
+ * ignoring SIGINT/SIGQUIT in the host as system(3) does; if part of the group
+ * outlives the shell, the group is still stopped when a signal ends the host. Return the raw wait status as
  * system(3) does, or -1. cmd NULL: return 1 (a shell is available). */
 int rl_host_system(const char *cmd);
 

@@ -4,18 +4,26 @@
  * group of their own when asked, with the signal mask and dispositions a
  * freshly started program expects, and optionally killed with the host
  * (PR_SET_PDEATHSIG): a command run under a lock must not outlive the process
- * that keeps the lock, even when that one is SIGKILLed.
+ * that keeps the lock, even when that one is SIGKILLed. PR_SET_PDEATHSIG
+ * reaches only the child itself; a watcher process (RL_HOST_WATCHDOG) stops
+ * the rest of its process group when the host dies.
  *
  * At most one child at a time is *supervised*: when a signal ends the host,
  * the signal thread forwards the signal to it, gives it its grace period,
  * SIGKILLs what is left and only then releases the locks, so that nothing
  * protected by a lock still runs once the lock is free.
+ *
+ * os.execute children (rl_host_system) lead a process group of their own, so
+ * that stopping one reaches everything it started in that group; a group that
+ * still has members when its shell returns (`cmd &`) is remembered, and is
+ * stopped the same way as the supervised child.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +46,40 @@ static struct {
     int group;     /* pid leads its own process group */
     int grace_ms;
     int terminal;  /* we made its group the terminal's foreground */
+    int watch_fd;  /* > 0: the write end of the watcher's pipe */
+    pid_t watcher;
 } sup;
+
+/* Set once a signal is ending the host: a child that ends from then on was
+ * stopped by the signal thread, which still waits for the rest of its group
+ * and exits the process itself. The Lua thread must not go on (and release a
+ * lock) meanwhile, so the waits below never return once this is set. */
+static atomic_int stopping;
+
+static void wait_for_exit(void) {
+    for (;;) pause();
+}
+
+static void (*on_interrupt)(int sig);
+
+void rl_host_on_interrupt(void (*fn)(int sig)) {
+    on_interrupt = fn;
+}
+
+/* Process groups left behind by os.execute children (their shell has
+ * returned, some of its group still runs). 0: a free slot. */
+#define RL_HOST_LEFTOVERS 64
+static pid_t leftovers[RL_HOST_LEFTOVERS];
+
+/* Remember pgrp as a leftover group (under sup_lock); forget groups now empty. */
+static void remember_leftover(pid_t pgrp) {
+    int slot = -1;
+    for (int i = 0; i < RL_HOST_LEFTOVERS; i++) {
+        if (leftovers[i] != 0 && !rl_host_group_alive(leftovers[i])) leftovers[i] = 0;
+        if (leftovers[i] == 0 && slot < 0) slot = i;
+    }
+    if (slot >= 0) leftovers[slot] = pgrp;
+}
 
 /* Give the terminal back to the host's process group. */
 static void reclaim_terminal(void) {
@@ -50,14 +91,95 @@ static void reclaim_terminal(void) {
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
+/* Tell the watcher, if any, that the host stops the child itself: it exits
+ * without a signal sent. Reap it unless the host is about to exit anyway.
+ * Under sup_lock. */
+static void disarm_watcher(int reap) {
+    if (sup.watch_fd <= 0) return;
+    char b = 0;
+    ssize_t n;
+    do n = write(sup.watch_fd, &b, 1);
+    while (n < 0 && errno == EINTR);
+    close(sup.watch_fd);
+    sup.watch_fd = 0;
+    if (reap && sup.watcher > 0) {
+        pid_t r;
+        do r = waitpid(sup.watcher, NULL, 0);
+        while (r < 0 && errno == EINTR);
+    }
+    sup.watcher = 0;
+}
+
 /* Forget pid if it is the supervised child (and give the terminal back). */
 static void forget(pid_t pid) {
     pthread_mutex_lock(&sup_lock);
     if (sup.pid == pid && pid != 0) {
         if (sup.terminal) reclaim_terminal();
+        disarm_watcher(1);
         memset(&sup, 0, sizeof(sup));
     }
     pthread_mutex_unlock(&sup_lock);
+}
+
+/* The watcher, a forked copy of the host between fork and _exit (so
+ * async-signal-safe calls only): it waits on a pipe whose only write end the
+ * host holds. A byte means the host dealt with the child itself; EOF means
+ * the host died without doing so (SIGKILL, a crash), and then the watcher
+ * stops the child's process group: SIGTERM, SIGKILL after grace_ms. */
+static void watcher(int fd, pid_t pgrp, int grace_ms) {
+    static const int ign[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTTOU, SIGTTIN, SIGTSTP};
+    struct sigaction sa;
+    sigset_t none;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = SIG_IGN;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof(ign) / sizeof(ign[0]); i++) sigaction(ign[i], &sa, NULL);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    /* hold none of the host's files open (its output pipes, its sockets) */
+    int null = open("/dev/null", O_RDWR);
+    if (null >= 0) {
+        dup2(null, STDIN_FILENO);
+        dup2(null, STDOUT_FILENO);
+        dup2(null, STDERR_FILENO);
+    }
+    if (fd != 3) {
+        dup2(fd, 3);
+        fd = 3;
+    }
+    for (int i = 4; i < 1024; i++) close(i);
+    char b;
+    ssize_t n;
+    do n = read(fd, &b, 1);
+    while (n < 0 && errno == EINTR);
+    if (n == 1) _exit(0);
+    kill(-pgrp, SIGTERM);
+    kill(-pgrp, SIGCONT);
+    struct timespec tick = {0, 10 * 1000000L};
+    for (int waited = 0; waited < grace_ms; waited += 10) {
+        if (kill(-pgrp, 0) != 0 && errno == ESRCH) _exit(0);
+        nanosleep(&tick, NULL);
+    }
+    kill(-pgrp, SIGKILL);
+    _exit(0);
+}
+
+/* Start a watcher for the supervised child's group (under sup_lock). */
+static void start_watcher(pid_t pgrp, int grace_ms) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) return;
+    pid_t w = fork();
+    if (w == 0) {
+        close(fds[1]);
+        watcher(fds[0], pgrp, grace_ms);
+    }
+    close(fds[0]);
+    if (w < 0) {
+        close(fds[1]);
+        return;
+    }
+    sup.watch_fd = fds[1];
+    sup.watcher = w;
 }
 
 static int decode(int st) {
@@ -158,6 +280,7 @@ static int spawn(const char *file, int search, const char *const *argv, int flag
         sup.group = (flags & RL_HOST_NEWPGRP) != 0;
         sup.grace_ms = grace_ms;
         sup.terminal = 0;
+        if ((flags & RL_HOST_WATCHDOG) && sup.group) start_watcher(pid, grace_ms);
         if ((flags & RL_HOST_FOREGROUND) && sup.group && isatty(STDIN_FILENO) &&
             tcgetpgrp(STDIN_FILENO) == getpgrp()) {
             if (tcsetpgrp(STDIN_FILENO, pid) == 0) {
@@ -187,6 +310,7 @@ int rl_host_wait(int pid, int block, int *code) {
     pid_t r;
     do r = waitpid(pid, &st, block ? 0 : WNOHANG);
     while (r < 0 && errno == EINTR);
+    if (r != 0 && atomic_load(&stopping)) wait_for_exit();
     if (r == 0) return 0;
     if (r < 0) {
         *code = errno;
@@ -239,9 +363,11 @@ int rl_host_group_alive(int pid) {
 
 int rl_host_system(const char *cmd) {
     const char *argv[] = {"sh", "-c", cmd, NULL};
-    int err, code;
+    int err;
     if (cmd == NULL) return access("/bin/sh", X_OK) == 0;
-    int pid = spawn("/bin/sh", 0, argv, RL_HOST_SUPERVISE, RL_HOST_SYSTEM_GRACE_MS, &err);
+    int pid = spawn("/bin/sh", 0, argv,
+                    RL_HOST_NEWPGRP | RL_HOST_SUPERVISE | RL_HOST_FOREGROUND,
+                    RL_HOST_SYSTEM_GRACE_MS, &err);
     if (pid < 0) {
         errno = err;
         return -1;
@@ -250,8 +376,16 @@ int rl_host_system(const char *cmd) {
     pid_t r;
     do r = waitpid(pid, &st, 0);
     while (r < 0 && errno == EINTR);
+    if (atomic_load(&stopping)) wait_for_exit();
+    pthread_mutex_lock(&sup_lock);
+    int terminal = sup.pid == pid && sup.terminal;
+    if (rl_host_group_alive(pid)) remember_leftover(pid);
+    pthread_mutex_unlock(&sup_lock);
     forget(pid);
-    (void)code;
+    /* Ctrl-C reached only the command, whose group had the terminal: it was
+     * meant for the host too, as when the host kept the terminal. */
+    if (r == pid && terminal && WIFSIGNALED(st) && WTERMSIG(st) == SIGINT && on_interrupt)
+        on_interrupt(SIGINT);
     return r == pid ? st : -1;
 }
 
@@ -270,18 +404,45 @@ static int gone(pid_t pid, int group) {
     return r == pid || (r < 0 && errno == ECHILD) || (kill(pid, 0) != 0 && errno == ESRCH);
 }
 
+/* True once every target is gone. */
+static int all_gone(const pid_t *pids, const int *groups, int n) {
+    for (int i = 0; i < n; i++)
+        if (!gone(pids[i], groups[i])) return 0;
+    return 1;
+}
+
 void rl_host_stop_supervised(int sig) {
+    pid_t pids[RL_HOST_LEFTOVERS + 1];
+    int groups[RL_HOST_LEFTOVERS + 1], n = 0;
+    atomic_store(&stopping, 1);
     pthread_mutex_lock(&sup_lock);
-    pid_t pid = sup.pid;
-    int group = sup.group, grace_ms = sup.grace_ms, terminal = sup.terminal;
-    pthread_mutex_unlock(&sup_lock);
-    if (pid <= 0) return;
-    rl_host_kill(pid, sig, group);
-    rl_host_kill(pid, SIGCONT, group); /* a stopped child cannot act on sig */
-    for (int waited = 0; waited < grace_ms && !gone(pid, group); waited += 10) rl_host_sleep_ms(10);
-    if (!gone(pid, group)) {
-        rl_host_kill(pid, SIGKILL, group);
-        for (int waited = 0; waited < 1000 && !gone(pid, group); waited += 10) rl_host_sleep_ms(10);
+    int grace_ms = RL_HOST_SYSTEM_GRACE_MS, terminal = sup.terminal;
+    if (sup.pid > 0) {
+        pids[n] = sup.pid;
+        groups[n++] = sup.group;
+        grace_ms = sup.grace_ms;
     }
+    for (int i = 0; i < RL_HOST_LEFTOVERS; i++) {
+        if (leftovers[i] == 0) continue;
+        pids[n] = leftovers[i];
+        groups[n++] = 1;
+        leftovers[i] = 0;
+    }
+    pthread_mutex_unlock(&sup_lock);
+    if (n == 0) return;
+    for (int i = 0; i < n; i++) {
+        rl_host_kill(pids[i], sig, groups[i]);
+        rl_host_kill(pids[i], SIGCONT, groups[i]); /* a stopped child cannot act on sig */
+    }
+    for (int waited = 0; waited < grace_ms && !all_gone(pids, groups, n); waited += 10)
+        rl_host_sleep_ms(10);
+    if (!all_gone(pids, groups, n)) {
+        for (int i = 0; i < n; i++) rl_host_kill(pids[i], SIGKILL, groups[i]);
+        for (int waited = 0; waited < 1000 && !all_gone(pids, groups, n); waited += 10)
+            rl_host_sleep_ms(10);
+    }
+    pthread_mutex_lock(&sup_lock);
+    disarm_watcher(0);
+    pthread_mutex_unlock(&sup_lock);
     if (terminal) reclaim_terminal();
 }

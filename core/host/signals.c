@@ -69,6 +69,17 @@ static void terminate(int sig) {
     _exit(128 + sig);
 }
 
+/* A signal meant for the host reached only a child (rl_host_on_interrupt):
+ * act as if the host had received it. */
+static void interrupted(int sig) {
+    if (atomic_load(&defer_mode) && atomic_fetch_add(&deferred_count, 1) < 2) {
+        int none = 0;
+        atomic_compare_exchange_strong(&pending_sig, &none, sig);
+        return;
+    }
+    terminate(sig);
+}
+
 static void *signal_thread(void *ud) {
     (void)ud;
     for (;;) {
@@ -92,6 +103,7 @@ int rl_host_signals_start(void) {
     sigset_t all, old;
     pthread_t tid;
     if (pipe(pipe_fd) != 0) return -1;
+    rl_host_on_interrupt(interrupted);
     memset(&sa, 0, sizeof(sa));
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;

@@ -87,6 +87,41 @@ function M.alive(pid)
   return true
 end
 
+--- The pids of live (not zombie) processes matching f(cmdline_args, pgrp),
+-- read from /proc; cmdline_args is the list of the process's arguments.
+function M.live_processes(f)
+  local found = {}
+  local ls = io.popen("ls /proc")
+  for name in ls:lines() do
+    local pid = tonumber(name)
+    local stat = pid and M.read_file("/proc/" .. pid .. "/stat")
+    if stat then
+      local state, pgrp = stat:match("%) (%a) %-?%d+ (%-?%d+)")
+      local cmd = M.read_file("/proc/" .. pid .. "/cmdline") or ""
+      local argv = {}
+      for a in cmd:gmatch("[^%z]+") do argv[#argv + 1] = a end
+      if state and state ~= "Z" and state ~= "X" and f(argv, tonumber(pgrp)) then
+        found[#found + 1] = pid
+      end
+    end
+  end
+  ls:close()
+  return found
+end
+
+--- The live processes with one argument equal to arg.
+function M.live_with_arg(arg)
+  return M.live_processes(function(argv)
+    for _, a in ipairs(argv) do if a == arg then return true end end
+    return false
+  end)
+end
+
+--- The live members of process group pgrp.
+function M.live_in_group(pgrp)
+  return M.live_processes(function(_, g) return g == pgrp end)
+end
+
 function M.kill(pid, sig)
   local signo = type(sig) == "number" and sig or SIGNALS[sig or "TERM"]
   assert(signo, "unknown signal " .. tostring(sig))

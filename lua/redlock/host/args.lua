@@ -5,15 +5,22 @@
 --
 -- A spec is a list of { name =, short =, long =, arg = "METAVAR", check = } where
 -- check is one of "ms" (integer > 0), "ms0" (integer >= 0), "status" (0..255),
--- "count" (integer >= 1) or nil (any string). Misuse returns nil and a message.
+-- "count" (integer >= 1) or nil (any string); numbers above MAX (what a C int
+-- holds, and the most any core call takes in ms) are refused. Misuse returns
+-- nil and a message naming the option.
 
 local _M = {}
 
+local MAX = 2147483647
+_M.MAX = MAX
+
 local checks = {
-  ms = { "a positive number of milliseconds", function(n) return n and n > 0 end },
-  ms0 = { "a number of milliseconds (0 or more)", function(n) return n and n >= 0 end },
+  ms = { ("a number of milliseconds from 1 to %d"):format(MAX),
+    function(n) return n and n > 0 and n <= MAX end },
+  ms0 = { ("a number of milliseconds from 0 to %d"):format(MAX),
+    function(n) return n and n >= 0 and n <= MAX end },
   status = { "an exit status from 0 to 255", function(n) return n and n >= 0 and n <= 255 end },
-  count = { "a positive integer", function(n) return n and n >= 1 end },
+  count = { ("an integer from 1 to %d"):format(MAX), function(n) return n and n >= 1 and n <= MAX end },
 }
 
 local function convert(opt, text, shown)

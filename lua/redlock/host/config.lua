@@ -52,13 +52,30 @@ function _M.client_options(opts)
   return { servers = servers, prefix = prefix ~= "" and prefix or nil, keepalive = true }
 end
 
+-- An error that is the user's configuration, not the script: `redlock run`
+-- exits 64 with its message and no traceback.
+local USAGE_MT = { __tostring = function(e) return e.msg end }
+
+function _M.is_usage_error(e)
+  return type(e) == "table" and getmetatable(e) == USAGE_MT
+end
+
 --- Make redlock.default() return a client built from the host configuration,
 -- and make keep-alive the default for every client created in the host (so
 -- that the signal thread's rl_keeper_release_all covers every held lock).
 function _M.install(opts)
   local redlock = require "redlock"
-  local copts = _M.client_options(opts)
-  if copts then redlock.configure(copts) end
+  local copts, err = _M.client_options(opts)
+  if copts then
+    redlock.configure(copts)
+  elseif not redlock._host_default then
+    local default = redlock.default
+    redlock._host_default = default
+    redlock.default = function()
+      if _M.servers({}) then return default() end -- REDLOCK_SERVERS set by the script
+      error(setmetatable({ msg = err }, USAGE_MT), 2)
+    end
+  end
   if not redlock._host_new then
     local new = redlock.new
     redlock._host_new = new
@@ -87,15 +104,38 @@ function _M.client(opts)
   return dlm
 end
 
---- Acquire resource with keep-alive. o: ttl, margin, policy, nonblock, wait.
--- Without nonblock, wait or policy, waits as long as it takes.
+--- Acquire resource with keep-alive. o: ttl, margin, policy, nonblock, wait,
+-- and unreachable: function(err, detail, ms) called after each failed
+-- attempt that was not "busy", with how long the attempts have failed that
+-- way. Without nonblock, wait or policy, waits as long as it takes.
 function _M.lock(dlm, resource, o)
-  local retry = require("redlock").retry
+  local sys = require "redlock.host.sys"
   local lopts = { ttl = o.ttl, keepalive = true, margin = o.margin }
   if o.nonblock then return dlm:try_lock(resource, lopts) end
-  lopts.wait = o.wait
-  lopts.retry = o.policy or retry.forever()
-  return dlm:lock(resource, lopts)
+  local policy = o.policy or require("redlock").retry.forever()
+  local deadline = o.wait and sys.now_ms() + o.wait
+  local since -- when the attempts began failing for another reason than busy
+  local attempt = 1
+  local lk, err, detail = dlm:try_lock(resource, lopts)
+  while not lk do
+    if err == "busy" then
+      since = nil
+    elseif o.unreachable then
+      since = since or sys.now_ms()
+      o.unreachable(err, detail, sys.now_ms() - since)
+    end
+    local delay = policy(attempt, err)
+    if not delay then return nil, err, detail end
+    if deadline then
+      local left = deadline - sys.now_ms()
+      if left <= 0 then return nil, err, detail end
+      if delay > left then delay = left end
+    end
+    _M.sleep(dlm, delay)
+    attempt = attempt + 1
+    lk, err, detail = dlm:try_lock(resource, lopts)
+  end
+  return lk
 end
 
 --- Sleep ms while serving dlm's connections (late replies, reconnects), so

@@ -27,6 +27,8 @@ local POLL_MS = 10
 local DEFAULT_TTL = 10000
 local DEFAULT_GRACE = 2000
 local MIN_SAFETY = 20
+local UNREACHABLE_FIRST_MS = 2000 -- a cluster that cannot be reached is reported after this
+local UNREACHABLE_EVERY_MS = 10000 -- and again after each such period
 
 --- The validity kept in hand after SIGKILL: ttl/20, at least MIN_SAFETY ms.
 local function safety_for(ttl)
@@ -79,7 +81,9 @@ REDLOCK_VALUE (this holder's lock value) and REDLOCK_VALIDITY_MS.
 If the lock is lost while COMMAND runs (its keys are taken over, or too few
 nodes answer extensions), COMMAND's process group gets SIGTERM and, after the
 grace period, SIGKILL - before the lock's validity runs out - and redlock
-exits with 75. Without -n or -w, redlock waits for RESOURCE as long as it takes.
+exits with 75. Without -n or -w, redlock waits for RESOURCE as long as it takes;
+while too few nodes can be reached, it says so on stderr, node by node, after
+%d s and then every %d s.
 
 The lock is extended every ttl/3. SIGKILL comes a safety margin (ttl/20, at
 least %d ms) before the validity ends, and grace + safety must fit in half
@@ -92,7 +96,8 @@ Options:
 %s
 
 %s
-]]):format(MIN_SAFETY, DEFAULT_GRACE, max_grace(1000), DEFAULT_GRACE, full_grace_ttl(), MIN_TTL,
+]]):format(UNREACHABLE_FIRST_MS / 1000, UNREACHABLE_EVERY_MS / 1000,
+    MIN_SAFETY, DEFAULT_GRACE, max_grace(1000), DEFAULT_GRACE, full_grace_ttl(), MIN_TTL,
     args.describe(SPEC), host.EXIT_STATUS_HELP)
 end
 
@@ -175,9 +180,19 @@ function _M.run(opts, argv, k)
   local dlm, err = config.client(opts)
   if not dlm then return host.fail(EXIT.USAGE, "%s", err) end
 
+  -- Waiting for a lock held elsewhere is silent; failing to reach a quorum of
+  -- the nodes is not: say so after UNREACHABLE_FIRST_MS, then every
+  -- UNREACHABLE_EVERY_MS, node by node.
+  local next_report = UNREACHABLE_FIRST_MS
+  local function unreachable(err, detail, ms)
+    if ms < next_report then return end
+    next_report = ms + UNREACHABLE_EVERY_MS
+    host.fail(EXIT.UNAVAILABLE, "cannot lock '%s' for %d s: %s; still trying%s", resource,
+      math.floor(ms / 1000), tostring(err), detail and ("\n" .. config.describe_detail(detail)) or "")
+  end
   local lock, why, detail = config.lock(dlm, resource, {
     ttl = ttl, margin = margin, policy = policy,
-    nonblock = opts.nonblock, wait = opts.wait or opts.timeout,
+    nonblock = opts.nonblock, wait = opts.wait or opts.timeout, unreachable = unreachable,
   })
   if not lock then
     if why == "busy" then
@@ -200,7 +215,7 @@ function _M.run(opts, argv, k)
   sys.setenv("REDLOCK_VALIDITY_MS", math.floor(lock.validity or ttl))
   if lock.token then sys.setenv("REDLOCK_TOKEN", lock.token) end
   local pid, serr, errno = sys.spawn(command,
-    sys.NEWPGRP + sys.SUPERVISE + sys.FOREGROUND + sys.DIE_WITH_HOST, grace)
+    sys.NEWPGRP + sys.SUPERVISE + sys.FOREGROUND + sys.DIE_WITH_HOST + sys.WATCHDOG, grace)
   if not pid then
     config.release(lock)
     if errno == sys.ENOENT then

@@ -21,10 +21,16 @@ local function self_info()
   return package.loaded["redlock.host.self"] or {}
 end
 
---- Print "redlock: message" on stderr; return code.
+--- text with the password of every URL in it replaced by ***
+-- (scheme://user:secret@... -> scheme://user:***@...).
+function _M.redact(text)
+  return (text:gsub("(%a[%w+.-]*://[^:/@%s'\",]*:)[^@%s'\",]*@", "%1***@"))
+end
+
+--- Print "redlock: message" on stderr, never with a password from a URL; return code.
 function _M.fail(code, fmt, ...)
   local msg = select("#", ...) > 0 and fmt:format(...) or fmt
-  io.stderr:write("redlock: ", msg, "\n")
+  io.stderr:write("redlock: ", _M.redact(msg), "\n")
   io.stderr:flush()
   return code
 end

@@ -4,9 +4,11 @@
 -- arguments, arg[-1] "run", arg[-2] the executable) and gets ARGS as `...`.
 -- require "redlock" works; redlock.default() is a client built from
 -- --servers / REDLOCK_SERVERS; every client made in the host keeps its locks
--- alive from a C thread. If the script returns a number, that is the exit
--- status (false: 1). A script error prints "redlock: message" and a traceback
--- and exits 1. Every way out releases the locks still held first.
+-- alive from a C thread. If the script returns a whole number from 0 to 255,
+-- that is the exit status (false: 1); any other number is an error (exit 1,
+-- with a message). A script error prints "redlock: message" and a traceback
+-- and exits 1; redlock.default() without servers configured is a usage error
+-- (64, no traceback). Every way out releases the locks still held first.
 
 local host = require "redlock.host"
 local args = require "redlock.host.args"
@@ -31,8 +33,10 @@ Run a Lua job script under LuaJIT. Inside it:
   end)
 `arg` and `...` hold ARGS. Locks are kept alive by default in the host, and
 released on every way out: the end of the script, an error, os.exit(),
-SIGINT (exit 130), SIGTERM (exit 143). A script that returns a number exits
-with it; a script error prints its message and a traceback and exits 1.
+SIGINT (exit 130), SIGTERM (exit 143). A script that returns a number from
+0 to 255 exits with it (another number is an error, exit 1); a script error
+prints its message and a traceback and exits 1; redlock.default() with no
+servers configured exits 64.
 
 Options (before SCRIPT):
 %s
@@ -53,6 +57,7 @@ local function trim_traceback(tb)
 end
 
 local function handler(e)
+  if config.is_usage_error(e) then return e end
   local msg = e
   if type(e) ~= "string" then
     local mt = getmetatable(e)
@@ -81,9 +86,16 @@ function _M.run(opts, argv, k)
 
   local res = { xpcall(function() return chunk(unpack(sarg, 1, n)) end, handler) }
   io.stdout:flush()
-  if not res[1] then return host.fail(EXIT.FAIL, "%s", res[2]) end
+  if not res[1] then
+    if config.is_usage_error(res[2]) then return host.fail(EXIT.USAGE, "%s", tostring(res[2])) end
+    return host.fail(EXIT.FAIL, "%s", res[2])
+  end
   local r = res[2]
-  if type(r) == "number" and r % 1 == 0 and r >= 0 and r <= 255 then return r end
+  if type(r) == "number" then
+    if r % 1 == 0 and r >= 0 and r <= 255 then return r end
+    return host.fail(EXIT.FAIL, "%s returned %s: an exit status is a whole number from 0 to 255",
+      script, tostring(r))
+  end
   if r == false then return EXIT.FAIL end
   return EXIT.OK
 end
