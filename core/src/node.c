@@ -199,12 +199,20 @@ static void on_readable(EV_P_ ev_io *w, int revents) {
     rl_node *n = w->data;
     char buf[READ_CHUNK];
     const char *ended = NULL;
+    unsigned conn = n->conn;
     for (;;) {
         ssize_t got = read(n->fd, buf, sizeof(buf));
         if (got > 0) {
             n->progress_ms = rl_now_ms();
-            if (rl_reader_feed(&n->reader, buf, (size_t)got) != 0) ended = "out of memory";
-            else if (got == (ssize_t)sizeof(buf)) continue; /* there may be more */
+            if (rl_reader_feed(&n->reader, buf, (size_t)got) != 0) {
+                ended = "out of memory";
+                break;
+            }
+            /* Parse as the bytes come, so what is buffered stays within the
+             * reader's limits; replies that arrived before an end still count. */
+            dispatch(n);
+            if (n->conn != conn) return; /* dropped: n->fd is no longer this connection */
+            if (got == (ssize_t)sizeof(buf)) continue; /* there may be more */
         } else if (got == 0) {
             ended = "closed by the server";
         } else if (errno == EINTR) {
@@ -214,9 +222,7 @@ static void on_readable(EV_P_ ev_io *w, int revents) {
         }
         break;
     }
-    unsigned conn = n->conn;
-    dispatch(n); /* replies that arrived before the end still count */
-    if (ended && n->conn == conn) {
+    if (ended) {
         set_err(n, "connection lost: ", ended);
         drop(n, n->errstr);
     }

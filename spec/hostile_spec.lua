@@ -1,0 +1,108 @@
+-- Hostile nodes: a node that declares a reply of 1 GB, one that answers
+-- NOSCRIPT to everything, a refused AUTH or SELECT with a command queued
+-- behind it, and one server listed twice under different spellings. Each is
+-- one failed vote that says why; none costs memory, time, a stray key, or a
+-- second vote.
+
+local redlock = require "redlock"
+local cluster = require "helpers.cluster"
+local faults = require "helpers.faults"
+local proc = require "helpers.proc"
+
+local NODE_TIMEOUT = 50
+-- Generous: a round here costs a round trip or a node timeout; the bug it
+-- guards against cost seconds.
+local ROUND_BOUND = 2000
+local RSS_GROWTH_KB = 64 * 1024
+
+local res = cluster.names("hostile")
+
+local function rss_kb()
+  local text = proc.read_file("/proc/self/status")
+  return tonumber(text:match("VmRSS:%s*(%d+)"))
+end
+
+local function timed(fn, ...)
+  local t0 = proc.now_ms()
+  local a, b, c = fn(...)
+  return proc.now_ms() - t0, a, b, c
+end
+
+-- A loopback URL nothing listens on.
+local function dead_url()
+  local tmp = cluster.start(1)
+  local port = tmp.ports[1]
+  tmp:stop()
+  return "redis://127.0.0.1:" .. port
+end
+
+-- Commands the fake server logged whose name is one of names.
+local function count_cmds(fake, names)
+  local n = 0
+  for name in fake:log():gmatch("cmd (%u+)") do
+    if names[name] then n = n + 1 end
+  end
+  return n
+end
+
+local SCRIPTS = { EVAL = true, EVALSHA = true }
+
+describe("hostile nodes", function()
+  local cl
+
+  lazy_setup(function() cl = cluster.start(3) end)
+  teardown(function()
+    faults.stop_all()
+    cluster.stop_all()
+  end)
+
+  describe("a node that declares a 1 GB reply", function()
+    local fake
+    lazy_setup(function() fake = faults.fakeserver("huge") end)
+    lazy_teardown(function() if fake then fake:stop() end end)
+
+    it("is one failed vote that says why, costing neither memory nor time", function()
+      local servers = { fake.url, cl.urls[2], cl.urls[3] }
+      local dlm = redlock.new { servers = servers, node_timeout = NODE_TIMEOUT }
+      local all = redlock.new { servers = servers, node_timeout = NODE_TIMEOUT, quorum = 3 }
+      collectgarbage()
+      local before = rss_kb()
+      for _ = 1, 5 do
+        local ms, lock, err, detail = timed(dlm.try_lock, dlm, res("huge"))
+        assert.is_nil(err, tostring(err) .. " " .. cluster.show(detail))
+        assert.equal(2, lock.votes)
+        assert.is_true(ms < ROUND_BOUND, ("took %.1f ms"):format(ms))
+        ms = timed(lock.unlock, lock)
+        assert.is_true(ms < ROUND_BOUND, ("unlock took %.1f ms"):format(ms))
+
+        -- with all three needed, the detail shows why the fake did not vote
+        ms, lock, err, detail = timed(all.try_lock, all, res("huge3"))
+        assert.is_nil(lock)
+        assert.equal("unavailable", err)
+        assert.is_true(ms < ROUND_BOUND, ("took %.1f ms"):format(ms))
+        assert.equal("error", detail[1].state, cluster.show(detail))
+        assert.matches("reply too large", detail[1].error, 1, true)
+      end
+      local growth = rss_kb() - before
+      assert.is_true(growth < RSS_GROWTH_KB, ("RSS grew by %d kB"):format(growth))
+      dlm:close()
+      all:close()
+    end)
+
+    it("does not make a kept lock lost while two healthy nodes extend it", function()
+      local dlm = redlock.new { servers = { fake.url, cl.urls[2], cl.urls[3] }, node_timeout = NODE_TIMEOUT }
+      collectgarbage()
+      local before = rss_kb()
+      local lock, err, detail = dlm:try_lock(res("kept"), { ttl = 1000, keepalive = true })
+      assert.is_nil(err, tostring(err) .. " " .. cluster.show(detail))
+      proc.sleep_ms(3000) -- three ttls: the keeper has extended it several times
+      assert.is_false(lock:lost())
+      assert.is_true(lock:valid())
+      assert(lock:unlock())
+      local growth = rss_kb() - before
+      assert.is_true(growth < RSS_GROWTH_KB, ("RSS grew by %d kB"):format(growth))
+      dlm:close()
+    end)
+  end)
+
+end)
