@@ -105,4 +105,53 @@ describe("hostile nodes", function()
     end)
   end)
 
+  describe("a node that answers NOSCRIPT to everything", function()
+    local fake
+    lazy_setup(function() fake = faults.fakeserver("noscript") end)
+    lazy_teardown(function() if fake then fake:stop() end end)
+
+    it("gets the script once by EVAL, then fails its vote saying so", function()
+      local dlm = redlock.new { servers = { fake.url, cl.urls[2], cl.urls[3] }, node_timeout = NODE_TIMEOUT }
+      local r = res("noscript")
+      local lock, err, detail = dlm:try_lock(r, { ttl = 10000 })
+      assert.is_nil(err, tostring(err) .. " " .. cluster.show(detail))
+
+      local sent = count_cmds(fake, SCRIPTS)
+      assert(lock:extend())
+      assert.is_true(count_cmds(fake, SCRIPTS) - sent <= 2, fake:log())
+
+      -- the key gone from one real node: the extension fails, and the detail
+      -- shows what the fake said
+      cluster.del(cl, 2, r)
+      sent = count_cmds(fake, SCRIPTS)
+      local ms, ok
+      ms, ok, err, detail = timed(lock.extend, lock)
+      assert.is_nil(ok)
+      assert.equal("unavailable", err) -- one granted, one did not hold it, one failed
+      assert.is_true(ms < ROUND_BOUND, ("took %.1f ms"):format(ms))
+      assert.equal("error", detail[1].state, cluster.show(detail))
+      assert.matches("NOSCRIPT after EVAL", detail[1].error, 1, true)
+      assert.is_true(count_cmds(fake, SCRIPTS) - sent <= 2, fake:log())
+
+      sent = count_cmds(fake, SCRIPTS)
+      ok, err, detail = lock:unlock()
+      assert.is_nil(ok)
+      assert.equal("unavailable", err) -- one granted, one did not hold it, one failed
+      assert.equal("error", detail[1].state, cluster.show(detail))
+      assert.matches("NOSCRIPT after EVAL", detail[1].error, 1, true)
+      assert.is_nil(cluster.get(cl, 3, r))
+      assert.is_true(count_cmds(fake, SCRIPTS) - sent <= 2, fake:log())
+
+      -- and a lock held on both real nodes is released there
+      r = res("noscript2")
+      lock = assert(dlm:try_lock(r, { ttl = 10000 }))
+      sent = count_cmds(fake, SCRIPTS)
+      assert(lock:unlock())
+      assert.is_nil(cluster.get(cl, 2, r))
+      assert.is_nil(cluster.get(cl, 3, r))
+      assert.is_true(count_cmds(fake, SCRIPTS) - sent <= 2, fake:log())
+      dlm:close()
+    end)
+  end)
+
 end)

@@ -266,7 +266,7 @@ static void op_start_cleanup(rl_client *c, rl_op *op) {
     op->phase = OP_CLEANUP;
     op->cleanup_pending = 0;
     int encoded = rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, op->res.value) == 0;
-    rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, rl_now_ms()};
+    rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, rl_now_ms(), 0};
     for (int i = 0; i < c->nnodes; i++) {
         rl_node_result *n = &op->res.node[i];
         if (!(op->sent & (1u << i)) || n->state == RL_NODE_TAKEN) continue;
@@ -323,6 +323,7 @@ static int resend_as_eval(rl_client *c, rl_op *op, int node, rl_ticket t) {
                  : rl_cmd_extend(&c->scratch, 0, op->key.data, op->key.len, op->res.value, op->round.ttl_ms);
     if (rc != 0) return -1;
     t.sent_ms = rl_now_ms();
+    t.eval = 1;
     return rl_node_send(&c->nodes[node], c->scratch.data, c->scratch.len, t);
 }
 
@@ -338,9 +339,19 @@ static void on_node_reply(void *owner, int node, rl_ticket t, const rl_reply *re
     }
     rl_op *op = c->ops[t.slot];
     if (op->gen != t.gen) return; /* a late reply to an earlier phase or operation */
-    if (is_noscript(reply) && resend_as_eval(c, op, node, t) == 0) return;
+    if (is_noscript(reply) && !t.eval && resend_as_eval(c, op, node, t) == 0) return;
     if (op->phase == OP_ROUND) {
-        if (rl_round_reply(&op->round, node, reply, errstr, rl_now_ms())) op_round_decided(c, op);
+        int decided;
+        if (is_noscript(reply) && t.eval) {
+            /* The script itself was refused as unknown: a node that cannot
+             * run it fails its vote, without another try. */
+            char why[RL_NODE_ERR_LEN];
+            snprintf(why, sizeof(why), "NOSCRIPT after EVAL: %.*s", (int)sizeof(why) - 22, reply->str);
+            decided = rl_round_vote(&op->round, node, RL_NODE_ERROR, why, rl_now_ms());
+        } else {
+            decided = rl_round_reply(&op->round, node, reply, errstr, rl_now_ms());
+        }
+        if (decided) op_round_decided(c, op);
     } else if (op->phase == OP_CLEANUP) {
         if (--op->cleanup_pending == 0) op_complete(c, op);
     }
@@ -412,7 +423,7 @@ static int begin(rl_client *c, int kind, const char *resource, size_t len, const
     double now = rl_now_ms();
     rl_round_start(&op->round, &op->res, kind, c->nnodes, c->quorum, ttl_ms, c->opts.drift_factor, now);
     start_timer(c, op);
-    rl_ticket t = {op->slot, op->gen, kind, now};
+    rl_ticket t = {op->slot, op->gen, kind, now, 0};
     for (int i = 0; i < c->nnodes && op->phase == OP_ROUND; i++) {
         if (rl_node_send(&c->nodes[i], op->cmd.data, op->cmd.len, t) == 0) {
             op->sent |= 1u << i;

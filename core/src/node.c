@@ -299,7 +299,7 @@ static int queue_setup(rl_node *n) {
         int argc = 1;
         if (n->url.user[0]) argv[argc] = n->url.user, lens[argc++] = strlen(n->url.user);
         argv[argc] = n->url.password, lens[argc++] = strlen(n->url.password);
-        rl_ticket t = {-1, 0, SETUP_AUTH, rl_now_ms()};
+        rl_ticket t = {-1, 0, SETUP_AUTH, rl_now_ms(), 0};
         rc = rl_cmd_append_argv(&cmd, argc, argv, lens);
         if (rc == 0) rc = queue_command(n, cmd.data, cmd.len, t);
         cmd.len = 0;
@@ -308,7 +308,7 @@ static int queue_setup(rl_node *n) {
         char db[16];
         const char *argv[2] = {"SELECT", db};
         size_t lens[2] = {6, (size_t)snprintf(db, sizeof(db), "%d", n->url.db)};
-        rl_ticket t = {-1, 0, SETUP_SELECT, rl_now_ms()};
+        rl_ticket t = {-1, 0, SETUP_SELECT, rl_now_ms(), 0};
         rc = rl_cmd_append_argv(&cmd, 2, argv, lens);
         if (rc == 0) rc = queue_command(n, cmd.data, cmd.len, t);
     }

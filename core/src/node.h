@@ -16,14 +16,16 @@
 #include "url.h"
 
 /* Which operation (slot) and which phase of it (gen) a command belongs to,
- * what the command was (RL_OP_*, to check that a reply fits it) and when it
+ * what the command was (RL_OP_*, to check that a reply fits it), when it
  * was sent (a clock reading the sender takes once for all nodes; the stall
- * watchdog measures from it). */
+ * watchdog measures from it), and whether it is already the EVAL sent after
+ * a NOSCRIPT (there is no second fallback). */
 typedef struct rl_ticket {
     int slot;
     unsigned gen;
     int kind;
     double sent_ms;
+    int eval;
 } rl_ticket;
 
 /* Called for every reply to a command sent with rl_node_send, in order.
