@@ -154,4 +154,36 @@ describe("hostile nodes", function()
     end)
   end)
 
+  describe("a refused SELECT or AUTH", function()
+    it("stops the command queued behind it: no key is left in any db", function()
+      cluster.flush(cl)
+      local servers = {
+        cl.urls[1] .. "/99",                                  -- redis has 16 databases
+        "redis://:no-such-pw@127.0.0.1:" .. cl.ports[2],      -- the server has no password
+        cl.urls[3],
+      }
+      local dlm = redlock.new { servers = servers, node_timeout = NODE_TIMEOUT, quorum = 3 }
+      for _ = 1, 3 do
+        local r = res("refused")
+        local lock, err, detail = dlm:try_lock(r, { ttl = 60000 })
+        assert.is_nil(lock)
+        assert.equal("unavailable", err)
+        if detail[1].state ~= "pending" then
+          assert.matches("SELECT refused", detail[1].error, 1, true)
+        end
+        if detail[2].state ~= "pending" then
+          assert.matches("AUTH refused", detail[2].error, 1, true)
+        end
+        for i = 1, 3 do
+          assert.equal(-2, cluster.pttl(cl, i, r))
+        end
+        for i = 1, 2 do
+          local keyspace = cl:cli(i, "INFO", "keyspace")
+          assert.is_nil(keyspace:match("keys=%d+"), ("node %d: %s"):format(i, keyspace))
+        end
+      end
+      dlm:close()
+    end)
+  end)
+
 end)

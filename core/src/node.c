@@ -101,7 +101,8 @@ static void close_socket(rl_node *n) {
     if (n->fd >= 0) close(n->fd);
     n->fd = -1;
     n->conn++;
-    n->out.len = n->out_off = 0;
+    n->out.len = n->out_off = n->hold_at = 0;
+    n->setup_left = 0;
     rl_reader_free(&n->reader);
 }
 
@@ -126,11 +127,18 @@ void rl_node_reset(rl_node *n, const char *why) {
 
 /* ---- writing ---- */
 
-/* Write what is queued. Return 0 when all is written, 1 when the socket is
- * full, -1 on an error (errno says which). */
+/* Where the bytes that may go out now end: until the setup has succeeded,
+ * only the setup commands may. */
+static size_t writable_end(const rl_node *n) {
+    return n->setup_left > 0 ? n->hold_at : n->out.len;
+}
+
+/* Write what is queued and may go out. Return 0 when all of it is written,
+ * 1 when the socket is full, -1 on an error (errno says which). */
 static int write_out(rl_node *n) {
-    while (n->out_off < n->out.len) {
-        ssize_t w = send(n->fd, n->out.data + n->out_off, n->out.len - n->out_off, MSG_NOSIGNAL);
+    size_t end = writable_end(n);
+    while (n->out_off < end) {
+        ssize_t w = send(n->fd, n->out.data + n->out_off, end - n->out_off, MSG_NOSIGNAL);
         if (w > 0) {
             n->out_off += (size_t)w;
             n->progress_ms = rl_now_ms();
@@ -142,7 +150,7 @@ static int write_out(rl_node *n) {
             return -1;
         }
     }
-    n->out.len = n->out_off = 0;
+    if (n->out_off == n->out.len) n->out.len = n->out_off = n->hold_at = 0;
     return 0;
 }
 
@@ -165,12 +173,21 @@ static int queue_command(rl_node *n, const char *cmd, size_t len, rl_ticket t) {
 
 /* ---- reading ---- */
 
-/* A reply to AUTH or SELECT: a refusal ends the connection, and every
- * command queued behind it fails with the reason. */
+/* Every setup reply is in and none refused: commands held back go out. */
+static void setup_done(rl_node *n) {
+    n->backoff_ms = n->opts->reconnect_min_ms;
+    rl_node_flush(n);
+}
+
+/* A reply to AUTH or SELECT. A refusal ends the connection, and every
+ * command held behind it fails with the reason, never having been sent. */
 static void setup_reply(rl_node *n, rl_ticket t, const rl_reply *reply) {
-    if (reply->type != RL_REPLY_ERROR) return;
-    set_err(n, t.kind == SETUP_AUTH ? "AUTH refused: " : "SELECT refused: ", reply->str);
-    drop(n, n->errstr);
+    if (reply->type == RL_REPLY_ERROR) {
+        set_err(n, t.kind == SETUP_AUTH ? "AUTH refused: " : "SELECT refused: ", reply->str);
+        drop(n, n->errstr);
+        return;
+    }
+    if (--n->setup_left == 0) setup_done(n);
 }
 
 /* Hand every complete reply to its ticket, until the connection ends. */
@@ -235,7 +252,6 @@ static void connected(rl_node *n) {
     n->link = RL_LINK_UP;
     n->progress_ms = rl_now_ms();
     n->last_outq = -1;
-    n->backoff_ms = n->opts->reconnect_min_ms;
     n->errstr[0] = '\0';
     ev_io_start(n->loop, &n->readable);
     ev_io_stop(n->loop, &n->writable);
@@ -262,7 +278,7 @@ static void on_writable(EV_P_ ev_io *w, int revents) {
     if (write_out(n) < 0) {
         set_err(n, "connection lost: ", strerror(errno));
         drop(n, n->errstr);
-    } else if (n->out.len == 0) {
+    } else if (n->out_off == writable_end(n)) {
         ev_io_stop(n->loop, &n->writable);
     }
 }
@@ -287,12 +303,13 @@ static void on_retry_timer(EV_P_ ev_timer *w, int revents) {
     connect_now(w->data);
 }
 
-/* Queue AUTH and SELECT as the URL asks; they go out first on connect.
- * Return 0, or -1 when out of memory (nothing half-queued is left behind:
- * the caller drops the connection). */
+/* Queue AUTH and SELECT as the URL asks; they go out first on connect, and
+ * what is queued after them waits for their replies.
+ * Return 0, or -1 when out of memory (the caller drops the connection). */
 static int queue_setup(rl_node *n) {
     rl_buf cmd = {0};
     int rc = 0;
+    n->setup_left = 0;
     if (n->url.password[0]) {
         const char *argv[3] = {"AUTH"};
         size_t lens[3] = {4};
@@ -302,6 +319,7 @@ static int queue_setup(rl_node *n) {
         rl_ticket t = {-1, 0, SETUP_AUTH, rl_now_ms(), 0};
         rc = rl_cmd_append_argv(&cmd, argc, argv, lens);
         if (rc == 0) rc = queue_command(n, cmd.data, cmd.len, t);
+        if (rc == 0) n->setup_left++;
         cmd.len = 0;
     }
     if (n->url.db && rc == 0) {
@@ -311,7 +329,9 @@ static int queue_setup(rl_node *n) {
         rl_ticket t = {-1, 0, SETUP_SELECT, rl_now_ms(), 0};
         rc = rl_cmd_append_argv(&cmd, 2, argv, lens);
         if (rc == 0) rc = queue_command(n, cmd.data, cmd.len, t);
+        if (rc == 0) n->setup_left++;
     }
+    n->hold_at = n->out.len;
     rl_buf_free(&cmd);
     return rc;
 }

@@ -1,7 +1,8 @@
 /* node.h — one node's connection: a non-blocking socket on a libev loop,
  * its address found outside any round (resolve.h), connect with a deadline,
- * AUTH/SELECT on connect, reconnect with doubling backoff, commands queued
- * and written in one write per flush, replies parsed once (reply.h), and a
+ * AUTH/SELECT on connect (nothing else goes out until they have succeeded),
+ * reconnect with doubling backoff, commands queued and written in one write
+ * per flush, replies parsed once (reply.h), and a
  * FIFO of tickets that pairs every reply with the operation that asked for
  * it. */
 #ifndef RL_NODE_H
@@ -67,6 +68,8 @@ typedef struct rl_node {
 
     rl_buf out;              /* bytes not written yet: out.data[out_off .. out.len) */
     size_t out_off;
+    int setup_left;          /* setup replies (AUTH, SELECT) still awaited on this connection */
+    size_t hold_at;          /* while setup_left > 0: out.data[hold_at ..) waits for the setup to succeed */
     rl_reader reader;
 
     rl_ticket *ring;         /* tickets of commands awaiting replies, oldest first */
