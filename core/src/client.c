@@ -339,7 +339,9 @@ static void on_node_reply(void *owner, int node, rl_ticket t, const rl_reply *re
     }
     rl_op *op = c->ops[t.slot];
     if (op->gen != t.gen) return; /* a late reply to an earlier phase or operation */
-    if (is_noscript(reply) && !t.eval && resend_as_eval(c, op, node, t) == 0) return;
+    /* A script the node does not know is sent as EVAL, once. (NOSCRIPT to a
+     * SET is just a failed vote: there is no script to send.) */
+    if (is_noscript(reply) && t.kind != RL_OP_ACQUIRE && !t.eval && resend_as_eval(c, op, node, t) == 0) return;
     if (op->phase == OP_ROUND) {
         int decided;
         if (is_noscript(reply) && t.eval) {
