@@ -516,6 +516,34 @@ static rl_op *op_of(rl_client *c, int id) {
     return op->phase != OP_FREE && op->res.id == id ? op : NULL;
 }
 
+/* The latest moment worth waiting for a node of op whose command is still
+ * held behind the setup of a connection begun less than a node timeout ago
+ * (the replies to AUTH/SELECT/INFO are due by then), or 0 if there is none. */
+static double held_until(rl_client *c, const rl_op *op) {
+    double until = 0;
+    for (int i = 0; i < c->nnodes; i++) {
+        double since = op->sent & (1u << i) ? rl_node_held_since(&c->nodes[i]) : 0;
+        if (since > 0 && since + c->opts.node_timeout_ms > until) until = since + c->opts.node_timeout_ms;
+    }
+    return until;
+}
+
+/* A blocking call returns once its operation is done. A command held on a
+ * fresh connection until its setup is answered would otherwise wait for the
+ * caller's next call to go out (the caller may not make one for a long
+ * time): give such setups what is left of their node timeout. A connection
+ * older than that (a stalled node) costs nothing. */
+static void settle(rl_client *c, const rl_op *op) {
+    double until;
+    while ((until = held_until(c, op)) > 0) {
+        double left = until - rl_now_ms();
+        if (left <= 0) break;
+        arm_run_timer(c, (int)left + 1);
+        ev_run(c->loop, EVRUN_ONCE);
+        ev_timer_stop(c->loop, &c->run_timer);
+    }
+}
+
 int rl_wait(rl_client *c, int id, rl_result *out) {
     rl_op *op = op_of(c, id);
     if (op == NULL) {
@@ -523,6 +551,7 @@ int rl_wait(rl_client *c, int id, rl_result *out) {
         return RL_ERR;
     }
     while (op->phase != OP_DONE) ev_run(c->loop, EVRUN_ONCE);
+    settle(c, op);
     flush_all(c);
     done_unlink(c, op);
     copy_result(op, out);

@@ -102,7 +102,7 @@ static void close_socket(rl_node *n) {
     n->fd = -1;
     n->conn++;
     n->out.len = n->out_off = n->hold_at = 0;
-    n->setup_left = 0;
+    n->setup_left = n->holding = 0;
     rl_reader_free(&n->reader);
 }
 
@@ -121,6 +121,10 @@ static void drop(rl_node *n, const char *why) {
     }
 }
 
+double rl_node_held_since(const rl_node *n) {
+    return n->holding && n->hold_at < n->out.len ? n->setup_ms : 0;
+}
+
 void rl_node_reset(rl_node *n, const char *why) {
     if (n->fd >= 0) drop(n, why);
 }
@@ -130,7 +134,7 @@ void rl_node_reset(rl_node *n, const char *why) {
 /* Where the bytes that may go out now end: until the setup has succeeded,
  * only the setup commands may. */
 static size_t writable_end(const rl_node *n) {
-    return n->setup_left > 0 ? n->hold_at : n->out.len;
+    return n->holding ? n->hold_at : n->out.len;
 }
 
 /* Write what is queued and may go out. Return 0 when all of it is written,
@@ -176,6 +180,7 @@ static int queue_command(rl_node *n, const char *cmd, size_t len, rl_ticket t) {
 /* Every setup reply is in and none refused: commands held back go out. */
 static void setup_done(rl_node *n) {
     n->backoff_ms = n->opts->reconnect_min_ms;
+    n->holding = 0;
     rl_node_flush(n);
 }
 
@@ -309,7 +314,7 @@ static void on_retry_timer(EV_P_ ev_timer *w, int revents) {
 static int queue_setup(rl_node *n) {
     rl_buf cmd = {0};
     int rc = 0;
-    n->setup_left = 0;
+    n->setup_left = n->holding = 0;
     if (n->url.password[0]) {
         const char *argv[3] = {"AUTH"};
         size_t lens[3] = {4};
@@ -331,7 +336,9 @@ static int queue_setup(rl_node *n) {
         if (rc == 0) rc = queue_command(n, cmd.data, cmd.len, t);
         if (rc == 0) n->setup_left++;
     }
+    n->holding = n->setup_left > 0;
     n->hold_at = n->out.len;
+    n->setup_ms = rl_now_ms();
     rl_buf_free(&cmd);
     return rc;
 }

@@ -2,9 +2,8 @@
  * its address found outside any round (resolve.h), connect with a deadline,
  * AUTH/SELECT on connect (nothing else goes out until they have succeeded),
  * reconnect with doubling backoff, commands queued and written in one write
- * per flush, replies parsed once (reply.h), and a
- * FIFO of tickets that pairs every reply with the operation that asked for
- * it. */
+ * per flush, replies parsed once (reply.h), and a FIFO of tickets that pairs
+ * every reply with the operation that asked for it. */
 #ifndef RL_NODE_H
 #define RL_NODE_H
 
@@ -69,7 +68,9 @@ typedef struct rl_node {
     rl_buf out;              /* bytes not written yet: out.data[out_off .. out.len) */
     size_t out_off;
     int setup_left;          /* setup replies (AUTH, SELECT) still awaited on this connection */
-    size_t hold_at;          /* while setup_left > 0: out.data[hold_at ..) waits for the setup to succeed */
+    int holding;             /* setup not answered yet: out.data[hold_at ..) waits for it */
+    size_t hold_at;
+    double setup_ms;         /* when the setup was queued */
     rl_reader reader;
 
     rl_ticket *ring;         /* tickets of commands awaiting replies, oldest first */
@@ -102,6 +103,10 @@ int rl_node_send(rl_node *n, const char *cmd, size_t len, rl_ticket ticket);
  * waits for the socket to be writable). Never calls on_reply: a failed write
  * is noticed by the loop. */
 void rl_node_flush(rl_node *n);
+
+/* While commands queued on n wait for the setup of a new connection to
+ * succeed: when that setup was sent (rl_now_ms); otherwise 0. */
+double rl_node_held_since(const rl_node *n);
 
 /* Drop the connection now (its unanswered commands are answered with why
  * through on_reply before this returns) and reconnect with backoff. Safe
