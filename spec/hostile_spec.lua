@@ -186,4 +186,58 @@ describe("hostile nodes", function()
     end)
   end)
 
+  describe("one server listed twice", function()
+    local one, dir, path
+
+    lazy_setup(function()
+      dir = proc.tmpdir()
+      path = dir .. "/one.sock"
+      one = cluster.start(1, { args = { "--unixsocket", path, "--unixsocketperm", "700" } })
+    end)
+    lazy_teardown(function()
+      if one then one:stop() end
+      if dir then proc.rmdir(dir) end
+    end)
+
+    it("votes once, whatever the spelling; detail names the duplicate", function()
+      local port = one.ports[1]
+      local servers = {
+        "redis://127.0.0.1:" .. port,
+        "redis://127.1:" .. port .. "/1",
+        "unix://" .. path,
+        cl.urls[2],
+        dead_url(),
+      }
+      local dlm = redlock.new { servers = servers, node_timeout = NODE_TIMEOUT }
+      for _ = 1, 4 do
+        local lock, err, detail = dlm:try_lock(res("twice"))
+        assert.is_nil(lock, "locked with " .. tostring(lock and lock.votes) .. " votes")
+        assert.equal("unavailable", err)
+        assert.is_true(detail.ok <= 2, cluster.show(detail))
+        -- of the three spellings of one server, at most one voted; the
+        -- others say which node already speaks for it
+        local voted, dups, pending = 0, 0, 0
+        for i = 1, 3 do
+          if detail[i].state == "ok" then voted = voted + 1 end
+          if detail[i].state == "pending" then pending = pending + 1 end
+          if detail[i].error and detail[i].error:match("same server as node [123] %(run_id %x+%)") then
+            dups = dups + 1
+          end
+        end
+        assert.is_true(voted <= 1, cluster.show(detail))
+        assert.is_true(dups >= 1 and dups + pending >= 2, cluster.show(detail))
+      end
+      dlm:close()
+
+      -- with the dead node left out, one server and another grant the lock
+      local two = redlock.new { servers = { servers[1], servers[2], cl.urls[2] }, node_timeout = NODE_TIMEOUT }
+      for _ = 1, 3 do
+        local lock, err, detail = two:try_lock(res("twice2"))
+        assert.is_nil(err, tostring(err) .. " " .. cluster.show(detail))
+        assert.equal(2, lock.votes)
+        assert(lock:unlock())
+      end
+      two:close()
+    end)
+  end)
 end)

@@ -152,7 +152,7 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
     ev_prepare_start(c->loop, &c->flusher);
     ev_unref(c->loop); /* the flusher alone does not keep the loop running */
 
-    for (int i = 0; i < nurls; i++) rl_node_init(&c->nodes[i], &parsed[i], i, c->loop, &c->opts, on_node_reply, c);
+    for (int i = 0; i < nurls; i++) rl_node_init(&c->nodes[i], &parsed[i], i, c->loop, &c->opts, on_node_reply, c, c->nodes, nurls);
     /* Every name is looked up at once and waited for together, so N slow
      * names cost one connect_timeout, not N. Rounds never wait for a lookup. */
     for (int i = 0; i < nurls; i++) rl_node_resolve(&c->nodes[i]);

@@ -29,7 +29,7 @@
 #include "node.h"
 
 /* Node-internal command kinds: the setup commands sent on every connect. */
-enum { SETUP_AUTH = -1, SETUP_SELECT = -2 };
+enum { SETUP_AUTH = -1, SETUP_SELECT = -2, SETUP_INFO = -3 };
 
 #define READ_CHUNK 16384
 
@@ -177,17 +177,36 @@ static int queue_command(rl_node *n, const char *cmd, size_t len, rl_ticket t) {
 
 /* ---- reading ---- */
 
-/* Every setup reply is in and none refused: commands held back go out. */
+/* The peer that already votes for server run_id, or -1. */
+static int voter_of(const rl_node *n, const char *run_id) {
+    for (int j = 0; j < n->npeers; j++)
+        if (j != n->index && n->peers[j].run_id[0] && strcmp(n->peers[j].run_id, run_id) == 0) return j;
+    return -1;
+}
+
+/* Every setup reply is in and none refused: the node votes for the server
+ * INFO named, unless another node already does. Commands held back go out. */
 static void setup_done(rl_node *n) {
+    int other = n->seen_id[0] ? voter_of(n, n->seen_id) : -1;
+    if (other >= 0) {
+        snprintf(n->errstr, sizeof(n->errstr), "same server as node %d (run_id %s)", other + 1, n->seen_id);
+        drop(n, n->errstr);
+        return;
+    }
+    memcpy(n->run_id, n->seen_id, sizeof(n->run_id));
     n->backoff_ms = n->opts->reconnect_min_ms;
     n->holding = 0;
     rl_node_flush(n);
 }
 
-/* A reply to AUTH or SELECT. A refusal ends the connection, and every
- * command held behind it fails with the reason, never having been sent. */
+/* A reply to AUTH, SELECT or INFO. A refused AUTH or SELECT ends the
+ * connection, and every command held behind it fails with the reason, never
+ * having been sent. INFO says which server this is (a server that will not
+ * say is taken as it is). */
 static void setup_reply(rl_node *n, rl_ticket t, const rl_reply *reply) {
-    if (reply->type == RL_REPLY_ERROR) {
+    if (t.kind == SETUP_INFO) {
+        memcpy(n->seen_id, reply->run_id, sizeof(n->seen_id));
+    } else if (reply->type == RL_REPLY_ERROR) {
         set_err(n, t.kind == SETUP_AUTH ? "AUTH refused: " : "SELECT refused: ", reply->str);
         drop(n, n->errstr);
         return;
@@ -308,12 +327,13 @@ static void on_retry_timer(EV_P_ ev_timer *w, int revents) {
     connect_now(w->data);
 }
 
-/* Queue AUTH and SELECT as the URL asks; they go out first on connect, and
- * what is queued after them waits for their replies.
+/* Queue AUTH and SELECT as the URL asks, then INFO server; they go out
+ * first on connect, and what is queued after them waits for their replies.
  * Return 0, or -1 when out of memory (the caller drops the connection). */
 static int queue_setup(rl_node *n) {
     rl_buf cmd = {0};
     int rc = 0;
+    n->seen_id[0] = '\0';
     n->setup_left = n->holding = 0;
     if (n->url.password[0]) {
         const char *argv[3] = {"AUTH"};
@@ -332,6 +352,15 @@ static int queue_setup(rl_node *n) {
         const char *argv[2] = {"SELECT", db};
         size_t lens[2] = {6, (size_t)snprintf(db, sizeof(db), "%d", n->url.db)};
         rl_ticket t = {-1, 0, SETUP_SELECT, rl_now_ms(), 0};
+        rc = rl_cmd_append_argv(&cmd, 2, argv, lens);
+        if (rc == 0) rc = queue_command(n, cmd.data, cmd.len, t);
+        if (rc == 0) n->setup_left++;
+        cmd.len = 0;
+    }
+    if (rc == 0) {
+        const char *argv[2] = {"INFO", "server"};
+        size_t lens[2] = {4, 6};
+        rl_ticket t = {-1, 0, SETUP_INFO, rl_now_ms(), 0};
         rc = rl_cmd_append_argv(&cmd, 2, argv, lens);
         if (rc == 0) rc = queue_command(n, cmd.data, cmd.len, t);
         if (rc == 0) n->setup_left++;
@@ -483,8 +512,10 @@ static void on_watchdog(EV_P_ ev_timer *w, int revents) {
 /* ---- the interface ---- */
 
 void rl_node_init(rl_node *n, const rl_url *url, int index, struct ev_loop *loop,
-                  const rl_options *opts, rl_reply_fn on_reply_fn, void *owner) {
+                  const rl_options *opts, rl_reply_fn on_reply_fn, void *owner, rl_node *peers, int npeers) {
     memset(n, 0, sizeof(*n));
+    n->peers = peers;
+    n->npeers = npeers;
     n->url = *url;
     n->index = index;
     n->loop = loop;

@@ -35,7 +35,26 @@ static rl_reply *top(const redisReadTask *task) {
     r->integer = 0;
     r->len = 0;
     r->str[0] = '\0';
+    r->run_id[0] = '\0';
     return r;
+}
+
+/* The value of a "run_id:" line in text (INFO server), copied to out when it
+ * has the right length; out is "" otherwise. */
+static void find_run_id(const char *text, size_t len, char *out) {
+    static const char tag[] = "run_id:";
+    const size_t tlen = sizeof(tag) - 1;
+    for (size_t i = 0; i + tlen + RL_RUN_ID_LEN <= len; i++) {
+        if ((i > 0 && text[i - 1] != '\n') || memcmp(text + i, tag, tlen) != 0) continue;
+        const char *v = text + i + tlen;
+        size_t n = 0;
+        while (i + tlen + n < len && v[n] != '\r' && v[n] != '\n') n++;
+        if (n == RL_RUN_ID_LEN) {
+            memcpy(out, v, n);
+            out[n] = '\0';
+        }
+        return;
+    }
 }
 
 static void *create_string(const redisReadTask *task, char *str, size_t len) {
@@ -45,6 +64,7 @@ static void *create_string(const redisReadTask *task, char *str, size_t len) {
     memcpy(r->str, str, keep);
     r->str[keep] = '\0';
     r->len = len;
+    if (task->type == REDIS_REPLY_STRING) find_run_id(str, len, r->run_id);
     return r;
 }
 

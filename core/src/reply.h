@@ -20,6 +20,9 @@
 #define RL_REPLY_MAX_ELEMENTS 1024
 #define RL_REPLY_MAX_BUFFERED (2 * RL_REPLY_MAX_STRING)
 
+/* A server's run_id: 40 hex characters. */
+#define RL_RUN_ID_LEN 40
+
 enum {
     RL_REPLY_STRING = 1,
     RL_REPLY_ARRAY = 2,
@@ -34,6 +37,7 @@ typedef struct rl_reply {
     long long integer;             /* RL_REPLY_INTEGER */
     size_t len;                    /* length of the text on the wire */
     char str[RL_REPLY_TEXT_LEN];   /* status, error or string text, NUL-terminated, cut to fit */
+    char run_id[RL_RUN_ID_LEN + 1];  /* a string holding a "run_id:" line (INFO server): its value, else "" */
 } rl_reply;
 
 /* One connection's reply stream. */

@@ -134,9 +134,22 @@ static void refuses_huge_arrays_and_endless_lines(void) {
     CHECK(strstr(rl_reader_error(&rd), "not complete") != NULL);
 }
 
+static void finds_the_run_id_in_info(void) {
+    CHECK_INT(rl_reader_reset(&rd), 0);
+    const char body[] = "# Server\r\nredis_version:7.0.0\r\nrun_id:0123456789abcdef0123456789abcdef01234567\r\ntcp_port:1\r\n";
+    char s[256];
+    int n = snprintf(s, sizeof(s), "$%zu\r\n%s\r\n+OK\r\n", sizeof(body) - 1, body);
+    CHECK_INT(rl_reader_feed(&rd, s, (size_t)n), 0);
+    const rl_reply *r = next();
+    CHECK_INT(r->type, RL_REPLY_STRING);
+    CHECK_STR(r->run_id, "0123456789abcdef0123456789abcdef01234567");
+    CHECK_STR(next()->run_id, "");
+}
+
 int main(void) {
     refuses_a_huge_declared_string_before_its_bytes();
     refuses_huge_arrays_and_endless_lines();
+    finds_the_run_id_in_info();
     parses_what_rounds_get();
     waits_for_replies_split_across_reads();
     keeps_arrays_as_one_reply_and_skips_their_elements();
