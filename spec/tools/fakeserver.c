@@ -152,14 +152,15 @@ static void log_command(const char *p, long k) {
 }
 
 /* The payload of a huge reply: as much of it as the peer takes. Return -1
- * once the peer has gone (it always goes: nobody wants 1 GB). */
+ * once the peer has gone (it always goes: nobody wants 1 GB), or has taken
+ * nothing for 200 ms (so one idle client cannot keep the others waiting). */
 static int send_huge(int fd) {
     static char chunk[65536];
     memset(chunk, 'x', sizeof(chunk));
     for (long sent = 0; sent < HUGE_LEN; sent += (long)sizeof(chunk)) {
         struct pollfd p = {.fd = fd, .events = POLLOUT};
-        while (!stop_requested && poll(&p, 1, 200) == 0) continue; /* a peer not reading */
-        if (stop_requested || write_all(fd, chunk, sizeof(chunk)) < 0) return -1;
+        if (poll(&p, 1, 200) != 1 || stop_requested) return -1;
+        if (write_all(fd, chunk, sizeof(chunk)) < 0) return -1;
     }
     return write_all(fd, "\r\n", 2);
 }
