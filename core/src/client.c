@@ -154,7 +154,7 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
     ev_prepare_start(c->loop, &c->flusher);
     ev_unref(c->loop); /* the flusher alone does not keep the loop running */
 
-    for (int i = 0; i < nurls; i++) rl_node_init(&c->nodes[i], &parsed[i], i, c->loop, &c->opts, on_node_reply, c);
+    for (int i = 0; i < nurls; i++) rl_node_init(&c->nodes[i], &parsed[i], i, c->loop, &c->opts, on_node_reply, c, c->nodes, nurls);
     /* Every name is looked up at once and waited for together, so N slow
      * names cost one connect_timeout, not N. Rounds never wait for a lookup. */
     for (int i = 0; i < nurls; i++) rl_node_resolve(&c->nodes[i]);
@@ -269,7 +269,7 @@ static void op_start_cleanup(rl_client *c, rl_op *op) {
     op->cleanup_pending = 0;
     op->cleanup_sent = 0;
     int encoded = rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, op->res.value) == 0;
-    rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, rl_now_ms()};
+    rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, rl_now_ms(), 0};
     for (int i = 0; i < c->nnodes; i++) {
         rl_node_result *n = &op->res.node[i];
         if (!(op->sent & (1u << i)) || n->state == RL_NODE_TAKEN) continue;
@@ -321,6 +321,7 @@ static int resend_as_eval(rl_client *c, rl_op *op, int node, rl_ticket t) {
                  : rl_cmd_extend(&c->scratch, 0, op->key.data, op->key.len, op->res.value, op->round.ttl_ms);
     if (rc != 0) return -1;
     t.sent_ms = rl_now_ms();
+    t.eval = 1;
     return rl_node_send(&c->nodes[node], c->scratch.data, c->scratch.len, t);
 }
 
@@ -337,9 +338,21 @@ static void on_node_reply(void *owner, int node, rl_ticket t, const rl_reply *re
     if (is_noscript(reply)) rl_node_load_scripts(&c->nodes[node]); /* for every later command */
     rl_op *op = c->ops[t.slot];
     if (op->gen != t.gen) return; /* a late reply to an earlier phase or operation */
-    if (is_noscript(reply) && resend_as_eval(c, op, node, t) == 0) return;
+    /* A script the node does not know is sent as EVAL, once. (NOSCRIPT to a
+     * SET is just a failed vote: there is no script to send.) */
+    if (is_noscript(reply) && t.kind != RL_OP_ACQUIRE && !t.eval && resend_as_eval(c, op, node, t) == 0) return;
     if (op->phase == OP_ROUND) {
-        if (rl_round_reply(&op->round, node, reply, errstr, rl_now_ms())) op_round_decided(c, op);
+        int decided;
+        if (is_noscript(reply) && t.eval) {
+            /* The script itself was refused as unknown: a node that cannot
+             * run it fails its vote, without another try. */
+            char why[RL_NODE_ERR_LEN];
+            snprintf(why, sizeof(why), "NOSCRIPT after EVAL: %.*s", (int)sizeof(why) - 22, reply->str);
+            decided = rl_round_vote(&op->round, node, RL_NODE_ERROR, why, rl_now_ms());
+        } else {
+            decided = rl_round_reply(&op->round, node, reply, errstr, rl_now_ms());
+        }
+        if (decided) op_round_decided(c, op);
     } else if (op->phase == OP_CLEANUP) {
         if (--op->cleanup_pending == 0) op_complete(c, op);
     }
@@ -422,7 +435,7 @@ static int begin(rl_client *c, int kind, const char *resource, size_t len, const
     double now = rl_now_ms();
     rl_round_start(&op->round, &op->res, kind, c->nnodes, c->quorum, ttl_ms, c->opts.drift_factor, now);
     start_timer(c, op);
-    rl_ticket t = {op->slot, op->gen, kind, now};
+    rl_ticket t = {op->slot, op->gen, kind, now, 0};
     for (int i = 0; i < c->nnodes && op->phase == OP_ROUND; i++) {
         if (rl_node_send(&c->nodes[i], op->cmd.data, op->cmd.len, t) == 0) {
             op->sent |= 1u << i;
@@ -513,6 +526,34 @@ static rl_op *op_of(rl_client *c, int id) {
     return op->phase != OP_FREE && op->res.id == id ? op : NULL;
 }
 
+/* The latest moment worth waiting for a node of op whose command is still
+ * held behind the setup of a connection begun less than a node timeout ago
+ * (the replies to AUTH/SELECT/INFO are due by then), or 0 if there is none. */
+static double held_until(rl_client *c, const rl_op *op) {
+    double until = 0;
+    for (int i = 0; i < c->nnodes; i++) {
+        double since = op->sent & (1u << i) ? rl_node_held_since(&c->nodes[i]) : 0;
+        if (since > 0 && since + c->opts.node_timeout_ms > until) until = since + c->opts.node_timeout_ms;
+    }
+    return until;
+}
+
+/* A blocking call returns once its operation is done. A command held on a
+ * fresh connection until its setup is answered would otherwise wait for the
+ * caller's next call to go out (the caller may not make one for a long
+ * time): give such setups what is left of their node timeout. A connection
+ * older than that (a stalled node) costs nothing. */
+static void settle(rl_client *c, const rl_op *op) {
+    double until;
+    while ((until = held_until(c, op)) > 0) {
+        double left = until - rl_now_ms();
+        if (left <= 0) break;
+        arm_run_timer(c, (int)left + 1);
+        ev_run(c->loop, EVRUN_ONCE);
+        ev_timer_stop(c->loop, &c->run_timer);
+    }
+}
+
 int rl_wait(rl_client *c, int id, rl_result *out) {
     rl_op *op = op_of(c, id);
     if (op == NULL) {
@@ -520,6 +561,7 @@ int rl_wait(rl_client *c, int id, rl_result *out) {
         return RL_ERR;
     }
     while (op->phase != OP_DONE) ev_run(c->loop, EVRUN_ONCE);
+    settle(c, op);
     flush_all(c);
     done_unlink(c, op);
     copy_result(op, out);

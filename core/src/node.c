@@ -29,7 +29,7 @@
 #include "node.h"
 
 /* Node-internal command kinds: the setup commands sent on every connect. */
-enum { SETUP_AUTH = -1, SETUP_SELECT = -2, CHECK_ECHO = -3, LOAD_SCRIPT = -4 };
+enum { SETUP_AUTH = -1, SETUP_SELECT = -2, SETUP_INFO = -3, CHECK_ECHO = -4, LOAD_SCRIPT = -5 };
 
 #define READ_CHUNK 16384
 
@@ -101,7 +101,8 @@ static void close_socket(rl_node *n) {
     if (n->fd >= 0) close(n->fd);
     n->fd = -1;
     n->conn++;
-    n->out.len = n->out_off = 0;
+    n->out.len = n->out_off = n->hold_at = 0;
+    n->setup_left = n->holding = 0;
     n->queued_total = n->written_total = 0;
     n->step_check = 0;
     n->step_nonce++;
@@ -123,17 +124,28 @@ static void drop(rl_node *n, const char *why) {
     }
 }
 
+double rl_node_held_since(const rl_node *n) {
+    return n->holding && n->hold_at < n->out.len ? n->setup_ms : 0;
+}
+
 void rl_node_reset(rl_node *n, const char *why) {
     if (n->fd >= 0) drop(n, why);
 }
 
 /* ---- writing ---- */
 
-/* Write what is queued. Return 0 when all is written, 1 when the socket is
- * full, -1 on an error (errno says which). */
+/* Where the bytes that may go out now end: until the setup has succeeded,
+ * only the setup commands may. */
+static size_t writable_end(const rl_node *n) {
+    return n->holding ? n->hold_at : n->out.len;
+}
+
+/* Write what is queued and may go out. Return 0 when all of it is written,
+ * 1 when the socket is full, -1 on an error (errno says which). */
 static int write_out(rl_node *n) {
-    while (n->out_off < n->out.len) {
-        ssize_t w = send(n->fd, n->out.data + n->out_off, n->out.len - n->out_off, MSG_NOSIGNAL);
+    size_t end = writable_end(n);
+    while (n->out_off < end) {
+        ssize_t w = send(n->fd, n->out.data + n->out_off, end - n->out_off, MSG_NOSIGNAL);
         if (w > 0) {
             n->out_off += (size_t)w;
             n->written_total += (unsigned long long)w;
@@ -146,7 +158,7 @@ static int write_out(rl_node *n) {
             return -1;
         }
     }
-    n->out.len = n->out_off = 0;
+    if (n->out_off == n->out.len) n->out.len = n->out_off = n->hold_at = 0;
     return 0;
 }
 
@@ -170,8 +182,6 @@ static int queue_command(rl_node *n, const char *cmd, size_t len, rl_ticket t) {
 
 /* ---- reading ---- */
 
-/* A reply to AUTH or SELECT: a refusal ends the connection, and every
- * command queued behind it fails with the reason. */
 /* The nonce the step check asks for: "rl-step-" and a number. */
 static int step_nonce(const rl_node *n, char *buf, size_t len) {
     return snprintf(buf, len, "rl-step-%u", n->step_nonce);
@@ -187,6 +197,33 @@ static void step_reply(rl_node *n, const rl_reply *reply) {
     drop(n, "connection reset: replies out of step with commands (a reply was lost)");
 }
 
+/* The peer that already votes for server run_id, or -1. */
+static int voter_of(const rl_node *n, const char *run_id) {
+    for (int j = 0; j < n->npeers; j++)
+        if (j != n->index && n->peers[j].run_id[0] && strcmp(n->peers[j].run_id, run_id) == 0) return j;
+    return -1;
+}
+
+/* Every setup reply is in and none refused: the node votes for the server
+ * INFO named, unless another node already does. Commands held back go out. */
+static void setup_done(rl_node *n) {
+    int other = n->seen_id[0] ? voter_of(n, n->seen_id) : -1;
+    if (other >= 0) {
+        snprintf(n->errstr, sizeof(n->errstr), "same server as node %d (run_id %s)", other + 1, n->seen_id);
+        drop(n, n->errstr);
+        return;
+    }
+    memcpy(n->run_id, n->seen_id, sizeof(n->run_id));
+    n->backoff_ms = n->opts->reconnect_min_ms;
+    n->holding = 0;
+    rl_node_flush(n);
+}
+
+/* A reply to a step check or a script load (see above), or to AUTH,
+ * SELECT or INFO. A refused AUTH or SELECT ends the
+ * connection, and every command held behind it fails with the reason, never
+ * having been sent. INFO says which server this is (a server that will not
+ * say is taken as it is). */
 static void setup_reply(rl_node *n, rl_ticket t, const rl_reply *reply) {
     if (t.kind == CHECK_ECHO) {
         step_reply(n, reply);
@@ -196,9 +233,14 @@ static void setup_reply(rl_node *n, rl_ticket t, const rl_reply *reply) {
         n->scripts_loading = 0; /* a refusal only means EVALSHA falls back to EVAL */
         return;
     }
-    if (reply->type != RL_REPLY_ERROR) return;
-    set_err(n, t.kind == SETUP_AUTH ? "AUTH refused: " : "SELECT refused: ", reply->str);
-    drop(n, n->errstr);
+    if (t.kind == SETUP_INFO) {
+        memcpy(n->seen_id, reply->run_id, sizeof(n->seen_id));
+    } else if (reply->type == RL_REPLY_ERROR) {
+        set_err(n, t.kind == SETUP_AUTH ? "AUTH refused: " : "SELECT refused: ", reply->str);
+        drop(n, n->errstr);
+        return;
+    }
+    if (--n->setup_left == 0) setup_done(n);
 }
 
 /* Hand every complete reply to its ticket, until the connection ends. */
@@ -227,12 +269,20 @@ static void on_readable(EV_P_ ev_io *w, int revents) {
     rl_node *n = w->data;
     char buf[READ_CHUNK];
     const char *ended = NULL;
+    unsigned conn = n->conn;
     for (;;) {
         ssize_t got = read(n->fd, buf, sizeof(buf));
         if (got > 0) {
             n->progress_ms = rl_now_ms();
-            if (rl_reader_feed(&n->reader, buf, (size_t)got) != 0) ended = "out of memory";
-            else if (got == (ssize_t)sizeof(buf)) continue; /* there may be more */
+            if (rl_reader_feed(&n->reader, buf, (size_t)got) != 0) {
+                ended = "out of memory";
+                break;
+            }
+            /* Parse as the bytes come, so what is buffered stays within the
+             * reader's limits; replies that arrived before an end still count. */
+            dispatch(n);
+            if (n->conn != conn) return; /* dropped: n->fd is no longer this connection */
+            if (got == (ssize_t)sizeof(buf)) continue; /* there may be more */
         } else if (got == 0) {
             ended = "closed by the server";
         } else if (errno == EINTR) {
@@ -242,9 +292,7 @@ static void on_readable(EV_P_ ev_io *w, int revents) {
         }
         break;
     }
-    unsigned conn = n->conn;
-    dispatch(n); /* replies that arrived before the end still count */
-    if (ended && n->conn == conn) {
+    if (ended) {
         set_err(n, "connection lost: ", ended);
         drop(n, n->errstr);
     }
@@ -257,7 +305,6 @@ static void connected(rl_node *n) {
     n->link = RL_LINK_UP;
     n->progress_ms = rl_now_ms();
     n->last_outq = -1;
-    n->backoff_ms = n->opts->reconnect_min_ms;
     n->errstr[0] = '\0';
     ev_io_start(n->loop, &n->readable);
     ev_io_stop(n->loop, &n->writable);
@@ -284,7 +331,7 @@ static void on_writable(EV_P_ ev_io *w, int revents) {
     if (write_out(n) < 0) {
         set_err(n, "connection lost: ", strerror(errno));
         drop(n, n->errstr);
-    } else if (n->out.len == 0) {
+    } else if (n->out_off == writable_end(n)) {
         ev_io_stop(n->loop, &n->writable);
     }
 }
@@ -322,7 +369,7 @@ static int queue_script_loads(rl_node *n) {
     for (int i = 0; i < 2 && rc == 0; i++) {
         const char *argv[3] = {"SCRIPT", "LOAD", scripts[i]};
         size_t lens[3] = {6, 4, strlen(scripts[i])};
-        rl_ticket t = {-1, 0, LOAD_SCRIPT, rl_now_ms()};
+        rl_ticket t = {-1, 0, LOAD_SCRIPT, rl_now_ms(), 0};
         cmd.len = 0;
         rc = rl_cmd_append_argv(&cmd, 3, argv, lens);
         if (rc == 0) rc = queue_command(n, cmd.data, cmd.len, t);
@@ -332,31 +379,47 @@ static int queue_script_loads(rl_node *n) {
     return rc;
 }
 
-/* Queue AUTH and SELECT as the URL asks; they go out first on connect.
- * Return 0, or -1 when out of memory (nothing half-queued is left behind:
- * the caller drops the connection). */
+/* Queue AUTH and SELECT as the URL asks, then INFO server; they go out
+ * first on connect, and what is queued after them waits for their replies.
+ * Return 0, or -1 when out of memory (the caller drops the connection). */
 static int queue_setup(rl_node *n) {
     rl_buf cmd = {0};
     int rc = 0;
+    n->seen_id[0] = '\0';
+    n->setup_left = n->holding = 0;
     if (n->url.password[0]) {
         const char *argv[3] = {"AUTH"};
         size_t lens[3] = {4};
         int argc = 1;
         if (n->url.user[0]) argv[argc] = n->url.user, lens[argc++] = strlen(n->url.user);
         argv[argc] = n->url.password, lens[argc++] = strlen(n->url.password);
-        rl_ticket t = {-1, 0, SETUP_AUTH, rl_now_ms()};
+        rl_ticket t = {-1, 0, SETUP_AUTH, rl_now_ms(), 0};
         rc = rl_cmd_append_argv(&cmd, argc, argv, lens);
         if (rc == 0) rc = queue_command(n, cmd.data, cmd.len, t);
+        if (rc == 0) n->setup_left++;
         cmd.len = 0;
     }
     if (n->url.db && rc == 0) {
         char db[16];
         const char *argv[2] = {"SELECT", db};
         size_t lens[2] = {6, (size_t)snprintf(db, sizeof(db), "%d", n->url.db)};
-        rl_ticket t = {-1, 0, SETUP_SELECT, rl_now_ms()};
+        rl_ticket t = {-1, 0, SETUP_SELECT, rl_now_ms(), 0};
         rc = rl_cmd_append_argv(&cmd, 2, argv, lens);
         if (rc == 0) rc = queue_command(n, cmd.data, cmd.len, t);
+        if (rc == 0) n->setup_left++;
+        cmd.len = 0;
     }
+    if (rc == 0) {
+        const char *argv[2] = {"INFO", "server"};
+        size_t lens[2] = {4, 6};
+        rl_ticket t = {-1, 0, SETUP_INFO, rl_now_ms(), 0};
+        rc = rl_cmd_append_argv(&cmd, 2, argv, lens);
+        if (rc == 0) rc = queue_command(n, cmd.data, cmd.len, t);
+        if (rc == 0) n->setup_left++;
+    }
+    n->holding = n->setup_left > 0;
+    n->hold_at = n->out.len;
+    n->setup_ms = rl_now_ms();
     rl_buf_free(&cmd);
     n->scripts_loading = 0;
     if (rc == 0) rc = queue_script_loads(n);
@@ -503,8 +566,10 @@ static void on_watchdog(EV_P_ ev_timer *w, int revents) {
 /* ---- the interface ---- */
 
 void rl_node_init(rl_node *n, const rl_url *url, int index, struct ev_loop *loop,
-                  const rl_options *opts, rl_reply_fn on_reply_fn, void *owner) {
+                  const rl_options *opts, rl_reply_fn on_reply_fn, void *owner, rl_node *peers, int npeers) {
     memset(n, 0, sizeof(*n));
+    n->peers = peers;
+    n->npeers = npeers;
     n->url = *url;
     n->index = index;
     n->loop = loop;
@@ -565,7 +630,7 @@ void rl_node_check_step(rl_node *n) {
     char nonce[32], cmd[64];
     int nlen = step_nonce(n, nonce, sizeof(nonce));
     int len = snprintf(cmd, sizeof(cmd), "*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n", nlen, nonce);
-    rl_ticket t = {-1, 0, CHECK_ECHO, rl_now_ms()};
+    rl_ticket t = {-1, 0, CHECK_ECHO, rl_now_ms(), 0};
     if (queue_command(n, cmd, (size_t)len, t) == 0) n->step_check = 1;
 }
 

@@ -1,9 +1,14 @@
 /* node.h — one node's connection: a non-blocking socket on a libev loop,
  * its address found outside any round (resolve.h), connect with a deadline,
- * AUTH/SELECT on connect, reconnect with doubling backoff, commands queued
- * and written in one write per flush, replies parsed once (reply.h), and a
- * FIFO of tickets that pairs every reply with the operation that asked for
- * it. */
+ * AUTH/SELECT/INFO on connect (nothing else goes out until they have
+ * succeeded), reconnect with doubling backoff, commands queued and written
+ * in one write per flush, replies parsed once (reply.h), and a FIFO of
+ * tickets that pairs every reply with the operation that asked for it.
+ *
+ * A node knows which server it reached by the run_id INFO reports. A node
+ * whose server already votes through another node of the same client (its
+ * peers) is refused like a failed AUTH: one server never votes twice, however
+ * its address is spelled. */
 #ifndef RL_NODE_H
 #define RL_NODE_H
 
@@ -16,14 +21,16 @@
 #include "url.h"
 
 /* Which operation (slot) and which phase of it (gen) a command belongs to,
- * what the command was (RL_OP_*, to check that a reply fits it) and when it
+ * what the command was (RL_OP_*, to check that a reply fits it), when it
  * was sent (a clock reading the sender takes once for all nodes; the stall
- * watchdog measures from it). */
+ * watchdog measures from it), and whether it is already the EVAL sent after
+ * a NOSCRIPT (there is no second fallback). */
 typedef struct rl_ticket {
     int slot;
     unsigned gen;
     int kind;
     double sent_ms;
+    int eval;
 } rl_ticket;
 
 /* Called for every reply to a command sent with rl_node_send, in order.
@@ -46,6 +53,8 @@ typedef struct rl_node {
     const rl_options *opts;
     rl_reply_fn on_reply;
     void *owner;
+    struct rl_node *peers;   /* every node of the client (n itself included) */
+    int npeers;
 
     rl_addrs addrs;          /* TCP: where the host is (empty until a lookup found it) */
     int addr_next;           /* which of addrs the next connect tries */
@@ -74,15 +83,23 @@ typedef struct rl_node {
     rl_buf out;              /* bytes not written yet: out.data[out_off .. out.len) */
     size_t out_off;
     unsigned long long queued_total, written_total;  /* bytes queued / handed to the kernel on this connection */
+    int setup_left;          /* setup replies (AUTH, SELECT, INFO) still awaited on this connection */
+    int holding;             /* setup not answered yet: out.data[hold_at ..) waits for it */
+    size_t hold_at;
+    double setup_ms;         /* when the setup was queued */
+    char seen_id[RL_RUN_ID_LEN + 1];  /* run_id the setup's INFO reported on this connection, or "" */
+    char run_id[RL_RUN_ID_LEN + 1];   /* the server this node last voted for ("" if it never said);
+                                         kept while down, so the server keeps its one voter */
     rl_reader reader;
 
     rl_ticket *ring;         /* tickets of commands awaiting replies, oldest first */
     unsigned ring_head, ring_count, ring_cap;
 } rl_node;
 
-/* Prepare n; nothing is looked up or connected. */
+/* Prepare n, node index of the npeers nodes at peers; nothing is looked up
+ * or connected. */
 void rl_node_init(rl_node *n, const rl_url *url, int index, struct ev_loop *loop,
-                  const rl_options *opts, rl_reply_fn on_reply, void *owner);
+                  const rl_options *opts, rl_reply_fn on_reply, void *owner, rl_node *peers, int npeers);
 
 /* Start finding n's address: a numeric address (or a unix socket path) at
  * once, a host name on a thread of its own (rl_node_start waits for it). */
@@ -123,6 +140,9 @@ void rl_node_load_scripts(rl_node *n);
  * connection is reset. For a node that did not answer a round in time: that
  * is a lost reply, a hang (the stall watchdog's), or a backlog (harmless). */
 void rl_node_check_step(rl_node *n);
+/* While commands queued on n wait for the setup of a new connection to
+ * succeed: when that setup was sent (rl_now_ms); otherwise 0. */
+double rl_node_held_since(const rl_node *n);
 
 /* Drop the connection now (its unanswered commands are answered with why
  * through on_reply before this returns) and reconnect with backoff. Safe

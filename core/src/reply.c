@@ -1,4 +1,5 @@
 /* reply.c — hiredis' reader with object functions that fill one slot (see reply.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,7 +35,26 @@ static rl_reply *top(const redisReadTask *task) {
     r->integer = 0;
     r->len = 0;
     r->str[0] = '\0';
+    r->run_id[0] = '\0';
     return r;
+}
+
+/* The value of a "run_id:" line in text (INFO server), copied to out when it
+ * has the right length; out is "" otherwise. */
+static void find_run_id(const char *text, size_t len, char *out) {
+    static const char tag[] = "run_id:";
+    const size_t tlen = sizeof(tag) - 1;
+    for (size_t i = 0; i + tlen + RL_RUN_ID_LEN <= len; i++) {
+        if ((i > 0 && text[i - 1] != '\n') || memcmp(text + i, tag, tlen) != 0) continue;
+        const char *v = text + i + tlen;
+        size_t n = 0;
+        while (i + tlen + n < len && v[n] != '\r' && v[n] != '\n') n++;
+        if (n == RL_RUN_ID_LEN) {
+            memcpy(out, v, n);
+            out[n] = '\0';
+        }
+        return;
+    }
 }
 
 static void *create_string(const redisReadTask *task, char *str, size_t len) {
@@ -44,10 +64,17 @@ static void *create_string(const redisReadTask *task, char *str, size_t len) {
     memcpy(r->str, str, keep);
     r->str[keep] = '\0';
     r->len = len;
+    if (task->type == REDIS_REPLY_STRING) find_run_id(str, len, r->run_id);
     return r;
 }
 
 static void *create_array(const redisReadTask *task, array_len elements) {
+    if ((long long)elements > RL_REPLY_MAX_ELEMENTS) {
+        rl_reader *rd = task->privdata;
+        snprintf(rd->err, sizeof(rd->err), "reply too large: an array of %lld elements (at most %d)",
+                 (long long)elements, RL_REPLY_MAX_ELEMENTS);
+        return NULL; /* the reader stops with an error */
+    }
     rl_reply *r = top(task);
     if (r == NULL) return &nested;
     r->integer = (long long)elements;
@@ -100,6 +127,7 @@ int rl_reader_reset(rl_reader *rd) {
     rd->reader = redisReaderCreateWithFunctions(&slot_functions);
     if (rd->reader == NULL) return -1;
     rd->reader->privdata = rd;
+    rd->err[0] = '\0';
     return 0;
 }
 
@@ -112,14 +140,56 @@ int rl_reader_feed(rl_reader *rd, const char *buf, size_t len) {
     return redisReaderFeed(rd->reader, buf, len) == REDIS_OK ? 0 : -1;
 }
 
+/* The type of the item the reader is in the middle of, or -1 between replies. */
+static int current_type(const redisReader *r) {
+    if (r->ridx < 0) return -1;
+#ifdef REDIS_REPLY_DOUBLE
+    return r->task[r->ridx]->type;
+#else
+    return r->rstack[r->ridx].type;
+#endif
+}
+
+/* A reply waits for more bytes: refuse it now if it cannot be one we asked
+ * for. The reader has taken the type byte of a string and waits at its
+ * length line until the whole payload is in; read the length from there. */
+static int over_limits(rl_reader *rd) {
+    const redisReader *r = rd->reader;
+    const char *p = r->buf + r->pos;
+    size_t unparsed = r->len - r->pos;
+    int type = current_type(r);
+#ifdef REDIS_REPLY_VERB
+    if (type == REDIS_REPLY_VERB) type = REDIS_REPLY_STRING;
+#endif
+    if (type == REDIS_REPLY_STRING && memchr(p, '\r', unparsed) != NULL) {
+        long long declared = 0;
+        for (size_t i = 0; i < unparsed && p[i] >= '0' && p[i] <= '9' && declared <= RL_REPLY_MAX_STRING; i++)
+            declared = declared * 10 + (p[i] - '0');
+        if (declared > RL_REPLY_MAX_STRING) {
+            size_t n = 0;
+            while (n < unparsed && n < 20 && p[n] != '\r') n++;
+            snprintf(rd->err, sizeof(rd->err), "reply too large: a string of %.*s bytes (at most %d)", (int)n, p,
+                     RL_REPLY_MAX_STRING);
+            return 1;
+        }
+    }
+    if (unparsed > RL_REPLY_MAX_BUFFERED) {
+        snprintf(rd->err, sizeof(rd->err), "reply too large: %zu bytes and not complete (at most %d)", unparsed,
+                 RL_REPLY_MAX_BUFFERED);
+        return 1;
+    }
+    return 0;
+}
+
 int rl_reader_next(rl_reader *rd, const rl_reply **out) {
     void *obj = NULL;
-    if (redisReaderGetReply(rd->reader, &obj) != REDIS_OK) return -1;
-    if (obj == NULL) return 0;
+    if (rd->err[0] || redisReaderGetReply(rd->reader, &obj) != REDIS_OK) return -1;
+    if (obj == NULL) return over_limits(rd) ? -1 : 0;
     *out = obj;
     return 1;
 }
 
 const char *rl_reader_error(const rl_reader *rd) {
+    if (rd->err[0]) return rd->err;
     return rd->reader && rd->reader->errstr[0] ? rd->reader->errstr : "protocol error";
 }

@@ -12,6 +12,17 @@
 
 #define RL_REPLY_TEXT_LEN 96
 
+/* What a node may send us. Every reply to our commands is small (the largest
+ * is INFO server, a few KB): a reply that declares a longer string or more
+ * elements, or unparsed bytes piling up past the buffer bound, is a protocol
+ * error for the connection, found before its bytes are even waited for. */
+#define RL_REPLY_MAX_STRING 65536
+#define RL_REPLY_MAX_ELEMENTS 1024
+#define RL_REPLY_MAX_BUFFERED (2 * RL_REPLY_MAX_STRING)
+
+/* A server's run_id: 40 hex characters. */
+#define RL_RUN_ID_LEN 40
+
 enum {
     RL_REPLY_STRING = 1,
     RL_REPLY_ARRAY = 2,
@@ -26,12 +37,14 @@ typedef struct rl_reply {
     long long integer;             /* RL_REPLY_INTEGER */
     size_t len;                    /* length of the text on the wire */
     char str[RL_REPLY_TEXT_LEN];   /* status, error or string text, NUL-terminated, cut to fit */
+    char run_id[RL_RUN_ID_LEN + 1];  /* a string holding a "run_id:" line (INFO server): its value, else "" */
 } rl_reply;
 
 /* One connection's reply stream. */
 typedef struct rl_reader {
     redisReader *reader;
     rl_reply slot;                 /* the reply rl_reader_next last returned */
+    char err[128];                 /* why the stream was refused (a limit above), or "" */
 } rl_reader;
 
 /* Prepare (or, on a reader in use, restart: buffered bytes are dropped).
@@ -45,7 +58,9 @@ int rl_reader_feed(rl_reader *rd, const char *buf, size_t len);
 
 /* Take the next complete reply: 1 and *out set (valid until the next call),
  * 0 when more bytes are needed, -1 on a protocol error (rl_reader_error says
- * which; the stream cannot be resumed). */
+ * which; the stream cannot be resumed). A reply over the limits above is a
+ * protocol error as soon as its header is in: call this after every feed, so
+ * unparsed bytes never pile up. */
 int rl_reader_next(rl_reader *rd, const rl_reply **out);
 
 const char *rl_reader_error(const rl_reader *rd);

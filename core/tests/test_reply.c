@@ -1,5 +1,7 @@
 /* test_reply.c — the reply reader fed byte streams, no network. */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../src/reply.h"
 #include "check.h"
@@ -92,7 +94,62 @@ static void reports_protocol_errors(void) {
     CHECK_INT(next()->integer, 1);
 }
 
+static void refuses_a_huge_declared_string_before_its_bytes(void) {
+    CHECK_INT(rl_reader_reset(&rd), 0);
+    const char s[] = "$1073741824\r\nxxxx";
+    const rl_reply *r;
+    for (size_t i = 0; i < sizeof(s) - 1; i++) CHECK_INT(rl_reader_feed(&rd, s + i, 1), 0);
+    CHECK_INT(rl_reader_next(&rd, &r), -1);
+    CHECK(strstr(rl_reader_error(&rd), "reply too large: a string of 1073741824 bytes") != NULL);
+    CHECK_INT(rl_reader_next(&rd, &r), -1); /* it stays refused */
+    /* the largest allowed string still waits for its bytes */
+    CHECK_INT(rl_reader_reset(&rd), 0);
+    char head[32];
+    snprintf(head, sizeof(head), "$%d\r\n", RL_REPLY_MAX_STRING);
+    CHECK_INT(rl_reader_feed(&rd, head, strlen(head)), 0);
+    CHECK_INT(rl_reader_next(&rd, &r), 0);
+}
+
+static void refuses_huge_arrays_and_endless_lines(void) {
+    CHECK_INT(rl_reader_reset(&rd), 0);
+    const rl_reply *r;
+    CHECK_INT(rl_reader_feed(&rd, "*2000000000\r\n", 13), 0);
+    CHECK_INT(rl_reader_next(&rd, &r), -1);
+    CHECK(strstr(rl_reader_error(&rd), "an array of 2000000000 elements") != NULL);
+    /* a nested one, too */
+    CHECK_INT(rl_reader_reset(&rd), 0);
+    CHECK_INT(rl_reader_feed(&rd, "*1\r\n*99999\r\n", 12), 0);
+    CHECK_INT(rl_reader_next(&rd, &r), -1);
+    /* a status line that never ends */
+    CHECK_INT(rl_reader_reset(&rd), 0);
+    char chunk[16384];
+    memset(chunk, 'x', sizeof(chunk));
+    chunk[0] = '+';
+    int got = 0;
+    for (int i = 0; i < 64 && got == 0; i++) {
+        CHECK_INT(rl_reader_feed(&rd, chunk + (i ? 1 : 0), sizeof(chunk) - (i ? 1 : 0)), 0);
+        got = rl_reader_next(&rd, &r);
+    }
+    CHECK_INT(got, -1);
+    CHECK(strstr(rl_reader_error(&rd), "not complete") != NULL);
+}
+
+static void finds_the_run_id_in_info(void) {
+    CHECK_INT(rl_reader_reset(&rd), 0);
+    const char body[] = "# Server\r\nredis_version:7.0.0\r\nrun_id:0123456789abcdef0123456789abcdef01234567\r\ntcp_port:1\r\n";
+    char s[256];
+    int n = snprintf(s, sizeof(s), "$%zu\r\n%s\r\n+OK\r\n", sizeof(body) - 1, body);
+    CHECK_INT(rl_reader_feed(&rd, s, (size_t)n), 0);
+    const rl_reply *r = next();
+    CHECK_INT(r->type, RL_REPLY_STRING);
+    CHECK_STR(r->run_id, "0123456789abcdef0123456789abcdef01234567");
+    CHECK_STR(next()->run_id, "");
+}
+
 int main(void) {
+    refuses_a_huge_declared_string_before_its_bytes();
+    refuses_huge_arrays_and_endless_lines();
+    finds_the_run_id_in_info();
     parses_what_rounds_get();
     waits_for_replies_split_across_reads();
     keeps_arrays_as_one_reply_and_skips_their_elements();

@@ -15,12 +15,18 @@
  *   oom       answers every command with  -OOM command not allowed when used memory > 'maxmemory'.
  *   loading   answers every command with  -LOADING Redis is loading the dataset in memory
  *   ok        answers every command with  +OK (right for SET, wrong for everything else)
+ *   noscript  answers every command with  -NOSCRIPT No matching script. Please use EVAL.
+ *   huge      answers every command with a string declared 1 GB long
+ *             ($1073741824), then sends its bytes for as long as the peer takes them
  *
  * Commands are counted by parsing RESP arrays (and inline commands), so a
- * pipeline of k commands gets exactly k replies. Exits on SIGTERM/SIGINT.
+ * pipeline of k commands gets exactly k replies. Every command is logged on
+ * stdout as a line "cmd NAME" (its first word, upper-cased), so a spec can
+ * count what the node was sent. Exits on SIGTERM/SIGINT.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -36,7 +42,9 @@
 #define MAX_CONNS 128
 #define BUF_CAP 65536
 
-enum mode { M_GARBAGE, M_SILENT, M_RESET, M_ERROR, M_READONLY, M_OOM, M_LOADING, M_OK };
+enum mode { M_GARBAGE, M_SILENT, M_RESET, M_ERROR, M_READONLY, M_OOM, M_LOADING, M_OK, M_NOSCRIPT, M_HUGE };
+
+#define HUGE_LEN 1073741824L
 
 struct conn {
     int fd;
@@ -44,14 +52,12 @@ struct conn {
     char buf[BUF_CAP];
 };
 
-
-
-
 static int parse_mode(const char *s, enum mode *m) {
     static const struct { const char *name; enum mode m; } modes[] = {
         {"garbage", M_GARBAGE}, {"silent", M_SILENT},   {"reset", M_RESET},
         {"error", M_ERROR},     {"readonly", M_READONLY}, {"oom", M_OOM},
-        {"loading", M_LOADING}, {"ok", M_OK},
+        {"loading", M_LOADING}, {"ok", M_OK},     {"noscript", M_NOSCRIPT},
+        {"huge", M_HUGE},
     };
     for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
         if (strcmp(s, modes[i].name) == 0) {
@@ -69,6 +75,8 @@ static const char *reply_for(enum mode m) {
     case M_OOM: return "-OOM command not allowed when used memory > 'maxmemory'.\r\n";
     case M_LOADING: return "-LOADING Redis is loading the dataset in memory\r\n";
     case M_OK: return "+OK\r\n";
+    case M_NOSCRIPT: return "-NOSCRIPT No matching script. Please use EVAL.\r\n";
+    case M_HUGE: return "$1073741824\r\n";
     default: return NULL;
     }
 }
@@ -78,7 +86,7 @@ static int write_all(int fd, const char *s, size_t n) {
     while (n > 0) {
         ssize_t w = send(fd, s, n, MSG_NOSIGNAL);
         if (w < 0) {
-            if (errno == EINTR) continue;
+            if (errno == EINTR && !stop_requested) continue;
             return -1;
         }
         s += w;
@@ -119,6 +127,43 @@ static long command_length(const char *p, size_t n) {
     return (long)off;
 }
 
+/* Print "cmd NAME" for the command of k bytes at p: its first word. */
+static void log_command(const char *p, long k) {
+    const char *w = p;
+    long n = 0;
+    if (p[0] == '*') {
+        /* *N\r\n$L\r\nNAME\r\n */
+        long e = find_crlf(p, (size_t)k);
+        if (e < 0 || e + 2 >= k || p[e + 2] != '$') return;
+        long e2 = find_crlf(p + e + 2, (size_t)(k - e - 2));
+        if (e2 < 0) return;
+        w = p + e + 2 + e2 + 2;
+        n = strtol(p + e + 3, NULL, 10);
+        if (n < 0 || w + n > p + k) return;
+    } else {
+        while (n < k && p[n] != ' ' && p[n] != '\r') n++;
+    }
+    char name[32];
+    long m = n < (long)sizeof(name) - 1 ? n : (long)sizeof(name) - 1;
+    for (long i = 0; i < m; i++) name[i] = (char)toupper((unsigned char)w[i]);
+    name[m] = '\0';
+    printf("cmd %s\n", name);
+    fflush(stdout);
+}
+
+/* The payload of a huge reply: as much of it as the peer takes. Return -1
+ * once the peer has gone (it always goes: nobody wants 1 GB), or has taken
+ * nothing for 200 ms (so one idle client cannot keep the others waiting). */
+static int send_huge(int fd) {
+    static char chunk[65536];
+    memset(chunk, 'x', sizeof(chunk));
+    for (long sent = 0; sent < HUGE_LEN; sent += (long)sizeof(chunk)) {
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        if (poll(&p, 1, 200) != 1 || stop_requested) return -1;
+        if (write_all(fd, chunk, sizeof(chunk)) < 0) return -1;
+    }
+    return write_all(fd, "\r\n", 2);
+}
 
 /* Handle readable data on c; return -1 when the connection should close. */
 static int serve(struct conn *c, enum mode m) {
@@ -140,9 +185,11 @@ static int serve(struct conn *c, enum mode m) {
         long k = command_length(c->buf, c->len);
         if (k < 0) return -1;
         if (k == 0) break;
+        log_command(c->buf, k);
         memmove(c->buf, c->buf + k, c->len - (size_t)k);
         c->len -= (size_t)k;
         if (write_all(c->fd, reply, strlen(reply)) < 0) return -1;
+        if (m == M_HUGE && send_huge(c->fd) < 0) return -1;
     }
     if (c->len == BUF_CAP) return -1; /* a command larger than we care for */
     return 0;
@@ -153,7 +200,7 @@ int main(int argc, char **argv) {
     enum mode m;
     if (argc != 3 || parse_mode(argv[1], &m) != 0) {
         fprintf(stderr,
-                "usage: rl-fakeserver garbage|silent|reset|error|readonly|oom|loading|ok PORTFILE\n");
+                "usage: rl-fakeserver garbage|silent|reset|error|readonly|oom|loading|ok|noscript|huge PORTFILE\n");
         return 2;
     }
     tool_init("rl-fakeserver");

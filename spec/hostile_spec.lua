@@ -1,0 +1,245 @@
+-- Hostile nodes: a node that declares a reply of 1 GB, one that answers
+-- NOSCRIPT to everything, a refused AUTH or SELECT with a command queued
+-- behind it, and one server listed twice under different spellings. Each is
+-- one failed vote that says why; none costs memory, time, a stray key, or a
+-- second vote.
+
+local redlock = require "redlock"
+local cluster = require "helpers.cluster"
+local faults = require "helpers.faults"
+local proc = require "helpers.proc"
+
+local NODE_TIMEOUT = 50
+-- Generous: a round here costs a round trip or a node timeout; the bug it
+-- guards against cost seconds.
+local ROUND_BOUND = 2000
+local RSS_GROWTH_KB = 64 * 1024
+
+local res = cluster.names("hostile")
+
+local function rss_kb()
+  local text = proc.read_file("/proc/self/status")
+  return tonumber(text:match("VmRSS:%s*(%d+)"))
+end
+
+local function timed(fn, ...)
+  local t0 = proc.now_ms()
+  local a, b, c = fn(...)
+  return proc.now_ms() - t0, a, b, c
+end
+
+-- A loopback URL nothing listens on.
+local function dead_url()
+  local tmp = cluster.start(1)
+  local port = tmp.ports[1]
+  tmp:stop()
+  return "redis://127.0.0.1:" .. port
+end
+
+-- Commands the fake server logged whose name is one of names.
+local function count_cmds(fake, names)
+  local n = 0
+  for name in fake:log():gmatch("cmd (%u+)") do
+    if names[name] then n = n + 1 end
+  end
+  return n
+end
+
+local SCRIPTS = { EVAL = true, EVALSHA = true }
+
+describe("hostile nodes", function()
+  local cl
+
+  lazy_setup(function() cl = cluster.start(3) end)
+  teardown(function()
+    faults.stop_all()
+    cluster.stop_all()
+  end)
+
+  describe("a node that declares a 1 GB reply", function()
+    local fake
+    lazy_setup(function() fake = faults.fakeserver("huge") end)
+    lazy_teardown(function() if fake then fake:stop() end end)
+
+    it("is one failed vote that says why, costing neither memory nor time", function()
+      local servers = { fake.url, cl.urls[2], cl.urls[3] }
+      local dlm = redlock.new { servers = servers, node_timeout = NODE_TIMEOUT }
+      local all = redlock.new { servers = servers, node_timeout = NODE_TIMEOUT, quorum = 3 }
+      collectgarbage()
+      local before = rss_kb()
+      for _ = 1, 5 do
+        local ms, lock, err, detail = timed(dlm.try_lock, dlm, res("huge"))
+        assert.is_nil(err, tostring(err) .. " " .. cluster.show(detail))
+        assert.equal(2, lock.votes)
+        assert.is_true(ms < ROUND_BOUND, ("took %.1f ms"):format(ms))
+        ms = timed(lock.unlock, lock)
+        assert.is_true(ms < ROUND_BOUND, ("unlock took %.1f ms"):format(ms))
+
+        -- with all three needed, the detail shows why the fake did not vote
+        ms, lock, err, detail = timed(all.try_lock, all, res("huge3"))
+        assert.is_nil(lock)
+        assert.equal("unavailable", err)
+        assert.is_true(ms < ROUND_BOUND, ("took %.1f ms"):format(ms))
+        assert.equal("error", detail[1].state, cluster.show(detail))
+        assert.matches("reply too large", detail[1].error, 1, true)
+      end
+      local growth = rss_kb() - before
+      assert.is_true(growth < RSS_GROWTH_KB, ("RSS grew by %d kB"):format(growth))
+      dlm:close()
+      all:close()
+    end)
+
+    it("does not make a kept lock lost while two healthy nodes extend it", function()
+      local dlm = redlock.new { servers = { fake.url, cl.urls[2], cl.urls[3] }, node_timeout = NODE_TIMEOUT }
+      collectgarbage()
+      local before = rss_kb()
+      local lock, err, detail = dlm:try_lock(res("kept"), { ttl = 1000, keepalive = true })
+      assert.is_nil(err, tostring(err) .. " " .. cluster.show(detail))
+      proc.sleep_ms(3000) -- three ttls: the keeper has extended it several times
+      assert.is_false(lock:lost())
+      assert.is_true(lock:valid())
+      assert(lock:unlock())
+      local growth = rss_kb() - before
+      assert.is_true(growth < RSS_GROWTH_KB, ("RSS grew by %d kB"):format(growth))
+      dlm:close()
+    end)
+  end)
+
+  describe("a node that answers NOSCRIPT to everything", function()
+    local fake
+    lazy_setup(function() fake = faults.fakeserver("noscript") end)
+    lazy_teardown(function() if fake then fake:stop() end end)
+
+    it("gets the script once by EVAL, then fails its vote saying so", function()
+      local dlm = redlock.new { servers = { fake.url, cl.urls[2], cl.urls[3] }, node_timeout = NODE_TIMEOUT }
+      local r = res("noscript")
+      local lock, err, detail = dlm:try_lock(r, { ttl = 10000 })
+      assert.is_nil(err, tostring(err) .. " " .. cluster.show(detail))
+
+      local sent = count_cmds(fake, SCRIPTS)
+      assert(lock:extend())
+      assert.is_true(count_cmds(fake, SCRIPTS) - sent <= 2, fake:log())
+
+      -- the key gone from one real node: the extension fails, and the detail
+      -- shows what the fake said
+      cluster.del(cl, 2, r)
+      sent = count_cmds(fake, SCRIPTS)
+      local ms, ok
+      ms, ok, err, detail = timed(lock.extend, lock)
+      assert.is_nil(ok)
+      assert.equal("unavailable", err) -- one granted, one did not hold it, one failed
+      assert.is_true(ms < ROUND_BOUND, ("took %.1f ms"):format(ms))
+      assert.equal("error", detail[1].state, cluster.show(detail))
+      assert.matches("NOSCRIPT after EVAL", detail[1].error, 1, true)
+      assert.is_true(count_cmds(fake, SCRIPTS) - sent <= 2, fake:log())
+
+      sent = count_cmds(fake, SCRIPTS)
+      ok, err, detail = lock:unlock()
+      assert.is_nil(ok)
+      assert.equal("unavailable", err) -- one granted, one did not hold it, one failed
+      assert.equal("error", detail[1].state, cluster.show(detail))
+      assert.matches("NOSCRIPT after EVAL", detail[1].error, 1, true)
+      assert.is_nil(cluster.get(cl, 3, r))
+      assert.is_true(count_cmds(fake, SCRIPTS) - sent <= 2, fake:log())
+
+      -- and a lock held on both real nodes is released there
+      r = res("noscript2")
+      lock = assert(dlm:try_lock(r, { ttl = 10000 }))
+      sent = count_cmds(fake, SCRIPTS)
+      assert(lock:unlock())
+      assert.is_nil(cluster.get(cl, 2, r))
+      assert.is_nil(cluster.get(cl, 3, r))
+      assert.is_true(count_cmds(fake, SCRIPTS) - sent <= 2, fake:log())
+      dlm:close()
+    end)
+  end)
+
+  describe("a refused SELECT or AUTH", function()
+    it("stops the command queued behind it: no key is left in any db", function()
+      cluster.flush(cl)
+      local servers = {
+        cl.urls[1] .. "/99",                                  -- redis has 16 databases
+        "redis://:no-such-pw@127.0.0.1:" .. cl.ports[2],      -- the server has no password
+        cl.urls[3],
+      }
+      local dlm = redlock.new { servers = servers, node_timeout = NODE_TIMEOUT, quorum = 3 }
+      for _ = 1, 3 do
+        local r = res("refused")
+        local lock, err, detail = dlm:try_lock(r, { ttl = 60000 })
+        assert.is_nil(lock)
+        assert.equal("unavailable", err)
+        if detail[1].state ~= "pending" then
+          assert.matches("SELECT refused", detail[1].error, 1, true)
+        end
+        if detail[2].state ~= "pending" then
+          assert.matches("AUTH refused", detail[2].error, 1, true)
+        end
+        for i = 1, 3 do
+          assert.equal(-2, cluster.pttl(cl, i, r))
+        end
+        for i = 1, 2 do
+          local keyspace = cl:cli(i, "INFO", "keyspace")
+          assert.is_nil(keyspace:match("keys=%d+"), ("node %d: %s"):format(i, keyspace))
+        end
+      end
+      dlm:close()
+    end)
+  end)
+
+  describe("one server listed twice", function()
+    local one, dir, path
+
+    lazy_setup(function()
+      dir = proc.tmpdir()
+      path = dir .. "/one.sock"
+      one = cluster.start(1, { args = { "--unixsocket", path, "--unixsocketperm", "700" } })
+    end)
+    lazy_teardown(function()
+      if one then one:stop() end
+      if dir then proc.rmdir(dir) end
+    end)
+
+    it("votes once, whatever the spelling; detail names the duplicate", function()
+      local port = one.ports[1]
+      local servers = {
+        "redis://127.0.0.1:" .. port,
+        "redis://127.1:" .. port .. "/1",
+        "unix://" .. path,
+        cl.urls[2],
+        dead_url(),
+      }
+      local dlm = redlock.new { servers = servers, node_timeout = NODE_TIMEOUT }
+      for _ = 1, 4 do
+        local lock, err, detail = dlm:try_lock(res("twice"))
+        assert.is_nil(lock, "locked with " .. tostring(lock and lock.votes) .. " votes")
+        assert.equal("unavailable", err)
+        assert.is_true(detail.ok <= 2, cluster.show(detail))
+        -- of the three spellings of one server, at most one voted; the
+        -- others say which node already speaks for it
+        local voted, dups = 0, 0
+        for i = 1, 3 do
+          local d = detail[i]
+          if d.state == "ok" then voted = voted + 1 end
+          if d.error and d.error:match("same server as node [123] %(run_id %x+%)") then
+            dups = dups + 1
+          else
+            assert.is_truthy(d.state == "ok" or d.state == "pending" or d.state == "timeout", cluster.show(detail))
+          end
+        end
+        assert.is_true(voted <= 1, cluster.show(detail))
+        assert.is_true(dups >= 1, cluster.show(detail))
+      end
+      dlm:close()
+
+      -- with the dead node left out, one server and another grant the lock
+      local two = redlock.new { servers = { servers[1], servers[2], cl.urls[2] }, node_timeout = NODE_TIMEOUT }
+      for _ = 1, 3 do
+        local lock, err, detail = two:try_lock(res("twice2"))
+        assert.is_nil(err, tostring(err) .. " " .. cluster.show(detail))
+        assert.equal(2, lock.votes)
+        assert(lock:unlock())
+      end
+      two:close()
+    end)
+  end)
+end)
