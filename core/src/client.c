@@ -335,9 +335,14 @@ static void on_node_reply(void *owner, int node, rl_ticket t, const rl_reply *re
         reply = NULL;
         errstr = c->nodes[node].errstr;
     }
-    if (is_noscript(reply)) rl_node_load_scripts(&c->nodes[node]); /* for every later command */
     rl_op *op = c->ops[t.slot];
-    if (op->gen != t.gen) return; /* a late reply to an earlier phase or operation */
+    if (op->gen != t.gen) {
+        /* A late reply to an earlier phase or operation. A late NOSCRIPT has
+         * no round left to fall back to EVAL for (which would have loaded
+         * the script): load the scripts, for every later command. */
+        if (is_noscript(reply)) rl_node_load_scripts(&c->nodes[node]);
+        return;
+    }
     /* A script the node does not know is sent as EVAL, once. (NOSCRIPT to a
      * SET is just a failed vote: there is no script to send.) */
     if (is_noscript(reply) && t.kind != RL_OP_ACQUIRE && !t.eval && resend_as_eval(c, op, node, t) == 0) return;

@@ -618,7 +618,7 @@ rl_mark rl_node_mark(const rl_node *n) {
 }
 
 int rl_node_passed(const rl_node *n, rl_mark m) {
-    return n->conn != m.conn || n->written_total >= m.end;
+    return n->conn != m.conn || n->written_total >= m.end || n->holding;
 }
 
 void rl_node_load_scripts(rl_node *n) {

@@ -128,7 +128,8 @@ void rl_node_flush(rl_node *n);
 rl_mark rl_node_mark(const rl_node *n);
 
 /* 1 once everything queued up to m has been handed to the kernel, or the
- * connection m was taken on is gone (nothing of it is left to wait for). */
+ * connection m was taken on is gone (nothing of it is left to wait for), or
+ * its setup is still unanswered (nothing queued on it has been sent). */
 int rl_node_passed(const rl_node *n, rl_mark m);
 
 /* n answered NOSCRIPT: load the scripts again (once per NOSCRIPT spell). */
