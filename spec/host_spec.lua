@@ -309,22 +309,29 @@ describe("the redlock host", function()
       assert.is_true(gone_everywhere("run:ctrlc"))
     end)
 
-    for _, sig in ipairs { "TERM", "INT", "HUP" } do
-      it(("SIG%s stops every process os.execute started before the lock is free"):format(sig), function()
+    for _, case in ipairs {
+      { sig = "TERM", how = "os.execute", run = [[os.execute("sh ./work%s.sh")]] },
+      { sig = "INT", how = "os.execute", run = [[os.execute("sh ./work%s.sh")]] },
+      { sig = "HUP", how = "os.execute", run = [[os.execute("sh ./work%s.sh")]] },
+      { sig = "TERM", how = "io.popen", run = [[local f = io.popen("sh ./work%s.sh") f:read("*a") f:close()]] },
+    } do
+      local sig = case.sig
+      it(("SIG%s stops every process %s started before the lock is free"):format(sig, case.how), function()
         -- work.sh forks a background sleep and a shell that writes a marker after its own sleep
-        local tag = ("%d%s"):format(wall_ms() % 100000, sig)
+        local tag = ("%d%s%d"):format(wall_ms() % 100000, sig, #case.how)
         local digits = tag:gsub("%a", "")
         local bg_arg, fg_arg = "31." .. digits, "3.2" .. digits
-        local marker = TMP .. "/tree" .. sig .. ".marker"
+        local marker = TMP .. "/tree" .. sig .. case.how .. ".marker"
         write_file(TMP .. "/work" .. sig .. ".sh", ([[
 sleep %s &
 sh -c 'sleep %s; echo late > %s'
 ]]):format(bg_arg, fg_arg, q(marker)))
-        local key = "run:tree:" .. sig
-        local name = script("tree" .. sig .. ".lua", ([[
+        local key = "run:tree:" .. sig .. ":" .. case.how
+        local name = script("tree" .. sig .. case.how .. ".lua", ([[
           require("redlock").default():with_lock(%q, { ttl = 3000 }, function()
             print("locked") io.stdout:flush()
-            os.execute("sh ./work%s.sh")
+            ]] .. case.run .. [[
+
           end)
         ]]):format(key, sig))
         local job = bg("run " .. name, ENV)

@@ -49,6 +49,14 @@ void rl_host_finish(void);
  * on, rl_host_wait and rl_host_system never return once their child ended. */
 void rl_host_stop_supervised(int sig);
 
+/* proc.c, for popen.c: a forked child's signal dispositions and mask back to
+ * the defaults (async-signal-safe); remember a process group the host must
+ * stop before it releases its locks on a signal; and never return once a
+ * signal is ending the host (the signal thread releases, then exits). */
+void rl_host_child_defaults(void);
+void rl_host_track_group(pid_t pgrp);
+void rl_host_hold_if_stopping(void);
+
 /* proc.c: fn is called (on the Lua thread) with SIGINT when an os.execute
  * command that had the terminal died of SIGINT: the user's Ctrl-C was meant
  * for the host too. signals.c handles it as if the host got the signal. */

@@ -81,6 +81,16 @@ static void remember_leftover(pid_t pgrp) {
     if (slot >= 0) leftovers[slot] = pgrp;
 }
 
+void rl_host_track_group(pid_t pgrp) {
+    pthread_mutex_lock(&sup_lock);
+    remember_leftover(pgrp);
+    pthread_mutex_unlock(&sup_lock);
+}
+
+void rl_host_hold_if_stopping(void) {
+    if (atomic_load(&stopping)) wait_for_exit();
+}
+
 /* Give the terminal back to the host's process group. */
 static void reclaim_terminal(void) {
     sigset_t ttou, old;
@@ -215,18 +225,22 @@ static int resolve(const char *file, char *out, size_t outlen) {
     return found_unexecutable ? EACCES : ENOENT;
 }
 
-/* The child between fork and exec: async-signal-safe calls only. */
-static void child(const char *path, const char *const *argv, int flags, pid_t parent, int errfd) {
+void rl_host_child_defaults(void) {
     static const int dflt[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTTOU, SIGTTIN, SIGTSTP};
     struct sigaction sa;
     sigset_t none;
-    int e;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = SIG_DFL;
     sigemptyset(&sa.sa_mask);
     for (size_t i = 0; i < sizeof(dflt) / sizeof(dflt[0]); i++) sigaction(dflt[i], &sa, NULL);
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
+/* The child between fork and exec: async-signal-safe calls only. */
+static void child(const char *path, const char *const *argv, int flags, pid_t parent, int errfd) {
+    int e;
+    rl_host_child_defaults();
     if ((flags & RL_HOST_NEWPGRP) && setpgid(0, 0) != 0) goto fail;
     if (flags & RL_HOST_DIE_WITH_HOST) {
         if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) goto fail;
