@@ -187,12 +187,15 @@ static int step_nonce(const rl_node *n, char *buf, size_t len) {
     return snprintf(buf, len, "rl-step-%u", n->step_nonce);
 }
 
-/* The reply to a step check must be its own nonce: anything else answers
- * some other command, so the replies are out of step with the commands. */
+/* The reply to a step check must be its own nonce: any other reply answers
+ * some other command, so the replies are out of step with the commands. An
+ * error proves nothing either way (a node may refuse ECHO, or answer errors
+ * to everything: it fails its votes anyway); the next check will tell. */
 static void step_reply(rl_node *n, const rl_reply *reply) {
     char nonce[32];
     size_t len = (size_t)step_nonce(n, nonce, sizeof(nonce));
     n->step_check = 0;
+    if (reply->type == RL_REPLY_ERROR) return;
     if (reply->type == RL_REPLY_STRING && reply->len == len && memcmp(reply->str, nonce, len) == 0) return;
     drop(n, "connection reset: replies out of step with commands (a reply was lost)");
 }
