@@ -155,6 +155,17 @@ describe("the redlock host", function()
       end
     end)
 
+    -- before: the policy's string reached rl_sleep; a traceback and exit 1
+    it("a --policy that returns what is not a delay is a usage error (64), never a traceback", function()
+      local policy = script("strpolicy.lua", [[return function() return "soon" end]])
+      for i = 1, 3 do cl:cli(i, "SET", "policy:r", "someone", "PX", "10000") end
+      local out, rc = redlock("exec --policy " .. policy .. " policy:r -- true", ENV)
+      assert.are.equal(64, rc, out)
+      assert.matches("--policy " .. policy .. ": bad retry policy: after attempt 1 it returned string \"soon\"", out, 1, true)
+      assert.is_nil(out:find("traceback", 1, true), out)
+      for i = 1, 3 do cl:cli(i, "DEL", "policy:r") end
+    end)
+
     it("never shows a password from --servers in a message", function()
       for _, args in ipairs {
         "exec --servers redis://:s3cret@127.0.0.1:99999 r -- true",

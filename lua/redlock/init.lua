@@ -419,8 +419,8 @@ end
 -- The delay a policy returned after attempt n, as whole ms; nil to give up.
 -- A policy is the caller's code: a delay that is not a number of ms the core
 -- can sleep is misuse, raised at the caller of lock.
-local function policy_delay(policy, n, err)
-    local delay = policy(n, err)
+local function policy_delay(policy, n, err, detail)
+    local delay = policy(n, err, detail)
     if not delay then return nil end
     if type(delay) ~= "number" or not (delay >= 0 and delay <= MAX_MS) then
         raise(("bad retry policy: after attempt %d it returned %s (expected nil or a number of ms from 0 to %d)")
@@ -436,7 +436,7 @@ end
 local function retry_loop(self, client, policy, deadline, try, a, b, err, detail)
     local n = 1
     while true do
-        local delay = policy_delay(policy, n, err)
+        local delay = policy_delay(policy, n, err, detail)
         if not delay then return nil, err, detail end
         if self.client == nil then
             -- closed by the policy, or by another coroutine while it yielded

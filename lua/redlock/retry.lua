@@ -1,5 +1,5 @@
 -- redlock.retry: retry policies. A policy is any function
---   policy(attempt, last_err) -> delay_ms, or nil to give up
+--   policy(attempt, last_err, last_detail) -> delay_ms, or nil to give up
 -- called after attempt number `attempt` (1-based) failed with `last_err`.
 -- Jitter comes from the core's per-process generator, not math.random, so
 -- processes started together do not retry in lockstep.

@@ -113,29 +113,18 @@ function _M.lock(dlm, resource, o)
   local lopts = { ttl = o.ttl, keepalive = true, margin = o.margin }
   if o.nonblock then return dlm:try_lock(resource, lopts) end
   local policy = o.policy or require("redlock").retry.forever()
-  local deadline = o.wait and sys.now_ms() + o.wait
   local since -- when the attempts began failing for another reason than busy
-  local attempt = 1
-  local lk, err, detail = dlm:try_lock(resource, lopts)
-  while not lk do
+  lopts.wait = o.wait
+  lopts.retry = function(attempt, err, detail)
     if err == "busy" then
       since = nil
     elseif o.unreachable then
       since = since or sys.now_ms()
       o.unreachable(err, detail, sys.now_ms() - since)
     end
-    local delay = policy(attempt, err)
-    if not delay then return nil, err, detail end
-    if deadline then
-      local left = deadline - sys.now_ms()
-      if left <= 0 then return nil, err, detail end
-      if delay > left then delay = left end
-    end
-    _M.sleep(dlm, delay)
-    attempt = attempt + 1
-    lk, err, detail = dlm:try_lock(resource, lopts)
+    return policy(attempt, err, detail)
   end
-  return lk
+  return dlm:lock(resource, lopts)
 end
 
 --- Sleep ms while serving dlm's connections (late replies, reconnects), so

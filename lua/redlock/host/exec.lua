@@ -190,10 +190,17 @@ function _M.run(opts, argv, k)
     host.fail(EXIT.UNAVAILABLE, "cannot lock '%s' for %d s: %s; still trying%s", resource,
       math.floor(ms / 1000), tostring(err), detail and ("\n" .. config.describe_detail(detail)) or "")
   end
-  local lock, why, detail = config.lock(dlm, resource, {
+  local locked, lock, why, detail = pcall(config.lock, dlm, resource, {
     ttl = ttl, margin = margin, policy = policy,
     nonblock = opts.nonblock, wait = opts.wait or opts.timeout, unreachable = unreachable,
   })
+  if not locked then
+    -- a --policy that returned what is not a delay: the user's file, so a usage error
+    local msg = tostring(lock)
+    local bad = opts.policy and msg:match("(bad retry policy:.*)$")
+    if not bad then error(lock, 0) end
+    return host.fail(EXIT.USAGE, "--policy %s: %s", opts.policy, bad)
+  end
   if not lock then
     if why == "busy" then
       if not opts.quiet then
