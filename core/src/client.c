@@ -382,6 +382,15 @@ static void on_op_timeout(EV_P_ ev_timer *w, int revents) {
         rl_round_expire(&op->round, c->timeout_text, rl_now_ms());
         op_round_decided(c, op);
     } else if (op->phase == OP_CLEANUP) {
+        /* A connection still waiting for its setup has sent neither the SET
+         * nor the cleanup: drop it rather than wait, so neither goes out
+         * later while nobody drives the client. Its tickets are answered at
+         * once, which may complete this operation. */
+        unsigned gen = op->gen;
+        for (int i = 0; i < c->nnodes; i++)
+            if (op->cleanup_sent & (1u << i))
+                rl_node_drop_if_unready(&c->nodes[i], "connection reset: no answer to its setup (AUTH/SELECT/INFO) in time");
+        if (op->phase != OP_CLEANUP || op->gen != gen) return;
         if (cleanup_out(c, op)) op_complete(c, op);
         else start_timer(c, op); /* still in our buffer: a socket that was full */
     }

@@ -621,7 +621,11 @@ rl_mark rl_node_mark(const rl_node *n) {
 }
 
 int rl_node_passed(const rl_node *n, rl_mark m) {
-    return n->conn != m.conn || n->written_total >= m.end || n->holding;
+    return n->conn != m.conn || n->written_total >= m.end;
+}
+
+void rl_node_drop_if_unready(rl_node *n, const char *why) {
+    if (n->fd >= 0 && n->holding) drop(n, why);
 }
 
 void rl_node_load_scripts(rl_node *n) {

@@ -128,9 +128,13 @@ void rl_node_flush(rl_node *n);
 rl_mark rl_node_mark(const rl_node *n);
 
 /* 1 once everything queued up to m has been handed to the kernel, or the
- * connection m was taken on is gone (nothing of it is left to wait for), or
- * its setup is still unanswered (nothing queued on it has been sent). */
+ * connection m was taken on is gone (nothing of it is left to wait for). */
 int rl_node_passed(const rl_node *n, rl_mark m);
+
+/* Drop n's connection (answering its commands with why) if its setup is
+ * still unanswered: nothing queued behind the setup has been sent, so
+ * nothing of it has run, and nothing is lost by dropping it. */
+void rl_node_drop_if_unready(rl_node *n, const char *why);
 
 /* n answered NOSCRIPT: load the scripts again (once per NOSCRIPT spell). */
 void rl_node_load_scripts(rl_node *n);
