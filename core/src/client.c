@@ -269,7 +269,7 @@ static void op_start_cleanup(rl_client *c, rl_op *op) {
     op->cleanup_pending = 0;
     op->cleanup_sent = 0;
     int encoded = rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, op->res.value) == 0;
-    rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, rl_now_ms(), 0};
+    rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, rl_now_ms(), 0, 0};
     for (int i = 0; i < c->nnodes; i++) {
         rl_node_result *n = &op->res.node[i];
         if (!(op->sent & (1u << i)) || n->state == RL_NODE_TAKEN) continue;
@@ -449,7 +449,7 @@ static int begin(rl_client *c, int kind, const char *resource, size_t len, const
     double now = rl_now_ms();
     rl_round_start(&op->round, &op->res, kind, c->nnodes, c->quorum, ttl_ms, c->opts.drift_factor, now);
     start_timer(c, op);
-    rl_ticket t = {op->slot, op->gen, kind, now, 0};
+    rl_ticket t = {op->slot, op->gen, kind, now, 0, 0};
     for (int i = 0; i < c->nnodes && op->phase == OP_ROUND; i++) {
         if (rl_node_send(&c->nodes[i], op->cmd.data, op->cmd.len, t) == 0) {
             op->sent |= 1u << i;

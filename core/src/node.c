@@ -149,7 +149,6 @@ static int write_out(rl_node *n) {
         if (w > 0) {
             n->out_off += (size_t)w;
             n->written_total += (unsigned long long)w;
-            n->progress_ms = rl_now_ms();
         } else if (w < 0 && errno == EINTR) {
             continue;
         } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -170,6 +169,7 @@ void rl_node_flush(rl_node *n) {
 
 /* Append a command and its ticket, both or neither. */
 static int queue_command(rl_node *n, const char *cmd, size_t len, rl_ticket t) {
+    t.end = n->queued_total + len;
     if (rl_buf_reserve(&n->out, len) != 0 || ring_push(n, t) != 0) {
         snprintf(n->errstr, sizeof(n->errstr), "out of memory");
         return -1;
@@ -276,7 +276,7 @@ static void on_readable(EV_P_ ev_io *w, int revents) {
     for (;;) {
         ssize_t got = read(n->fd, buf, sizeof(buf));
         if (got > 0) {
-            n->progress_ms = rl_now_ms();
+            n->read_ms = rl_now_ms();
             if (rl_reader_feed(&n->reader, buf, (size_t)got) != 0) {
                 ended = "out of memory";
                 break;
@@ -306,8 +306,9 @@ static void on_readable(EV_P_ ev_io *w, int revents) {
 static void connected(rl_node *n) {
     ev_timer_stop(n->loop, &n->connect_timer);
     n->link = RL_LINK_UP;
-    n->progress_ms = rl_now_ms();
-    n->last_outq = -1;
+    n->read_ms = n->acked_ms = rl_now_ms();
+    n->acked = 0;
+    n->head_end = ~0ull;
     n->errstr[0] = '\0';
     ev_io_start(n->loop, &n->readable);
     ev_io_stop(n->loop, &n->writable);
@@ -372,7 +373,7 @@ static int queue_script_loads(rl_node *n) {
     for (int i = 0; i < 2 && rc == 0; i++) {
         const char *argv[3] = {"SCRIPT", "LOAD", scripts[i]};
         size_t lens[3] = {6, 4, strlen(scripts[i])};
-        rl_ticket t = {-1, 0, LOAD_SCRIPT, rl_now_ms(), 0};
+        rl_ticket t = {-1, 0, LOAD_SCRIPT, rl_now_ms(), 0, 0};
         cmd.len = 0;
         rc = rl_cmd_append_argv(&cmd, 3, argv, lens);
         if (rc == 0) rc = queue_command(n, cmd.data, cmd.len, t);
@@ -396,7 +397,7 @@ static int queue_setup(rl_node *n) {
         int argc = 1;
         if (n->url.user[0]) argv[argc] = n->url.user, lens[argc++] = strlen(n->url.user);
         argv[argc] = n->url.password, lens[argc++] = strlen(n->url.password);
-        rl_ticket t = {-1, 0, SETUP_AUTH, rl_now_ms(), 0};
+        rl_ticket t = {-1, 0, SETUP_AUTH, rl_now_ms(), 0, 0};
         rc = rl_cmd_append_argv(&cmd, argc, argv, lens);
         if (rc == 0) rc = queue_command(n, cmd.data, cmd.len, t);
         if (rc == 0) n->setup_left++;
@@ -406,7 +407,7 @@ static int queue_setup(rl_node *n) {
         char db[16];
         const char *argv[2] = {"SELECT", db};
         size_t lens[2] = {6, (size_t)snprintf(db, sizeof(db), "%d", n->url.db)};
-        rl_ticket t = {-1, 0, SETUP_SELECT, rl_now_ms(), 0};
+        rl_ticket t = {-1, 0, SETUP_SELECT, rl_now_ms(), 0, 0};
         rc = rl_cmd_append_argv(&cmd, 2, argv, lens);
         if (rc == 0) rc = queue_command(n, cmd.data, cmd.len, t);
         if (rc == 0) n->setup_left++;
@@ -415,7 +416,7 @@ static int queue_setup(rl_node *n) {
     if (rc == 0) {
         const char *argv[2] = {"INFO", "server"};
         size_t lens[2] = {4, 6};
-        rl_ticket t = {-1, 0, SETUP_INFO, rl_now_ms(), 0};
+        rl_ticket t = {-1, 0, SETUP_INFO, rl_now_ms(), 0, 0};
         rc = rl_cmd_append_argv(&cmd, 2, argv, lens);
         if (rc == 0) rc = queue_command(n, cmd.data, cmd.len, t);
         if (rc == 0) n->setup_left++;
@@ -535,31 +536,35 @@ static void connect_now(rl_node *n) {
 
 /* ---- the stall watchdog ---- */
 
-/* The kernel's send queue shrank since the last look: the peer is taking our
- * bytes, however slowly (a large batch on a slow link is not a stall). */
-static int send_queue_draining(rl_node *n) {
-    int outq = -1;
-    if (ioctl(n->fd, SIOCOUTQ, &outq) != 0) return 0;
-    int draining = n->last_outq >= 0 && outq < n->last_outq;
-    n->last_outq = outq;
-    return draining;
-}
-
-/* Commands unanswered and no sign of life for stall_reset_ms: a reply was
- * lost (or the node hangs), and the reply stream cannot resynchronise. Time
- * counts from the later of the oldest command's send and the last progress,
- * so a connection still busy moving a large batch is not reset. Drop the
- * connection (its commands are answered with errors through on_reply) and
- * reconnect. */
+/* Commands unanswered and the node not keeping up for stall_reset_ms: a
+ * reply was lost, or the node hangs (a stopped process), and the reply stream
+ * cannot resynchronise. Only a reply proves the node's process alive: its
+ * kernel takes our bytes whether or not the process runs. So the oldest
+ * unanswered command is judged by where its bytes are:
+ *   - not all at the node yet (a large batch, a slow link): stalled only if
+ *     the node's end has taken no bytes at all for stall_reset_ms;
+ *   - all at the node: stalled if no reply has come for stall_reset_ms since
+ *     (the watchdog notices that on one of its looks, every stall_reset/2).
+ * Drop the connection (its commands are answered with errors through
+ * on_reply) and reconnect. */
 static void on_watchdog(EV_P_ ev_timer *w, int revents) {
     (void)loop;
     (void)revents;
     rl_node *n = w->data;
     if (n->link != RL_LINK_UP || n->ring_count == 0) return;
     double now = rl_now_ms();
-    if (send_queue_draining(n)) n->progress_ms = now;
-    double since = n->ring[n->ring_head].sent_ms;
-    if (n->progress_ms > since) since = n->progress_ms;
+    int outq = 0;
+    if (ioctl(n->fd, SIOCOUTQ, &outq) != 0 || outq < 0) outq = 0;
+    unsigned long long acked = n->written_total - (unsigned long long)outq;
+    if (acked > n->acked) n->acked = acked, n->acked_ms = now;
+    const rl_ticket *head = &n->ring[n->ring_head];
+    double since;
+    if (head->end > n->acked) {
+        since = head->sent_ms > n->acked_ms ? head->sent_ms : n->acked_ms;
+    } else {
+        if (n->head_end != head->end) n->head_end = head->end, n->head_ms = now;
+        since = n->head_ms > n->read_ms ? n->head_ms : n->read_ms;
+    }
     if (now - since < n->opts->stall_reset_ms) return;
     if (socket_ready(n->fd, POLLIN)) return; /* replies are there, just not read yet */
     snprintf(n->errstr, sizeof(n->errstr), "connection reset: no reply for %d ms", n->opts->stall_reset_ms);
@@ -637,7 +642,7 @@ void rl_node_check_step(rl_node *n) {
     char nonce[32], cmd[64];
     int nlen = step_nonce(n, nonce, sizeof(nonce));
     int len = snprintf(cmd, sizeof(cmd), "*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n", nlen, nonce);
-    rl_ticket t = {-1, 0, CHECK_ECHO, rl_now_ms(), 0};
+    rl_ticket t = {-1, 0, CHECK_ECHO, rl_now_ms(), 0, 0};
     if (queue_command(n, cmd, (size_t)len, t) == 0) n->step_check = 1;
 }
 

@@ -31,6 +31,7 @@ typedef struct rl_ticket {
     int kind;
     double sent_ms;
     int eval;
+    unsigned long long end;  /* where the command ends in the connection's output (set when queued) */
 } rl_ticket;
 
 /* Called for every reply to a command sent with rl_node_send, in order.
@@ -70,9 +71,12 @@ typedef struct rl_node {
     int step_check;          /* a step check (ECHO) is in flight on this connection */
     int scripts_loading;     /* SCRIPT LOADs are in flight on this connection */
     unsigned step_nonce;     /* its nonce's number; a new one for every connection */
-    double progress_ms;      /* last sign of life on this connection: bytes written or read, or
-                                the kernel's send queue draining (what the stall watchdog measures) */
-    int last_outq;           /* the send queue's length when the watchdog last looked, or -1 */
+    /* What the stall watchdog measures on this connection: */
+    double read_ms;          /* when bytes last came from the node */
+    unsigned long long acked;  /* bytes the node's end had taken (written less the send queue) at the last look */
+    double acked_ms;         /* when that last grew */
+    unsigned long long head_end;  /* the oldest unanswered command (its end) the watchdog saw wholly taken, */
+    double head_ms;          /* and when it first saw that */
     ev_io readable;          /* while up: replies to read */
     ev_io writable;          /* while connecting, or while queued bytes wait for room */
     ev_timer connect_timer;  /* deadline of a connect in progress */
