@@ -331,7 +331,7 @@ static void on_node_reply(void *owner, int node, rl_ticket t, const rl_reply *re
     if (reply && !rl_reply_fits(t.kind, reply)) {
         /* Out of step: this reply answers some other command. Nothing on
          * this connection can be trusted any more. */
-        rl_node_reset(&c->nodes[node], "connection reset: replies out of step with commands (a reply was lost)");
+        rl_node_reset(&c->nodes[node], RL_OUT_OF_STEP);
         reply = NULL;
         errstr = c->nodes[node].errstr;
     }

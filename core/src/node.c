@@ -197,7 +197,7 @@ static void step_reply(rl_node *n, const rl_reply *reply) {
     n->step_check = 0;
     if (reply->type == RL_REPLY_ERROR) return;
     if (reply->type == RL_REPLY_STRING && reply->len == len && memcmp(reply->str, nonce, len) == 0) return;
-    drop(n, "connection reset: replies out of step with commands (a reply was lost)");
+    drop(n, RL_OUT_OF_STEP);
 }
 
 /* The peer that already votes for server run_id, or -1. */

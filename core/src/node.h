@@ -153,6 +153,9 @@ void rl_node_check_step(rl_node *n);
  * succeed: when that setup was sent (rl_now_ms); otherwise 0. */
 double rl_node_held_since(const rl_node *n);
 
+/* Why a connection whose replies no longer pair with its commands is reset. */
+#define RL_OUT_OF_STEP "connection reset: replies out of step with commands (a reply was lost)"
+
 /* Drop the connection now (its unanswered commands are answered with why
  * through on_reply before this returns) and reconnect with backoff. Safe
  * inside on_reply. */
