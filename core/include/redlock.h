@@ -180,6 +180,147 @@ int rl_extend(rl_client *c, const char *resource, size_t len, const char *value,
               rl_result *out);
 
 /*
+ * The engine: the Redlock algorithm without I/O and without a clock.
+ *
+ * An rl_engine does everything an rl_client does except move bytes and read
+ * the time: operations and their phases (the round, then the cleanup after
+ * a failed acquire), votes, quorum and validity, and per node a command
+ * stream (the commands awaiting replies, the bytes to send, the reply
+ * parser, AUTH/SELECT/INFO on a fresh connection, the NOSCRIPT fallback, the
+ * check of a stream whose replies fell out of step, the stall watchdog,
+ * connect deadlines and reconnect backoff). A *driver* owns the sockets and
+ * the clock; every call that can change anything takes now_ms, a reading of
+ * a monotonic clock in milliseconds (rl_now_ms, or ngx.now() * 1000), and
+ * the engine never calls back into the driver. rl_client is the engine with
+ * a libev driver; inside nginx, lua/redlock drives one over cosockets.
+ *
+ * A driver's loop:
+ *   - after every call into the engine, for each node whose bit is set in
+ *     rl_engine_wanting(), take rl_engine_node_wants(): on RL_WANT_CLOSE close
+ *     the node's socket (its commands are already answered); on
+ *     RL_WANT_CONNECT open a connection and report rl_engine_node_connected or
+ *     rl_engine_node_down; on RL_WANT_WRITE write rl_engine_node_output and
+ *     report rl_engine_node_wrote (writing everything wanted before waiting
+ *     for I/O sends each node one write for all commands begun meanwhile);
+ *   - feed what a node sends to rl_engine_node_feed; report a connection that
+ *     fails or ends with rl_engine_node_down;
+ *   - wait for I/O no later than rl_engine_deadline(), then call
+ *     rl_engine_advance (after feeding what has arrived);
+ *   - collect finished operations with rl_engine_collect or rl_engine_take.
+ * Node indexes are 0 .. rl_engine_nodes()-1 in server order. An engine is not
+ * thread-safe.
+ */
+typedef struct rl_engine rl_engine;
+
+/* What the engine wants of the driver for one node (rl_engine_node_wants). */
+enum {
+    RL_WANT_WRITE = 1,    /* bytes wait in rl_engine_node_output */
+    RL_WANT_CONNECT = 2,  /* open a connection, then report connected or down */
+    RL_WANT_CLOSE = 4     /* the engine dropped the connection: close the socket */
+};
+
+/* Create an engine for the nodes named by urls (as rl_client_new takes them;
+ * nothing is looked up or connected). opts may be NULL. On error NULL, with
+ * the reason in err. */
+rl_engine *rl_engine_new(const char *const *urls, int nurls, const rl_options *opts,
+                         char *err, size_t errlen);
+
+/* Free the engine; operations in flight are abandoned. NULL is ignored. */
+void rl_engine_free(rl_engine *e);
+
+/* Number of nodes; node i's name (its URL without password); where to
+ * connect: the host (or, for unix:// nodes, the socket path) and the TCP
+ * port (0 for a unix socket). */
+int rl_engine_nodes(const rl_engine *e);
+const char *rl_engine_node_name(const rl_engine *e, int i);
+const char *rl_engine_node_host(const rl_engine *e, int i);
+int rl_engine_node_port(const rl_engine *e, int i);
+
+/* Votes needed for a decision. */
+int rl_engine_quorum(const rl_engine *e);
+
+/* The reason the last rl_engine_begin_* or rl_engine_take call failed. */
+const char *rl_engine_errstr(const rl_engine *e);
+
+/* Start an operation at now_ms, as rl_begin_* do (same ids, same errors):
+ * its command is queued on every node; a node that is down votes against
+ * at once. */
+int rl_engine_begin_acquire(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
+int rl_engine_begin_release(rl_engine *e, const char *resource, size_t len, const char *value,
+                            double now_ms);
+int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const char *value,
+                           int ttl_ms, double now_ms);
+
+/* Bit i set: node i wants something of the driver (rl_engine_node_wants). */
+unsigned rl_engine_wanting(const rl_engine *e);
+
+/* What node wants: RL_WANT_* bits. CONNECT and CLOSE are handed out once
+ * (this call takes them); WRITE stays set while output waits. Do CLOSE
+ * before CONNECT. */
+int rl_engine_node_wants(rl_engine *e, int node);
+
+/* Ask for a connection to node now (RL_WANT_CONNECT), even if it is in its
+ * reconnect backoff: to connect ahead of the first operation. */
+void rl_engine_node_open(rl_engine *e, int node, double now_ms);
+
+/* The connection the engine asked for is up. fresh: a new connection (the
+ * engine sends AUTH/SELECT/INFO and loads its scripts before anything else);
+ * 0: a pooled connection that rl_engine_node_detach called clean. Return
+ * RL_OK, or RL_ERR if no connection was asked for (close it). */
+int rl_engine_node_connected(rl_engine *e, int node, int fresh, double now_ms);
+
+/* The node's connection failed or ended; why says how ("connect failed:
+ * ...", "connection lost: ..."). Its commands fail with why, and the
+ * engine asks for a new connection after its reconnect backoff. */
+void rl_engine_node_down(rl_engine *e, int node, const char *why, double now_ms);
+
+/* The driver is done with the node's connection for now (a cosocket put
+ * back in its pool). Return 1 if the connection is clean (set up, every
+ * command answered, nothing unwritten) and may be reused; 0 if it must be
+ * closed: its commands are then answered with an error. Either way the
+ * engine forgets the connection, and the next command asks for one, with no
+ * backoff. */
+int rl_engine_node_detach(rl_engine *e, int node, double now_ms);
+
+/* The bytes to write to node now (*data valid until the next call on e),
+ * and how many of them were written. */
+size_t rl_engine_node_output(rl_engine *e, int node, const char **data);
+void rl_engine_node_wrote(rl_engine *e, int node, size_t n, double now_ms);
+
+/* Bytes node sent. Return RL_OK, or RL_ERR if the engine dropped the
+ * connection on the way (garbage, a reply nobody asked for, a refused AUTH,
+ * a stream out of step): feed nothing more from it, and close it. */
+int rl_engine_node_feed(rl_engine *e, int node, const char *data, size_t len, double now_ms);
+
+/* Optional: bytes written to node but not yet taken by its end (the send
+ * queue, SIOCOUTQ), so the stall watchdog can tell a slow link from a hung
+ * node. A driver that cannot tell never calls it. */
+void rl_engine_node_unsent(rl_engine *e, int node, long long bytes);
+
+/* Why node is down, or its last connection ended. */
+const char *rl_engine_node_errstr(const rl_engine *e, int node);
+
+/* The earliest moment rl_engine_advance has something to do (an operation's
+ * node timeout, a connect deadline, a reconnect, a watchdog look), on the
+ * driver's clock; -1 if nothing is scheduled. */
+double rl_engine_deadline(const rl_engine *e);
+
+/* Do everything due by now_ms. */
+void rl_engine_advance(rl_engine *e, double now_ms);
+
+/* Copy the oldest finished operation into *out and forget it: 1, or 0 if
+ * none has finished. */
+int rl_engine_collect(rl_engine *e, rl_result *out);
+
+/* Copy operation id into *out and forget it if it has finished: 1; 0 if it
+ * is still in flight; RL_ERR if id is not an operation in flight. */
+int rl_engine_take(rl_engine *e, int id, rl_result *out);
+
+/* Finished operations not yet collected, and operations still in flight. */
+int rl_engine_done(const rl_engine *e);
+int rl_engine_inflight(const rl_engine *e);
+
+/*
  * Keep-alive. A keeper owns a thread with its own connections to the same
  * nodes; it extends the locks handed to it without any help from the calling
  * thread (which may be busy in a long computation or a blocking call).

@@ -1,105 +1,197 @@
-/* client.c — the public client: nodes, operations in flight, and the pull API.
+/* client.c — rl_client: the engine (engine.c) driven over non-blocking
+ * sockets (conn.c) on a libev loop of its own.
  *
- * An operation lives in a slot that is allocated once and reused. It goes
- * through phases:
- *   ROUND    its command is out on every node; replies vote (round.c);
- *   CLEANUP  (failed acquire only) release on every node the SET may have
- *            reached, waiting for those replies or the node timeout;
- *   DONE     on the done list, waiting for rl_collect / rl_wait;
- *   FREE     on the free list.
- * Each phase change bumps the slot's generation; a reply carries the
- * generation it was sent under (node.c tickets), so a late reply can never
- * vote in a later phase or a later operation. */
+ * The engine decides; this file moves bytes and reads the clock. After
+ * every call into the engine, service() does what it asks (close, connect)
+ * and re-arms one timer for the engine's next deadline. Writes wait for the
+ * loop's prepare watcher (and the end of every rl_run / rl_wait / rl_sleep),
+ * so everything begun in one loop iteration goes out in one write per node. */
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
-#include "command.h"
-#include "node.h"
-#include "opid.h"
-#include "round.h"
-#include "url.h"
-#include "value.h"
+#include <ev.h>
 
-enum { OP_FREE = 0, OP_ROUND, OP_CLEANUP, OP_DONE };
+#include "conn.h"
+#include "engine.h"
+#include "text.h"
 
-typedef struct rl_op {
-    rl_result res;
-    rl_round round;
-    ev_timer timer;          /* node timeout of the current phase */
-    rl_client *client;
-    int slot;
-    unsigned uses;           /* operations begun in this slot: the high bits of its id */
-    unsigned gen;
-    int phase;
-    unsigned sent;           /* bit i: this phase's command was queued on node i */
-    int cleanup_pending;     /* cleanup replies still awaited */
-    unsigned cleanup_sent;   /* bit i: node i was sent the cleanup */
-    rl_mark cleanup_out[RL_MAX_NODES];  /* where each node's cleanup ends in its output */
-    rl_buf key;              /* prefix + resource */
-    rl_buf cmd;              /* RESP of the current phase's command */
-    struct rl_op *prev, *next;  /* done list (doubly linked) or free list (next only) */
-} rl_op;
+#define READ_CHUNK 16384
+
+typedef struct rl_link {
+    rl_conn conn;
+    ev_io readable;          /* while connected: replies to read */
+    ev_io writable;          /* while connecting, or while output waits for room */
+    struct rl_client *client;
+    int index;
+} rl_link;
 
 struct rl_client {
-    char errstr[RL_ERR_LEN];
-    rl_options opts;
-    char *prefix;
+    rl_engine *engine;
     int nnodes;
-    int quorum;
-    int closing;
     struct ev_loop *loop;
-    rl_node nodes[RL_MAX_NODES];
-    char timeout_text[64];   /* "no reply within N ms" */
-    rl_buf scratch;          /* EVAL fallback commands */
-
-    rl_op **ops;             /* every slot ever allocated, by id */
-    int nops, capops;
-    rl_op *free_ops;
-    rl_op *done_head, *done_tail;
-    int ndone, inflight;
-
+    rl_link links[RL_MAX_NODES];
     ev_prepare flusher;      /* before the loop polls: write what was queued */
+    ev_timer deadline;       /* the engine's next deadline */
+    double armed_at;         /* when the deadline timer fires (0: not armed) */
     ev_timer run_timer;      /* bounds rl_run / rl_sleep */
     int run_expired;
 };
 
-void rl_options_init(rl_options *o) {
-    memset(o, 0, sizeof(*o));
-    o->node_timeout_ms = 50;
-    o->connect_timeout_ms = 1000;
-    o->reconnect_min_ms = 50;
-    o->reconnect_max_ms = 1000;
-    o->stall_reset_ms = 500;
-    o->quorum = 0;
-    o->drift_factor = 0.01;
-    o->prefix = "";
-    o->prefix_len = 0;
+static void service(rl_client *c);
+
+/* ---- sockets ---- */
+
+static void link_close(rl_link *l) {
+    rl_client *c = l->client;
+    ev_io_stop(c->loop, &l->readable);
+    ev_io_stop(c->loop, &l->writable);
+    rl_conn_close(&l->conn);
 }
 
-static int check_options(const rl_options *o, int n, char *err, size_t errlen) {
-    int majority = n / 2 + 1;
-    if (o->node_timeout_ms <= 0) return snprintf(err, errlen, "node_timeout must be > 0 ms"), -1;
-    if (o->connect_timeout_ms <= 0) return snprintf(err, errlen, "connect_timeout must be > 0 ms"), -1;
-    if (o->stall_reset_ms <= 0) return snprintf(err, errlen, "stall_reset must be > 0 ms"), -1;
-    if (o->reconnect_min_ms <= 0 || o->reconnect_max_ms < o->reconnect_min_ms)
-        return snprintf(err, errlen, "reconnect delays must satisfy 0 < min <= max"), -1;
-    if (!(o->drift_factor >= 0 && o->drift_factor < 1))
-        return snprintf(err, errlen, "drift_factor must be in [0, 1)"), -1;
-    if (o->quorum != 0 && (o->quorum < majority || o->quorum > n))
-        return snprintf(err, errlen, "quorum must be between %d (a majority of %d) and %d", majority, n, n), -1;
-    if (o->prefix_len > 0 && o->prefix == NULL) return snprintf(err, errlen, "prefix is NULL"), -1;
-    return 0;
+/* The engine wants a connection: begin one, or say at once why there is none. */
+static void link_connect(rl_link *l) {
+    rl_client *c = l->client;
+    link_close(l);
+    if (rl_conn_open(&l->conn) != 0) {
+        rl_engine_node_down(c->engine, l->index, l->conn.errstr, rl_now_ms());
+        return;
+    }
+    ev_io_set(&l->readable, l->conn.fd, EV_READ);
+    ev_io_set(&l->writable, l->conn.fd, EV_WRITE);
+    ev_io_start(c->loop, &l->writable);
 }
 
-static void on_node_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, const char *errstr);
-static void on_op_timeout(EV_P_ ev_timer *w, int revents);
-static void on_run_timer(EV_P_ ev_timer *w, int revents);
+/* The socket failed or ended: close it and tell the engine why. */
+static void link_lost(rl_link *l, const char *prefix, const char *text) {
+    char why[RL_NODE_ERR_LEN];
+    rl_text_join(why, sizeof(why), prefix, text);
+    link_close(l);
+    rl_engine_node_down(l->client->engine, l->index, why, rl_now_ms());
+}
+
+/* Write what the engine has for the node, in one send when the socket has
+ * room; what does not fit waits for the socket to be writable. */
+static void link_flush(rl_link *l) {
+    rl_client *c = l->client;
+    if (l->conn.fd < 0 || l->conn.connecting) return;
+    for (;;) {
+        const char *data;
+        size_t len = rl_engine_node_output(c->engine, l->index, &data);
+        if (len == 0) {
+            ev_io_stop(c->loop, &l->writable);
+            return;
+        }
+        ssize_t w = send(l->conn.fd, data, len, MSG_NOSIGNAL);
+        if (w > 0) {
+            rl_engine_node_wrote(c->engine, l->index, (size_t)w, rl_now_ms());
+        } else if (w < 0 && errno == EINTR) {
+            continue;
+        } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            ev_io_start(c->loop, &l->writable);
+            return;
+        } else {
+            link_lost(l, "connection lost: ", strerror(errno));
+            return;
+        }
+    }
+}
+
+static void link_connected(rl_link *l) {
+    rl_client *c = l->client;
+    ev_io_stop(c->loop, &l->writable);
+    if (rl_conn_finish_connect(&l->conn) != 0) {
+        rl_engine_node_down(c->engine, l->index, l->conn.errstr, rl_now_ms());
+        return;
+    }
+    if (rl_engine_node_connected(c->engine, l->index, 1, rl_now_ms()) != RL_OK) {
+        link_close(l);
+        return;
+    }
+    ev_io_start(c->loop, &l->readable);
+    link_flush(l);
+}
+
+/* Read and feed everything the socket has. */
+static void link_read(rl_link *l) {
+    rl_client *c = l->client;
+    char buf[READ_CHUNK];
+    for (;;) {
+        ssize_t got = read(l->conn.fd, buf, sizeof(buf));
+        if (got > 0) {
+            if (rl_engine_node_feed(c->engine, l->index, buf, (size_t)got, rl_now_ms()) != RL_OK) return;
+            if (got < (ssize_t)sizeof(buf)) return;
+        } else if (got == 0) {
+            link_lost(l, "connection lost: ", "closed by the server");
+            return;
+        } else if (errno != EINTR) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK) link_lost(l, "connection lost: ", strerror(errno));
+            return;
+        }
+    }
+}
+
+static void on_readable(EV_P_ ev_io *w, int revents) {
+    (void)loop;
+    (void)revents;
+    rl_link *l = w->data;
+    link_read(l);
+    service(l->client);
+}
+
+static void on_writable(EV_P_ ev_io *w, int revents) {
+    (void)loop;
+    (void)revents;
+    rl_link *l = w->data;
+    if (l->conn.connecting) link_connected(l);
+    else link_flush(l);
+    service(l->client);
+}
+
+/* ---- what the engine asks for ---- */
+
+/* Arm the timer for the engine's next deadline, unless it fires by then. */
+static void arm_deadline(rl_client *c) {
+    double at = rl_engine_deadline(c->engine);
+    if (at < 0 || (c->armed_at > 0 && c->armed_at <= at)) return;
+    double left = at - rl_now_ms();
+    ev_timer_stop(c->loop, &c->deadline);
+    ev_now_update(c->loop);
+    ev_timer_set(&c->deadline, left > 0 ? left / 1000.0 : 0., 0.);
+    ev_timer_start(c->loop, &c->deadline);
+    c->armed_at = at;
+}
+
+/* Close and connect what the engine asks to, until it asks nothing more
+ * (a connect that fails at once answers commands, which may ask for more);
+ * writes are left to the flush. Then re-arm the deadline. */
+static void service(rl_client *c) {
+    unsigned bits;
+    int asked = 1;
+    while (asked && (bits = rl_engine_wanting(c->engine)) != 0) {
+        asked = 0;
+        for (int i = 0; i < c->nnodes; i++) {
+            if (!(bits & (1u << i))) continue;
+            int w = rl_engine_node_wants(c->engine, i);
+            if (w & RL_WANT_CLOSE) link_close(&c->links[i]);
+            if (w & RL_WANT_CONNECT) link_connect(&c->links[i]);
+            asked |= w & (RL_WANT_CLOSE | RL_WANT_CONNECT);
+        }
+    }
+    arm_deadline(c);
+}
 
 /* Write what every node has queued: one write per node for all the commands
  * begun or re-sent since the last flush. */
 static void flush_all(rl_client *c) {
-    for (int i = 0; i < c->nnodes; i++) rl_node_flush(&c->nodes[i]);
+    unsigned bits = rl_engine_wanting(c->engine);
+    for (int i = 0; i < c->nnodes; i++)
+        if (bits & (1u << i)) link_flush(&c->links[i]);
+    service(c);
 }
 
 static void on_prepare(EV_P_ ev_prepare *w, int revents) {
@@ -108,78 +200,107 @@ static void on_prepare(EV_P_ ev_prepare *w, int revents) {
     flush_all(w->data);
 }
 
+/* libev runs an overdue timer before I/O that arrived in the same loop
+ * iteration. Before the engine judges anyone late, take what the sockets
+ * already have: finished connects and replies. */
+static void take_ready(rl_client *c) {
+    struct pollfd p[RL_MAX_NODES];
+    int idx[RL_MAX_NODES], n = 0;
+    for (int i = 0; i < c->nnodes; i++) {
+        rl_link *l = &c->links[i];
+        if (l->conn.fd < 0) continue;
+        p[n] = (struct pollfd){.fd = l->conn.fd, .events = l->conn.connecting ? POLLOUT : POLLIN};
+        idx[n++] = i;
+    }
+    if (n == 0 || poll(p, (nfds_t)n, 0) <= 0) return;
+    for (int k = 0; k < n; k++) {
+        rl_link *l = &c->links[idx[k]];
+        if (!p[k].revents || l->conn.fd != p[k].fd) continue;
+        if (l->conn.connecting) link_connected(l);
+        else link_read(l);
+    }
+    for (int i = 0; i < c->nnodes; i++) {
+        rl_link *l = &c->links[i];
+        if (l->conn.fd >= 0 && !l->conn.connecting)
+            rl_engine_node_unsent(c->engine, i, rl_conn_unsent(&l->conn));
+    }
+}
+
+static void on_deadline(EV_P_ ev_timer *w, int revents) {
+    (void)loop;
+    (void)revents;
+    rl_client *c = w->data;
+    c->armed_at = 0;
+    take_ready(c);
+    rl_engine_advance(c->engine, rl_now_ms());
+    service(c);
+}
+
+/* ---- the client ---- */
+
+static void on_run_timer(EV_P_ ev_timer *w, int revents) {
+    (void)loop;
+    (void)revents;
+    ((rl_client *)w->data)->run_expired = 1;
+}
+
 rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *opts, char *err,
                          size_t errlen) {
-    char dummy[RL_ERR_LEN];
-    if (err == NULL) err = dummy, errlen = sizeof(dummy);
-    rl_options defaults;
-    rl_options_init(&defaults);
-    if (opts == NULL) opts = &defaults;
-    if (urls == NULL || nurls <= 0) return snprintf(err, errlen, "no servers given"), NULL;
-    if (nurls > RL_MAX_NODES) return snprintf(err, errlen, "too many servers (%d; at most %d)", nurls, RL_MAX_NODES), NULL;
-    if (check_options(opts, nurls, err, errlen) != 0) return NULL;
-
-    rl_url parsed[RL_MAX_NODES];
-    for (int i = 0; i < nurls; i++) {
-        char why[RL_ERR_LEN];
-        if (rl_url_parse(urls[i], &parsed[i], why, sizeof(why)) != 0)
-            return snprintf(err, errlen, "server %d: %s", i + 1, why), NULL;
-        for (int j = 0; j < i; j++)
-            if (rl_url_same_server(&parsed[i], &parsed[j]))
-                return snprintf(err, errlen, "servers %d and %d are the same server (%s): one server would vote twice",
-                                j + 1, i + 1, parsed[i].name), NULL;
-    }
-
+    rl_engine *e = rl_engine_new(urls, nurls, opts, err, errlen);
+    if (e == NULL) return NULL;
     rl_client *c = calloc(1, sizeof(*c));
-    if (c == NULL) return snprintf(err, errlen, "out of memory"), NULL;
-    c->opts = *opts;
-    c->prefix = malloc(opts->prefix_len + 1);
-    c->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
-    if (c->prefix == NULL || c->loop == NULL) {
-        free(c->prefix);
-        if (c->loop) ev_loop_destroy(c->loop);
+    struct ev_loop *loop = c ? ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK) : NULL;
+    if (loop == NULL) {
+        if (err) snprintf(err, errlen, "out of memory (or no event loop backend)");
         free(c);
-        return snprintf(err, errlen, "out of memory (or no event loop backend)"), NULL;
+        rl_engine_free(e);
+        return NULL;
     }
-    memcpy(c->prefix, opts->prefix_len ? opts->prefix : "", opts->prefix_len);
-    c->prefix[opts->prefix_len] = '\0';
-    c->opts.prefix = c->prefix;
+    c->engine = e;
+    c->loop = loop;
     c->nnodes = nurls;
-    c->quorum = opts->quorum ? opts->quorum : nurls / 2 + 1;
-    snprintf(c->timeout_text, sizeof(c->timeout_text), "no reply within %d ms", opts->node_timeout_ms);
     ev_timer_init(&c->run_timer, on_run_timer, 0., 0.);
     c->run_timer.data = c;
+    ev_timer_init(&c->deadline, on_deadline, 0., 0.);
+    c->deadline.data = c;
     ev_prepare_init(&c->flusher, on_prepare);
     c->flusher.data = c;
     ev_prepare_start(c->loop, &c->flusher);
     ev_unref(c->loop); /* the flusher alone does not keep the loop running */
 
-    for (int i = 0; i < nurls; i++) rl_node_init(&c->nodes[i], &parsed[i], i, c->loop, &c->opts, on_node_reply, c, c->nodes, nurls);
     /* Every name is looked up at once and waited for together, so N slow
      * names cost one connect_timeout, not N. Rounds never wait for a lookup. */
-    for (int i = 0; i < nurls; i++) rl_node_resolve(&c->nodes[i]);
-    double deadline = rl_now_ms() + opts->connect_timeout_ms;
-    for (int i = 0; i < nurls; i++) rl_node_start(&c->nodes[i], deadline);
+    const rl_options *o = opts;
+    rl_options defaults;
+    if (o == NULL) rl_options_init(&defaults), o = &defaults;
+    for (int i = 0; i < nurls; i++) {
+        rl_link *l = &c->links[i];
+        l->client = c;
+        l->index = i;
+        rl_conn_init(&l->conn, rl_engine_node_url(e, i), o);
+        ev_io_init(&l->readable, on_readable, -1, EV_READ);
+        ev_io_init(&l->writable, on_writable, -1, EV_WRITE);
+        l->readable.data = l->writable.data = l;
+    }
+    double deadline = rl_now_ms() + o->connect_timeout_ms;
+    for (int i = 0; i < nurls; i++) rl_conn_wait_lookup(&c->links[i].conn, deadline);
+    for (int i = 0; i < nurls; i++) rl_engine_node_open(e, i, rl_now_ms());
+    service(c);
     return c;
 }
 
 void rl_client_free(rl_client *c) {
     if (c == NULL) return;
-    c->closing = 1;
-    for (int i = 0; i < c->nnodes; i++) rl_node_close(&c->nodes[i]);
-    for (int i = 0; i < c->nops; i++) {
-        ev_timer_stop(c->loop, &c->ops[i]->timer);
-        rl_buf_free(&c->ops[i]->key);
-        rl_buf_free(&c->ops[i]->cmd);
-        free(c->ops[i]);
+    for (int i = 0; i < c->nnodes; i++) {
+        link_close(&c->links[i]);
+        rl_conn_free(&c->links[i].conn);
     }
     ev_timer_stop(c->loop, &c->run_timer);
+    ev_timer_stop(c->loop, &c->deadline);
     ev_ref(c->loop);
     ev_prepare_stop(c->loop, &c->flusher);
-    free(c->ops);
-    rl_buf_free(&c->scratch);
     ev_loop_destroy(c->loop);
-    free(c->prefix);
+    rl_engine_free(c->engine);
     free(c);
 }
 
@@ -188,302 +309,39 @@ int rl_client_nodes(const rl_client *c) {
 }
 
 const char *rl_client_node_name(const rl_client *c, int i) {
-    return i >= 0 && i < c->nnodes ? c->nodes[i].url.name : NULL;
+    return rl_engine_node_name(c->engine, i);
 }
 
 int rl_client_quorum(const rl_client *c) {
-    return c->quorum;
+    return rl_engine_quorum(c->engine);
 }
 
 const char *rl_client_errstr(const rl_client *c) {
-    return c->errstr;
-}
-
-/* ---- operation slots ---- */
-
-static rl_op *op_alloc(rl_client *c) {
-    rl_op *op = c->free_ops;
-    if (op) {
-        c->free_ops = op->next;
-        return op;
-    }
-    if (c->nops == RL_OPID_MAX_SLOTS) return NULL;
-    if (c->nops == c->capops) {
-        int cap = c->capops ? c->capops * 2 : 16;
-        rl_op **ops = realloc(c->ops, (size_t)cap * sizeof(*ops));
-        if (!ops) return NULL;
-        c->ops = ops;
-        c->capops = cap;
-    }
-    op = calloc(1, sizeof(*op));
-    if (!op) return NULL;
-    op->client = c;
-    op->slot = c->nops;
-    ev_timer_init(&op->timer, on_op_timeout, 0., 0.);
-    op->timer.data = op;
-    c->ops[c->nops++] = op;
-    return op;
-}
-
-static void done_unlink(rl_client *c, rl_op *op) {
-    if (op->prev) op->prev->next = op->next;
-    else c->done_head = op->next;
-    if (op->next) op->next->prev = op->prev;
-    else c->done_tail = op->prev;
-    op->prev = op->next = NULL;
-    c->ndone--;
-}
-
-static void op_free(rl_client *c, rl_op *op) {
-    op->phase = OP_FREE;
-    op->next = c->free_ops;
-    c->free_ops = op;
-}
-
-static void start_timer(rl_client *c, rl_op *op) {
-    ev_timer_set(&op->timer, c->opts.node_timeout_ms / 1000.0, 0.);
-    ev_timer_start(c->loop, &op->timer);
-}
-
-/* The operation is finished: hand it to the done list. */
-static void op_complete(rl_client *c, rl_op *op) {
-    ev_timer_stop(c->loop, &op->timer);
-    op->gen++;
-    op->phase = OP_DONE;
-    op->prev = c->done_tail;
-    op->next = NULL;
-    if (c->done_tail) c->done_tail->next = op;
-    else c->done_head = op;
-    c->done_tail = op;
-    c->ndone++;
-    c->inflight--;
-}
-
-/* A failed acquire: release on every node the SET may have reached. A node
- * that answered "taken" holds another value, never ours, so it is skipped.
- * If the release cannot even be encoded (out of memory), the result says so
- * on every node it was meant for: the key stays there until its ttl. */
-static void op_start_cleanup(rl_client *c, rl_op *op) {
-    op->gen++;
-    op->phase = OP_CLEANUP;
-    op->cleanup_pending = 0;
-    op->cleanup_sent = 0;
-    int encoded = rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, op->res.value) == 0;
-    rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, rl_now_ms(), 0, 0};
-    for (int i = 0; i < c->nnodes; i++) {
-        rl_node_result *n = &op->res.node[i];
-        if (!(op->sent & (1u << i)) || n->state == RL_NODE_TAKEN) continue;
-        if (encoded && rl_node_send(&c->nodes[i], op->cmd.data, op->cmd.len, t) == 0) {
-            op->cleanup_pending++;
-            op->cleanup_sent |= 1u << i;
-            op->cleanup_out[i] = rl_node_mark(&c->nodes[i]);
-        } else if (n->errstr[0] == '\0') {
-            /* keep a failed vote's own reason; otherwise say why the key may stay */
-            snprintf(n->errstr, sizeof(n->errstr), "%s", encoded ? "cleanup not sent: node down" : "cleanup not sent: out of memory");
-        }
-    }
-    if (op->cleanup_pending > 0) start_timer(c, op);
-}
-
-/* A healthy node answers within the node timeout. One that did not, in a
- * round it was sent, may be out of step (a reply lost in flight shifts the
- * stream for good: each reply then answers the command before its own), may
- * hang (the stall watchdog resets it), or may be working through a backlog (a
- * large batch): a step check tells them apart without resetting a backlog,
- * which would throw away what is queued behind it (the cleanups of failed
- * acquires) while the commands already sent still run. A node left pending by
- * an early decision says nothing either way. */
-static void check_late_nodes(rl_client *c, const rl_op *op) {
-    for (int i = 0; i < c->nnodes; i++)
-        if ((op->sent & (1u << i)) && op->res.node[i].state == RL_NODE_TIMEOUT) rl_node_check_step(&c->nodes[i]);
-}
-
-/* The round is decided. */
-static void op_round_decided(rl_client *c, rl_op *op) {
-    ev_timer_stop(c->loop, &op->timer);
-    check_late_nodes(c, op);
-    if (op->res.op == RL_OP_ACQUIRE && op->res.status != RL_STATUS_OK) {
-        op_start_cleanup(c, op);
-        if (op->cleanup_pending > 0) return;
-    }
-    op_complete(c, op);
-}
-
-static int is_noscript(const rl_reply *r) {
-    return r && r->type == RL_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
-}
-
-/* The node has flushed its scripts: send the script itself (EVAL) instead. */
-static int resend_as_eval(rl_client *c, rl_op *op, int node, rl_ticket t) {
-    int kind = t.kind;
-    int rc = kind == RL_OP_RELEASE
-                 ? rl_cmd_release(&c->scratch, 0, op->key.data, op->key.len, op->res.value)
-                 : rl_cmd_extend(&c->scratch, 0, op->key.data, op->key.len, op->res.value, op->round.ttl_ms);
-    if (rc != 0) return -1;
-    t.sent_ms = rl_now_ms();
-    t.eval = 1;
-    return rl_node_send(&c->nodes[node], c->scratch.data, c->scratch.len, t);
-}
-
-static void on_node_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, const char *errstr) {
-    rl_client *c = owner;
-    if (c->closing || t.slot < 0 || t.slot >= c->nops) return;
-    if (reply && !rl_reply_fits(t.kind, reply)) {
-        /* Out of step: this reply answers some other command. Nothing on
-         * this connection can be trusted any more. */
-        rl_node_reset(&c->nodes[node], RL_OUT_OF_STEP);
-        reply = NULL;
-        errstr = c->nodes[node].errstr;
-    }
-    rl_op *op = c->ops[t.slot];
-    if (op->gen != t.gen) {
-        /* A late reply to an earlier phase or operation. A late NOSCRIPT has
-         * no round left to fall back to EVAL for (which would have loaded
-         * the script): load the scripts, for every later command. */
-        if (is_noscript(reply)) rl_node_load_scripts(&c->nodes[node]);
-        return;
-    }
-    /* A script the node does not know is sent as EVAL, once. (NOSCRIPT to a
-     * SET is just a failed vote: there is no script to send.) */
-    if (is_noscript(reply) && t.kind != RL_OP_ACQUIRE && !t.eval && resend_as_eval(c, op, node, t) == 0) return;
-    if (op->phase == OP_ROUND) {
-        int decided;
-        if (is_noscript(reply) && t.eval) {
-            /* The script itself was refused as unknown: a node that cannot
-             * run it fails its vote, without another try. */
-            char why[RL_NODE_ERR_LEN];
-            snprintf(why, sizeof(why), "NOSCRIPT after EVAL: %.*s", (int)sizeof(why) - 22, reply->str);
-            decided = rl_round_vote(&op->round, node, RL_NODE_ERROR, why, rl_now_ms());
-        } else {
-            decided = rl_round_reply(&op->round, node, reply, errstr, rl_now_ms());
-        }
-        if (decided) op_round_decided(c, op);
-    } else if (op->phase == OP_CLEANUP) {
-        if (--op->cleanup_pending == 0) op_complete(c, op);
-    }
-}
-
-/* Has every node that was sent the cleanup been handed its bytes (or lost
- * the connection)? A cleanup that times out is done only then: the caller
- * may stop driving the client once it has the result, and the release must
- * not be left in our buffer while the SET it undoes is on the node. */
-static int cleanup_out(rl_client *c, const rl_op *op) {
-    for (int i = 0; i < c->nnodes; i++)
-        if ((op->cleanup_sent & (1u << i)) && !rl_node_passed(&c->nodes[i], op->cleanup_out[i])) return 0;
-    return 1;
-}
-
-static void on_op_timeout(EV_P_ ev_timer *w, int revents) {
-    (void)loop;
-    (void)revents;
-    rl_op *op = w->data;
-    rl_client *c = op->client;
-    if (op->phase == OP_ROUND) {
-        rl_round_expire(&op->round, c->timeout_text, rl_now_ms());
-        op_round_decided(c, op);
-    } else if (op->phase == OP_CLEANUP) {
-        /* A connection still waiting for its setup has sent neither the SET
-         * nor the cleanup: drop it rather than wait, so neither goes out
-         * later while nobody drives the client. Its tickets are answered at
-         * once, which may complete this operation. */
-        unsigned gen = op->gen;
-        for (int i = 0; i < c->nnodes; i++)
-            if (op->cleanup_sent & (1u << i))
-                rl_node_drop_if_unready(&c->nodes[i], "connection reset: no answer to its setup (AUTH/SELECT/INFO) in time");
-        if (op->phase != OP_CLEANUP || op->gen != gen) return;
-        if (cleanup_out(c, op)) op_complete(c, op);
-        else start_timer(c, op); /* still in our buffer: a socket that was full */
-    }
+    return rl_engine_errstr(c->engine);
 }
 
 /* ---- beginning operations ---- */
 
-static int begin(rl_client *c, int kind, const char *resource, size_t len, const char *value, int ttl_ms) {
-    if (resource == NULL || len == 0)
-        return snprintf(c->errstr, sizeof(c->errstr), "resource must be a non-empty string"), RL_ERR;
-    if (kind != RL_OP_RELEASE && ttl_ms <= 0)
-        return snprintf(c->errstr, sizeof(c->errstr), "ttl must be > 0 ms (got %d)", ttl_ms), RL_ERR;
-    if (kind != RL_OP_ACQUIRE && (value == NULL || strnlen(value, RL_VALUE_LEN + 1) != RL_VALUE_LEN))
-        return snprintf(c->errstr, sizeof(c->errstr), "value must be %d characters", RL_VALUE_LEN), RL_ERR;
-    rl_op *op = op_alloc(c);
-    if (op == NULL && c->nops == RL_OPID_MAX_SLOTS)
-        return snprintf(c->errstr, sizeof(c->errstr), "too many operations in flight (%d)", RL_OPID_MAX_SLOTS), RL_ERR;
-    if (op == NULL) return snprintf(c->errstr, sizeof(c->errstr), "out of memory"), RL_ERR;
-
-    /* key = prefix .. resource */
-    op->cmd.len = 0;
-    size_t plen = c->opts.prefix_len;
-    if (op->key.cap < plen + len) {
-        char *p = realloc(op->key.data, plen + len);
-        if (!p) goto oom;
-        op->key.data = p;
-        op->key.cap = plen + len;
-    }
-    memcpy(op->key.data, c->prefix, plen);
-    memcpy(op->key.data + plen, resource, len);
-    op->key.len = plen + len;
-
-    int rc;
-    if (kind == RL_OP_ACQUIRE) {
-        if (rl_value_generate(op->res.value) != 0) {
-            snprintf(c->errstr, sizeof(c->errstr), "getrandom failed: no randomness for a lock value");
-            op_free(c, op);
-            return RL_ERR;
-        }
-        rc = rl_cmd_acquire(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms);
-    } else {
-        memcpy(op->res.value, value, RL_VALUE_LEN);
-        op->res.value[RL_VALUE_LEN] = '\0';
-        rc = kind == RL_OP_RELEASE ? rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, value)
-                                   : rl_cmd_extend(&op->cmd, 1, op->key.data, op->key.len, value, ttl_ms);
-    }
-    if (rc != 0) goto oom;
-
-    op->uses++;
-    op->res.id = rl_opid_make(op->uses, op->slot);
-    op->gen++;
-    op->phase = OP_ROUND;
-    op->sent = 0;
-    c->inflight++;
-    ev_now_update(c->loop);
-    double now = rl_now_ms();
-    rl_round_start(&op->round, &op->res, kind, c->nnodes, c->quorum, ttl_ms, c->opts.drift_factor, now);
-    start_timer(c, op);
-    rl_ticket t = {op->slot, op->gen, kind, now, 0, 0};
-    for (int i = 0; i < c->nnodes && op->phase == OP_ROUND; i++) {
-        if (rl_node_send(&c->nodes[i], op->cmd.data, op->cmd.len, t) == 0) {
-            op->sent |= 1u << i;
-        } else if (rl_round_vote(&op->round, i, RL_NODE_ERROR, c->nodes[i].errstr, rl_now_ms())) {
-            op_round_decided(c, op);
-        }
-    }
-    return op->res.id;
-
-oom:
-    snprintf(c->errstr, sizeof(c->errstr), "out of memory");
-    op_free(c, op);
-    return RL_ERR;
+/* The clock starts here, before the first byte is sent; the command goes out
+ * with the next flush. */
+static int begun(rl_client *c, int id) {
+    if (id >= 0) service(c);
+    return id;
 }
 
 int rl_begin_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms) {
-    return begin(c, RL_OP_ACQUIRE, resource, len, NULL, ttl_ms);
+    return begun(c, rl_engine_begin_acquire(c->engine, resource, len, ttl_ms, rl_now_ms()));
 }
 
 int rl_begin_release(rl_client *c, const char *resource, size_t len, const char *value) {
-    return begin(c, RL_OP_RELEASE, resource, len, value, 0);
+    return begun(c, rl_engine_begin_release(c->engine, resource, len, value, rl_now_ms()));
 }
 
 int rl_begin_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms) {
-    return begin(c, RL_OP_EXTEND, resource, len, value, ttl_ms);
+    return begun(c, rl_engine_begin_extend(c->engine, resource, len, value, ttl_ms, rl_now_ms()));
 }
 
 /* ---- driving and collecting ---- */
-
-static void on_run_timer(EV_P_ ev_timer *w, int revents) {
-    (void)loop;
-    (void)revents;
-    ((rl_client *)w->data)->run_expired = 1;
-}
 
 static void arm_run_timer(rl_client *c, int ms) {
     c->run_expired = 0;
@@ -496,16 +354,17 @@ static void arm_run_timer(rl_client *c, int ms) {
  * last replies (cleanups, re-sends) are on their way while the caller is not
  * driving it. */
 int rl_run(rl_client *c, int timeout_ms) {
-    if (timeout_ms == 0 || c->ndone > 0 || (timeout_ms < 0 && c->inflight == 0)) {
+    int done = rl_engine_done(c->engine);
+    if (timeout_ms == 0 || done > 0 || (timeout_ms < 0 && rl_engine_inflight(c->engine) == 0)) {
         ev_run(c->loop, EVRUN_NOWAIT);
     } else {
         if (timeout_ms > 0) arm_run_timer(c, timeout_ms);
         else c->run_expired = 0;
-        while (c->ndone == 0 && !c->run_expired) ev_run(c->loop, EVRUN_ONCE);
+        while (rl_engine_done(c->engine) == 0 && !c->run_expired) ev_run(c->loop, EVRUN_ONCE);
         ev_timer_stop(c->loop, &c->run_timer);
     }
     flush_all(c);
-    return c->ndone;
+    return rl_engine_done(c->engine);
 }
 
 void rl_sleep(rl_client *c, int ms) {
@@ -518,38 +377,8 @@ void rl_sleep(rl_client *c, int ms) {
     flush_all(c);
 }
 
-static void copy_result(const rl_op *op, rl_result *out) {
-    size_t head = offsetof(rl_result, node);
-    memcpy(out, &op->res, head + (size_t)op->res.nodes * sizeof(rl_node_result));
-}
-
 int rl_collect(rl_client *c, rl_result *out) {
-    rl_op *op = c->done_head;
-    if (op == NULL) return 0;
-    done_unlink(c, op);
-    copy_result(op, out);
-    op_free(c, op);
-    return 1;
-}
-
-/* The operation id names, or NULL if it is not in flight (never begun, or
- * already collected). */
-static rl_op *op_of(rl_client *c, int id) {
-    if (id < 0 || rl_opid_slot(id) >= c->nops) return NULL;
-    rl_op *op = c->ops[rl_opid_slot(id)];
-    return op->phase != OP_FREE && op->res.id == id ? op : NULL;
-}
-
-/* The latest moment worth waiting for a node of op whose command is still
- * held behind the setup of a connection begun less than a node timeout ago
- * (the replies to AUTH/SELECT/INFO are due by then), or 0 if there is none. */
-static double held_until(rl_client *c, const rl_op *op) {
-    double until = 0;
-    for (int i = 0; i < c->nnodes; i++) {
-        double since = op->sent & (1u << i) ? rl_node_held_since(&c->nodes[i]) : 0;
-        if (since > 0 && since + c->opts.node_timeout_ms > until) until = since + c->opts.node_timeout_ms;
-    }
-    return until;
+    return rl_engine_collect(c->engine, out);
 }
 
 /* A blocking call returns once its operation is done. A command held on a
@@ -557,9 +386,9 @@ static double held_until(rl_client *c, const rl_op *op) {
  * caller's next call to go out (the caller may not make one for a long
  * time): give such setups what is left of their node timeout. A connection
  * older than that (a stalled node) costs nothing. */
-static void settle(rl_client *c, const rl_op *op) {
+static void settle(rl_client *c, int id) {
     double until;
-    while ((until = held_until(c, op)) > 0) {
+    while ((until = rl_engine_held_until(c->engine, id)) > 0) {
         double left = until - rl_now_ms();
         if (left <= 0) break;
         arm_run_timer(c, (int)left + 1);
@@ -569,18 +398,12 @@ static void settle(rl_client *c, const rl_op *op) {
 }
 
 int rl_wait(rl_client *c, int id, rl_result *out) {
-    rl_op *op = op_of(c, id);
-    if (op == NULL) {
-        snprintf(c->errstr, sizeof(c->errstr), "no operation %d in flight", id);
-        return RL_ERR;
-    }
-    while (op->phase != OP_DONE) ev_run(c->loop, EVRUN_ONCE);
-    settle(c, op);
+    int finished;
+    while ((finished = rl_engine_finished(c->engine, id)) == 0) ev_run(c->loop, EVRUN_ONCE);
+    if (finished < 0) return rl_engine_take(c->engine, id, out); /* RL_ERR, with the reason */
+    settle(c, id);
     flush_all(c);
-    done_unlink(c, op);
-    copy_result(op, out);
-    op_free(c, op);
-    return RL_OK;
+    return rl_engine_take(c->engine, id, out) == 1 ? RL_OK : RL_ERR;
 }
 
 static int finish(rl_client *c, int id, rl_result *out) {

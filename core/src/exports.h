@@ -6,7 +6,7 @@
  * only here, the declarations of redlock.h get default visibility; a
  * definition takes the visibility of the declaration before it, so the public
  * functions are exported from redlock_core.so and the host executable, and
- * everything else (rl_node_*, rl_round_*, the script texts, ...) stays inside
+ * everything else (rl_stream_*, rl_round_*, the script texts, ...) stays inside
  * them. Visibility does not change static linking: libredlock.a still
  * resolves every internal symbol for the C tests.
  *

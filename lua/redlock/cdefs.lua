@@ -96,6 +96,43 @@ int rl_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_re
 int rl_release(rl_client *c, const char *resource, size_t len, const char *value, rl_result *out);
 int rl_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms, rl_result *out);
 
+typedef struct rl_engine rl_engine;
+
+enum {
+    RL_WANT_WRITE = 1,
+    RL_WANT_CONNECT = 2,
+    RL_WANT_CLOSE = 4
+};
+
+rl_engine *rl_engine_new(const char *const *urls, int nurls, const rl_options *opts, char *err, size_t errlen);
+void rl_engine_free(rl_engine *e);
+int rl_engine_nodes(const rl_engine *e);
+const char *rl_engine_node_name(const rl_engine *e, int i);
+const char *rl_engine_node_host(const rl_engine *e, int i);
+int rl_engine_node_port(const rl_engine *e, int i);
+int rl_engine_quorum(const rl_engine *e);
+const char *rl_engine_errstr(const rl_engine *e);
+int rl_engine_begin_acquire(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
+int rl_engine_begin_release(rl_engine *e, const char *resource, size_t len, const char *value, double now_ms);
+int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const char *value, int ttl_ms, double now_ms);
+unsigned rl_engine_wanting(const rl_engine *e);
+int rl_engine_node_wants(rl_engine *e, int node);
+void rl_engine_node_open(rl_engine *e, int node, double now_ms);
+int rl_engine_node_connected(rl_engine *e, int node, int fresh, double now_ms);
+void rl_engine_node_down(rl_engine *e, int node, const char *why, double now_ms);
+int rl_engine_node_detach(rl_engine *e, int node, double now_ms);
+size_t rl_engine_node_output(rl_engine *e, int node, const char **data);
+void rl_engine_node_wrote(rl_engine *e, int node, size_t n, double now_ms);
+int rl_engine_node_feed(rl_engine *e, int node, const char *data, size_t len, double now_ms);
+void rl_engine_node_unsent(rl_engine *e, int node, long long bytes);
+const char *rl_engine_node_errstr(const rl_engine *e, int node);
+double rl_engine_deadline(const rl_engine *e);
+void rl_engine_advance(rl_engine *e, double now_ms);
+int rl_engine_collect(rl_engine *e, rl_result *out);
+int rl_engine_take(rl_engine *e, int id, rl_result *out);
+int rl_engine_done(const rl_engine *e);
+int rl_engine_inflight(const rl_engine *e);
+
 typedef struct rl_keeper rl_keeper;
 
 enum {

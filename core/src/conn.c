@@ -1,0 +1,147 @@
+/* conn.c — one node's socket in the libev driver (see conn.h). */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <linux/sockios.h>
+
+#include "conn.h"
+#include "text.h"
+
+/* errstr = prefix .. text, cut to fit. */
+static void set_err(rl_conn *c, const char *prefix, const char *text) {
+    rl_text_join(c->errstr, sizeof(c->errstr), prefix, text);
+}
+
+/* Look the name up again on a thread of its own; c keeps what it has
+ * meanwhile. A node with no address says why it has none. */
+static void start_lookup(rl_conn *c) {
+    char why[RL_NODE_ERR_LEN];
+    c->lookup = rl_lookup_start(c->url->host, c->url->port, why, sizeof(why));
+    if (c->lookup == NULL && c->addrs.n == 0) set_err(c, "name resolution failed: ", why);
+}
+
+void rl_conn_init(rl_conn *c, const rl_url *url, const rl_options *opts) {
+    memset(c, 0, sizeof(*c));
+    c->url = url;
+    c->opts = opts;
+    c->fd = -1;
+    if (url->kind != RL_URL_TCP || rl_resolve_numeric(url->host, url->port, &c->addrs) == 0) return;
+    c->named = 1;
+    start_lookup(c);
+}
+
+void rl_conn_wait_lookup(rl_conn *c, double deadline_ms) {
+    if (c->lookup != NULL && !rl_lookup_wait(c->lookup, deadline_ms))
+        snprintf(c->errstr, sizeof(c->errstr), "name resolution timed out after %d ms", c->opts->connect_timeout_ms);
+}
+
+/* Take what a finished lookup found. Return 1 if there is an address to
+ * connect to. Never waits: a name still being looked up is not one, and a
+ * name that has none is looked up again, in the background. */
+static int have_address(rl_conn *c) {
+    if (c->url->kind == RL_URL_UNIX) return 1;
+    if (c->lookup != NULL) {
+        rl_addrs found;
+        char why[RL_NODE_ERR_LEN];
+        int got = rl_lookup_result(c->lookup, &found, why, sizeof(why));
+        if (got != 0) {
+            rl_lookup_drop(c->lookup);
+            c->lookup = NULL;
+        }
+        if (got > 0) {
+            c->addrs = found;
+            c->addr_next = 0;
+        } else if (got < 0 && c->addrs.n == 0) {
+            set_err(c, "name resolution failed: ", why);
+        }
+    }
+    if (c->addrs.n > 0) return 1;
+    if (c->named && c->lookup == NULL) start_lookup(c);
+    if (c->errstr[0] == '\0') snprintf(c->errstr, sizeof(c->errstr), "name resolution in progress");
+    return 0;
+}
+
+/* A connect to the current address failed: the next attempt tries the next
+ * address, and once every address has failed a name is looked up again
+ * (its address may have moved). */
+static void connect_failed(rl_conn *c) {
+    rl_conn_close(c);
+    if (!c->named || c->addrs.n == 0) return;
+    c->addr_next = (c->addr_next + 1) % c->addrs.n;
+    if (c->addr_next == 0 && c->lookup == NULL) start_lookup(c);
+}
+
+int rl_conn_open(rl_conn *c) {
+    rl_conn_close(c);
+    if (!have_address(c)) return -1;
+    struct sockaddr_un un;
+    const struct sockaddr *sa;
+    socklen_t salen;
+    if (c->url->kind == RL_URL_UNIX) {
+        memset(&un, 0, sizeof(un));
+        un.sun_family = AF_UNIX;
+        memcpy(un.sun_path, c->url->path, strlen(c->url->path) + 1); /* url.c: shorter than sun_path */
+        sa = (const struct sockaddr *)&un;
+        salen = sizeof(un);
+    } else {
+        const rl_addr *a = &c->addrs.addr[c->addr_next];
+        sa = &a->sa.any;
+        salen = a->len;
+    }
+    c->fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (c->fd < 0) {
+        set_err(c, "connect failed: ", strerror(errno));
+        connect_failed(c);
+        return -1;
+    }
+    if (c->url->kind != RL_URL_UNIX) {
+        int one = 1;
+        setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
+    /* 0 (a unix socket, or loopback at once) is seen as writable like a
+     * connect in progress; an interrupted connect goes on by itself. */
+    if (connect(c->fd, sa, salen) != 0 && errno != EINPROGRESS && errno != EINTR) {
+        set_err(c, "connect failed: ", strerror(errno));
+        connect_failed(c);
+        return -1;
+    }
+    c->connecting = 1;
+    c->errstr[0] = '\0';
+    return 0;
+}
+
+int rl_conn_finish_connect(rl_conn *c) {
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+    c->connecting = 0;
+    if (err == 0) return 0;
+    set_err(c, "connect failed: ", strerror(err));
+    connect_failed(c);
+    return -1;
+}
+
+long long rl_conn_unsent(const rl_conn *c) {
+    int outq = 0;
+    if (c->fd < 0 || ioctl(c->fd, SIOCOUTQ, &outq) != 0 || outq < 0) return 0;
+    return outq;
+}
+
+void rl_conn_close(rl_conn *c) {
+    if (c->fd >= 0) close(c->fd);
+    c->fd = -1;
+    c->connecting = 0;
+}
+
+void rl_conn_free(rl_conn *c) {
+    rl_conn_close(c);
+    rl_lookup_drop(c->lookup);
+    c->lookup = NULL;
+}

@@ -1,0 +1,603 @@
+/* engine.c — Redlock without I/O: operations, their phases, and the
+ * per-node command streams (stream.c), driven through redlock.h's
+ * rl_engine_* functions with the time as an argument.
+ *
+ * An operation lives in a slot that is allocated once and reused. It goes
+ * through phases:
+ *   ROUND    its command is queued on every node; replies vote (round.c);
+ *   CLEANUP  (failed acquire only) release on every node the SET may have
+ *            reached, waiting for those replies or the node timeout;
+ *   DONE     on the done list, waiting to be collected;
+ *   FREE     on the free list.
+ * Each phase change bumps the slot's generation; a reply carries the
+ * generation it was sent under (its ticket), so a late reply can never vote
+ * in a later phase or a later operation. Each phase's deadline sits in a
+ * heap keyed by slot. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "command.h"
+#include "deadlines.h"
+#include "engine.h"
+#include "opid.h"
+#include "round.h"
+#include "stream.h"
+#include "value.h"
+
+enum { OP_FREE = 0, OP_ROUND, OP_CLEANUP, OP_DONE };
+
+typedef struct rl_op {
+    rl_result res;
+    rl_round round;
+    int slot;
+    unsigned uses;           /* operations begun in this slot: the high bits of its id */
+    unsigned gen;
+    int phase;
+    unsigned sent;           /* bit i: this phase's command was queued on node i */
+    int cleanup_pending;     /* cleanup replies still awaited */
+    unsigned cleanup_sent;   /* bit i: node i was sent the cleanup */
+    rl_mark cleanup_out[RL_MAX_NODES];  /* where each node's cleanup ends in its output */
+    rl_buf key;              /* prefix + resource */
+    rl_buf cmd;              /* RESP of the current phase's command */
+    struct rl_op *prev, *next;  /* done list (doubly linked) or free list (next only) */
+} rl_op;
+
+struct rl_engine {
+    char errstr[RL_ERR_LEN];
+    rl_options opts;
+    char *prefix;
+    int nnodes;
+    int quorum;
+    double now;              /* the latest time a caller gave (time never goes back) */
+    rl_url urls[RL_MAX_NODES];
+    rl_stream nodes[RL_MAX_NODES];
+    char timeout_text[64];   /* "no reply within N ms" */
+    rl_buf scratch;          /* EVAL fallback commands */
+
+    rl_op **ops;             /* every slot ever allocated, by slot */
+    int nops, capops;
+    rl_op *free_ops;
+    rl_op *done_head, *done_tail;
+    int ndone, inflight;
+    rl_deadlines deadlines;  /* the current phase's deadline of every op in ROUND or CLEANUP */
+};
+
+void rl_options_init(rl_options *o) {
+    memset(o, 0, sizeof(*o));
+    o->node_timeout_ms = 50;
+    o->connect_timeout_ms = 1000;
+    o->reconnect_min_ms = 50;
+    o->reconnect_max_ms = 1000;
+    o->stall_reset_ms = 500;
+    o->quorum = 0;
+    o->drift_factor = 0.01;
+    o->prefix = "";
+    o->prefix_len = 0;
+}
+
+static int check_options(const rl_options *o, int n, char *err, size_t errlen) {
+    int majority = n / 2 + 1;
+    if (o->node_timeout_ms <= 0) return snprintf(err, errlen, "node_timeout must be > 0 ms"), -1;
+    if (o->connect_timeout_ms <= 0) return snprintf(err, errlen, "connect_timeout must be > 0 ms"), -1;
+    if (o->stall_reset_ms <= 0) return snprintf(err, errlen, "stall_reset must be > 0 ms"), -1;
+    if (o->reconnect_min_ms <= 0 || o->reconnect_max_ms < o->reconnect_min_ms)
+        return snprintf(err, errlen, "reconnect delays must satisfy 0 < min <= max"), -1;
+    if (!(o->drift_factor >= 0 && o->drift_factor < 1))
+        return snprintf(err, errlen, "drift_factor must be in [0, 1)"), -1;
+    if (o->quorum != 0 && (o->quorum < majority || o->quorum > n))
+        return snprintf(err, errlen, "quorum must be between %d (a majority of %d) and %d", majority, n, n), -1;
+    if (o->prefix_len > 0 && o->prefix == NULL) return snprintf(err, errlen, "prefix is NULL"), -1;
+    return 0;
+}
+
+static void on_node_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, const char *errstr);
+
+/* The time of this call: never before the last one. */
+static double clock_at(rl_engine *e, double now_ms) {
+    if (now_ms > e->now) e->now = now_ms;
+    return e->now;
+}
+
+rl_engine *rl_engine_new(const char *const *urls, int nurls, const rl_options *opts, char *err, size_t errlen) {
+    char dummy[RL_ERR_LEN];
+    if (err == NULL) err = dummy, errlen = sizeof(dummy);
+    rl_options defaults;
+    rl_options_init(&defaults);
+    if (opts == NULL) opts = &defaults;
+    if (urls == NULL || nurls <= 0) return snprintf(err, errlen, "no servers given"), NULL;
+    if (nurls > RL_MAX_NODES) return snprintf(err, errlen, "too many servers (%d; at most %d)", nurls, RL_MAX_NODES), NULL;
+    if (check_options(opts, nurls, err, errlen) != 0) return NULL;
+
+    rl_engine *e = calloc(1, sizeof(*e));
+    if (e == NULL) return snprintf(err, errlen, "out of memory"), NULL;
+    for (int i = 0; i < nurls; i++) {
+        char why[RL_ERR_LEN];
+        if (urls[i] == NULL || rl_url_parse(urls[i], &e->urls[i], why, sizeof(why)) != 0) {
+            snprintf(err, errlen, "server %d: %s", i + 1, urls[i] ? why : "NULL");
+            free(e);
+            return NULL;
+        }
+        for (int j = 0; j < i; j++)
+            if (rl_url_same_server(&e->urls[i], &e->urls[j])) {
+                snprintf(err, errlen, "servers %d and %d are the same server (%s): one server would vote twice",
+                         j + 1, i + 1, e->urls[i].name);
+                free(e);
+                return NULL;
+            }
+    }
+    e->opts = *opts;
+    e->prefix = malloc(opts->prefix_len + 1);
+    if (e->prefix == NULL) {
+        free(e);
+        return snprintf(err, errlen, "out of memory"), NULL;
+    }
+    memcpy(e->prefix, opts->prefix_len ? opts->prefix : "", opts->prefix_len);
+    e->prefix[opts->prefix_len] = '\0';
+    e->opts.prefix = e->prefix;
+    e->nnodes = nurls;
+    e->quorum = opts->quorum ? opts->quorum : nurls / 2 + 1;
+    snprintf(e->timeout_text, sizeof(e->timeout_text), "no reply within %d ms", opts->node_timeout_ms);
+    for (int i = 0; i < nurls; i++)
+        rl_stream_init(&e->nodes[i], &e->urls[i], i, &e->opts, on_node_reply, e, e->nodes, nurls);
+    return e;
+}
+
+void rl_engine_free(rl_engine *e) {
+    if (e == NULL) return;
+    for (int i = 0; i < e->nnodes; i++) rl_stream_free(&e->nodes[i]);
+    for (int i = 0; i < e->nops; i++) {
+        rl_buf_free(&e->ops[i]->key);
+        rl_buf_free(&e->ops[i]->cmd);
+        free(e->ops[i]);
+    }
+    free(e->ops);
+    rl_deadlines_free(&e->deadlines);
+    rl_buf_free(&e->scratch);
+    free(e->prefix);
+    free(e);
+}
+
+int rl_engine_nodes(const rl_engine *e) {
+    return e->nnodes;
+}
+
+const char *rl_engine_node_name(const rl_engine *e, int i) {
+    return i >= 0 && i < e->nnodes ? e->urls[i].name : NULL;
+}
+
+const char *rl_engine_node_host(const rl_engine *e, int i) {
+    if (i < 0 || i >= e->nnodes) return NULL;
+    return e->urls[i].kind == RL_URL_UNIX ? e->urls[i].path : e->urls[i].host;
+}
+
+int rl_engine_node_port(const rl_engine *e, int i) {
+    return i >= 0 && i < e->nnodes && e->urls[i].kind == RL_URL_TCP ? e->urls[i].port : 0;
+}
+
+const rl_url *rl_engine_node_url(const rl_engine *e, int i) {
+    return &e->urls[i];
+}
+
+int rl_engine_quorum(const rl_engine *e) {
+    return e->quorum;
+}
+
+const char *rl_engine_errstr(const rl_engine *e) {
+    return e->errstr;
+}
+
+/* ---- operation slots ---- */
+
+static rl_op *op_alloc(rl_engine *e) {
+    rl_op *op = e->free_ops;
+    if (op) {
+        e->free_ops = op->next;
+        return op;
+    }
+    if (e->nops == RL_OPID_MAX_SLOTS) return NULL;
+    if (e->nops == e->capops) {
+        int cap = e->capops ? e->capops * 2 : 16;
+        rl_op **ops = realloc(e->ops, (size_t)cap * sizeof(*ops));
+        if (!ops) return NULL;
+        e->ops = ops;
+        e->capops = cap;
+    }
+    if (rl_deadlines_reserve(&e->deadlines, e->nops + 1) != 0) return NULL;
+    op = calloc(1, sizeof(*op));
+    if (!op) return NULL;
+    op->slot = e->nops;
+    e->ops[e->nops++] = op;
+    return op;
+}
+
+static void done_unlink(rl_engine *e, rl_op *op) {
+    if (op->prev) op->prev->next = op->next;
+    else e->done_head = op->next;
+    if (op->next) op->next->prev = op->prev;
+    else e->done_tail = op->prev;
+    op->prev = op->next = NULL;
+    e->ndone--;
+}
+
+static void op_free(rl_engine *e, rl_op *op) {
+    op->phase = OP_FREE;
+    op->next = e->free_ops;
+    e->free_ops = op;
+}
+
+/* The current phase must end by a node timeout from now. */
+static void start_timer(rl_engine *e, rl_op *op) {
+    rl_deadlines_set(&e->deadlines, op->slot, e->now + e->opts.node_timeout_ms);
+}
+
+/* The operation is finished: hand it to the done list. */
+static void op_complete(rl_engine *e, rl_op *op) {
+    rl_deadlines_remove(&e->deadlines, op->slot);
+    op->gen++;
+    op->phase = OP_DONE;
+    op->prev = e->done_tail;
+    op->next = NULL;
+    if (e->done_tail) e->done_tail->next = op;
+    else e->done_head = op;
+    e->done_tail = op;
+    e->ndone++;
+    e->inflight--;
+}
+
+/* A failed acquire: release on every node the SET may have reached. A node
+ * that answered "taken" holds another value, never ours, so it is skipped.
+ * If the release cannot even be encoded (out of memory), the result says so
+ * on every node it was meant for: the key stays there until its ttl. */
+static void op_start_cleanup(rl_engine *e, rl_op *op) {
+    op->gen++;
+    op->phase = OP_CLEANUP;
+    op->cleanup_pending = 0;
+    op->cleanup_sent = 0;
+    int encoded = rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, op->res.value) == 0;
+    rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, e->now, 0, 0};
+    for (int i = 0; i < e->nnodes; i++) {
+        rl_node_result *n = &op->res.node[i];
+        if (!(op->sent & (1u << i)) || n->state == RL_NODE_TAKEN) continue;
+        if (encoded && rl_stream_send(&e->nodes[i], op->cmd.data, op->cmd.len, t, e->now) == 0) {
+            op->cleanup_pending++;
+            op->cleanup_sent |= 1u << i;
+            op->cleanup_out[i] = rl_stream_mark(&e->nodes[i]);
+        } else if (n->errstr[0] == '\0') {
+            /* keep a failed vote's own reason; otherwise say why the key may stay */
+            snprintf(n->errstr, sizeof(n->errstr), "%s", encoded ? "cleanup not sent: node down" : "cleanup not sent: out of memory");
+        }
+    }
+    if (op->cleanup_pending > 0) start_timer(e, op);
+}
+
+/* A healthy node answers within the node timeout. One that did not, in a
+ * round it was sent, may be out of step (a reply lost in flight shifts the
+ * stream for good: each reply then answers the command before its own), may
+ * hang (the stall watchdog resets it), or may be working through a backlog (a
+ * large batch): a step check tells them apart without resetting a backlog,
+ * which would throw away what is queued behind it (the cleanups of failed
+ * acquires) while the commands already sent still run. A node left pending by
+ * an early decision says nothing either way. */
+static void check_late_nodes(rl_engine *e, const rl_op *op) {
+    for (int i = 0; i < e->nnodes; i++)
+        if ((op->sent & (1u << i)) && op->res.node[i].state == RL_NODE_TIMEOUT) rl_stream_check_step(&e->nodes[i], e->now);
+}
+
+/* The round is decided. */
+static void op_round_decided(rl_engine *e, rl_op *op) {
+    rl_deadlines_remove(&e->deadlines, op->slot);
+    check_late_nodes(e, op);
+    if (op->res.op == RL_OP_ACQUIRE && op->res.status != RL_STATUS_OK) {
+        op_start_cleanup(e, op);
+        if (op->cleanup_pending > 0) return;
+    }
+    op_complete(e, op);
+}
+
+static int is_noscript(const rl_reply *r) {
+    return r && r->type == RL_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
+}
+
+/* The node has flushed its scripts: send the script itself (EVAL) instead. */
+static int resend_as_eval(rl_engine *e, rl_op *op, int node, rl_ticket t) {
+    int rc = t.kind == RL_OP_RELEASE
+                 ? rl_cmd_release(&e->scratch, 0, op->key.data, op->key.len, op->res.value)
+                 : rl_cmd_extend(&e->scratch, 0, op->key.data, op->key.len, op->res.value, op->round.ttl_ms);
+    if (rc != 0) return -1;
+    t.sent_ms = e->now;
+    t.eval = 1;
+    return rl_stream_send(&e->nodes[node], e->scratch.data, e->scratch.len, t, e->now);
+}
+
+static void on_node_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, const char *errstr) {
+    rl_engine *e = owner;
+    if (t.slot < 0 || t.slot >= e->nops) return;
+    if (reply && !rl_reply_fits(t.kind, reply)) {
+        /* Out of step: this reply answers some other command. Nothing on
+         * this connection can be trusted any more. */
+        rl_stream_reset(&e->nodes[node], RL_OUT_OF_STEP, e->now);
+        reply = NULL;
+        errstr = e->nodes[node].errstr;
+    }
+    rl_op *op = e->ops[t.slot];
+    if (op->gen != t.gen) {
+        /* A late reply to an earlier phase or operation. A late NOSCRIPT has
+         * no round left to fall back to EVAL for (which would have loaded
+         * the script): load the scripts, for every later command. */
+        if (is_noscript(reply)) rl_stream_load_scripts(&e->nodes[node], e->now);
+        return;
+    }
+    /* A script the node does not know is sent as EVAL, once. (NOSCRIPT to a
+     * SET is just a failed vote: there is no script to send.) */
+    if (is_noscript(reply) && t.kind != RL_OP_ACQUIRE && !t.eval && resend_as_eval(e, op, node, t) == 0) return;
+    if (op->phase == OP_ROUND) {
+        int decided;
+        if (is_noscript(reply) && t.eval) {
+            /* The script itself was refused as unknown: a node that cannot
+             * run it fails its vote, without another try. */
+            char why[RL_NODE_ERR_LEN];
+            snprintf(why, sizeof(why), "NOSCRIPT after EVAL: %.*s", (int)sizeof(why) - 22, reply->str);
+            decided = rl_round_vote(&op->round, node, RL_NODE_ERROR, why, e->now);
+        } else {
+            decided = rl_round_reply(&op->round, node, reply, errstr, e->now);
+        }
+        if (decided) op_round_decided(e, op);
+    } else if (op->phase == OP_CLEANUP) {
+        if (--op->cleanup_pending == 0) op_complete(e, op);
+    }
+}
+
+/* Has every node that was sent the cleanup been handed its bytes (or lost
+ * the connection)? A cleanup that times out is done only then: the caller
+ * may stop driving the engine once it has the result, and the release must
+ * not be left in our buffer while the SET it undoes is on the node. */
+static int cleanup_out(rl_engine *e, const rl_op *op) {
+    for (int i = 0; i < e->nnodes; i++)
+        if ((op->cleanup_sent & (1u << i)) && !rl_stream_passed(&e->nodes[i], op->cleanup_out[i])) return 0;
+    return 1;
+}
+
+static void op_timeout(rl_engine *e, rl_op *op) {
+    if (op->phase == OP_ROUND) {
+        rl_round_expire(&op->round, e->timeout_text, e->now);
+        op_round_decided(e, op);
+    } else if (op->phase == OP_CLEANUP) {
+        /* A connection still waiting for its setup has sent neither the SET
+         * nor the cleanup: drop it rather than wait, so neither goes out
+         * later while nobody drives the engine. Its tickets are answered at
+         * once, which may complete this operation. */
+        unsigned gen = op->gen;
+        for (int i = 0; i < e->nnodes; i++)
+            if (op->cleanup_sent & (1u << i))
+                rl_stream_drop_if_unready(&e->nodes[i], "connection reset: no answer to its setup (AUTH/SELECT/INFO) in time",
+                                          e->now);
+        if (op->phase != OP_CLEANUP || op->gen != gen) return;
+        if (cleanup_out(e, op)) op_complete(e, op);
+        else start_timer(e, op); /* still in our buffer: a socket that was full */
+    } else {
+        rl_deadlines_remove(&e->deadlines, op->slot);
+    }
+}
+
+/* ---- beginning operations ---- */
+
+static int begin(rl_engine *e, int kind, const char *resource, size_t len, const char *value, int ttl_ms, double now_ms) {
+    if (resource == NULL || len == 0)
+        return snprintf(e->errstr, sizeof(e->errstr), "resource must be a non-empty string"), RL_ERR;
+    if (kind != RL_OP_RELEASE && ttl_ms <= 0)
+        return snprintf(e->errstr, sizeof(e->errstr), "ttl must be > 0 ms (got %d)", ttl_ms), RL_ERR;
+    if (kind != RL_OP_ACQUIRE && (value == NULL || strnlen(value, RL_VALUE_LEN + 1) != RL_VALUE_LEN))
+        return snprintf(e->errstr, sizeof(e->errstr), "value must be %d characters", RL_VALUE_LEN), RL_ERR;
+    rl_op *op = op_alloc(e);
+    if (op == NULL && e->nops == RL_OPID_MAX_SLOTS)
+        return snprintf(e->errstr, sizeof(e->errstr), "too many operations in flight (%d)", RL_OPID_MAX_SLOTS), RL_ERR;
+    if (op == NULL) return snprintf(e->errstr, sizeof(e->errstr), "out of memory"), RL_ERR;
+
+    /* key = prefix .. resource */
+    op->cmd.len = 0;
+    size_t plen = e->opts.prefix_len;
+    if (op->key.cap < plen + len) {
+        char *p = realloc(op->key.data, plen + len);
+        if (!p) goto oom;
+        op->key.data = p;
+        op->key.cap = plen + len;
+    }
+    memcpy(op->key.data, e->prefix, plen);
+    memcpy(op->key.data + plen, resource, len);
+    op->key.len = plen + len;
+
+    int rc;
+    if (kind == RL_OP_ACQUIRE) {
+        if (rl_value_generate(op->res.value) != 0) {
+            snprintf(e->errstr, sizeof(e->errstr), "getrandom failed: no randomness for a lock value");
+            op_free(e, op);
+            return RL_ERR;
+        }
+        rc = rl_cmd_acquire(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms);
+    } else {
+        memcpy(op->res.value, value, RL_VALUE_LEN);
+        op->res.value[RL_VALUE_LEN] = '\0';
+        rc = kind == RL_OP_RELEASE ? rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, value)
+                                   : rl_cmd_extend(&op->cmd, 1, op->key.data, op->key.len, value, ttl_ms);
+    }
+    if (rc != 0) goto oom;
+
+    double now = clock_at(e, now_ms);
+    op->uses++;
+    op->res.id = rl_opid_make(op->uses, op->slot);
+    op->gen++;
+    op->phase = OP_ROUND;
+    op->sent = 0;
+    e->inflight++;
+    rl_round_start(&op->round, &op->res, kind, e->nnodes, e->quorum, ttl_ms, e->opts.drift_factor, now);
+    start_timer(e, op);
+    rl_ticket t = {op->slot, op->gen, kind, now, 0, 0};
+    for (int i = 0; i < e->nnodes && op->phase == OP_ROUND; i++) {
+        if (rl_stream_send(&e->nodes[i], op->cmd.data, op->cmd.len, t, now) == 0) {
+            op->sent |= 1u << i;
+        } else if (rl_round_vote(&op->round, i, RL_NODE_ERROR, e->nodes[i].errstr, now)) {
+            op_round_decided(e, op);
+        }
+    }
+    return op->res.id;
+
+oom:
+    snprintf(e->errstr, sizeof(e->errstr), "out of memory");
+    op_free(e, op);
+    return RL_ERR;
+}
+
+int rl_engine_begin_acquire(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms) {
+    return begin(e, RL_OP_ACQUIRE, resource, len, NULL, ttl_ms, now_ms);
+}
+
+int rl_engine_begin_release(rl_engine *e, const char *resource, size_t len, const char *value, double now_ms) {
+    return begin(e, RL_OP_RELEASE, resource, len, value, 0, now_ms);
+}
+
+int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const char *value, int ttl_ms,
+                           double now_ms) {
+    return begin(e, RL_OP_EXTEND, resource, len, value, ttl_ms, now_ms);
+}
+
+/* ---- what the driver reports, and what it is asked ---- */
+
+static rl_stream *node_of(rl_engine *e, int node) {
+    return node >= 0 && node < e->nnodes ? &e->nodes[node] : NULL;
+}
+
+unsigned rl_engine_wanting(const rl_engine *e) {
+    unsigned bits = 0;
+    for (int i = 0; i < e->nnodes; i++)
+        if (rl_stream_wanting(&e->nodes[i])) bits |= 1u << i;
+    return bits;
+}
+
+int rl_engine_node_wants(rl_engine *e, int node) {
+    rl_stream *s = node_of(e, node);
+    return s ? rl_stream_take_wants(s) : 0;
+}
+
+void rl_engine_node_open(rl_engine *e, int node, double now_ms) {
+    rl_stream *s = node_of(e, node);
+    if (s) rl_stream_open(s, clock_at(e, now_ms));
+}
+
+int rl_engine_node_connected(rl_engine *e, int node, int fresh, double now_ms) {
+    rl_stream *s = node_of(e, node);
+    if (s == NULL || rl_stream_connected(s, fresh, clock_at(e, now_ms)) != 0) return RL_ERR;
+    return RL_OK;
+}
+
+void rl_engine_node_down(rl_engine *e, int node, const char *why, double now_ms) {
+    rl_stream *s = node_of(e, node);
+    if (s) rl_stream_down(s, why, clock_at(e, now_ms));
+}
+
+int rl_engine_node_detach(rl_engine *e, int node, double now_ms) {
+    rl_stream *s = node_of(e, node);
+    return s ? rl_stream_detach(s, clock_at(e, now_ms)) : 0;
+}
+
+size_t rl_engine_node_output(rl_engine *e, int node, const char **data) {
+    rl_stream *s = node_of(e, node);
+    return s && data ? rl_stream_output(s, data) : 0;
+}
+
+void rl_engine_node_wrote(rl_engine *e, int node, size_t n, double now_ms) {
+    rl_stream *s = node_of(e, node);
+    if (s) rl_stream_wrote(s, n, clock_at(e, now_ms));
+}
+
+int rl_engine_node_feed(rl_engine *e, int node, const char *data, size_t len, double now_ms) {
+    rl_stream *s = node_of(e, node);
+    if (s == NULL || (data == NULL && len > 0)) return RL_ERR;
+    return rl_stream_feed(s, data, len, clock_at(e, now_ms)) == 0 ? RL_OK : RL_ERR;
+}
+
+void rl_engine_node_unsent(rl_engine *e, int node, long long bytes) {
+    rl_stream *s = node_of(e, node);
+    if (s) rl_stream_unsent(s, bytes);
+}
+
+const char *rl_engine_node_errstr(const rl_engine *e, int node) {
+    return node >= 0 && node < e->nnodes ? e->nodes[node].errstr : NULL;
+}
+
+double rl_engine_deadline(const rl_engine *e) {
+    double at = -1, d;
+    if (rl_deadlines_first(&e->deadlines, &d) >= 0) at = d;
+    for (int i = 0; i < e->nnodes; i++) {
+        d = rl_stream_deadline(&e->nodes[i]);
+        if (d > 0 && (at < 0 || d < at)) at = d;
+    }
+    return at;
+}
+
+void rl_engine_advance(rl_engine *e, double now_ms) {
+    double now = clock_at(e, now_ms), at;
+    for (int i = 0; i < e->nnodes; i++) rl_stream_advance(&e->nodes[i], now);
+    int slot;
+    while ((slot = rl_deadlines_first(&e->deadlines, &at)) >= 0 && at <= now) op_timeout(e, e->ops[slot]);
+}
+
+/* ---- collecting ---- */
+
+static void copy_result(const rl_op *op, rl_result *out) {
+    size_t head = offsetof(rl_result, node);
+    memcpy(out, &op->res, head + (size_t)op->res.nodes * sizeof(rl_node_result));
+}
+
+/* The operation id names, or NULL if it is not in flight (never begun, or
+ * already collected). */
+static rl_op *op_of(const rl_engine *e, int id) {
+    if (id < 0 || rl_opid_slot(id) >= e->nops) return NULL;
+    rl_op *op = e->ops[rl_opid_slot(id)];
+    return op->phase != OP_FREE && op->res.id == id ? op : NULL;
+}
+
+int rl_engine_collect(rl_engine *e, rl_result *out) {
+    rl_op *op = e->done_head;
+    if (op == NULL || out == NULL) return 0;
+    done_unlink(e, op);
+    copy_result(op, out);
+    op_free(e, op);
+    return 1;
+}
+
+int rl_engine_take(rl_engine *e, int id, rl_result *out) {
+    rl_op *op = op_of(e, id);
+    if (op == NULL || out == NULL) {
+        snprintf(e->errstr, sizeof(e->errstr), "no operation %d in flight", id);
+        return RL_ERR;
+    }
+    if (op->phase != OP_DONE) return 0;
+    done_unlink(e, op);
+    copy_result(op, out);
+    op_free(e, op);
+    return 1;
+}
+
+int rl_engine_finished(const rl_engine *e, int id) {
+    rl_op *op = op_of(e, id);
+    return op == NULL ? RL_ERR : op->phase == OP_DONE;
+}
+
+int rl_engine_done(const rl_engine *e) {
+    return e->ndone;
+}
+
+int rl_engine_inflight(const rl_engine *e) {
+    return e->inflight;
+}
+
+double rl_engine_held_until(const rl_engine *e, int id) {
+    rl_op *op = op_of(e, id);
+    double until = 0;
+    for (int i = 0; op && i < e->nnodes; i++) {
+        double since = op->sent & (1u << i) ? rl_stream_held_since(&e->nodes[i]) : 0;
+        if (since > 0 && since + e->opts.node_timeout_ms > until) until = since + e->opts.node_timeout_ms;
+    }
+    return until;
+}

@@ -1,0 +1,22 @@
+/* engine.h — what the library's own drivers need of the engine beyond
+ * redlock.h's rl_engine_* functions. */
+#ifndef RL_ENGINE_H
+#define RL_ENGINE_H
+
+#include "redlock.h"
+#include "url.h"
+
+/* The parsed URL of node i (0 <= i < rl_engine_nodes). */
+const rl_url *rl_engine_node_url(const rl_engine *e, int i);
+
+/* For a finished operation id: the latest moment worth keeping the driver
+ * running so that a command of it still held behind the setup of a
+ * connection begun less than a node timeout before goes out (the setup's
+ * replies are due by then); 0 if there is none. */
+double rl_engine_held_until(const rl_engine *e, int id);
+
+/* 1 if operation id is finished (collectable), 0 if in flight, RL_ERR if
+ * it names no operation. */
+int rl_engine_finished(const rl_engine *e, int id);
+
+#endif

@@ -1,0 +1,506 @@
+/* stream.c — one node's command stream (see stream.h).
+ *
+ * Commands are appended to one output buffer that the driver writes from,
+ * so everything queued between two writes goes out in one write and a
+ * command costs no allocation; the reply FIFO is the ticket ring. hiredis'
+ * reader parses the replies (reply.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stream.h"
+#include "text.h"
+
+/* Stream-internal command kinds: the setup sent on a fresh connection, the
+ * step check and the script loads. Their replies never reach on_reply. */
+enum { SETUP_AUTH = -1, SETUP_SELECT = -2, SETUP_INFO = -3, CHECK_ECHO = -4, LOAD_SCRIPT = -5 };
+
+/* errstr = prefix .. text, cut to fit. */
+static void set_err(rl_stream *s, const char *prefix, const char *text) {
+    rl_text_join(s->errstr, sizeof(s->errstr), prefix, text);
+}
+
+/* ---- the ticket ring ---- */
+
+static rl_ticket ring_pop(rl_stream *s) {
+    rl_ticket t = s->ring[s->ring_head];
+    s->ring_head = (s->ring_head + 1) % s->ring_cap;
+    s->ring_count--;
+    return t;
+}
+
+static int ring_grow(rl_stream *s) {
+    if (s->ring_count < s->ring_cap) return 0;
+    unsigned cap = s->ring_cap ? s->ring_cap * 2 : 64;
+    rl_ticket *ring = malloc(cap * sizeof(*ring));
+    if (!ring) return -1;
+    for (unsigned i = 0; i < s->ring_count; i++) ring[i] = s->ring[(s->ring_head + i) % s->ring_cap];
+    free(s->ring);
+    s->ring = ring;
+    s->ring_cap = cap;
+    s->ring_head = 0;
+    return 0;
+}
+
+static int ring_push(rl_stream *s, rl_ticket t) {
+    if (ring_grow(s) != 0) return -1;
+    s->ring[(s->ring_head + s->ring_count) % s->ring_cap] = t;
+    s->ring_count++;
+    return 0;
+}
+
+/* ---- ending a connection ---- */
+
+static void schedule_reconnect(rl_stream *s, double now_ms) {
+    s->state = RL_STREAM_DOWN;
+    s->retry_at_ms = now_ms + s->backoff_ms;
+    s->backoff_ms *= 2;
+    if (s->backoff_ms > s->opts->reconnect_max_ms) s->backoff_ms = s->opts->reconnect_max_ms;
+}
+
+/* Forget what was queued or half-read on the connection. */
+static void clear_connection(rl_stream *s) {
+    s->conn++;
+    s->out.len = s->out_off = s->hold_at = 0;
+    s->setup_left = s->holding = 0;
+    s->queued_total = s->written_total = 0;
+    s->unsent = 0;
+    s->step_check = 0;
+    s->scripts_loading = 0;
+    s->step_nonce++;
+    s->watch_at_ms = 0;
+    rl_reader_free(&s->reader);
+}
+
+/* Answer every command of the connection that just ended with why. A
+ * callback may send to this stream again (and so ask for a new
+ * connection): answer only the oldest ring_count tickets, this
+ * connection's. */
+static void answer_all(rl_stream *s, const char *why) {
+    for (unsigned old = s->ring_count; old > 0; old--) {
+        rl_ticket t = ring_pop(s);
+        if (t.kind > 0) s->on_reply(s->owner, s->index, t, NULL, why);
+    }
+}
+
+/* The connection is gone: say why, answer every unanswered command with
+ * that, and reconnect after the backoff. close_it: the driver still has the
+ * socket and is asked to close it. */
+static void drop(rl_stream *s, const char *why, int close_it, double now_ms) {
+    if (why != s->errstr) snprintf(s->errstr, sizeof(s->errstr), "%s", why);
+    if (close_it) s->wants |= RL_WANT_CLOSE;
+    s->wants &= ~RL_WANT_CONNECT;
+    clear_connection(s);
+    schedule_reconnect(s, now_ms);
+    answer_all(s, s->errstr);
+}
+
+static int connected_or_connecting(const rl_stream *s) {
+    return s->state == RL_STREAM_UP || s->state == RL_STREAM_CONNECTING;
+}
+
+void rl_stream_reset(rl_stream *s, const char *why, double now_ms) {
+    if (connected_or_connecting(s)) drop(s, why, 1, now_ms);
+}
+
+void rl_stream_down(rl_stream *s, const char *why, double now_ms) {
+    if (connected_or_connecting(s)) drop(s, why && *why ? why : "connection lost", 0, now_ms);
+}
+
+void rl_stream_drop_if_unready(rl_stream *s, const char *why, double now_ms) {
+    if (connected_or_connecting(s) && (s->state == RL_STREAM_CONNECTING || s->holding)) drop(s, why, 1, now_ms);
+}
+
+int rl_stream_detach(rl_stream *s, double now_ms) {
+    (void)now_ms;
+    int clean = s->state == RL_STREAM_UP && !s->holding && s->ring_count == 0 && s->out_off == s->out.len;
+    if (s->state == RL_STREAM_IDLE || s->state == RL_STREAM_DOWN) return 0;
+    snprintf(s->errstr, sizeof(s->errstr), "connection closed with replies outstanding");
+    s->wants &= ~(RL_WANT_CONNECT | RL_WANT_CLOSE);
+    clear_connection(s);
+    s->state = RL_STREAM_IDLE;
+    answer_all(s, s->errstr);
+    return clean;
+}
+
+/* ---- writing ---- */
+
+/* Where the bytes that may go out now end: until the setup has succeeded,
+ * only the setup commands may. */
+static size_t writable_end(const rl_stream *s) {
+    return s->holding ? s->hold_at : s->out.len;
+}
+
+size_t rl_stream_output(const rl_stream *s, const char **data) {
+    if (s->state != RL_STREAM_UP) return 0;
+    *data = s->out.data + s->out_off;
+    return writable_end(s) - s->out_off;
+}
+
+void rl_stream_wrote(rl_stream *s, size_t n, double now_ms) {
+    (void)now_ms;
+    size_t room = writable_end(s) - s->out_off;
+    if (s->state != RL_STREAM_UP || n > room) n = room;
+    s->out_off += n;
+    s->written_total += (long long)n;
+    if (s->out_off == s->out.len) s->out.len = s->out_off = s->hold_at = 0;
+}
+
+/* The stall watchdog looks every stall_reset/2 while commands are unanswered. */
+static void arm_watchdog(rl_stream *s, double now_ms) {
+    if (s->state == RL_STREAM_UP && s->ring_count > 0 && s->watch_at_ms == 0)
+        s->watch_at_ms = now_ms + s->opts->stall_reset_ms / 2.0;
+}
+
+/* Append a command and its ticket, both or neither. */
+static int queue_command(rl_stream *s, const char *cmd, size_t len, rl_ticket t, double now_ms) {
+    t.end = s->queued_total + (long long)len;
+    if (rl_buf_reserve(&s->out, len) != 0 || ring_push(s, t) != 0) {
+        snprintf(s->errstr, sizeof(s->errstr), "out of memory");
+        return -1;
+    }
+    memcpy(s->out.data + s->out.len, cmd, len);
+    s->out.len += len;
+    s->queued_total += (long long)len;
+    arm_watchdog(s, now_ms);
+    return 0;
+}
+
+/* ---- the setup of a fresh connection ---- */
+
+/* Append the SCRIPT LOADs of the release and extend scripts to cmd, and
+ * their tickets to *t (n of them so far). Return 0, or -1 when out of memory. */
+static int script_loads(rl_buf *cmd, rl_ticket *t, int *n, double now_ms) {
+    const char *scripts[2] = {rl_release_script, rl_extend_script};
+    for (int i = 0; i < 2; i++) {
+        const char *argv[3] = {"SCRIPT", "LOAD", scripts[i]};
+        size_t lens[3] = {6, 4, strlen(scripts[i])};
+        if (rl_cmd_append_argv(cmd, 3, argv, lens) != 0) return -1;
+        t[(*n)++] = (rl_ticket){-1, 0, LOAD_SCRIPT, now_ms, 0, (long long)cmd->len};
+    }
+    return 0;
+}
+
+/* Queue SCRIPT LOAD of the release and extend scripts (unless loads are in
+ * flight), so EVALSHA finds them. A node that lost them (SCRIPT FLUSH, a
+ * restart) answers NOSCRIPT; a round then falls back to EVAL, but a reply
+ * that comes after its round is over has nobody to fall back for. */
+void rl_stream_load_scripts(rl_stream *s, double now_ms) {
+    if (!connected_or_connecting(s) || s->scripts_loading) return;
+    rl_buf cmd = {0};
+    rl_ticket t[2];
+    int n = 0, rc = script_loads(&cmd, t, &n, now_ms);
+    size_t start = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        rc = queue_command(s, cmd.data + start, (size_t)t[i].end - start, t[i], now_ms);
+        start = (size_t)t[i].end;
+    }
+    rl_buf_free(&cmd);
+    if (rc == 0) s->scripts_loading = 1;
+}
+
+/* The setup of a fresh connection: AUTH and SELECT as the URL asks, INFO
+ * server, then the script loads; cmd gets their bytes, t[] their tickets
+ * (ends relative to cmd). Return the number of tickets, or -1 when out of
+ * memory. */
+static int build_setup(const rl_stream *s, rl_buf *cmd, rl_ticket t[6], double now_ms) {
+    int n = 0;
+    if (s->url->password[0]) {
+        const char *argv[3] = {"AUTH"};
+        size_t lens[3] = {4};
+        int argc = 1;
+        if (s->url->user[0]) argv[argc] = s->url->user, lens[argc++] = strlen(s->url->user);
+        argv[argc] = s->url->password, lens[argc++] = strlen(s->url->password);
+        if (rl_cmd_append_argv(cmd, argc, argv, lens) != 0) return -1;
+        t[n++] = (rl_ticket){-1, 0, SETUP_AUTH, now_ms, 0, (long long)cmd->len};
+    }
+    if (s->url->db) {
+        char db[16];
+        const char *argv[2] = {"SELECT", db};
+        size_t lens[2] = {6, (size_t)snprintf(db, sizeof(db), "%d", s->url->db)};
+        if (rl_cmd_append_argv(cmd, 2, argv, lens) != 0) return -1;
+        t[n++] = (rl_ticket){-1, 0, SETUP_SELECT, now_ms, 0, (long long)cmd->len};
+    }
+    const char *argv[2] = {"INFO", "server"};
+    size_t lens[2] = {4, 6};
+    if (rl_cmd_append_argv(cmd, 2, argv, lens) != 0) return -1;
+    t[n++] = (rl_ticket){-1, 0, SETUP_INFO, now_ms, 0, (long long)cmd->len};
+    if (script_loads(cmd, t, &n, now_ms) != 0) return -1;
+    return n;
+}
+
+/* Put the setup in front of what was queued while connecting: its bytes
+ * first in the output, its tickets first in the ring. Positions count from
+ * the first command after it, so what was queued keeps its ends. */
+static int put_setup_first(rl_stream *s, double now_ms) {
+    rl_buf cmd = {0};
+    rl_ticket t[6];
+    int n = build_setup(s, &cmd, t, now_ms);
+    if (n < 0 || rl_buf_reserve(&s->out, cmd.len) != 0) {
+        rl_buf_free(&cmd);
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        if (ring_grow(s) != 0) {
+            rl_buf_free(&cmd);
+            return -1;
+        }
+    memmove(s->out.data + cmd.len, s->out.data, s->out.len);
+    memcpy(s->out.data, cmd.data, cmd.len);
+    s->out.len += cmd.len;
+    s->hold_at = cmd.len;
+    s->written_total = -(long long)cmd.len;
+    for (int i = n - 1; i >= 0; i--) {
+        t[i].end -= (long long)cmd.len;
+        s->ring_head = (s->ring_head + s->ring_cap - 1) % s->ring_cap;
+        s->ring[s->ring_head] = t[i];
+        s->ring_count++;
+    }
+    s->setup_left = n - 2; /* the script loads are not setup: nothing waits for them */
+    s->holding = 1;
+    s->setup_ms = now_ms;
+    s->scripts_loading = 1;
+    s->seen_id[0] = '\0';
+    rl_buf_free(&cmd);
+    return 0;
+}
+
+/* ---- connecting ---- */
+
+void rl_stream_open(rl_stream *s, double now_ms) {
+    if (connected_or_connecting(s)) return;
+    s->state = RL_STREAM_CONNECTING;
+    s->connect_by_ms = now_ms + s->opts->connect_timeout_ms;
+    s->wants |= RL_WANT_CONNECT;
+    snprintf(s->errstr, sizeof(s->errstr), "connecting");
+}
+
+int rl_stream_connected(rl_stream *s, int fresh, double now_ms) {
+    if (s->state != RL_STREAM_CONNECTING) return -1;
+    s->wants &= ~RL_WANT_CONNECT;
+    if (rl_reader_reset(&s->reader) != 0 || (fresh && put_setup_first(s, now_ms) != 0)) {
+        drop(s, "connect failed: out of memory", 1, now_ms);
+        return 0;
+    }
+    s->state = RL_STREAM_UP;
+    s->read_ms = s->acked_ms = now_ms;
+    s->acked = s->written_total;
+    s->head_end = -1;
+    s->errstr[0] = '\0';
+    arm_watchdog(s, now_ms);
+    return 0;
+}
+
+int rl_stream_send(rl_stream *s, const char *cmd, size_t len, rl_ticket ticket, double now_ms) {
+    if (s->state == RL_STREAM_IDLE || (s->state == RL_STREAM_DOWN && now_ms >= s->retry_at_ms))
+        rl_stream_open(s, now_ms);
+    if (s->state == RL_STREAM_DOWN) return -1;
+    return queue_command(s, cmd, len, ticket, now_ms);
+}
+
+/* ---- reading ---- */
+
+/* The nonce the step check asks for: "rl-step-" and a number. */
+static int step_nonce(const rl_stream *s, char *buf, size_t len) {
+    return snprintf(buf, len, "rl-step-%u", s->step_nonce);
+}
+
+/* The reply to a step check must be its own nonce: any other reply answers
+ * some other command, so the replies are out of step with the commands. An
+ * error proves nothing either way (a node may refuse ECHO, or answer errors
+ * to everything: it fails its votes anyway); the next check will tell. */
+static void step_reply(rl_stream *s, const rl_reply *reply, double now_ms) {
+    char nonce[32];
+    size_t len = (size_t)step_nonce(s, nonce, sizeof(nonce));
+    s->step_check = 0;
+    if (reply->type == RL_REPLY_ERROR) return;
+    if (reply->type == RL_REPLY_STRING && reply->len == len && memcmp(reply->str, nonce, len) == 0) return;
+    drop(s, RL_OUT_OF_STEP, 1, now_ms);
+}
+
+/* The peer that already votes for server run_id, or -1. */
+static int voter_of(const rl_stream *s, const char *run_id) {
+    for (int j = 0; j < s->npeers; j++)
+        if (j != s->index && s->peers[j].run_id[0] && strcmp(s->peers[j].run_id, run_id) == 0) return j;
+    return -1;
+}
+
+/* Every setup reply is in and none refused: the node votes for the server
+ * INFO named, unless another node already does. Commands held back may go. */
+static void setup_done(rl_stream *s, double now_ms) {
+    int other = s->seen_id[0] ? voter_of(s, s->seen_id) : -1;
+    if (other >= 0) {
+        snprintf(s->errstr, sizeof(s->errstr), "same server as node %d (run_id %s)", other + 1, s->seen_id);
+        drop(s, s->errstr, 1, now_ms);
+        return;
+    }
+    memcpy(s->run_id, s->seen_id, sizeof(s->run_id));
+    s->backoff_ms = s->opts->reconnect_min_ms;
+    s->holding = 0;
+}
+
+/* A reply to a step check, a script load, or AUTH, SELECT or INFO. A
+ * refused AUTH or SELECT ends the connection, and every command held behind
+ * it fails with the reason, never having been sent. INFO says which server
+ * this is (a server that will not say is taken as it is). */
+static void internal_reply(rl_stream *s, rl_ticket t, const rl_reply *reply, double now_ms) {
+    if (t.kind == CHECK_ECHO) {
+        step_reply(s, reply, now_ms);
+        return;
+    }
+    if (t.kind == LOAD_SCRIPT) {
+        s->scripts_loading = 0; /* a refusal only means EVALSHA falls back to EVAL */
+        return;
+    }
+    if (t.kind == SETUP_INFO) {
+        memcpy(s->seen_id, reply->run_id, sizeof(s->seen_id));
+    } else if (reply->type == RL_REPLY_ERROR) {
+        set_err(s, t.kind == SETUP_AUTH ? "AUTH refused: " : "SELECT refused: ", reply->str);
+        drop(s, s->errstr, 1, now_ms);
+        return;
+    }
+    if (--s->setup_left == 0) setup_done(s, now_ms);
+}
+
+int rl_stream_feed(rl_stream *s, const char *data, size_t len, double now_ms) {
+    if (s->state != RL_STREAM_UP) return -1;
+    unsigned conn = s->conn;
+    s->read_ms = now_ms;
+    if (rl_reader_feed(&s->reader, data, len) != 0) {
+        drop(s, "connection lost: out of memory", 1, now_ms);
+        return -1;
+    }
+    /* Hand every complete reply to its ticket, until the connection ends. */
+    while (s->conn == conn) {
+        const rl_reply *reply;
+        int got = rl_reader_next(&s->reader, &reply);
+        if (got == 0) break;
+        if (got < 0) {
+            set_err(s, "connection reset: ", rl_reader_error(&s->reader));
+            drop(s, s->errstr, 1, now_ms);
+        } else if (s->ring_count == 0) {
+            drop(s, "connection reset: a reply to no command", 1, now_ms);
+        } else {
+            rl_ticket t = ring_pop(s);
+            if (t.kind > 0) s->on_reply(s->owner, s->index, t, reply, NULL);
+            else internal_reply(s, t, reply, now_ms);
+        }
+    }
+    return s->conn == conn ? 0 : -1;
+}
+
+void rl_stream_unsent(rl_stream *s, long long bytes) {
+    if (s->state == RL_STREAM_UP && bytes >= 0) s->unsent = bytes;
+}
+
+/* ---- what is due ---- */
+
+/* Commands unanswered and the node not keeping up for stall_reset_ms: a
+ * reply was lost, or the node hangs (a stopped process), and the reply
+ * stream cannot resynchronise. Only a reply proves the node's process
+ * alive: its kernel takes our bytes whether or not the process runs. So the
+ * oldest unanswered command is judged by where its bytes are:
+ *   - not all at the node yet (a large batch, a slow link): stalled only if
+ *     the node's end has taken no bytes at all for stall_reset_ms;
+ *   - all at the node: stalled if no reply has come for stall_reset_ms since.
+ * The driver feeds what has arrived before it advances the stream, so a
+ * reply that is there is never mistaken for silence. */
+static void watchdog_look(rl_stream *s, double now_ms) {
+    s->watch_at_ms = 0;
+    if (s->state != RL_STREAM_UP || s->ring_count == 0) return;
+    arm_watchdog(s, now_ms);
+    long long acked = s->written_total - s->unsent;
+    if (acked > s->acked) s->acked = acked, s->acked_ms = now_ms;
+    const rl_ticket *head = &s->ring[s->ring_head];
+    double since;
+    if (head->end > s->acked) {
+        since = head->sent_ms > s->acked_ms ? head->sent_ms : s->acked_ms;
+    } else {
+        if (s->head_end != head->end) s->head_end = head->end, s->head_ms = now_ms;
+        since = s->head_ms > s->read_ms ? s->head_ms : s->read_ms;
+    }
+    if (now_ms - since < s->opts->stall_reset_ms) return;
+    snprintf(s->errstr, sizeof(s->errstr), "connection reset: no reply for %d ms", s->opts->stall_reset_ms);
+    drop(s, s->errstr, 1, now_ms);
+}
+
+double rl_stream_deadline(const rl_stream *s) {
+    switch (s->state) {
+    case RL_STREAM_DOWN: return s->retry_at_ms;
+    case RL_STREAM_CONNECTING: return s->connect_by_ms;
+    case RL_STREAM_UP: return s->watch_at_ms;
+    default: return 0;
+    }
+}
+
+void rl_stream_advance(rl_stream *s, double now_ms) {
+    double due = rl_stream_deadline(s);
+    if (due == 0 || now_ms < due) return;
+    if (s->state == RL_STREAM_DOWN) {
+        rl_stream_open(s, now_ms); /* reconnect in the background */
+    } else if (s->state == RL_STREAM_CONNECTING) {
+        snprintf(s->errstr, sizeof(s->errstr), "connect timed out after %d ms", s->opts->connect_timeout_ms);
+        drop(s, s->errstr, 1, now_ms);
+    } else {
+        watchdog_look(s, now_ms);
+    }
+}
+
+/* ---- the rest of the interface ---- */
+
+void rl_stream_init(rl_stream *s, const rl_url *url, int index, const rl_options *opts,
+                    rl_reply_fn on_reply, void *owner, rl_stream *peers, int npeers) {
+    memset(s, 0, sizeof(*s));
+    s->url = url;
+    s->index = index;
+    s->opts = opts;
+    s->on_reply = on_reply;
+    s->owner = owner;
+    s->peers = peers;
+    s->npeers = npeers;
+    s->state = RL_STREAM_IDLE;
+    s->backoff_ms = opts->reconnect_min_ms;
+    snprintf(s->errstr, sizeof(s->errstr), "not connected");
+}
+
+int rl_stream_take_wants(rl_stream *s) {
+    int w = s->wants;
+    s->wants = 0;
+    if (s->state == RL_STREAM_UP && writable_end(s) > s->out_off) w |= RL_WANT_WRITE;
+    return w;
+}
+
+int rl_stream_wanting(const rl_stream *s) {
+    return s->wants != 0 || (s->state == RL_STREAM_UP && writable_end(s) > s->out_off);
+}
+
+void rl_stream_check_step(rl_stream *s, double now_ms) {
+    if (!connected_or_connecting(s) || s->step_check) return;
+    char nonce[32], cmd[64];
+    int nlen = step_nonce(s, nonce, sizeof(nonce));
+    int len = snprintf(cmd, sizeof(cmd), "*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n", nlen, nonce);
+    rl_ticket t = {-1, 0, CHECK_ECHO, now_ms, 0, 0};
+    if (queue_command(s, cmd, (size_t)len, t, now_ms) == 0) s->step_check = 1;
+}
+
+double rl_stream_held_since(const rl_stream *s) {
+    if (s->state == RL_STREAM_CONNECTING && s->out.len > 0) return s->connect_by_ms - s->opts->connect_timeout_ms;
+    return s->state == RL_STREAM_UP && s->holding && s->hold_at < s->out.len ? s->setup_ms : 0;
+}
+
+rl_mark rl_stream_mark(const rl_stream *s) {
+    rl_mark m = {s->conn, s->queued_total};
+    return m;
+}
+
+int rl_stream_passed(const rl_stream *s, rl_mark m) {
+    return s->conn != m.conn || s->written_total >= m.end;
+}
+
+void rl_stream_free(rl_stream *s) {
+    clear_connection(s);
+    free(s->ring);
+    s->ring = NULL;
+    s->ring_cap = s->ring_count = s->ring_head = 0;
+    rl_buf_free(&s->out);
+}

@@ -1,0 +1,196 @@
+/* stream.h — one node's command stream, free of I/O: the link state a
+ * driver's socket is in, the bytes waiting to go out, the reply parser fed
+ * with what came in, and a FIFO of tickets that pairs every reply with the
+ * command that asked for it. It decides everything about a connection
+ * except how bytes move and what time it is:
+ *   - AUTH/SELECT/INFO first on a fresh connection; nothing else goes out
+ *     until they have succeeded; SCRIPT LOAD of our scripts after them;
+ *   - INFO's run_id: a server that already votes through another node of
+ *     the same engine (its peers) is refused like a failed AUTH;
+ *   - the connect deadline, and reconnecting with doubling backoff;
+ *   - the step check (ECHO of a nonce) of a stream whose replies may no
+ *     longer pair with its commands, and the stall watchdog.
+ * A driver learns what the stream wants (rl_stream_take_wants) and reports
+ * what its socket did; every call takes the time, now_ms. */
+#ifndef RL_STREAM_H
+#define RL_STREAM_H
+
+#include "command.h"
+#include "redlock.h"
+#include "reply.h"
+#include "url.h"
+
+/* Which operation (slot) and which phase of it (gen) a command belongs to,
+ * what the command was (RL_OP_*, to check that a reply fits it), when it
+ * was queued, whether it is already the EVAL sent after a NOSCRIPT (there
+ * is no second fallback), and where it ends in the connection's output. */
+typedef struct rl_ticket {
+    int slot;
+    unsigned gen;
+    int kind;
+    double sent_ms;
+    int eval;
+    long long end;
+} rl_ticket;
+
+/* Called for every reply to a command sent with rl_stream_send, in order.
+ * reply is NULL when the command failed without a reply; errstr then says
+ * why. reply is valid only during the call, which may send more commands. */
+typedef void (*rl_reply_fn)(void *owner, int node, rl_ticket ticket, const rl_reply *reply, const char *errstr);
+
+/* A position in a connection's output: everything queued so far. */
+typedef struct rl_mark {
+    unsigned conn;
+    long long end;
+} rl_mark;
+
+enum {
+    RL_STREAM_IDLE = 0,        /* no connection, and none needed yet: a command asks for one */
+    RL_STREAM_DOWN = 1,        /* the last connection failed: commands fail until retry_at_ms */
+    RL_STREAM_CONNECTING = 2,  /* the driver is connecting; commands queue */
+    RL_STREAM_UP = 3           /* connected; the setup may still be unanswered (holding) */
+};
+
+typedef struct rl_stream {
+    const rl_url *url;
+    int index;
+    const rl_options *opts;
+    rl_reply_fn on_reply;
+    void *owner;
+    struct rl_stream *peers;  /* every stream of the engine (this one included) */
+    int npeers;
+
+    int state;               /* RL_STREAM_* */
+    int wants;               /* RL_WANT_CONNECT / RL_WANT_CLOSE not yet taken by the driver */
+    unsigned conn;           /* bumped when a connection ends */
+    int backoff_ms;          /* next reconnect delay */
+    double retry_at_ms;      /* DOWN: when to connect again */
+    double connect_by_ms;    /* CONNECTING: the connect deadline */
+    int step_check;          /* a step check (ECHO) is in flight on this connection */
+    int scripts_loading;     /* SCRIPT LOADs are in flight on this connection */
+    unsigned step_nonce;     /* its nonce's number; a new one for every connection */
+    /* What the stall watchdog measures on this connection: */
+    double watch_at_ms;      /* its next look, or 0 */
+    double read_ms;          /* when bytes last came from the node */
+    long long unsent;        /* written, but not yet taken by the node's end (the driver says) */
+    long long acked;         /* where the node's end had taken bytes up to, at the last look */
+    double acked_ms;         /* when that last grew */
+    long long head_end;      /* the oldest unanswered command (its end) seen wholly taken, */
+    double head_ms;               /* and when it was first seen so */
+    char errstr[RL_NODE_ERR_LEN]; /* why the node is down (or the last connection ended) */
+
+    rl_buf out;              /* bytes not written yet: out.data[out_off .. out.len) */
+    size_t out_off;
+    /* Positions in the connection's output, counted from the first command
+     * that is not the setup (the setup, put in front at connect, sits
+     * before 0): where everything queued ends, and how far it is written. */
+    long long queued_total, written_total;
+    int setup_left;          /* setup replies (AUTH, SELECT, INFO) still awaited */
+    int holding;             /* setup not answered yet: out.data[hold_at ..) waits for it */
+    size_t hold_at;
+    double setup_ms;         /* when the setup was queued */
+    char seen_id[RL_RUN_ID_LEN + 1];  /* run_id the setup's INFO reported on this connection, or "" */
+    char run_id[RL_RUN_ID_LEN + 1];   /* the server this node last voted for ("" if it never said);
+                                         kept while down, so the server keeps its one voter */
+    rl_reader reader;
+
+    rl_ticket *ring;         /* tickets of commands awaiting replies, oldest first */
+    unsigned ring_head, ring_count, ring_cap;
+} rl_stream;
+
+/* Prepare s, node index of the npeers streams at peers. Idle: nothing is
+ * connected until a command or rl_stream_open asks for it. */
+void rl_stream_init(rl_stream *s, const rl_url *url, int index, const rl_options *opts,
+                    rl_reply_fn on_reply, void *owner, rl_stream *peers, int npeers);
+
+/* Ask the driver for a connection now (RL_WANT_CONNECT), unless one is up
+ * or being made. A DOWN stream asks even before its backoff is over. */
+void rl_stream_open(rl_stream *s, double now_ms);
+
+/* The driver connected. fresh: a new connection, which gets the setup
+ * first; 0: a pooled connection this node's setup already ran on, which
+ * was handed back clean (rl_stream_detach). Return 0, or -1 if the stream
+ * was not waiting for a connection (the driver closes it). */
+int rl_stream_connected(rl_stream *s, int fresh, double now_ms);
+
+/* The driver's connection failed or ended (why says how): every command on
+ * it is answered with why, and the stream reconnects after its backoff. */
+void rl_stream_down(rl_stream *s, const char *why, double now_ms);
+
+/* The driver stops using the connection (a pooled connection handed back).
+ * Return 1 if it is clean (set up, nothing unanswered or unwritten: it may
+ * be reused), 0 if not (the driver must close it; its commands are answered
+ * with an error). The stream is idle afterwards, with no backoff. */
+int rl_stream_detach(rl_stream *s, double now_ms);
+
+/* Queue a pre-encoded command. An idle stream, or one down past its
+ * backoff, asks for a connection and queues behind it. Return 0, or -1 if it
+ * cannot take the command now (down, out of memory: the reason is in
+ * s->errstr). Never calls on_reply. */
+int rl_stream_send(rl_stream *s, const char *cmd, size_t len, rl_ticket ticket, double now_ms);
+
+/* The bytes that may be written now (none until connected, and only the
+ * setup until it has succeeded); *data is valid until the next call. */
+size_t rl_stream_output(const rl_stream *s, const char **data);
+
+/* The driver wrote n bytes of rl_stream_output. */
+void rl_stream_wrote(rl_stream *s, size_t n, double now_ms);
+
+/* Bytes the node sent: parse them and answer tickets (on_reply). Return 0,
+ * or -1 if the stream dropped the connection on the way (garbage, a reply
+ * nobody asked for, a refused setup, a stream out of step): the driver
+ * must not feed the rest, and closes the socket (RL_WANT_CLOSE). */
+int rl_stream_feed(rl_stream *s, const char *data, size_t len, double now_ms);
+
+/* The driver's view of bytes written but not yet taken by the node's end
+ * (the socket's send queue), for the stall watchdog. A driver that cannot
+ * tell never calls it. */
+void rl_stream_unsent(rl_stream *s, long long bytes);
+
+/* The one-shot wishes for the driver (RL_WANT_CONNECT, RL_WANT_CLOSE), now
+ * taken, plus RL_WANT_WRITE while output waits. */
+int rl_stream_take_wants(rl_stream *s);
+
+/* 1 if the stream wants anything of the driver (see rl_stream_take_wants). */
+int rl_stream_wanting(const rl_stream *s);
+
+/* The earliest moment rl_stream_advance has work (a reconnect, a connect
+ * deadline, a watchdog look), or 0 for none. */
+double rl_stream_deadline(const rl_stream *s);
+
+/* Do what is due at now_ms. */
+void rl_stream_advance(rl_stream *s, double now_ms);
+
+/* Drop the connection (if any) with why: its commands are answered with
+ * why through on_reply before this returns, the driver is asked to close
+ * it, and the stream reconnects after its backoff. Safe inside on_reply. */
+void rl_stream_reset(rl_stream *s, const char *why, double now_ms);
+
+/* Drop the connection if its setup is still unanswered: nothing queued
+ * behind the setup has been sent, so nothing of it has run. */
+void rl_stream_drop_if_unready(rl_stream *s, const char *why, double now_ms);
+
+/* s answered NOSCRIPT: load the scripts again (once per NOSCRIPT spell). */
+void rl_stream_load_scripts(rl_stream *s, double now_ms);
+
+/* Check that s's replies are in step with its commands: queue an ECHO of a
+ * nonce (unless one is in flight, or s has no connection); a reply that is
+ * not that nonce means a reply was lost, and the connection is reset. */
+void rl_stream_check_step(rl_stream *s, double now_ms);
+
+/* While commands wait for the setup of a new connection: when that setup
+ * was queued; otherwise 0. */
+double rl_stream_held_since(const rl_stream *s);
+
+/* Where s's output stands after everything queued so far, and whether
+ * everything up to m has been written (or m's connection is gone). */
+rl_mark rl_stream_mark(const rl_stream *s);
+int rl_stream_passed(const rl_stream *s, rl_mark m);
+
+/* Free what s holds. Unanswered commands are dropped without on_reply. */
+void rl_stream_free(rl_stream *s);
+
+/* Why a connection whose replies no longer pair with its commands is reset. */
+#define RL_OUT_OF_STEP "connection reset: replies out of step with commands (a reply was lost)"
+
+#endif
