@@ -297,6 +297,11 @@ int rl_engine_node_feed(rl_engine *e, int node, const char *data, size_t len, do
  * node. A driver that cannot tell never calls it. */
 void rl_engine_node_unsent(rl_engine *e, int node, long long bytes);
 
+/* Commands sent to node whose replies have not come yet (its connection's
+ * setup included): a driver that reads only while replies are due stops
+ * reading at 0. */
+int rl_engine_node_unanswered(const rl_engine *e, int node);
+
 /* Why node is down, or its last connection ended. */
 const char *rl_engine_node_errstr(const rl_engine *e, int node);
 

@@ -212,8 +212,8 @@ static void take_ready(rl_client *c) {
         p[n] = (struct pollfd){.fd = l->conn.fd, .events = l->conn.connecting ? POLLOUT : POLLIN};
         idx[n++] = i;
     }
-    if (n == 0 || poll(p, (nfds_t)n, 0) <= 0) return;
-    for (int k = 0; k < n; k++) {
+    int ready = n > 0 && poll(p, (nfds_t)n, 0) > 0;
+    for (int k = 0; ready && k < n; k++) {
         rl_link *l = &c->links[idx[k]];
         if (!p[k].revents || l->conn.fd != p[k].fd) continue;
         if (l->conn.connecting) link_connected(l);

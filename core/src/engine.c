@@ -521,6 +521,10 @@ void rl_engine_node_unsent(rl_engine *e, int node, long long bytes) {
     if (s) rl_stream_unsent(s, bytes);
 }
 
+int rl_engine_node_unanswered(const rl_engine *e, int node) {
+    return node >= 0 && node < e->nnodes ? (int)e->nodes[node].ring_count : 0;
+}
+
 const char *rl_engine_node_errstr(const rl_engine *e, int node) {
     return node >= 0 && node < e->nnodes ? e->nodes[node].errstr : NULL;
 }
