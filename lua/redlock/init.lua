@@ -13,6 +13,11 @@ local ffi = require "ffi"
 local cdefs = require "redlock.cdefs"
 local retry = require "redlock.retry"
 
+-- Inside nginx a lock call must never block the worker: the engine is driven
+-- over cosockets there, and over the core's own libev sockets everywhere else.
+local in_nginx = type(ngx) == "table" and type(ngx.socket) == "table" and type(ngx.get_phase) == "function"
+local backend = require(in_nginx and "redlock.cosocket" or "redlock.libev")
+
 local C = cdefs.lib
 local ffi_string, ffi_new, ffi_gc = ffi.string, ffi.new, ffi.gc
 local type, error, setmetatable, tostring, select = type, error, setmetatable, tostring, select
@@ -221,17 +226,16 @@ function _M.new(opts)
     local servers = {}
     for i = 1, #opts.servers do servers[i] = opts.servers[i] end
 
-    local client = C.rl_client_new(urls, #servers, copts, errbuf, C.RL_ERR_LEN)
+    local client = backend.client_new(urls, #servers, copts, errbuf, C.RL_ERR_LEN)
     if client == nil then argerror(1, "new", ffi_string(errbuf)) end
-    client = ffi_gc(client, function(p) C.rl_client_free(p) end)
 
     local names = {}
-    for i = 1, #servers do names[i] = ffi_string(C.rl_client_node_name(client, i - 1)) end
+    for i = 1, #servers do names[i] = ffi_string(client:node_name(i - 1)) end
     return setmetatable({
         client = client,
         servers = servers,
         names = names,
-        quorum = C.rl_client_quorum(client),
+        quorum = client:quorum(),
         ttl = ttl,
         retry = opts.retry or retry.default,
         keepalive = opts.keepalive or false,
@@ -298,7 +302,7 @@ end
 -- particular order, clear it first.
 local function drop_guard_for(k, live)
     return function(g)
-        if live.on then C.rl_keeper_drop(k, g.id) end
+        if live.on then k:drop(g.id) end
     end
 end
 
@@ -306,17 +310,19 @@ end
 local function keeper_of(self)
     local k = self.keeper
     if k == nil then
-        k = C.rl_keeper_new(self.urls, #self.servers, self.options, errbuf, C.RL_ERR_LEN)
+        k = backend.keeper_new(self.urls, #self.servers, self.options, errbuf, C.RL_ERR_LEN, self.client)
         if k == nil then return nil, "cannot start keep-alive: " .. ffi_string(errbuf) end
         local live = self.keeper_live
         -- Collected (or closed with the Lua state, as on an uncaught error
         -- or os.exit(code, true)) with locks still kept: release them, in
         -- bounded time, instead of leaving them for their ttl.
-        k = ffi_gc(k, function(p)
-            live.on = false
-            C.rl_keeper_release(p, RELEASE_BOUND_MS)
-            C.rl_keeper_free(p)
-        end)
+        if type(k) == "cdata" then
+            k = ffi_gc(k, function(p)
+                live.on = false
+                C.rl_keeper_release(p, RELEASE_BOUND_MS)
+                C.rl_keeper_free(p)
+            end)
+        end
         live.on = true
         self.keeper = k
         self.drop_guard = drop_guard_for(k, live)
@@ -349,7 +355,7 @@ local function keep(lk, margin)
     local self = lk.dlm
     local k, why = keeper_of(self)
     if not k then return nil, why end
-    local id = C.rl_keeper_add(k, lk.resource, #lk.resource, lk.value, lk.ttl,
+    local id = k:add(lk.resource, #lk.resource, lk.value, lk.ttl,
                                lk.valid_until, margin or 0, errbuf, C.RL_ERR_LEN)
     if id < 0 then return nil, "keep-alive refused the lock: " .. ffi_string(errbuf) end
     lk.kept = id
@@ -374,8 +380,8 @@ end
 -- One attempt. Returns a lock, or nil, err, detail.
 local function attempt(self, client, resource, ttl)
     local started = C.rl_now_ms()
-    if C.rl_acquire(client, resource, #resource, ttl, result) ~= RL_OK then
-        raise("redlock: " .. ffi_string(C.rl_client_errstr(client)))
+    if client:acquire(resource, #resource, ttl, result) ~= RL_OK then
+        raise("redlock: " .. ffi_string(client:errstr()))
     end
     if result.status == OK then return new_lock(self, resource, ttl, started, result) end
     return failure(self, result)
@@ -447,7 +453,7 @@ local function retry_loop(self, client, policy, deadline, try, a, b, err, detail
             if left <= 0 then return nil, err, detail end
             if delay > left then delay = left end
         end
-        C.rl_sleep(client, delay)
+        client:sleep(delay)
         n = n + 1
         local got
         got, err, detail = try(self, client, a, b)
@@ -484,7 +490,7 @@ end
 local function kept_state(lk)
     local k = lk.dlm.keeper
     if lk.kept == nil or k == nil then return nil end
-    local state = C.rl_keeper_state(k, lk.kept, until_buf)
+    local state = k:state(lk.kept, until_buf)
     if state > 0 then lk.valid_until = until_buf[0] end
     return state
 end
@@ -522,7 +528,7 @@ function lock:check()
 end
 
 local function stop_keeping(lk)
-    if lk.kept ~= nil and lk.dlm.keeper ~= nil then C.rl_keeper_remove(lk.dlm.keeper, lk.kept) end
+    if lk.kept ~= nil and lk.dlm.keeper ~= nil then lk.dlm.keeper:remove(lk.kept) end
     if lk.guard ~= nil then ffi_gc(lk.guard, nil) end
     lk.kept, lk.guard = nil, nil
 end
@@ -543,7 +549,7 @@ local function after_failed_extend(lk, ttl, started, r)
     if until_ < lk.valid_until then lk.valid_until = until_ end
     if lk.kept ~= nil and lk.dlm.keeper ~= nil then
         -- the keeper goes on with the ttl it had, counting the lower validity
-        C.rl_keeper_update(lk.dlm.keeper, lk.kept, lk.ttl, started, lk.valid_until)
+        lk.dlm.keeper:update(lk.kept, lk.ttl, started, lk.valid_until)
     end
 end
 
@@ -563,21 +569,20 @@ function dlm:close()
         if not lk.released then
             stop_keeping(lk)
             lk.released, lk.closed = true, true
-            local id = C.rl_begin_release(client, lk.resource, #lk.resource, lk.value)
+            local id = client:begin_release(lk.resource, #lk.resource, lk.value)
             if id >= 0 then ids[#ids + 1] = id end
         end
     end
-    for i = 1, #ids do C.rl_wait(client, ids[i], result) end
+    for i = 1, #ids do client:wait(ids[i], result) end
     self.live = setmetatable({}, WEAK_KEYS)
     local k = self.keeper
     if k ~= nil then
         self.keeper_live.on = false
         self.keeper = nil
-        k = ffi_gc(k, nil)
-        C.rl_keeper_release(k, RELEASE_BOUND_MS)
-        C.rl_keeper_free(k)
+        k:release(RELEASE_BOUND_MS)
+        k:free()
     end
-    C.rl_client_free(ffi_gc(client, nil))
+    client:free()
 end
 
 --- Extend the lock to ttl ms (default: its ttl) from now. true or nil, err, detail.
@@ -592,8 +597,8 @@ function lock:extend(ttl)
     if self:remaining() <= 0 then return refusal(self.dlm, "expired", "no validity left to extend") end
     local client = live_client(self.dlm, "extend")
     local started = C.rl_now_ms()
-    if C.rl_extend(client, self.resource, #self.resource, self.value, ttl, result) ~= RL_OK then
-        raise("redlock: " .. ffi_string(C.rl_client_errstr(client)))
+    if client:extend(self.resource, #self.resource, self.value, ttl, result) ~= RL_OK then
+        raise("redlock: " .. ffi_string(client:errstr()))
     end
     if result.status ~= OK then
         after_failed_extend(self, ttl, started, result)
@@ -605,7 +610,7 @@ function lock:extend(ttl)
     self.valid_until = started + result.validity_ms
     if self.kept ~= nil and self.dlm.keeper ~= nil then
         -- the keeper goes on with this ttl, not the one it was handed
-        C.rl_keeper_update(self.dlm.keeper, self.kept, ttl, started, self.valid_until)
+        self.dlm.keeper:update(self.kept, ttl, started, self.valid_until)
     end
     return true
 end
@@ -622,8 +627,8 @@ function lock:unlock()
     end
     stop_keeping(self)
     local client = live_client(self.dlm, "unlock")
-    if C.rl_release(client, self.resource, #self.resource, self.value, result) ~= RL_OK then
-        raise("redlock: " .. ffi_string(C.rl_client_errstr(client)))
+    if client:release(self.resource, #self.resource, self.value, result) ~= RL_OK then
+        raise("redlock: " .. ffi_string(client:errstr()))
     end
     if result.status == OK then
         self.released = true
@@ -640,10 +645,10 @@ local function release_all_started(client, locks)
     for i = 1, #locks do
         local lk = locks[i]
         lk.released = true
-        lk.op = C.rl_begin_release(client, lk.resource, #lk.resource, lk.value)
+        lk.op = client:begin_release(lk.resource, #lk.resource, lk.value)
     end
     for i = 1, #locks do
-        if locks[i].op >= 0 then C.rl_wait(client, locks[i].op, result) end
+        if locks[i].op >= 0 then client:wait(locks[i].op, result) end
         locks[i].op = nil
     end
 end
@@ -652,12 +657,12 @@ end
 local function attempt_many(self, client, resources, ttl)
     local ids, started = {}, C.rl_now_ms()
     for i = 1, #resources do
-        ids[i] = C.rl_begin_acquire(client, resources[i], #resources[i], ttl)
-        if ids[i] < 0 then raise("redlock: " .. ffi_string(C.rl_client_errstr(client))) end
+        ids[i] = client:begin_acquire(resources[i], #resources[i], ttl)
+        if ids[i] < 0 then raise("redlock: " .. ffi_string(client:errstr())) end
     end
     local locks, err, detail = {}, nil, nil
     for i = 1, #resources do
-        C.rl_wait(client, ids[i], result)
+        client:wait(ids[i], result)
         if result.status == OK then
             locks[#locks + 1] = new_lock(self, resources[i], ttl, started, result)
         elseif not err then
@@ -715,17 +720,17 @@ function group:unlock()
         local lk = self[i]
         stop_keeping(lk)
         if not lk.released then
-            ids[i] = C.rl_begin_release(client, lk.resource, #lk.resource, lk.value)
+            ids[i] = client:begin_release(lk.resource, #lk.resource, lk.value)
             if ids[i] < 0 then
                 ids[i] = nil
-                refused = refused or ffi_string(C.rl_client_errstr(client))
+                refused = refused or ffi_string(client:errstr())
             end
         end
     end
     local ok, err, detail = true, nil, nil
     for i = 1, #self do
         if ids[i] then
-            C.rl_wait(client, ids[i], result)
+            client:wait(ids[i], result)
             if result.status == OK then
                 self[i].released = true
             elseif ok then

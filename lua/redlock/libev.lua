@@ -1,0 +1,51 @@
+-- redlock.libev: the transport outside nginx. The C core's rl_client (the
+-- engine driven over non-blocking sockets on a libev loop of its own) and
+-- rl_keeper (a thread that extends kept locks), with their functions as
+-- methods, so init.lua calls client:acquire(...) whichever transport runs.
+
+local ffi = require "ffi"
+local C = require("redlock.cdefs").lib
+
+local _M = {}
+
+ffi.metatype("struct rl_client", { __index = {
+    acquire = C.rl_acquire,
+    release = C.rl_release,
+    extend = C.rl_extend,
+    begin_acquire = C.rl_begin_acquire,
+    begin_release = C.rl_begin_release,
+    wait = C.rl_wait,
+    sleep = C.rl_sleep,
+    errstr = C.rl_client_errstr,
+    node_name = C.rl_client_node_name,
+    quorum = C.rl_client_quorum,
+    free = function(c) C.rl_client_free(ffi.gc(c, nil)) end,
+} })
+
+ffi.metatype("struct rl_keeper", { __index = {
+    add = C.rl_keeper_add,
+    state = C.rl_keeper_state,
+    update = C.rl_keeper_update,
+    remove = C.rl_keeper_remove,
+    drop = C.rl_keeper_drop,
+    release = C.rl_keeper_release,
+    free = function(k) C.rl_keeper_free(ffi.gc(k, nil)) end,
+} })
+
+_M.name = "libev"
+
+--- A client for the nodes (rl_client_new's arguments); nil with errbuf filled.
+function _M.client_new(urls, n, opts, errbuf, errlen)
+    local c = C.rl_client_new(urls, n, opts, errbuf, errlen)
+    if c == nil then return nil end
+    return ffi.gc(c, C.rl_client_free)
+end
+
+--- A keeper for the same nodes (rl_keeper_new's arguments); nil with errbuf filled.
+function _M.keeper_new(urls, n, opts, errbuf, errlen)
+    local k = C.rl_keeper_new(urls, n, opts, errbuf, errlen)
+    if k == nil then return nil end
+    return k
+end
+
+return _M
