@@ -965,6 +965,7 @@ static void detach_clean_and_with_reply_outstanding(void) {
     CHECK_INT(take(id).status, RL_STATUS_OK);
     CHECK_INT(rl_engine_node_detach(E, 0, 2), 1);
     CHECK_INT(rl_engine_node_wants(E, 0), 0);
+    CHECK_STR(rl_engine_node_errstr(E, 0), "connection detached"); /* nothing was outstanding */
     CHECK_INT(rl_engine_node_detach(E, 0, 2), 0); /* nothing left to detach */
     CHECK_INT(feed(0, "+OK\r\n", 2), RL_ERR);
 
@@ -1053,6 +1054,36 @@ static void stall_watchdog_spares_a_node_that_replies(void) {
     CHECK_INT(rl_engine_node_wants(E, 0), 0);
     rl_engine_advance(E, 1000); /* 600 ms since the last reply */
     CHECK_INT(rl_engine_node_wants(E, 0), RL_WANT_CLOSE);
+    rl_engine_free(E);
+}
+
+/* A slow link (the driver reports the SET still in its send queue): the node
+ * is stalled only after stall_reset with no bytes taken, and once its bytes
+ * are all taken, after stall_reset with no reply. */
+static void stall_watchdog_on_a_slow_link(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_acquire(E, "r", 1, 10000, 1000);
+    bring_up_all(3, 1000);
+    for (int i = 0; i < 3; i++) drain(i, 1000);
+    long long len = (long long)outlen;
+    rl_engine_node_unsent(E, 2, len);
+    CHECK_INT(feed(0, "+OK\r\n", 1001), RL_OK);
+    CHECK_INT(feed(1, "+OK\r\n", 1001), RL_OK);
+    CHECK_INT(take(id).status, RL_STATUS_OK);
+    rl_engine_advance(E, 1250);
+    rl_engine_advance(E, 1500);
+    rl_engine_node_unsent(E, 2, len - 1); /* one byte taken */
+    rl_engine_advance(E, 1750);           /* that is progress: judged from here */
+    CHECK_INT(rl_engine_node_wants(E, 2), 0);
+    rl_engine_advance(E, 2000);
+    rl_engine_node_unsent(E, 2, 0);       /* all taken: now a reply is due */
+    rl_engine_advance(E, 2250);
+    rl_engine_advance(E, 2500);
+    CHECK_INT(rl_engine_node_wants(E, 2), 0);
+    CHECK(near(rl_engine_deadline(E), 2750));
+    rl_engine_advance(E, 2750);
+    CHECK_INT(rl_engine_node_wants(E, 2), RL_WANT_CLOSE);
+    CHECK_STR(rl_engine_node_errstr(E, 2), "connection reset: no reply for 500 ms");
     rl_engine_free(E);
 }
 
@@ -1167,6 +1198,7 @@ int main(void) {
     detach_clean_and_with_reply_outstanding();
     stall_watchdog_resets_a_silent_node();
     stall_watchdog_spares_a_node_that_replies();
+    stall_watchdog_on_a_slow_link();
     ids_and_fifo_pairing();
     return check_report("engine");
 }
