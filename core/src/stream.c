@@ -115,7 +115,7 @@ int rl_stream_detach(rl_stream *s, double now_ms) {
     (void)now_ms;
     int clean = s->state == RL_STREAM_UP && !s->holding && s->ring_count == 0 && s->out_off == s->out.len;
     if (s->state == RL_STREAM_IDLE || s->state == RL_STREAM_DOWN) return 0;
-    snprintf(s->errstr, sizeof(s->errstr), "connection closed with replies outstanding");
+    snprintf(s->errstr, sizeof(s->errstr), "%s", clean ? "connection detached" : "connection closed with replies outstanding");
     s->wants &= ~(RL_WANT_CONNECT | RL_WANT_CLOSE);
     clear_connection(s);
     s->state = RL_STREAM_IDLE;

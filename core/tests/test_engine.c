@@ -1,0 +1,1204 @@
+/* test_engine.c — the Redlock rounds through the rl_engine_* API, no network:
+ * each test is the driver. It reads the bytes the engine wants written to a
+ * node, checks them, and feeds hand-written RESP replies at times it picks. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/command.h"
+#include "check.h"
+#include "redlock.h"
+
+#define OUT_OF_STEP "connection reset: replies out of step with commands (a reply was lost)"
+#define RELEASE_SHA "b70c2384248f88e6b75b9f89241a180f856ad852"
+#define EXTEND_SHA "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10"
+#define VALUE "0123456789abcdef0123456789abcdef01234567"
+#define NOSCRIPT "-NOSCRIPT No matching script. Please use EVAL.\r\n"
+
+static const char *const urls5[] = {"redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003",
+                                    "redis://127.0.0.1:7004", "redis://127.0.0.1:7005"};
+
+static rl_engine *E;
+static char out[8192];   /* the last bytes taken from a node */
+static size_t outlen;
+
+/* ---- the driver ---- */
+
+static rl_engine *engine(const char *const *urls, int n, const rl_options *o) {
+    char err[RL_ERR_LEN] = "";
+    rl_engine *e = rl_engine_new(urls, n, o, err, sizeof(err));
+    if (e == NULL) fprintf(stderr, "rl_engine_new: %s\n", err);
+    CHECK(e != NULL);
+    return e;
+}
+
+/* Take everything node i wants written, as written in full at t. */
+static const char *drain(int i, double t) {
+    const char *data = NULL;
+    outlen = rl_engine_node_output(E, i, &data);
+    CHECK(outlen < sizeof(out));
+    if (outlen >= sizeof(out)) outlen = sizeof(out) - 1;
+    if (outlen) memcpy(out, data, outlen);
+    out[outlen] = '\0';
+    if (outlen) rl_engine_node_wrote(E, i, outlen, t);
+    return out;
+}
+
+static int feed(int i, const char *resp, double t) {
+    return rl_engine_node_feed(E, i, resp, strlen(resp), t);
+}
+
+/* A 40-character run_id that differs per n. */
+static const char *run_id(int n) {
+    static char id[8][41];
+    snprintf(id[n], sizeof(id[n]), "%040x", 0xa0 + n);
+    return id[n];
+}
+
+/* What INFO server answers, naming server run_id. */
+static const char *info_reply(const char *id) {
+    static char buf[256], body[200];
+    int len = snprintf(body, sizeof(body), "# Server\r\nredis_version:7.2.4\r\nrun_id:%s\r\ntcp_port:6379\r\n", id);
+    snprintf(buf, sizeof(buf), "$%d\r\n%s\r\n", len, body);
+    return buf;
+}
+
+/* The two SCRIPT LOADs' replies. */
+#define LOADS_REPLY "$40\r\n" RELEASE_SHA "\r\n$40\r\n" EXTEND_SHA "\r\n"
+
+/* The setup's script loads, as written. */
+static const char *script_loads(void) {
+    static char buf[1024];
+    snprintf(buf, sizeof(buf), "*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n$%zu\r\n%s\r\n*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n$%zu\r\n%s\r\n",
+             strlen(rl_release_script), rl_release_script, strlen(rl_extend_script), rl_extend_script);
+    return buf;
+}
+
+/* The setup of a fresh connection to a URL without password or db. */
+static const char *plain_setup(void) {
+    static char buf[1200];
+    snprintf(buf, sizeof(buf), "*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n%s", script_loads());
+    return buf;
+}
+
+/* Node i, asked for, connects fresh at t: the setup (and nothing else) goes
+ * out, and its replies come back, naming server id. */
+static void bring_up(int i, const char *id, double t) {
+    CHECK_INT(rl_engine_node_wants(E, i) & RL_WANT_CONNECT, RL_WANT_CONNECT);
+    CHECK_INT(rl_engine_node_connected(E, i, 1, t), RL_OK);
+    CHECK_STR(drain(i, t), plain_setup());
+    CHECK_INT(drain(i, t)[0], 0); /* nothing more before the setup is answered */
+    CHECK_INT(feed(i, info_reply(id), t), RL_OK);
+    CHECK_INT(feed(i, LOADS_REPLY, t), RL_OK);
+}
+
+static void bring_up_all(int n, double t) {
+    for (int i = 0; i < n; i++) bring_up(i, run_id(i), t);
+}
+
+/* SET key value NX PX ttl, with the value the engine chose. */
+static const char *set_cmd(const char *key, const char *value, int ttl) {
+    static char buf[512];
+    char ttls[16];
+    int n = snprintf(ttls, sizeof(ttls), "%d", ttl);
+    snprintf(buf, sizeof(buf), "*6\r\n$3\r\nSET\r\n$%zu\r\n%s\r\n$40\r\n%s\r\n$2\r\nNX\r\n$2\r\nPX\r\n$%d\r\n%s\r\n",
+             strlen(key), key, value, n, ttls);
+    return buf;
+}
+
+/* The value in a SET as written (after its key), or "" if the bytes are not a SET of key. */
+static const char *set_value(const char *bytes, const char *key) {
+    static char value[41];
+    char head[256];
+    int n = snprintf(head, sizeof(head), "*6\r\n$3\r\nSET\r\n$%zu\r\n%s\r\n$40\r\n", strlen(key), key);
+    value[0] = '\0';
+    if (strncmp(bytes, head, (size_t)n) == 0 && strlen(bytes) >= (size_t)n + 40) {
+        memcpy(value, bytes + n, 40);
+        value[40] = '\0';
+        for (int i = 0; i < 40; i++)
+            if (!strchr("0123456789abcdef", value[i])) value[0] = '\0';
+    }
+    return value;
+}
+
+/* EVALSHA/EVAL of the release or extend script (ttl > 0: extend). */
+static const char *script_cmd(int by_sha, const char *key, const char *value, int ttl) {
+    static char buf[1024];
+    const char *script = ttl > 0 ? rl_extend_script : rl_release_script;
+    int len = by_sha ? snprintf(buf, sizeof(buf), "*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n", ttl > 0 ? 6 : 5,
+                                ttl > 0 ? EXTEND_SHA : RELEASE_SHA)
+                     : snprintf(buf, sizeof(buf), "*%d\r\n$4\r\nEVAL\r\n$%zu\r\n%s\r\n", ttl > 0 ? 6 : 5, strlen(script),
+                                script);
+    len += snprintf(buf + len, sizeof(buf) - (size_t)len, "$1\r\n1\r\n$%zu\r\n%s\r\n$40\r\n%s\r\n", strlen(key), key, value);
+    if (ttl > 0) {
+        char ttls[16];
+        int n = snprintf(ttls, sizeof(ttls), "%d", ttl);
+        snprintf(buf + len, sizeof(buf) - (size_t)len, "$%d\r\n%s\r\n", n, ttls);
+    }
+    return buf;
+}
+
+static int near(double a, double b) {
+    return a > b - 1e-6 && a < b + 1e-6;
+}
+
+/* Take operation id, which must have finished. */
+static rl_result take(int id) {
+    rl_result r;
+    memset(&r, 0, sizeof(r));
+    CHECK_INT(rl_engine_take(E, id, &r), 1);
+    return r;
+}
+
+/* ---- 1. quorum, validity, busy, unavailable ---- */
+
+/* Acquire on 3 nodes: the SET goes out after the setup; quorum of OKs is OK
+ * with validity = ttl - elapsed - (ttl * drift + 2) from the times given. */
+static void acquire_on_three_reaches_quorum(void) {
+    E = engine(urls5, 3, NULL);
+    CHECK_INT(rl_engine_quorum(E), 2);
+    CHECK_INT(rl_engine_wanting(E), 0);
+    int id = rl_engine_begin_acquire(E, "res", 3, 10000, 1000);
+    CHECK(id >= 0);
+    CHECK_INT(rl_engine_wanting(E), 7);
+    for (int i = 0; i < 3; i++) CHECK_INT(rl_engine_node_output(E, i, &(const char *){NULL}), 0); /* not connected */
+    char value[41] = "";
+    for (int i = 0; i < 3; i++) {
+        CHECK_INT(rl_engine_node_wants(E, i), RL_WANT_CONNECT);
+        CHECK_INT(rl_engine_node_wants(E, i), 0); /* handed out once */
+        CHECK_INT(rl_engine_node_connected(E, i, 1, 1001), RL_OK);
+        CHECK_INT(rl_engine_node_wants(E, i), RL_WANT_WRITE);
+        CHECK_STR(drain(i, 1001), plain_setup());
+        CHECK_INT(rl_engine_node_wants(E, i), 0);
+        /* the script loads are not setup: the SET goes once INFO is answered */
+        CHECK_INT(feed(i, info_reply(run_id(i)), 1002), RL_OK);
+        CHECK_INT(rl_engine_node_wants(E, i), RL_WANT_WRITE);
+        drain(i, 1002);
+        if (i == 0) snprintf(value, sizeof(value), "%s", set_value(out, "res"));
+        CHECK_STR(out, set_cmd("res", value, 10000));
+        CHECK_INT(feed(i, LOADS_REPLY, 1002), RL_OK);
+    }
+    CHECK_INT(strlen(value), 40);
+    CHECK_INT(feed(0, "+OK\r\n", 1003), RL_OK);
+    CHECK_INT(rl_engine_take(E, id, &(rl_result){0}), 0);
+    CHECK_INT(rl_engine_done(E), 0);
+    CHECK_INT(rl_engine_inflight(E), 1);
+    CHECK_INT(feed(2, "+OK\r\n", 1007.5), RL_OK);
+    CHECK_INT(rl_engine_done(E), 1);
+    CHECK_INT(rl_engine_inflight(E), 0);
+    rl_result r = take(id);
+    CHECK_INT(r.id, id);
+    CHECK_INT(r.op, RL_OP_ACQUIRE);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    CHECK_INT(r.nodes, 3);
+    CHECK_INT(r.quorum, 2);
+    CHECK_INT(r.ok, 2);
+    CHECK_INT(r.taken + r.failed, 0);
+    CHECK(near(r.elapsed_ms, 7.5));
+    CHECK(near(r.validity_ms, 10000 - 7.5 - (10000 * 0.01 + 2)));
+    CHECK_STR(r.value, value);
+    CHECK_INT(r.node[0].state, RL_NODE_OK);
+    CHECK_INT(r.node[1].state, RL_NODE_PENDING);
+    CHECK_INT(r.node[2].state, RL_NODE_OK);
+    /* the undecided node's late reply pairs with its SET and changes nothing */
+    CHECK_INT(feed(1, "$-1\r\n", 1008), RL_OK);
+    CHECK_INT(rl_engine_done(E), 0);
+    rl_engine_free(E);
+}
+
+/* Acquire on 5 nodes with a prefix and drift 0.02: the key is prefix .. resource;
+ * the third OK decides, and validity counts from begin to that reply. */
+static void acquire_on_five_reaches_quorum(void) {
+    rl_options o;
+    rl_options_init(&o);
+    o.prefix = "app:";
+    o.prefix_len = 4;
+    o.drift_factor = 0.02;
+    E = engine(urls5, 5, &o);
+    CHECK_INT(rl_engine_quorum(E), 3);
+    int id = rl_engine_begin_acquire(E, "job", 3, 3000, 2000);
+    CHECK(id >= 0);
+    bring_up_all(5, 2000.5);
+    char value[41] = "";
+    for (int i = 0; i < 5; i++) {
+        drain(i, 2001);
+        if (i == 0) snprintf(value, sizeof(value), "%s", set_value(out, "app:job"));
+        CHECK_STR(out, set_cmd("app:job", value, 3000));
+    }
+    CHECK_INT(feed(4, "+OK\r\n", 2003), RL_OK);
+    CHECK_INT(feed(1, "$-1\r\n", 2004), RL_OK);
+    CHECK_INT(feed(0, "+OK\r\n", 2006), RL_OK);
+    CHECK_INT(rl_engine_done(E), 0);
+    CHECK_INT(feed(2, "+OK\r\n", 2011), RL_OK);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    CHECK_INT(r.quorum, 3);
+    CHECK_INT(r.ok, 3);
+    CHECK_INT(r.taken, 1);
+    CHECK_INT(r.failed, 0);
+    CHECK(near(r.elapsed_ms, 11));
+    CHECK(near(r.validity_ms, 3000 - 11 - (3000 * 0.02 + 2)));
+    CHECK_STR(r.value, value);
+    CHECK_INT(r.node[1].state, RL_NODE_TAKEN);
+    CHECK_INT(r.node[3].state, RL_NODE_PENDING);
+    /* an OK acquire has no cleanup: nothing more goes out */
+    for (int i = 0; i < 5; i++) CHECK_INT(drain(i, 2012)[0], 0);
+    rl_engine_free(E);
+}
+
+/* Quorum reached so late that no validity is left: TIMEOUT, validity <= 0. */
+static void acquire_quorum_too_late_is_timeout(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_acquire(E, "slow", 4, 100, 0);
+    bring_up_all(3, 0);
+    for (int i = 0; i < 3; i++) drain(i, 0);
+    CHECK_INT(feed(0, "+OK\r\n", 40), RL_OK);
+    CHECK_INT(feed(1, "+OK\r\n", 49), RL_OK); /* 100 - 49 - (1 + 2) = 48 */
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    CHECK(near(r.validity_ms, 48));
+    id = rl_engine_begin_acquire(E, "slow2", 5, 100, 100);
+    for (int i = 0; i < 3; i++) drain(i, 100);
+    /* node 2 first answers the earlier op (FIFO), then this one */
+    CHECK_INT(feed(2, "+OK\r\n+OK\r\n", 110), RL_OK);
+    CHECK_INT(rl_engine_done(E), 0);
+    CHECK_INT(feed(0, "+OK\r\n", 148), RL_OK); /* 100 - 48 - 3 = 49 */
+    r = take(id);
+    CHECK(near(r.validity_ms, 49));
+    rl_engine_free(E);
+    /* validity 0 exactly is not OK */
+    rl_options o;
+    rl_options_init(&o);
+    o.node_timeout_ms = 1000;
+    E = engine(urls5, 3, &o);
+    id = rl_engine_begin_acquire(E, "late", 4, 100, 0);
+    bring_up_all(3, 0);
+    for (int i = 0; i < 3; i++) drain(i, 0);
+    CHECK_INT(feed(0, "+OK\r\n", 10), RL_OK);
+    CHECK_INT(feed(1, "+OK\r\n", 97), RL_OK);
+    /* not valid: released again like any failed acquire, on every node */
+    CHECK_INT(rl_engine_done(E), 0);
+    for (int i = 0; i < 3; i++) CHECK_INT(drain(i, 97)[0], '*');
+    CHECK_INT(feed(0, ":1\r\n", 98), RL_OK);
+    CHECK_INT(feed(1, ":1\r\n", 98), RL_OK);
+    CHECK_INT(feed(2, "$-1\r\n:0\r\n", 99), RL_OK);
+    r = take(id);
+    CHECK_INT(r.status, RL_STATUS_TIMEOUT);
+    CHECK(near(r.elapsed_ms, 97));
+    CHECK(near(r.validity_ms, 0));
+    rl_engine_free(E);
+}
+
+/* Enough nils that quorum is impossible: BUSY at that reply, validity 0. */
+static void acquire_busy_when_enough_nodes_hold_it(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_acquire(E, "r", 1, 10000, 500);
+    bring_up_all(3, 500);
+    for (int i = 0; i < 3; i++) drain(i, 500);
+    CHECK_INT(feed(2, "$-1\r\n", 502), RL_OK);
+    CHECK_INT(rl_engine_done(E), 0);
+    CHECK_INT(feed(0, "$-1\r\n", 503), RL_OK);
+    /* decided, but the cleanup on node 1 (silent) is still to be answered */
+    CHECK_INT(rl_engine_done(E), 0);
+    CHECK_INT(rl_engine_inflight(E), 1);
+    CHECK_INT(feed(1, "$-1\r\n", 504), RL_OK);   /* its SET's reply: not the cleanup's */
+    CHECK_INT(rl_engine_done(E), 0);
+    CHECK_INT(feed(1, ":0\r\n", 505), RL_OK);    /* the cleanup's */
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_BUSY);
+    CHECK_INT(r.taken, 2);
+    CHECK_INT(r.ok, 0);
+    CHECK(near(r.elapsed_ms, 3));
+    CHECK_INT(r.validity_ms, 0);
+    CHECK_INT(r.node[1].state, RL_NODE_PENDING);
+    rl_engine_free(E);
+}
+
+/* Error replies leave too few voters: UNAVAILABLE, each node's error text kept. */
+static void acquire_unavailable_on_errors(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_acquire(E, "r", 1, 10000, 0);
+    bring_up_all(3, 0);
+    char value[41];
+    snprintf(value, sizeof(value), "%s", set_value(drain(0, 0), "r"));
+    for (int i = 1; i < 3; i++) CHECK_STR(drain(i, 0), set_cmd("r", value, 10000));
+    CHECK_INT(feed(0, "-OOM command not allowed when used memory > 'maxmemory'.\r\n", 1), RL_OK);
+    CHECK_INT(feed(2, "-READONLY You can't write against a read only replica.\r\n", 2), RL_OK);
+    /* the cleanup goes to every node the SET was sent to, not only the silent one */
+    for (int i = 0; i < 3; i++) CHECK_STR(drain(i, 2), script_cmd(1, "r", value, 0));
+    CHECK_INT(feed(0, ":0\r\n", 3), RL_OK);
+    CHECK_INT(feed(2, ":0\r\n", 3), RL_OK);
+    CHECK_INT(feed(1, "+OK\r\n:1\r\n", 4), RL_OK);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
+    CHECK_INT(r.failed, 2);
+    CHECK_INT(r.ok, 0);
+    CHECK_INT(r.node[0].state, RL_NODE_ERROR);
+    CHECK_STR(r.node[0].errstr, "OOM command not allowed when used memory > 'maxmemory'.");
+    CHECK_INT(r.node[2].state, RL_NODE_ERROR);
+    CHECK_STR(r.node[2].errstr, "READONLY You can't write against a read only replica.");
+    CHECK_INT(r.node[1].state, RL_NODE_PENDING);
+    CHECK(near(r.elapsed_ms, 2));
+    rl_engine_free(E);
+}
+
+/* ---- 2. replies split anywhere ---- */
+
+static char split_stream[1024];   /* what node 0 sends in the split scenario */
+static char split_written[4096];  /* what the scenario wrote to node 0 */
+
+/* Two acquires begun while connecting; node 1 answers OK, nil; node 0 sends
+ * its setup replies and OK, nil as split_stream, cut at cuts[0..ncuts), the
+ * driver writing what is due after every piece; node 2 then answers nil, OK
+ * and op b's cleanup. res[] gets both results. */
+static void split_run(const size_t *cuts, int ncuts, rl_result res[2]) {
+    E = engine(urls5, 3, NULL);
+    int a = rl_engine_begin_acquire(E, "a", 1, 10000, 1000);
+    int b = rl_engine_begin_acquire(E, "b", 1, 10000, 1000);
+    char va[41], vb[41];
+    for (int i = 1; i < 3; i++) {
+        bring_up(i, run_id(i), 1000);
+        drain(i, 1000);
+    }
+    snprintf(va, sizeof(va), "%s", set_value(out, "a"));
+    snprintf(vb, sizeof(vb), "%s", set_value(out + strlen(set_cmd("a", va, 10000)), "b"));
+    CHECK_INT(rl_engine_node_wants(E, 0), RL_WANT_CONNECT);
+    CHECK_INT(rl_engine_node_connected(E, 0, 1, 1000), RL_OK);
+    snprintf(split_written, sizeof(split_written), "%s", drain(0, 1000));
+    CHECK_INT(feed(1, "+OK\r\n$-1\r\n", 1001), RL_OK);
+    size_t len = strlen(split_stream), at = 0;
+    for (int k = 0; k <= ncuts; k++) {
+        size_t end = k < ncuts ? cuts[k] : len;
+        CHECK_INT(rl_engine_node_feed(E, 0, split_stream + at, end - at, 1002), RL_OK);
+        strncat(split_written, drain(0, 1002), sizeof(split_written) - strlen(split_written) - 1);
+        at = end;
+    }
+    CHECK_INT(rl_engine_done(E), 1); /* a decided at node 0's OK; b waits for its cleanup */
+    CHECK_STR(drain(2, 1003), script_cmd(1, "b", vb, 0));
+    CHECK_INT(drain(1, 1003)[0], 0); /* node 1 said nil to b: no cleanup there */
+    CHECK_INT(feed(2, "$-1\r\n+OK\r\n:1\r\n", 1003), RL_OK);
+    res[0] = take(a);
+    res[1] = take(b);
+    rl_engine_free(E);
+}
+
+static void same_result(const rl_result *x, const rl_result *y) {
+    CHECK_INT(x->status, y->status);
+    CHECK_INT(x->ok, y->ok);
+    CHECK_INT(x->taken, y->taken);
+    CHECK_INT(x->failed, y->failed);
+    CHECK(near(x->elapsed_ms, y->elapsed_ms));
+    CHECK(near(x->validity_ms, y->validity_ms));
+    for (int i = 0; i < x->nodes; i++) {
+        CHECK_INT(x->node[i].state, y->node[i].state);
+        CHECK_STR(x->node[i].errstr, y->node[i].errstr);
+    }
+}
+
+/* Node 0's replies (setup and votes) fed whole, one byte at a time, or in two
+ * parts split at every offset give the same results and the same writes. */
+static void replies_split_at_every_byte(void) {
+    snprintf(split_stream, sizeof(split_stream), "%s%s+OK\r\n$-1\r\n", info_reply(run_id(0)), LOADS_REPLY);
+    size_t len = strlen(split_stream);
+    rl_result ref[2], got[2];
+    split_run(NULL, 0, ref);
+    CHECK_INT(ref[0].status, RL_STATUS_OK);
+    CHECK(near(ref[0].elapsed_ms, 2));
+    CHECK(near(ref[0].validity_ms, 10000 - 2 - 102));
+    CHECK_INT(ref[0].node[2].state, RL_NODE_PENDING);
+    CHECK_INT(ref[1].status, RL_STATUS_BUSY);
+    CHECK_INT(ref[1].taken, 2);
+    CHECK(near(ref[1].elapsed_ms, 2));
+    char want[4096];
+    snprintf(want, sizeof(want), "%s%s", plain_setup(), set_cmd("a", ref[0].value, 10000));
+    snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s", set_cmd("b", ref[1].value, 10000));
+    CHECK_STR(split_written, want);
+
+    size_t cuts[1024];
+    for (size_t i = 0; i + 1 < len; i++) cuts[i] = i + 1;
+    split_run(cuts, (int)len - 1, got);
+    same_result(&got[0], &ref[0]);
+    same_result(&got[1], &ref[1]);
+    snprintf(want, sizeof(want), "%s%s", plain_setup(), set_cmd("a", got[0].value, 10000));
+    snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s", set_cmd("b", got[1].value, 10000));
+    CHECK_STR(split_written, want);
+
+    int before = check_failures;
+    for (size_t k = 0; k <= len && check_failures == before; k++) {
+        split_run(&k, 1, got);
+        same_result(&got[0], &ref[0]);
+        same_result(&got[1], &ref[1]);
+        snprintf(want, sizeof(want), "%s%s", plain_setup(), set_cmd("a", got[0].value, 10000));
+        snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s", set_cmd("b", got[1].value, 10000));
+        CHECK_STR(split_written, want);
+        if (check_failures != before) fprintf(stderr, "  (split at %zu)\n", k);
+    }
+}
+
+/* ---- 3. nodes going down ---- */
+
+/* A node lost mid-round is one failed vote carrying the driver's reason; it
+ * is not asked to close (the driver's socket is already gone). */
+static void node_down_mid_round_is_one_failed_vote(void) {
+    E = engine(urls5, 5, NULL);
+    int id = rl_engine_begin_acquire(E, "r", 1, 10000, 0);
+    bring_up_all(5, 0);
+    for (int i = 0; i < 5; i++) drain(i, 0);
+    CHECK_INT(feed(0, "+OK\r\n", 1), RL_OK);
+    rl_engine_node_down(E, 3, "connection lost: Connection reset by peer", 2);
+    CHECK_INT(rl_engine_node_wants(E, 3), 0);
+    CHECK_STR(rl_engine_node_errstr(E, 3), "connection lost: Connection reset by peer");
+    CHECK_INT(feed(3, "+OK\r\n", 2), RL_ERR); /* nothing is read from a node that is down */
+    CHECK_INT(feed(1, "+OK\r\n", 3), RL_OK);
+    CHECK_INT(rl_engine_done(E), 0);
+    CHECK_INT(feed(4, "+OK\r\n", 4), RL_OK);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    CHECK_INT(r.ok, 3);
+    CHECK_INT(r.failed, 1);
+    CHECK_INT(r.node[3].state, RL_NODE_ERROR);
+    CHECK_STR(r.node[3].errstr, "connection lost: Connection reset by peer");
+    CHECK_INT(r.node[2].state, RL_NODE_PENDING);
+    /* why NULL or "" still says something */
+    rl_engine_node_down(E, 2, NULL, 5);
+    CHECK_STR(rl_engine_node_errstr(E, 2), "connection lost");
+    rl_engine_free(E);
+}
+
+/* A connect refused fails the node's vote at once; a begin within the
+ * backoff fails it without asking to connect; CONNECT is wanted again only
+ * once reconnect_min_ms has passed, then after a doubled delay, and a
+ * connection that completes its setup resets the backoff. */
+static void node_down_at_begin_fails_at_once_and_backs_off(void) {
+    const char *one[] = {"redis://127.0.0.1:7001"};
+    rl_options o;
+    rl_options_init(&o);
+    o.reconnect_min_ms = 50;
+    o.reconnect_max_ms = 120;
+    E = engine(one, 1, &o);
+    CHECK_INT(rl_engine_quorum(E), 1);
+    int id = rl_engine_begin_acquire(E, "r", 1, 10000, 1000);
+    CHECK_INT(rl_engine_node_wants(E, 0), RL_WANT_CONNECT);
+    CHECK(near(rl_engine_deadline(E), 1050)); /* the node timeout (connect deadline: 2000) */
+    rl_engine_node_down(E, 0, "connect failed: Connection refused", 1001);
+    /* decided, and no cleanup can go to a node that is down: done at once */
+    CHECK_INT(rl_engine_done(E), 1);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
+    CHECK_INT(r.node[0].state, RL_NODE_ERROR);
+    CHECK_STR(r.node[0].errstr, "connect failed: Connection refused");
+    CHECK(near(r.elapsed_ms, 1));
+    CHECK_INT(rl_engine_wanting(E), 0);
+    CHECK(near(rl_engine_deadline(E), 1051));
+
+    /* within the backoff: a vote against at once, no connection asked for */
+    id = rl_engine_begin_release(E, "r", 1, VALUE, 1020);
+    CHECK_INT(rl_engine_done(E), 1);
+    r = take(id);
+    CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
+    CHECK_STR(r.node[0].errstr, "connect failed: Connection refused");
+    CHECK(near(r.elapsed_ms, 0));
+    CHECK_INT(rl_engine_node_wants(E, 0), 0);
+    CHECK_INT(rl_engine_node_connected(E, 0, 1, 1020), RL_ERR); /* no connection was asked for */
+
+    rl_engine_advance(E, 1050.9);
+    CHECK_INT(rl_engine_node_wants(E, 0), 0);
+    rl_engine_advance(E, 1051);
+    CHECK_INT(rl_engine_node_wants(E, 0), RL_WANT_CONNECT);
+    CHECK_STR(rl_engine_node_errstr(E, 0), "connecting");
+    rl_engine_node_down(E, 0, "connect failed: Connection refused", 1052);
+    CHECK(near(rl_engine_deadline(E), 1152)); /* doubled: 100 */
+    rl_engine_advance(E, 1151);
+    CHECK_INT(rl_engine_node_wants(E, 0), 0);
+    rl_engine_advance(E, 1152);
+    CHECK_INT(rl_engine_node_wants(E, 0), RL_WANT_CONNECT);
+    rl_engine_node_down(E, 0, "connect failed: Connection refused", 1152);
+    CHECK(near(rl_engine_deadline(E), 1272)); /* doubled, capped at 120 */
+    /* a begin past the backoff asks for the connection itself */
+    id = rl_engine_begin_acquire(E, "r", 1, 10000, 1300);
+    CHECK_INT(rl_engine_done(E), 0);
+    bring_up(0, run_id(0), 1301);
+    drain(0, 1301);
+    CHECK_INT(feed(0, "+OK\r\n", 1302), RL_OK);
+    CHECK_INT(take(id).status, RL_STATUS_OK);
+    /* set up: the backoff is back at reconnect_min_ms */
+    rl_engine_node_down(E, 0, "connection lost: EOF", 1400);
+    CHECK(near(rl_engine_deadline(E), 1450));
+    rl_engine_free(E);
+}
+
+/* A connect that does not complete by connect_timeout_ms: the engine drops
+ * it (CLOSE) and the commands waiting on it fail with the reason. */
+static void connect_timeout_drops_the_attempt(void) {
+    rl_options o;
+    rl_options_init(&o);
+    o.connect_timeout_ms = 30;
+    o.node_timeout_ms = 100;
+    E = engine(urls5, 3, &o);
+    int id = rl_engine_begin_acquire(E, "r", 1, 10000, 0);
+    CHECK_INT(rl_engine_node_wants(E, 0), RL_WANT_CONNECT);
+    for (int i = 1; i < 3; i++) bring_up(i, run_id(i), 0);
+    CHECK(near(rl_engine_deadline(E), 30));
+    rl_engine_advance(E, 30);
+    CHECK_INT(rl_engine_node_wants(E, 0), RL_WANT_CLOSE);
+    CHECK_STR(rl_engine_node_errstr(E, 0), "connect timed out after 30 ms");
+    for (int i = 1; i < 3; i++) drain(i, 30);
+    CHECK_INT(feed(1, "+OK\r\n", 31), RL_OK);
+    CHECK_INT(feed(2, "+OK\r\n", 31), RL_OK);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    CHECK_INT(r.node[0].state, RL_NODE_ERROR);
+    CHECK_STR(r.node[0].errstr, "connect timed out after 30 ms");
+    rl_engine_free(E);
+}
+
+/* ---- 4. the node timeout and the step check ---- */
+
+/* The ECHO of a step check as written, or "" if bytes are not one; *nonce gets its argument. */
+static int is_echo(const char *bytes, char nonce[32]) {
+    unsigned n;
+    int len, end = 0;
+    nonce[0] = '\0';
+    if (sscanf(bytes, "*2\r\n$4\r\nECHO\r\n$%d\r\nrl-step-%u\r\n%n", &len, &n, &end) != 2 || end == 0) return 0;
+    snprintf(nonce, 32, "rl-step-%u", n);
+    return (int)strlen(nonce) == len && bytes[end] == '\0';
+}
+
+/* A release begun on 3 nodes, written; nodes 0 and 1 answer :1, node 2 is silent. */
+static int release_with_a_silent_node(double t0) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_release(E, "r", 1, VALUE, t0);
+    bring_up_all(3, t0);
+    for (int i = 0; i < 3; i++) CHECK_STR(drain(i, t0), script_cmd(1, "r", VALUE, 0));
+    CHECK_INT(feed(0, ":1\r\n", t0 + 1), RL_OK);
+    CHECK_INT(feed(1, ":1\r\n", t0 + 2), RL_OK);
+    CHECK_INT(rl_engine_done(E), 0); /* release hears every node */
+    CHECK(near(rl_engine_deadline(E), t0 + 50));
+    rl_engine_advance(E, t0 + 49.9);
+    CHECK_INT(rl_engine_done(E), 0);
+    rl_engine_advance(E, rl_engine_deadline(E));
+    return id;
+}
+
+/* The node timeout passing is a TIMEOUT vote; the late reply does not count
+ * for the decided op; a step check ECHO follows on the late node, and an
+ * ECHO answered with its own nonce keeps the connection. */
+static void node_timeout_then_step_check_passes(void) {
+    int id = release_with_a_silent_node(100);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    CHECK_INT(r.ok, 2);
+    CHECK_INT(r.failed, 1);
+    CHECK_INT(r.node[2].state, RL_NODE_TIMEOUT);
+    CHECK_STR(r.node[2].errstr, "no reply within 50 ms");
+    CHECK(near(r.elapsed_ms, 50));
+    char nonce[32], reply[64];
+    CHECK(is_echo(drain(2, 150), nonce));
+    CHECK_INT(drain(0, 150)[0], 0); /* only the late node is checked */
+    CHECK_INT(feed(2, ":0\r\n", 151), RL_OK); /* the release's late reply: nobody counts it */
+    CHECK_INT(rl_engine_done(E), 0);
+    snprintf(reply, sizeof(reply), "$%zu\r\n%s\r\n", strlen(nonce), nonce);
+    CHECK_INT(feed(2, reply, 152), RL_OK);
+    CHECK_INT(rl_engine_node_wants(E, 2), 0);
+    /* the connection is kept: the next command goes out on it */
+    id = rl_engine_begin_release(E, "r", 1, VALUE, 160);
+    CHECK_INT(rl_engine_node_wants(E, 2), RL_WANT_WRITE);
+    for (int i = 0; i < 3; i++) CHECK_STR(drain(i, 160), script_cmd(1, "r", VALUE, 0));
+    for (int i = 0; i < 3; i++) CHECK_INT(feed(i, ":0\r\n", 161), RL_OK);
+    r = take(id);
+    CHECK_INT(r.status, RL_STATUS_NOT_HELD);
+    CHECK_INT(r.taken, 3);
+    rl_engine_free(E);
+}
+
+/* A step check answered with another nonce: the stream is out of step, the
+ * engine wants the connection closed, and the node reconnects later. */
+static void step_check_wrong_nonce_closes(void) {
+    release_with_a_silent_node(100);
+    char nonce[32];
+    CHECK(is_echo(drain(2, 150), nonce));
+    CHECK_INT(feed(2, ":1\r\n$11\r\nrl-step-999\r\n", 151), RL_ERR);
+    CHECK_INT(rl_engine_node_wants(E, 2), RL_WANT_CLOSE);
+    CHECK_STR(rl_engine_node_errstr(E, 2), OUT_OF_STEP);
+    CHECK(near(rl_engine_deadline(E), 201)); /* reconnect after reconnect_min_ms */
+    /* an error to ECHO proves nothing: the connection stays */
+    rl_engine_free(E);
+    release_with_a_silent_node(100);
+    CHECK(is_echo(drain(2, 150), nonce));
+    CHECK_INT(feed(2, ":1\r\n-ERR unknown command 'ECHO'\r\n", 151), RL_OK);
+    CHECK_INT(rl_engine_node_wants(E, 2), 0);
+    rl_engine_free(E);
+}
+
+/* An acquire's node timeout: the silent nodes vote TIMEOUT, the round fails,
+ * the late nodes get a step check and then the cleanup; a late OK to the SET
+ * still does not count. */
+static void acquire_timeout_counts_no_late_reply(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_acquire(E, "r", 1, 10000, 0);
+    bring_up_all(3, 0);
+    char value[41];
+    snprintf(value, sizeof(value), "%s", set_value(drain(0, 0), "r"));
+    for (int i = 1; i < 3; i++) drain(i, 0);
+    CHECK_INT(feed(0, "+OK\r\n", 10), RL_OK);
+    rl_engine_advance(E, rl_engine_deadline(E));
+    CHECK_INT(rl_engine_done(E), 0); /* the cleanup is out for answers */
+    char nonce[32], want[2048];
+    CHECK_STR(drain(0, 50), script_cmd(1, "r", value, 0));
+    for (int i = 1; i < 3; i++) {
+        drain(i, 50);
+        size_t elen = strcspn(out + 4, "*") + 4; /* the ECHO ends where the next command begins */
+        char echo[128];
+        snprintf(echo, sizeof(echo), "%.*s", (int)elen, out);
+        CHECK(is_echo(echo, nonce));
+        snprintf(want, sizeof(want), "%s%s", echo, script_cmd(1, "r", value, 0));
+        CHECK_STR(out, want);
+        snprintf(want, sizeof(want), "+OK\r\n$%zu\r\n%s\r\n:1\r\n", strlen(nonce), nonce);
+        CHECK_INT(feed(i, want, 60), RL_OK);
+    }
+    CHECK_INT(feed(0, ":1\r\n", 61), RL_OK);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
+    CHECK_INT(r.ok, 1);
+    CHECK_INT(r.failed, 2);
+    CHECK(near(r.elapsed_ms, 50));
+    for (int i = 1; i < 3; i++) {
+        CHECK_INT(r.node[i].state, RL_NODE_TIMEOUT);
+        CHECK_STR(r.node[i].errstr, "no reply within 50 ms");
+    }
+    rl_engine_free(E);
+}
+
+/* ---- 5. NOSCRIPT ---- */
+
+/* NOSCRIPT to a release's EVALSHA: the engine sends that node the script
+ * (EVAL) and the release completes when the EVAL's reply arrives. */
+static void noscript_release_falls_back_to_eval(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_release(E, "lock", 4, VALUE, 0);
+    bring_up_all(3, 0);
+    for (int i = 0; i < 3; i++) CHECK_STR(drain(i, 0), script_cmd(1, "lock", VALUE, 0));
+    CHECK_INT(feed(1, NOSCRIPT, 1), RL_OK);
+    CHECK_STR(drain(1, 1), script_cmd(0, "lock", VALUE, 0));
+    CHECK_INT(drain(0, 1)[0], 0);
+    CHECK_INT(feed(0, ":1\r\n", 2), RL_OK);
+    CHECK_INT(feed(2, ":1\r\n", 3), RL_OK);
+    CHECK_INT(rl_engine_done(E), 0); /* node 1's EVAL is still out */
+    CHECK_INT(feed(1, ":1\r\n", 4), RL_OK);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    CHECK_INT(r.ok, 3);
+    CHECK_INT(r.node[1].state, RL_NODE_OK);
+    CHECK(near(r.elapsed_ms, 4));
+    rl_engine_free(E);
+}
+
+/* The same for an extend: the EVAL carries the extend script and the ttl;
+ * NOSCRIPT to that EVAL is a failed vote, with no third try. */
+static void noscript_extend_eval_then_noscript_fails(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_extend(E, "lock", 4, VALUE, 7000, 0);
+    bring_up_all(3, 0);
+    for (int i = 0; i < 3; i++) CHECK_STR(drain(i, 0), script_cmd(1, "lock", VALUE, 7000));
+    CHECK_INT(feed(0, NOSCRIPT, 1), RL_OK);
+    CHECK_INT(feed(2, NOSCRIPT, 1), RL_OK);
+    CHECK_STR(drain(0, 1), script_cmd(0, "lock", VALUE, 7000));
+    CHECK_STR(drain(2, 1), script_cmd(0, "lock", VALUE, 7000));
+    CHECK_INT(feed(1, ":1\r\n", 2), RL_OK);
+    CHECK_INT(feed(0, ":1\r\n", 3), RL_OK);
+    CHECK_INT(rl_engine_done(E), 0); /* extend hears every node */
+    CHECK_INT(feed(2, NOSCRIPT, 5), RL_OK);
+    CHECK_INT(drain(2, 5)[0], 0);
+    rl_result r = take(id);
+    CHECK_INT(r.op, RL_OP_EXTEND);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    CHECK_INT(r.ok, 2);
+    CHECK_INT(r.failed, 1);
+    CHECK(near(r.elapsed_ms, 5));
+    CHECK(near(r.validity_ms, 7000 - 5 - (70 + 2)));
+    CHECK_INT(r.node[2].state, RL_NODE_ERROR);
+    CHECK_STR(r.node[2].errstr, "NOSCRIPT after EVAL: NOSCRIPT No matching script. Please use EVAL.");
+    rl_engine_free(E);
+}
+
+/* A NOSCRIPT arriving after its round is decided has no round to fall back
+ * for: the engine loads both scripts again on that node. */
+static void noscript_late_reloads_scripts(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_release(E, "r", 1, VALUE, 0);
+    bring_up_all(3, 0);
+    for (int i = 0; i < 3; i++) drain(i, 0);
+    CHECK_INT(feed(0, ":1\r\n", 1), RL_OK);
+    CHECK_INT(feed(1, ":1\r\n", 1), RL_OK);
+    rl_engine_advance(E, 50);
+    CHECK_INT(take(id).node[2].state, RL_NODE_TIMEOUT);
+    char nonce[32];
+    CHECK(is_echo(drain(2, 50), nonce));
+    CHECK_INT(feed(2, NOSCRIPT, 51), RL_OK);
+    CHECK_STR(drain(2, 51), script_loads());
+    rl_engine_free(E);
+}
+
+/* ---- 6. the cleanup of a failed acquire ---- */
+
+/* 5 nodes: OK, OK, nil, nil, nil is BUSY; the release goes to the two nodes
+ * that said OK and to none that said nil; the op is done once both cleanup
+ * replies are in. */
+static void failed_acquire_cleans_up_where_it_set(void) {
+    E = engine(urls5, 5, NULL);
+    int id = rl_engine_begin_acquire(E, "r", 1, 10000, 0);
+    bring_up_all(5, 0);
+    char value[41];
+    snprintf(value, sizeof(value), "%s", set_value(drain(0, 0), "r"));
+    for (int i = 1; i < 5; i++) drain(i, 0);
+    CHECK_INT(feed(0, "+OK\r\n", 1), RL_OK);
+    CHECK_INT(feed(1, "+OK\r\n", 1), RL_OK);
+    CHECK_INT(feed(2, "$-1\r\n", 2), RL_OK);
+    CHECK_INT(feed(3, "$-1\r\n", 2), RL_OK);
+    CHECK_INT(rl_engine_wanting(E), 0);
+    CHECK_INT(feed(4, "$-1\r\n", 3), RL_OK);
+    CHECK_INT(rl_engine_wanting(E), 3);
+    CHECK_STR(drain(0, 3), script_cmd(1, "r", value, 0));
+    CHECK_STR(drain(1, 3), script_cmd(1, "r", value, 0));
+    for (int i = 2; i < 5; i++) CHECK_INT(drain(i, 3)[0], 0);
+    CHECK_INT(rl_engine_done(E), 0);
+    CHECK_INT(rl_engine_inflight(E), 1);
+    CHECK_INT(rl_engine_take(E, id, &(rl_result){0}), 0);
+    CHECK_INT(feed(1, ":1\r\n", 4), RL_OK);
+    CHECK_INT(rl_engine_done(E), 0);
+    CHECK_INT(feed(0, ":1\r\n", 5), RL_OK);
+    CHECK_INT(rl_engine_done(E), 1);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_BUSY);
+    CHECK_INT(r.ok, 2);
+    CHECK_INT(r.taken, 3);
+    CHECK(near(r.elapsed_ms, 3)); /* the decision, not the cleanup */
+    CHECK_INT(r.validity_ms, 0);
+    CHECK_INT(r.node[0].state, RL_NODE_OK);
+    CHECK_STR(r.node[0].errstr, "");
+    rl_engine_free(E);
+}
+
+/* Cleanup replies that never come: the op is done at the node timeout after
+ * the decision if the cleanup bytes were written, and not before they are. */
+static void cleanup_timeout_waits_for_the_bytes_to_go(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_acquire(E, "r", 1, 10000, 0);
+    bring_up_all(3, 0);
+    for (int i = 0; i < 3; i++) drain(i, 0);
+    CHECK_INT(feed(0, "+OK\r\n", 1), RL_OK);
+    CHECK_INT(feed(1, "$-1\r\n", 2), RL_OK);
+    CHECK_INT(feed(2, "$-1\r\n", 3), RL_OK);
+    CHECK(near(rl_engine_deadline(E), 53)); /* the cleanup's node timeout */
+    /* node 0's cleanup is written only in part */
+    const char *data;
+    size_t n = rl_engine_node_output(E, 0, &data);
+    CHECK(n > 10);
+    rl_engine_node_wrote(E, 0, 10, 4);
+    rl_engine_advance(E, 53);
+    CHECK_INT(rl_engine_done(E), 0);
+    CHECK(near(rl_engine_deadline(E), 103));
+    CHECK_INT(rl_engine_node_output(E, 0, &data), n - 10);
+    rl_engine_node_wrote(E, 0, n - 10, 60);
+    rl_engine_advance(E, 102);
+    CHECK_INT(rl_engine_done(E), 0);
+    rl_engine_advance(E, 103);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_BUSY);
+    CHECK(near(r.elapsed_ms, 3));
+    rl_engine_free(E);
+}
+
+/* A failed acquire whose SET waited behind a setup never answered: at the
+ * cleanup's deadline the unready connection is dropped (neither the SET nor
+ * the release ever goes out) and the op completes. */
+static void cleanup_drops_a_connection_still_in_setup(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_acquire(E, "r", 1, 10000, 0);
+    for (int i = 0; i < 2; i++) bring_up(i, run_id(i), 0);
+    CHECK_INT(rl_engine_node_wants(E, 2), RL_WANT_CONNECT);
+    CHECK_INT(rl_engine_node_connected(E, 2, 1, 0), RL_OK);
+    CHECK_STR(drain(2, 0), plain_setup());
+    for (int i = 0; i < 2; i++) drain(i, 0);
+    CHECK_INT(feed(0, "$-1\r\n", 1), RL_OK);
+    CHECK_INT(feed(1, "$-1\r\n", 2), RL_OK);
+    CHECK_INT(rl_engine_done(E), 0);
+    CHECK_INT(drain(2, 2)[0], 0); /* still held behind the setup */
+    rl_engine_advance(E, 52);
+    CHECK_INT(rl_engine_node_wants(E, 2), RL_WANT_CLOSE);
+    CHECK_STR(rl_engine_node_errstr(E, 2), "connection reset: no answer to its setup (AUTH/SELECT/INFO) in time");
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_BUSY);
+    CHECK_INT(r.node[2].state, RL_NODE_PENDING);
+    rl_engine_free(E);
+}
+
+/* ---- 7. a stream out of step ---- */
+
+/* A reply whose type cannot answer its command (an integer to a SET, a status
+ * to an EVALSHA) drops the connection (CLOSE) and fails the vote with the
+ * out-of-step reason; so does a reply to no command, and garbage. */
+static void reply_of_wrong_type_drops_the_connection(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_acquire(E, "r", 1, 10000, 0);
+    bring_up_all(3, 0);
+    for (int i = 0; i < 3; i++) drain(i, 0);
+    CHECK_INT(feed(0, ":1\r\n", 1), RL_ERR);
+    CHECK_INT(rl_engine_node_wants(E, 0), RL_WANT_CLOSE);
+    CHECK_STR(rl_engine_node_errstr(E, 0), OUT_OF_STEP);
+    CHECK_INT(feed(0, "+OK\r\n", 1), RL_ERR); /* nothing more is read from it */
+    CHECK_INT(feed(1, "+OK\r\n+OK\r\n", 2), RL_ERR);
+    CHECK_INT(rl_engine_node_wants(E, 1), RL_WANT_CLOSE);
+    CHECK_STR(rl_engine_node_errstr(E, 1), "connection reset: a reply to no command");
+    CHECK_INT(feed(2, "+OK\r\n", 3), RL_OK);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_OK); /* node 1's OK counted before its stream broke */
+    CHECK_INT(r.ok, 2);
+    CHECK_INT(r.node[0].state, RL_NODE_ERROR);
+    CHECK_STR(r.node[0].errstr, OUT_OF_STEP);
+
+    id = rl_engine_begin_release(E, "r", 1, VALUE, 100);
+    bring_up(0, run_id(0), 100);
+    bring_up(1, run_id(1), 100);
+    for (int i = 0; i < 3; i++) CHECK_STR(drain(i, 100), script_cmd(1, "r", VALUE, 0));
+    CHECK_INT(feed(0, "+OK\r\n", 101), RL_ERR);
+    CHECK_INT(rl_engine_node_wants(E, 0), RL_WANT_CLOSE);
+    CHECK_INT(feed(1, "$2\r\nOK\r\n", 101), RL_ERR);
+    CHECK_INT(feed(2, "?what\r\n", 101), RL_ERR);
+    CHECK_INT(rl_engine_node_wants(E, 2), RL_WANT_CLOSE);
+    r = take(id);
+    CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
+    CHECK_INT(r.failed, 3);
+    CHECK_STR(r.node[0].errstr, OUT_OF_STEP);
+    CHECK_STR(r.node[1].errstr, OUT_OF_STEP);
+    CHECK_STR(r.node[2].errstr, "connection reset: Protocol error, got \"?\" as reply type byte");
+    rl_engine_free(E);
+}
+
+/* ---- 8. the setup ---- */
+
+/* AUTH (with and without a user) and SELECT go first; a refused AUTH or
+ * SELECT fails the commands held behind it with the refusal and wants CLOSE. */
+static void setup_auth_and_select_refused(void) {
+    const char *urls[] = {"redis://:secret@127.0.0.1:7001/2", "redis://alice:pw@127.0.0.1:7002",
+                          "redis://127.0.0.1:7003/9"};
+    E = engine(urls, 3, NULL);
+    CHECK_STR(rl_engine_node_name(E, 0), "redis://127.0.0.1:7001/2");
+    int id = rl_engine_begin_acquire(E, "r", 1, 10000, 0);
+    char want[2048];
+    for (int i = 0; i < 3; i++) {
+        CHECK_INT(rl_engine_node_wants(E, i), RL_WANT_CONNECT);
+        CHECK_INT(rl_engine_node_connected(E, i, 1, 0), RL_OK);
+    }
+    snprintf(want, sizeof(want), "*2\r\n$4\r\nAUTH\r\n$6\r\nsecret\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n2\r\n%s", plain_setup());
+    CHECK_STR(drain(0, 0), want);
+    snprintf(want, sizeof(want), "*3\r\n$4\r\nAUTH\r\n$5\r\nalice\r\n$2\r\npw\r\n%s", plain_setup());
+    CHECK_STR(drain(1, 0), want);
+    snprintf(want, sizeof(want), "*2\r\n$6\r\nSELECT\r\n$1\r\n9\r\n%s", plain_setup());
+    CHECK_STR(drain(2, 0), want);
+    /* node 1: AUTH accepted, INFO not yet: still nothing but the setup */
+    CHECK_INT(feed(1, "+OK\r\n", 1), RL_OK);
+    CHECK_INT(drain(1, 1)[0], 0);
+    CHECK_INT(feed(1, info_reply(run_id(1)), 1), RL_OK);
+    char value[41];
+    snprintf(value, sizeof(value), "%s", set_value(drain(1, 1), "r"));
+    CHECK_STR(out, set_cmd("r", value, 10000));
+    CHECK_INT(feed(0, "-WRONGPASS invalid username-password pair or user is disabled.\r\n", 2), RL_ERR);
+    CHECK_INT(rl_engine_node_wants(E, 0), RL_WANT_CLOSE);
+    CHECK_STR(rl_engine_node_errstr(E, 0), "AUTH refused: WRONGPASS invalid username-password pair or user is disabled.");
+    CHECK_INT(feed(2, "-ERR DB index is out of range\r\n", 3), RL_ERR);
+    CHECK_INT(rl_engine_node_wants(E, 2), RL_WANT_CLOSE);
+    /* decided: the cleanup goes only to node 1, behind its script loads */
+    CHECK_STR(drain(1, 3), script_cmd(1, "r", value, 0));
+    CHECK_INT(rl_engine_done(E), 0);
+    CHECK_INT(feed(1, LOADS_REPLY "+OK\r\n:1\r\n", 4), RL_OK);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
+    CHECK(near(r.elapsed_ms, 3));
+    CHECK_INT(r.node[0].state, RL_NODE_ERROR);
+    CHECK_STR(r.node[0].errstr, "AUTH refused: WRONGPASS invalid username-password pair or user is disabled.");
+    CHECK_INT(r.node[2].state, RL_NODE_ERROR);
+    CHECK_STR(r.node[2].errstr, "SELECT refused: ERR DB index is out of range");
+    CHECK_INT(r.node[1].state, RL_NODE_PENDING);
+    rl_engine_free(E);
+}
+
+/* Two nodes whose INFO names the same server: the second to finish its
+ * setup is refused and wants CLOSE; its vote fails with the reason. */
+static void setup_same_run_id_refused(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_acquire(E, "r", 1, 10000, 0);
+    bring_up(0, run_id(5), 0);
+    CHECK_INT(rl_engine_node_wants(E, 1), RL_WANT_CONNECT);
+    CHECK_INT(rl_engine_node_connected(E, 1, 1, 0), RL_OK);
+    CHECK_STR(drain(1, 0), plain_setup());
+    char want[300];
+    snprintf(want, sizeof(want), "%s%s", info_reply(run_id(5)), LOADS_REPLY);
+    CHECK_INT(feed(1, want, 1), RL_ERR);
+    CHECK_INT(rl_engine_node_wants(E, 1), RL_WANT_CLOSE);
+    snprintf(want, sizeof(want), "same server as node 1 (run_id %s)", run_id(5));
+    CHECK_STR(rl_engine_node_errstr(E, 1), want);
+    CHECK_INT(drain(1, 1)[0], 0);
+    bring_up(2, run_id(2), 1);
+    drain(0, 1);
+    drain(2, 1);
+    CHECK_INT(feed(0, "+OK\r\n", 2), RL_OK);
+    CHECK_INT(feed(2, "+OK\r\n", 2), RL_OK);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    CHECK_INT(r.node[1].state, RL_NODE_ERROR);
+    CHECK_STR(r.node[1].errstr, want);
+    rl_engine_free(E);
+}
+
+/* ---- 9. detaching a pooled connection ---- */
+
+/* Detach after every reply is clean (1); the next command wants CONNECT at
+ * once (no backoff) and a pooled connection (fresh 0) gets no setup. With a
+ * reply outstanding, detach is 0 and the op's vote fails. */
+static void detach_clean_and_with_reply_outstanding(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_acquire(E, "r", 1, 10000, 0);
+    bring_up_all(3, 0);
+    for (int i = 0; i < 3; i++) drain(i, 0);
+    for (int i = 0; i < 3; i++) CHECK_INT(feed(i, "+OK\r\n", 1), RL_OK);
+    CHECK_INT(take(id).status, RL_STATUS_OK);
+    CHECK_INT(rl_engine_node_detach(E, 0, 2), 1);
+    CHECK_INT(rl_engine_node_wants(E, 0), 0);
+    CHECK_STR(rl_engine_node_errstr(E, 0), "connection detached"); /* nothing was outstanding */
+    CHECK_INT(rl_engine_node_detach(E, 0, 2), 0); /* nothing left to detach */
+    CHECK_INT(feed(0, "+OK\r\n", 2), RL_ERR);
+
+    id = rl_engine_begin_acquire(E, "s", 1, 10000, 3);
+    CHECK_INT(rl_engine_node_wants(E, 0), RL_WANT_CONNECT);
+    CHECK_INT(rl_engine_node_connected(E, 0, 0, 4), RL_OK);
+    char value[41];
+    snprintf(value, sizeof(value), "%s", set_value(drain(0, 4), "s"));
+    CHECK_STR(out, set_cmd("s", value, 10000)); /* no setup on a pooled connection */
+    CHECK_STR(drain(1, 4), set_cmd("s", value, 10000));
+    drain(2, 4);
+    /* node 1 handed back with its SET unanswered: not clean, the vote fails */
+    CHECK_INT(rl_engine_node_detach(E, 1, 5), 0);
+    CHECK_INT(rl_engine_node_wants(E, 1), 0);
+    CHECK_STR(rl_engine_node_errstr(E, 1), "connection closed with replies outstanding");
+    CHECK_INT(feed(0, "+OK\r\n", 6), RL_OK);
+    CHECK_INT(rl_engine_done(E), 0);
+    CHECK_INT(feed(2, "+OK\r\n", 7), RL_OK);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    CHECK_INT(r.node[1].state, RL_NODE_ERROR);
+    CHECK_STR(r.node[1].errstr, "connection closed with replies outstanding");
+    /* the next command on node 1 asks for a connection again, at once */
+    id = rl_engine_begin_release(E, "s", 1, VALUE, 8);
+    CHECK_INT(rl_engine_node_wants(E, 1), RL_WANT_CONNECT);
+    CHECK_INT(rl_engine_node_connected(E, 1, 1, 8), RL_OK);
+    CHECK_STR(drain(1, 8), plain_setup());
+    /* unwritten output is not clean either */
+    CHECK_INT(rl_engine_node_detach(E, 0, 9), 0);
+    /* a connection still in its setup is not clean */
+    CHECK_INT(rl_engine_node_detach(E, 1, 9), 0);
+    drain(2, 9);
+    CHECK_INT(feed(2, ":1\r\n", 10), RL_OK);
+    r = take(id);
+    CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
+    CHECK_INT(r.ok, 1);
+    CHECK_STR(r.node[0].errstr, "connection closed with replies outstanding");
+    CHECK_STR(r.node[1].errstr, "connection closed with replies outstanding");
+    rl_engine_free(E);
+}
+
+/* ---- 10. the stall watchdog ---- */
+
+/* A node UP with its SET written and never answered: the watchdog looks every
+ * stall_reset/2 and drops it (CLOSE) once no reply has come for stall_reset
+ * since the SET was seen wholly taken. */
+static void stall_watchdog_resets_a_silent_node(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_acquire(E, "r", 1, 10000, 1000);
+    bring_up_all(3, 1000);
+    for (int i = 0; i < 3; i++) drain(i, 1000);
+    CHECK_INT(feed(0, "+OK\r\n", 1001), RL_OK);
+    CHECK_INT(feed(1, "+OK\r\n", 1001), RL_OK);
+    CHECK_INT(take(id).status, RL_STATUS_OK);
+    CHECK(near(rl_engine_deadline(E), 1250));
+    rl_engine_advance(E, 1250);
+    CHECK(near(rl_engine_deadline(E), 1500));
+    rl_engine_advance(E, 1500);
+    CHECK(near(rl_engine_deadline(E), 1750));
+    rl_engine_advance(E, 1749);
+    CHECK_INT(rl_engine_wanting(E), 0);
+    rl_engine_advance(E, 1750);
+    CHECK_INT(rl_engine_wanting(E), 4);
+    CHECK_INT(rl_engine_node_wants(E, 2), RL_WANT_CLOSE);
+    CHECK_STR(rl_engine_node_errstr(E, 2), "connection reset: no reply for 500 ms");
+    CHECK_STR(rl_engine_node_errstr(E, 0), "");
+    CHECK(near(rl_engine_deadline(E), 1800)); /* its reconnect */
+    rl_engine_free(E);
+}
+
+/* A reply keeps the node alive: the watchdog counts from the last reply. */
+static void stall_watchdog_spares_a_node_that_replies(void) {
+    E = engine(urls5, 1, NULL);
+    for (int k = 0; k < 2; k++) rl_engine_begin_release(E, "r", 1, VALUE, 0);
+    bring_up(0, run_id(0), 0);
+    drain(0, 0);
+    rl_engine_advance(E, 50); /* both time out */
+    rl_result r;
+    while (rl_engine_collect(E, &r)) CHECK_INT(r.node[0].state, RL_NODE_TIMEOUT);
+    CHECK_INT(drain(0, 50)[0], '*'); /* the step check */
+    rl_engine_advance(E, 250);
+    CHECK_INT(feed(0, ":1\r\n", 400), RL_OK); /* the first release, at last */
+    rl_engine_advance(E, 500);
+    rl_engine_advance(E, 750);
+    rl_engine_advance(E, 899);
+    CHECK_INT(rl_engine_node_wants(E, 0), 0);
+    rl_engine_advance(E, 1000); /* 600 ms since the last reply */
+    CHECK_INT(rl_engine_node_wants(E, 0), RL_WANT_CLOSE);
+    rl_engine_free(E);
+}
+
+/* A slow link (the driver reports the SET still in its send queue): the node
+ * is stalled only after stall_reset with no bytes taken, and once its bytes
+ * are all taken, after stall_reset with no reply. */
+static void stall_watchdog_on_a_slow_link(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_acquire(E, "r", 1, 10000, 1000);
+    bring_up_all(3, 1000);
+    for (int i = 0; i < 3; i++) drain(i, 1000);
+    long long len = (long long)outlen;
+    rl_engine_node_unsent(E, 2, len);
+    CHECK_INT(feed(0, "+OK\r\n", 1001), RL_OK);
+    CHECK_INT(feed(1, "+OK\r\n", 1001), RL_OK);
+    CHECK_INT(take(id).status, RL_STATUS_OK);
+    rl_engine_advance(E, 1250);
+    rl_engine_advance(E, 1500);
+    rl_engine_node_unsent(E, 2, len - 1); /* one byte taken */
+    rl_engine_advance(E, 1750);           /* that is progress: judged from here */
+    CHECK_INT(rl_engine_node_wants(E, 2), 0);
+    rl_engine_advance(E, 2000);
+    rl_engine_node_unsent(E, 2, 0);       /* all taken: now a reply is due */
+    rl_engine_advance(E, 2250);
+    rl_engine_advance(E, 2500);
+    CHECK_INT(rl_engine_node_wants(E, 2), 0);
+    CHECK(near(rl_engine_deadline(E), 2750));
+    rl_engine_advance(E, 2750);
+    CHECK_INT(rl_engine_node_wants(E, 2), RL_WANT_CLOSE);
+    CHECK_STR(rl_engine_node_errstr(E, 2), "connection reset: no reply for 500 ms");
+    rl_engine_free(E);
+}
+
+/* ---- 11. ids and pairing ---- */
+
+/* take refuses an id once collected (and one never begun); an in-flight id
+ * is 0; ids are unique; many ops in flight are answered in FIFO order per
+ * node, and everything begun between two writes goes out in one. */
+static void ids_and_fifo_pairing(void) {
+    E = engine(urls5, 3, NULL);
+    rl_result r;
+    CHECK_INT(rl_engine_take(E, 12345, &r), RL_ERR);
+    CHECK_STR(rl_engine_errstr(E), "no operation 12345 in flight");
+    CHECK_INT(rl_engine_begin_acquire(E, "", 0, 100, 0), RL_ERR);
+    CHECK_STR(rl_engine_errstr(E), "resource must be a non-empty string");
+    CHECK_INT(rl_engine_begin_acquire(E, "r", 1, 0, 0), RL_ERR);
+    CHECK_STR(rl_engine_errstr(E), "ttl must be > 0 ms (got 0)");
+    CHECK_INT(rl_engine_begin_release(E, "r", 1, "short", 0), RL_ERR);
+    CHECK_STR(rl_engine_errstr(E), "value must be 40 characters");
+    bring_up_all(0, 0);
+    enum { N = 6 };
+    int ids[N];
+    char names[N][8];
+    for (int k = 0; k < N; k++) {
+        snprintf(names[k], sizeof(names[k]), "k%d", k);
+        ids[k] = rl_engine_begin_acquire(E, names[k], 2, 10000, 0);
+        CHECK(ids[k] >= 0);
+        for (int j = 0; j < k; j++) CHECK(ids[j] != ids[k]);
+    }
+    CHECK_INT(rl_engine_inflight(E), N);
+    CHECK_INT(rl_engine_take(E, ids[3], &r), 0);
+    for (int i = 0; i < 3; i++) bring_up(i, run_id(i), 1);
+    /* one write per node holds all N SETs, in begin order */
+    char values[N][41], want[4096] = "";
+    drain(0, 1);
+    size_t at = 0;
+    for (int k = 0; k < N; k++) {
+        snprintf(values[k], sizeof(values[k]), "%s", set_value(out + at, names[k]));
+        at += strlen(set_cmd(names[k], values[k], 10000));
+        strcat(want, set_cmd(names[k], values[k], 10000));
+    }
+    CHECK_STR(out, want);
+    CHECK_STR(drain(1, 1), want);
+    CHECK_STR(drain(2, 1), want);
+    /* even ops: OK everywhere; odd ops: nil from nodes 0 and 1 */
+    CHECK_INT(feed(0, "+OK\r\n$-1\r\n+OK\r\n$-1\r\n+OK\r\n$-1\r\n", 2), RL_OK);
+    CHECK_INT(rl_engine_done(E), 0);
+    CHECK_INT(feed(1, "+OK\r\n$-1\r\n+OK\r\n$-1\r\n+OK\r\n$-1\r\n", 3), RL_OK);
+    CHECK_INT(rl_engine_done(E), N / 2); /* the busy ones wait for their cleanups */
+    /* busy ops leave their cleanups on node 2, the one node not known to hold another value */
+    CHECK_INT(drain(0, 3)[0], 0);
+    CHECK_INT(drain(1, 3)[0], 0);
+    want[0] = '\0';
+    for (int k = 1; k < N; k += 2) strcat(want, script_cmd(1, names[k], values[k], 0));
+    CHECK_STR(drain(2, 3), want);
+    CHECK_INT(feed(2, "$-1\r\n$-1\r\n$-1\r\n$-1\r\n$-1\r\n$-1\r\n:0\r\n:0\r\n", 4), RL_OK);
+    CHECK_INT(rl_engine_done(E), N - 1);
+    CHECK_INT(feed(2, ":0\r\n", 5), RL_OK);
+    CHECK_INT(rl_engine_done(E), N);
+    for (int k = 0; k < N; k++) {
+        r = take(ids[k]);
+        CHECK_INT(r.id, ids[k]);
+        CHECK_STR(r.value, values[k]);
+        CHECK_INT(r.status, k % 2 ? RL_STATUS_BUSY : RL_STATUS_OK);
+        CHECK(near(r.elapsed_ms, 3));
+        CHECK_INT(r.node[0].state, k % 2 ? RL_NODE_TAKEN : RL_NODE_OK);
+        CHECK_INT(r.node[2].state, RL_NODE_PENDING);
+        CHECK_INT(rl_engine_take(E, ids[k], &r), RL_ERR);
+    }
+    CHECK_INT(rl_engine_inflight(E), 0);
+    rl_engine_free(E);
+
+    /* a reused slot gives a new id; the old one names nothing */
+    E = engine(urls5, 1, NULL);
+    int a = rl_engine_begin_release(E, "r", 1, VALUE, 0);
+    bring_up(0, run_id(0), 0);
+    drain(0, 0);
+    CHECK_INT(feed(0, ":1\r\n", 1), RL_OK);
+    CHECK_INT(rl_engine_collect(E, &r), 1);
+    CHECK_INT(r.id, a);
+    CHECK_INT(rl_engine_collect(E, &r), 0);
+    int b = rl_engine_begin_release(E, "r", 1, VALUE, 2);
+    CHECK(b != a);
+    CHECK_INT(b % RL_ID_SLOTS, a % RL_ID_SLOTS);
+    CHECK_INT(rl_engine_take(E, a, &r), RL_ERR);
+    CHECK_INT(rl_engine_take(E, b, &r), 0);
+    rl_engine_free(E);
+}
+
+int main(void) {
+    acquire_on_three_reaches_quorum();
+    acquire_on_five_reaches_quorum();
+    acquire_quorum_too_late_is_timeout();
+    acquire_busy_when_enough_nodes_hold_it();
+    acquire_unavailable_on_errors();
+    replies_split_at_every_byte();
+    node_down_mid_round_is_one_failed_vote();
+    node_down_at_begin_fails_at_once_and_backs_off();
+    connect_timeout_drops_the_attempt();
+    node_timeout_then_step_check_passes();
+    step_check_wrong_nonce_closes();
+    acquire_timeout_counts_no_late_reply();
+    noscript_release_falls_back_to_eval();
+    noscript_extend_eval_then_noscript_fails();
+    noscript_late_reloads_scripts();
+    failed_acquire_cleans_up_where_it_set();
+    cleanup_timeout_waits_for_the_bytes_to_go();
+    cleanup_drops_a_connection_still_in_setup();
+    reply_of_wrong_type_drops_the_connection();
+    setup_auth_and_select_refused();
+    setup_same_run_id_refused();
+    detach_clean_and_with_reply_outstanding();
+    stall_watchdog_resets_a_silent_node();
+    stall_watchdog_spares_a_node_that_replies();
+    stall_watchdog_on_a_slow_link();
+    ids_and_fifo_pairing();
+    return check_report("engine");
+}
