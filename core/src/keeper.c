@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "deadlines.h"
 #include "opid.h"
 #include "redlock.h"
 
@@ -44,7 +45,6 @@ typedef struct kept {
     double extend_start;  /* clock reading before the extension in flight was sent */
     int extend_ttl;       /* the ttl that extension asked for */
     int op;               /* extension (or, DROPPING, release) in flight, or -1 */
-    int heap_pos;         /* index in the deadline heap, or -1 (not held) */
     int next_free;        /* free slot: the next free slot, or -1 */
 } kept;
 
@@ -52,11 +52,6 @@ typedef struct op_owner {
     int entry;
     unsigned gen;
 } op_owner;
-
-typedef struct heap_slot {
-    double at;            /* the entry's deadline, monotonic ms */
-    int entry;
-} heap_slot;
 
 struct rl_keeper {
     pthread_t thread;
@@ -66,8 +61,7 @@ struct rl_keeper {
     kept *entries;
     int nentries, capentries;
     int free_head;         /* first free slot below nentries, or -1 */
-    heap_slot *heap;       /* the held entries, earliest deadline first; capentries long */
-    int nheap;
+    rl_deadlines deadlines; /* the held (and dropping) entries, earliest deadline first */
     op_owner *owners;      /* by operation slot (rl_opid_slot) */
     int capowners;
     rl_result *result;     /* the thread's scratch result, allocated before it starts */
@@ -103,62 +97,14 @@ static double deadline_of(const kept *e) {
     return e->next_due;
 }
 
-static void heap_put(rl_keeper *k, int pos, heap_slot d) {
-    k->heap[pos] = d;
-    k->entries[d.entry].heap_pos = pos;
-}
-
-static void sift_up(rl_keeper *k, int pos) {
-    heap_slot d = k->heap[pos];
-    while (pos > 0) {
-        int parent = (pos - 1) / 2;
-        if (k->heap[parent].at <= d.at) break;
-        heap_put(k, pos, k->heap[parent]);
-        pos = parent;
-    }
-    heap_put(k, pos, d);
-}
-
-static void sift_down(rl_keeper *k, int pos) {
-    heap_slot d = k->heap[pos];
-    for (;;) {
-        int child = 2 * pos + 1;
-        if (child >= k->nheap) break;
-        if (child + 1 < k->nheap && k->heap[child + 1].at < k->heap[child].at) child++;
-        if (d.at <= k->heap[child].at) break;
-        heap_put(k, pos, k->heap[child]);
-        pos = child;
-    }
-    heap_put(k, pos, d);
-}
-
 /* File entry i at its current deadline: insert it, or move it. */
 static void schedule(rl_keeper *k, int i) {
-    kept *e = &k->entries[i];
-    double at = deadline_of(e);
-    int pos = e->heap_pos;
-    if (pos < 0) {
-        pos = k->nheap++;
-        heap_put(k, pos, (heap_slot){at, i});
-        sift_up(k, pos);
-        return;
-    }
-    double was = k->heap[pos].at;
-    k->heap[pos].at = at;
-    if (at < was) sift_up(k, pos);
-    else sift_down(k, pos);
+    rl_deadlines_set(&k->deadlines, i, deadline_of(&k->entries[i]));
 }
 
 /* Take entry i out of the heap (no-op if it is not in it). */
 static void unschedule(rl_keeper *k, int i) {
-    int pos = k->entries[i].heap_pos;
-    if (pos < 0) return;
-    k->entries[i].heap_pos = -1;
-    heap_slot last = k->heap[--k->nheap];
-    if (pos == k->nheap) return;
-    heap_put(k, pos, last);
-    if (pos > 0 && k->heap[(pos - 1) / 2].at > last.at) sift_up(k, pos);
-    else sift_down(k, pos);
+    rl_deadlines_remove(&k->deadlines, i);
 }
 
 /* Entry i stops being HELD. */
@@ -229,13 +175,15 @@ static void start_extension(rl_keeper *k, int i, double now) {
 
 /* Is the earliest deadline due? */
 static int anything_due(const rl_keeper *k, double now) {
-    return k->nheap > 0 && k->heap[0].at <= now;
+    double at;
+    return rl_deadlines_first(&k->deadlines, &at) >= 0 && at <= now;
 }
 
 /* Milliseconds to serve the connections for: until the earliest deadline,
  * but not before not_before; at least 1, at most a tick. */
 static int ms_to_wait(const rl_keeper *k, double now, double not_before) {
-    double at = k->nheap > 0 ? k->heap[0].at : INFINITY;
+    double at = INFINITY;
+    rl_deadlines_first(&k->deadlines, &at);
     double wait = (at > not_before ? at : not_before) - now;
     if (!(wait < RL_KEEPER_TICK_MS)) return RL_KEEPER_TICK_MS;
     return wait < 0 ? 1 : (int)wait + 1;
@@ -245,7 +193,7 @@ static int ms_to_wait(const rl_keeper *k, double now, double not_before) {
  * start their extension. Called with the mutex held. */
 static void start_due(rl_keeper *k, double now) {
     while (anything_due(k, now)) {
-        int i = k->heap[0].entry;
+        int i = rl_deadlines_first(&k->deadlines, NULL);
         if (k->entries[i].state == KEEP_DROPPING) start_drop(k, i);
         else if (now >= lost_at(&k->entries[i])) set_state(k, i, RL_KEEP_LOST);
         else start_extension(k, i, now); /* in flight, it is due only when lost */
@@ -377,9 +325,7 @@ static int take_free_slot(rl_keeper *k) {
         kept *e = realloc(k->entries, (size_t)cap * sizeof(*e));
         if (!e) return -1;
         k->entries = e;
-        heap_slot *h = realloc(k->heap, (size_t)cap * sizeof(*h));
-        if (!h) return -1;
-        k->heap = h;
+        if (rl_deadlines_reserve(&k->deadlines, cap) != 0) return -1;
         k->capentries = cap;
     }
     int id = k->nentries++;
@@ -456,7 +402,7 @@ void rl_keeper_free(rl_keeper *k) {
     rl_client_free(k->client);
     for (int i = 0; i < k->nentries; i++) free(k->entries[i].resource);
     free(k->entries);
-    free(k->heap);
+    rl_deadlines_free(&k->deadlines);
     free(k->owners);
     free(k->result);
     pthread_mutex_destroy(&k->mu);
@@ -498,7 +444,6 @@ int rl_keeper_add(rl_keeper *k, const char *resource, size_t len, const char *va
     e->valid_until = valid_until_ms;
     e->next_due = rl_now_ms() + ttl_ms / 3.0;
     e->op = -1;
-    e->heap_pos = -1;
     e->next_free = -1;
     schedule(k, id);
     pthread_mutex_unlock(&k->mu);

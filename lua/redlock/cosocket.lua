@@ -422,7 +422,9 @@ function keeper:drop(id)
     local entry = self.entries[id]
     if entry == nil then return RL_ERR end
     self.entries[id] = nil
-    ngx.timer.at(0, release_later, self, entry.resource, entry.value)
+    -- called from a finalizer, which may run where timers are refused: the
+    -- lock then expires after its ttl, as it would without keep-alive
+    pcall(ngx.timer.at, 0, release_later, self, entry.resource, entry.value)
     return RL_OK
 end
 
