@@ -1,0 +1,63 @@
+-- Spec helper script (run as its own OS process, not required):
+--
+--   luajit spec/helpers/rmw_worker.lua LOG STOPFILE RESOURCE COUNTER_PORT URL...
+--
+-- Until STOPFILE exists: lock RESOURCE (redlock over the core's own sockets),
+-- append "enter" to the shared history LOG, read-modify-write the key
+-- "counter" on the redis node at 127.0.0.1:COUNTER_PORT (GET, a 1 ms pause,
+-- SET +1), append "exit", unlock. The same loop as nginx_lock_spec's /rmw
+-- location, from outside nginx. Prints "acquired=N failed=M errors=...".
+local proc = require "helpers.proc"
+local history = require "helpers.history"
+local socket = require "socket"
+local redlock = require "redlock"
+
+local logpath, stopfile, resource, cport = arg[1], arg[2], arg[3], tonumber(arg[4])
+local urls = {}
+for i = 5, #arg do urls[#urls + 1] = arg[i] end
+
+local conn = assert(socket.connect("127.0.0.1", cport))
+conn:settimeout(5)
+local function cmd(...)
+  local t = { "*" .. select("#", ...) }
+  for i = 1, select("#", ...) do
+    local a = tostring((select(i, ...)))
+    t[#t + 1] = "$" .. #a
+    t[#t + 1] = a
+  end
+  assert(conn:send(table.concat(t, "\r\n") .. "\r\n"))
+  local line = assert(conn:receive("*l"))
+  if line:sub(1, 1) == "$" then
+    local n = tonumber(line:sub(2))
+    if n < 0 then return nil end
+    local v = assert(conn:receive(n + 2))
+    return v:sub(1, n)
+  end
+  return line
+end
+
+math.randomseed(proc.getpid())
+local log = history.open(logpath)
+local dlm = redlock.new { servers = urls, ttl = 3000 }
+local acquired, failed, errors = 0, 0, {}
+while not io.open(stopfile, "rb") do
+  local lock, err = dlm:lock(resource, { wait = 8000, retry = redlock.retry.jitter(1, 5, 1000000) })
+  if lock then
+    log:enter()
+    local v = tonumber(cmd("GET", "counter") or "0")
+    proc.sleep_ms(1)
+    cmd("SET", "counter", v + 1)
+    log:exit()
+    acquired = acquired + 1
+    local ok, uerr = lock:unlock()
+    if not ok then errors[#errors + 1] = "unlock:" .. tostring(uerr) end
+  else
+    failed = failed + 1
+    errors[#errors + 1] = "lock:" .. tostring(err)
+  end
+  proc.sleep_ms(math.random(0, 2))
+end
+dlm:close()
+log:close()
+io.write(("acquired=%d failed=%d errors=%d:%s\n")
+  :format(acquired, failed, #errors, table.concat(errors, ",", 1, math.min(#errors, 5))))

@@ -1,0 +1,483 @@
+-- Locks inside nginx: redlock.cosocket (the C engine over ngx.socket.tcp)
+-- against real redis nodes. Mutual exclusion with plain LuaJIT processes on
+-- the same resource, a waiting lock call that does not block the worker,
+-- stalled nodes, phases without cosockets, per-request and per-worker
+-- clients, connection pooling, and keep-alive on ngx.timer.
+
+local nginx = require "helpers.nginx"
+local cluster = require "helpers.cluster"
+local history = require "helpers.history"
+local proc = require "helpers.proc"
+
+local ROOT = nginx.root
+local BUILD = os.getenv("REDLOCK_BUILD_DIR") or "build"
+if BUILD:sub(1, 1) ~= "/" then BUILD = ROOT .. "/" .. BUILD end
+
+local res = cluster.names("nginx_lock")
+
+local PING = "location = /ping { content_by_lua_block { ngx.say('pong') } }"
+
+local function lua_list(urls)
+  local t = {}
+  for i, u in ipairs(urls) do t[i] = ("%q"):format(u) end
+  return "{" .. table.concat(t, ", ") .. "}"
+end
+
+-- init_by_lua: the module, and a per-worker client DLM (made before the
+-- fork, so every worker has its own copy) on urls with extra options.
+local function init_code(urls, extra)
+  return ([[
+    redlock = require "redlock"
+    sproc = require "helpers.proc"
+    URLS = %s
+    DLM = redlock.new { servers = URLS, ttl = 3000 %s }
+  ]]):format(lua_list(urls), extra and (", " .. extra) or "")
+end
+
+local function start(o)
+  o.package_path = ROOT .. "/lua/?.lua;" .. ROOT .. "/lua/?/init.lua;" .. ROOT .. "/spec/?.lua"
+  o.package_cpath = BUILD .. "/?.so"
+  return nginx.start(o)
+end
+
+-- lock r (arg r), unlock; "ok" or "fail <err>" (with the per-node detail)
+local LOCK_UNLOCK = [[
+  location = /lock {
+    content_by_lua_block {
+      local r = ngx.var.arg_r
+      local t0 = sproc.now_ms()
+      local lock, err, d = DLM:try_lock(r)
+      local t1 = sproc.now_ms()
+      if not lock then
+        local parts = {}
+        for i = 1, #d do parts[i] = tostring(d[i].state) end
+        ngx.say("fail ", err, " ", table.concat(parts, ","), (" lock_ms=%.0f"):format(t1 - t0))
+        return
+      end
+      local ok, uerr = lock:unlock()
+      ngx.say(ok and "ok" or ("unlock-fail " .. tostring(uerr)),
+              (" lock_ms=%.0f unlock_ms=%.0f"):format(t1 - t0, sproc.now_ms() - t1))
+    }
+  }]]
+
+-- INFO of node i, parsed into a table of field -> text
+local function info(cl, i)
+  local out, ok = cl:cli(i, "INFO", "all")
+  assert(ok, out)
+  local t = {}
+  for k, v in out:gmatch("([%w_]+):([^\r\n]*)") do t[k] = v end
+  return t
+end
+
+local function calls(t, cmd)
+  local s = t["cmdstat_" .. cmd]
+  return s and tonumber(s:match("calls=(%d+)")) or 0
+end
+
+describe("redlock inside nginx", function()
+  local cl, srv
+
+  local function log()
+    return srv and ("\nnginx error log:\n" .. srv:error_log():sub(-3000)) or ""
+  end
+
+  lazy_setup(function() cl = cluster.start(5) end)
+  after_each(function()
+    if srv then srv:stop() end
+    srv = nil
+  end)
+  teardown(function()
+    nginx.stop_all()
+    cluster.stop_all()
+  end)
+
+  it("excludes plain LuaJIT processes and nginx workers from each other (same keys, same scripts)", function()
+    local cnode = cluster.start(1) -- the counter lives on a node of its own
+    local dir = proc.tmpdir()
+    local logfile, stopfile = dir .. "/history.log", dir .. "/stop"
+    local resource = res("rmw")
+    srv = start {
+      workers = 2,
+      init = init_code(cl.urls) .. ([[
+        RES, LOG, CPORT = %q, %q, %d
+        SEQ = 0
+        function event(kind, seq)
+          local f = assert(io.open(LOG, "ab"))
+          f:write(("%%s %%d %%d %%d\n"):format(kind, ngx.worker.pid(), seq, sproc.now_us()))
+          f:close()
+        end
+        function rcmd(sock, ...)
+          local t = { "*" .. select("#", ...) }
+          for i = 1, select("#", ...) do
+            local a = tostring((select(i, ...)))
+            t[#t + 1] = "$" .. #a
+            t[#t + 1] = a
+          end
+          assert(sock:send(table.concat(t, "\r\n") .. "\r\n"))
+          local line = assert(sock:receive("*l"))
+          if line:sub(1, 1) == "$" then
+            local n = tonumber(line:sub(2))
+            if n < 0 then return nil end
+            return assert(sock:receive(n + 2)):sub(1, n)
+          end
+          return line
+        end
+      ]]):format(resource, logfile, cnode.ports[1]),
+      locations = { PING, [[
+        location = /rmw {
+          content_by_lua_block {
+            local lock, err = DLM:lock(RES, { wait = 8000, retry = redlock.retry.jitter(1, 5, 1000000) })
+            if not lock then ngx.say("fail ", err) return end
+            SEQ = SEQ + 1
+            local seq = SEQ
+            event("enter", seq)
+            local sock = ngx.socket.tcp()
+            sock:settimeouts(1000, 1000, 1000)
+            assert(sock:connect("127.0.0.1", CPORT))
+            local v = tonumber(rcmd(sock, "GET", "counter") or "0")
+            ngx.sleep(0.001)
+            rcmd(sock, "SET", "counter", v + 1)
+            sock:setkeepalive(10000, 32)
+            event("exit", seq)
+            local ok, uerr = lock:unlock()
+            ngx.say(ok and "ok" or ("unlock " .. tostring(uerr)))
+          }
+        }]] },
+    }
+    local pids = {}
+    local ok, err = pcall(function()
+      for w = 1, 3 do
+        local argv = { "luajit", "spec/helpers/rmw_worker.lua", logfile, stopfile, resource,
+                       tostring(cnode.ports[1]) }
+        for _, u in ipairs(cl.urls) do argv[#argv + 1] = u end
+        pids[w] = proc.spawn(argv, { out = dir .. "/w" .. w .. ".out",
+          env = { LUA_PATH = package.path, LUA_CPATH = package.cpath } })
+      end
+      proc.sleep_ms(200)
+      local reqs = {}
+      for i = 1, 300 do reqs[i] = "/rmw" end
+      local t0 = proc.now_ms()
+      local rs = srv:get_many(reqs, 8, { timeout_ms = 20000 })
+      local ms = proc.now_ms() - t0
+      proc.write_file(stopfile, "stop\n")
+      for w = 1, 3 do assert(proc.wait_gone(pids[w], 15000), "worker " .. w .. " did not stop") end
+      local ngx_ok, fails = 0, {}
+      for _, r in ipairs(rs) do
+        if r.status == 200 and r.body == "ok\n" then ngx_ok = ngx_ok + 1
+        else fails[#fails + 1] = tostring(r.status) .. " " .. tostring(r.body or r.err) end
+      end
+      local plain, summaries = 0, {}
+      for w = 1, 3 do
+        local s = proc.read_file(dir .. "/w" .. w .. ".out") or ""
+        summaries[w] = s
+        local a = tonumber(s:match("acquired=(%d+)"))
+        assert(a, "worker " .. w .. " said: " .. s)
+        assert.is_true(a > 0, "worker " .. w .. " never got the lock: " .. s)
+        plain = plain + a
+      end
+      local h = history.check(logfile)
+      local counter = tonumber((cnode:cli(1, "GET", "counter")))
+      local msg = ("nginx ok=%d (of 300, %.0f ms) plain=%d history=%d overlaps=%d unfinished=%d malformed=%d counter=%s %s\n%s%s")
+        :format(ngx_ok, ms, plain, h.acquisitions, h.overlaps, h.unfinished, h.malformed,
+          tostring(counter), table.concat(h.examples, "; "), table.concat(summaries),
+          table.concat(fails, "\n", 1, math.min(5, #fails)))
+      print("    [mutual exclusion] " .. msg:gsub("\n.*", ""))
+      assert.equal(0, h.overlaps, msg .. log())
+      assert.equal(0, h.unfinished, msg)
+      assert.equal(0, h.malformed, msg)
+      assert.equal(ngx_ok + plain, h.acquisitions, msg)
+      assert.equal(h.acquisitions, counter, msg)
+      assert.is_true(ngx_ok >= 290, msg .. log())
+    end)
+    proc.write_file(stopfile, "stop\n")
+    for _, pid in ipairs(pids) do proc.stop(pid) end
+    proc.rmdir(dir)
+    cnode:stop()
+    assert(ok, err)
+  end)
+
+  it("waits for a lock without blocking the worker", function()
+    srv = start {
+      workers = 1,
+      init = init_code(cl.urls),
+      locations = { PING, [[
+        location = /wait {
+          content_by_lua_block {
+            local lock, err = DLM:lock(ngx.var.arg_r, { wait = 1500, retry = redlock.retry.fixed(20, 1000) })
+            if not lock then ngx.say("fail ", err) return end
+            ngx.say(lock:unlock() and "ok" or "unlock failed")
+          }
+        }]] },
+    }
+    local r = res("wait")
+    local dir = proc.tmpdir()
+    local ready = dir .. "/ready"
+    local argv = { "luajit", "spec/helpers/holder.lua", r, "700", ready }
+    for _, u in ipairs(cl.urls) do argv[#argv + 1] = u end
+    local pid = proc.spawn(argv, { out = dir .. "/out",
+      env = { LUA_PATH = package.path, LUA_CPATH = package.cpath } })
+    local ok, err = pcall(function()
+      proc.wait_file(ready, 5000)
+      local reqs = { "/wait?r=" .. r }
+      for k = 1, 5 do reqs[#reqs + 1] = { path = "/ping", after_ms = 100 * k } end
+      local rs = srv:get_many(reqs)
+      assert.equal(200, rs[1].status, tostring(rs[1].err) .. log())
+      assert.equal("ok\n", rs[1].body, log())
+      -- it got the lock after the holder released it (about 700 ms), not before
+      assert.is_true(rs[1].elapsed_ms > 300 and rs[1].elapsed_ms < 1500 + 1000,
+        ("the waiting request took %.0f ms"):format(rs[1].elapsed_ms))
+      local worst = 0
+      for k = 2, #rs do
+        assert.equal(200, rs[k].status, tostring(rs[k].err))
+        assert.is_true(rs[k].finished_ms < rs[1].finished_ms)
+        worst = math.max(worst, rs[k].elapsed_ms)
+      end
+      print(("    [never blocks] waiting request %.0f ms; slowest /ping %.1f ms"):format(rs[1].elapsed_ms, worst))
+      assert.is_true(worst < 200, ("/ping took %.0f ms while a lock call waited"):format(worst))
+      assert.is_true(proc.wait_gone(pid, 5000))
+    end)
+    local out = proc.read_file(dir .. "/out")
+    proc.stop(pid)
+    proc.rmdir(dir)
+    assert(ok, tostring(err) .. "\nholder said: " .. tostring(out))
+  end)
+
+  it("bounds a stalled node's cost by node_timeout, acquires with 2 of 5 stalled, fails fast with 3", function()
+    srv = start { workers = 1, init = init_code(cl.urls, "node_timeout = 100"), locations = { PING, LOCK_UNLOCK } }
+    local function try(tag)
+      local rs = srv:get_many({ "/lock?r=" .. res(tag), { path = "/ping", after_ms = 20 } })
+      assert.equal(200, rs[2].status, tostring(rs[2].err))
+      assert.is_true(rs[2].elapsed_ms < 200, ("/ping took %.0f ms"):format(rs[2].elapsed_ms))
+      assert.equal(200, rs[1].status, tostring(rs[1].err) .. log())
+      return rs[1].body, rs[1].elapsed_ms
+    end
+    local body, ms = try("healthy")
+    assert.matches("^ok", body)
+    local stopped = {}
+    local ok, err = pcall(function()
+      for _, case in ipairs { { 1, "^ok" }, { 2, "^ok" }, { 3, "^fail unavailable" } } do
+        local n, want = case[1], case[2]
+        assert(cl:kill(n, "STOP"))
+        stopped[n] = true
+        -- twice: once on a pooled connection, once after it was dropped
+        for round = 1, 2 do
+          body, ms = try("stalled" .. n)
+          print(("    [faults] %d of 5 stopped, round %d: %.0f ms: %s"):format(n, round, ms, body:gsub("\n", "")))
+          assert.matches(want, body, 1, false)
+          assert.is_true(ms < (n < 3 and 1000 or 2000), ("%d stopped: took %.0f ms: %s"):format(n, ms, body))
+        end
+      end
+    end)
+    for n in pairs(stopped) do cl:kill(n, "CONT") end
+    assert(ok, tostring(err) .. log())
+    -- every node back: a quorum answers again (and soon every node)
+    local deadline, last = proc.now_ms() + 5000, nil
+    repeat
+      local _
+      _, body = srv:get("/lock?r=" .. res("back"))
+      last = body
+      if tostring(body):match("^ok") then break end
+      proc.sleep_ms(50)
+    until proc.now_ms() > deadline
+    assert.matches("^ok", tostring(last))
+  end)
+
+  it("refuses lock calls in phases without cosockets, naming the phase", function()
+    srv = start {
+      workers = 1,
+      init = init_code(cl.urls),
+      http = "lua_shared_dict phases 1m;",
+      init_worker = [[
+        local ok, err = pcall(DLM.lock, DLM, "spec:nginx_lock:init_worker")
+        ngx.shared.phases:set("init_worker", tostring(ok) .. " " .. tostring(err))
+        -- the same call from a timer (cosockets there) works
+        ngx.timer.at(0, function()
+          local lock, lerr = DLM:lock("spec:nginx_lock:timer:" .. ngx.worker.pid())
+          ngx.shared.phases:set("timer", lock and tostring(lock:unlock()) or ("fail " .. tostring(lerr)))
+        end)
+      ]],
+      locations = { PING, [[
+        location = /set {
+          set_by_lua_block $res {
+            local ok, err = pcall(DLM.lock, DLM, "spec:nginx_lock:set")
+            return tostring(ok) .. " " .. tostring(err)
+          }
+          return 200 "$res";
+        }]], [[
+        location = /phases {
+          content_by_lua_block {
+            ngx.say(ngx.shared.phases:get("init_worker"))
+            ngx.say(ngx.shared.phases:get("timer"))
+          }
+        }]] },
+    }
+    local status, body = srv:get("/set")
+    assert.equal(200, status, log())
+    assert.matches("^false .*set phase", body, 1, false)
+    print("    [phases] set: " .. body)
+    local deadline = proc.now_ms() + 3000
+    repeat
+      status, body = srv:get("/phases")
+      if body:match("\ntrue") then break end
+      proc.sleep_ms(20)
+    until proc.now_ms() > deadline
+    assert.equal(200, status, log())
+    local iw, timer = body:match("^([^\n]*)\n([^\n]*)")
+    print("    [phases] init_worker: " .. tostring(iw))
+    assert.matches("^false .*init_worker phase", iw, 1, false)
+    assert.equal("true", timer, body .. log())
+  end)
+
+  it("locks with a client made per request and with one made per worker, one by one and at once", function()
+    srv = start {
+      workers = 2,
+      init = init_code(cl.urls),
+      locations = { PING, [[
+        location = /perreq {
+          content_by_lua_block {
+            local dlm = redlock.new { servers = URLS, ttl = 3000 }
+            local lock, err = dlm:lock(ngx.var.arg_r, { wait = 5000, retry = redlock.retry.jitter(1, 10, 100000) })
+            if not lock then ngx.say("fail ", err) return end
+            local ok, uerr = lock:unlock()
+            dlm:close()
+            ngx.say(ok and "ok" or ("unlock " .. tostring(uerr)))
+          }
+        }]], [[
+        location = /shared {
+          content_by_lua_block {
+            local lock, err = DLM:lock(ngx.var.arg_r, { wait = 5000, retry = redlock.retry.jitter(1, 10, 100000) })
+            if not lock then ngx.say("fail ", err) return end
+            local ok, uerr = lock:unlock()
+            ngx.say(ok and "ok" or ("unlock " .. tostring(uerr)))
+          }
+        }]] },
+    }
+    for _, loc in ipairs { "/perreq", "/shared" } do
+      for _ = 1, 10 do
+        local status, body = srv:get(loc .. "?r=" .. res("seq"))
+        assert.equal(200, status, log())
+        assert.equal("ok\n", body, log())
+      end
+      local same = res("same")
+      local reqs = {}
+      for k = 1, 40 do reqs[k] = loc .. "?r=" .. (k % 2 == 0 and same or res("many")) end
+      for _, r in ipairs(srv:get_many(reqs, 8, { timeout_ms = 15000 })) do
+        assert.equal(200, r.status, tostring(r.err) .. log())
+        assert.equal("ok\n", r.body, r.path .. log())
+      end
+    end
+  end)
+
+  -- 100 sequential lock/unlock requests (1 worker, the per-worker client) on
+  -- nodes with a password. Each fresh connection costs an AUTH and an INFO;
+  -- a pooled one costs nothing, so AUTH and INFO calls count connections.
+  local function pool_run()
+    local pcl = cluster.start(5, { password = "s3cret" })
+    srv = start { workers = 1, init = init_code(pcl.urls), locations = { PING, LOCK_UNLOCK } }
+    local nodes = {}
+    local ok, err = pcall(function()
+      for i = 1, 5 do assert.equal("OK", (pcl:cli(i, "CONFIG", "RESETSTAT"))) end
+      for _ = 1, 100 do
+        local status, body = srv:get("/lock?r=" .. res("pool"))
+        assert.equal(200, status, log())
+        assert.matches("^ok", body)
+      end
+      for i = 1, 5 do
+        local t = info(pcl, i)
+        -- less this INFO's own redis-cli connection (and its AUTH)
+        nodes[i] = { conns = tonumber(t.total_connections_received) - 1, auth = calls(t, "auth") - 1,
+                     info = calls(t, "info"), evals = calls(t, "evalsha") + calls(t, "eval") }
+        print(("    [pooling] node %d: connections=%d auth=%d info=%d eval*=%d")
+          :format(i, nodes[i].conns, nodes[i].auth, nodes[i].info, nodes[i].evals))
+      end
+    end)
+    pcl:stop()
+    assert(ok, tostring(err) .. log())
+    return nodes
+  end
+
+  it("pools connections: AUTH and INFO only on fresh ones, far fewer connections than requests", function()
+    -- the bound here is loose (see the known gap below): an acquire closes at
+    -- most the 2 connections of the nodes past the quorum, so fewer than
+    -- 2 fresh connections per request overall
+    local nodes, total = pool_run(), 0
+    for _, n in ipairs(nodes) do total = total + n.conns end
+    assert.is_true(total < 200, ("%d connections in all for 100 requests"):format(total))
+    for i, n in ipairs(nodes) do
+      assert.is_true(n.conns >= 1 and n.conns < 100, ("node %d: %d connections"):format(i, n.conns))
+      assert.is_true(n.auth >= n.conns - 1 and n.auth <= n.conns, ("node %d: %d AUTH on %d connections"):format(i, n.auth, n.conns))
+      assert.is_true(n.info >= n.conns - 1 and n.info <= n.conns, ("node %d: %d INFO on %d connections"):format(i, n.info, n.conns))
+      assert.is_true(n.evals >= 100, ("node %d: only %d scripts run"):format(i, n.evals))
+    end
+  end)
+
+  -- Known gap, not yet fixed: an acquire decided at quorum ends its call
+  -- (end_call) while the slowest nodes still owe replies, and those
+  -- connections are closed, not pooled; the unlock that follows reconnects
+  -- (AUTH + INFO again). On loopback that is 7-14 connections per node for
+  -- 100 requests; with real latencies it is about 2 of 5 nodes per lock.
+  -- Set REDLOCK_SPEC_STRICT_POOL=1 to run the strict bound.
+  if os.getenv("REDLOCK_SPEC_STRICT_POOL") then
+    it("pools connections: 100 lock/unlock requests open at most 10 connections per node", function()
+      for i, n in ipairs(pool_run()) do
+        assert.is_true(n.conns <= 10, ("node %d: %d connections"):format(i, n.conns))
+      end
+    end)
+  else
+    pending("pools connections: at most 10 per node for 100 requests (acquire closes straggler connections)")
+  end
+
+  it("keeps a with_lock lock alive on ngx.timer while the function sleeps, then releases it", function()
+    srv = start {
+      workers = 1,
+      init = init_code(cl.urls),
+      locations = { PING, [[
+        location = /with {
+          content_by_lua_block {
+            local lost, left = DLM:with_lock(ngx.var.arg_r, { ttl = 300 }, function(lock)
+              ngx.sleep(1)
+              return lock:lost(), lock:remaining()
+            end)
+            ngx.say("lost=", tostring(lost), " remaining=", tostring(left))
+          }
+        }]] },
+    }
+    local r = res("with")
+    local dir = proc.tmpdir()
+    local code = ([[local n = require "helpers.nginx"
+      local s, b = n.request(%d, %q, { timeout_ms = 5000 })
+      io.write(tostring(s), " ", tostring(b))]]):format(srv.port, "/with?r=" .. r)
+    local pid = proc.spawn({ "luajit", "-e", code }, { out = dir .. "/out",
+      env = { LUA_PATH = package.path, LUA_CPATH = package.cpath } })
+    local ok, err = pcall(function()
+      local function holding()
+        local n = 0
+        for i = 1, cl.n do
+          if cluster.pttl(cl, i, r) > 0 then n = n + 1 end
+        end
+        return n
+      end
+      local deadline = proc.now_ms() + 3000
+      while holding() < 3 do
+        assert(proc.now_ms() < deadline, "the lock never showed up")
+        proc.sleep_ms(10)
+      end
+      local t0 = proc.now_ms()
+      -- past the 300 ms ttl (and before the 1 s sleep ends): only the keep-alive can hold it there
+      for _, at in ipairs { 350, 600 } do
+        proc.sleep_ms(math.max(0, t0 + at - proc.now_ms()))
+        local n = holding()
+        print(("    [keepalive] %d ms after the lock: held on %d of 5"):format(proc.now_ms() - t0, n))
+        assert.is_true(n >= 3, ("held on %d nodes %d ms after the lock"):format(n, proc.now_ms() - t0))
+      end
+      assert.is_true(proc.wait_gone(pid, 5000))
+      local out = proc.read_file(dir .. "/out") or ""
+      assert.matches("^200 lost=false remaining=%d+", out)
+      assert(cluster.await_all(cl, function(i) return cluster.pttl(cl, i, r) == -2 end, 1000))
+    end)
+    local out = proc.read_file(dir .. "/out")
+    proc.stop(pid)
+    proc.rmdir(dir)
+    assert(ok, tostring(err) .. "\nrequest: " .. tostring(out) .. log())
+  end)
+end)
