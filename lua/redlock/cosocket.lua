@@ -12,8 +12,12 @@
 -- (pooled: AUTH/SELECT/INFO only on a fresh connection) and reads; the
 -- calling coroutine writes and waits on a semaphore until the engine's next
 -- deadline. A connection whose commands are all answered goes back to the
--- pool at once; one still owed replies when the call returns is closed,
--- never pooled, so no later request can read a reply that was not its own.
+-- pool at once. One still owed replies when the call returns (a node slower
+-- than the quorum) keeps its reader for at most a node timeout more: if the
+-- replies come, it is pooled; if not, it is closed, never pooled, so no
+-- later request can read a reply that was not its own. Only then does the
+-- engine go back to the client (nginx also waits for those readers before it
+-- finishes the request: a slow node delays that by a node timeout at most).
 
 local ffi = require "ffi"
 local bit = require "bit"
@@ -28,7 +32,6 @@ local co_running = coroutine.running
 local RL_OK, RL_ERR = C.RL_OK, C.RL_ERR
 local WANT_WRITE, WANT_CONNECT, WANT_CLOSE = C.RL_WANT_WRITE, C.RL_WANT_CONNECT, C.RL_WANT_CLOSE
 local READ_CHUNK = 16384
-local READ_TIMEOUT_MS = 3600 * 1000 -- reads end with the call: the engine's deadlines bound it
 local POOL_IDLE_MS, POOL_SIZE = 60000, 64
 
 local _M = { name = "cosocket" }
@@ -63,7 +66,7 @@ local function new_call(self)
         e = ffi.gc(e, C.rl_engine_free)
     end
     return { client = self, e = e, socks = {}, readers = {}, gen = {}, writing = {},
-             sema = semaphore.new(0) }
+             sema = semaphore.new(0), co = co_running(), in_call = true }
 end
 
 local function wake(call)
@@ -116,13 +119,23 @@ local function park(call, i)
     end
 end
 
+-- Once a finished call has no connection left, its engine goes back to the
+-- client for the next call.
+local function retire_if_quiet(call)
+    if call.in_call or call.retired or next(call.socks) ~= nil then return end
+    call.retired = true
+    local self = call.client
+    if self.calls[call.co] == call then self.calls[call.co] = nil end
+    self.idle[#self.idle + 1] = call.e
+end
+
 -- Node i's light thread: connect (from the pool if one is there), then read
 -- and feed until nothing is owed, then put the connection back.
 local function reader(call, i)
     local self, e, gen = call.client, call.e, call.gen[i]
     local sock = ngx.socket.tcp()
     call.socks[i] = sock
-    sock:settimeouts(self.connect_timeout, self.node_timeout, READ_TIMEOUT_MS)
+    sock:settimeouts(self.connect_timeout, self.node_timeout, self.node_timeout)
     local ok, err
     if self.ports[i] == 0 then
         ok, err = sock:connect("unix:" .. self.hosts[i], self.pool_opts[i])
@@ -133,13 +146,15 @@ local function reader(call, i)
     if not ok then
         call.socks[i], call.readers[i] = nil, nil
         C.rl_engine_node_down(e, i, "connect failed: " .. tostring(err), now_ms())
-        return wake(call)
+        wake(call)
+        return retire_if_quiet(call)
     end
     local fresh = (sock:getreusedtimes() or 0) == 0 and 1 or 0
     if C.rl_engine_node_connected(e, i, fresh, now_ms()) ~= RL_OK then
         call.socks[i], call.readers[i] = nil, nil
         sock:close()
-        return wake(call)
+        wake(call)
+        return retire_if_quiet(call)
     end
     write_node(call, i)
     wake(call)
@@ -149,17 +164,24 @@ local function reader(call, i)
         if data then
             if C.rl_engine_node_feed(e, i, data, #data, now_ms()) ~= RL_OK then
                 close_node(call, i) -- the engine dropped the connection
-                return wake(call)
+                wake(call)
+                return retire_if_quiet(call)
             end
             write_node(call, i) -- what the replies queued (an EVAL after NOSCRIPT)
         elseif rerr ~= "timeout" then
             close_node(call, i)
             C.rl_engine_node_down(e, i, "connection lost: " .. tostring(rerr), now_ms())
-            return wake(call)
+            wake(call)
+            return retire_if_quiet(call)
+        elseif not call.in_call then
+            -- a tail past its node timeout: cut it (the engine answers what
+            -- is owed with an error), and never pool the connection
+            break
         end
         wake(call)
     end
     if call.gen[i] == gen then park(call, i) end
+    retire_if_quiet(call)
 end
 
 -- Do what the engine asks: close, connect (a reader per node), write.
@@ -191,18 +213,13 @@ local function service(call)
     end
 end
 
--- The call is over (nothing in flight, nothing to collect): connections still
--- owed replies are closed (their tails are cut), the rest are already back
--- in the pool, and the engine goes back to the client's idle list.
-local function end_call(self, co, call)
-    for i = 0, self.n - 1 do
-        if call.socks[i] then
-            close_node(call, i)
-            C.rl_engine_node_detach(call.e, i, now_ms())
-        end
-    end
-    self.calls[co] = nil
-    self.idle[#self.idle + 1] = call.e
+-- The call is over (nothing in flight, nothing to collect). Connections
+-- whose replies are all in are already back in the pool; a reader still
+-- owed replies finishes its tail on its own (see reader), and the engine
+-- goes back to the client once no connection is left.
+local function end_call(call)
+    call.in_call = false
+    retire_if_quiet(call)
 end
 
 ---------------------------------------------------------------------------
@@ -219,13 +236,14 @@ function client:begin(kind, resource, len, value, ttl)
         if call == nil then self.err = err; return RL_ERR end
         self.calls[co] = call
     end
+    call.in_call = true
     local now, id = now_ms(), nil
     if kind == 1 then id = C.rl_engine_begin_acquire(call.e, resource, len, ttl, now)
     elseif kind == 2 then id = C.rl_engine_begin_release(call.e, resource, len, value, now)
     else id = C.rl_engine_begin_extend(call.e, resource, len, value, ttl, now) end
     if id < 0 then
         self.err = ffi_string(C.rl_engine_errstr(call.e))
-        if C.rl_engine_inflight(call.e) + C.rl_engine_done(call.e) == 0 then end_call(self, co, call) end
+        if C.rl_engine_inflight(call.e) + C.rl_engine_done(call.e) == 0 then end_call(call) end
     end
     return id
 end
@@ -250,13 +268,14 @@ function client:wait(id, out)
         if got ~= 0 then break end
         local at, now = C.rl_engine_deadline(e), now_ms()
         if at < 0 or at > now then
-            call.sema:wait(at < 0 and 1 or (at - now) / 1000)
+            -- nginx's timers count whole milliseconds: never ask for less than one
+            call.sema:wait(at < 0 and 1 or math.max(0.001, (at - now) / 1000))
         end
         C.rl_engine_advance(e, now_ms())
     end
     if got < 0 then self.err = ffi_string(C.rl_engine_errstr(e)) end
     service(call)
-    if C.rl_engine_inflight(e) + C.rl_engine_done(e) == 0 then end_call(self, co, call) end
+    if C.rl_engine_inflight(e) + C.rl_engine_done(e) == 0 then end_call(call) end
     return got == 1 and RL_OK or RL_ERR
 end
 
