@@ -29,9 +29,11 @@ static rl_ticket ring_pop(rl_stream *s) {
     return t;
 }
 
-static int ring_grow(rl_stream *s) {
-    if (s->ring_count < s->ring_cap) return 0;
-    unsigned cap = s->ring_cap ? s->ring_cap * 2 : 64;
+/* Make room for extra more tickets. */
+static int ring_reserve(rl_stream *s, unsigned extra) {
+    if (s->ring_count + extra <= s->ring_cap) return 0;
+    unsigned cap = s->ring_cap ? s->ring_cap : 64;
+    while (cap < s->ring_count + extra) cap *= 2;
     rl_ticket *ring = malloc(cap * sizeof(*ring));
     if (!ring) return -1;
     for (unsigned i = 0; i < s->ring_count; i++) ring[i] = s->ring[(s->ring_head + i) % s->ring_cap];
@@ -43,7 +45,7 @@ static int ring_grow(rl_stream *s) {
 }
 
 static int ring_push(rl_stream *s, rl_ticket t) {
-    if (ring_grow(s) != 0) return -1;
+    if (ring_reserve(s, 1) != 0) return -1;
     s->ring[(s->ring_head + s->ring_count) % s->ring_cap] = t;
     s->ring_count++;
     return 0;
@@ -236,15 +238,10 @@ static int put_setup_first(rl_stream *s, double now_ms) {
     rl_buf cmd = {0};
     rl_ticket t[6];
     int n = build_setup(s, &cmd, t, now_ms);
-    if (n < 0 || rl_buf_reserve(&s->out, cmd.len) != 0) {
+    if (n < 0 || rl_buf_reserve(&s->out, cmd.len) != 0 || ring_reserve(s, (unsigned)n) != 0) {
         rl_buf_free(&cmd);
         return -1;
     }
-    for (int i = 0; i < n; i++)
-        if (ring_grow(s) != 0) {
-            rl_buf_free(&cmd);
-            return -1;
-        }
     memmove(s->out.data + cmd.len, s->out.data, s->out.len);
     memcpy(s->out.data, cmd.data, cmd.len);
     s->out.len += cmd.len;

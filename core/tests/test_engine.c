@@ -19,7 +19,7 @@ static const char *const urls5[] = {"redis://127.0.0.1:7001", "redis://127.0.0.1
                                     "redis://127.0.0.1:7004", "redis://127.0.0.1:7005"};
 
 static rl_engine *E;
-static char out[8192];   /* the last bytes taken from a node */
+static char out[16384];   /* the last bytes taken from a node */
 static size_t outlen;
 
 /* ---- the driver ---- */
@@ -1173,6 +1173,41 @@ static void ids_and_fifo_pairing(void) {
     rl_engine_free(E);
 }
 
+/* A fresh connection's setup goes in front of every command queued while it
+ * connected, however full the ticket ring was (63 of 64 slots: the setup's
+ * five tickets must not overwrite queued ones), and each reply still pairs
+ * with its own operation. */
+static void setup_in_front_of_a_full_ring(void) {
+    E = engine(urls5, 3, NULL);
+    enum { OPS = 63 };
+    int ids[OPS];
+    for (int k = 0; k < OPS; k++) {
+        char name[16];
+        snprintf(name, sizeof(name), "r%d", k);
+        ids[k] = rl_engine_begin_acquire(E, name, strlen(name), 10000, 1000);
+        CHECK(ids[k] >= 0);
+    }
+    for (int i = 0; i < 3; i++) bring_up(i, run_id(i), 1001);
+    for (int i = 0; i < 3; i++) {
+        drain(i, 1002);
+        char expect[64];
+        snprintf(expect, sizeof(expect), "*6\r\n$3\r\nSET\r\n$2\r\nr0\r\n");
+        CHECK(strncmp(out, expect, strlen(expect)) == 0);
+        /* OK to the even operations, nil to the odd ones */
+        for (int k = 0; k < OPS; k++) CHECK_INT(feed(i, k % 2 ? "$-1\r\n" : "+OK\r\n", 1003), RL_OK);
+    }
+    /* an odd operation was busy once nodes 1 and 2 said nil; its cleanup
+     * went to node 3, whose nil came after the decision */
+    drain(2, 1004);
+    for (int k = 1; k < OPS; k += 2) CHECK_INT(feed(2, ":0\r\n", 1005), RL_OK);
+    rl_result r;
+    for (int k = 0; k < OPS; k++) {
+        CHECK_INT(rl_engine_take(E, ids[k], &r), 1);
+        CHECK_INT(r.status, k % 2 ? RL_STATUS_BUSY : RL_STATUS_OK);
+    }
+    rl_engine_free(E);
+}
+
 int main(void) {
     acquire_on_three_reaches_quorum();
     acquire_on_five_reaches_quorum();
@@ -1200,5 +1235,6 @@ int main(void) {
     stall_watchdog_spares_a_node_that_replies();
     stall_watchdog_on_a_slow_link();
     ids_and_fifo_pairing();
+    setup_in_front_of_a_full_ring();
     return check_report("engine");
 }
