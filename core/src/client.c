@@ -270,20 +270,19 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
 
     /* Every name is looked up at once and waited for together, so N slow
      * names cost one connect_timeout, not N. Rounds never wait for a lookup. */
-    const rl_options *o = opts;
     rl_options defaults;
-    if (o == NULL) rl_options_init(&defaults), o = &defaults;
+    if (opts == NULL) rl_options_init(&defaults), opts = &defaults;
     for (int i = 0; i < nurls; i++) {
         rl_link *l = &c->links[i];
         l->client = c;
         l->index = i;
-        rl_conn_init(&l->conn, rl_engine_node_url(e, i), o);
+        rl_conn_init(&l->conn, rl_engine_node_url(e, i));
         ev_io_init(&l->readable, on_readable, -1, EV_READ);
         ev_io_init(&l->writable, on_writable, -1, EV_WRITE);
         l->readable.data = l->writable.data = l;
     }
-    double deadline = rl_now_ms() + o->connect_timeout_ms;
-    for (int i = 0; i < nurls; i++) rl_conn_wait_lookup(&c->links[i].conn, deadline);
+    double deadline = rl_now_ms() + opts->connect_timeout_ms;
+    for (int i = 0; i < nurls; i++) rl_conn_wait_lookup(&c->links[i].conn, deadline, opts->connect_timeout_ms);
     for (int i = 0; i < nurls; i++) rl_engine_node_open(e, i, rl_now_ms());
     service(c);
     return c;

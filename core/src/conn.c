@@ -27,19 +27,18 @@ static void start_lookup(rl_conn *c) {
     if (c->lookup == NULL && c->addrs.n == 0) set_err(c, "name resolution failed: ", why);
 }
 
-void rl_conn_init(rl_conn *c, const rl_url *url, const rl_options *opts) {
+void rl_conn_init(rl_conn *c, const rl_url *url) {
     memset(c, 0, sizeof(*c));
     c->url = url;
-    c->opts = opts;
     c->fd = -1;
     if (url->kind != RL_URL_TCP || rl_resolve_numeric(url->host, url->port, &c->addrs) == 0) return;
     c->named = 1;
     start_lookup(c);
 }
 
-void rl_conn_wait_lookup(rl_conn *c, double deadline_ms) {
+void rl_conn_wait_lookup(rl_conn *c, double deadline_ms, int timeout_ms) {
     if (c->lookup != NULL && !rl_lookup_wait(c->lookup, deadline_ms))
-        snprintf(c->errstr, sizeof(c->errstr), "name resolution timed out after %d ms", c->opts->connect_timeout_ms);
+        snprintf(c->errstr, sizeof(c->errstr), "name resolution timed out after %d ms", timeout_ms);
 }
 
 /* Take what a finished lookup found. Return 1 if there is an address to

@@ -11,7 +11,6 @@
 
 typedef struct rl_conn {
     const rl_url *url;
-    const rl_options *opts;
     rl_addrs addrs;          /* TCP: where the host is (empty until a lookup found it) */
     int addr_next;           /* which of addrs the next connect tries */
     int named;               /* TCP host is a name, not a numeric address: it needs lookups */
@@ -22,12 +21,12 @@ typedef struct rl_conn {
 } rl_conn;
 
 /* Prepare c for url; start finding its address (a host name on a thread). */
-void rl_conn_init(rl_conn *c, const rl_url *url, const rl_options *opts);
+void rl_conn_init(rl_conn *c, const rl_url *url);
 
 /* Wait for the name lookup begun by rl_conn_init until the clock passes
  * deadline_ms (rl_now_ms); a lookup not finished by then goes on in the
- * background, and errstr says it timed out. */
-void rl_conn_wait_lookup(rl_conn *c, double deadline_ms);
+ * background, and errstr says it timed out after timeout_ms. */
+void rl_conn_wait_lookup(rl_conn *c, double deadline_ms, int timeout_ms);
 
 /* Begin a non-blocking connect (fd set, connecting = 1). Return 0, or -1
  * with the reason in errstr (no address yet, a socket error). */

@@ -255,7 +255,6 @@ static int put_setup_first(rl_stream *s, double now_ms) {
     }
     s->setup_left = n - 2; /* the script loads are not setup: nothing waits for them */
     s->holding = 1;
-    s->setup_ms = now_ms;
     s->scripts_loading = 1;
     s->seen_id[0] = '\0';
     rl_buf_free(&cmd);
@@ -267,6 +266,7 @@ static int put_setup_first(rl_stream *s, double now_ms) {
 void rl_stream_open(rl_stream *s, double now_ms) {
     if (connected_or_connecting(s)) return;
     s->state = RL_STREAM_CONNECTING;
+    s->setup_ms = now_ms;
     s->connect_by_ms = now_ms + s->opts->connect_timeout_ms;
     s->wants |= RL_WANT_CONNECT;
     snprintf(s->errstr, sizeof(s->errstr), "connecting");
@@ -481,8 +481,9 @@ void rl_stream_check_step(rl_stream *s, double now_ms) {
 }
 
 double rl_stream_held_since(const rl_stream *s) {
-    if (s->state == RL_STREAM_CONNECTING && s->out.len > 0) return s->connect_by_ms - s->opts->connect_timeout_ms;
-    return s->state == RL_STREAM_UP && s->holding && s->hold_at < s->out.len ? s->setup_ms : 0;
+    int waiting = s->state == RL_STREAM_CONNECTING ? s->out.len > 0
+                                                   : s->state == RL_STREAM_UP && s->holding && s->hold_at < s->out.len;
+    return waiting ? s->setup_ms : 0;
 }
 
 rl_mark rl_stream_mark(const rl_stream *s) {

@@ -88,7 +88,7 @@ typedef struct rl_stream {
     int setup_left;          /* setup replies (AUTH, SELECT, INFO) still awaited */
     int holding;             /* setup not answered yet: out.data[hold_at ..) waits for it */
     size_t hold_at;
-    double setup_ms;         /* when the setup was queued */
+    double setup_ms;         /* when the connection was asked for (its setup queued behind it) */
     char seen_id[RL_RUN_ID_LEN + 1];  /* run_id the setup's INFO reported on this connection, or "" */
     char run_id[RL_RUN_ID_LEN + 1];   /* the server this node last voted for ("" if it never said);
                                          kept while down, so the server keeps its one voter */
