@@ -5,7 +5,8 @@
 -- bytes, reads the clock and sleeps.
 --
 -- A client has engines, not connections: a call takes an idle engine (or
--- makes one), drives it until its operations are done, and hands it back.
+-- makes one), drives it until its operations are done, and hands it back
+-- with its semaphore and tables for the next call.
 -- Calls running at once (two requests of one worker, or a timer) get engines
 -- of their own, because a cosocket belongs to the request that made it.
 -- During a call every node with work has a light thread that connects
@@ -56,17 +57,24 @@ local out_ptr = ffi_new("const char *[1]")
 ---------------------------------------------------------------------------
 -- one call: an engine, its sockets and readers
 
--- What one coroutine's call drives: created when it begins its first
--- operation, handed back when nothing is left in flight.
-local function new_call(self)
-    local e = table.remove(self.idle)
-    if e == nil then
-        e = C.rl_engine_new(self.urls, self.n, self.opts, self.errbuf, C.RL_ERR_LEN)
-        if e == nil then return nil, ffi_string(self.errbuf) end
-        e = ffi.gc(e, C.rl_engine_free)
-    end
+-- What one coroutine's call drives: an engine with its sockets, readers and
+-- semaphore, taken from the client's idle ones when it begins its first
+-- operation (made only when none is idle) and handed back when nothing is
+-- left in flight, so a call allocates nothing once the client is warm.
+local function new_call(self, e)
     return { client = self, e = e, socks = {}, readers = {}, gen = {}, writing = {},
-             sema = semaphore.new(0), co = co_running(), in_call = true }
+             sema = semaphore.new(0), co = nil, in_call = false, retired = true }
+end
+
+local function take_call(self)
+    local call = table.remove(self.idle)
+    if call == nil then
+        local e = C.rl_engine_new(self.urls, self.n, self.opts, self.errbuf, C.RL_ERR_LEN)
+        if e == nil then return nil, ffi_string(self.errbuf) end
+        call = new_call(self, ffi.gc(e, C.rl_engine_free))
+    end
+    call.co, call.in_call, call.retired = co_running(), true, false
+    return call
 end
 
 local function wake(call)
@@ -126,7 +134,7 @@ local function retire_if_quiet(call)
     call.retired = true
     local self = call.client
     if self.calls[call.co] == call then self.calls[call.co] = nil end
-    self.idle[#self.idle + 1] = call.e
+    self.idle[#self.idle + 1] = call
 end
 
 -- Node i's light thread: connect (from the pool if one is there), then read
@@ -232,7 +240,7 @@ function client:begin(kind, resource, len, value, ttl)
     local call = self.calls[co]
     if call == nil then
         local err
-        call, err = new_call(self)
+        call, err = take_call(self)
         if call == nil then self.err = err; return RL_ERR end
         self.calls[co] = call
     end
@@ -318,7 +326,7 @@ function _M.client_new(urls, n, opts, errbuf, errlen)
     ffi.copy(copy, opts, ffi.sizeof("rl_options"))
     local self = setmetatable({
         n = n, opts = copy, urls = urls, errbuf = ffi_new("char[?]", C.RL_ERR_LEN), err = "",
-        idle = { e }, calls = setmetatable({}, { __mode = "k" }),
+        idle = nil, calls = setmetatable({}, { __mode = "k" }),
         hosts = {}, ports = {}, names = {}, pool_opts = {},
         quorum_ = C.rl_engine_quorum(e),
         node_timeout = opts.node_timeout_ms, connect_timeout = opts.connect_timeout_ms,
@@ -331,6 +339,7 @@ function _M.client_new(urls, n, opts, errbuf, errlen)
         -- connection is only ever reused with the AUTH/SELECT it was set up with
         self.pool_opts[i] = { pool = "redlock " .. ffi_string(urls[i]), pool_size = POOL_SIZE }
     end
+    self.idle = { new_call(self, e) }
     return self
 end
 
