@@ -474,4 +474,30 @@ describe("redlock inside nginx", function()
     proc.rmdir(dir)
     assert(ok, tostring(err) .. "\nrequest: " .. tostring(out) .. log())
   end)
+  -- A kept lock whose lock object is dropped (the request ended without
+  -- unlock) is released once it is garbage-collected: its guard's finalizer
+  -- hands it to a timer that releases it. Without that, keep-alive would
+  -- extend it for as long as the worker lives.
+  it("releases a kept lock whose lock object was garbage-collected", function()
+    srv = start {
+      workers = 1,
+      init = init_code(cl.urls),
+      locations = { PING, [[
+        location = /drop {
+          content_by_lua_block {
+            local lock = DLM:lock(ngx.var.arg_r, { ttl = 3000, keepalive = true })
+            ngx.say(lock and "held" or "not held")
+            lock = nil
+            collectgarbage()
+            collectgarbage()
+          }
+        }]] },
+    }
+    local r = res("drop")
+    local status, body = srv:get("/drop?r=" .. r)
+    assert.equal(200, status, log())
+    assert.equal("held\n", body, log())
+    -- well within the 3 s ttl (kept alive, it would stay for good)
+    assert(cluster.await_all(cl, function(i) return cluster.pttl(cl, i, r) == -2 end, 1500), log())
+  end)
 end)
