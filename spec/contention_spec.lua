@@ -25,10 +25,7 @@ local function hammer(mode, urls, run_ms)
       local argv = { "luajit", "spec/helpers/worker.lua", mode, logfile, counter, resource,
                      tostring(run_ms) }
       for _, u in ipairs(urls) do argv[#argv + 1] = u end
-      pids[w] = proc.spawn(argv, {
-        out = dir .. "/worker" .. w .. ".out",
-        env = { LUA_PATH = package.path, LUA_CPATH = package.cpath },
-      })
+      pids[w] = proc.spawn_luajit(argv, dir .. "/worker" .. w .. ".out")
     end
     for w = 1, WORKERS do
       assert(proc.wait_gone(pids[w], run_ms + 20000), "worker " .. w .. " did not finish")
@@ -111,8 +108,7 @@ describe("contention", function()
       local ready = dir .. "/ready"
       local argv = { "luajit", "spec/helpers/holder.lua", r, "300", ready }
       for _, u in ipairs(cl.urls) do argv[#argv + 1] = u end
-      local pid = proc.spawn(argv, { out = dir .. "/out",
-        env = { LUA_PATH = package.path, LUA_CPATH = package.cpath } })
+      local pid = proc.spawn_luajit(argv, dir .. "/out")
       local ok, e = pcall(function()
         local theirs = proc.wait_file(ready, 5000)
         local t0 = proc.now_ms()

@@ -106,22 +106,7 @@ describe("redlock inside nginx", function()
           f:write(("%%s %%d %%d %%d\n"):format(kind, ngx.worker.pid(), seq, sproc.now_us()))
           f:close()
         end
-        function rcmd(sock, ...)
-          local t = { "*" .. select("#", ...) }
-          for i = 1, select("#", ...) do
-            local a = tostring((select(i, ...)))
-            t[#t + 1] = "$" .. #a
-            t[#t + 1] = a
-          end
-          assert(sock:send(table.concat(t, "\r\n") .. "\r\n"))
-          local line = assert(sock:receive("*l"))
-          if line:sub(1, 1) == "$" then
-            local n = tonumber(line:sub(2))
-            if n < 0 then return nil end
-            return assert(sock:receive(n + 2)):sub(1, n)
-          end
-          return line
-        end
+        rcmd = require("helpers.resp").call
       ]]):format(resource, logfile, cnode.ports[1]),
       locations = { PING, [[
         location = /rmw {
@@ -150,8 +135,7 @@ describe("redlock inside nginx", function()
         local argv = { "luajit", "spec/helpers/rmw_worker.lua", logfile, stopfile, resource,
                        tostring(cnode.ports[1]) }
         for _, u in ipairs(cl.urls) do argv[#argv + 1] = u end
-        pids[w] = proc.spawn(argv, { out = dir .. "/w" .. w .. ".out",
-          env = { LUA_PATH = package.path, LUA_CPATH = package.cpath } })
+        pids[w] = proc.spawn_luajit(argv, dir .. "/w" .. w .. ".out")
       end
       proc.sleep_ms(200)
       local reqs = {}
@@ -214,8 +198,7 @@ describe("redlock inside nginx", function()
     local ready = dir .. "/ready"
     local argv = { "luajit", "spec/helpers/holder.lua", r, "700", ready }
     for _, u in ipairs(cl.urls) do argv[#argv + 1] = u end
-    local pid = proc.spawn(argv, { out = dir .. "/out",
-      env = { LUA_PATH = package.path, LUA_CPATH = package.cpath } })
+    local pid = proc.spawn_luajit(argv, dir .. "/out")
     local ok, err = pcall(function()
       proc.wait_file(ready, 5000)
       local reqs = { "/wait?r=" .. r }
@@ -441,8 +424,7 @@ describe("redlock inside nginx", function()
     local code = ([[local n = require "helpers.nginx"
       local s, b = n.request(%d, %q, { timeout_ms = 5000 })
       io.write(tostring(s), " ", tostring(b))]]):format(srv.port, "/with?r=" .. r)
-    local pid = proc.spawn({ "luajit", "-e", code }, { out = dir .. "/out",
-      env = { LUA_PATH = package.path, LUA_CPATH = package.cpath } })
+    local pid = proc.spawn_luajit({ "luajit", "-e", code }, dir .. "/out")
     local ok, err = pcall(function()
       local function holding()
         local n = 0

@@ -165,6 +165,12 @@ function M.spawn(argv, opts)
   return pid
 end
 
+--- Start a LuaJIT process (argv: luajit and its arguments) in the background
+-- that finds modules where this one does; return its pid. out: as for spawn.
+function M.spawn_luajit(argv, out)
+  return M.spawn(argv, { out = out, env = { LUA_PATH = package.path, LUA_CPATH = package.cpath } })
+end
+
 --- Wait until a file exists and is non-empty; return its contents.
 function M.wait_file(path, timeout_ms)
   local deadline = M.now_ms() + (timeout_ms or 5000)

@@ -10,6 +10,7 @@
 local proc = require "helpers.proc"
 local history = require "helpers.history"
 local socket = require "socket"
+local resp = require "helpers.resp"
 local redlock = require "redlock"
 
 local logpath, stopfile, resource, cport = arg[1], arg[2], arg[3], tonumber(arg[4])
@@ -19,21 +20,7 @@ for i = 5, #arg do urls[#urls + 1] = arg[i] end
 local conn = assert(socket.connect("127.0.0.1", cport))
 conn:settimeout(5)
 local function cmd(...)
-  local t = { "*" .. select("#", ...) }
-  for i = 1, select("#", ...) do
-    local a = tostring((select(i, ...)))
-    t[#t + 1] = "$" .. #a
-    t[#t + 1] = a
-  end
-  assert(conn:send(table.concat(t, "\r\n") .. "\r\n"))
-  local line = assert(conn:receive("*l"))
-  if line:sub(1, 1) == "$" then
-    local n = tonumber(line:sub(2))
-    if n < 0 then return nil end
-    local v = assert(conn:receive(n + 2))
-    return v:sub(1, n)
-  end
-  return line
+  return resp.call(conn, ...)
 end
 
 math.randomseed(proc.getpid())
