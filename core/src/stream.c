@@ -460,15 +460,20 @@ void rl_stream_init(rl_stream *s, const rl_url *url, int index, const rl_options
     snprintf(s->errstr, sizeof(s->errstr), "not connected");
 }
 
+/* Bytes wait that may be written now. */
+static int has_output(const rl_stream *s) {
+    return s->state == RL_STREAM_UP && writable_end(s) > s->out_off;
+}
+
 int rl_stream_take_wants(rl_stream *s) {
     int w = s->wants;
     s->wants = 0;
-    if (s->state == RL_STREAM_UP && writable_end(s) > s->out_off) w |= RL_WANT_WRITE;
+    if (has_output(s)) w |= RL_WANT_WRITE;
     return w;
 }
 
 int rl_stream_wanting(const rl_stream *s) {
-    return s->wants != 0 || (s->state == RL_STREAM_UP && writable_end(s) > s->out_off);
+    return s->wants != 0 || has_output(s);
 }
 
 void rl_stream_check_step(rl_stream *s, double now_ms) {

@@ -192,32 +192,35 @@ local function reader(call, i)
     retire_if_quiet(call)
 end
 
--- Do what the engine asks: close, connect (a reader per node), write.
+-- A reader for node i, which connects it.
+local function connect_node(call, i)
+    close_node(call, i)
+    local th, err = ngx.thread.spawn(reader, call, i)
+    if not th then
+        C.rl_engine_node_down(call.e, i, "cannot start a light thread: " .. tostring(err), now_ms())
+    elseif coroutine.status(th) ~= "dead" then
+        call.readers[i] = th
+    end
+end
+
+-- Do what the engine asks: close, connect (a reader per node), write; until
+-- it asks no more closes or connects (a connect that fails at once answers
+-- commands, and that may ask for more).
 local function service(call)
     local e, n = call.e, call.client.n
-    for _ = 1, 4 do
+    local asked = true
+    while asked do
+        asked = false
         local bits = C.rl_engine_wanting(e)
-        if bits == 0 then return end
-        local asked = false
         for i = 0, n - 1 do
             if band(bits, lshift(1, i)) ~= 0 then
                 local w = C.rl_engine_node_wants(e, i)
                 if band(w, WANT_CLOSE) ~= 0 then close_node(call, i) end
-                if band(w, WANT_CONNECT) ~= 0 then
-                    close_node(call, i)
-                    local th, err = ngx.thread.spawn(reader, call, i)
-                    if th then
-                        if coroutine.status(th) ~= "dead" then call.readers[i] = th end
-                    else
-                        C.rl_engine_node_down(e, i, "cannot start a light thread: " .. tostring(err), now_ms())
-                    end
-                    asked = true
-                end
+                if band(w, WANT_CONNECT) ~= 0 then connect_node(call, i) end
                 if band(w, WANT_WRITE) ~= 0 then write_node(call, i) end
-                asked = asked or band(w, WANT_CLOSE) ~= 0
+                asked = asked or band(w, WANT_CLOSE + WANT_CONNECT) ~= 0
             end
         end
-        if not asked then return end
     end
 end
 
