@@ -470,10 +470,10 @@ function keeper:free()
     self.entries = {}
 end
 
---- A keeper on the same client: kept locks are extended by ngx.timer
---- callbacks while the worker runs.
-function _M.keeper_new(_, _, _, _, _, client_)
-    return setmetatable({ client = client_, entries = {}, next_id = 0, stopped = false,
+--- The keeper of client d (a redlock.new table): kept locks are extended by
+--- ngx.timer callbacks on d's own client while the worker runs.
+function _M.keeper_new(d)
+    return setmetatable({ client = d.client, entries = {}, next_id = 0, stopped = false,
                           result = ffi_new("rl_result") }, keeper_mt)
 end
 

@@ -310,19 +310,12 @@ end
 local function keeper_of(self)
     local k = self.keeper
     if k == nil then
-        k = backend.keeper_new(self.urls, #self.servers, self.options, errbuf, C.RL_ERR_LEN, self.client)
+        -- Collected (or closed with the Lua state, as on an uncaught error
+        -- or os.exit(code, true)) with locks still kept, a keeper releases
+        -- them in bounded time instead of leaving them for their ttl.
+        k = backend.keeper_new(self, errbuf, RELEASE_BOUND_MS)
         if k == nil then return nil, "cannot start keep-alive: " .. ffi_string(errbuf) end
         local live = self.keeper_live
-        -- Collected (or closed with the Lua state, as on an uncaught error
-        -- or os.exit(code, true)) with locks still kept: release them, in
-        -- bounded time, instead of leaving them for their ttl.
-        if type(k) == "cdata" then
-            k = ffi_gc(k, function(p)
-                live.on = false
-                C.rl_keeper_release(p, RELEASE_BOUND_MS)
-                C.rl_keeper_free(p)
-            end)
-        end
         live.on = true
         self.keeper = k
         self.drop_guard = drop_guard_for(k, live)

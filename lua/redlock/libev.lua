@@ -41,11 +41,19 @@ function _M.client_new(urls, n, opts, errbuf, errlen)
     return ffi.gc(c, C.rl_client_free)
 end
 
---- A keeper for the same nodes (rl_keeper_new's arguments); nil with errbuf filled.
-function _M.keeper_new(urls, n, opts, errbuf, errlen)
-    local k = C.rl_keeper_new(urls, n, opts, errbuf, errlen)
+--- The keeper of client d (a redlock.new table): a thread of its own on the
+--- same nodes. Collected with locks still kept, it first clears
+--- d.keeper_live.on (what kept locks' finalizers check), then releases them
+--- within bound_ms. nil with errbuf filled on failure.
+function _M.keeper_new(d, errbuf, bound_ms)
+    local k = C.rl_keeper_new(d.urls, #d.servers, d.options, errbuf, C.RL_ERR_LEN)
     if k == nil then return nil end
-    return k
+    local live = d.keeper_live
+    return ffi.gc(k, function(p)
+        live.on = false
+        C.rl_keeper_release(p, bound_ms)
+        C.rl_keeper_free(p)
+    end)
 end
 
 return _M
