@@ -26,6 +26,7 @@ local C = require("redlock.cdefs").lib
 
 local ngx = ngx
 local semaphore = require "ngx.semaphore"
+local get_request = require("resty.core.base").get_request
 local ffi_string, ffi_new, band, lshift = ffi.string, ffi.new, bit.band, bit.lshift
 local now_ms = C.rl_now_ms
 local co_running = coroutine.running
@@ -63,7 +64,7 @@ local out_ptr = ffi_new("const char *[1]")
 -- left in flight, so a call allocates nothing once the client is warm.
 local function new_call(self, e)
     return { client = self, e = e, socks = {}, readers = {}, gen = {}, writing = {},
-             sema = semaphore.new(0), co = nil, in_call = false, retired = true }
+             sema = semaphore.new(0), co = nil, req = nil, in_call = false, retired = true }
 end
 
 local function take_call(self)
@@ -73,7 +74,7 @@ local function take_call(self)
         if e == nil then return nil, ffi_string(self.errbuf) end
         call = new_call(self, ffi.gc(e, C.rl_engine_free))
     end
-    call.co, call.in_call, call.retired = co_running(), true, false
+    call.co, call.req, call.in_call, call.retired = co_running(), get_request(), true, false
     return call
 end
 
@@ -82,9 +83,11 @@ local function wake(call)
 end
 
 -- Close node i's socket (its reader, if blocked on it, is killed first:
--- only the coroutine that spawned it can, and that is the caller).
+-- only the coroutine that spawned it can, and that is the caller). A write
+-- the reader had begun is over with it.
 local function close_node(call, i)
     call.gen[i] = (call.gen[i] or 0) + 1
+    call.writing[i] = false
     local r = call.readers[i]
     if r and coroutine.status(r) ~= "dead" and r ~= co_running() then ngx.thread.kill(r) end
     call.readers[i] = nil
@@ -93,23 +96,28 @@ local function close_node(call, i)
     if sock then sock:close() end
 end
 
--- Write what the engine has for node i. One writer per socket at a time.
+-- Write what the engine has for node i, until nothing is left: what was
+-- queued while a send yielded (a reply's EVAL, a cleanup decided meanwhile)
+-- goes out too, since nobody else may be driving the engine by then. One
+-- writer per socket at a time.
 local function write_node(call, i)
     local sock = call.socks[i]
     if sock == nil or call.writing[i] then return end
-    local e = call.e
-    local len = tonumber(C.rl_engine_node_output(e, i, out_ptr))
-    if len == 0 then return end
-    local data, gen = ffi_string(out_ptr[0], len), call.gen[i]
-    call.writing[i] = true
-    local sent, err = sock:send(data)
-    call.writing[i] = false
-    if call.gen[i] ~= gen then return end -- closed while the send yielded
-    if sent then
+    local e, gen = call.e, call.gen[i]
+    while true do
+        local len = tonumber(C.rl_engine_node_output(e, i, out_ptr))
+        if len == 0 then return end
+        local data = ffi_string(out_ptr[0], len)
+        call.writing[i] = true
+        local sent, err = sock:send(data)
+        if call.gen[i] ~= gen then return end -- closed while the send yielded
+        call.writing[i] = false
+        if not sent then
+            close_node(call, i)
+            C.rl_engine_node_down(e, i, "connection lost: " .. tostring(err), now_ms())
+            return
+        end
         C.rl_engine_node_wrote(e, i, len, now_ms())
-    else
-        close_node(call, i)
-        C.rl_engine_node_down(e, i, "connection lost: " .. tostring(err), now_ms())
     end
 end
 
@@ -118,6 +126,7 @@ local function park(call, i)
     local sock = call.socks[i]
     call.socks[i], call.readers[i] = nil, nil
     call.gen[i] = (call.gen[i] or 0) + 1
+    call.writing[i] = false
     if sock == nil then return end
     if C.rl_engine_node_detach(call.e, i, now_ms()) == 1 then
         local ok = sock:setkeepalive(POOL_IDLE_MS, POOL_SIZE)
@@ -241,7 +250,10 @@ function client:begin(kind, resource, len, value, ttl)
     if why then self.err = why; return RL_ERR end
     local co = co_running()
     local call = self.calls[co]
-    if call == nil then
+    -- nginx reuses coroutines across requests: a call still serving the
+    -- tail of an earlier request (its sockets belong to that request) is
+    -- not this one's
+    if call == nil or call.req ~= get_request() then
         local err
         call, err = take_call(self)
         if call == nil then self.err = err; return RL_ERR end
