@@ -5,6 +5,29 @@
  * algorithm: every operation is a *round* that sends one command to all
  * nodes at once and counts replies until the outcome is certain.
  *
+ * Every round (acquire, release, extend) is decided as soon as a quorum
+ * agrees or a quorum has become impossible; the caller gets its result
+ * then, and never waits for a node slower than the quorum. What the slower
+ * nodes still owe is the round's *tail*, served without the caller: their
+ * late replies still pair with their commands (and a late NOSCRIPT still
+ * gets its EVAL re-sent), until they are in or the node timeout has passed.
+ * The cleanup after a failed acquire (a release on every node the SET may
+ * have reached) is a tail too. A result shows a node that had not answered
+ * at the decision as RL_NODE_PENDING. Who drives a tail:
+ *   - rl_client: whatever next drives the client's loop (any rl_* call that
+ *     waits: rl_run, rl_wait, rl_sleep, the blocking calls) and
+ *     rl_client_free, which serves tails for at most the node timeout. The
+ *     commands of a tail are written before a blocking call returns, so
+ *     between calls nothing is left in our buffers; the replies wait in the
+ *     socket until the next call, and a tail is over by its node timeout,
+ *     so tails never outnumber the operations begun within one node
+ *     timeout (plus those of the last call);
+ *   - rl_keeper: its own thread, all the time;
+ *   - the engine (rl_engine_*): its driver, through rl_engine_tails;
+ *   - inside nginx (lua/redlock): each node's reader light thread, for at
+ *     most a node timeout after the call; a connection still owed replies
+ *     after that is closed, never pooled.
+ *
  * The API is pull-style and written for the LuaJIT FFI:
  *   - the library never calls back into foreign code;
  *   - functions return RL_OK or RL_ERR (or a count, or an id >= 0) and fill
@@ -46,7 +69,7 @@ enum {
 
 /* How an operation ended (rl_result.status). */
 enum {
-    RL_STATUS_PENDING = 0,      /* not decided yet (acquire/extend decide at quorum; release hears every node) */
+    RL_STATUS_PENDING = 0,      /* not decided yet (every round decides at quorum, or once quorum is impossible) */
     RL_STATUS_OK = 1,           /* quorum agreed (and, for acquire/extend, validity > 0) */
     RL_STATUS_BUSY = 2,         /* acquire: enough nodes hold another value that quorum is impossible */
     RL_STATUS_UNAVAILABLE = 3,  /* too few nodes answered usefully (errors, timeouts, down) */
@@ -56,7 +79,7 @@ enum {
 
 /* What one node said in a round (rl_node_result.state). */
 enum {
-    RL_NODE_PENDING = 0,  /* no answer yet (or not needed: decided early) */
+    RL_NODE_PENDING = 0,  /* no answer yet when the round was decided (it is in the tail) */
     RL_NODE_OK = 1,       /* voted for: key set / deleted / extended */
     RL_NODE_TAKEN = 2,    /* voted against: key holds another value (or none, for release/extend) */
     RL_NODE_ERROR = 3,    /* error reply, bad reply, lost or absent connection */
@@ -121,8 +144,9 @@ void rl_options_init(rl_options *opts);
 rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *opts,
                          char *err, size_t errlen);
 
-/* Close every connection and free the client. Operations in flight are
- * abandoned (their results are lost). NULL is ignored. */
+/* Close every connection and free the client. Tails still running (see
+ * above) are served first, for at most the node timeout; operations in
+ * flight are abandoned (their results are lost). NULL is ignored. */
 void rl_client_free(rl_client *c);
 
 /* Number of nodes, and the name of node i (its URL without password). */
@@ -321,9 +345,14 @@ int rl_engine_collect(rl_engine *e, rl_result *out);
  * is still in flight; RL_ERR if id is not an operation in flight. */
 int rl_engine_take(rl_engine *e, int id, rl_result *out);
 
-/* Finished operations not yet collected, and operations still in flight. */
+/* Finished operations not yet collected, operations still in flight (not
+ * decided), and decided operations whose tail is still running (replies
+ * owed by nodes slower than the quorum, or a failed acquire's cleanup). A
+ * driver that stops (closes its connections) with tails left should first
+ * drive them until rl_engine_tails is 0 or a node timeout has passed. */
 int rl_engine_done(const rl_engine *e);
 int rl_engine_inflight(const rl_engine *e);
+int rl_engine_tails(const rl_engine *e);
 
 /*
  * Keep-alive. A keeper owns a thread with its own connections to the same

@@ -40,6 +40,7 @@ struct rl_client {
     double armed_at;         /* when the deadline timer fires (0: not armed) */
     ev_timer run_timer;      /* bounds rl_run / rl_sleep */
     int run_expired;
+    int node_timeout_ms;     /* bounds the tails served by rl_client_free */
 };
 
 static void service(rl_client *c);
@@ -272,6 +273,7 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
      * names cost one connect_timeout, not N. Rounds never wait for a lookup. */
     rl_options defaults;
     if (opts == NULL) rl_options_init(&defaults), opts = &defaults;
+    c->node_timeout_ms = opts->node_timeout_ms;
     for (int i = 0; i < nurls; i++) {
         rl_link *l = &c->links[i];
         l->client = c;
@@ -288,8 +290,22 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
     return c;
 }
 
+static void arm_run_timer(rl_client *c, int ms);
+
+/* Serve the tails still running (late replies, EVALs after a NOSCRIPT,
+ * cleanups) for at most a node timeout, so that what they send gets out
+ * before the connections close. */
+static void finish_tails(rl_client *c) {
+    if (rl_engine_tails(c->engine) == 0) return;
+    arm_run_timer(c, c->node_timeout_ms);
+    while (rl_engine_tails(c->engine) > 0 && !c->run_expired) ev_run(c->loop, EVRUN_ONCE);
+    ev_timer_stop(c->loop, &c->run_timer);
+    flush_all(c);
+}
+
 void rl_client_free(rl_client *c) {
     if (c == NULL) return;
+    finish_tails(c);
     for (int i = 0; i < c->nnodes; i++) {
         link_close(&c->links[i]);
         rl_conn_free(&c->links[i].conn);

@@ -4,15 +4,24 @@
  *
  * An operation lives in a slot that is allocated once and reused. It goes
  * through phases:
- *   ROUND    its command is queued on every node; replies vote (round.c);
- *   CLEANUP  (failed acquire only) release on every node the SET may have
- *            reached, waiting for those replies or the node timeout;
- *   DONE     on the done list, waiting to be collected;
+ *   ROUND    its command is queued on every node; replies vote (round.c)
+ *            until the round is decided: at quorum, or once quorum is out of
+ *            reach, or at the node timeout. The result is then ready (on the
+ *            done list) and the caller may take it; what is still owed is the
+ *            operation's tail, served without the caller:
+ *   TAIL     replies to the round's command still owed by nodes slower than
+ *            the quorum: each still pairs with its command, and a NOSCRIPT
+ *            still gets its EVAL; they no longer change the result. Ends when
+ *            all are in, or at the round's node timeout (a node late past it
+ *            gets its step checked, as in a round that timed out);
+ *   CLEANUP  (failed acquire) the release on every node the SET may have
+ *            reached, until those replies are in or the node timeout;
+ *   QUIET    nothing owed; the slot waits for its result to be taken;
  *   FREE     on the free list.
- * Each phase change bumps the slot's generation; a reply carries the
- * generation it was sent under (its ticket), so a late reply can never vote
- * in a later phase or a later operation. Each phase's deadline sits in a
- * heap keyed by slot. */
+ * A slot is freed once its result is taken and it is QUIET. Each phase
+ * change bumps the slot's generation; a reply carries the generation it was
+ * sent under (its ticket), so a late reply can never vote in a later phase
+ * or a later operation. Each phase's deadline sits in a heap keyed by slot. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +34,7 @@
 #include "stream.h"
 #include "value.h"
 
-enum { OP_FREE = 0, OP_ROUND, OP_CLEANUP, OP_DONE };
+enum { OP_FREE = 0, OP_ROUND, OP_TAIL, OP_CLEANUP, OP_QUIET };
 
 typedef struct rl_op {
     rl_result res;
@@ -34,8 +43,9 @@ typedef struct rl_op {
     unsigned uses;           /* operations begun in this slot: the high bits of its id */
     unsigned gen;
     int phase;
-    unsigned sent;           /* bit i: this phase's command was queued on node i */
-    int cleanup_pending;     /* cleanup replies still awaited */
+    int taken;               /* the result was collected */
+    unsigned sent;           /* bit i: the round's command was queued on node i */
+    unsigned owed;           /* bit i: node i still owes a reply to this phase's command */
     unsigned cleanup_sent;   /* bit i: node i was sent the cleanup */
     rl_mark cleanup_out[RL_MAX_NODES];  /* where each node's cleanup ends in its output */
     rl_buf key;              /* prefix + resource */
@@ -59,8 +69,8 @@ struct rl_engine {
     int nops, capops;
     rl_op *free_ops;
     rl_op *done_head, *done_tail;
-    int ndone, inflight;
-    rl_deadlines deadlines;  /* the current phase's deadline of every op in ROUND or CLEANUP */
+    int ndone, inflight, tails;
+    rl_deadlines deadlines;  /* the current phase's deadline of every op in ROUND, TAIL or CLEANUP */
 };
 
 void rl_options_init(rl_options *o) {
@@ -231,11 +241,8 @@ static void start_timer(rl_engine *e, rl_op *op) {
     rl_deadlines_set(&e->deadlines, op->slot, e->now + e->opts.node_timeout_ms);
 }
 
-/* The operation is finished: hand it to the done list. */
-static void op_complete(rl_engine *e, rl_op *op) {
-    rl_deadlines_remove(&e->deadlines, op->slot);
-    op->gen++;
-    op->phase = OP_DONE;
+/* The round is decided: its result goes on the done list for the caller. */
+static void op_publish(rl_engine *e, rl_op *op) {
     op->prev = e->done_tail;
     op->next = NULL;
     if (e->done_tail) e->done_tail->next = op;
@@ -245,6 +252,17 @@ static void op_complete(rl_engine *e, rl_op *op) {
     e->inflight--;
 }
 
+/* Nothing more is owed to the operation: replies still to come are late,
+ * and are ignored. The slot is freed if its result was taken. */
+static void op_quiet(rl_engine *e, rl_op *op) {
+    rl_deadlines_remove(&e->deadlines, op->slot);
+    if (op->phase == OP_TAIL || op->phase == OP_CLEANUP) e->tails--;
+    op->gen++;
+    op->phase = OP_QUIET;
+    op->owed = 0;
+    if (op->taken) op_free(e, op);
+}
+
 /* A failed acquire: release on every node the SET may have reached. A node
  * that answered "taken" holds another value, never ours, so it is skipped.
  * If the release cannot even be encoded (out of memory), the result says so
@@ -252,7 +270,7 @@ static void op_complete(rl_engine *e, rl_op *op) {
 static void op_start_cleanup(rl_engine *e, rl_op *op) {
     op->gen++;
     op->phase = OP_CLEANUP;
-    op->cleanup_pending = 0;
+    op->owed = 0;
     op->cleanup_sent = 0;
     int encoded = rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, op->res.value) == 0;
     rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, e->now, 0, 0};
@@ -260,7 +278,7 @@ static void op_start_cleanup(rl_engine *e, rl_op *op) {
         rl_node_result *n = &op->res.node[i];
         if (!(op->sent & (1u << i)) || n->state == RL_NODE_TAKEN) continue;
         if (encoded && rl_stream_send(&e->nodes[i], op->cmd.data, op->cmd.len, t, e->now) == 0) {
-            op->cleanup_pending++;
+            op->owed |= 1u << i;
             op->cleanup_sent |= 1u << i;
             op->cleanup_out[i] = rl_stream_mark(&e->nodes[i]);
         } else if (n->errstr[0] == '\0') {
@@ -268,31 +286,39 @@ static void op_start_cleanup(rl_engine *e, rl_op *op) {
             snprintf(n->errstr, sizeof(n->errstr), "%s", encoded ? "cleanup not sent: node down" : "cleanup not sent: out of memory");
         }
     }
-    if (op->cleanup_pending > 0) start_timer(e, op);
+    e->tails++;
+    if (op->owed) start_timer(e, op);
+    else op_quiet(e, op);
 }
 
-/* A healthy node answers within the node timeout. One that did not, in a
- * round it was sent, may be out of step (a reply lost in flight shifts the
+/* A healthy node answers within the node timeout. One that did not, to a
+ * command it was sent, may be out of step (a reply lost in flight shifts the
  * stream for good: each reply then answers the command before its own), may
  * hang (the stall watchdog resets it), or may be working through a backlog (a
  * large batch): a step check tells them apart without resetting a backlog,
  * which would throw away what is queued behind it (the cleanups of failed
- * acquires) while the commands already sent still run. A node left pending by
- * an early decision says nothing either way. */
+ * acquires) while the commands already sent still run. */
 static void check_late_nodes(rl_engine *e, const rl_op *op) {
     for (int i = 0; i < e->nnodes; i++)
-        if ((op->sent & (1u << i)) && op->res.node[i].state == RL_NODE_TIMEOUT) rl_stream_check_step(&e->nodes[i], e->now);
+        if (op->owed & (1u << i)) rl_stream_check_step(&e->nodes[i], e->now);
 }
 
-/* The round is decided. */
-static void op_round_decided(rl_engine *e, rl_op *op) {
-    rl_deadlines_remove(&e->deadlines, op->slot);
-    check_late_nodes(e, op);
+/* The round is decided; timed_out: by its node timeout, so the nodes still
+ * owing a reply are late (a late reply will be ignored). Otherwise they are
+ * the tail, served until the same node timeout. A failed acquire goes on to
+ * its cleanup instead. */
+static void op_round_decided(rl_engine *e, rl_op *op, int timed_out) {
+    op_publish(e, op);
+    if (timed_out) check_late_nodes(e, op);
     if (op->res.op == RL_OP_ACQUIRE && op->res.status != RL_STATUS_OK) {
+        rl_deadlines_remove(&e->deadlines, op->slot);
         op_start_cleanup(e, op);
-        if (op->cleanup_pending > 0) return;
+    } else if (op->owed && !timed_out) {
+        op->phase = OP_TAIL; /* the round's deadline stays */
+        e->tails++;
+    } else {
+        op_quiet(e, op);
     }
-    op_complete(e, op);
 }
 
 static int is_noscript(const rl_reply *r) {
@@ -328,9 +354,11 @@ static void on_node_reply(void *owner, int node, rl_ticket t, const rl_reply *re
         if (is_noscript(reply)) rl_stream_load_scripts(&e->nodes[node], e->now);
         return;
     }
-    /* A script the node does not know is sent as EVAL, once. (NOSCRIPT to a
-     * SET is just a failed vote: there is no script to send.) */
+    /* A script the node does not know is sent as EVAL, once, in the round
+     * or its tail alike. (NOSCRIPT to a SET is just a failed vote: there is
+     * no script to send.) */
     if (is_noscript(reply) && t.kind != RL_OP_ACQUIRE && !t.eval && resend_as_eval(e, op, node, t) == 0) return;
+    op->owed &= ~(1u << node);
     if (op->phase == OP_ROUND) {
         int decided;
         if (is_noscript(reply) && t.eval) {
@@ -342,9 +370,9 @@ static void on_node_reply(void *owner, int node, rl_ticket t, const rl_reply *re
         } else {
             decided = rl_round_reply(&op->round, node, reply, errstr, e->now);
         }
-        if (decided) op_round_decided(e, op);
-    } else if (op->phase == OP_CLEANUP) {
-        if (--op->cleanup_pending == 0) op_complete(e, op);
+        if (decided) op_round_decided(e, op, 0);
+    } else if (op->owed == 0) {
+        op_quiet(e, op); /* the tail, or the cleanup, is complete */
     }
 }
 
@@ -361,7 +389,10 @@ static int cleanup_out(rl_engine *e, const rl_op *op) {
 static void op_timeout(rl_engine *e, rl_op *op) {
     if (op->phase == OP_ROUND) {
         rl_round_expire(&op->round, e->timeout_text, e->now);
-        op_round_decided(e, op);
+        op_round_decided(e, op, 1);
+    } else if (op->phase == OP_TAIL) {
+        check_late_nodes(e, op);
+        op_quiet(e, op);
     } else if (op->phase == OP_CLEANUP) {
         /* A connection still waiting for its setup has sent neither the SET
          * nor the cleanup: drop it rather than wait, so neither goes out
@@ -373,7 +404,7 @@ static void op_timeout(rl_engine *e, rl_op *op) {
                 rl_stream_drop_if_unready(&e->nodes[i], "connection reset: no answer to its setup (AUTH/SELECT/INFO) in time",
                                           e->now);
         if (op->phase != OP_CLEANUP || op->gen != gen) return;
-        if (cleanup_out(e, op)) op_complete(e, op);
+        if (cleanup_out(e, op)) op_quiet(e, op);
         else start_timer(e, op); /* still in our buffer: a socket that was full */
     } else {
         rl_deadlines_remove(&e->deadlines, op->slot);
@@ -428,7 +459,8 @@ static int begin(rl_engine *e, int kind, const char *resource, size_t len, const
     op->res.id = rl_opid_make(op->uses, op->slot);
     op->gen++;
     op->phase = OP_ROUND;
-    op->sent = 0;
+    op->taken = 0;
+    op->sent = op->owed = 0;
     e->inflight++;
     rl_round_start(&op->round, &op->res, kind, e->nnodes, e->quorum, ttl_ms, e->opts.drift_factor, now);
     start_timer(e, op);
@@ -436,8 +468,9 @@ static int begin(rl_engine *e, int kind, const char *resource, size_t len, const
     for (int i = 0; i < e->nnodes && op->phase == OP_ROUND; i++) {
         if (rl_stream_send(&e->nodes[i], op->cmd.data, op->cmd.len, t, now) == 0) {
             op->sent |= 1u << i;
+            op->owed |= 1u << i;
         } else if (rl_round_vote(&op->round, i, RL_NODE_ERROR, e->nodes[i].errstr, now)) {
-            op_round_decided(e, op);
+            op_round_decided(e, op, 0);
         }
     }
     return op->res.id;
@@ -554,19 +587,26 @@ static void copy_result(const rl_op *op, rl_result *out) {
 }
 
 /* The operation id names, or NULL if it is not in flight (never begun, or
- * already collected). */
+ * already collected: a tail left running belongs to nobody). */
 static rl_op *op_of(const rl_engine *e, int id) {
     if (id < 0 || rl_opid_slot(id) >= e->nops) return NULL;
     rl_op *op = e->ops[rl_opid_slot(id)];
-    return op->phase != OP_FREE && op->res.id == id ? op : NULL;
+    return op->phase != OP_FREE && !op->taken && op->res.id == id ? op : NULL;
+}
+
+/* Hand a decided operation's result to the caller. Its slot is freed now,
+ * or when its tail ends. */
+static void op_take(rl_engine *e, rl_op *op, rl_result *out) {
+    done_unlink(e, op);
+    copy_result(op, out);
+    op->taken = 1;
+    if (op->phase == OP_QUIET) op_free(e, op);
 }
 
 int rl_engine_collect(rl_engine *e, rl_result *out) {
     rl_op *op = e->done_head;
     if (op == NULL || out == NULL) return 0;
-    done_unlink(e, op);
-    copy_result(op, out);
-    op_free(e, op);
+    op_take(e, op, out);
     return 1;
 }
 
@@ -576,16 +616,14 @@ int rl_engine_take(rl_engine *e, int id, rl_result *out) {
         snprintf(e->errstr, sizeof(e->errstr), "no operation %d in flight", id);
         return RL_ERR;
     }
-    if (op->phase != OP_DONE) return 0;
-    done_unlink(e, op);
-    copy_result(op, out);
-    op_free(e, op);
+    if (op->phase == OP_ROUND) return 0;
+    op_take(e, op, out);
     return 1;
 }
 
 int rl_engine_finished(const rl_engine *e, int id) {
     rl_op *op = op_of(e, id);
-    return op == NULL ? RL_ERR : op->phase == OP_DONE;
+    return op == NULL ? RL_ERR : op->phase != OP_ROUND;
 }
 
 int rl_engine_done(const rl_engine *e) {
@@ -594,6 +632,10 @@ int rl_engine_done(const rl_engine *e) {
 
 int rl_engine_inflight(const rl_engine *e) {
     return e->inflight;
+}
+
+int rl_engine_tails(const rl_engine *e) {
+    return e->tails;
 }
 
 double rl_engine_held_until(const rl_engine *e, int id) {

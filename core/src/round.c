@@ -34,13 +34,10 @@ static double validity(const rl_round *r, double elapsed_ms) {
 }
 
 /* Decide if the outcome is certain: quorum reached, or no longer reachable.
- * Release and extend wait for every node (or the node timeout) instead: the
- * point of a release is that the keys are gone everywhere reachable, and an
- * extension should reach every node that still holds our value (a late one
- * may first need its script re-sent after NOSCRIPT). Acquire decides early. */
+ * Every kind of round decides this way; the nodes that have not answered
+ * yet are its tail, which the engine goes on serving without the caller. */
 static int try_decide(rl_round *r, double now_ms) {
     rl_result *res = r->res;
-    if (res->op != RL_OP_ACQUIRE && r->pending > 0) return 0;
     int against = res->nodes - res->quorum; /* votes against that still leave quorum possible */
     if (res->ok >= res->quorum) {
         res->elapsed_ms = now_ms - r->start_ms;

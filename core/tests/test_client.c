@@ -38,13 +38,35 @@ static void stop_all(void) {
     for (int i = 0; i < NODES; i++) stop_node(i);
 }
 
-/* Wait until every node takes part (they are up and we are connected).
- * An acquire decides at quorum, a release hears every node: count on that. */
+/* 1 if node i holds value under key (asked with redis-cli, not the client). */
+static int node_holds(int i, const char *key, const char *value) {
+    char cmd[160], got[64] = "";
+    snprintf(cmd, sizeof(cmd), "timeout 5 redis-cli -p %d GET %s 2>/dev/null", ports[i], key);
+    FILE *p = popen(cmd, "r");
+    if (p == NULL) return 0;
+    if (fgets(got, sizeof(got), p) == NULL) got[0] = '\0';
+    pclose(p);
+    got[strcspn(got, "\n")] = '\0';
+    return strcmp(got, value) == 0;
+}
+
+/* Wait until every node takes part (they are up and we are connected): a
+ * lock this client takes shows on every node. Rounds decide at quorum, so
+ * that is looked up on the nodes themselves while the client serves the
+ * rest of the round (its tail). */
 static int wait_ready(rl_client *c, rl_result *r) {
     for (int tries = 0; tries < 200; tries++) {
-        if (verdict(rl_acquire(c, "ready", 5, 1000, r), r) == RL_STATUS_OK &&
-            verdict(rl_release(c, "ready", 5, r->value, r), r) == RL_STATUS_OK && r->ok == NODES)
-            return 0;
+        if (verdict(rl_acquire(c, "ready", 5, 1000, r), r) == RL_STATUS_OK) {
+            char value[RL_VALUE_LEN + 1];
+            memcpy(value, r->value, sizeof(value));
+            int everywhere = 0;
+            for (int k = 0; k < 10 && !everywhere; k++) {
+                rl_sleep(c, 5);
+                everywhere = 1;
+                for (int i = 0; i < NODES && everywhere; i++) everywhere = node_holds(i, "ready", value);
+            }
+            if (verdict(rl_release(c, "ready", 5, value, r), r) == RL_STATUS_OK && everywhere) return 0;
+        }
         rl_sleep(c, 25);
     }
     return -1;
@@ -61,7 +83,7 @@ static void acquire_release_extend(rl_client *c, rl_result *r) {
     CHECK_INT(verdict(rl_extend(c, "res\0x", 5, value, 20000, r), r), RL_STATUS_OK);
     CHECK(r->validity_ms > 19000);
     CHECK_INT(verdict(rl_release(c, "res\0x", 5, value, r), r), RL_STATUS_OK);
-    CHECK_INT(r->ok, NODES);
+    CHECK_INT(r->failed, 0);
     CHECK_INT(verdict(rl_release(c, "res\0x", 5, value, r), r), RL_STATUS_NOT_HELD);
     CHECK_INT(verdict(rl_extend(c, "res\0x", 5, value, 1000, r), r), RL_STATUS_NOT_HELD);
     free(other);
@@ -147,18 +169,18 @@ static void commands_larger_than_the_socket(void) {
     memset(name, 'b', BIG);
     CHECK_INT(wait_ready(c, r), 0);
     CHECK_INT(big_batch(c, r, name, BIG, 'a', COUNT), COUNT);
-    CHECK_INT(r->ok, NODES);
+    CHECK_INT(r->failed, 0);
 
     kill(pids[2], SIGSTOP);
     CHECK_INT(big_batch(c, r, name, BIG, 'a', COUNT), COUNT);
-    CHECK(r->node[2].state == RL_NODE_ERROR || r->node[2].state == RL_NODE_TIMEOUT);
+    CHECK(r->node[2].state != RL_NODE_OK);
     kill(pids[2], SIGCONT);
     CHECK_INT(wait_ready(c, r), 0);
     /* Other names: the SETs that sat in the stalled node's socket when its
      * connection was reset run once it resumes, and hold those keys there
      * until their ttl (one minority vote; a known limit). */
     CHECK_INT(big_batch(c, r, name, BIG, 'A', 2), 2);
-    CHECK_INT(r->ok, NODES);
+    CHECK_INT(r->failed, 0);
     free(name);
     free(r);
     rl_client_free(c);
@@ -253,11 +275,59 @@ static void dead_and_stalled_nodes(rl_client *c, rl_result *r) {
     CHECK_INT(verdict(rl_acquire(c, "stall", 5, 5000, r), r), RL_STATUS_OK);
     char value[RL_VALUE_LEN + 1];
     memcpy(value, r->value, sizeof(value));
-    rl_release(c, "stall", 5, value, r);
-    CHECK_INT(r->node[2].state, RL_NODE_TIMEOUT);
+    /* decided by the two that answer: the stalled node is the tail */
+    CHECK_INT(verdict(rl_release(c, "stall", 5, value, r), r), RL_STATUS_OK);
+    CHECK_INT(r->node[2].state, RL_NODE_PENDING);
     rl_sleep(c, 600); /* past stall_reset_ms: the connection is reset */
     kill(pids[2], SIGCONT);
     CHECK_INT(wait_ready(c, r), 0);
+}
+
+/* A release decided without a stalled node leaves that node the tail of the
+ * round: the node answers NOSCRIPT once it resumes (its scripts were
+ * flushed), the client's next calls send it the EVAL, and the key goes there
+ * too. Closing a client with a tail still running returns and leaks nothing
+ * (the sanitizer build checks the leak). */
+static void tails_run_after_the_decision(void) {
+    char err[RL_ERR_LEN], cmd[96];
+    rl_options o;
+    rl_options_init(&o);
+    o.node_timeout_ms = 3000; /* the stall below stays well inside the node timeout */
+    o.stall_reset_ms = 10000;
+    rl_client *c = rl_client_new(url_list, NODES, &o, err, sizeof(err));
+    rl_result *r = calloc(1, sizeof(*r));
+    CHECK(c != NULL && r != NULL);
+    CHECK_INT(wait_ready(c, r), 0);
+    CHECK_INT(verdict(rl_acquire(c, "tail", 4, 60000, r), r), RL_STATUS_OK);
+    char value[RL_VALUE_LEN + 1];
+    memcpy(value, r->value, sizeof(value));
+    for (int k = 0; k < 100 && !node_holds(2, "tail", value); k++) rl_sleep(c, 10);
+    CHECK(node_holds(2, "tail", value));
+    snprintf(cmd, sizeof(cmd), "redis-cli -p %d SCRIPT FLUSH >/dev/null", ports[2]);
+    CHECK_INT(system(cmd), 0);
+    kill(pids[2], SIGSTOP);
+    CHECK_INT(verdict(rl_release(c, "tail", 4, value, r), r), RL_STATUS_OK);
+    CHECK_INT(r->ok, 2);
+    CHECK_INT(r->node[2].state, RL_NODE_PENDING);
+    CHECK(node_holds(0, "tail", "") && node_holds(1, "tail", ""));
+    rl_sleep(c, 200);
+    kill(pids[2], SIGCONT);
+    int gone = 0;
+    for (int k = 0; k < 200 && !gone; k++) {
+        rl_sleep(c, 10);
+        gone = node_holds(2, "tail", "");
+    }
+    CHECK(gone);
+
+    /* close with a tail running: node 2 stalled, its reply owed */
+    CHECK_INT(verdict(rl_acquire(c, "tail", 4, 60000, r), r), RL_STATUS_OK);
+    memcpy(value, r->value, sizeof(value));
+    kill(pids[2], SIGSTOP);
+    CHECK_INT(verdict(rl_release(c, "tail", 4, value, r), r), RL_STATUS_OK);
+    CHECK_INT(r->node[2].state, RL_NODE_PENDING);
+    rl_client_free(c);
+    kill(pids[2], SIGCONT);
+    free(r);
 }
 
 static void keeper_extends_and_releases(void) {
@@ -441,6 +511,7 @@ int main(void) {
     commands_larger_than_the_socket();
     misuse_is_refused(c, r);
     dead_and_stalled_nodes(c, r);
+    tails_run_after_the_decision();
     keeper_extends_and_releases();
     keeper_extends_many_ttls();
     keeper_hung_extensions();

@@ -578,7 +578,9 @@ function dlm:close()
     client:free()
 end
 
---- Extend the lock to ttl ms (default: its ttl) from now. true or nil, err, detail.
+--- Extend the lock to ttl ms (default: its ttl) from now. true, nil, detail
+--- or nil, err, detail. Decided at quorum: a node that had not answered by
+--- then is "pending" in detail (it is still extended if it holds our value).
 function lock:extend(ttl)
     check_self(self, lock_mt, "extend", "a lock", "lock:extend(ttl)")
     if ttl == nil then ttl = self.ttl else check_ms(1, "extend", "ttl", ttl) end
@@ -605,13 +607,16 @@ function lock:extend(ttl)
         -- the keeper goes on with this ttl, not the one it was handed
         self.dlm.keeper:update(self.kept, ttl, started, self.valid_until)
     end
-    return true
+    return true, nil, detail_of(self.dlm, result)
 end
 
---- Release the lock on every node. true, or nil, err, detail ("not held" when
---- our value was no longer on a quorum: it expired or was taken over). After
---- a failure the lock may be unlocked again (say, once nodes are back); once
---- it succeeded, unlocking again returns nil, "invalid", detail.
+--- Release the lock on every node. true, nil, detail once a quorum deleted
+--- our value, or nil, err, detail ("not held" when our value was no longer
+--- on a quorum: it expired or was taken over). Decided at quorum: a node that
+--- had not answered by then is "pending" in detail, and the client sends it
+--- the rest (a late NOSCRIPT gets its EVAL) on its next calls, or close().
+--- After a failure the lock may be unlocked again (say, once nodes are
+--- back); once it succeeded, unlocking again returns nil, "invalid", detail.
 function lock:unlock()
     check_self(self, lock_mt, "unlock", "a lock", "lock:unlock()")
     if self.released then
@@ -626,7 +631,7 @@ function lock:unlock()
     if result.status == OK then
         self.released = true
         self.dlm.live[self] = nil
-        return true
+        return true, nil, detail_of(self.dlm, result)
     end
     return failure(self.dlm, result)
 end
