@@ -43,13 +43,22 @@ local function states(detail)
   return t
 end
 
--- Node 1 pending, the other four ok: the round was decided without node 1.
+-- A success decided without node 1: node 1 "pending", a quorum of the
+-- others "ok" (another of them may be "pending" too: the round ends at the
+-- quorum's last vote, and a fourth reply may not have been read by then).
 local function decided_without_1(ok, err, detail)
   assert.is_nil(err, tostring(err) .. " " .. cluster.show(detail))
   assert.is_true(ok)
   assert.is_table(detail, "no detail with the success")
-  assert.same({ "pending", "ok", "ok", "ok", "ok" }, states(detail), cluster.show(detail))
-  assert.equal(4, detail.ok, cluster.show(detail))
+  local got = states(detail)
+  assert.equal("pending", got[1], cluster.show(detail))
+  local oks = 0
+  for i = 2, #got do
+    assert.is_truthy(got[i] == "ok" or got[i] == "pending", cluster.show(detail))
+    if got[i] == "ok" then oks = oks + 1 end
+  end
+  assert.equal(oks, detail.ok, cluster.show(detail))
+  assert.is_true(oks >= detail.quorum, cluster.show(detail))
 end
 
 -- Run rounds that cannot be decided without node i (two other nodes hold the
@@ -194,10 +203,10 @@ describe("rounds decide at quorum", function()
     assert(cluster.await_value(cl, r, nil, AWAIT_MS, nil, dlm))
   end)
 
-  -- Extending each round at quorum, a stalled node costs keep-alive nothing.
-  -- (Waiting for it instead, each extension took the node timeout, and with
-  -- a 400 ms ttl the validity left after a 200 ms round came before the next
-  -- extension was due: every lock was lost.)
+  -- Extending at quorum, a stalled node costs keep-alive nothing. (Waiting
+  -- for it instead, each extension took the 200 ms node timeout; with a
+  -- 400 ms ttl the validity such a round leaves ends before the next
+  -- extension is due, and the locks were lost.)
   it("keeps 100 locks alive with a node stalled for several extension periods", function()
     client()
     local locks = {}
