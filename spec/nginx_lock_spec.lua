@@ -2,10 +2,12 @@
 -- against real redis nodes. Mutual exclusion with plain LuaJIT processes on
 -- the same resource, a waiting lock call that does not block the worker,
 -- stalled nodes, phases without cosockets, per-request and per-worker
--- clients, connection pooling, and keep-alive on ngx.timer.
+-- clients, connection pooling, keep-alive on ngx.timer, and replies that
+-- stay in step when rounds decided at quorum leave tails behind.
 
 local nginx = require "helpers.nginx"
 local cluster = require "helpers.cluster"
+local faults = require "helpers.faults"
 local history = require "helpers.history"
 local proc = require "helpers.proc"
 
@@ -88,6 +90,7 @@ describe("redlock inside nginx", function()
   end)
   teardown(function()
     nginx.stop_all()
+    faults.stop_all()
     cluster.stop_all()
   end)
 
@@ -175,6 +178,118 @@ describe("redlock inside nginx", function()
     end)
     proc.write_file(stopfile, "stop\n")
     for _, pid in ipairs(pids) do proc.stop(pid) end
+    proc.rmdir(dir)
+    cnode:stop()
+    assert(ok, err)
+  end)
+
+  -- Rounds decide at quorum: a release returns while node 1, its replies
+  -- delayed by the fault proxy (well under the node timeout), still owes its
+  -- reply, and that tail is finished by the node's reader. Many requests at
+  -- once on one worker follow such a release at once, on the same client:
+  -- none may take a late reply for its own (that would show as a reply out of
+  -- step, or as a vote that is not the node's, letting two holders in).
+  it("keeps every reply with its command when releases leave tails (one worker, a delayed node)", function()
+    local cnode = cluster.start(1) -- the counter lives on a node of its own
+    local px = faults.proxy(cl.ports[1])
+    local urls = { px.url }
+    for i = 2, cl.n do urls[i] = cl.urls[i] end
+    local dir = proc.tmpdir()
+    local logfile = dir .. "/history.log"
+    local resource = res("tails")
+    local CROSSED = { "out of step", "reply to no command", "protocol error", "unexpected reply" }
+    local N = 200
+    srv = start {
+      workers = 1,
+      init = init_code(urls, "node_timeout = 500") .. ([[
+        RES, LOG, CPORT = %q, %q, %d
+        SEQ = 0
+        function event(kind, seq)
+          local f = assert(io.open(LOG, "ab"))
+          f:write(("%%s %%d %%d %%d\n"):format(kind, ngx.worker.pid(), seq, sproc.now_us()))
+          f:close()
+        end
+        rcmd = require("helpers.resp").call
+        JITTER = redlock.retry.jitter(1, 5, 1000000)
+      ]]):format(resource, logfile, cnode.ports[1]),
+      locations = { PING, [[
+        location = /rmw {
+          content_by_lua_block {
+            -- every node error any round of this request saw
+            local seen = {}
+            local function note(d)
+              if type(d) ~= "table" then return end
+              for i = 1, #d do
+                if d[i].error then seen[#seen + 1] = ("node %d %s: %s"):format(i, d[i].state, d[i].error) end
+              end
+            end
+            local lock, err, d = DLM:lock(RES, { wait = 8000, retry = function(n, e, dd)
+              note(dd)
+              return JITTER(n, e, dd)
+            end })
+            if not lock then note(d) ngx.say("fail ", err, " ", table.concat(seen, "; ")) return end
+            SEQ = SEQ + 1
+            local seq = SEQ
+            event("enter", seq)
+            local sock = ngx.socket.tcp()
+            sock:settimeouts(1000, 1000, 1000)
+            assert(sock:connect("127.0.0.1", CPORT))
+            local v = tonumber(rcmd(sock, "GET", "counter") or "0")
+            ngx.sleep(0.001)
+            rcmd(sock, "SET", "counter", v + 1)
+            sock:setkeepalive(10000, 32)
+            event("exit", seq)
+            local ok, uerr, ud = lock:unlock()
+            note(ud)
+            if not ok then ngx.say("unlock ", tostring(uerr), " ", table.concat(seen, "; ")) return end
+            -- "tail": the release was decided while node 1 still owed its reply
+            local tail = type(ud) == "table" and ud[1].state == "pending"
+            ngx.say("ok", tail and " tail" or "", #seen > 0 and (" " .. table.concat(seen, "; ")) or "")
+          }
+        }]] },
+    }
+    local ok, err = pcall(function()
+      -- every connection up before node 1 turns slow
+      local status, body = srv:get("/rmw")
+      assert.equal(200, status, tostring(body) .. log())
+      assert.equal("ok\n", body, log())
+      px:set("delay 20")
+      local reqs = {}
+      for i = 1, N do reqs[i] = "/rmw" end
+      local rs = srv:get_many(reqs, 10, { timeout_ms = 30000 })
+      local oks, tails, fails, crossed = 1, 0, {}, {}
+      for _, r in ipairs(rs) do
+        local text = tostring(r.body or r.err)
+        if r.status == 200 and text:match("^ok") then oks = oks + 1
+        else fails[#fails + 1] = tostring(r.status) .. " " .. text end
+        if r.status == 200 and text:match("^ok tail") then tails = tails + 1 end
+        for _, c in ipairs(CROSSED) do
+          if text:find(c, 1, true) then crossed[#crossed + 1] = text end
+        end
+      end
+      local errlog = srv:error_log()
+      for _, c in ipairs(CROSSED) do
+        for line in errlog:gmatch("[^\n]*" .. c:gsub("%p", "%%%0") .. "[^\n]*") do crossed[#crossed + 1] = line end
+      end
+      for line in errlog:gmatch("[^\n]*%[alert%][^\n]*") do crossed[#crossed + 1] = line end
+      local h = history.check(logfile)
+      local counter = tonumber((cnode:cli(1, "GET", "counter")))
+      local msg = ("ok=%d (of %d) tails=%d history=%d overlaps=%d unfinished=%d malformed=%d counter=%s %s\n%s\n%s")
+        :format(oks, N + 1, tails, h.acquisitions, h.overlaps, h.unfinished, h.malformed, tostring(counter),
+          table.concat(h.examples, "; "), table.concat(fails, "\n", 1, math.min(5, #fails)),
+          table.concat(crossed, "\n", 1, math.min(5, #crossed)))
+      print("    [tails] " .. msg:gsub("\n.*", ""))
+      assert.equal(0, #crossed, msg .. log())
+      assert.equal(0, h.overlaps, msg .. log())
+      assert.equal(0, h.unfinished, msg)
+      assert.equal(0, h.malformed, msg)
+      assert.equal(N + 1, oks, msg .. log())
+      assert.equal(oks, h.acquisitions, msg)
+      assert.equal(h.acquisitions, counter, msg)
+      -- and the case was made: releases did return with node 1's reply owed
+      assert.is_true(tails > 0, "no release left a tail (node 1 never pending): " .. msg)
+    end)
+    px:stop()
     proc.rmdir(dir)
     cnode:stop()
     assert(ok, err)
