@@ -116,14 +116,14 @@ describe("hostile nodes", function()
       local lock, err, detail = dlm:try_lock(r, { ttl = 10000 })
       assert.is_nil(err, tostring(err) .. " " .. cluster.show(detail))
 
+      -- decided by the two real nodes; the fake's EVAL is in the tail
       local sent = count_cmds(fake, SCRIPTS)
       assert(lock:extend())
-      assert.is_true(count_cmds(fake, SCRIPTS) - sent <= 2, fake:log())
 
       -- the key gone from one real node: the extension fails, and the detail
-      -- shows what the fake said
+      -- shows what the fake said (its vote decides, so the first extension's
+      -- tail is over by then: two scripts each, no more)
       cluster.del(cl, 2, r)
-      sent = count_cmds(fake, SCRIPTS)
       local ms, ok
       ms, ok, err, detail = timed(lock.extend, lock)
       assert.is_nil(ok)
@@ -131,7 +131,7 @@ describe("hostile nodes", function()
       assert.is_true(ms < ROUND_BOUND, ("took %.1f ms"):format(ms))
       assert.equal("error", detail[1].state, cluster.show(detail))
       assert.matches("NOSCRIPT after EVAL", detail[1].error, 1, true)
-      assert.is_true(count_cmds(fake, SCRIPTS) - sent <= 2, fake:log())
+      assert.is_true(count_cmds(fake, SCRIPTS) - sent <= 4, fake:log())
 
       sent = count_cmds(fake, SCRIPTS)
       ok, err, detail = lock:unlock()

@@ -252,7 +252,7 @@ describe("redlock inside nginx", function()
       -- every connection up before node 1 turns slow
       local status, body = srv:get("/rmw")
       assert.equal(200, status, tostring(body) .. log())
-      assert.equal("ok\n", body, log())
+      assert.matches("^ok", body, nil, false, log()) -- "ok tail" too: a node may be slower by chance
       px:set("delay 20")
       local reqs = {}
       for i = 1, N do reqs[i] = "/rmw" end
