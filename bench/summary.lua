@@ -9,7 +9,8 @@
 -- Ratios are taken within each run (same nodes, same minute), then the median
 -- over runs is shown with its [min..max]. In FAR.jsonl (bench/run's far-node
 -- step) a run is a round: rows carry "round", workloads seq / conc (all nodes
--- direct) and seq-far1 / conc-far1 (node 1 behind the delaying proxy).
+-- direct), seq-far1 / conc-far1 (node 1 behind the delaying proxy) and
+-- seq-pass1 / conc-pass1 (node 1 behind a proxy that delays nothing).
 
 local runs, scaling_file, keepalive_file, ab = {}, nil, nil, false
 local far_file, far_delay = nil, nil
@@ -162,7 +163,7 @@ local function best_names(wl)
 end
 
 if far_file then
-    -- far node: rounds of (redlock-c, redlock-lua) x (direct, node 1 behind the proxy)
+    -- far node: rounds of (redlock-c, redlock-lua) x (direct, far, plain proxy)
     local rounds, order = {}, {}
     for _, r in ipairs(load(far_file)) do
         local k = r.round or 1
@@ -185,12 +186,11 @@ if far_file then
     for _, w in ipairs { C, LUA } do
         for _, wl in ipairs { "seq", "conc" } do
             local f, pw = wl .. "-far1", wl .. "-pass1"
-            local lat = "p50_us"
             print(("| %s | %s | %s | %s | %s | %s | %s | %s / %s / %s | %s |"):format(w, wl,
                 med_fmt(series(w, wl, "rate")), med_fmt(series(w, f, "rate")),
                 med_fmt(ratio_series(w, f, "rate", w, wl, "rate"), 2),
                 med_fmt(series(w, pw, "rate")), med_fmt(ratio_series(w, f, "rate", w, pw, "rate"), 2),
-                fmt(median(series(w, wl, lat))), fmt(median(series(w, f, lat))), fmt(median(series(w, pw, lat))),
+                fmt(median(series(w, wl, "p50_us"))), fmt(median(series(w, f, "p50_us"))), fmt(median(series(w, pw, "p50_us"))),
                 wl == "seq" and ("%s / %s / %s"):format(fmt(median(series(w, wl, "rel_p50_us"))),
                     fmt(median(series(w, f, "rel_p50_us"))), fmt(median(series(w, pw, "rel_p50_us"))))
                     or ""))
@@ -199,7 +199,7 @@ if far_file then
     print()
     print("| target (issue 14; ratios within each round) | redlock-c | redlock-lua | verdict |")
     print("|---|---|---|---|")
-    local function both(name, wl, ok, tag)
+    local function both(name, wl, ok)
         local xc = ratio_series(C, wl .. "-far1", "rate", C, wl, "rate")
         local xl = ratio_series(LUA, wl .. "-far1", "rate", LUA, wl, "rate")
         local mc, ml = median(xc), median(xl)
