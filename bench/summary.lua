@@ -1,18 +1,27 @@
 -- summary.lua — our figures beside the floor's and the best peer's, with the
--- targets of issue 4, from the JSON lines of the peers harness.
+-- targets of issue 4 (and of issue 14: node 1 stalled, node 1 far), from the
+-- JSON lines of the peers harness.
 --
 --   luajit bench/summary.lua RUN1.jsonl [RUN2.jsonl ...] [--scaling S.jsonl] [--keepalive K.jsonl]
+--   luajit bench/summary.lua --ab AB1.jsonl [AB2.jsonl ...]
+--   luajit bench/summary.lua --far FAR.jsonl [--far-delay MS]
 --
 -- Ratios are taken within each run (same nodes, same minute), then the median
--- over runs is shown with its [min..max].
+-- over runs is shown with its [min..max]. In FAR.jsonl (bench/run's far-node
+-- step) a run is a round: rows carry "round", workloads seq / conc (all nodes
+-- direct), seq-far1 / conc-far1 (node 1 behind the delaying proxy) and
+-- seq-pass1 / conc-pass1 (node 1 behind a proxy that delays nothing).
 
 local runs, scaling_file, keepalive_file, ab = {}, nil, nil, false
+local far_file, far_delay = nil, nil
 do
     local i = 1
     while arg[i] do
         if arg[i] == "--ab" then ab = true; i = i + 1
         elseif arg[i] == "--scaling" then scaling_file = arg[i + 1]; i = i + 2
         elseif arg[i] == "--keepalive" then keepalive_file = arg[i + 1]; i = i + 2
+        elseif arg[i] == "--far" then far_file = arg[i + 1]; i = i + 2
+        elseif arg[i] == "--far-delay" then far_delay = arg[i + 1]; i = i + 2
         else runs[#runs + 1] = arg[i]; i = i + 1 end
     end
 end
@@ -100,7 +109,11 @@ end
 
 local function get(run, who, wl, field)
     local r
-    if who == "best" then r = run.best[wl] else r = run.idx[who] and run.idx[who][wl] end
+    if who == "best" then r = run.best[wl]
+    elseif who == "best-stall" then -- the peer with the best seq-stall1 of this run, any workload
+        local b = run.best["seq-stall1"]
+        r = b and run.idx[b.peer] and run.idx[b.peer][wl]
+    else r = run.idx[who] and run.idx[who][wl] end
     return r and r[field]
 end
 local function series(who, wl, field)
@@ -116,8 +129,21 @@ local function ratio_series(a, wa, fa, b, wb, fb)
     end
     return xs
 end
+-- as ratio_series, but a zero denominator (a driver recorded as hung: rate 0) against a
+-- non-zero numerator counts as an infinite ratio instead of being left out
+local function ratio_series_inf(a, wa, fa, b, wb, fb)
+    local xs = {}
+    for _, run in ipairs(per_run) do
+        local x, y = get(run, a, wa, fa), get(run, b, wb, fb)
+        if type(x) == "number" and type(y) == "number" then
+            if y ~= 0 then xs[#xs + 1] = x / y elseif x > 0 then xs[#xs + 1] = math.huge end
+        end
+    end
+    return xs
+end
 local function fmt(x, d)
     if x == nil then return "-" end
+    if x == math.huge then return "inf" end
     return (("%." .. (d or 0) .. "f"):format(x))
 end
 local function med_fmt(xs, d)
@@ -134,6 +160,67 @@ local function best_names(wl)
         if b and not seen[b.peer] then seen[b.peer] = true; names[#names + 1] = b.peer end
     end
     return #names > 0 and table.concat(names, "/") or "-"
+end
+
+if far_file then
+    -- far node: rounds of (redlock-c, redlock-lua) x (direct, far, plain proxy)
+    local rounds, order = {}, {}
+    for _, r in ipairs(load(far_file)) do
+        local k = r.round or 1
+        if not rounds[k] then rounds[k] = { idx = {}, best = {} }; order[#order + 1] = k end
+        local idx = rounds[k].idx
+        idx[r.peer] = idx[r.peer] or {}
+        idx[r.peer][r.workload] = r
+    end
+    table.sort(order)
+    for _, k in ipairs(order) do per_run[#per_run + 1] = rounds[k] end
+    local nr, d = #per_run, far_delay or "5"
+    local has_pass = #series(C, "seq-pass1", "rate") + #series(LUA, "seq-pass1", "rate") > 0
+    print(("## Far node: node 1 of 5 behind rl-faultproxy, every reply +%s ms (%d round%s; C and Lua, direct / far%s in rotating order on one cluster)"):format(
+        d, nr, nr == 1 and "" or "s", has_pass and " / through a proxy that delays nothing" or ""))
+    print()
+    -- direct: all 5 nodes direct; far: node 1 via the delaying proxy; proxy: node 1 via a
+    -- second proxy that delays nothing (what the extra hop costs by itself, on these CPUs)
+    print("| driver | workload | direct cycles/s | far cycles/s | far / direct | proxy, no delay, cycles/s | far / proxy | p50 µs direct / far / proxy (seq: acquire; conc: whole cycle) | seq release p50 µs direct / far / proxy |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for _, w in ipairs { C, LUA } do
+        for _, wl in ipairs { "seq", "conc" } do
+            local f, pw = wl .. "-far1", wl .. "-pass1"
+            print(("| %s | %s | %s | %s | %s | %s | %s | %s / %s / %s | %s |"):format(w, wl,
+                med_fmt(series(w, wl, "rate")), med_fmt(series(w, f, "rate")),
+                med_fmt(ratio_series(w, f, "rate", w, wl, "rate"), 2),
+                med_fmt(series(w, pw, "rate")), med_fmt(ratio_series(w, f, "rate", w, pw, "rate"), 2),
+                fmt(median(series(w, wl, "p50_us"))), fmt(median(series(w, f, "p50_us"))), fmt(median(series(w, pw, "p50_us"))),
+                wl == "seq" and ("%s / %s / %s"):format(fmt(median(series(w, wl, "rel_p50_us"))),
+                    fmt(median(series(w, f, "rel_p50_us"))), fmt(median(series(w, pw, "rel_p50_us"))))
+                    or ""))
+        end
+    end
+    print()
+    print("| target (issue 14; ratios within each round) | redlock-c | redlock-lua | verdict |")
+    print("|---|---|---|---|")
+    local function both(name, wl, ok)
+        local xc = ratio_series(C, wl .. "-far1", "rate", C, wl, "rate")
+        local xl = ratio_series(LUA, wl .. "-far1", "rate", LUA, wl, "rate")
+        local mc, ml = median(xc), median(xl)
+        local v
+        if not ok then v = (mc or ml) and "reported" or "not measured"
+        elseif not mc and not ml then v = "not measured"
+        else v = ((not mc or ok(mc)) and (not ml or ok(ml))) and "**met**" or "**not met**" end
+        print(("| %s | %s | %s | %s |"):format(name, med_fmt(xc, 2), med_fmt(xl, 2), v))
+    end
+    both(("far node (+%s ms): seq >= 0.8x unfaulted seq"):format(d), "seq", function(x) return x >= 0.8 end)
+    both(("far node (+%s ms): conc beside unfaulted conc (no target)"):format(d), "conc", nil)
+    do -- the same seq ratio against the plain proxy: the library's share, the hop's cost aside
+        local xc = ratio_series(C, "seq-far1", "rate", C, "seq-pass1", "rate")
+        local xl = ratio_series(LUA, "seq-far1", "rate", LUA, "seq-pass1", "rate")
+        if median(xc) or median(xl) then
+            print(("| far node (+%s ms) seq / seq through the plain proxy (diagnostic, no target) | %s | %s | reported |"):format(
+                d, med_fmt(xc, 2), med_fmt(xl, 2)))
+        end
+    end
+    print()
+    os.exit(0)
 end
 
 local n = #per_run
@@ -185,6 +272,55 @@ print(("| best peer (seq: %s; conc: %s; hand-off: %s) | %s | %s / %s | %s | %s |
 row("**redlock-c** (C API)", C)
 row("**redlock-lua** (Lua API)", LUA)
 print()
+
+-- degraded pass of the harness: seq again, node 1 SIGSTOPped after the warm-up
+do
+    local any = false
+    for _, run in ipairs(per_run) do
+        for _, w in pairs(run.idx) do if w["seq-stall1"] then any = true end end
+    end
+    if any then
+        local function notes(who)
+            local t = {}
+            for _, run in ipairs(per_run) do
+                local r = get(run, who, "seq-stall1", "note")
+                r = r and { note = r }
+                if r and r.note then t[#t + 1] = r.note end
+            end
+            return #t > 0 and (" (" .. table.concat(t, "; ") .. ")") or ""
+        end
+        print("## Degraded: node 1 of 5 stopped (SIGSTOP) after the warm-up, harness workload seq-stall1")
+        print()
+        print("| | seq cycles/s | seq-stall1 cycles/s | seq-stall1 / seq | seq-stall1 acquire p50 / p99 µs | seq-stall1 release p50 / p99 µs |")
+        print("|---|---|---|---|---|---|")
+        local function srow(label, who)
+            print(("| %s | %s | %s%s | %s | %s / %s | %s / %s |"):format(label,
+                med_fmt(series(who, "seq", "rate")), med_fmt(series(who, "seq-stall1", "rate")), notes(who),
+                med_fmt(ratio_series(who, "seq-stall1", "rate", who, "seq", "rate"), 2),
+                fmt(median(series(who, "seq-stall1", "p50_us"))), fmt(median(series(who, "seq-stall1", "p99_us"))),
+                fmt(median(series(who, "seq-stall1", "rel_p50_us"))), fmt(median(series(who, "seq-stall1", "rel_p99_us")))))
+        end
+        -- the peer with the best seq-stall1, beside its own seq
+        srow(("best peer in seq-stall1 (%s)"):format(best_names("seq-stall1")), "best-stall")
+        srow("**redlock-c** (C API)", C)
+        srow("**redlock-lua** (Lua API)", LUA)
+        print()
+        print("| target (issue 14; ratios within each run) | redlock-c | redlock-lua | verdict |")
+        print("|---|---|---|---|")
+        local function t2(name, xc, xl, ok)
+            local mc, ml = median(xc), median(xl)
+            local v
+            if not mc and not ml then v = "not measured"
+            else v = ((not mc or ok(mc)) and (not ml or ok(ml))) and "**met**" or "**not met**" end
+            print(("| %s | %s | %s | %s |"):format(name, med_fmt(xc, 2), med_fmt(xl, 2), v))
+        end
+        t2("seq-stall1 >= 0.9x own seq", ratio_series(C, "seq-stall1", "rate", C, "seq", "rate"),
+            ratio_series(LUA, "seq-stall1", "rate", LUA, "seq", "rate"), function(x) return x >= 0.9 end)
+        t2("seq-stall1 >= 1.2x best peer's seq-stall1", ratio_series_inf(C, "seq-stall1", "rate", "best", "seq-stall1", "rate"),
+            ratio_series_inf(LUA, "seq-stall1", "rate", "best", "seq-stall1", "rate"), function(x) return x >= 1.2 end)
+        print()
+    end
+end
 
 -- targets
 local function verdict(xs, ok)
