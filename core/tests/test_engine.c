@@ -623,6 +623,32 @@ static void node_timeout_then_step_check_passes(void) {
     rl_engine_free(E);
 }
 
+/* Tails are bounded by time, not by how often the caller comes back: with
+ * node 2 silent, releases begun one a millisecond each leave a tail, and
+ * after every advance only those begun within the last node timeout are
+ * left (each slot is freed with its tail: none is reused before). */
+static void tails_last_one_node_timeout(void) {
+    E = engine(urls5, 3, NULL);
+    int slots_seen[RL_ID_SLOTS / 64] = {0};
+    for (int t = 0; t < 300; t++) {
+        int id = rl_engine_begin_release(E, "r", 1, VALUE, t);
+        CHECK(id >= 0);
+        if (t == 0) bring_up_all(3, 0);
+        slots_seen[(id % RL_ID_SLOTS) / 64] = 1;
+        for (int i = 0; i < 3; i++) drain(i, t);
+        CHECK_INT(feed(0, ":1\r\n", t), RL_OK);
+        CHECK_INT(feed(1, ":1\r\n", t), RL_OK);
+        CHECK_INT(take(id).node[2].state, RL_NODE_PENDING);
+        rl_engine_advance(E, t);
+        CHECK_INT(rl_engine_tails(E), t < 50 ? t + 1 : 50);
+    }
+    /* 50 tails at a time need about 50 slots, not 300 */
+    int used = 0;
+    for (int k = 0; k < RL_ID_SLOTS / 64; k++) used += slots_seen[k];
+    CHECK_INT(used, 1);
+    rl_engine_free(E);
+}
+
 /* A step check answered with another nonce: the stream is out of step, the
  * engine wants the connection closed, and the node reconnects later. */
 static void step_check_wrong_nonce_closes(void) {
@@ -1295,6 +1321,7 @@ int main(void) {
     connect_timeout_drops_the_attempt();
     node_timeout_then_step_check_passes();
     step_check_wrong_nonce_closes();
+    tails_last_one_node_timeout();
     acquire_timeout_counts_no_late_reply();
     noscript_release_falls_back_to_eval();
     noscript_extend_eval_then_noscript_fails();

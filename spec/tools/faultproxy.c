@@ -214,6 +214,21 @@ static int pump(int src, struct pipe_dir *d, int replies, double now) {
 }
 
 
+/* How long poll may sleep: until the next tick (the control file is read
+ * once a tick), or until the first held chunk falls due if that is sooner,
+ * so a delay is held for its time and not up to a tick more. (A chunk
+ * already due waits for its socket: POLLOUT.) */
+static int poll_timeout(const struct pair *pairs, int npairs, double now) {
+    double wake = now + TICK_MS;
+    for (int i = 0; i < npairs; i++) {
+        const struct chunk *heads[2] = {pairs[i].up.head, pairs[i].down.head};
+        for (int k = 0; k < 2; k++)
+            if (heads[k] && heads[k]->due > now && heads[k]->due < wake) wake = heads[k]->due;
+    }
+    double ms = wake - now;
+    return ms <= 0 ? 0 : (int)ms + (ms > (int)ms);
+}
+
 static int connect_upstream(int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return -1;
@@ -253,10 +268,16 @@ int main(int argc, char **argv) {
     int npairs = 0;
     struct pollfd pfds[1 + 2 * MAX_PAIRS];
 
+    double control_at = 0; /* when the control file is read next: once a tick, not every wake-up */
     while (!stop_requested) {
         double now = now_ms();
         top_up(now);
-        if (read_control(control)) {
+        int changed = 0;
+        if (now >= control_at) {
+            changed = read_control(control);
+            control_at = now + TICK_MS;
+        }
+        if (changed) {
             for (int i = 0; i < npairs; i++) {
                 if (mode == M_RESET) {
                     close_pair(&pairs[i], 1);
@@ -288,7 +309,7 @@ int main(int argc, char **argv) {
             pfds[2 + 2 * i].fd = pairs[i].upstream;
             pfds[2 + 2 * i].events = POLLIN | (pairs[i].up.head ? POLLOUT : 0);
         }
-        int n = poll(pfds, (nfds_t)(1 + 2 * npairs), TICK_MS);
+        int n = poll(pfds, (nfds_t)(1 + 2 * npairs), poll_timeout(pairs, npairs, now));
         if (n < 0) {
             if (errno == EINTR) continue;
             die("poll");
