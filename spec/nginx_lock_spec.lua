@@ -519,6 +519,98 @@ describe("redlock inside nginx", function()
     end
   end)
 
+  -- Clients of one configuration share the worker's hub: one engine and one
+  -- connection per node, whether the client is made per request (and closed
+  -- by it) or once per worker. A hub with nothing to do stops (here after
+  -- 400 ms instead of 10 s) and closes its connections; the next call starts it
+  -- again on new ones.
+  it("shares one hub per worker: one connection per node for per-request and per-worker clients; an idle hub closes them and starts again", function()
+    local function counts()
+      local t = {}
+      for i = 1, cl.n do
+        local inf = info(cl, i)
+        -- less this INFO's own redis-cli connection
+        t[i] = { total = tonumber(inf.total_connections_received), open = tonumber(inf.connected_clients) - 1 }
+      end
+      return t
+    end
+    local base = counts()
+    srv = start {
+      workers = 1,
+      init = init_code(cl.urls) .. [[ require("redlock.cosocket").idle_ms = 400 ]],
+      locations = { PING, LOCK_UNLOCK, [[
+        location = /perreq {
+          content_by_lua_block {
+            local dlm = redlock.new { servers = URLS, ttl = 3000 }
+            local lock, err = dlm:lock(ngx.var.arg_r, { wait = 5000, retry = redlock.retry.jitter(1, 10, 100000) })
+            if not lock then ngx.say("fail ", err) return end
+            local ok, uerr = lock:unlock()
+            dlm:close()
+            ngx.say(ok and "ok" or ("unlock " .. tostring(uerr)))
+          }
+        }]] },
+    }
+    local reqs = {}
+    for k = 1, 60 do reqs[k] = (k % 2 == 0 and "/perreq?r=" or "/lock?r=") .. res("hub") end
+    for k = 1, 10 do
+      local status, body = srv:get(reqs[k])
+      assert.equal(200, status, log())
+      assert.matches("^ok", body, 1, false, log())
+    end
+    for _, r in ipairs(srv:get_many(reqs, 8, { timeout_ms = 15000 })) do
+      assert.equal(200, r.status, tostring(r.err) .. log())
+      assert.matches("^ok", r.body, 1, false, r.path .. log())
+    end
+    local busy = counts()
+    for i = 1, cl.n do
+      local made = busy[i].total - base[i].total - 1 -- less the first INFO's connection
+      print(("    [hub] node %d: %d connection(s) made, %d open for 70 requests"):format(i, made, busy[i].open - base[i].open))
+      assert.equal(1, made, ("node %d: %d connections for 70 requests"):format(i, made))
+      assert.equal(1, busy[i].open - base[i].open, ("node %d"):format(i))
+    end
+    -- idle: the hub stops and closes its connections
+    local deadline, idle = proc.now_ms() + 3000, nil
+    repeat
+      proc.sleep_ms(100)
+      idle = counts()
+      local open = 0
+      for i = 1, cl.n do open = open + idle[i].open - base[i].open end
+      if open == 0 then break end
+    until proc.now_ms() > deadline
+    for i = 1, cl.n do
+      assert.equal(0, idle[i].open - base[i].open, ("node %d: the idle hub kept its connection"):format(i))
+    end
+    -- and starts again with the next call
+    local status, body = srv:get("/perreq?r=" .. res("hub"))
+    assert.equal(200, status, log())
+    assert.equal("ok\n", body, log())
+    local again = counts()
+    for i = 1, cl.n do
+      assert.equal(1, again[i].open - base[i].open, ("node %d after the restart"):format(i))
+    end
+    assert.is_nil(srv:error_log():match("%[error%][^\n]*"), log())
+  end)
+
+  -- The hub's timer runs for as long as the hub has work or has had a call
+  -- in the last 10 s; a worker told to exit must not wait for that.
+  it("stops a running hub when its worker exits (graceful shutdown is not held up)", function()
+    srv = start { workers = 1, init = init_code(cl.urls), locations = { PING, LOCK_UNLOCK } }
+    local status, body = srv:get("/lock?r=" .. res("exit"))
+    assert.equal(200, status, log())
+    assert.matches("^ok", body, 1, false, log())
+    local t0 = proc.now_ms()
+    local s = srv
+    srv = nil
+    assert(s:stop { graceful = true, keep = true })
+    local ms = proc.now_ms() - t0
+    local errlog = s:error_log()
+    proc.rmdir(s.prefix)
+    print(("    [hub] graceful stop with a running hub: %.0f ms"):format(ms))
+    assert.is_true(ms < 2000, ("graceful stop took %.0f ms"):format(ms))
+    assert.is_nil(errlog:match("%[alert%][^\n]*"), errlog)
+    assert.is_nil(errlog:match("%[error%][^\n]*"), errlog)
+  end)
+
   it("keeps a with_lock lock alive on ngx.timer while the function sleeps, then releases it", function()
     srv = start {
       workers = 1,

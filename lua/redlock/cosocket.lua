@@ -46,7 +46,9 @@ local HUB_SLICE_MS = 500       -- the longest the hub sleeps without looking at 
 local READ_TIMEOUT_MS = 3600000 -- a reader waits this long for bytes, then again (the engine times replies)
 local WAIT_MARGIN_MS = 2000    -- a call's safety timeout: node + connect timeout + this
 
-local _M = { name = "cosocket" }
+-- idle_ms: how long a hub with nothing to do keeps its timer and connections
+-- (a module field, read on every turn, so a test can shorten it).
+local _M = { name = "cosocket", idle_ms = HUB_IDLE_MS }
 
 -- The phases where nginx offers cosockets (ngx.get_phase()).
 local COSOCKET_PHASES = { rewrite = true, access = true, content = true, timer = true,
@@ -279,11 +281,15 @@ local function loop(hub, premature)
         if exit_by ~= nil then
             -- the worker exits: serve what is in flight for a node timeout at most
             if not busy(e) or now >= exit_by then return "the nginx worker is exiting" end
-        elseif not busy(e) and now - hub.last_call >= HUB_IDLE_MS then
+        elseif not busy(e) and now - hub.last_call >= _M.idle_ms then
             return nil -- idle
         end
         local at = C.rl_engine_deadline(e)
         local wait_ms = HUB_SLICE_MS
+        if exit_by == nil and not busy(e) then
+            local idle_left = hub.last_call + _M.idle_ms - now
+            if idle_left < wait_ms then wait_ms = idle_left end
+        end
         if at >= 0 and at - now < wait_ms then wait_ms = at - now end
         if exit_by ~= nil and exit_by - now < wait_ms then wait_ms = exit_by - now end
         -- nginx's timers count whole milliseconds: never ask for less than one
