@@ -45,6 +45,7 @@ local HUB_IDLE_MS = 10000      -- a hub with nothing to do for this long stops
 local HUB_SLICE_MS = 500       -- the longest the hub sleeps without looking at the worker's state
 local READ_TIMEOUT_MS = 3600000 -- a reader waits this long for bytes, then again (the engine times replies)
 local WAIT_MARGIN_MS = 2000    -- a call's safety timeout: node + connect timeout + this
+local STALE_MS = 10000         -- a result nobody took for this long is dropped (its call is gone)
 
 -- idle_ms: how long a hub with nothing to do keeps its timer and connections
 -- (a module field, read on every turn, so a test can shorten it).
@@ -76,7 +77,7 @@ local function take_waiter()
         free_waiters[nfree] = nil
         nfree = nfree - 1
     else
-        w = { sema = semaphore.new(0), res = ffi_new("rl_result"), done = false, err = nil, id = -1 }
+        w = { sema = semaphore.new(0), res = ffi_new("rl_result"), done = false, done_at = 0, err = nil, id = -1 }
     end
     return w
 end
@@ -108,7 +109,7 @@ local function deliver(hub)
         local w = waiters[res.id]
         if w ~= nil and not w.done then
             ffi_copy(w.res, res, RESULT_SIZE)
-            w.done = true
+            w.done, w.done_at = true, hub.now
             w.sema:post(1)
         end
         -- else: its caller gave up (safety timeout) or is gone; the result is dropped
@@ -120,7 +121,7 @@ end
 local function fail_waiters(hub, why)
     for _, w in pairs(hub.waiters) do
         if not w.done then
-            w.err, w.done = why, true
+            w.err, w.done, w.done_at = why, true, hub.now
             w.sema:post(1)
         end
     end
@@ -206,9 +207,11 @@ local function reader(hub, i, gen)
                 hub.up[i] = false
                 hub.socks[i], hub.readers[i] = nil, nil
                 sock:close()
+                hub.now = now_ms()
                 deliver(hub)
                 return wake(hub)
             end
+            hub.now = now_ms()
             deliver(hub)
             wake(hub)
         elseif rerr ~= "timeout" then
@@ -250,13 +253,27 @@ local function service(hub)
     end
 end
 
+-- Results whose call is gone (killed while it waited: a client abort, an
+-- ngx.exit from another thread) are dropped after a while.
+local function sweep(hub, now)
+    local waiters = hub.waiters
+    for id, w in pairs(waiters) do
+        if w.done and now - w.done_at > STALE_MS then waiters[id] = nil end
+    end
+end
+
 -- Close every connection (the engine forgets them) and fail what still waits.
 local function shut(hub, why)
     local now = now_ms()
+    hub.now = now
     for i = 0, hub.n - 1 do
-        local had = hub.socks[i] ~= nil
+        local up, connecting = hub.up[i], hub.socks[i] ~= nil
         close_node(hub, i)
-        if had then C.rl_engine_node_detach(hub.e, i, now) end
+        if up then
+            C.rl_engine_node_detach(hub.e, i, now)
+        elseif connecting then
+            C.rl_engine_node_down(hub.e, i, "connect abandoned: the hub stopped", now)
+        end
     end
     deliver(hub)
     fail_waiters(hub, why)
@@ -271,12 +288,18 @@ end
 local function loop(hub, premature)
     local e, work = hub.e, hub.work
     local exit_by = premature and now_ms() + hub.node_timeout or nil
+    local sweep_at = now_ms() + STALE_MS
     while true do
         local now = now_ms()
         C.rl_engine_advance(e, now)
         service(hub)
+        hub.now = now_ms()
         deliver(hub)
-        now = now_ms()
+        now = hub.now
+        if now >= sweep_at then
+            sweep(hub, now)
+            sweep_at = now + STALE_MS
+        end
         if exit_by == nil and ngx.worker.exiting() then exit_by = now + hub.node_timeout end
         if exit_by ~= nil then
             -- the worker exits: serve what is in flight for a node timeout at most
@@ -335,7 +358,7 @@ local function new_hub(e, n, opts)
     local hub = {
         e = e, n = n, res = ffi_new("rl_result"), waiters = {},
         socks = {}, readers = {}, gen = {}, up = {}, hosts = {}, ports = {}, names = {},
-        work = nil, running = false, last_call = 0,
+        work = nil, running = false, last_call = 0, now = 0,
         node_timeout = opts.node_timeout_ms, connect_timeout = opts.connect_timeout_ms,
         quorum = C.rl_engine_quorum(e),
     }
@@ -393,7 +416,7 @@ function client:wait(id, out)
         if not ok and not w.done then
             -- the hub never answered: give up on it (a later result is dropped)
             hub.waiters[id] = nil
-            self.err = ("no result from redlock's hub within %d ms"):format(self.wait_s * 1000)
+            self.err = ("no result from redlock's hub within %.0f ms"):format(self.wait_s * 1000)
             give_waiter(w)
             return RL_ERR
         end
