@@ -591,6 +591,99 @@ describe("redlock inside nginx", function()
     assert.is_nil(srv:error_log():match("%[error%][^\n]*"), log())
   end)
 
+  -- Operations begun together and waited for one by one (lock_many, a
+  -- group's unlock, close() releasing what its client still holds) go
+  -- through the hub like single calls, each waiter getting its own result.
+  it("runs lock_many, a group's unlock and close() through the hub", function()
+    srv = start {
+      workers = 1,
+      init = init_code(cl.urls),
+      locations = { PING, [[
+        location = /many {
+          content_by_lua_block {
+            local r = ngx.var.arg_r
+            local names = { r .. ":1", r .. ":2", r .. ":3" }
+            local locks, err = DLM:lock_many(names)
+            if not locks then ngx.say("fail ", err) return end
+            -- a second client (same configuration, so the same hub) cannot take any of them
+            local other = redlock.new { servers = URLS, ttl = 3000 }
+            local lk, oerr = other:try_lock(names[2])
+            if lk then ngx.say("taken twice") return end
+            local ok, uerr = locks:unlock()
+            if not ok then ngx.say("unlock ", tostring(uerr)) return end
+            -- close() releases what its client still holds
+            local a = other:lock(names[1])
+            local b = other:lock(names[3])
+            if not (a and b) then ngx.say("relock failed") return end
+            other:close()
+            ngx.say("ok ", oerr)
+          }
+        }]] },
+    }
+    for k = 1, 3 do
+      local r = res("many" .. k)
+      local status, body = srv:get("/many?r=" .. r)
+      assert.equal(200, status, log())
+      assert.equal("ok busy\n", body, log())
+      for _, name in ipairs { r .. ":1", r .. ":2", r .. ":3" } do
+        assert(cluster.await_all(cl, function(i) return cluster.pttl(cl, i, name) == -2 end, 1000),
+          name .. " left behind" .. log())
+      end
+    end
+  end)
+
+  -- The hub's connection to a node that dies is reported down (one failed
+  -- vote, the others decide), and a new one is made once the node is back.
+  it("reconnects the hub to a node that was killed and restarted", function()
+    local kcl = cluster.start(5)
+    srv = start {
+      workers = 1,
+      init = init_code(kcl.urls),
+      locations = { PING, [[
+        location = /states {
+          content_by_lua_block {
+            -- the states shown: the acquire's on failure, the release's on success
+            local lock, err, d = DLM:try_lock(ngx.var.arg_r)
+            if lock then
+              local ok, _, ud = lock:unlock()
+              if not ok then ngx.say("unlock failed") return end
+              d = ud
+            end
+            local parts = {}
+            for i = 1, #d do parts[i] = tostring(d[i].state) end
+            ngx.say(lock and "ok " or ("fail " .. tostring(err) .. " "), table.concat(parts, ","))
+          }
+        }]] },
+    }
+    local ok, err = pcall(function()
+      local status, body = srv:get("/states?r=" .. res("kill"))
+      assert.equal(200, status, log())
+      assert.matches("^ok", body, 1, false, log())
+      assert(kcl:kill(2, "KILL"))
+      proc.sleep_ms(100)
+      -- 4 of 5: still a quorum, node 2 fails its vote
+      for _ = 1, 5 do
+        status, body = srv:get("/states?r=" .. res("kill"))
+        assert.equal(200, status, log())
+        assert.matches("^ok", body, 1, false, log())
+        -- node 2 never votes for it (error; pending when a reconnect is under way)
+        assert.not_matches("^ok [^,]+,ok,", body, 1, false, body .. log())
+      end
+      kcl:restart(2)
+      local deadline, last = proc.now_ms() + 5000, nil
+      repeat
+        status, last = srv:get("/states?r=" .. res("kill"))
+        -- node 2 votes again (nodes past the quorum may still be pending)
+        if tostring(last):match("^ok [^,]+,ok,") then break end
+        proc.sleep_ms(50)
+      until proc.now_ms() > deadline
+      print("    [hub] after node 2 restarted: " .. tostring(last):gsub("\n", ""))
+      assert.matches("^ok [^,]+,ok,", tostring(last), 1, false, log())
+    end)
+    kcl:stop()
+    assert(ok, tostring(err) .. log())
+  end)
+
   -- The hub's timer runs for as long as the hub has work or has had a call
   -- in the last 10 s; a worker told to exit must not wait for that.
   it("stops a running hub when its worker exits (graceful shutdown is not held up)", function()
