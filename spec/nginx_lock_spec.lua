@@ -686,6 +686,40 @@ describe("redlock inside nginx", function()
     assert(ok, tostring(err) .. log())
   end)
 
+  -- Every connect costs the hub's timer a little memory that nginx frees
+  -- when the timer ends, so after rotate_connects connects (1000; 5 here: on
+  -- every quiet moment) the hub starts a fresh timer. Calls never notice.
+  it("keeps serving while its hub moves to fresh timers", function()
+    local function made()
+      local t = {}
+      for i = 1, cl.n do t[i] = tonumber(info(cl, i).total_connections_received) end
+      return t
+    end
+    local before = made()
+    srv = start {
+      workers = 1,
+      init = init_code(cl.urls) .. [[ require("redlock.cosocket").rotate_connects = 5 ]],
+      locations = { PING, LOCK_UNLOCK },
+    }
+    for _ = 1, 20 do
+      local status, body = srv:get("/lock?r=" .. res("rotate"))
+      assert.equal(200, status, log())
+      assert.matches("^ok", body, 1, false, log())
+    end
+    local reqs = {}
+    for k = 1, 60 do reqs[k] = "/lock?r=" .. res("rotate") end
+    for _, r in ipairs(srv:get_many(reqs, 8, { timeout_ms = 15000 })) do
+      assert.equal(200, r.status, tostring(r.err) .. log())
+      assert.matches("^ok", r.body, 1, false, r.path .. log())
+    end
+    local after = made()
+    local rotations = after[1] - before[1] - 1
+    print(("    [hub] %d connections to node 1 for 80 requests (a fresh timer each quiet moment)"):format(rotations))
+    assert.is_true(rotations > 1, "the hub never moved to a fresh timer")
+    assert.is_nil(srv:error_log():match("%[error%][^\n]*"), log())
+    assert.is_nil(srv:error_log():match("%[alert%][^\n]*"), log())
+  end)
+
   -- The hub's timer runs for as long as the hub has work or has had a call
   -- in the last 10 s; a worker told to exit must not wait for that.
   it("stops a running hub when its worker exits (graceful shutdown is not held up)", function()

@@ -46,10 +46,15 @@ local HUB_SLICE_MS = 500       -- the longest the hub sleeps without looking at 
 local READ_TIMEOUT_MS = 3600000 -- a reader waits this long for bytes, then again (the engine times replies)
 local WAIT_MARGIN_MS = 2000    -- a call's safety timeout: node + connect timeout + this
 local STALE_MS = 10000         -- a result nobody took for this long is dropped (its call is gone)
+-- Each connect costs the timer's request a little memory that nginx frees
+-- only when the timer ends: after this many, the hub starts a fresh timer at
+-- its first quiet moment (nothing in flight, no tail).
+local ROTATE_CONNECTS = 1000
 
--- idle_ms: how long a hub with nothing to do keeps its timer and connections
--- (a module field, read on every turn, so a test can shorten it).
-local _M = { name = "cosocket", idle_ms = HUB_IDLE_MS }
+-- idle_ms: how long a hub with nothing to do keeps its timer and connections;
+-- rotate_connects: after how many connects it starts a fresh timer (module
+-- fields, read on every turn, so a test can change them).
+local _M = { name = "cosocket", idle_ms = HUB_IDLE_MS, rotate_connects = ROTATE_CONNECTS }
 
 -- The phases where nginx offers cosockets (ngx.get_phase()).
 local COSOCKET_PHASES = { rewrite = true, access = true, content = true, timer = true,
@@ -135,6 +140,7 @@ local function close_node(hub, i)
     hub.up[i] = false
     local r = hub.readers[i]
     hub.readers[i] = nil
+    -- (one that ended on its own is reaped by the loop: see reader)
     if r and co_status(r) ~= "dead" and r ~= co_running() then ngx.thread.kill(r) end
     local sock = hub.socks[i]
     hub.socks[i] = nil
@@ -175,7 +181,7 @@ end
 -- Node i's light thread: connect (a new connection: the engine sends
 -- AUTH/SELECT/INFO first), then read and feed until the connection ends or
 -- the loop closes it.
-local function reader(hub, i, gen)
+local function read_node(hub, i, gen)
     local e = hub.e
     local sock = ngx.socket.tcp()
     hub.socks[i] = sock
@@ -220,8 +226,27 @@ local function reader(hub, i, gen)
     end
 end
 
+-- A light thread that ends on its own stays a zombie until its parent (the
+-- loop) waits for it: it files itself for the loop to reap.
+local function reader(hub, i, gen)
+    read_node(hub, i, gen)
+    hub.ended[#hub.ended + 1] = co_running()
+end
+
+local function reap(hub)
+    local ended = hub.ended
+    for k = #ended, 1, -1 do
+        local th = ended[k]
+        if co_status(th) == "dead" then
+            table.remove(ended, k)
+            ngx.thread.wait(th)
+        end
+    end
+end
+
 local function connect_node(hub, i)
     close_node(hub, i)
+    hub.connects = hub.connects + 1
     local gen = hub.gen[i]
     local th, err = ngx.thread.spawn(reader, hub, i, gen)
     if not th then
@@ -300,12 +325,14 @@ local function loop(hub, premature)
             sweep(hub, now)
             sweep_at = now + STALE_MS
         end
+        if hub.ended[1] ~= nil then reap(hub) end
         if exit_by == nil and ngx.worker.exiting() then exit_by = now + hub.node_timeout end
         if exit_by ~= nil then
             -- the worker exits: serve what is in flight for a node timeout at most
             if not busy(e) or now >= exit_by then return "the nginx worker is exiting" end
-        elseif not busy(e) and now - hub.last_call >= _M.idle_ms then
-            return nil -- idle
+        elseif not busy(e) then
+            if now - hub.last_call >= _M.idle_ms then return nil end -- idle
+            if hub.connects >= _M.rotate_connects then return nil, true end
         end
         local at = C.rl_engine_deadline(e)
         local wait_ms = HUB_SLICE_MS
@@ -320,18 +347,24 @@ local function loop(hub, premature)
     end
 end
 
+local start
+
 local function hub_main(premature, hub)
-    local ok, why = xpcall(loop, debug.traceback, hub, premature)
+    hub.connects, hub.ended = 0, {}
+    local ok, why, rotate = xpcall(loop, debug.traceback, hub, premature)
     if not ok then
         ngx.log(ngx.ERR, "redlock: hub stopped on an error: ", why)
-        why = "redlock's hub stopped on an error (see the error log)"
+        why, rotate = "redlock's hub stopped on an error (see the error log)", false
     end
     shut(hub, why or "redlock's hub stopped")
+    reap(hub)
     hub.running = false
+    -- a fresh timer (its calls start it anyway if this fails)
+    if rotate then start(hub) end
 end
 
 -- Make sure the hub's timer runs. nil, or why it cannot.
-local function start(hub)
+start = function(hub)
     if hub.running then return nil end
     if hub.work == nil then hub.work = semaphore.new(0) end
     local ok, err = ngx.timer.at(0, hub_main, hub)
@@ -358,7 +391,7 @@ local function new_hub(e, n, opts)
     local hub = {
         e = e, n = n, res = ffi_new("rl_result"), waiters = {},
         socks = {}, readers = {}, gen = {}, up = {}, hosts = {}, ports = {}, names = {},
-        work = nil, running = false, last_call = 0, now = 0,
+        work = nil, running = false, last_call = 0, now = 0, connects = 0, ended = {},
         node_timeout = opts.node_timeout_ms, connect_timeout = opts.connect_timeout_ms,
         quorum = C.rl_engine_quorum(e),
     }
