@@ -4,21 +4,27 @@
 -- blocking the worker. Nothing of the algorithm is here: this file moves
 -- bytes, reads the clock and sleeps.
 --
--- A client has engines, not connections: a call takes an idle engine (or
--- makes one), drives it until its operations are done, and hands it back
--- with its semaphore and tables for the next call.
--- Calls running at once (two requests of one worker, or a timer) get engines
--- of their own, because a cosocket belongs to the request that made it.
--- During a call every node with work has a light thread that connects
--- (pooled: AUTH/SELECT/INFO only on a fresh connection) and reads; the
--- calling coroutine writes and waits on a semaphore until the engine's next
--- deadline. A connection whose commands are all answered goes back to the
--- pool at once. One still owed replies when the call returns (a node slower
--- than the quorum) keeps its reader for at most a node timeout more: if the
--- replies come, it is pooled; if not, it is closed, never pooled, so no
--- later request can read a reply that was not its own. Only then does the
--- engine go back to the client (nginx also waits for those readers before it
--- finishes the request: a slow node delays that by a node timeout at most).
+-- One driver per worker and configuration: the hub. A hub owns one engine
+-- and one connection per node, and runs in a long-lived ngx.timer callback
+-- (a timer is a request of its own, so its cosockets live as long as it
+-- runs). In it, one light thread per node connects and reads, feeding what
+-- arrives to the engine; the timer's main loop waits on a semaphore ("work
+-- posted") or until the engine's next deadline, then does what the engine
+-- wants (close, connect, write), advances it, and hands every finished
+-- result to the request waiting for it. Everything begun since the last turn
+-- goes to each node in one send: that is where the throughput comes from.
+--
+-- A lock call never touches a socket: it begins its operation on the hub's
+-- engine (pure C), posts the hub's semaphore and waits on a semaphore of its
+-- own for the result. Replies cannot cross requests: requests own no
+-- sockets, and the engine pairs every reply with its command.
+--
+-- Clients made with the same servers and options (passwords included) share
+-- the worker's hub: a client made per request costs no connection. The hub
+-- starts with the first call; with nothing in flight, no tail and no call
+-- for HUB_IDLE_MS it ends its timer and closes its connections (the next
+-- call starts it again); when the worker exits it serves what is in flight
+-- for at most a node timeout, then stops. client:free() never stops a hub.
 
 local ffi = require "ffi"
 local bit = require "bit"
@@ -26,17 +32,29 @@ local C = require("redlock.cdefs").lib
 
 local ngx = ngx
 local semaphore = require "ngx.semaphore"
-local get_request = require("resty.core.base").get_request
-local ffi_string, ffi_new, band, lshift = ffi.string, ffi.new, bit.band, bit.lshift
+local ffi_string, ffi_new, ffi_copy, band, lshift = ffi.string, ffi.new, ffi.copy, bit.band, bit.lshift
 local now_ms = C.rl_now_ms
-local co_running = coroutine.running
+local co_running, co_status = coroutine.running, coroutine.status
+local tostring, xpcall, pairs = tostring, xpcall, pairs
 
 local RL_OK, RL_ERR = C.RL_OK, C.RL_ERR
 local WANT_WRITE, WANT_CONNECT, WANT_CLOSE = C.RL_WANT_WRITE, C.RL_WANT_CONNECT, C.RL_WANT_CLOSE
-local READ_CHUNK = 16384
-local POOL_IDLE_MS, POOL_SIZE = 60000, 64
+local READ_CHUNK = 65536
+local RESULT_SIZE = ffi.sizeof("rl_result")
+local HUB_IDLE_MS = 10000      -- a hub with nothing to do for this long stops
+local HUB_SLICE_MS = 500       -- the longest the hub sleeps without looking at the worker's state
+local READ_TIMEOUT_MS = 3600000 -- a reader waits this long for bytes, then again (the engine times replies)
+local WAIT_MARGIN_MS = 2000    -- a call's safety timeout: node + connect timeout + this
+local STALE_MS = 10000         -- a result nobody took for this long is dropped (its call is gone)
+-- Each connect costs the timer's request a little memory that nginx frees
+-- only when the timer ends: after this many, the hub starts a fresh timer at
+-- its first quiet moment (nothing in flight, no tail).
+local ROTATE_CONNECTS = 1000
 
-local _M = { name = "cosocket" }
+-- idle_ms: how long a hub with nothing to do keeps its timer and connections;
+-- rotate_connects: after how many connects it starts a fresh timer (module
+-- fields, read on every turn, so a test can change them).
+local _M = { name = "cosocket", idle_ms = HUB_IDLE_MS, rotate_connects = ROTATE_CONNECTS }
 
 -- The phases where nginx offers cosockets (ngx.get_phase()).
 local COSOCKET_PHASES = { rewrite = true, access = true, content = true, timer = true,
@@ -50,70 +68,109 @@ local function phase_refusal()
         .. "lock in rewrite_by_lua*, access_by_lua*, content_by_lua* or an ngx.timer callback"):format(phase)
 end
 
-local client = {}
-local client_mt = { __index = client }
-
 local out_ptr = ffi_new("const char *[1]")
 
 ---------------------------------------------------------------------------
--- one call: an engine, its sockets and readers
+-- waiters: what a call waits on (its semaphore, a copy of its result)
 
--- What one coroutine's call drives: an engine with its sockets, readers and
--- semaphore, taken from the client's idle ones when it begins its first
--- operation (made only when none is idle) and handed back when nothing is
--- left in flight, so a call allocates nothing once the client is warm.
-local function new_call(self, e)
-    return { client = self, e = e, socks = {}, readers = {}, gen = {}, writing = {},
-             sema = semaphore.new(0), co = nil, req = nil, in_call = false, retired = true }
-end
+local free_waiters, nfree = {}, 0
 
-local function take_call(self)
-    local call = table.remove(self.idle)
-    if call == nil then
-        local e = C.rl_engine_new(self.urls, self.n, self.opts, self.errbuf, C.RL_ERR_LEN)
-        if e == nil then return nil, ffi_string(self.errbuf) end
-        call = new_call(self, ffi.gc(e, C.rl_engine_free))
+local function take_waiter()
+    local w
+    if nfree > 0 then
+        w = free_waiters[nfree]
+        free_waiters[nfree] = nil
+        nfree = nfree - 1
+    else
+        w = { sema = semaphore.new(0), res = ffi_new("rl_result"), done = false, done_at = 0, err = nil, id = -1 }
     end
-    call.co, call.req, call.in_call, call.retired = co_running(), get_request(), true, false
-    return call
+    return w
 end
 
-local function wake(call)
-    if call.sema:count() < 1 then call.sema:post(1) end
+-- Only a waiter whose semaphore holds nothing (it was waited on to the end,
+-- or never posted) goes back to the list.
+local function give_waiter(w)
+    w.done, w.err, w.id = false, nil, -1
+    if w.sema:count() ~= 0 then return end
+    nfree = nfree + 1
+    free_waiters[nfree] = w
 end
 
--- Close node i's socket (its reader, if blocked on it, is killed first:
--- only the coroutine that spawned it can, and that is the caller). A write
--- the reader had begun is over with it.
-local function close_node(call, i)
-    call.gen[i] = (call.gen[i] or 0) + 1
-    call.writing[i] = false
-    local r = call.readers[i]
-    if r and coroutine.status(r) ~= "dead" and r ~= co_running() then ngx.thread.kill(r) end
-    call.readers[i] = nil
-    local sock = call.socks[i]
-    call.socks[i] = nil
+---------------------------------------------------------------------------
+-- the hub
+
+local hubs = {}  -- configuration key -> hub, for this worker
+
+local function wake(hub)
+    local sema = hub.work
+    if sema and sema:count() < 1 then sema:post(1) end
+end
+
+-- Hand every finished operation to the call waiting for it. Pure engine
+-- work, no I/O: any coroutine of the worker may do it.
+local function deliver(hub)
+    local e, res, waiters = hub.e, hub.res, hub.waiters
+    while C.rl_engine_collect(e, res) == 1 do
+        local w = waiters[res.id]
+        if w ~= nil and not w.done then
+            ffi_copy(w.res, res, RESULT_SIZE)
+            w.done, w.done_at = true, hub.now
+            w.sema:post(1)
+        end
+        -- else: its caller gave up (safety timeout) or is gone; the result is dropped
+    end
+end
+
+-- Fail every call still waiting (the hub is stopping or broke); one whose
+-- result is in takes it as it is.
+local function fail_waiters(hub, why)
+    for _, w in pairs(hub.waiters) do
+        if not w.done then
+            w.err, w.done, w.done_at = why, true, hub.now
+            w.sema:post(1)
+        end
+    end
+end
+
+-- Close node i's socket. Its reader, if any, is killed first: only the
+-- coroutine that spawned it (the hub's loop) may, and only the loop calls
+-- this while readers run.
+local function close_node(hub, i)
+    hub.gen[i] = hub.gen[i] + 1
+    hub.up[i] = false
+    local r = hub.readers[i]
+    hub.readers[i] = nil
+    -- (one that ended on its own is reaped by the loop: see reader)
+    if r and co_status(r) ~= "dead" and r ~= co_running() then ngx.thread.kill(r) end
+    local sock = hub.socks[i]
+    hub.socks[i] = nil
     if sock then sock:close() end
 end
 
--- Write what the engine has for node i, until nothing is left: what was
--- queued while a send yielded (a reply's EVAL, a cleanup decided meanwhile)
--- goes out too, since nobody else may be driving the engine by then. One
--- writer per socket at a time.
-local function write_node(call, i)
-    local sock = call.socks[i]
-    if sock == nil or call.writing[i] then return end
-    local e, gen = call.e, call.gen[i]
-    while true do
+-- Node i's connection failed or ended, seen by its own reader: forget the
+-- socket (the reader is about to return) and tell the engine.
+local function lost_node(hub, i, why)
+    hub.gen[i] = hub.gen[i] + 1
+    hub.up[i] = false
+    hub.readers[i] = nil
+    local sock = hub.socks[i]
+    hub.socks[i] = nil
+    if sock then sock:close() end
+    C.rl_engine_node_down(hub.e, i, why, now_ms())
+    wake(hub)
+end
+
+-- Write what the engine has for node i (everything queued since the last
+-- turn, in one send), and what was queued while that send yielded.
+local function write_node(hub, i)
+    local e, gen = hub.e, hub.gen[i]
+    while hub.up[i] and hub.gen[i] == gen do
         local len = tonumber(C.rl_engine_node_output(e, i, out_ptr))
         if len == 0 then return end
-        local data = ffi_string(out_ptr[0], len)
-        call.writing[i] = true
-        local sent, err = sock:send(data)
-        if call.gen[i] ~= gen then return end -- closed while the send yielded
-        call.writing[i] = false
+        local sent, err = hub.socks[i]:send(ffi_string(out_ptr[0], len))
+        if hub.gen[i] ~= gen then return end -- closed while the send yielded
         if not sent then
-            close_node(call, i)
+            close_node(hub, i)
             C.rl_engine_node_down(e, i, "connection lost: " .. tostring(err), now_ms())
             return
         end
@@ -121,153 +178,259 @@ local function write_node(call, i)
     end
 end
 
--- Hand node i's connection back: to the pool if the engine calls it clean.
-local function park(call, i)
-    local sock = call.socks[i]
-    call.socks[i], call.readers[i] = nil, nil
-    call.gen[i] = (call.gen[i] or 0) + 1
-    call.writing[i] = false
-    if sock == nil then return end
-    if C.rl_engine_node_detach(call.e, i, now_ms()) == 1 then
-        local ok = sock:setkeepalive(POOL_IDLE_MS, POOL_SIZE)
-        if not ok then sock:close() end
-    else
-        sock:close()
-    end
-end
-
--- Once a finished call has no connection left, its engine goes back to the
--- client for the next call.
-local function retire_if_quiet(call)
-    if call.in_call or call.retired or next(call.socks) ~= nil then return end
-    call.retired = true
-    local self = call.client
-    if self.calls[call.co] == call then self.calls[call.co] = nil end
-    self.idle[#self.idle + 1] = call
-end
-
--- Node i's light thread: connect (from the pool if one is there), then read
--- and feed until nothing is owed, then put the connection back.
-local function reader(call, i)
-    local self, e, gen = call.client, call.e, call.gen[i]
+-- Node i's light thread: connect (a new connection: the engine sends
+-- AUTH/SELECT/INFO first), then read and feed until the connection ends or
+-- the loop closes it.
+local function read_node(hub, i, gen)
+    local e = hub.e
     local sock = ngx.socket.tcp()
-    call.socks[i] = sock
-    sock:settimeouts(self.connect_timeout, self.node_timeout, self.node_timeout)
+    hub.socks[i] = sock
+    sock:settimeouts(hub.connect_timeout, hub.node_timeout, READ_TIMEOUT_MS)
     local ok, err
-    if self.ports[i] == 0 then
-        ok, err = sock:connect("unix:" .. self.hosts[i], self.pool_opts[i])
+    if hub.ports[i] == 0 then
+        ok, err = sock:connect("unix:" .. hub.hosts[i])
     else
-        ok, err = sock:connect(self.hosts[i], self.ports[i], self.pool_opts[i])
+        ok, err = sock:connect(hub.hosts[i], hub.ports[i])
     end
-    if call.gen[i] ~= gen then return end
-    if not ok then
-        call.socks[i], call.readers[i] = nil, nil
-        C.rl_engine_node_down(e, i, "connect failed: " .. tostring(err), now_ms())
-        wake(call)
-        return retire_if_quiet(call)
-    end
-    local fresh = (sock:getreusedtimes() or 0) == 0 and 1 or 0
-    if C.rl_engine_node_connected(e, i, fresh, now_ms()) ~= RL_OK then
-        call.socks[i], call.readers[i] = nil, nil
+    if hub.gen[i] ~= gen then return end
+    if not ok then return lost_node(hub, i, "connect failed: " .. tostring(err)) end
+    if C.rl_engine_node_connected(e, i, 1, now_ms()) ~= RL_OK then
+        -- the engine no longer wants it (it gave up on the connect meanwhile)
+        hub.gen[i] = hub.gen[i] + 1
+        hub.socks[i], hub.readers[i] = nil, nil
         sock:close()
-        wake(call)
-        return retire_if_quiet(call)
+        return wake(hub)
     end
-    write_node(call, i)
-    wake(call)
-    while call.gen[i] == gen and (C.rl_engine_node_unanswered(e, i) > 0 or call.writing[i]) do
+    hub.up[i] = true
+    wake(hub)
+    while true do
         local data, rerr = sock:receiveany(READ_CHUNK)
-        if call.gen[i] ~= gen then return end
+        if hub.gen[i] ~= gen then return end
         if data then
             if C.rl_engine_node_feed(e, i, data, #data, now_ms()) ~= RL_OK then
-                close_node(call, i) -- the engine dropped the connection
-                wake(call)
-                return retire_if_quiet(call)
+                -- the engine dropped the connection (it asks for a close too)
+                hub.gen[i] = hub.gen[i] + 1
+                hub.up[i] = false
+                hub.socks[i], hub.readers[i] = nil, nil
+                sock:close()
+                hub.now = now_ms()
+                deliver(hub)
+                return wake(hub)
             end
-            write_node(call, i) -- what the replies queued (an EVAL after NOSCRIPT)
+            hub.now = now_ms()
+            deliver(hub)
+            wake(hub)
         elseif rerr ~= "timeout" then
-            close_node(call, i)
-            C.rl_engine_node_down(e, i, "connection lost: " .. tostring(rerr), now_ms())
-            wake(call)
-            return retire_if_quiet(call)
-        elseif not call.in_call then
-            -- a tail past its node timeout: cut it (the engine answers what
-            -- is owed with an error), and never pool the connection
-            break
+            return lost_node(hub, i, "connection lost: " .. tostring(rerr))
         end
-        wake(call)
     end
-    if call.gen[i] == gen then park(call, i) end
-    retire_if_quiet(call)
 end
 
--- A reader for node i, which connects it.
-local function connect_node(call, i)
-    close_node(call, i)
-    local th, err = ngx.thread.spawn(reader, call, i)
+-- A light thread that ends on its own stays a zombie until its parent (the
+-- loop) waits for it: it files itself for the loop to reap.
+local function reader(hub, i, gen)
+    read_node(hub, i, gen)
+    hub.ended[#hub.ended + 1] = co_running()
+end
+
+local function reap(hub)
+    local ended = hub.ended
+    for k = #ended, 1, -1 do
+        local th = ended[k]
+        if co_status(th) == "dead" then
+            table.remove(ended, k)
+            ngx.thread.wait(th)
+        end
+    end
+end
+
+local function connect_node(hub, i)
+    close_node(hub, i)
+    hub.connects = hub.connects + 1
+    local gen = hub.gen[i]
+    local th, err = ngx.thread.spawn(reader, hub, i, gen)
     if not th then
-        C.rl_engine_node_down(call.e, i, "cannot start a light thread: " .. tostring(err), now_ms())
-    elseif coroutine.status(th) ~= "dead" then
-        call.readers[i] = th
+        C.rl_engine_node_down(hub.e, i, "cannot start a light thread: " .. tostring(err), now_ms())
+    elseif co_status(th) ~= "dead" and hub.gen[i] == gen then
+        hub.readers[i] = th
     end
 end
 
 -- Do what the engine asks: close, connect (a reader per node), write; until
 -- it asks no more closes or connects (a connect that fails at once answers
 -- commands, and that may ask for more).
-local function service(call)
-    local e, n = call.e, call.client.n
+local function service(hub)
+    local e, n = hub.e, hub.n
     local asked = true
     while asked do
         asked = false
         local bits = C.rl_engine_wanting(e)
+        if bits == 0 then return end
         for i = 0, n - 1 do
             if band(bits, lshift(1, i)) ~= 0 then
                 local w = C.rl_engine_node_wants(e, i)
-                if band(w, WANT_CLOSE) ~= 0 then close_node(call, i) end
-                if band(w, WANT_CONNECT) ~= 0 then connect_node(call, i) end
-                if band(w, WANT_WRITE) ~= 0 then write_node(call, i) end
+                if band(w, WANT_CLOSE) ~= 0 then close_node(hub, i) end
+                if band(w, WANT_CONNECT) ~= 0 then connect_node(hub, i) end
+                if band(w, WANT_WRITE) ~= 0 then write_node(hub, i) end
                 asked = asked or band(w, WANT_CLOSE + WANT_CONNECT) ~= 0
             end
         end
     end
 end
 
--- The call is over (nothing in flight, nothing to collect). Connections
--- whose replies are all in are already back in the pool; a reader still
--- owed replies finishes its tail on its own (see reader), and the engine
--- goes back to the client once no connection is left.
-local function end_call(call)
-    call.in_call = false
-    retire_if_quiet(call)
+-- Results whose call is gone (killed while it waited: a client abort, an
+-- ngx.exit from another thread) are dropped after a while.
+local function sweep(hub, now)
+    local waiters = hub.waiters
+    for id, w in pairs(waiters) do
+        if w.done and now - w.done_at > STALE_MS then waiters[id] = nil end
+    end
+end
+
+-- Close every connection (the engine forgets them) and fail what still waits.
+local function shut(hub, why)
+    local now = now_ms()
+    hub.now = now
+    for i = 0, hub.n - 1 do
+        local up, connecting = hub.up[i], hub.socks[i] ~= nil
+        close_node(hub, i)
+        if up then
+            C.rl_engine_node_detach(hub.e, i, now)
+        elseif connecting then
+            C.rl_engine_node_down(hub.e, i, "connect abandoned: the hub stopped", now)
+        end
+    end
+    deliver(hub)
+    fail_waiters(hub, why)
+end
+
+local function busy(e)
+    return C.rl_engine_inflight(e) + C.rl_engine_tails(e) + C.rl_engine_done(e) > 0
+end
+
+-- The hub's loop: one turn per wake-up (work posted, a reader fed replies)
+-- or engine deadline.
+local function loop(hub, premature)
+    local e, work = hub.e, hub.work
+    local exit_by = premature and now_ms() + hub.node_timeout or nil
+    local sweep_at = now_ms() + STALE_MS
+    while true do
+        local now = now_ms()
+        C.rl_engine_advance(e, now)
+        service(hub)
+        hub.now = now_ms()
+        deliver(hub)
+        now = hub.now
+        if now >= sweep_at then
+            sweep(hub, now)
+            sweep_at = now + STALE_MS
+        end
+        if hub.ended[1] ~= nil then reap(hub) end
+        if exit_by == nil and ngx.worker.exiting() then exit_by = now + hub.node_timeout end
+        if exit_by ~= nil then
+            -- the worker exits: serve what is in flight for a node timeout at most
+            if not busy(e) or now >= exit_by then return "the nginx worker is exiting" end
+        elseif not busy(e) then
+            if now - hub.last_call >= _M.idle_ms then return nil end -- idle
+            if hub.connects >= _M.rotate_connects then return nil, true end
+        end
+        local at = C.rl_engine_deadline(e)
+        local wait_ms = HUB_SLICE_MS
+        if exit_by == nil and not busy(e) then
+            local idle_left = hub.last_call + _M.idle_ms - now
+            if idle_left < wait_ms then wait_ms = idle_left end
+        end
+        if at >= 0 and at - now < wait_ms then wait_ms = at - now end
+        if exit_by ~= nil and exit_by - now < wait_ms then wait_ms = exit_by - now end
+        -- nginx's timers count whole milliseconds: never ask for less than one
+        if wait_ms > 0 then work:wait(wait_ms < 1 and 0.001 or wait_ms / 1000) end
+    end
+end
+
+local start
+
+local function hub_main(premature, hub)
+    hub.connects, hub.ended = 0, {}
+    local ok, why, rotate = xpcall(loop, debug.traceback, hub, premature)
+    if not ok then
+        ngx.log(ngx.ERR, "redlock: hub stopped on an error: ", why)
+        why, rotate = "redlock's hub stopped on an error (see the error log)", false
+    end
+    shut(hub, why or "redlock's hub stopped")
+    reap(hub)
+    hub.running = false
+    -- a fresh timer (its calls start it anyway if this fails)
+    if rotate then start(hub) end
+end
+
+-- Make sure the hub's timer runs. nil, or why it cannot.
+start = function(hub)
+    if hub.running then return nil end
+    if hub.work == nil then hub.work = semaphore.new(0) end
+    local ok, err = ngx.timer.at(0, hub_main, hub)
+    if not ok then return "cannot start the hub's ngx.timer: " .. tostring(err) end
+    hub.running = true
+    return nil
+end
+
+-- The configuration key of a client: everything rl_engine_new is given.
+local function config_key(urls, n, opts)
+    local parts = {}
+    for i = 0, n - 1 do
+        local u = ffi_string(urls[i])
+        parts[#parts + 1] = #u .. ":" .. u
+    end
+    local prefix = (opts.prefix ~= nil and opts.prefix_len > 0) and ffi_string(opts.prefix, opts.prefix_len) or ""
+    parts[#parts + 1] = ("%d,%d,%d,%d,%d,%d,%.17g,%d:%s"):format(opts.node_timeout_ms, opts.connect_timeout_ms,
+        opts.reconnect_min_ms, opts.reconnect_max_ms, opts.stall_reset_ms, opts.quorum, opts.drift_factor,
+        #prefix, prefix)
+    return table.concat(parts, "\n")
+end
+
+local function new_hub(e, n, opts)
+    local hub = {
+        e = e, n = n, res = ffi_new("rl_result"), waiters = {},
+        socks = {}, readers = {}, gen = {}, up = {}, hosts = {}, ports = {}, names = {},
+        work = nil, running = false, last_call = 0, now = 0, connects = 0, ended = {},
+        node_timeout = opts.node_timeout_ms, connect_timeout = opts.connect_timeout_ms,
+        quorum = C.rl_engine_quorum(e),
+    }
+    for i = 0, n - 1 do
+        hub.hosts[i] = ffi_string(C.rl_engine_node_host(e, i))
+        hub.ports[i] = C.rl_engine_node_port(e, i)
+        hub.names[i] = ffi_string(C.rl_engine_node_name(e, i))
+        hub.gen[i], hub.up[i] = 0, false
+    end
+    return hub
 end
 
 ---------------------------------------------------------------------------
 -- the client: the methods init.lua calls (those of rl_client)
 
+local client = {}
+local client_mt = { __index = client }
+
+-- Begin an operation on the hub's engine and register its waiter; the id,
+-- or RL_ERR with self.err set.
 function client:begin(kind, resource, len, value, ttl)
     local why = phase_refusal()
     if why then self.err = why; return RL_ERR end
-    local co = co_running()
-    local call = self.calls[co]
-    -- nginx reuses coroutines across requests: a call still serving the
-    -- tail of an earlier request (its sockets belong to that request) is
-    -- not this one's
-    if call == nil or call.req ~= get_request() then
-        local err
-        call, err = take_call(self)
-        if call == nil then self.err = err; return RL_ERR end
-        self.calls[co] = call
-    end
-    call.in_call = true
-    local now, id = now_ms(), nil
-    if kind == 1 then id = C.rl_engine_begin_acquire(call.e, resource, len, ttl, now)
-    elseif kind == 2 then id = C.rl_engine_begin_release(call.e, resource, len, value, now)
-    else id = C.rl_engine_begin_extend(call.e, resource, len, value, ttl, now) end
+    local hub = self.hub
+    why = start(hub)
+    if why then self.err = why; return RL_ERR end
+    local e, now, id = hub.e, now_ms(), nil
+    if kind == 1 then id = C.rl_engine_begin_acquire(e, resource, len, ttl, now)
+    elseif kind == 2 then id = C.rl_engine_begin_release(e, resource, len, value, now)
+    else id = C.rl_engine_begin_extend(e, resource, len, value, ttl, now) end
     if id < 0 then
-        self.err = ffi_string(C.rl_engine_errstr(call.e))
-        if C.rl_engine_inflight(call.e) + C.rl_engine_done(call.e) == 0 then end_call(call) end
+        self.err = ffi_string(C.rl_engine_errstr(e))
+        return id
     end
+    local w = take_waiter()
+    w.id = id
+    hub.waiters[id] = w
+    hub.last_call = now
+    wake(hub)
     return id
 end
 
@@ -275,31 +438,28 @@ function client:begin_acquire(resource, len, ttl) return self:begin(1, resource,
 function client:begin_release(resource, len, value) return self:begin(2, resource, len, value) end
 
 function client:wait(id, out)
-    local co = co_running()
-    local call = self.calls[co]
-    if call == nil then
+    local hub = self.hub
+    local w = hub.waiters[id]
+    if w == nil then
         self.err = ("no operation %d in flight"):format(tonumber(id))
         return RL_ERR
     end
-    local e = call.e
-    local got
-    while true do
-        got = C.rl_engine_take(e, id, out)
-        if got ~= 0 then break end
-        service(call)
-        got = C.rl_engine_take(e, id, out)
-        if got ~= 0 then break end
-        local at, now = C.rl_engine_deadline(e), now_ms()
-        if at < 0 or at > now then
-            -- nginx's timers count whole milliseconds: never ask for less than one
-            call.sema:wait(at < 0 and 1 or math.max(0.001, (at - now) / 1000))
+    if not w.done then
+        local ok = w.sema:wait(self.wait_s)
+        if not ok and not w.done then
+            -- the hub never answered: give up on it (a later result is dropped)
+            hub.waiters[id] = nil
+            self.err = ("no result from redlock's hub within %.0f ms"):format(self.wait_s * 1000)
+            give_waiter(w)
+            return RL_ERR
         end
-        C.rl_engine_advance(e, now_ms())
     end
-    if got < 0 then self.err = ffi_string(C.rl_engine_errstr(e)) end
-    service(call)
-    if C.rl_engine_inflight(e) + C.rl_engine_done(e) == 0 then end_call(call) end
-    return got == 1 and RL_OK or RL_ERR
+    if hub.waiters[id] == w then hub.waiters[id] = nil end
+    local err = w.err
+    if err == nil and out ~= nil then ffi_copy(out, w.res, RESULT_SIZE) end
+    give_waiter(w)
+    if err ~= nil then self.err = err; return RL_ERR end
+    return RL_OK
 end
 
 local function blocking(self, id, out)
@@ -324,38 +484,29 @@ function client:sleep(ms)
 end
 
 function client:errstr() return self.err end
-function client:node_name(i) return self.names[i] end
-function client:quorum() return self.quorum_ end
+function client:node_name(i) return self.hub.names[i] end
+function client:quorum() return self.hub.quorum end
 
-function client:free()
-    self.idle = {}
-end
+-- The hub is the worker's, shared with every client of the same
+-- configuration: closing one client leaves it running (it stops when idle).
+function client:free() end
 
 --- A client for the nodes (rl_client_new's arguments; nothing is connected
---- until a call needs it). nil with errbuf filled on bad arguments.
+--- until a call needs it): a handle on the worker's hub for this
+--- configuration, made on first use. nil with errbuf filled on bad arguments.
 function _M.client_new(urls, n, opts, errbuf, errlen)
-    local e = C.rl_engine_new(urls, n, opts, errbuf, errlen)
-    if e == nil then return nil end
-    e = ffi.gc(e, C.rl_engine_free)
-    local copy = ffi.new("rl_options")
-    ffi.copy(copy, opts, ffi.sizeof("rl_options"))
-    local self = setmetatable({
-        n = n, opts = copy, urls = urls, errbuf = ffi_new("char[?]", C.RL_ERR_LEN), err = "",
-        idle = nil, calls = setmetatable({}, { __mode = "k" }),
-        hosts = {}, ports = {}, names = {}, pool_opts = {},
-        quorum_ = C.rl_engine_quorum(e),
-        node_timeout = opts.node_timeout_ms, connect_timeout = opts.connect_timeout_ms,
-    }, client_mt)
-    for i = 0, n - 1 do
-        self.hosts[i] = ffi_string(C.rl_engine_node_host(e, i))
-        self.ports[i] = C.rl_engine_node_port(e, i)
-        self.names[i] = ffi_string(C.rl_engine_node_name(e, i))
-        -- one pool per node URL (password and db included): a pooled
-        -- connection is only ever reused with the AUTH/SELECT it was set up with
-        self.pool_opts[i] = { pool = "redlock " .. ffi_string(urls[i]), pool_size = POOL_SIZE }
+    local key = config_key(urls, n, opts)
+    local hub = hubs[key]
+    if hub == nil then
+        local e = C.rl_engine_new(urls, n, opts, errbuf, errlen)
+        if e == nil then return nil end
+        hub = new_hub(ffi.gc(e, C.rl_engine_free), n, opts)
+        hubs[key] = hub
     end
-    self.idle = { new_call(self, e) }
-    return self
+    return setmetatable({
+        hub = hub, err = "",
+        wait_s = (opts.node_timeout_ms + opts.connect_timeout_ms + WAIT_MARGIN_MS) / 1000,
+    }, client_mt)
 end
 
 ---------------------------------------------------------------------------
