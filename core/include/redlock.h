@@ -24,9 +24,8 @@
  *     timeout (plus those of the last call);
  *   - rl_keeper: its own thread, all the time;
  *   - the engine (rl_engine_*): its driver, through rl_engine_tails;
- *   - inside nginx (lua/redlock): each node's reader light thread, for at
- *     most a node timeout after the call; a connection still owed replies
- *     after that is closed, never pooled.
+ *   - inside nginx (lua/redlock): the worker's hub, whose connections and
+ *     readers outlive every request, so a tail is served like any reply.
  *
  * The API is pull-style and written for the LuaJIT FFI:
  *   - the library never calls back into foreign code;
