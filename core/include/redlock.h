@@ -118,6 +118,7 @@ typedef struct rl_result {
     int failed;              /* nodes that errored or timed out */
     double elapsed_ms;       /* from before the first send to the decision */
     double validity_ms;      /* acquire/extend: ttl - elapsed - drift; > 0 exactly when status is OK */
+    long long token;         /* a fenced acquire whose status is OK: its fencing token (>= 1); else 0 */
     char value[RL_VALUE_LEN + 1];       /* the lock value (acquire: freshly generated), NUL-terminated */
     rl_node_result node[RL_MAX_NODES];  /* per-node detail, in server order */
 } rl_result;
@@ -176,6 +177,20 @@ int rl_begin_release(rl_client *c, const char *resource, size_t len, const char 
 int rl_begin_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms);
 
 /*
+ * A fenced acquire (DESIGN.md, "Fencing tokens"): the same lock, plus a
+ * token in rl_result.token, strictly greater than every token granted for
+ * the resource before this grant began, as long as the nodes keep their
+ * data. Two rounds: SET NX PX with an INCR of the counter key (the lock's
+ * key followed by ":fence"; it never expires), then a commit that raises
+ * the counter to the token on every node that still holds our value. The
+ * grant stands only if the commit reaches a quorum; if it does not, the
+ * lock is released like any failed acquire and status says why (NOT_HELD:
+ * our value was gone from too many nodes; UNAVAILABLE; TIMEOUT: no validity
+ * left). validity_ms counts from before the first round.
+ */
+int rl_begin_acquire_fenced(rl_client *c, const char *resource, size_t len, int ttl_ms);
+
+/*
  * Drive the I/O until at least one operation has finished or timeout_ms has
  * passed (0: do what is ready and return; < 0: no limit). Return the number of
  * finished operations waiting to be collected.
@@ -198,6 +213,7 @@ void rl_sleep(rl_client *c, int ms);
  * out->status (RL_STATUS_OK, RL_STATUS_BUSY, ...), or RL_ERR when the
  * operation could not start (reason in rl_client_errstr; *out untouched). */
 int rl_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
+int rl_acquire_fenced(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
 int rl_release(rl_client *c, const char *resource, size_t len, const char *value, rl_result *out);
 int rl_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms,
               rl_result *out);
@@ -269,6 +285,7 @@ const char *rl_engine_errstr(const rl_engine *e);
  * its command is queued on every node; a node that is down votes against
  * at once. */
 int rl_engine_begin_acquire(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
+int rl_engine_begin_acquire_fenced(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
 int rl_engine_begin_release(rl_engine *e, const char *resource, size_t len, const char *value,
                             double now_ms);
 int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const char *value,

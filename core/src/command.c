@@ -12,6 +12,13 @@ const char rl_release_script[] =
     "if redis.call(\"get\",KEYS[1]) == ARGV[1] then return redis.call(\"del\",KEYS[1]) else return 0 end";
 const char rl_extend_script[] =
     "if redis.call(\"get\",KEYS[1]) == ARGV[1] then return redis.call(\"pexpire\",KEYS[1],ARGV[2]) else return 0 end";
+const char rl_acquire_fenced_script[] =
+    "if redis.call(\"set\",KEYS[1],ARGV[1],\"NX\",\"PX\",ARGV[2]) then return redis.call(\"incr\",KEYS[2]) "
+    "else return false end";
+const char rl_commit_script[] =
+    "if redis.call(\"get\",KEYS[1]) == ARGV[1] then "
+    "if tonumber(redis.call(\"get\",KEYS[2]) or \"0\") < tonumber(ARGV[2]) then redis.call(\"set\",KEYS[2],ARGV[2]) end "
+    "return 1 else return 0 end";
 const char rl_release_sha[] = "b70c2384248f88e6b75b9f89241a180f856ad852";
 const char rl_extend_sha[] = "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10";
 
@@ -126,6 +133,37 @@ int rl_cmd_extend(rl_buf *b, int by_sha, const char *key, size_t keylen, const c
     p = put_ttl(p, ttl_ms);
     b->len = (size_t)(p - b->data);
     return 0;
+}
+
+/* EVAL script 2 key key:fence value n: a fenced lock's scripts, sent whole
+ * (they run once or twice per grant, so no SCRIPT LOAD is kept for them). */
+static int fenced_eval(rl_buf *b, const char *script, size_t script_len, const char *key, size_t keylen,
+                       const char *value, size_t n) {
+    size_t suffix = sizeof(RL_FENCE_SUFFIX) - 1;
+    char *p = start(b, 64 + script_len + suffix + RL_VALUE_LEN, 2 * keylen);
+    if (p == NULL) return -1;
+    p = put(p, LIT("*7\r\n$4\r\nEVAL\r\n"));
+    p = put_bulk(p, script, script_len);
+    p = put(p, LIT("$1\r\n2\r\n"));
+    p = put_bulk(p, key, keylen);
+    p = put_header(p, '$', keylen + suffix);
+    p = put(p, key, keylen);
+    p = put(p, LIT(RL_FENCE_SUFFIX "\r\n$40\r\n"));
+    p = put(p, value, RL_VALUE_LEN);
+    p = put(p, LIT("\r\n"));
+    char digits[HEADER_MAX];
+    p = put_bulk(p, digits, (size_t)(put_uint(digits, n) - digits));
+    b->len = (size_t)(p - b->data);
+    return 0;
+}
+
+int rl_cmd_acquire_fenced(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms) {
+    return fenced_eval(b, rl_acquire_fenced_script, sizeof(rl_acquire_fenced_script) - 1, key, keylen, value,
+                       (size_t)ttl_ms);
+}
+
+int rl_cmd_commit(rl_buf *b, const char *key, size_t keylen, const char *value, long long token) {
+    return fenced_eval(b, rl_commit_script, sizeof(rl_commit_script) - 1, key, keylen, value, (size_t)token);
 }
 
 int rl_cmd_append_argv(rl_buf *b, int argc, const char *const *argv, const size_t *lens) {

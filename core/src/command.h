@@ -22,6 +22,15 @@ extern const char rl_extend_script[];
 extern const char rl_release_sha[];
 extern const char rl_extend_sha[];
 
+/* A fenced lock's counter: the lock's key with this appended. */
+#define RL_FENCE_SUFFIX ":fence"
+
+/* A fenced lock's two rounds (DESIGN.md, "Fencing tokens"): SET NX PX and,
+ * if set, INCR of the counter, returning it (else nil); and the commit: if
+ * the key still holds our value, raise the counter to the token (1), else 0. */
+extern const char rl_acquire_fenced_script[];
+extern const char rl_commit_script[];
+
 /* Encode into b (replacing its content); each returns 0, or -1 when out of memory.
  *   acquire: SET key value NX PX ttl
  *   release: EVALSHA release_sha 1 key value           (by_sha = 0: EVAL script ...)
@@ -29,6 +38,12 @@ extern const char rl_extend_sha[];
 int rl_cmd_acquire(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms);
 int rl_cmd_release(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value);
 int rl_cmd_extend(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value, int ttl_ms);
+
+/* Encode into b, as above:
+ *   acquire_fenced: EVAL acquire_fenced_script 2 key key:fence value ttl
+ *   commit:         EVAL commit_script 2 key key:fence value token (token >= 1) */
+int rl_cmd_acquire_fenced(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms);
+int rl_cmd_commit(rl_buf *b, const char *key, size_t keylen, const char *value, long long token);
 
 /* Append any command (argc words) to b, after its content. Return 0, or -1 when out of memory. */
 int rl_cmd_append_argv(rl_buf *b, int argc, const char *const *argv, const size_t *lens);

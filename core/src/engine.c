@@ -16,6 +16,9 @@
  *            gets its step checked, as in a round that timed out);
  *   CLEANUP  (failed acquire) the release on every node the SET may have
  *            reached, until those replies are in or the node timeout;
+ * A fenced acquire has two rounds: its grant (SET NX PX + INCR), then, if
+ * granted, a commit of its token; the result is ready when the commit is
+ * decided (the grant's tail is dropped: its late replies are ignored).
  *   QUIET    nothing owed; the slot waits for its result to be taken;
  *   FREE     on the free list.
  * A slot is freed once its result is taken and it is QUIET. Each phase
@@ -44,6 +47,8 @@ typedef struct rl_op {
     unsigned gen;
     int phase;
     int taken;               /* the result was collected */
+    int ttl_ms;              /* acquire/extend: the ttl asked for */
+    long long token;         /* a fenced acquire: the token its commit raises the counters to */
     unsigned sent;           /* bit i: the round's command was queued on node i */
     unsigned owed;           /* bit i: node i still owes a reply to this phase's command */
     unsigned cleanup_sent;   /* bit i: node i was sent the cleanup */
@@ -243,6 +248,7 @@ static void start_timer(rl_engine *e, rl_op *op) {
 
 /* The round is decided: its result goes on the done list for the caller. */
 static void op_publish(rl_engine *e, rl_op *op) {
+    op->res.token = op->round.kind == RL_ROUND_COMMIT && op->res.status == RL_STATUS_OK ? op->token : 0;
     op->prev = e->done_tail;
     op->next = NULL;
     if (e->done_tail) e->done_tail->next = op;
@@ -303,13 +309,24 @@ static void check_late_nodes(rl_engine *e, const rl_op *op) {
         if (op->owed & (1u << i)) rl_stream_check_step(&e->nodes[i], e->now);
 }
 
+static void send_round(rl_engine *e, rl_op *op, int kind, double start_ms, int first);
+
 /* The round is decided; timed_out: by its node timeout, so the nodes still
  * owing a reply are late (a late reply will be ignored). Otherwise they are
- * the tail, served until the same node timeout. A failed acquire goes on to
- * its cleanup instead. */
+ * the tail, served until the same node timeout. A granted fenced acquire
+ * goes on to commit its token (the highest counter a grant returned); a
+ * failed acquire goes on to its cleanup. */
 static void op_round_decided(rl_engine *e, rl_op *op, int timed_out) {
-    op_publish(e, op);
     if (timed_out) check_late_nodes(e, op);
+    if (op->round.kind == RL_ROUND_ACQUIRE_FENCED && op->res.status == RL_STATUS_OK) {
+        op->token = op->round.top;
+        if (rl_cmd_commit(&op->cmd, op->key.data, op->key.len, op->res.value, op->token) == 0) {
+            send_round(e, op, RL_ROUND_COMMIT, op->round.start_ms, 0);
+            return;
+        }
+        op->res.status = RL_STATUS_UNAVAILABLE; /* no memory for the commit: no token, no grant */
+    }
+    op_publish(e, op);
     if (op->res.op == RL_OP_ACQUIRE && op->res.status != RL_STATUS_OK) {
         rl_deadlines_remove(&e->deadlines, op->slot);
         op_start_cleanup(e, op);
@@ -329,7 +346,7 @@ static int is_noscript(const rl_reply *r) {
 static int resend_as_eval(rl_engine *e, rl_op *op, int node, rl_ticket t) {
     int rc = t.kind == RL_OP_RELEASE
                  ? rl_cmd_release(&e->scratch, 0, op->key.data, op->key.len, op->res.value)
-                 : rl_cmd_extend(&e->scratch, 0, op->key.data, op->key.len, op->res.value, op->round.ttl_ms);
+                 : rl_cmd_extend(&e->scratch, 0, op->key.data, op->key.len, op->res.value, op->ttl_ms);
     if (rc != 0) return -1;
     t.sent_ms = e->now;
     t.eval = 1;
@@ -356,8 +373,10 @@ static void on_node_reply(void *owner, int node, rl_ticket t, const rl_reply *re
     }
     /* A script the node does not know is sent as EVAL, once, in the round
      * or its tail alike. (NOSCRIPT to a SET is just a failed vote: there is
-     * no script to send.) */
-    if (is_noscript(reply) && t.kind != RL_OP_ACQUIRE && !t.eval && resend_as_eval(e, op, node, t) == 0) return;
+     * no script to send; a fenced lock's scripts always go as EVAL.) */
+    if (is_noscript(reply) && (t.kind == RL_OP_RELEASE || t.kind == RL_OP_EXTEND) && !t.eval &&
+        resend_as_eval(e, op, node, t) == 0)
+        return;
     op->owed &= ~(1u << node);
     if (op->phase == OP_ROUND) {
         int decided;
@@ -413,7 +432,30 @@ static void op_timeout(rl_engine *e, rl_op *op) {
 
 /* ---- beginning operations ---- */
 
-static int begin(rl_engine *e, int kind, const char *resource, size_t len, const char *value, int ttl_ms, double now_ms) {
+/* Start a round of kind with op->cmd on every node, its clock started at
+ * start_ms; a node that cannot take it votes against at once (which may
+ * decide it). first: the operation's first round, whose nodes are the ones
+ * a failed acquire's cleanup goes to. */
+static void send_round(rl_engine *e, rl_op *op, int kind, double start_ms, int first) {
+    op->gen++;
+    op->phase = OP_ROUND;
+    op->owed = 0;
+    rl_round_start(&op->round, &op->res, kind, e->nnodes, e->quorum, op->ttl_ms, e->opts.drift_factor, start_ms);
+    start_timer(e, op);
+    unsigned gen = op->gen;
+    rl_ticket t = {op->slot, gen, kind, e->now, 0, 0};
+    for (int i = 0; i < e->nnodes && op->gen == gen && op->phase == OP_ROUND; i++) {
+        if (rl_stream_send(&e->nodes[i], op->cmd.data, op->cmd.len, t, e->now) == 0) {
+            if (first) op->sent |= 1u << i;
+            op->owed |= 1u << i;
+        } else if (rl_round_vote(&op->round, i, RL_NODE_ERROR, e->nodes[i].errstr, e->now)) {
+            op_round_decided(e, op, 0);
+        }
+    }
+}
+
+static int begin(rl_engine *e, int kind, int fenced, const char *resource, size_t len, const char *value, int ttl_ms,
+                 double now_ms) {
     if (resource == NULL || len == 0)
         return snprintf(e->errstr, sizeof(e->errstr), "resource must be a non-empty string"), RL_ERR;
     if (kind != RL_OP_RELEASE && ttl_ms <= 0)
@@ -445,7 +487,8 @@ static int begin(rl_engine *e, int kind, const char *resource, size_t len, const
             op_free(e, op);
             return RL_ERR;
         }
-        rc = rl_cmd_acquire(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms);
+        rc = fenced ? rl_cmd_acquire_fenced(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms)
+                    : rl_cmd_acquire(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms);
     } else {
         memcpy(op->res.value, value, RL_VALUE_LEN);
         op->res.value[RL_VALUE_LEN] = '\0';
@@ -457,22 +500,13 @@ static int begin(rl_engine *e, int kind, const char *resource, size_t len, const
     double now = clock_at(e, now_ms);
     op->uses++;
     op->res.id = rl_opid_make(op->uses, op->slot);
-    op->gen++;
-    op->phase = OP_ROUND;
+    op->res.token = 0;
     op->taken = 0;
-    op->sent = op->owed = 0;
+    op->sent = 0;
+    op->ttl_ms = ttl_ms;
+    op->token = 0;
     e->inflight++;
-    rl_round_start(&op->round, &op->res, kind, e->nnodes, e->quorum, ttl_ms, e->opts.drift_factor, now);
-    start_timer(e, op);
-    rl_ticket t = {op->slot, op->gen, kind, now, 0, 0};
-    for (int i = 0; i < e->nnodes && op->phase == OP_ROUND; i++) {
-        if (rl_stream_send(&e->nodes[i], op->cmd.data, op->cmd.len, t, now) == 0) {
-            op->sent |= 1u << i;
-            op->owed |= 1u << i;
-        } else if (rl_round_vote(&op->round, i, RL_NODE_ERROR, e->nodes[i].errstr, now)) {
-            op_round_decided(e, op, 0);
-        }
-    }
+    send_round(e, op, fenced ? RL_ROUND_ACQUIRE_FENCED : kind, now, 1);
     return op->res.id;
 
 oom:
@@ -482,16 +516,20 @@ oom:
 }
 
 int rl_engine_begin_acquire(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms) {
-    return begin(e, RL_OP_ACQUIRE, resource, len, NULL, ttl_ms, now_ms);
+    return begin(e, RL_OP_ACQUIRE, 0, resource, len, NULL, ttl_ms, now_ms);
+}
+
+int rl_engine_begin_acquire_fenced(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms) {
+    return begin(e, RL_OP_ACQUIRE, 1, resource, len, NULL, ttl_ms, now_ms);
 }
 
 int rl_engine_begin_release(rl_engine *e, const char *resource, size_t len, const char *value, double now_ms) {
-    return begin(e, RL_OP_RELEASE, resource, len, value, 0, now_ms);
+    return begin(e, RL_OP_RELEASE, 0, resource, len, value, 0, now_ms);
 }
 
 int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const char *value, int ttl_ms,
                            double now_ms) {
-    return begin(e, RL_OP_EXTEND, resource, len, value, ttl_ms, now_ms);
+    return begin(e, RL_OP_EXTEND, 0, resource, len, value, ttl_ms, now_ms);
 }
 
 /* ---- what the driver reports, and what it is asked ---- */

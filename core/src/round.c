@@ -5,14 +5,16 @@
 
 #include "round.h"
 
-void rl_round_start(rl_round *r, rl_result *res, int op, int nodes, int quorum, int ttl_ms,
+void rl_round_start(rl_round *r, rl_result *res, int kind, int nodes, int quorum, int ttl_ms,
                     double drift_factor, double start_ms) {
+    r->kind = kind;
+    r->top = 0;
     r->res = res;
     r->ttl_ms = ttl_ms;
     r->drift_factor = drift_factor;
     r->start_ms = start_ms;
     r->pending = nodes;
-    res->op = op;
+    res->op = kind == RL_ROUND_ACQUIRE_FENCED || kind == RL_ROUND_COMMIT ? RL_OP_ACQUIRE : kind;
     res->status = RL_STATUS_PENDING;
     res->nodes = nodes;
     res->quorum = quorum;
@@ -51,8 +53,10 @@ static int try_decide(rl_round *r, double now_ms) {
     }
     if (res->ok + r->pending < res->quorum) {
         res->elapsed_ms = now_ms - r->start_ms;
+        /* against: another value holds it (a lock), ours is gone (the rest) */
         if (res->taken > against)
-            res->status = res->op == RL_OP_ACQUIRE ? RL_STATUS_BUSY : RL_STATUS_NOT_HELD;
+            res->status = r->kind == RL_OP_ACQUIRE || r->kind == RL_ROUND_ACQUIRE_FENCED ? RL_STATUS_BUSY
+                                                                                        : RL_STATUS_NOT_HELD;
         else
             res->status = RL_STATUS_UNAVAILABLE;
         return 1;
@@ -82,18 +86,22 @@ int rl_round_vote(rl_round *r, int node, int state, const char *errstr, double n
 int rl_reply_fits(int kind, const rl_reply *reply) {
     if (reply->type == RL_REPLY_ERROR) return 1;
     if (kind == RL_OP_ACQUIRE) return reply->type == RL_REPLY_STATUS || reply->type == RL_REPLY_NIL;
+    if (kind == RL_ROUND_ACQUIRE_FENCED) return reply->type == RL_REPLY_INTEGER || reply->type == RL_REPLY_NIL;
     return reply->type == RL_REPLY_INTEGER;
 }
 
 /* What a reply means for the round's command. */
-static int classify(int op, const rl_reply *reply, char *why, size_t whylen) {
+static int classify(int kind, const rl_reply *reply, char *why, size_t whylen) {
     if (reply->type == RL_REPLY_ERROR) {
         snprintf(why, whylen, "%s", reply->str);
         return RL_NODE_ERROR;
     }
-    if (op == RL_OP_ACQUIRE) {
+    if (kind == RL_OP_ACQUIRE) {
         if (reply->type == RL_REPLY_STATUS && reply->len == 2 && strncasecmp(reply->str, "OK", 2) == 0)
             return RL_NODE_OK;
+        if (reply->type == RL_REPLY_NIL) return RL_NODE_TAKEN;
+    } else if (kind == RL_ROUND_ACQUIRE_FENCED) {
+        if (reply->type == RL_REPLY_INTEGER && reply->integer >= 1) return RL_NODE_OK;
         if (reply->type == RL_REPLY_NIL) return RL_NODE_TAKEN;
     } else if (reply->type == RL_REPLY_INTEGER && (reply->integer == 0 || reply->integer == 1)) {
         return reply->integer == 1 ? RL_NODE_OK : RL_NODE_TAKEN;
@@ -105,7 +113,11 @@ static int classify(int op, const rl_reply *reply, char *why, size_t whylen) {
 int rl_round_reply(rl_round *r, int node, const rl_reply *reply, const char *errstr, double now_ms) {
     char why[RL_NODE_ERR_LEN];
     if (reply == NULL) return rl_round_vote(r, node, RL_NODE_ERROR, errstr ? errstr : "connection lost", now_ms);
-    int state = classify(r->res->op, reply, why, sizeof(why));
+    int state = classify(r->kind, reply, why, sizeof(why));
+    /* a fenced grant's counter counts only while the round is open */
+    if (state == RL_NODE_OK && r->kind == RL_ROUND_ACQUIRE_FENCED && !rl_round_decided(r) &&
+        r->res->node[node].state == RL_NODE_PENDING && reply->integer > r->top)
+        r->top = reply->integer;
     return rl_round_vote(r, node, state, why, now_ms);
 }
 

@@ -7,7 +7,16 @@
 #include "redlock.h"
 #include "reply.h"
 
+/* Round kinds beside RL_OP_*: a fenced lock's two rounds. Their result is
+ * an acquire's (rl_result.op is RL_OP_ACQUIRE). */
+enum {
+    RL_ROUND_ACQUIRE_FENCED = 4,  /* SET NX PX + INCR: integer for, nil against */
+    RL_ROUND_COMMIT = 5           /* raise the counter if ours: 1 for, 0 against */
+};
+
 typedef struct rl_round {
+    int kind;             /* RL_OP_* or RL_ROUND_*: what the command was */
+    long long top;        /* RL_ROUND_ACQUIRE_FENCED: the highest counter a vote for returned */
     rl_result *res;       /* where votes and the outcome are written */
     int ttl_ms;           /* acquire/extend: the ttl asked for */
     double drift_factor;
@@ -15,9 +24,11 @@ typedef struct rl_round {
     int pending;          /* nodes that have not voted yet */
 } rl_round;
 
-/* Start a round of op over nodes nodes needing quorum votes; reset *res
- * (except res->id and res->value). start_ms must be read before anything is sent. */
-void rl_round_start(rl_round *r, rl_result *res, int op, int nodes, int quorum, int ttl_ms,
+/* Start a round of kind (RL_OP_* or RL_ROUND_*) over nodes nodes needing
+ * quorum votes; reset *res (except res->id, res->value and res->token).
+ * start_ms must be read before anything is sent (a commit round passes its
+ * acquire's: validity counts from there). */
+void rl_round_start(rl_round *r, rl_result *res, int kind, int nodes, int quorum, int ttl_ms,
                     double drift_factor, double start_ms);
 
 /* Record node's vote (RL_NODE_OK/TAKEN/ERROR/TIMEOUT; errstr may be NULL).
@@ -34,7 +45,7 @@ int rl_round_reply(rl_round *r, int node, const rl_reply *reply, const char *err
  * with errstr. The round is decided afterwards. Return 1 if this decided it. */
 int rl_round_expire(rl_round *r, const char *errstr, double now_ms);
 
-/* 1 if reply has a shape the command of kind (RL_OP_*) can answer with. A
+/* 1 if reply has a shape the command of kind (RL_OP_*, RL_ROUND_*) can answer with. A
  * reply that does not fit proves the connection's replies are out of step
  * with its commands (a reply was lost). */
 int rl_reply_fits(int kind, const rl_reply *reply);

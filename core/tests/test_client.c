@@ -89,6 +89,32 @@ static void acquire_release_extend(rl_client *c, rl_result *r) {
     free(other);
 }
 
+/* Fenced grants on real nodes: tokens start at 1 and strictly increase; a
+ * node's counter (the key "fenced:fence") holds the last token committed;
+ * the grant is a lock like any other (refused while held). */
+static void fenced_tokens_increase(rl_client *c, rl_result *r) {
+    long long last = 0;
+    for (int k = 0; k < 3; k++) {
+        CHECK_INT(verdict(rl_acquire_fenced(c, "fenced", 6, 5000, r), r), RL_STATUS_OK);
+        CHECK(r->token > last);
+        CHECK(r->validity_ms > 4000);
+        if (k == 0) CHECK_INT(r->token, 1);
+        last = r->token;
+        char value[RL_VALUE_LEN + 1], token[24];
+        memcpy(value, r->value, sizeof(value));
+        snprintf(token, sizeof(token), "%lld", last);
+        CHECK_INT(verdict(rl_acquire_fenced(c, "fenced", 6, 5000, r), r), RL_STATUS_BUSY);
+        CHECK_INT(r->token, 0);
+        int committed = 0;
+        for (int i = 0; i < NODES; i++) committed += node_holds(i, "fenced:fence", token);
+        CHECK(committed >= NODES / 2 + 1);
+        CHECK_INT(verdict(rl_release(c, "fenced", 6, value, r), r), RL_STATUS_OK);
+    }
+    CHECK_INT(verdict(rl_acquire(c, "fenced", 6, 5000, r), r), RL_STATUS_OK);
+    CHECK_INT(r->token, 0); /* not fenced: no token */
+    CHECK_INT(verdict(rl_release(c, "fenced", 6, r->value, r), r), RL_STATUS_OK);
+}
+
 static void many_in_flight(rl_client *c, rl_result *r) {
     int ids[64], acquired = 0, ok = 0, released = 0;
     char name[16];
@@ -508,6 +534,7 @@ int main(void) {
     verdict_is_in_the_result(c, r);
     stale_ids_are_refused(c, r);
     many_in_flight(c, r);
+    fenced_tokens_increase(c, r);
     commands_larger_than_the_socket();
     misuse_is_refused(c, r);
     dead_and_stalled_nodes(c, r);

@@ -347,6 +347,106 @@ static void acquire_unavailable_on_errors(void) {
     rl_engine_free(E);
 }
 
+/* EVAL of a fenced lock's script (the grant when ttl_or_token is the ttl,
+ * or the commit) on key and key:fence. */
+static const char *fenced_cmd(const char *script, const char *key, const char *value, long long n) {
+    static char buf[1024];
+    char num[24];
+    int nlen = snprintf(num, sizeof(num), "%lld", n);
+    snprintf(buf, sizeof(buf), "*7\r\n$4\r\nEVAL\r\n$%zu\r\n%s\r\n$1\r\n2\r\n$%zu\r\n%s\r\n$%zu\r\n%s:fence\r\n$40\r\n%s\r\n$%d\r\n%s\r\n",
+             strlen(script), script, strlen(key), key, strlen(key) + 6, key, value, nlen, num);
+    return buf;
+}
+
+/* The value in a fenced grant as written, or "". */
+static const char *fenced_value(const char *bytes, const char *key) {
+    static char value[41];
+    const char *head = fenced_cmd(rl_acquire_fenced_script, key, "", 0);
+    const char *at = strstr(head, "$40\r\n");
+    size_t n = (size_t)(at - head) + 5;
+    value[0] = '\0';
+    if (strncmp(bytes, head, n) == 0 && strlen(bytes) >= n + 40) {
+        memcpy(value, bytes + n, 40);
+        value[40] = '\0';
+    }
+    return value;
+}
+
+/* A fenced acquire on 3 nodes: the grant returns each node's counter; at
+ * quorum the commit goes to every node with the highest counter granted by
+ * then (a later grant's does not count); the result, at the commit's
+ * quorum, carries that token and a validity counted from the first round. */
+static void fenced_acquire_commits_the_highest_granted_counter(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_acquire_fenced(E, "f", 1, 10000, 0);
+    bring_up_all(3, 0);
+    char value[41];
+    snprintf(value, sizeof(value), "%s", fenced_value(drain(0, 0), "f"));
+    CHECK_INT(strlen(value), 40);
+    CHECK_STR(out, fenced_cmd(rl_acquire_fenced_script, "f", value, 10000));
+    for (int i = 1; i < 3; i++) CHECK_STR(drain(i, 0), fenced_cmd(rl_acquire_fenced_script, "f", value, 10000));
+    CHECK_INT(feed(0, ":7\r\n", 1), RL_OK);
+    CHECK_INT(feed(1, ":9\r\n", 2), RL_OK); /* granted by a quorum: commit 9 */
+    CHECK_INT(rl_engine_done(E), 0);
+    for (int i = 0; i < 2; i++) CHECK_STR(drain(i, 2), fenced_cmd(rl_commit_script, "f", value, 9));
+    CHECK_INT(feed(2, ":12\r\n", 3), RL_OK); /* the grant's tail: ignored */
+    CHECK_STR(drain(2, 3), fenced_cmd(rl_commit_script, "f", value, 9));
+    CHECK_INT(feed(0, ":1\r\n", 4), RL_OK);
+    CHECK_INT(rl_engine_done(E), 0);
+    CHECK_INT(feed(1, ":1\r\n", 6), RL_OK);
+    rl_result r = take(id);
+    CHECK_INT(r.op, RL_OP_ACQUIRE);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    CHECK_INT(r.token, 9);
+    CHECK_INT(r.ok, 2);
+    CHECK(near(r.elapsed_ms, 6));
+    CHECK(near(r.validity_ms, 10000 - 6 - (100 + 2)));
+    CHECK_STR(r.value, value);
+    CHECK_INT(feed(2, ":1\r\n", 7), RL_OK);
+    CHECK_INT(rl_engine_tails(E), 0);
+    rl_engine_free(E);
+}
+
+/* A commit that a quorum refuses (our value gone: the holder was too slow)
+ * is no grant: NOT_HELD, no token, and the lock is released where it may
+ * still be. A grant refused (nil) is BUSY with no commit at all. */
+static void fenced_commit_refused_is_not_held(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_acquire_fenced(E, "f", 1, 10000, 0);
+    bring_up_all(3, 0);
+    char value[41];
+    snprintf(value, sizeof(value), "%s", fenced_value(drain(0, 0), "f"));
+    for (int i = 1; i < 3; i++) drain(i, 0);
+    for (int i = 0; i < 3; i++) CHECK_INT(feed(i, ":3\r\n", 1), RL_OK);
+    for (int i = 0; i < 3; i++) CHECK_STR(drain(i, 1), fenced_cmd(rl_commit_script, "f", value, 3));
+    CHECK_INT(feed(0, ":1\r\n", 2), RL_OK);
+    CHECK_INT(feed(1, ":0\r\n", 2), RL_OK);
+    CHECK_INT(feed(2, ":0\r\n", 3), RL_OK);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_NOT_HELD);
+    CHECK_INT(r.token, 0);
+    CHECK_INT(r.node[1].state, RL_NODE_TAKEN);
+    /* the cleanup goes where our value may still be: node 0, not 1 or 2 */
+    CHECK_STR(drain(0, 3), script_cmd(1, "f", value, 0));
+    CHECK_INT(drain(1, 3)[0], 0);
+    CHECK_INT(drain(2, 3)[0], 0);
+    CHECK_INT(feed(0, ":1\r\n", 4), RL_OK);
+    CHECK_INT(rl_engine_tails(E), 0);
+
+    id = rl_engine_begin_acquire_fenced(E, "g", 1, 10000, 10);
+    for (int i = 0; i < 3; i++) drain(i, 10);
+    CHECK_INT(feed(0, "$-1\r\n", 11), RL_OK);
+    CHECK_INT(feed(1, "$-1\r\n", 11), RL_OK);
+    r = take(id);
+    CHECK_INT(r.status, RL_STATUS_BUSY);
+    CHECK_INT(r.token, 0);
+    CHECK_INT(drain(0, 11)[0], 0); /* no commit, and no cleanup where it was refused */
+    CHECK_INT(drain(1, 11)[0], 0);
+    CHECK_INT(feed(2, "+OK\r\n", 12), RL_ERR); /* a status to a fenced grant is out of step */
+    CHECK_STR(rl_engine_node_errstr(E, 2), OUT_OF_STEP);
+    rl_engine_free(E);
+}
+
 /* ---- 2. replies split anywhere ---- */
 
 static char split_stream[1024];   /* what node 0 sends in the split scenario */
@@ -1322,6 +1422,8 @@ int main(void) {
     node_timeout_then_step_check_passes();
     step_check_wrong_nonce_closes();
     tails_last_one_node_timeout();
+    fenced_acquire_commits_the_highest_granted_counter();
+    fenced_commit_refused_is_not_held();
     acquire_timeout_counts_no_late_reply();
     noscript_release_falls_back_to_eval();
     noscript_extend_eval_then_noscript_fails();

@@ -421,6 +421,7 @@ function client:begin(kind, resource, len, value, ttl)
     local e, now, id = hub.e, now_ms(), nil
     if kind == 1 then id = C.rl_engine_begin_acquire(e, resource, len, ttl, now)
     elseif kind == 2 then id = C.rl_engine_begin_release(e, resource, len, value, now)
+    elseif kind == 4 then id = C.rl_engine_begin_acquire_fenced(e, resource, len, ttl, now)
     else id = C.rl_engine_begin_extend(e, resource, len, value, ttl, now) end
     if id < 0 then
         self.err = ffi_string(C.rl_engine_errstr(e))
@@ -435,6 +436,7 @@ function client:begin(kind, resource, len, value, ttl)
 end
 
 function client:begin_acquire(resource, len, ttl) return self:begin(1, resource, len, nil, ttl) end
+function client:begin_acquire_fenced(resource, len, ttl) return self:begin(4, resource, len, nil, ttl) end
 function client:begin_release(resource, len, value) return self:begin(2, resource, len, value) end
 
 function client:wait(id, out)
@@ -465,6 +467,10 @@ end
 local function blocking(self, id, out)
     if id < 0 then return RL_ERR end
     return self:wait(id, out)
+end
+
+function client:acquire_fenced(resource, len, ttl, out)
+    return blocking(self, self:begin(4, resource, len, nil, ttl), out)
 end
 
 function client:acquire(resource, len, ttl, out)

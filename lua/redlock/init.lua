@@ -135,7 +135,7 @@ end
 
 local NEW_KEYS = { servers = true, ttl = true, node_timeout = true, connect_timeout = true, quorum = true,
                    drift_factor = true, prefix = true, retry = true, max_extensions = true, keepalive = true }
-local LOCK_KEYS = { ttl = true, wait = true, retry = true, keepalive = true, margin = true }
+local LOCK_KEYS = { ttl = true, wait = true, retry = true, keepalive = true, margin = true, fence = true }
 
 ---------------------------------------------------------------------------
 -- results
@@ -334,6 +334,7 @@ local function new_lock(self, resource, ttl, started, r)
         ttl = ttl,
         validity = r.validity_ms,
         votes = r.ok,         -- nodes that had granted it when quorum was reached
+        token = r.token ~= 0 and tonumber(r.token) or nil, -- a fenced lock's fencing token
         valid_until = started + r.validity_ms,
         extensions = 0,
         released = false,
@@ -380,12 +381,22 @@ local function attempt(self, client, resource, ttl)
     return failure(self, result)
 end
 
+-- One attempt at a fenced lock: the same, with its token committed.
+local function attempt_fenced(self, client, resource, ttl)
+    local started = C.rl_now_ms()
+    if client:acquire_fenced(resource, #resource, ttl, result) ~= RL_OK then
+        raise("redlock: " .. ffi_string(client:errstr()))
+    end
+    if result.status == OK then return new_lock(self, resource, ttl, started, result) end
+    return failure(self, result)
+end
+
 -- Check every option of a lock call before anything is sent; returns what
 -- the call needs.
 local function lock_options(self, fname, resource, opts)
     check_resource(1, fname, resource)
     opts = check_opts(2, fname, opts, LOCK_KEYS)
-    local ttl, wait, policy, keepalive, margin = self.ttl, nil, self.retry, self.keepalive, nil
+    local ttl, wait, policy, keepalive, margin, fence = self.ttl, nil, self.retry, self.keepalive, nil, false
     if opts then
         if opts.ttl ~= nil then check_ms(2, fname, "ttl", opts.ttl); ttl = opts.ttl end
         if opts.wait ~= nil then
@@ -411,8 +422,12 @@ local function lock_options(self, fname, resource, opts)
             end
             margin = opts.margin
         end
+        if opts.fence ~= nil then
+            if type(opts.fence) ~= "boolean" then argerror(2, fname, "fence must be a boolean, got " .. show(opts.fence)) end
+            fence = opts.fence
+        end
     end
-    return ttl, wait, policy, keepalive, margin
+    return ttl, wait, policy, keepalive, margin, fence
 end
 
 -- The delay a policy returned after attempt n, as whole ms; nil to give up.
@@ -439,7 +454,7 @@ local function retry_loop(self, client, policy, deadline, try, a, b, err, detail
         if not delay then return nil, err, detail end
         if self.client == nil then
             -- closed by the policy, or by another coroutine while it yielded
-            error(("'%s' on a closed client"):format(try == attempt and "lock" or "lock_many"), 3)
+            error(("'%s' on a closed client"):format((try == attempt or try == attempt_fenced) and "lock" or "lock_many"), 3)
         end
         if deadline then
             local left = deadline - C.rl_now_ms()
@@ -464,9 +479,9 @@ end
 --- Acquire resource, retrying under the policy. Returns a lock or nil, err, detail.
 function dlm:lock(resource, opts)
     check_self(self, dlm_mt, "lock", "a client", "dlm:lock(...)")
-    local ttl, wait, policy, keepalive, margin = lock_options(self, "lock", resource, opts)
+    local ttl, wait, policy, keepalive, margin, fence = lock_options(self, "lock", resource, opts)
     local client = live_client(self, "lock")
-    local lk, err, detail = with_retries(self, client, policy, wait, attempt, resource, ttl)
+    local lk, err, detail = with_retries(self, client, policy, wait, fence and attempt_fenced or attempt, resource, ttl)
     if lk and keepalive then keep_or_release({ lk }, margin) end
     return lk, err, detail
 end
@@ -474,8 +489,8 @@ end
 --- One attempt to acquire resource.
 function dlm:try_lock(resource, opts)
     check_self(self, dlm_mt, "try_lock", "a client", "dlm:try_lock(...)")
-    local ttl, _, _, keepalive, margin = lock_options(self, "try_lock", resource, opts)
-    local lk, err, detail = attempt(self, live_client(self, "try_lock"), resource, ttl)
+    local ttl, _, _, keepalive, margin, fence = lock_options(self, "try_lock", resource, opts)
+    local lk, err, detail = (fence and attempt_fenced or attempt)(self, live_client(self, "try_lock"), resource, ttl)
     if lk and keepalive then keep_or_release({ lk }, margin) end
     return lk, err, detail
 end
@@ -651,11 +666,12 @@ local function release_all_started(client, locks)
     end
 end
 
--- One all-or-nothing attempt: every acquire in flight together.
-local function attempt_many(self, client, resources, ttl)
+-- One all-or-nothing attempt: every acquire in flight together (begin:
+-- the client's begin_acquire or begin_acquire_fenced).
+local function attempt_many_with(self, client, resources, ttl, begin)
     local ids, started = {}, C.rl_now_ms()
     for i = 1, #resources do
-        ids[i] = client:begin_acquire(resources[i], #resources[i], ttl)
+        ids[i] = begin(client, resources[i], #resources[i], ttl)
         if ids[i] < 0 then raise("redlock: " .. ffi_string(client:errstr())) end
     end
     local locks, err, detail = {}, nil, nil
@@ -676,6 +692,14 @@ local function attempt_many(self, client, resources, ttl)
     return setmetatable(locks, group_mt)
 end
 
+local function attempt_many(self, client, resources, ttl)
+    return attempt_many_with(self, client, resources, ttl, client.begin_acquire)
+end
+
+local function attempt_many_fenced(self, client, resources, ttl)
+    return attempt_many_with(self, client, resources, ttl, client.begin_acquire_fenced)
+end
+
 --- Acquire every resource or none; all requests in flight together.
 --- Returns a list of locks (with :unlock(), :extend(), :valid()) or nil, err, detail.
 function dlm:lock_many(resources, opts)
@@ -694,9 +718,10 @@ function dlm:lock_many(resources, opts)
         if seen[r] then argerror(1, "lock_many", ("resources[%d] repeats resources[%d]"):format(i, seen[r])) end
         seen[r] = i
     end
-    local ttl, wait, policy, keepalive, margin = lock_options(self, "lock_many", resources[1], opts)
+    local ttl, wait, policy, keepalive, margin, fence = lock_options(self, "lock_many", resources[1], opts)
     local client = live_client(self, "lock_many")
-    local locks, err, detail = with_retries(self, client, policy, wait, attempt_many, resources, ttl)
+    local locks, err, detail = with_retries(self, client, policy, wait, fence and attempt_many_fenced or attempt_many,
+                                            resources, ttl)
     if locks and keepalive then keep_or_release(locks, margin) end
     return locks, err, detail
 end

@@ -10,9 +10,11 @@ local _M = {}
 
 ffi.metatype("struct rl_client", { __index = {
     acquire = C.rl_acquire,
+    acquire_fenced = C.rl_acquire_fenced,
     release = C.rl_release,
     extend = C.rl_extend,
     begin_acquire = C.rl_begin_acquire,
+    begin_acquire_fenced = C.rl_begin_acquire_fenced,
     begin_release = C.rl_begin_release,
     wait = C.rl_wait,
     sleep = C.rl_sleep,

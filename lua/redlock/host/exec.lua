@@ -57,6 +57,8 @@ local SPEC = config.spec {
     help = "retry policy: a Lua file returning function(attempt, last) -> delay_ms|nil" },
   { name = "grace", long = "grace", arg = "MS", check = "ms0",
     help = ("lock lost: SIGTERM, then SIGKILL after MS (%d, less for a short --ttl)"):format(DEFAULT_GRACE) },
+  { name = "fence", long = "fence",
+    help = "take a fencing token with the lock, in COMMAND's environment as REDLOCK_TOKEN" },
   { name = "quiet", short = "q", long = "quiet", help = "no message when RESOURCE is held elsewhere" },
   { name = "verbose", short = "v", long = "verbose", help = "say when the lock is acquired and released" },
 }
@@ -76,7 +78,9 @@ usage: redlock exec [OPTIONS] RESOURCE [--] COMMAND [ARGS...]
 Acquire RESOURCE on a quorum of the servers, run COMMAND in a process group of
 its own while the lock is kept extended, release it when COMMAND exits, and
 exit with COMMAND's status. COMMAND's environment has REDLOCK_RESOURCE,
-REDLOCK_VALUE (this holder's lock value) and REDLOCK_VALIDITY_MS.
+REDLOCK_VALUE (this holder's lock value) and REDLOCK_VALIDITY_MS, and with
+--fence REDLOCK_TOKEN: a fencing token greater than every token granted for
+RESOURCE before, for COMMAND to hand to the resource it writes.
 
 If the lock is lost while COMMAND runs (its keys are taken over, or too few
 nodes answer extensions), COMMAND's process group gets SIGTERM and, after the
@@ -192,7 +196,7 @@ function _M.run(opts, argv, k)
   end
   local locked, lock, why, detail = pcall(config.lock, dlm, resource, {
     ttl = ttl, margin = margin, policy = policy,
-    nonblock = opts.nonblock, wait = opts.wait or opts.timeout, unreachable = unreachable,
+    nonblock = opts.nonblock, wait = opts.wait or opts.timeout, unreachable = unreachable, fence = opts.fence,
   })
   if not locked then
     -- a --policy that returned what is not a delay: the user's file, so a usage error
@@ -220,7 +224,7 @@ function _M.run(opts, argv, k)
   sys.setenv("REDLOCK_RESOURCE", resource)
   sys.setenv("REDLOCK_VALUE", lock.value)
   sys.setenv("REDLOCK_VALIDITY_MS", math.floor(lock.validity or ttl))
-  if lock.token then sys.setenv("REDLOCK_TOKEN", lock.token) end
+  if lock.token then sys.setenv("REDLOCK_TOKEN", ("%d"):format(lock.token)) end
   local pid, serr, errno = sys.spawn(command,
     sys.NEWPGRP + sys.SUPERVISE + sys.FOREGROUND + sys.DIE_WITH_HOST + sys.WATCHDOG, grace)
   if not pid then
