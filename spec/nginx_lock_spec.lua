@@ -11,6 +11,7 @@ local cluster = require "helpers.cluster"
 local faults = require "helpers.faults"
 local history = require "helpers.history"
 local proc = require "helpers.proc"
+local redlock = require "redlock"
 
 local ROOT = nginx.root
 local BUILD = os.getenv("REDLOCK_BUILD_DIR") or "build"
@@ -425,6 +426,49 @@ describe("redlock inside nginx", function()
     print("    [phases] init_worker: " .. tostring(iw))
     assert.matches("^false .*init_worker phase", iw, 1, false)
     assert.equal("true", timer, body .. log())
+  end)
+
+  -- Fencing tokens from nginx and from a plain LuaJIT client (the libev
+  -- transport) on one resource: one sequence, strictly increasing.
+  it("hands out fencing tokens that increase across requests and transports", function()
+    srv = start {
+      workers = 2,
+      init = init_code(cl.urls),
+      locations = { PING, [[
+        location = /fenced {
+          content_by_lua_block {
+            local lock, err = DLM:lock(ngx.var.arg_r, { fence = true, wait = 5000 })
+            if not lock then ngx.say("fail ", err) return end
+            local token = lock.token
+            assert(lock:unlock())
+            ngx.say(("%d"):format(token))
+          }
+        }]] },
+    }
+    local r = res("fenced")
+    local plain = redlock.new { servers = cl.urls }
+    local tokens = {}
+    for k = 1, 6 do
+      local t
+      if k % 3 == 0 then
+        local lock = assert(plain:lock(r, { fence = true, wait = 5000 }))
+        t = lock.token
+        assert(lock:unlock())
+      else
+        local status, body = srv:get("/fenced?r=" .. r)
+        assert.equal(200, status, log())
+        t = tonumber(body:match("^(%d+)\n$"))
+        assert.is_number(t, body .. log())
+      end
+      tokens[k] = t
+    end
+    plain:close()
+    for k = 2, #tokens do
+      assert.is_true(tokens[k] > tokens[k - 1], table.concat(tokens, " "))
+    end
+    local status, body = srv:get("/fenced?r=" .. r)
+    assert.equal(200, status, log())
+    assert.equal(tostring(tokens[#tokens] + 1) .. "\n", body) -- nothing else takes this resource: +1
   end)
 
   it("locks with a client made per request and with one made per worker, one by one and at once", function()
