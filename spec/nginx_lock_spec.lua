@@ -65,6 +65,19 @@ local LOCK_UNLOCK = [[
   }]]
 
 -- INFO of node i, parsed into a table of field -> text
+-- a client made per request: lock r (arg r) waiting for it, unlock, close
+local PER_REQUEST = [[
+  location = /perreq {
+    content_by_lua_block {
+      local dlm = redlock.new { servers = URLS, ttl = 3000 }
+      local lock, err = dlm:lock(ngx.var.arg_r, { wait = 5000, retry = redlock.retry.jitter(1, 10, 100000) })
+      if not lock then ngx.say("fail ", err) return end
+      local ok, uerr = lock:unlock()
+      dlm:close()
+      ngx.say(ok and "ok" or ("unlock " .. tostring(uerr)))
+    }
+  }]]
+
 local function info(cl, i)
   local out, ok = cl:cli(i, "INFO", "all")
   assert(ok, out)
@@ -475,17 +488,7 @@ describe("redlock inside nginx", function()
     srv = start {
       workers = 2,
       init = init_code(cl.urls),
-      locations = { PING, [[
-        location = /perreq {
-          content_by_lua_block {
-            local dlm = redlock.new { servers = URLS, ttl = 3000 }
-            local lock, err = dlm:lock(ngx.var.arg_r, { wait = 5000, retry = redlock.retry.jitter(1, 10, 100000) })
-            if not lock then ngx.say("fail ", err) return end
-            local ok, uerr = lock:unlock()
-            dlm:close()
-            ngx.say(ok and "ok" or ("unlock " .. tostring(uerr)))
-          }
-        }]], [[
+      locations = { PING, PER_REQUEST, [[
         location = /shared {
           content_by_lua_block {
             local lock, err = DLM:lock(ngx.var.arg_r, { wait = 5000, retry = redlock.retry.jitter(1, 10, 100000) })
@@ -584,17 +587,7 @@ describe("redlock inside nginx", function()
     srv = start {
       workers = 1,
       init = init_code(cl.urls) .. [[ require("redlock.cosocket").idle_ms = 400 ]],
-      locations = { PING, LOCK_UNLOCK, [[
-        location = /perreq {
-          content_by_lua_block {
-            local dlm = redlock.new { servers = URLS, ttl = 3000 }
-            local lock, err = dlm:lock(ngx.var.arg_r, { wait = 5000, retry = redlock.retry.jitter(1, 10, 100000) })
-            if not lock then ngx.say("fail ", err) return end
-            local ok, uerr = lock:unlock()
-            dlm:close()
-            ngx.say(ok and "ok" or ("unlock " .. tostring(uerr)))
-          }
-        }]] },
+      locations = { PING, LOCK_UNLOCK, PER_REQUEST },
     }
     local reqs = {}
     for k = 1, 60 do reqs[k] = (k % 2 == 0 and "/perreq?r=" or "/lock?r=") .. res("hub") end

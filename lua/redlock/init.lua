@@ -371,24 +371,24 @@ local function keep_or_release(locks, margin)
     end
 end
 
--- One attempt. Returns a lock, or nil, err, detail.
-local function attempt(self, client, resource, ttl)
+-- One attempt with the client's acquire (plain or fenced). Returns a lock,
+-- or nil, err, detail.
+local function attempt_by(self, client, resource, ttl, acquire)
     local started = C.rl_now_ms()
-    if client:acquire(resource, #resource, ttl, result) ~= RL_OK then
+    if acquire(client, resource, #resource, ttl, result) ~= RL_OK then
         raise("redlock: " .. ffi_string(client:errstr()))
     end
     if result.status == OK then return new_lock(self, resource, ttl, started, result) end
     return failure(self, result)
 end
 
--- One attempt at a fenced lock: the same, with its token committed.
+local function attempt(self, client, resource, ttl)
+    return attempt_by(self, client, resource, ttl, client.acquire)
+end
+
+-- A fenced lock: the same, with its token committed.
 local function attempt_fenced(self, client, resource, ttl)
-    local started = C.rl_now_ms()
-    if client:acquire_fenced(resource, #resource, ttl, result) ~= RL_OK then
-        raise("redlock: " .. ffi_string(client:errstr()))
-    end
-    if result.status == OK then return new_lock(self, resource, ttl, started, result) end
-    return failure(self, result)
+    return attempt_by(self, client, resource, ttl, client.acquire_fenced)
 end
 
 -- Check every option of a lock call before anything is sent; returns what
