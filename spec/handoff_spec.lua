@@ -186,6 +186,20 @@ describe("hand-off to waiters", function()
     dlm:close()
   end)
 
+  it("works for an ACL user allowed no channels: releases, and waits by polling", function()
+    local acl = cluster.start(3, { args = { "--user", "locker", "on", ">pw", "~*", "resetchannels", "+@all" } })
+    local urls = {}
+    for i = 1, 3 do urls[i] = "redis://locker:pw@127.0.0.1:" .. acl.ports[i] end
+    local dlm = redlock.new { servers = urls }
+    local r = res("acl")
+    for i = 1, 3 do assert.equal("OK", (acl:cli(i, "SET", r, "foreign", "PX", "300"))) end
+    local lk, err = dlm:lock(r, { retry = redlock.retry.forever(20, 40), wait = 3000 })
+    assert.is_truthy(lk, err)
+    assert.is_true(lk:unlock())
+    dlm:close()
+    acl:stop()
+  end)
+
   it("is fair enough: 8 processes holding ~1 ms for ~5 s", function()
     local events, summaries = contend(cl.urls, 8, 5000, 1, 0, 50, 250, true)
     local by, total = acquisitions_by_pid(events)

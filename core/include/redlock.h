@@ -223,7 +223,9 @@ int rl_extend(rl_client *c, const char *resource, size_t len, const char *value,
  * key from, an empty message on the channel
  *     "redlock:released:" .. key        (key = prefix .. resource)
  * (inside the release script, so only a release that deleted publishes;
- * inside nginx too). A client hears those messages for the resources it
+ * inside nginx too; a user whose ACL does not allow the channel still
+ * releases, without publishing, and a subscriber it cannot open is retried
+ * like a node that is down). A client hears those messages for the resources it
  * watches, over subscriber connections of its own: one per node, separate
  * from the command connections, opened on the first rl_watch (AUTH, with the
  * URL's user, when the URL has a password), then kept open for the client's
