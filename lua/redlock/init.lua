@@ -485,7 +485,8 @@ local WAKE_JITTER_MS = 2  -- after a wake-up, a uniform whole delay below this: 
 -- sleep between attempts ends early when a release of the resource is heard:
 -- the count of releases heard is taken before each attempt (for the first,
 -- when the watch begins, just after it), so one heard during an attempt
--- ends the next sleep at once; one missed costs a poll interval.
+-- ends the next sleep at once; one missed costs a poll interval. Attempts
+-- made on a wake-up are extra: the policy counts those made after its delay.
 local function retry_loop(self, client, policy, deadline, try, a, b, err, detail)
     local n = 1
     local notify = self.notify
@@ -512,16 +513,29 @@ local function retry_loop(self, client, policy, deadline, try, a, b, err, detail
             end
             if delay > left then delay = left end
         end
+        local got
         if notify then
-            if sleep_until(client, a, seen, delay) == 1 then
-                client:sleep(floor(C.rl_random() * WAKE_JITTER_MS))
+            -- a release heard within the delay earns an extra attempt that the
+            -- policy does not count (a busy resource would otherwise use up
+            -- its attempts in wake-ups); the policy's attempt comes when the
+            -- delay has passed
+            local wake_by = C.rl_now_ms() + delay
+            while true do
+                local woke = sleep_until(client, a, seen, delay) == 1
+                if woke then client:sleep(floor(C.rl_random() * WAKE_JITTER_MS)) end
+                seen = heard(client, a)
+                delay = floor(wake_by - C.rl_now_ms())
+                if not woke or delay <= 0 then break end
+                got, err, detail = try(self, client, a, b)
+                if got then
+                    unwatch(client, a)
+                    return got
+                end
             end
-            seen = heard(client, a)
         else
             client:sleep(delay)
         end
         n = n + 1
-        local got
         got, err, detail = try(self, client, a, b)
         if got then
             if notify then unwatch(client, a) end
