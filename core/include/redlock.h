@@ -219,6 +219,61 @@ int rl_extend(rl_client *c, const char *resource, size_t len, const char *value,
               rl_result *out);
 
 /*
+ * Hand-off to waiters. A release publishes, on every node it deletes the
+ * key from, an empty message on the channel
+ *     "redlock:released:" .. key        (key = prefix .. resource)
+ * (inside the release script, so only a release that deleted publishes;
+ * inside nginx too; a user whose ACL does not allow the channel still
+ * releases, without publishing, and a subscriber it cannot open is retried
+ * like a node that is down). A client hears those messages for the resources it
+ * watches, over subscriber connections of its own: one per node, separate
+ * from the command connections, opened on the first rl_watch (AUTH, with the
+ * URL's user, when the URL has a password), then kept open for the client's
+ * life, unsubscribed from a resource once nobody watches it. A subscriber
+ * connection that fails or is lost is opened again after the reconnect
+ * backoff (reconnect_min_ms doubling to reconnect_max_ms); meanwhile that
+ * node sends no wake-ups, and nothing ever waits for it. Messages are read
+ * whenever the client's loop runs (any call that drives it).
+ *
+ * A waiter without lost wake-ups takes the count BEFORE each attempt:
+ *     rl_watch(c, r, len);
+ *     for (;;) {
+ *         unsigned seen = rl_heard(c, r, len);
+ *         ... one attempt; stop if it acquired ...
+ *         rl_sleep_until(c, r, len, seen, delay_ms);
+ *     }
+ *     rl_unwatch(c, r, len);
+ * A release heard during the attempt makes the sleep return at once. A
+ * message can still be missed (a subscriber connection down or not yet
+ * subscribed, a holder that uses another library and does not publish, a
+ * key that expired): keep delay_ms a poll interval, as without hand-off.
+ * Every node publishes, so one release may count up to N times.
+ */
+
+/* Listen for releases of resource: one more waiter (watches nest; the first
+ * subscribes, connecting the subscriber connections if they are not yet).
+ * Return RL_OK, or RL_ERR (empty resource, out of memory). */
+int rl_watch(rl_client *c, const char *resource, size_t len);
+
+/* Undo one rl_watch; the last one unsubscribes. An unwatched resource is
+ * ignored. */
+void rl_unwatch(rl_client *c, const char *resource, size_t len);
+
+/* The number of release messages heard for resource while it has been
+ * watched (it starts at 0 on the first rl_watch; 0 for a resource not
+ * watched). resource NULL: every message heard by the client, for any
+ * resource (lock_many waits on that). Wraps around; compare, never order. */
+unsigned rl_heard(const rl_client *c, const char *resource, size_t len);
+
+/* rl_sleep, returning early once rl_heard(c, resource, len) differs from
+ * heard (at once if it already does). Return 1 if it returned for a
+ * release, 0 if ms passed (ms <= 0: serve what is ready, then return). */
+int rl_sleep_until(rl_client *c, const char *resource, size_t len, unsigned heard, int ms);
+
+/* Subscriber connections up (0 until the first rl_watch). */
+int rl_client_listening(const rl_client *c);
+
+/*
  * The engine: the Redlock algorithm without I/O and without a clock.
  *
  * An rl_engine does everything an rl_client does except move bytes and read

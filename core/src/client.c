@@ -18,6 +18,7 @@
 
 #include "conn.h"
 #include "engine.h"
+#include "notify.h"
 #include "text.h"
 
 #define READ_CHUNK 16384
@@ -41,6 +42,7 @@ struct rl_client {
     ev_timer run_timer;      /* bounds rl_run / rl_sleep */
     int run_expired;
     int node_timeout_ms;     /* bounds the tails served by rl_client_free */
+    rl_notify *notify;       /* the subscriber connections (connected on the first rl_watch) */
 };
 
 static void service(rl_client *c);
@@ -274,6 +276,16 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
     rl_options defaults;
     if (opts == NULL) rl_options_init(&defaults), opts = &defaults;
     c->node_timeout_ms = opts->node_timeout_ms;
+    c->notify = rl_notify_new(c->loop, e, opts);
+    if (c->notify == NULL) {
+        if (err) snprintf(err, errlen, "out of memory");
+        ev_ref(c->loop);
+        ev_prepare_stop(c->loop, &c->flusher);
+        ev_loop_destroy(c->loop);
+        free(c);
+        rl_engine_free(e);
+        return NULL;
+    }
     for (int i = 0; i < nurls; i++) {
         rl_link *l = &c->links[i];
         l->client = c;
@@ -310,6 +322,7 @@ void rl_client_free(rl_client *c) {
         link_close(&c->links[i]);
         rl_conn_free(&c->links[i].conn);
     }
+    rl_notify_free(c->notify);
     ev_timer_stop(c->loop, &c->run_timer);
     ev_timer_stop(c->loop, &c->deadline);
     ev_ref(c->loop);
@@ -443,4 +456,35 @@ int rl_release(rl_client *c, const char *resource, size_t len, const char *value
 
 int rl_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms, rl_result *out) {
     return finish(c, rl_begin_extend(c, resource, len, value, ttl_ms), out);
+}
+
+/* ---- hand-off: waiting for a release ---- */
+
+int rl_watch(rl_client *c, const char *resource, size_t len) {
+    if (resource == NULL || len == 0) return RL_ERR;
+    return rl_notify_watch(c->notify, resource, len);
+}
+
+void rl_unwatch(rl_client *c, const char *resource, size_t len) {
+    if (resource != NULL) rl_notify_unwatch(c->notify, resource, len);
+}
+
+unsigned rl_heard(const rl_client *c, const char *resource, size_t len) {
+    return rl_notify_heard(c->notify, resource, len);
+}
+
+int rl_sleep_until(rl_client *c, const char *resource, size_t len, unsigned heard, int ms) {
+    if (ms > 0 && rl_heard(c, resource, len) == heard) {
+        arm_run_timer(c, ms);
+        while (!c->run_expired && rl_heard(c, resource, len) == heard) ev_run(c->loop, EVRUN_ONCE);
+        ev_timer_stop(c->loop, &c->run_timer);
+    } else {
+        ev_run(c->loop, EVRUN_NOWAIT);
+    }
+    flush_all(c);
+    return rl_heard(c, resource, len) != heard;
+}
+
+int rl_client_listening(const rl_client *c) {
+    return rl_notify_up(c->notify);
 }

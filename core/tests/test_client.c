@@ -89,6 +89,49 @@ static void acquire_release_extend(rl_client *c, rl_result *r) {
     free(other);
 }
 
+/* Hand-off: a waiter watching a resource hears another client's release
+ * (one message per node), and its sleep ends early; unwatched, it hears
+ * nothing and sleeps the whole time. */
+static void waiter_hears_a_release(rl_client *c, rl_result *r) {
+    char err[RL_ERR_LEN];
+    rl_client *w = rl_client_new(url_list, NODES, NULL, err, sizeof(err));
+    CHECK(w != NULL);
+    CHECK_INT(rl_client_listening(w), 0);
+    CHECK_INT(rl_heard(w, "hand\0off", 8), 0);
+    CHECK_INT(rl_watch(w, "hand\0off", 8), RL_OK);
+    CHECK_INT(rl_watch(w, "hand\0off", 8), RL_OK); /* watches nest */
+    CHECK_INT(rl_watch(w, "", 0), RL_ERR);
+    double until = rl_now_ms() + 2000;
+    while (rl_client_listening(w) < NODES && rl_now_ms() < until) rl_sleep(w, 5);
+    CHECK_INT(rl_client_listening(w), NODES);
+    rl_sleep(w, 50); /* the SUBSCRIBEs reached the nodes */
+    unsigned seen = rl_heard(w, "hand\0off", 8);
+    CHECK_INT(seen, 0);
+    CHECK_INT(verdict(rl_acquire(c, "hand\0off", 8, 5000, r), r), RL_STATUS_OK);
+    CHECK_INT(verdict(rl_release(c, "hand\0off", 8, r->value, r), r), RL_STATUS_OK);
+    double t0 = rl_now_ms();
+    CHECK_INT(rl_sleep_until(w, "hand\0off", 8, seen, 3000), 1);
+    CHECK(rl_now_ms() - t0 < 1000);
+    CHECK_INT(rl_sleep_until(w, "hand\0off", 8, seen, 3000), 1); /* at once: already moved */
+    rl_sleep(w, 50);
+    CHECK_INT(rl_heard(w, "hand\0off", 8), NODES); /* every node published */
+    CHECK_INT(rl_heard(w, NULL, 0), NODES);
+    /* a release that deletes nothing publishes nothing */
+    CHECK_INT(verdict(rl_release(c, "hand\0off", 8, r->value, r), r), RL_STATUS_NOT_HELD);
+    CHECK_INT(rl_sleep_until(w, "hand\0off", 8, NODES, 100), 0);
+    rl_unwatch(w, "hand\0off", 8);
+    rl_unwatch(w, "hand\0off", 8);
+    rl_unwatch(w, "hand\0off", 8); /* one too many: ignored */
+    CHECK_INT(rl_heard(w, "hand\0off", 8), 0);
+    rl_sleep(w, 50); /* the UNSUBSCRIBEs reached the nodes */
+    CHECK_INT(verdict(rl_acquire(c, "hand\0off", 8, 5000, r), r), RL_STATUS_OK);
+    CHECK_INT(verdict(rl_release(c, "hand\0off", 8, r->value, r), r), RL_STATUS_OK);
+    rl_sleep(w, 50);
+    CHECK_INT(rl_heard(w, NULL, 0), NODES); /* nothing more heard */
+    CHECK_INT(rl_client_listening(w), NODES); /* kept open */
+    rl_client_free(w);
+}
+
 /* Fenced grants on real nodes: tokens start at 1 and strictly increase; a
  * node's counter (the key "fenced:fence") holds the last token committed;
  * the grant is a lock like any other (refused while held). */
@@ -535,6 +578,7 @@ int main(void) {
     stale_ids_are_refused(c, r);
     many_in_flight(c, r);
     fenced_tokens_increase(c, r);
+    waiter_hears_a_release(c, r);
     commands_larger_than_the_socket();
     misuse_is_refused(c, r);
     dead_and_stalled_nodes(c, r);

@@ -10,7 +10,7 @@
 #include "redlock.h"
 
 #define OUT_OF_STEP "connection reset: replies out of step with commands (a reply was lost)"
-#define RELEASE_SHA "b70c2384248f88e6b75b9f89241a180f856ad852"
+#define RELEASE_SHA "165e2b431360bc84a7bc7f40997251186018e377"
 #define EXTEND_SHA "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10"
 #define VALUE "0123456789abcdef0123456789abcdef01234567"
 #define NOSCRIPT "-NOSCRIPT No matching script. Please use EVAL.\r\n"

@@ -98,6 +98,11 @@ int rl_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_re
 int rl_acquire_fenced(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
 int rl_release(rl_client *c, const char *resource, size_t len, const char *value, rl_result *out);
 int rl_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms, rl_result *out);
+int rl_watch(rl_client *c, const char *resource, size_t len);
+void rl_unwatch(rl_client *c, const char *resource, size_t len);
+unsigned rl_heard(const rl_client *c, const char *resource, size_t len);
+int rl_sleep_until(rl_client *c, const char *resource, size_t len, unsigned heard, int ms);
+int rl_client_listening(const rl_client *c);
 
 typedef struct rl_engine rl_engine;
 

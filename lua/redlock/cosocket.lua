@@ -489,6 +489,14 @@ function client:sleep(ms)
     if phase_refusal() == nil then ngx.sleep(ms / 1000) end
 end
 
+-- Hand-off is not heard inside nginx yet: watching is nothing, and a wait
+-- for a release is a plain sleep (the same interface as redlock.libev).
+function client:watch() return 0 end
+function client:unwatch() end
+function client:heard() return 0 end
+function client:sleep_until(_, _, _, ms) self:sleep(ms) return 0 end
+function client:listening() return 0 end
+
 function client:errstr() return self.err end
 function client:node_name(i) return self.hub.names[i] end
 function client:quorum() return self.hub.quorum end

@@ -134,7 +134,8 @@ local function check_opts(pos, fname, opts, known)
 end
 
 local NEW_KEYS = { servers = true, ttl = true, node_timeout = true, connect_timeout = true, quorum = true,
-                   drift_factor = true, prefix = true, retry = true, max_extensions = true, keepalive = true }
+                   drift_factor = true, prefix = true, retry = true, max_extensions = true, keepalive = true,
+                   notify = true }
 local LOCK_KEYS = { ttl = true, wait = true, retry = true, keepalive = true, margin = true, fence = true }
 
 ---------------------------------------------------------------------------
@@ -223,6 +224,9 @@ function _M.new(opts)
     if opts.keepalive ~= nil and type(opts.keepalive) ~= "boolean" then
         argerror(1, "new", "keepalive must be a boolean, got " .. show(opts.keepalive))
     end
+    if opts.notify ~= nil and type(opts.notify) ~= "boolean" then
+        argerror(1, "new", "notify must be a boolean, got " .. show(opts.notify))
+    end
     local servers = {}
     for i = 1, #opts.servers do servers[i] = opts.servers[i] end
 
@@ -239,6 +243,7 @@ function _M.new(opts)
         ttl = ttl,
         retry = opts.retry or retry.default,
         keepalive = opts.keepalive or false,
+        notify = backend.handoff == true and opts.notify ~= false, -- waiters wake on a heard release
         max_extensions = opts.max_extensions,
         options = copts,      -- kept for the keeper, which dials the same nodes
         prefix = opts.prefix, -- options.prefix points into this string: keep it as long as options
@@ -443,29 +448,99 @@ local function policy_delay(policy, n, err, detail)
     return floor(delay)
 end
 
+-- Hand-off: what a waiter listens to is its resource (a string), or for
+-- lock_many every resource of the list, counted together (rl_heard(NULL)).
+local function watch(client, a)
+    if type(a) == "string" then
+        client:watch(a, #a)
+    else
+        for i = 1, #a do client:watch(a[i], #a[i]) end
+    end
+end
+
+local function unwatch(client, a)
+    if type(a) == "string" then
+        client:unwatch(a, #a)
+    else
+        for i = 1, #a do client:unwatch(a[i], #a[i]) end
+    end
+end
+
+local function heard(client, a)
+    if type(a) == "string" then return client:heard(a, #a) end
+    return client:heard(nil, 0)
+end
+
+local function sleep_until(client, a, seen, ms)
+    if type(a) == "string" then return client:sleep_until(a, #a, seen, ms) end
+    return client:sleep_until(nil, 0, seen, ms)
+end
+
+local WAKE_JITTER_MS = 2  -- after a wake-up, a uniform whole delay below this: waiters woken together spread out
+
 -- Run `try` under the retry policy, within `wait` ms if given: the last attempt
 -- starts no later than `wait` ms after the first. The first attempt stands
 -- outside the loop so the common path (success at once) has no inner loop and
--- the caller's own loop compiles into one trace.
+-- the caller's own loop compiles into one trace. With notifications on, the
+-- sleep between attempts ends early when a release of the resource is heard:
+-- the count of releases heard is taken before each attempt (for the first,
+-- when the watch begins, just after it), so one heard during an attempt
+-- ends the next sleep at once; one missed costs a poll interval. Attempts
+-- made on a wake-up are extra: the policy counts those made after its delay.
 local function retry_loop(self, client, policy, deadline, try, a, b, err, detail)
     local n = 1
+    local notify = self.notify
+    local seen
+    if notify then
+        watch(client, a)
+        seen = heard(client, a)
+    end
     while true do
         local delay = policy_delay(policy, n, err, detail)
-        if not delay then return nil, err, detail end
+        if not delay then
+            if notify then unwatch(client, a) end
+            return nil, err, detail
+        end
         if self.client == nil then
             -- closed by the policy, or by another coroutine while it yielded
             error(("'%s' on a closed client"):format((try == attempt or try == attempt_fenced) and "lock" or "lock_many"), 3)
         end
         if deadline then
             local left = deadline - C.rl_now_ms()
-            if left <= 0 then return nil, err, detail end
+            if left <= 0 then
+                if notify then unwatch(client, a) end
+                return nil, err, detail
+            end
             if delay > left then delay = left end
         end
-        client:sleep(delay)
-        n = n + 1
         local got
+        if notify then
+            -- a release heard within the delay earns an extra attempt that the
+            -- policy does not count (a busy resource would otherwise use up
+            -- its attempts in wake-ups); the policy's attempt comes when the
+            -- delay has passed
+            local wake_by = C.rl_now_ms() + delay
+            while true do
+                local woke = sleep_until(client, a, seen, delay) == 1
+                if woke then client:sleep(floor(C.rl_random() * WAKE_JITTER_MS)) end
+                seen = heard(client, a)
+                delay = floor(wake_by - C.rl_now_ms())
+                if not woke or delay <= 0 then break end
+                got, err, detail = try(self, client, a, b)
+                if got then
+                    unwatch(client, a)
+                    return got
+                end
+            end
+        else
+            client:sleep(delay)
+        end
+        n = n + 1
         got, err, detail = try(self, client, a, b)
-        if got then return got end
+        if got then
+            if notify then unwatch(client, a) end
+            return got
+        end
     end
 end
 

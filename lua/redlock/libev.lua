@@ -18,6 +18,11 @@ ffi.metatype("struct rl_client", { __index = {
     begin_release = C.rl_begin_release,
     wait = C.rl_wait,
     sleep = C.rl_sleep,
+    watch = C.rl_watch,
+    unwatch = C.rl_unwatch,
+    heard = C.rl_heard,
+    sleep_until = C.rl_sleep_until,
+    listening = C.rl_client_listening,
     errstr = C.rl_client_errstr,
     node_name = C.rl_client_node_name,
     quorum = C.rl_client_quorum,
@@ -35,6 +40,7 @@ ffi.metatype("struct rl_keeper", { __index = {
 } })
 
 _M.name = "libev"
+_M.handoff = true  -- waiters hear releases (rl_watch, rl_sleep_until)
 
 --- A client for the nodes (rl_client_new's arguments); nil with errbuf filled.
 function _M.client_new(urls, n, opts, errbuf, errlen)

@@ -1,0 +1,369 @@
+/* notify.c — subscriber connections of the libev client (see notify.h).
+ *
+ * Per node: a socket of its own (conn.c), AUTH when the URL has a password,
+ * then one SUBSCRIBE for every channel watched; messages are parsed by
+ * hiredis' reader and counted per channel. Whatever goes wrong (refused
+ * connect, lost connection, refused AUTH, garbage) closes the socket and
+ * tries again after a doubling backoff: a node that is down costs its
+ * wake-ups, never a wait. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "command.h"
+#include "conn.h"
+#include "notify.h"
+
+#define READ_CHUNK 16384
+
+typedef struct rl_sub {
+    rl_conn conn;
+    ev_io readable;
+    ev_io writable;
+    ev_timer timer;          /* connect deadline while connecting; the backoff while down */
+    struct rl_notify *n;
+    int index;
+    int opened;              /* conn initialised (its lookup begun) */
+    int up;                  /* connected: output goes out as it is queued */
+    int backoff_ms;          /* the next retry's delay (0: the first failure) */
+    redisReader *reader;
+    rl_buf out;              /* bytes not written yet */
+} rl_sub;
+
+typedef struct rl_chan {
+    char *channel;           /* RL_CHANNEL_PREFIX prefix resource */
+    size_t len;
+    int waiters;
+    unsigned heard;
+} rl_chan;
+
+struct rl_notify {
+    struct ev_loop *loop;
+    int nnodes;
+    int started;             /* connections asked for (the first watch) */
+    int min_ms, max_ms, connect_ms;
+    char *head;              /* RL_CHANNEL_PREFIX prefix */
+    size_t head_len;
+    rl_chan *w;
+    int nw, capw;
+    unsigned total;
+    rl_buf scratch;
+    rl_sub subs[RL_MAX_NODES];
+};
+
+static void sub_connect(rl_sub *s);
+
+static void sub_close(rl_sub *s) {
+    ev_io_stop(s->n->loop, &s->readable);
+    ev_io_stop(s->n->loop, &s->writable);
+    ev_timer_stop(s->n->loop, &s->timer);
+    rl_conn_close(&s->conn);
+    if (s->reader) redisReaderFree(s->reader);
+    s->reader = NULL;
+    s->up = 0;
+    s->out.len = 0;
+}
+
+/* Down: close and try again after the backoff. */
+static void sub_fail(rl_sub *s) {
+    rl_notify *n = s->n;
+    sub_close(s);
+    s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : n->min_ms;
+    if (s->backoff_ms > n->max_ms) s->backoff_ms = n->max_ms;
+    ev_timer_set(&s->timer, s->backoff_ms / 1000.0, 0.);
+    ev_timer_start(n->loop, &s->timer);
+}
+
+/* Write what is queued; what does not fit waits for the socket's room. */
+static void sub_flush(rl_sub *s) {
+    while (s->up && s->out.len > 0) {
+        ssize_t w = send(s->conn.fd, s->out.data, s->out.len, MSG_NOSIGNAL);
+        if (w > 0) {
+            memmove(s->out.data, s->out.data + w, s->out.len - (size_t)w);
+            s->out.len -= (size_t)w;
+        } else if (w < 0 && errno == EINTR) {
+            continue;
+        } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            ev_io_start(s->n->loop, &s->writable);
+            return;
+        } else {
+            sub_fail(s);
+            return;
+        }
+    }
+    if (s->up) ev_io_stop(s->n->loop, &s->writable);
+}
+
+/* Queue verb with channels (one, or every one watched when ch is NULL).
+ * Out of memory: the connection starts over later. */
+static void sub_queue(rl_sub *s, const char *verb, const rl_chan *ch) {
+    rl_notify *n = s->n;
+    int count = ch ? 1 : n->nw;
+    if (count == 0) return;
+    const char **argv = malloc((size_t)(count + 1) * sizeof(*argv));
+    size_t *lens = malloc((size_t)(count + 1) * sizeof(*lens));
+    int rc = -1;
+    if (argv && lens) {
+        argv[0] = verb;
+        lens[0] = strlen(verb);
+        for (int i = 0; i < count; i++) {
+            const rl_chan *w = ch ? ch : &n->w[i];
+            argv[i + 1] = w->channel;
+            lens[i + 1] = w->len;
+        }
+        rc = rl_cmd_append_argv(&s->out, count + 1, argv, lens);
+    }
+    free(argv);
+    free(lens);
+    if (rc != 0) sub_fail(s);
+}
+
+static void sub_connected(rl_sub *s) {
+    rl_notify *n = s->n;
+    ev_io_stop(n->loop, &s->writable);
+    ev_timer_stop(n->loop, &s->timer);
+    if (rl_conn_finish_connect(&s->conn) != 0) {
+        sub_fail(s);
+        return;
+    }
+    s->reader = redisReaderCreate();
+    if (s->reader == NULL) {
+        sub_fail(s);
+        return;
+    }
+    s->up = 1;
+    s->out.len = 0;
+    const rl_url *u = s->conn.url;
+    if (u->password[0]) {
+        const char *argv[3] = {"AUTH"};
+        size_t lens[3] = {4};
+        int argc = 1;
+        if (u->user[0]) argv[argc] = u->user, lens[argc++] = strlen(u->user);
+        argv[argc] = u->password, lens[argc++] = strlen(u->password);
+        if (rl_cmd_append_argv(&s->out, argc, argv, lens) != 0) {
+            sub_fail(s);
+            return;
+        }
+    }
+    sub_queue(s, "SUBSCRIBE", NULL);
+    if (!s->up) return;
+    ev_io_set(&s->readable, s->conn.fd, EV_READ);
+    ev_io_set(&s->writable, s->conn.fd, EV_WRITE);
+    ev_io_start(n->loop, &s->readable);
+    sub_flush(s);
+}
+
+static rl_chan *find(const rl_notify *n, const char *channel, size_t len) {
+    for (int i = 0; i < n->nw; i++)
+        if (n->w[i].len == len && memcmp(n->w[i].channel, channel, len) == 0) return &n->w[i];
+    return NULL;
+}
+
+/* One reply: a message on a watched channel counts; confirmations and AUTH's
+ * OK pass; an error (a refused AUTH) ends the connection. Return -1 then. */
+static int on_reply(rl_sub *s, const redisReply *r) {
+    if (r->type == REDIS_REPLY_ERROR) return -1;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[0]->type == REDIS_REPLY_STRING &&
+        r->element[1]->type == REDIS_REPLY_STRING) {
+        const redisReply *kind = r->element[0], *ch = r->element[1];
+        if (kind->len == 7 && memcmp(kind->str, "message", 7) == 0) {
+            rl_chan *w = find(s->n, ch->str, ch->len);
+            if (w) {
+                w->heard++;
+                s->n->total++;
+            }
+        } else if (kind->len == 9 && memcmp(kind->str, "subscribe", 9) == 0) {
+            s->backoff_ms = 0; /* a working connection: the next failure starts the backoff over */
+        }
+    }
+    return 0;
+}
+
+static void sub_read(rl_sub *s) {
+    char buf[READ_CHUNK];
+    for (;;) {
+        ssize_t got = read(s->conn.fd, buf, sizeof(buf));
+        if (got > 0) {
+            if (redisReaderFeed(s->reader, buf, (size_t)got) != REDIS_OK) return sub_fail(s);
+            void *r;
+            for (;;) {
+                if (redisReaderGetReply(s->reader, &r) != REDIS_OK) return sub_fail(s);
+                if (r == NULL) break;
+                int rc = on_reply(s, r);
+                freeReplyObject(r);
+                if (rc != 0) return sub_fail(s);
+            }
+            if (got < (ssize_t)sizeof(buf)) return;
+        } else if (got == 0) {
+            return sub_fail(s);
+        } else if (errno != EINTR) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK) sub_fail(s);
+            return;
+        }
+    }
+}
+
+static void on_readable(EV_P_ ev_io *w, int revents) {
+    (void)loop;
+    (void)revents;
+    sub_read(w->data);
+}
+
+static void on_writable(EV_P_ ev_io *w, int revents) {
+    (void)loop;
+    (void)revents;
+    rl_sub *s = w->data;
+    if (s->conn.connecting) sub_connected(s);
+    else sub_flush(s);
+}
+
+/* The connect deadline passed, or the backoff ran out. */
+static void on_timer(EV_P_ ev_timer *w, int revents) {
+    (void)loop;
+    (void)revents;
+    rl_sub *s = w->data;
+    if (s->conn.connecting) sub_fail(s);
+    else if (!s->up) sub_connect(s);
+}
+
+static void sub_connect(rl_sub *s) {
+    rl_notify *n = s->n;
+    sub_close(s);
+    if (!s->opened) {
+        rl_conn_init(&s->conn, s->conn.url);
+        s->opened = 1;
+    }
+    if (rl_conn_open(&s->conn) != 0) {
+        sub_fail(s);
+        return;
+    }
+    ev_io_set(&s->writable, s->conn.fd, EV_WRITE);
+    ev_io_start(n->loop, &s->writable);
+    ev_timer_set(&s->timer, n->connect_ms / 1000.0, 0.);
+    ev_timer_start(n->loop, &s->timer);
+}
+
+rl_notify *rl_notify_new(struct ev_loop *loop, const rl_engine *e, const rl_options *opts) {
+    rl_notify *n = calloc(1, sizeof(*n));
+    if (n == NULL) return NULL;
+    size_t pre = sizeof(RL_CHANNEL_PREFIX) - 1;
+    n->head_len = pre + opts->prefix_len;
+    n->head = malloc(n->head_len + 1);
+    if (n->head == NULL) {
+        free(n);
+        return NULL;
+    }
+    memcpy(n->head, RL_CHANNEL_PREFIX, pre);
+    if (opts->prefix_len) memcpy(n->head + pre, opts->prefix, opts->prefix_len);
+    n->loop = loop;
+    n->nnodes = rl_engine_nodes(e);
+    n->min_ms = opts->reconnect_min_ms;
+    n->max_ms = opts->reconnect_max_ms;
+    n->connect_ms = opts->connect_timeout_ms;
+    for (int i = 0; i < n->nnodes; i++) {
+        rl_sub *s = &n->subs[i];
+        s->n = n;
+        s->index = i;
+        s->conn.fd = -1;
+        s->conn.url = rl_engine_node_url(e, i);
+        ev_io_init(&s->readable, on_readable, -1, EV_READ);
+        ev_io_init(&s->writable, on_writable, -1, EV_WRITE);
+        ev_timer_init(&s->timer, on_timer, 0., 0.);
+        s->readable.data = s->writable.data = s->timer.data = s;
+    }
+    return n;
+}
+
+void rl_notify_free(rl_notify *n) {
+    if (n == NULL) return;
+    for (int i = 0; i < n->nnodes; i++) {
+        rl_sub *s = &n->subs[i];
+        sub_close(s);
+        if (s->opened) rl_conn_free(&s->conn);
+        rl_buf_free(&s->out);
+    }
+    for (int i = 0; i < n->nw; i++) free(n->w[i].channel);
+    free(n->w);
+    free(n->head);
+    rl_buf_free(&n->scratch);
+    free(n);
+}
+
+/* The channel of resource, in n->scratch. -1 when out of memory. */
+static int channel(rl_notify *n, const char *resource, size_t len) {
+    n->scratch.len = 0;
+    if (rl_buf_reserve(&n->scratch, n->head_len + len) != 0) return -1;
+    memcpy(n->scratch.data, n->head, n->head_len);
+    if (len) memcpy(n->scratch.data + n->head_len, resource, len);
+    n->scratch.len = n->head_len + len;
+    return 0;
+}
+
+int rl_notify_watch(rl_notify *n, const char *resource, size_t len) {
+    if (channel(n, resource, len) != 0) return RL_ERR;
+    rl_chan *w = find(n, n->scratch.data, n->scratch.len);
+    if (w) {
+        w->waiters++;
+        return RL_OK;
+    }
+    if (n->nw == n->capw) {
+        int cap = n->capw ? n->capw * 2 : 8;
+        rl_chan *p = realloc(n->w, (size_t)cap * sizeof(*p));
+        if (p == NULL) return RL_ERR;
+        n->w = p;
+        n->capw = cap;
+    }
+    char *ch = malloc(n->scratch.len);
+    if (ch == NULL) return RL_ERR;
+    memcpy(ch, n->scratch.data, n->scratch.len);
+    w = &n->w[n->nw++];
+    *w = (rl_chan){ch, n->scratch.len, 1, 0};
+    if (!n->started) {
+        n->started = 1;
+        for (int i = 0; i < n->nnodes; i++) sub_connect(&n->subs[i]);
+        return RL_OK;
+    }
+    for (int i = 0; i < n->nnodes; i++) {
+        rl_sub *s = &n->subs[i];
+        if (!s->up) continue;
+        sub_queue(s, "SUBSCRIBE", w);
+        sub_flush(s);
+    }
+    return RL_OK;
+}
+
+void rl_notify_unwatch(rl_notify *n, const char *resource, size_t len) {
+    if (channel(n, resource, len) != 0) return;
+    rl_chan *w = find(n, n->scratch.data, n->scratch.len);
+    if (w == NULL || --w->waiters > 0) return;
+    for (int i = 0; i < n->nnodes; i++) {
+        rl_sub *s = &n->subs[i];
+        if (!s->up) continue;
+        sub_queue(s, "UNSUBSCRIBE", w);
+        sub_flush(s);
+    }
+    free(w->channel);
+    *w = n->w[--n->nw];
+}
+
+unsigned rl_notify_heard(const rl_notify *n, const char *resource, size_t len) {
+    if (resource == NULL) return n->total;
+    size_t need = n->head_len + len;
+    for (int i = 0; i < n->nw; i++) {
+        const rl_chan *w = &n->w[i];
+        if (w->len == need && memcmp(w->channel, n->head, n->head_len) == 0 &&
+            (len == 0 || memcmp(w->channel + n->head_len, resource, len) == 0))
+            return w->heard;
+    }
+    return 0;
+}
+
+int rl_notify_up(const rl_notify *n) {
+    int up = 0;
+    for (int i = 0; i < n->nnodes; i++) up += n->subs[i].up;
+    return up;
+}

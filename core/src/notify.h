@@ -1,0 +1,44 @@
+/* notify.h — the libev client's subscriber connections: one per node,
+ * opened on the first rl_watch, listening on the release channels of the
+ * resources someone waits for ("redlock:released:" .. prefix .. resource,
+ * published by the release script), counting the messages heard.
+ *
+ * No policy beyond the connection's own: a node that cannot be reached is
+ * retried after a doubling backoff, and meanwhile simply sends no wake-ups.
+ * Connections stay open once opened, unsubscribed when nobody waits. */
+#ifndef RL_NOTIFY_H
+#define RL_NOTIFY_H
+
+#include <stddef.h>
+
+#include <ev.h>
+
+#include "engine.h"
+
+#define RL_CHANNEL_PREFIX "redlock:released:"
+
+typedef struct rl_notify rl_notify;
+
+/* For the engine's nodes and options (reconnect and connect timeouts, key
+ * prefix) on loop; nothing is connected yet. NULL when out of memory. */
+rl_notify *rl_notify_new(struct ev_loop *loop, const rl_engine *e, const rl_options *opts);
+
+/* Close every connection and free. NULL is ignored. */
+void rl_notify_free(rl_notify *n);
+
+/* Listen for releases of resource (one more waiter): subscribes on the first,
+ * connecting the subscribers if they are not yet. RL_OK, or RL_ERR when out
+ * of memory. */
+int rl_notify_watch(rl_notify *n, const char *resource, size_t len);
+
+/* One waiter fewer; at none the channel is unsubscribed. Unknown: ignored. */
+void rl_notify_unwatch(rl_notify *n, const char *resource, size_t len);
+
+/* Messages heard for resource while watched (0 if not watched); resource
+ * NULL: for every resource, since the client began. */
+unsigned rl_notify_heard(const rl_notify *n, const char *resource, size_t len);
+
+/* Subscriber connections up (connected, subscribed to what is watched). */
+int rl_notify_up(const rl_notify *n);
+
+#endif

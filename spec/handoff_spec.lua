@@ -1,0 +1,216 @@
+-- Hand-off to waiters (libev transport): a release publishes on
+-- "redlock:released:" .. key, and a waiter's sleep between attempts ends
+-- when it hears one. Polling stays the fallback: subscriber connections
+-- killed, or a holder that never publishes, cost a poll interval.
+
+local redlock = require "redlock"
+local cluster = require "helpers.cluster"
+local proc = require "helpers.proc"
+
+local res = cluster.names("handoff")
+
+-- Run `workers` processes of spec/helpers/handoff_worker.lua on one resource
+-- for run_ms (args: hold, pause, min, max, notify); during the run, call
+-- meanwhile() every few ms if given. Return the log's events, sorted by time
+-- ({ kind, pid, us }), and the workers' summaries.
+local function contend(urls, workers, run_ms, hold, pause, min_ms, max_ms, notify, meanwhile)
+  local dir = proc.tmpdir()
+  local logfile = dir .. "/events.log"
+  local resource = res("contend")
+  local pids = {}
+  local ok, err = pcall(function()
+    for w = 1, workers do
+      local argv = { "luajit", "spec/helpers/handoff_worker.lua", logfile, resource, tostring(run_ms),
+                     tostring(hold), tostring(pause), tostring(min_ms), tostring(max_ms), notify and "on" or "off" }
+      for _, u in ipairs(urls) do argv[#argv + 1] = u end
+      pids[w] = proc.spawn_luajit(argv, dir .. "/worker" .. w .. ".out")
+    end
+    local until_ = proc.now_ms() + run_ms + 20000
+    for w = 1, workers do
+      while proc.alive(pids[w]) do
+        assert(proc.now_ms() < until_, "worker " .. w .. " did not finish")
+        if meanwhile then meanwhile() end
+        proc.sleep_ms(20)
+      end
+    end
+  end)
+  for _, pid in ipairs(pids) do proc.stop(pid) end
+  local summaries = {}
+  for w = 1, workers do summaries[w] = proc.read_file(dir .. "/worker" .. w .. ".out") or "" end
+  local events = {}
+  for line in (proc.read_file(logfile) or ""):gmatch("[^\n]+") do
+    local kind, pid, us = line:match("^(%a+) (%d+) (%d+)$")
+    events[#events + 1] = { kind = kind, pid = tonumber(pid), us = tonumber(us) }
+  end
+  table.sort(events, function(a, b) return a.us < b.us end)
+  proc.rmdir(dir)
+  if not ok then error(tostring(err) .. "\n" .. table.concat(summaries, "\n"), 0) end
+  return events, summaries
+end
+
+-- Hand-offs: for every acquisition right after another process's release,
+-- the ms between them; sorted.
+local function handoffs(events)
+  local out = {}
+  for i = 2, #events do
+    local prev, e = events[i - 1], events[i]
+    if e.kind == "acq" and prev.kind == "rel" and prev.pid ~= e.pid then
+      out[#out + 1] = (e.us - prev.us) / 1000
+    end
+  end
+  table.sort(out)
+  return out
+end
+
+local function median(xs) return xs[math.floor((#xs + 1) / 2)] end
+
+local function acquisitions_by_pid(events)
+  local by, total = {}, 0
+  for _, e in ipairs(events) do
+    if e.kind == "acq" then by[e.pid] = (by[e.pid] or 0) + 1; total = total + 1 end
+  end
+  return by, total
+end
+
+describe("hand-off to waiters", function()
+  local cl
+
+  lazy_setup(function() cl = cluster.start(3) end)
+  teardown(function() cluster.stop_all() end)
+
+  it("publishes a release on redlock:released:<key> from every node it deletes from", function()
+    local dlm = redlock.new { servers = cl.urls, prefix = "pfx:" }
+    local r = res("publish")
+    local dir = proc.tmpdir()
+    local pids = {}
+    for i = 1, 3 do
+      pids[i] = proc.spawn({ "redis-cli", "-p", tostring(cl.ports[i]), "SUBSCRIBE", "redlock:released:pfx:" .. r },
+                           { out = dir .. "/sub" .. i })
+    end
+    local lk
+    local ok, err = pcall(function()
+      for i = 1, 3 do proc.wait_file(dir .. "/sub" .. i) end
+      lk = assert(dlm:lock(r))
+      assert.is_true(lk:unlock())
+      for i = 1, 3 do
+        local deadline = proc.now_ms() + 3000
+        while not (proc.read_file(dir .. "/sub" .. i) or ""):find("message") and proc.now_ms() < deadline do
+          proc.sleep_ms(10)
+        end
+        assert.matches("message\nredlock:released:pfx:" .. r:gsub("%p", "%%%0") .. "\n\n",
+                       proc.read_file(dir .. "/sub" .. i))
+      end
+    end)
+    for _, pid in ipairs(pids) do proc.stop(pid) end
+    proc.rmdir(dir)
+    dlm:close()
+    assert(ok, err)
+  end)
+
+  it("does not publish when the release deleted nothing", function()
+    local dlm = redlock.new { servers = cl.urls }
+    local r = res("nopublish")
+    local ch = "redlock:released:" .. r
+    local dir = proc.tmpdir()
+    local pid = proc.spawn({ "redis-cli", "-p", tostring(cl.ports[1]), "SUBSCRIBE", ch }, { out = dir .. "/sub" })
+    local ok, err = pcall(function()
+      proc.wait_file(dir .. "/sub")
+      local lk = assert(dlm:lock(r))
+      for i = 1, 3 do cluster.del(cl, i, r) end
+      assert.is_falsy(lk:unlock())           -- not held: nothing deleted
+      cl:cli(1, "PUBLISH", ch, "marker")     -- everything before it has arrived
+      local deadline = proc.now_ms() + 3000
+      while not (proc.read_file(dir .. "/sub") or ""):find("marker") and proc.now_ms() < deadline do
+        proc.sleep_ms(10)
+      end
+      local text = proc.read_file(dir .. "/sub")
+      assert.matches("marker", text)
+      assert.equal(1, select(2, text:gsub("message\n", "")))
+    end)
+    proc.stop(pid)
+    proc.rmdir(dir)
+    dlm:close()
+    assert(ok, err)
+  end)
+
+  it("hands off far below the policy's minimum delay (median < 50 ms, minimum 200 ms)", function()
+    -- two processes, each holding 30 ms and retrying 5 ms after its release:
+    -- every acquisition but the first waits for the other's release
+    local events, summaries = contend(cl.urls, 2, 3000, 30, 5, 200, 250, true)
+    local h = handoffs(events)
+    print(("hand-off with notifications: n=%d median=%.2f ms p90=%.2f ms max=%.2f ms (%s)"):format(
+      #h, median(h) or -1, h[math.ceil(#h * 0.9)] or -1, h[#h] or -1, table.concat(summaries, " "):gsub("\n", "")))
+    assert.is_true(#h >= 10, table.concat(summaries))
+    assert.is_true(median(h) < 50, "median hand-off " .. tostring(median(h)) .. " ms")
+  end)
+
+  it("without notifications, hands off only when a poll happens to come (the contrast)", function()
+    -- the same run: a waiter sleeps 200-250 ms, so the holder mostly takes
+    -- the lock again after its 5 ms pause
+    local events = contend(cl.urls, 2, 3000, 30, 5, 200, 250, false)
+    local h = handoffs(events)
+    print(("hand-off without notifications: n=%d median=%.2f ms"):format(#h, median(h) or -1))
+    assert.is_true(#h < 30, "hand-offs: " .. #h)
+  end)
+
+  it("still hands off, by polling, with the subscriber connections killed over and over", function()
+    local kills = 0
+    local events, summaries = contend(cl.urls, 2, 3000, 30, 5, 50, 100, true, function()
+      for i = 1, 3 do
+        local out = cl:cli(i, "CLIENT", "KILL", "TYPE", "pubsub")
+        kills = kills + (tonumber(out) or 0)
+      end
+    end)
+    local by, total = acquisitions_by_pid(events)
+    local h = handoffs(events)
+    print(("pubsub killed %d times: %d acquisitions, n=%d median hand-off %.2f ms"):format(
+      kills, total, #h, median(h) or -1))
+    assert.is_true(kills > 0)
+    local n = 0
+    for _, count in pairs(by) do n = n + 1; assert.is_true(count >= 5, table.concat(summaries)) end
+    assert.equal(2, n)
+    for _, s in ipairs(summaries) do assert.matches("errors=0:", s) end
+  end)
+
+  it("takes over from a foreign holder (never published) once its key expires", function()
+    local dlm = redlock.new { servers = cl.urls }
+    local r = res("foreign")
+    for i = 1, 3 do assert.equal("OK", (cl:cli(i, "SET", r, "foreign", "PX", "400"))) end
+    local t0 = proc.now_ms()
+    local lk, err = dlm:lock(r, { retry = redlock.retry.forever(50, 100), wait = 3000 })
+    local took = proc.now_ms() - t0
+    assert.is_truthy(lk, err)
+    assert.is_true(took >= 350, "took " .. took .. " ms")
+    assert.equal(3, dlm.client:listening())  -- it did wait listening
+    assert.is_true(lk:unlock())
+    dlm:close()
+  end)
+
+  it("works for an ACL user allowed no channels: releases, and waits by polling", function()
+    local acl = cluster.start(3, { args = { "--user", "locker", "on", ">pw", "~*", "resetchannels", "+@all" } })
+    local urls = {}
+    for i = 1, 3 do urls[i] = "redis://locker:pw@127.0.0.1:" .. acl.ports[i] end
+    local dlm = redlock.new { servers = urls }
+    local r = res("acl")
+    for i = 1, 3 do assert.equal("OK", (acl:cli(i, "SET", r, "foreign", "PX", "300"))) end
+    local lk, err = dlm:lock(r, { retry = redlock.retry.forever(20, 40), wait = 3000 })
+    assert.is_truthy(lk, err)
+    assert.is_true(lk:unlock())
+    dlm:close()
+    acl:stop()
+  end)
+
+  it("is fair enough: 8 processes holding ~1 ms for ~5 s", function()
+    local events, summaries = contend(cl.urls, 8, 5000, 1, 0, 50, 250, true)
+    local by, total = acquisitions_by_pid(events)
+    local shares = {}
+    for _, count in pairs(by) do shares[#shares + 1] = count end
+    table.sort(shares)
+    local h = handoffs(events)
+    print(("fairness: %d acquisitions, per process %s; hand-offs n=%d median %.2f ms"):format(
+      total, table.concat(shares, " "), #h, median(h) or -1))
+    for _, s in ipairs(summaries) do assert.matches("errors=0:", s) end
+    assert.equal(8, #shares, table.concat(summaries))
+    for _, count in ipairs(shares) do assert.is_true(count >= 0.05 * total, table.concat(shares, " ")) end
+  end)
+end)
