@@ -955,35 +955,53 @@ describe("redlock inside nginx", function()
 
   -- lock_many waits on every resource of its list together, and a client
   -- with a prefix listens on the prefixed key's channel.
-  it("wakes lock_many on a release of any of its resources, with a key prefix", function()
-    srv = start {
-      workers = 1,
-      init = init_code(cl.urls, 'prefix = "pfx{x}:"'),
-      locations = { PING, ([[
+  -- A timer (another request) holds resource .. "b" for 150 ms; the request
+  -- waits for both with lock_many. Body: "ok <hand-off ms>".
+  local MANY = [[
         location = /many {
           content_by_lua_block {
             local a, b = ngx.var.arg_r .. "a", ngx.var.arg_r .. "b"
             local held = assert(DLM:lock(b, { wait = 5000 }))
             local rel_at
             assert(ngx.timer.at(0.15, function() rel_at = sproc.now_ms(); held:unlock() end))
-            local locks, err = DLM:lock_many({ a, b }, { wait = 5000, retry = %s })
+            local locks, err = DLM:lock_many({ a, b }, { wait = 5000, retry = ]] .. HANDOFF_RETRY .. [[ })
             local at = sproc.now_ms()
             if not locks then ngx.say("fail ", err) return end
             locks:unlock()
             while rel_at == nil do ngx.sleep(0.01) end
-            ngx.say(("ok %%.1f"):format(at - rel_at))
+            ngx.say(("ok %.1f"):format(at - rel_at))
           }
-        }]]):format(HANDOFF_RETRY) },
-    }
+        }]]
+
+  local function many_handoffs(rounds)
     local h = {}
-    for k = 1, 3 do
+    for k = 1, rounds do
       local status, body = srv:get("/many?r=" .. res("many"))
       assert.equal(200, status, log())
       h[k] = tonumber(body:match("^ok ([%d.]+)"))
       assert(h[k], body .. log())
     end
+    return h
+  end
+
+  it("wakes lock_many on a release of any of its resources, with a key prefix", function()
+    srv = start { workers = 1, init = init_code(cl.urls, 'prefix = "pfx{x}:"'), locations = { PING, MANY } }
+    local h = many_handoffs(3)
     print(("    [hand-off] lock_many with a prefix: %s"):format(show(h)))
     assert.is_true(median(h) < 150, "hand-offs " .. show(h) .. log())
+  end)
+
+  it("subscribes with AUTH on nodes with a password", function()
+    local pcl = cluster.start(3, { password = "s3cret" })
+    local ok, err = pcall(function()
+      srv = start { workers = 1, init = init_code(pcl.urls), locations = { PING, MANY } }
+      local h = many_handoffs(3)
+      print(("    [hand-off] nodes with a password: %s"):format(show(h)))
+      assert.is_true(median(h) < 150, "hand-offs " .. show(h) .. log())
+      assert.not_matches("s3cret", srv:error_log())
+    end)
+    pcl:stop()
+    assert(ok, tostring(err) .. log())
   end)
 
   -- The holder is another request (an ngx.timer) that, when asked, kills
