@@ -855,4 +855,218 @@ describe("redlock inside nginx", function()
     -- well within the 3 s ttl (kept alive, it would stay for good)
     assert(cluster.await_all(cl, function(i) return cluster.pttl(cl, i, r) == -2 end, 1500), log())
   end)
+  -- Hand-off inside nginx: the hub subscribes on every node to the channels
+  -- its waiters watch, and a heard release ends a waiter's sleep. The retry
+  -- policy waits 500 ms between attempts; a holder releases 150 ms after the
+  -- waiter's first attempt failed.
+  local HANDOFF_RETRY = "redlock.retry.fixed(500, 100)"
+
+  local function median(xs)
+    local t = {}
+    for k, v in ipairs(xs) do t[k] = v end
+    table.sort(t)
+    return t[math.floor((#t + 1) / 2)]
+  end
+
+  -- A waiting request (notify on or off) against a plain LuaJIT process
+  -- that holds the resource for 150 ms, `rounds` times; the hand-offs
+  -- (ms from the holder's release to the request's acquisition).
+  local function process_handoffs(notify, rounds)
+    srv = start {
+      workers = 1,
+      init = init_code(cl.urls, "notify = " .. tostring(notify)),
+      locations = { PING, ([[
+        location = /waiter {
+          content_by_lua_block {
+            local r, dir, rounds = ngx.var.arg_r, ngx.var.arg_dir, tonumber(ngx.var.arg_rounds)
+            local out = {}
+            for k = 1, rounds do
+              local until_ = sproc.now_ms() + 5000
+              while not io.open(dir .. "/ready" .. k) do
+                if sproc.now_ms() > until_ then ngx.say("no holder in round ", k) return end
+                ngx.sleep(0.002)
+              end
+              local lock, err = DLM:lock(r, { wait = 5000, retry = %s })
+              local at = sproc.now_ms()
+              if not lock then ngx.say("fail ", err) return end
+              lock:unlock()
+              out[k] = ("%%.3f"):format(at)
+              sproc.write_file(dir .. "/taken" .. k, "1")
+            end
+            ngx.say(table.concat(out, " "))
+          }
+        }]]):format(HANDOFF_RETRY) },
+    }
+    local r = res("handoff_" .. tostring(notify))
+    local dir = proc.tmpdir()
+    local code = ([[
+      local proc, redlock = require "helpers.proc", require "redlock"
+      local dlm = redlock.new { servers = %s, ttl = 10000 }
+      local dir, rel = %q, {}
+      for k = 1, %d do
+        local lock = assert(dlm:lock(%q, { wait = 5000 }))
+        proc.write_file(dir .. "/ready" .. k, "1")
+        proc.sleep_ms(150)
+        rel[k] = ("%%.3f"):format(proc.now_ms())
+        assert(lock:unlock())
+        assert(proc.wait_file(dir .. "/taken" .. k, 5000))
+      end
+      proc.write_file(dir .. "/released", table.concat(rel, " "))
+    ]]):format(lua_list(cl.urls), dir, rounds, r)
+    local pid = proc.spawn_luajit({ "luajit", "-e", code }, dir .. "/out")
+    local ok, err = pcall(function()
+      local status, body = srv:get("/waiter?r=" .. r .. "&rounds=" .. rounds .. "&dir=" .. dir, { timeout_ms = 30000 })
+      assert.equal(200, status, log())
+      assert.truthy(proc.wait_gone(pid, 5000))
+      local acq, rel = {}, {}
+      for v in body:gmatch("[%d.]+") do acq[#acq + 1] = tonumber(v) end
+      for v in (proc.read_file(dir .. "/released") or ""):gmatch("[%d.]+") do rel[#rel + 1] = tonumber(v) end
+      assert.equal(rounds, #acq, body .. log())
+      assert.equal(rounds, #rel, "holder said: " .. tostring(proc.read_file(dir .. "/out")))
+      local h = {}
+      for k = 1, rounds do h[k] = acq[k] - rel[k] end
+      return h
+    end)
+    local out = proc.read_file(dir .. "/out")
+    proc.stop(pid)
+    proc.rmdir(dir)
+    assert(ok, tostring(err) .. "\nholder said: " .. tostring(out))
+    return err
+  end
+
+  local function show(h)
+    local t = {}
+    for k, v in ipairs(h) do t[k] = ("%.1f"):format(v) end
+    return table.concat(t, " ")
+  end
+
+  it("wakes a waiting request when a plain LuaJIT holder releases (hand-off far below the policy's 500 ms)", function()
+    local h = process_handoffs(true, 5)
+    print(("    [hand-off] notify on: median %.1f ms (%s)"):format(median(h), show(h)))
+    assert.is_true(median(h) < 150, "hand-offs " .. show(h) .. log())
+    for _, v in ipairs(h) do assert.is_true(v < 400, "hand-offs " .. show(h) .. log()) end
+  end)
+
+  it("without notifications (notify = false) waits out the policy's delay (the contrast)", function()
+    local h = process_handoffs(false, 3)
+    print(("    [hand-off] notify off: median %.1f ms (%s)"):format(median(h), show(h)))
+    assert.is_true(median(h) > 250, "hand-offs " .. show(h))
+  end)
+
+  -- lock_many waits on every resource of its list together, and a client
+  -- with a prefix listens on the prefixed key's channel.
+  -- A timer (another request) holds resource .. "b" for 150 ms; the request
+  -- waits for both with lock_many. Body: "ok <hand-off ms>".
+  local MANY = [[
+        location = /many {
+          content_by_lua_block {
+            local a, b = ngx.var.arg_r .. "a", ngx.var.arg_r .. "b"
+            local held = assert(DLM:lock(b, { wait = 5000 }))
+            local rel_at
+            assert(ngx.timer.at(0.15, function() rel_at = sproc.now_ms(); held:unlock() end))
+            local locks, err = DLM:lock_many({ a, b }, { wait = 5000, retry = ]] .. HANDOFF_RETRY .. [[ })
+            local at = sproc.now_ms()
+            if not locks then ngx.say("fail ", err) return end
+            locks:unlock()
+            while rel_at == nil do ngx.sleep(0.01) end
+            ngx.say(("ok %.1f"):format(at - rel_at))
+          }
+        }]]
+
+  local function many_handoffs(rounds)
+    local h = {}
+    for k = 1, rounds do
+      local status, body = srv:get("/many?r=" .. res("many"))
+      assert.equal(200, status, log())
+      h[k] = tonumber(body:match("^ok ([%d.]+)"))
+      assert(h[k], body .. log())
+    end
+    return h
+  end
+
+  it("wakes lock_many on a release of any of its resources, with a key prefix", function()
+    srv = start { workers = 1, init = init_code(cl.urls, 'prefix = "pfx{x}:"'), locations = { PING, MANY } }
+    local h = many_handoffs(3)
+    print(("    [hand-off] lock_many with a prefix: %s"):format(show(h)))
+    assert.is_true(median(h) < 150, "hand-offs " .. show(h) .. log())
+  end)
+
+  it("subscribes with AUTH on nodes with a password", function()
+    local pcl = cluster.start(3, { password = "s3cret" })
+    local ok, err = pcall(function()
+      srv = start { workers = 1, init = init_code(pcl.urls), locations = { PING, MANY } }
+      local h = many_handoffs(3)
+      print(("    [hand-off] nodes with a password: %s"):format(show(h)))
+      assert.is_true(median(h) < 150, "hand-offs " .. show(h) .. log())
+      assert.not_matches("s3cret", srv:error_log())
+    end)
+    pcl:stop()
+    assert(ok, tostring(err) .. log())
+  end)
+
+  -- The holder is another request (an ngx.timer) that, when asked, kills
+  -- every pubsub connection of the nodes (the hub's subscribers) just before
+  -- it releases: the waiter then acquires by polling, and once the hub has
+  -- subscribed again, by hearing the release.
+  it("acquires by polling when the hub's subscriber connections are killed, and wakes again once they are back", function()
+    local ports = {}
+    for i, u in ipairs(cl.urls) do ports[i] = tonumber(u:match(":(%d+)$")) end
+    srv = start {
+      workers = 1,
+      init = init_code(cl.urls) .. ("PORTS = {%s}\nrcmd = require('helpers.resp').call\n"):format(table.concat(ports, ",")),
+      locations = { PING, ([[
+        location = /killer {
+          content_by_lua_block {
+            local r, kill = ngx.var.arg_r, ngx.var.arg_kill == "1"
+            local held = assert(DLM:lock(r, { wait = 5000 }))
+            local rel_at, killed
+            assert(ngx.timer.at(0.15, function()
+              if kill then
+                killed = 0
+                for _, port in ipairs(PORTS) do
+                  local sock = ngx.socket.tcp()
+                  sock:settimeouts(1000, 1000, 1000)
+                  assert(sock:connect("127.0.0.1", port))
+                  killed = killed + (tonumber(tostring(rcmd(sock, "CLIENT", "KILL", "TYPE", "pubsub")):match("^:(%%d+)")) or 0)
+                  sock:close()
+                end
+              end
+              rel_at = sproc.now_ms()
+              held:unlock()
+            end))
+            local lock, err = DLM:lock(r, { wait = 5000, retry = %s })
+            local at = sproc.now_ms()
+            if not lock then ngx.say("fail ", err) return end
+            lock:unlock()
+            while rel_at == nil do ngx.sleep(0.01) end
+            ngx.say(("ok %%.1f %%s"):format(at - rel_at, tostring(killed)))
+          }
+        }]]):format(HANDOFF_RETRY) },
+    }
+    local r = res("killsub")
+    local function round(kill)
+      local status, body = srv:get("/killer?r=" .. r .. "&kill=" .. (kill and "1" or "0"), { timeout_ms = 10000 })
+      assert.equal(200, status, log())
+      local ms, killed = body:match("^ok ([%d.]+) (%S+)")
+      assert(ms, body .. log())
+      return tonumber(ms), tonumber(killed)
+    end
+    local before = round(false)
+    local killed_h = {}
+    for k = 1, 3 do
+      local ms, killed = round(true)
+      -- every node had the hub's subscriber connection to kill
+      assert.is_true(killed >= #cl.urls, "killed " .. tostring(killed))
+      killed_h[k] = ms
+    end
+    -- the subscribers come back after the backoff (50 ms): wake-ups again
+    proc.sleep_ms(300)
+    local after = {}
+    for k = 1, 3 do after[k] = round(false) end
+    print(("    [hand-off] before %.1f ms; subscribers killed: %s; after: %s"):format(before, show(killed_h), show(after)))
+    assert.is_true(before < 150, "before " .. before)
+    -- polled: the policy's next attempt, not a wake-up
+    assert.is_true(median(killed_h) > 250, "with subscribers killed " .. show(killed_h))
+    assert.is_true(median(after) < 150, "after " .. show(after) .. log())
+  end)
 end)

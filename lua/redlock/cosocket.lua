@@ -54,7 +54,8 @@ local ROTATE_CONNECTS = 1000
 -- idle_ms: how long a hub with nothing to do keeps its timer and connections;
 -- rotate_connects: after how many connects it starts a fresh timer (module
 -- fields, read on every turn, so a test can change them).
-local _M = { name = "cosocket", idle_ms = HUB_IDLE_MS, rotate_connects = ROTATE_CONNECTS }
+local _M = { name = "cosocket", idle_ms = HUB_IDLE_MS, rotate_connects = ROTATE_CONNECTS,
+             handoff = true } -- waiters wake on a heard release (client:watch, client:sleep_until)
 
 -- The phases where nginx offers cosockets (ngx.get_phase()).
 local COSOCKET_PHASES = { rewrite = true, access = true, content = true, timer = true,
@@ -287,6 +288,242 @@ local function sweep(hub, now)
     end
 end
 
+---------------------------------------------------------------------------
+-- hand-off: one subscriber connection per node, for the whole hub
+--
+-- A release publishes on CHANNEL .. key (key = prefix .. resource). Calls
+-- that wait for a lock watch their channels (refcounted per hub); the hub's
+-- loop keeps every node's subscriber connection subscribed to the channels
+-- watched, and each node's subscriber thread counts the messages it reads
+-- per channel and posts the semaphores of the calls sleeping on it. A node
+-- down, refusing AUTH or SUBSCRIBE costs its wake-ups only: its thread tries
+-- again after a doubling backoff (reconnect_min_ms .. reconnect_max_ms), and
+-- waiters poll as the retry policy says.
+
+local CHANNEL = "redlock:released:"
+
+-- RESP: a command as an array of bulk strings.
+local function resp_command(args)
+    local parts = { "*" .. #args .. "\r\n" }
+    for k = 1, #args do
+        local a = args[k]
+        parts[#parts + 1] = "$" .. #a .. "\r\n" .. a .. "\r\n"
+    end
+    return table.concat(parts)
+end
+
+local NULL = {}           -- a null bulk string or array
+local GARBAGE = -1        -- parse's position when the bytes are no RESP
+
+-- One RESP value of buf at pos: value, the position after it; nil, nil when
+-- buf holds only part of it; nil, GARBAGE when it is no RESP. Errors come as
+-- { err = text }.
+local function parse(buf, pos)
+    local t = buf:byte(pos)
+    if t == nil then return nil, nil end
+    local eol = buf:find("\r\n", pos + 1, true)
+    if eol == nil then return nil, nil end
+    local line = buf:sub(pos + 1, eol - 1)
+    if t == 43 then return line, eol + 2                -- +simple
+    elseif t == 45 then return { err = line }, eol + 2  -- -error
+    elseif t == 58 then                                 -- :integer
+        local n = tonumber(line)
+        if n == nil then return nil, GARBAGE end
+        return n, eol + 2
+    elseif t == 36 then                                 -- $bulk
+        local n = tonumber(line)
+        if n == nil then return nil, GARBAGE end
+        if n < 0 then return NULL, eol + 2 end
+        local last = eol + 1 + n
+        if #buf < last + 2 then return nil, nil end
+        if buf:sub(last + 1, last + 2) ~= "\r\n" then return nil, GARBAGE end
+        return buf:sub(eol + 2, last), last + 3
+    elseif t == 42 or t == 62 then                      -- *array (>push: RESP3)
+        local n = tonumber(line)
+        if n == nil then return nil, GARBAGE end
+        if n < 0 then return NULL, eol + 2 end
+        local arr, p = {}, eol + 2
+        for k = 1, n do
+            local v, np = parse(buf, p)
+            if np == nil or np == GARBAGE then return nil, np end
+            arr[k], p = v, np
+        end
+        return arr, p
+    end
+    return nil, GARBAGE
+end
+
+-- The AUTH command for a URL with a password (nil without one). The same
+-- reading as the core's (url.c): redis://[user[:password]@]host..., a lone
+-- userinfo is the password, %XX decoded; unix:// URLs carry none.
+local function decode(s)
+    return (s:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end))
+end
+
+local function auth_command(url)
+    if url:sub(1, 8) ~= "redis://" then return nil end
+    local rest = url:sub(9)
+    local stop = rest:find("[/?#]")
+    local authority = stop and rest:sub(1, stop - 1) or rest
+    local at = authority:match(".*()@")
+    if at == nil then return nil end
+    local userinfo = authority:sub(1, at - 1)
+    local colon = userinfo:find(":", 1, true)
+    local user, password
+    if colon then
+        user, password = decode(userinfo:sub(1, colon - 1)), decode(userinfo:sub(colon + 1))
+    else
+        user, password = "", decode(userinfo)
+    end
+    if password == "" then return nil end
+    if user ~= "" then return resp_command({ "AUTH", user, password }) end
+    return resp_command({ "AUTH", password })
+end
+
+-- A message on channel ch: count it, wake whoever sleeps on it.
+local function heard_message(hub, ch)
+    local c = hub.chans[ch]
+    if c == nil then return end -- no longer watched
+    c.heard = c.heard + 1
+    hub.heard_total = hub.heard_total + 1
+    for sema in pairs(c.sleepers) do
+        if sema:count() < 1 then sema:post(1) end
+    end
+end
+
+-- Node i's subscriber connection, read until it ends; true once a SUBSCRIBE
+-- was confirmed on it (the backoff starts over).
+local function sub_session(hub, s, i)
+    local sock = ngx.socket.tcp()
+    sock:settimeouts(hub.connect_timeout, hub.node_timeout, READ_TIMEOUT_MS)
+    local ok
+    if hub.ports[i] == 0 then
+        ok = sock:connect("unix:" .. hub.hosts[i])
+    else
+        ok = sock:connect(hub.hosts[i], hub.ports[i])
+    end
+    hub.connects = hub.connects + 1
+    if not ok then return false end
+    local auth = hub.auths[i]
+    if auth and not sock:send(auth) then
+        sock:close()
+        return false
+    end
+    s.sock, s.sent = sock, {}
+    hub.sub_dirty = true -- the loop subscribes it to every channel watched
+    wake(hub)
+    local confirmed, buf = false, ""
+    while true do
+        local data, err = sock:receiveany(READ_CHUNK)
+        if s.sock ~= sock then break end -- the loop closed it (a failed send)
+        if data then
+            buf = buf .. data
+            local pos = 1
+            while true do
+                local v, np = parse(buf, pos)
+                if np == GARBAGE then v = { err = "garbage" } end
+                if np == nil then break end
+                pos = np
+                if type(v) == "table" and v.err then
+                    -- a refused AUTH or SUBSCRIBE (an ACL), or garbage
+                    buf = nil
+                    break
+                end
+                if type(v) == "table" and type(v[1]) == "string" then
+                    if v[1] == "message" and type(v[2]) == "string" then
+                        heard_message(hub, v[2])
+                    elseif v[1] == "subscribe" then
+                        confirmed = true
+                    end
+                end
+            end
+            if buf == nil then break end
+            buf = buf:sub(pos)
+        elseif err ~= "timeout" then
+            break
+        end
+    end
+    if s.sock == sock then s.sock, s.sent = nil, {} end
+    sock:close()
+    return confirmed
+end
+
+-- Node i's subscriber thread: connect, read; when the connection ends or
+-- fails, again after the backoff. It runs until the hub stops (killed then).
+local function subscriber(hub, i)
+    local s = hub.subs[i]
+    local backoff = 0
+    while true do
+        local ok, confirmed = pcall(sub_session, hub, s, i)
+        if not ok then
+            ngx.log(ngx.ERR, "redlock: subscriber of ", hub.names[i], " failed: ", tostring(confirmed))
+            if s.sock then s.sock:close() end
+            s.sock, s.sent = nil, {}
+            confirmed = false
+        end
+        if confirmed then backoff = 0 end
+        backoff = backoff == 0 and hub.reconnect_min or math.min(backoff * 2, hub.reconnect_max)
+        ngx.sleep(backoff / 1000)
+    end
+end
+
+-- Start the subscriber threads that do not run (the first watch, a fresh
+-- timer, a thread that died on an error).
+local function start_subscribers(hub)
+    for i = 0, hub.n - 1 do
+        local s = hub.subs[i]
+        if s.th == nil or co_status(s.th) == "dead" then
+            if s.th then ngx.thread.wait(s.th) end
+            s.sock, s.sent = nil, {}
+            local th = ngx.thread.spawn(subscriber, hub, i)
+            s.th = th
+        end
+    end
+end
+
+local function stop_subscribers(hub)
+    for i = 0, hub.n - 1 do
+        local s = hub.subs[i]
+        local th, sock = s.th, s.sock
+        s.th, s.sock, s.sent = nil, nil, {}
+        if th and co_status(th) ~= "dead" then ngx.thread.kill(th) end
+        if sock then sock:close() end
+    end
+end
+
+-- Bring every connected subscriber in line with the channels watched.
+local function sync_subscribers(hub)
+    hub.sub_dirty = false
+    local chans = hub.chans
+    for i = 0, hub.n - 1 do
+        local s = hub.subs[i]
+        local sock, sent = s.sock, s.sent
+        if sock then
+            local sub, unsub = { "SUBSCRIBE" }, { "UNSUBSCRIBE" }
+            for ch in pairs(chans) do
+                if not sent[ch] then sub[#sub + 1] = ch; sent[ch] = true end
+            end
+            for ch in pairs(sent) do
+                if chans[ch] == nil then unsub[#unsub + 1] = ch; sent[ch] = nil end
+            end
+            local out = ""
+            if #sub > 1 then out = resp_command(sub) end
+            if #unsub > 1 then out = out .. resp_command(unsub) end
+            if out ~= "" and not sock:send(out) then
+                -- its thread sees it closed and starts over
+                if s.sock == sock then s.sock, s.sent = nil, {} end
+                sock:close()
+            end
+        end
+    end
+end
+
+-- The hub stopped for good (idle, the worker exiting): whatever was still
+-- watched is forgotten (a call killed while it waited never unwatches).
+local function forget_watches(hub)
+    hub.chans, hub.nwatched, hub.epoch = {}, 0, hub.epoch + 1
+end
+
 -- Close every connection (the engine forgets them) and fail what still waits.
 local function shut(hub, why)
     local now = now_ms()
@@ -300,6 +537,7 @@ local function shut(hub, why)
             C.rl_engine_node_down(hub.e, i, "connect abandoned: the hub stopped", now)
         end
     end
+    stop_subscribers(hub)
     deliver(hub)
     fail_waiters(hub, why)
 end
@@ -326,18 +564,21 @@ local function loop(hub, premature)
             sweep_at = now + STALE_MS
         end
         if hub.ended[1] ~= nil then reap(hub) end
+        if hub.nwatched > 0 and exit_by == nil then start_subscribers(hub) end
+        if hub.sub_dirty then sync_subscribers(hub) end
         if exit_by == nil and ngx.worker.exiting() then exit_by = now + hub.node_timeout end
         if exit_by ~= nil then
             -- the worker exits: serve what is in flight for a node timeout at most
             if not busy(e) or now >= exit_by then return "the nginx worker is exiting" end
         elseif not busy(e) then
-            if now - hub.last_call >= _M.idle_ms then return nil end -- idle
+            -- idle: no call for idle_ms, nobody sleeping on a watched channel
+            if now - hub.last_call >= _M.idle_ms and now >= hub.sleep_horizon then return nil end
             if hub.connects >= _M.rotate_connects then return nil, true end
         end
         local at = C.rl_engine_deadline(e)
         local wait_ms = HUB_SLICE_MS
         if exit_by == nil and not busy(e) then
-            local idle_left = hub.last_call + _M.idle_ms - now
+            local idle_left = math.max(hub.last_call + _M.idle_ms, hub.sleep_horizon) - now
             if idle_left < wait_ms then wait_ms = idle_left end
         end
         if at >= 0 and at - now < wait_ms then wait_ms = at - now end
@@ -358,6 +599,7 @@ local function hub_main(premature, hub)
     end
     shut(hub, why or "redlock's hub stopped")
     reap(hub)
+    if not rotate then forget_watches(hub) end
     hub.running = false
     -- a fresh timer (its calls start it anyway if this fails)
     if rotate then start(hub) end
@@ -387,8 +629,11 @@ local function config_key(urls, n, opts)
     return table.concat(parts, "\n")
 end
 
-local function new_hub(e, n, opts)
+local function new_hub(e, n, opts, urls)
     local hub = {
+        chans = {}, nwatched = 0, epoch = 0, heard_total = 0, sleep_horizon = 0, sub_dirty = false,
+        subs = {}, auths = {}, reconnect_min = opts.reconnect_min_ms, reconnect_max = opts.reconnect_max_ms,
+        prefix = (opts.prefix ~= nil and opts.prefix_len > 0) and ffi_string(opts.prefix, opts.prefix_len) or "",
         e = e, n = n, res = ffi_new("rl_result"), waiters = {},
         socks = {}, readers = {}, gen = {}, up = {}, hosts = {}, ports = {}, names = {},
         work = nil, running = false, last_call = 0, now = 0, connects = 0, ended = {},
@@ -400,6 +645,8 @@ local function new_hub(e, n, opts)
         hub.ports[i] = C.rl_engine_node_port(e, i)
         hub.names[i] = ffi_string(C.rl_engine_node_name(e, i))
         hub.gen[i], hub.up[i] = 0, false
+        hub.subs[i] = { th = nil, sock = nil, sent = {} }
+        hub.auths[i] = auth_command(ffi_string(urls[i])) -- never logged
     end
     return hub
 end
@@ -489,13 +736,117 @@ function client:sleep(ms)
     if phase_refusal() == nil then ngx.sleep(ms / 1000) end
 end
 
--- Hand-off is not heard inside nginx yet: watching is nothing, and a wait
--- for a release is a plain sleep (the same interface as redlock.libev).
-function client:watch() return 0 end
-function client:unwatch() end
-function client:heard() return 0 end
-function client:sleep_until(_, _, _, ms) self:sleep(ms) return 0 end
-function client:listening() return 0 end
+-- Hand-off: a waiter watches its resource's channel on the hub (the hub
+-- subscribes on every node), reads how many releases of it were heard, and
+-- sleeps on a semaphore of its own that a heard release posts. Resource nil
+-- (lock_many): every channel this client watches, counted together.
+
+local free_semas = {}
+
+local function channel(self, resource, len)
+    if len ~= #resource then resource = resource:sub(1, len) end
+    return CHANNEL .. self.hub.prefix .. resource
+end
+
+-- This client's watches (channel -> count), as of the hub's epoch: a hub
+-- that stopped for good forgot every watch, and so does the client.
+local function watching(self)
+    local hub = self.hub
+    if self.epoch ~= hub.epoch then self.watching, self.epoch = {}, hub.epoch end
+    return self.watching
+end
+
+function client:watch(resource, len)
+    if phase_refusal() then return 0 end
+    local hub = self.hub
+    if start(hub) then return 0 end -- no timer: the waiter polls
+    local mine = watching(self)
+    local ch = channel(self, resource, len)
+    local c = hub.chans[ch]
+    if c == nil then
+        c = { refs = 0, heard = 0, sleepers = {} }
+        hub.chans[ch] = c
+        hub.sub_dirty = true
+        wake(hub)
+    end
+    c.refs = c.refs + 1
+    hub.nwatched = hub.nwatched + 1
+    mine[ch] = (mine[ch] or 0) + 1
+    return 0
+end
+
+function client:unwatch(resource, len)
+    local hub = self.hub
+    local mine = watching(self)
+    local ch = channel(self, resource, len)
+    local k = mine[ch]
+    if k == nil then return end
+    mine[ch] = k > 1 and k - 1 or nil
+    local c = hub.chans[ch]
+    if c == nil then return end
+    c.refs = c.refs - 1
+    hub.nwatched = hub.nwatched - 1
+    if c.refs <= 0 then
+        hub.chans[ch] = nil
+        hub.sub_dirty = true
+        wake(hub)
+    end
+end
+
+function client:heard(resource, len)
+    local chans = self.hub.chans
+    if resource == nil then
+        local total = 0
+        for ch in pairs(watching(self)) do
+            local c = chans[ch]
+            if c then total = total + c.heard end
+        end
+        return total
+    end
+    local c = chans[channel(self, resource, len)]
+    return c and c.heard or 0
+end
+
+-- Sleep up to ms; 1 as soon as heard(resource, len) ~= seen, else 0. Checked
+-- and registered with no yield in between: a release heard after heard()
+-- was read either shows in the count here or posts the semaphore.
+function client:sleep_until(resource, len, seen, ms)
+    if phase_refusal() then return 0 end
+    if self:heard(resource, len) ~= seen then return 1 end
+    local hub = self.hub
+    local list
+    if resource == nil then
+        list = {}
+        for ch in pairs(watching(self)) do list[#list + 1] = hub.chans[ch] end
+    else
+        list = { hub.chans[channel(self, resource, len)] }
+    end
+    if list[1] == nil then
+        -- nothing watched (the hub could not start): a plain sleep
+        self:sleep(ms)
+        return 0
+    end
+    local n = #free_semas
+    local sema = free_semas[n]
+    if sema then free_semas[n] = nil else sema = semaphore.new(0) end
+    local horizon = now_ms() + ms
+    if horizon > hub.sleep_horizon then hub.sleep_horizon = horizon end
+    for k = 1, #list do list[k].sleepers[sema] = true end
+    sema:wait(ms / 1000)
+    for k = 1, #list do list[k].sleepers[sema] = nil end
+    -- posted as the wait timed out, or by more than one channel: drain it
+    while sema:count() > 0 do sema:wait(0) end
+    free_semas[#free_semas + 1] = sema
+    return self:heard(resource, len) ~= seen and 1 or 0
+end
+
+function client:listening()
+    local n = 0
+    for i = 0, self.hub.n - 1 do
+        if self.hub.subs[i].sock then n = n + 1 end
+    end
+    return n
+end
 
 function client:errstr() return self.err end
 function client:node_name(i) return self.hub.names[i] end
@@ -514,11 +865,11 @@ function _M.client_new(urls, n, opts, errbuf, errlen)
     if hub == nil then
         local e = C.rl_engine_new(urls, n, opts, errbuf, errlen)
         if e == nil then return nil end
-        hub = new_hub(ffi.gc(e, C.rl_engine_free), n, opts)
+        hub = new_hub(ffi.gc(e, C.rl_engine_free), n, opts, urls)
         hubs[key] = hub
     end
     return setmetatable({
-        hub = hub, err = "",
+        hub = hub, err = "", watching = {}, epoch = hub.epoch,
         wait_s = (opts.node_timeout_ms + opts.connect_timeout_ms + WAIT_MARGIN_MS) / 1000,
     }, client_mt)
 end
