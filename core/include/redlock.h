@@ -400,6 +400,12 @@ int rl_engine_node_unanswered(const rl_engine *e, int node);
 /* Why node is down, or its last connection ended. */
 const char *rl_engine_node_errstr(const rl_engine *e, int node);
 
+/* The AUTH command (RESP bytes in *data, valid until the next call on e)
+ * that a connection to node the engine does not drive (a driver's pub/sub
+ * subscriber) must send first, as the node's URL asks; 0 when the URL has
+ * no password. */
+size_t rl_engine_node_auth(rl_engine *e, int node, const char **data);
+
 /* The earliest moment rl_engine_advance has something to do (an operation's
  * node timeout, a connect deadline, a reconnect, a watchdog look), on the
  * driver's clock; -1 if nothing is scheduled. */

@@ -170,6 +170,16 @@ int rl_cmd_commit(rl_buf *b, const char *key, size_t keylen, const char *value, 
     return fenced_eval(b, rl_commit_script, sizeof(rl_commit_script) - 1, key, keylen, value, (size_t)token);
 }
 
+int rl_cmd_auth(rl_buf *b, const char *user, const char *password) {
+    if (password[0] == '\0') return 0;
+    const char *argv[3] = {"AUTH"};
+    size_t lens[3] = {4};
+    int argc = 1;
+    if (user[0]) argv[argc] = user, lens[argc++] = strlen(user);
+    argv[argc] = password, lens[argc++] = strlen(password);
+    return rl_cmd_append_argv(b, argc, argv, lens) == 0 ? 1 : -1;
+}
+
 int rl_cmd_append_argv(rl_buf *b, int argc, const char *const *argv, const size_t *lens) {
     size_t need = HEADER_MAX;
     for (int i = 0; i < argc; i++) need += lens[i] + HEADER_MAX;

@@ -45,6 +45,11 @@ int rl_cmd_extend(rl_buf *b, int by_sha, const char *key, size_t keylen, const c
 int rl_cmd_acquire_fenced(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms);
 int rl_cmd_commit(rl_buf *b, const char *key, size_t keylen, const char *value, long long token);
 
+/* Append AUTH [user] password to b, after its content, if password is not
+ * empty (user "" sends the password alone). Return 1 if appended, 0 if
+ * there is no password, -1 when out of memory. */
+int rl_cmd_auth(rl_buf *b, const char *user, const char *password);
+
 /* Append any command (argc words) to b, after its content. Return 0, or -1 when out of memory. */
 int rl_cmd_append_argv(rl_buf *b, int argc, const char *const *argv, const size_t *lens);
 

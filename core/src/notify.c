@@ -137,17 +137,9 @@ static void sub_connected(rl_sub *s) {
     }
     s->up = 1;
     s->out.len = 0;
-    const rl_url *u = s->conn.url;
-    if (u->password[0]) {
-        const char *argv[3] = {"AUTH"};
-        size_t lens[3] = {4};
-        int argc = 1;
-        if (u->user[0]) argv[argc] = u->user, lens[argc++] = strlen(u->user);
-        argv[argc] = u->password, lens[argc++] = strlen(u->password);
-        if (rl_cmd_append_argv(&s->out, argc, argv, lens) != 0) {
-            sub_fail(s);
-            return;
-        }
+    if (rl_cmd_auth(&s->out, s->conn.url->user, s->conn.url->password) < 0) {
+        sub_fail(s);
+        return;
     }
     sub_queue(s, "SUBSCRIBE", NULL);
     if (!s->up) return;

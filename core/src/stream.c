@@ -207,15 +207,9 @@ void rl_stream_load_scripts(rl_stream *s, double now_ms) {
  * memory. */
 static int build_setup(const rl_stream *s, rl_buf *cmd, rl_ticket t[6], double now_ms) {
     int n = 0;
-    if (s->url->password[0]) {
-        const char *argv[3] = {"AUTH"};
-        size_t lens[3] = {4};
-        int argc = 1;
-        if (s->url->user[0]) argv[argc] = s->url->user, lens[argc++] = strlen(s->url->user);
-        argv[argc] = s->url->password, lens[argc++] = strlen(s->url->password);
-        if (rl_cmd_append_argv(cmd, argc, argv, lens) != 0) return -1;
-        t[n++] = (rl_ticket){-1, 0, SETUP_AUTH, now_ms, 0, (long long)cmd->len};
-    }
+    int auth = rl_cmd_auth(cmd, s->url->user, s->url->password);
+    if (auth < 0) return -1;
+    if (auth) t[n++] = (rl_ticket){-1, 0, SETUP_AUTH, now_ms, 0, (long long)cmd->len};
     if (s->url->db) {
         char db[16];
         const char *argv[2] = {"SELECT", db};

@@ -136,6 +136,7 @@ int rl_engine_node_feed(rl_engine *e, int node, const char *data, size_t len, do
 void rl_engine_node_unsent(rl_engine *e, int node, long long bytes);
 int rl_engine_node_unanswered(const rl_engine *e, int node);
 const char *rl_engine_node_errstr(const rl_engine *e, int node);
+size_t rl_engine_node_auth(rl_engine *e, int node, const char **data);
 double rl_engine_deadline(const rl_engine *e);
 void rl_engine_advance(rl_engine *e, double now_ms);
 int rl_engine_collect(rl_engine *e, rl_result *out);

@@ -353,33 +353,6 @@ local function parse(buf, pos)
     return nil, GARBAGE
 end
 
--- The AUTH command for a URL with a password (nil without one). The same
--- reading as the core's (url.c): redis://[user[:password]@]host..., a lone
--- userinfo is the password, %XX decoded; unix:// URLs carry none.
-local function decode(s)
-    return (s:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end))
-end
-
-local function auth_command(url)
-    if url:sub(1, 8) ~= "redis://" then return nil end
-    local rest = url:sub(9)
-    local stop = rest:find("[/?#]")
-    local authority = stop and rest:sub(1, stop - 1) or rest
-    local at = authority:match(".*()@")
-    if at == nil then return nil end
-    local userinfo = authority:sub(1, at - 1)
-    local colon = userinfo:find(":", 1, true)
-    local user, password
-    if colon then
-        user, password = decode(userinfo:sub(1, colon - 1)), decode(userinfo:sub(colon + 1))
-    else
-        user, password = "", decode(userinfo)
-    end
-    if password == "" then return nil end
-    if user ~= "" then return resp_command({ "AUTH", user, password }) end
-    return resp_command({ "AUTH", password })
-end
-
 -- A message on channel ch: count it, wake whoever sleeps on it.
 local function heard_message(hub, ch)
     local c = hub.chans[ch]
@@ -629,7 +602,7 @@ local function config_key(urls, n, opts)
     return table.concat(parts, "\n")
 end
 
-local function new_hub(e, n, opts, urls)
+local function new_hub(e, n, opts)
     local hub = {
         chans = {}, nwatched = 0, epoch = 0, heard_total = 0, sleep_horizon = 0, sub_dirty = false,
         subs = {}, auths = {}, reconnect_min = opts.reconnect_min_ms, reconnect_max = opts.reconnect_max_ms,
@@ -646,7 +619,9 @@ local function new_hub(e, n, opts, urls)
         hub.names[i] = ffi_string(C.rl_engine_node_name(e, i))
         hub.gen[i], hub.up[i] = 0, false
         hub.subs[i] = { th = nil, sock = nil, sent = {} }
-        hub.auths[i] = auth_command(ffi_string(urls[i])) -- never logged
+        -- what the subscriber sends first (the engine reads the URL); never logged
+        local len = tonumber(C.rl_engine_node_auth(e, i, out_ptr))
+        hub.auths[i] = len > 0 and ffi_string(out_ptr[0], len) or nil
     end
     return hub
 end
@@ -865,7 +840,7 @@ function _M.client_new(urls, n, opts, errbuf, errlen)
     if hub == nil then
         local e = C.rl_engine_new(urls, n, opts, errbuf, errlen)
         if e == nil then return nil end
-        hub = new_hub(ffi.gc(e, C.rl_engine_free), n, opts, urls)
+        hub = new_hub(ffi.gc(e, C.rl_engine_free), n, opts)
         hubs[key] = hub
     end
     return setmetatable({
@@ -877,7 +852,7 @@ end
 ---------------------------------------------------------------------------
 -- keep-alive: ngx.timer callbacks extend kept locks (rl_keeper's methods)
 
-local KEEP_HELD, KEEP_LOST, KEEP_RELEASED = C.RL_KEEP_HELD, C.RL_KEEP_LOST, C.RL_KEEP_RELEASED
+local KEEP_HELD, KEEP_LOST = C.RL_KEEP_HELD, C.RL_KEEP_LOST
 local STATUS_OK, STATUS_NOT_HELD = C.RL_STATUS_OK, C.RL_STATUS_NOT_HELD
 
 local keeper = {}
