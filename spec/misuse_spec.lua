@@ -262,7 +262,7 @@ describe("misuse", function()
       -- Before: 'redis://:topsecret@127.0.0.1:99999': port must be ...
       for _, url in ipairs { "redis://:topsecret@127.0.0.1:99999", "redis://user:topsecret@127.0.0.1:99999",
                              "redis://topsecret@127.0.0.1:99999", "redis://:topsecret@127.0.0.1:1/x",
-                             "redis://:top secret@127.0.0.1:1", "rediss://:topsecret@127.0.0.1:1" } do
+                             "redis://:top secret@127.0.0.1:1", "rediss://:topsecret@127.0.0.1:99999" } do
         local msg = misuse(here(), function() redlock.new { servers = { cl.urls[1], url } } end,
           { "bad argument #1 to 'new' (server 2: '", "***@127.0.0.1:" })
         assert.is_nil(msg:find("topsecret", 1, true), msg)

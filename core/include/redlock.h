@@ -329,6 +329,8 @@ int rl_engine_nodes(const rl_engine *e);
 const char *rl_engine_node_name(const rl_engine *e, int i);
 const char *rl_engine_node_host(const rl_engine *e, int i);
 int rl_engine_node_port(const rl_engine *e, int i);
+/* 1 if node i is a rediss:// node: the driver must speak TLS to it. */
+int rl_engine_node_tls(const rl_engine *e, int i);
 
 /* Votes needed for a decision. */
 int rl_engine_quorum(const rl_engine *e);

@@ -251,6 +251,13 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
                          size_t errlen) {
     rl_engine *e = rl_engine_new(urls, nurls, opts, err, errlen);
     if (e == NULL) return NULL;
+    for (int i = 0; i < nurls; i++) {
+        if (!rl_engine_node_tls(e, i)) continue;
+        if (err) snprintf(err, errlen, "server %d: '%s': TLS (rediss://) is not supported yet", i + 1,
+                          rl_engine_node_name(e, i));
+        rl_engine_free(e);
+        return NULL;
+    }
     rl_client *c = calloc(1, sizeof(*c));
     struct ev_loop *loop = c ? ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK) : NULL;
     if (loop == NULL) {

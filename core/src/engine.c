@@ -186,6 +186,10 @@ const char *rl_engine_node_host(const rl_engine *e, int i) {
     return e->urls[i].kind == RL_URL_UNIX ? e->urls[i].path : e->urls[i].host;
 }
 
+int rl_engine_node_tls(const rl_engine *e, int i) {
+    return i >= 0 && i < e->nnodes && e->urls[i].kind == RL_URL_TCP && e->urls[i].tls;
+}
+
 int rl_engine_node_port(const rl_engine *e, int i) {
     return i >= 0 && i < e->nnodes && e->urls[i].kind == RL_URL_TCP ? e->urls[i].port : 0;
 }

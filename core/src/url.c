@@ -142,7 +142,7 @@ static int parse_tcp(const char *shown, const char *rest, rl_url *u, char *err, 
         fail("'%s': unexpected '%c' after host and port", shown, *end);
     }
     int v6 = strchr(u->host, ':') != NULL;
-    snprintf(u->name, sizeof(u->name), "redis://%s%s%s%s%s:%d", u->user, u->user[0] ? "@" : "",
+    snprintf(u->name, sizeof(u->name), "%s://%s%s%s%s%s:%d", u->tls ? "rediss" : "redis", u->user, u->user[0] ? "@" : "",
              v6 ? "[" : "", u->host, v6 ? "]" : "", u->port);
     if (u->db) snprintf(u->name + strlen(u->name), sizeof(u->name) - strlen(u->name), "/%d", u->db);
     return 0;
@@ -163,8 +163,12 @@ int rl_url_parse(const char *text, rl_url *u, char *err, size_t errlen) {
         u->kind = RL_URL_UNIX;
         return parse_unix(shown, text + 7, u, err, errlen);
     }
-    if (strncmp(text, "rediss://", 9) == 0) fail("'%s': TLS (rediss://) is not supported", shown);
-    if (strstr(text, "://")) fail("'%s': unknown scheme (use redis:// or unix://)", shown);
+    if (strncmp(text, "rediss://", 9) == 0) {
+        u->kind = RL_URL_TCP;
+        u->tls = 1;
+        return parse_tcp(shown, text + 9, u, err, errlen);
+    }
+    if (strstr(text, "://")) fail("'%s': unknown scheme (use redis://, rediss:// or unix://)", shown);
     fail("'%s': not a URL (expected redis://host:port or unix:///path)", shown);
 }
 

@@ -1,4 +1,5 @@
-/* url.h — node addresses: redis://[[user]:password@]host[:port][/db], unix:///path[?db=N]. */
+/* url.h — node addresses: redis://[[user]:password@]host[:port][/db] (rediss:// for
+ * TLS), unix:///path[?db=N]. */
 #ifndef RL_URL_H
 #define RL_URL_H
 
@@ -8,6 +9,7 @@ enum { RL_URL_TCP = 1, RL_URL_UNIX = 2 };
 
 typedef struct rl_url {
     int kind;            /* RL_URL_TCP or RL_URL_UNIX */
+    int tls;             /* TCP: 1 for rediss:// (the driver speaks TLS), else 0 */
     char host[256];      /* TCP: host name or address, brackets removed */
     int port;            /* TCP: 1..65535 (default 6379) */
     char path[108];      /* UNIX: socket path */

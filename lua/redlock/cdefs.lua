@@ -118,6 +118,7 @@ int rl_engine_nodes(const rl_engine *e);
 const char *rl_engine_node_name(const rl_engine *e, int i);
 const char *rl_engine_node_host(const rl_engine *e, int i);
 int rl_engine_node_port(const rl_engine *e, int i);
+int rl_engine_node_tls(const rl_engine *e, int i);
 int rl_engine_quorum(const rl_engine *e);
 const char *rl_engine_errstr(const rl_engine *e);
 int rl_engine_begin_acquire(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);

@@ -840,6 +840,15 @@ function _M.client_new(urls, n, opts, errbuf, errlen)
     if hub == nil then
         local e = C.rl_engine_new(urls, n, opts, errbuf, errlen)
         if e == nil then return nil end
+        for i = 0, n - 1 do
+            if C.rl_engine_node_tls(e, i) ~= 0 then
+                local msg = ("server %d: '%s': TLS (rediss://) is not supported yet"):format(
+                    i + 1, ffi_string(C.rl_engine_node_name(e, i)))
+                ffi.copy(errbuf, msg:sub(1, errlen - 1))
+                C.rl_engine_free(e)
+                return nil
+            end
+        end
         hub = new_hub(ffi.gc(e, C.rl_engine_free), n, opts)
         hubs[key] = hub
     end
