@@ -85,6 +85,17 @@ enum {
     RL_NODE_TIMEOUT = 4   /* no reply within the node timeout */
 };
 
+/* TLS for rediss:// nodes; the drivers use it, the engine does not. The
+ * strings are read when the client is created and may be freed after. */
+typedef struct rl_tls_options {
+    const char *cafile;       /* PEM bundle of CAs to verify nodes with (NULL: the system's) */
+    const char *capath;       /* directory of hashed CA certificates (NULL: none) */
+    const char *certfile;     /* client certificate, PEM, for mutual TLS (NULL: none) */
+    const char *keyfile;      /* its private key, PEM (NULL: none) */
+    const char *server_name;  /* SNI, and the name verified (NULL: each URL's host) */
+    int verify;               /* 1 (default): verify the chain and the host name or IP; 0: don't */
+} rl_tls_options;
+
 /* Client options. Fill with rl_options_init, then change what you need. */
 typedef struct rl_options {
     int node_timeout_ms;     /* longest wait for one node's reply in a round (default 50) */
@@ -98,6 +109,7 @@ typedef struct rl_options {
     double drift_factor;     /* clock drift allowance, fraction of ttl (default 0.01) */
     const char *prefix;      /* prepended to every resource name to form the key (default "") */
     size_t prefix_len;       /* length of prefix in bytes */
+    rl_tls_options tls;      /* for rediss:// nodes (default: verify against the system's CAs) */
 } rl_options;
 
 /* One node's part of a result. */

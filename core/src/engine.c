@@ -89,6 +89,7 @@ void rl_options_init(rl_options *o) {
     o->drift_factor = 0.01;
     o->prefix = "";
     o->prefix_len = 0;
+    o->tls.verify = 1;
 }
 
 static int check_options(const rl_options *o, int n, char *err, size_t errlen) {

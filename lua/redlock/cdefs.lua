@@ -44,6 +44,15 @@ enum {
     RL_NODE_TIMEOUT = 4
 };
 
+typedef struct rl_tls_options {
+    const char *cafile;
+    const char *capath;
+    const char *certfile;
+    const char *keyfile;
+    const char *server_name;
+    int verify;
+} rl_tls_options;
+
 typedef struct rl_options {
     int node_timeout_ms;
     int connect_timeout_ms;
@@ -54,6 +63,7 @@ typedef struct rl_options {
     double drift_factor;
     const char *prefix;
     size_t prefix_len;
+    rl_tls_options tls;
 } rl_options;
 
 typedef struct rl_node_result {
