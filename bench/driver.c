@@ -10,7 +10,11 @@
  *            library's default policy (redlock.retry.default = jitter 50-250 ms,
  *            32 attempts; the waiter calls acquire again when it gives up),
  *            exactly like the harness's node peers (one process, async waiters,
- *            shared connections).
+ *            shared connections). The client watches the resource (rl_watch):
+ *            a release heard wakes the waiter that has slept longest, unless an
+ *            acquire is already in flight (the waiters share one client, so
+ *            waking them all would only split the votes among them). That
+ *            attempt is extra, as in the Lua retry loop. RB_NOTIFY=0: no watch.
  *
  * Built by bench/driver-c (cc, against the static library of the Release build).
  */
@@ -243,6 +247,8 @@ typedef struct {
     int state;
     int attempt;     /* attempts made in the current acquire() */
     double until;    /* SLEEPING / HOLDING: when that ends */
+    double slept;    /* SLEEPING: since when */
+    int woken;       /* ACQUIRING on a heard release: an extra attempt (the sleep goes on after) */
     unsigned epoch;  /* PARKED: the epoch of our own acquisition */
     int counted;     /* HOLDING and counted in holders */
     char value[RL_VALUE_LEN + 1];
@@ -253,6 +259,9 @@ static void wl_handoff(void) {
     int klen = snprintf(key, sizeof key, "%sh", prefix);
     waiter *W = calloc((size_t)waiters, sizeof *W);
     rl_result *r = malloc(sizeof *r);
+    int notify = atoi(envs("RB_NOTIFY", "1")) != 0;
+    unsigned seen = 0;
+    if (notify && rl_watch(cl, key, (size_t)klen) != RL_OK) notify = 0;
     vec lat = {0};
     long acquisitions = 0, gave_up = 0, rel_errors = 0, violations = 0;
     int holders = 0, stop = 0, busy = 0;
@@ -309,13 +318,30 @@ static void wl_handoff(void) {
         if (!stop && t_stop < next) next = t_stop;
         int ms = (int)(next - rl_now_ms() + 0.999);
         if (ms < 0) ms = 0;
-        rl_run(cl, ms);
+        if (notify && busy == 0) rl_sleep_until(cl, key, (size_t)klen, seen, ms);
+        else rl_run(cl, ms);
+        if (notify && rl_heard(cl, key, (size_t)klen) != seen) {
+            seen = rl_heard(cl, key, (size_t)klen);
+            int in_flight = 0, first = -1;
+            for (int i = 0; i < waiters; i++) {
+                if (W[i].state == W_ACQUIRING) in_flight = 1;
+                if (W[i].state == W_SLEEPING && (first < 0 || W[i].slept < W[first].slept)) first = i;
+            }
+            if (!in_flight && first >= 0 && !stop) {
+                W[first].state = W_ACQUIRING;
+                W[first].woken = 1;
+                set_owner(rl_begin_acquire(cl, key, klen, ttl_ms), first);
+                busy++;
+            }
+        }
         while (rl_collect(cl, r)) {
             int i = owner[r->id % RL_ID_SLOTS];
             waiter *w = &W[i];
             busy--;
             double t = rl_now_ms();
             if (r->op == RL_OP_ACQUIRE) {
+                int woken = w->woken;
+                w->woken = 0;
                 if (r->status == RL_STATUS_OK) {
                     memcpy(w->value, r->value, sizeof w->value);
                     w->state = W_HOLDING;
@@ -328,9 +354,12 @@ static void wl_handoff(void) {
                     w->epoch = ++epoch;
                 } else if (stop) {
                     w->state = W_DONE;
+                } else if (woken) {
+                    w->state = W_SLEEPING; /* until the policy's delay is over, first in line still */
                 } else if (w->attempt < POLICY_ATTEMPTS) {
                     w->attempt++;
                     w->state = W_SLEEPING;
+                    w->slept = t;
                     w->until = t + POLICY_MIN_MS + rl_random() * (POLICY_MAX_MS - POLICY_MIN_MS);
                 } else { /* the library gave up: the waiter just calls acquire again */
                     gave_up++;
@@ -360,10 +389,11 @@ static void wl_handoff(void) {
     printf("\"workload\":\"handoff\",\"waiters\":%d,\"hold_ms\":%d,\"cycles\":%ld,\"secs\":%.3f,\"rate\":%.0f,"
            "\"p50_us\":%.1f,\"p99_us\":%.1f,\"cpu_ms_per_1k\":%.1f,\"srv_cpu_ms_per_1k\":%.1f,\"errors\":%ld,"
            "\"acquire_gave_up\":%ld,\"violations\":%ld,\"note\":\"1 process, 1 client, %d async waiters; "
-           "default policy jitter 50-250 ms x 32\"}\n",
+           "default policy jitter 50-250 ms x 32; notify %s\"}\n",
            waiters, hold_ms, n, secs, n / secs, vpct(&lat, 50), vpct(&lat, 99), n ? cpu * 1000 / n : 0,
-           n ? srv * 1000 / n : 0, rel_errors, gave_up, violations, waiters);
+           n ? srv * 1000 / n : 0, rel_errors, gave_up, violations, waiters, notify ? "on" : "off");
     fflush(stdout);
+    if (notify) rl_unwatch(cl, key, (size_t)klen);
     free(lat.v);
     free(W);
     free(r);

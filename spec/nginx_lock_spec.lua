@@ -481,7 +481,9 @@ describe("redlock inside nginx", function()
     end
     local status, body = srv:get("/fenced?r=" .. r)
     assert.equal(200, status, log())
-    assert.equal(tostring(tokens[#tokens] + 1) .. "\n", body) -- nothing else takes this resource: +1
+    -- +1 when the first attempt is granted; an attempt that fails (a node
+    -- slower than the node timeout on a loaded machine) spends a count too
+    assert.is_true(tonumber(body:match("^(%d+)\n$")) > tokens[#tokens], body)
   end)
 
   it("locks with a client made per request and with one made per worker, one by one and at once", function()

@@ -126,7 +126,7 @@ enum {
 typedef struct rl_host_probe_result {
     int err;                              /* 0, or RL_HOST_PROBE_E* with errstr saying why */
     char errstr[256];
-    char name[400];                       /* the node's URL without its password */
+    char name[416];                       /* the node's URL without its password */
     int exists;                           /* 1 when GET found a string under the key */
     long long pttl;                       /* PTTL: ms left, -1 no expiry, -2 no key */
     size_t value_len;                     /* the whole value's length */

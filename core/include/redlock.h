@@ -131,6 +131,9 @@ typedef struct rl_result {
     double elapsed_ms;       /* from before the first send to the decision */
     double validity_ms;      /* acquire/extend: ttl - elapsed - drift; > 0 exactly when status is OK */
     long long token;         /* a fenced acquire whose status is OK: its fencing token (>= 1); else 0 */
+    int heard;               /* release: nodes (of those counted before the decision) where a waiter
+                                was subscribed to hear it; a releaser about to lock the resource
+                                again should give that waiter a head start */
     char value[RL_VALUE_LEN + 1];       /* the lock value (acquire: freshly generated), NUL-terminated */
     rl_node_result node[RL_MAX_NODES];  /* per-node detail, in server order */
 } rl_result;
@@ -276,6 +279,11 @@ void rl_unwatch(rl_client *c, const char *resource, size_t len);
  * watched). resource NULL: every message heard by the client, for any
  * resource (lock_many waits on that). Wraps around; compare, never order. */
 unsigned rl_heard(const rl_client *c, const char *resource, size_t len);
+
+/* How many clients (this one included) listened for releases of resource
+ * when the last one heard was published: the waiters a woken waiter competes
+ * with. resource NULL: the most over every resource watched. 0: unknown. */
+int rl_heard_listeners(const rl_client *c, const char *resource, size_t len);
 
 /* rl_sleep, returning early once rl_heard(c, resource, len) differs from
  * heard (at once if it already does). Return 1 if it returned for a

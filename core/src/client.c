@@ -480,6 +480,10 @@ unsigned rl_heard(const rl_client *c, const char *resource, size_t len) {
     return rl_notify_heard(c->notify, resource, len);
 }
 
+int rl_heard_listeners(const rl_client *c, const char *resource, size_t len) {
+    return rl_notify_listeners(c->notify, resource, len);
+}
+
 int rl_sleep_until(rl_client *c, const char *resource, size_t len, unsigned heard, int ms) {
     if (ms > 0 && rl_heard(c, resource, len) == heard) {
         arm_run_timer(c, ms);

@@ -39,6 +39,7 @@ typedef struct rl_chan {
     size_t len;
     int waiters;
     unsigned heard;
+    int listeners;           /* clients listening at the last release heard (its message); 0: unknown */
 } rl_chan;
 
 struct rl_notify {
@@ -155,6 +156,18 @@ static rl_chan *find(const rl_notify *n, const char *channel, size_t len) {
     return NULL;
 }
 
+/* What a release's message says: the clients listening when it was
+ * published (0 when it says nothing we can read). */
+static int listeners_in(const redisReply *payload) {
+    if (payload->type != REDIS_REPLY_STRING || payload->len == 0 || payload->len > 9) return 0;
+    int v = 0;
+    for (size_t i = 0; i < payload->len; i++) {
+        if (payload->str[i] < '0' || payload->str[i] > '9') return 0;
+        v = v * 10 + (payload->str[i] - '0');
+    }
+    return v;
+}
+
 /* One reply: a message on a watched channel counts; confirmations and AUTH's
  * OK pass; an error (a refused AUTH) ends the connection. Return -1 then. */
 static int on_reply(rl_sub *s, const redisReply *r) {
@@ -167,6 +180,7 @@ static int on_reply(rl_sub *s, const redisReply *r) {
             if (w) {
                 w->heard++;
                 s->n->total++;
+                w->listeners = listeners_in(r->element[2]);
             }
         } else if (kind->len == 9 && memcmp(kind->str, "subscribe", 9) == 0) {
             s->backoff_ms = 0; /* a working connection: the next failure starts the backoff over */
@@ -313,7 +327,7 @@ int rl_notify_watch(rl_notify *n, const char *resource, size_t len) {
     if (ch == NULL) return RL_ERR;
     memcpy(ch, n->scratch.data, n->scratch.len);
     w = &n->w[n->nw++];
-    *w = (rl_chan){ch, n->scratch.len, 1, 0};
+    *w = (rl_chan){ch, n->scratch.len, 1, 0, 0};
     if (!n->started) {
         n->started = 1;
         for (int i = 0; i < n->nnodes; i++) sub_connect(&n->subs[i]);
@@ -342,16 +356,33 @@ void rl_notify_unwatch(rl_notify *n, const char *resource, size_t len) {
     *w = n->w[--n->nw];
 }
 
-unsigned rl_notify_heard(const rl_notify *n, const char *resource, size_t len) {
-    if (resource == NULL) return n->total;
+/* The watch of resource, or NULL. */
+static const rl_chan *watched(const rl_notify *n, const char *resource, size_t len) {
     size_t need = n->head_len + len;
     for (int i = 0; i < n->nw; i++) {
         const rl_chan *w = &n->w[i];
         if (w->len == need && memcmp(w->channel, n->head, n->head_len) == 0 &&
             (len == 0 || memcmp(w->channel + n->head_len, resource, len) == 0))
-            return w->heard;
+            return w;
     }
-    return 0;
+    return NULL;
+}
+
+unsigned rl_notify_heard(const rl_notify *n, const char *resource, size_t len) {
+    if (resource == NULL) return n->total;
+    const rl_chan *w = watched(n, resource, len);
+    return w ? w->heard : 0;
+}
+
+int rl_notify_listeners(const rl_notify *n, const char *resource, size_t len) {
+    if (resource != NULL) {
+        const rl_chan *w = watched(n, resource, len);
+        return w ? w->listeners : 0;
+    }
+    int most = 0;
+    for (int i = 0; i < n->nw; i++)
+        if (n->w[i].listeners > most) most = n->w[i].listeners;
+    return most;
 }
 
 int rl_notify_up(const rl_notify *n) {

@@ -38,6 +38,11 @@ void rl_notify_unwatch(rl_notify *n, const char *resource, size_t len);
  * NULL: for every resource, since the client began. */
 unsigned rl_notify_heard(const rl_notify *n, const char *resource, size_t len);
 
+/* Clients that listened on resource's channel (this one included) when the
+ * last release heard for it was published; resource NULL: the most over
+ * every watched resource. 0 when unknown (nothing heard yet). */
+int rl_notify_listeners(const rl_notify *n, const char *resource, size_t len);
+
 /* Subscriber connections up (connected, subscribed to what is watched). */
 int rl_notify_up(const rl_notify *n);
 

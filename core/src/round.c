@@ -18,7 +18,7 @@ void rl_round_start(rl_round *r, rl_result *res, int kind, int nodes, int quorum
     res->status = RL_STATUS_PENDING;
     res->nodes = nodes;
     res->quorum = quorum;
-    res->ok = res->taken = res->failed = 0;
+    res->ok = res->taken = res->failed = res->heard = 0;
     res->elapsed_ms = res->validity_ms = 0;
     for (int i = 0; i < nodes; i++) {
         res->node[i].state = RL_NODE_PENDING;
@@ -103,6 +103,8 @@ static int classify(int kind, const rl_reply *reply, char *why, size_t whylen) {
     } else if (kind == RL_ROUND_ACQUIRE_FENCED) {
         if (reply->type == RL_REPLY_INTEGER && reply->integer >= 1) return RL_NODE_OK;
         if (reply->type == RL_REPLY_NIL) return RL_NODE_TAKEN;
+    } else if (kind == RL_OP_RELEASE && reply->type == RL_REPLY_INTEGER && reply->integer == 2) {
+        return RL_NODE_OK; /* deleted, and a waiter heard it */
     } else if (reply->type == RL_REPLY_INTEGER && (reply->integer == 0 || reply->integer == 1)) {
         return reply->integer == 1 ? RL_NODE_OK : RL_NODE_TAKEN;
     }
@@ -114,10 +116,10 @@ int rl_round_reply(rl_round *r, int node, const rl_reply *reply, const char *err
     char why[RL_NODE_ERR_LEN];
     if (reply == NULL) return rl_round_vote(r, node, RL_NODE_ERROR, errstr ? errstr : "connection lost", now_ms);
     int state = classify(r->kind, reply, why, sizeof(why));
-    /* a fenced grant's counter counts only while the round is open */
-    if (state == RL_NODE_OK && r->kind == RL_ROUND_ACQUIRE_FENCED && !rl_round_decided(r) &&
-        r->res->node[node].state == RL_NODE_PENDING && reply->integer > r->top)
-        r->top = reply->integer;
+    /* a fenced grant's counter, and waiters hearing a release, count only while the round is open */
+    int counts = state == RL_NODE_OK && !rl_round_decided(r) && r->res->node[node].state == RL_NODE_PENDING;
+    if (counts && r->kind == RL_ROUND_ACQUIRE_FENCED && reply->integer > r->top) r->top = reply->integer;
+    if (counts && r->kind == RL_OP_RELEASE && reply->integer == 2) r->res->heard++;
     return rl_round_vote(r, node, state, why, now_ms);
 }
 

@@ -16,7 +16,7 @@ typedef struct rl_url {
     char user[128];      /* AUTH user ("" for password-only AUTH) */
     char password[256];  /* AUTH password ("" for no AUTH) */
     int db;              /* SELECT db (0: none sent) */
-    char name[400];      /* the URL without its password, for messages */
+    char name[416];      /* the URL without its password, for messages */
 } rl_url;
 
 /* Parse text into *u. On error return -1 with the reason in err; *u is then

@@ -10,7 +10,7 @@
 #include "redlock.h"
 
 #define OUT_OF_STEP "connection reset: replies out of step with commands (a reply was lost)"
-#define RELEASE_SHA "165e2b431360bc84a7bc7f40997251186018e377"
+#define RELEASE_SHA "67767d002b7759a392174b6680d8ef45ab4f2e6a"
 #define EXTEND_SHA "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10"
 #define VALUE "0123456789abcdef0123456789abcdef01234567"
 #define NOSCRIPT "-NOSCRIPT No matching script. Please use EVAL.\r\n"
@@ -836,6 +836,30 @@ static void noscript_release_falls_back_to_eval(void) {
     rl_engine_free(E);
 }
 
+/* A release answered 2 (deleted, and a waiter was subscribed) is a vote
+ * for; heard counts those nodes, up to the decision only. */
+static void release_heard_by_waiters(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_release(E, "lock", 4, VALUE, 0);
+    bring_up_all(3, 0);
+    for (int i = 0; i < 3; i++) CHECK_STR(drain(i, 0), script_cmd(1, "lock", VALUE, 0));
+    CHECK_INT(feed(0, ":2\r\n", 1), RL_OK);
+    CHECK_INT(feed(1, ":1\r\n", 1), RL_OK);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    CHECK_INT(r.ok, 2);
+    CHECK_INT(r.heard, 1);
+    CHECK_INT(feed(2, ":2\r\n", 2), RL_OK); /* the tail's reply counts for nothing */
+    CHECK_INT(rl_engine_tails(E), 0);
+    id = rl_engine_begin_release(E, "lock", 4, VALUE, 3);
+    for (int i = 0; i < 3; i++) CHECK_STR(drain(i, 3), script_cmd(1, "lock", VALUE, 0));
+    for (int i = 0; i < 3; i++) CHECK_INT(feed(i, ":1\r\n", 4), RL_OK);
+    r = take(id);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    CHECK_INT(r.heard, 0);
+    rl_engine_free(E);
+}
+
 /* A NOSCRIPT that comes after the round was decided, in its tail, still
  * gets its EVAL (the key must go on that node too); the EVAL's reply ends
  * the tail. The same for a failed acquire's cleanup. */
@@ -1418,6 +1442,7 @@ static void setup_in_front_of_a_full_ring(void) {
 }
 
 int main(void) {
+    release_heard_by_waiters();
     acquire_on_three_reaches_quorum();
     acquire_on_five_reaches_quorum();
     acquire_quorum_too_late_is_timeout();

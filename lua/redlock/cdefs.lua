@@ -83,6 +83,7 @@ typedef struct rl_result {
     double elapsed_ms;
     double validity_ms;
     long long token;
+    int heard;
     char value[RL_VALUE_LEN + 1];
     rl_node_result node[RL_MAX_NODES];
 } rl_result;
@@ -111,6 +112,7 @@ int rl_extend(rl_client *c, const char *resource, size_t len, const char *value,
 int rl_watch(rl_client *c, const char *resource, size_t len);
 void rl_unwatch(rl_client *c, const char *resource, size_t len);
 unsigned rl_heard(const rl_client *c, const char *resource, size_t len);
+int rl_heard_listeners(const rl_client *c, const char *resource, size_t len);
 int rl_sleep_until(rl_client *c, const char *resource, size_t len, unsigned heard, int ms);
 int rl_client_listening(const rl_client *c);
 

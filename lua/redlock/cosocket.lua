@@ -353,15 +353,21 @@ local function parse(buf, pos)
     return nil, GARBAGE
 end
 
--- A message on channel ch: count it, wake whoever sleeps on it.
-local function heard_message(hub, ch)
+-- A message on channel ch: count it, wake whoever sleeps on it. Its text is
+-- the number of connections that listened (this worker's is one); with the
+-- requests asleep here, that is how many waiters compete (0: unknown).
+local function heard_message(hub, ch, text)
     local c = hub.chans[ch]
     if c == nil then return end -- no longer watched
     c.heard = c.heard + 1
     hub.heard_total = hub.heard_total + 1
+    local asleep = 0
     for sema in pairs(c.sleepers) do
+        asleep = asleep + 1
         if sema:count() < 1 then sema:post(1) end
     end
+    local conns = tonumber(text)
+    c.listeners = conns and conns >= 1 and conns - 1 + math.max(asleep, 1) or 0
 end
 
 -- Node i's subscriber connection, read until it ends; true once a SUBSCRIBE
@@ -404,7 +410,7 @@ local function sub_session(hub, s, i)
                 end
                 if type(v) == "table" and type(v[1]) == "string" then
                     if v[1] == "message" and type(v[2]) == "string" then
-                        heard_message(hub, v[2])
+                        heard_message(hub, v[2], v[3])
                     elseif v[1] == "subscribe" then
                         confirmed = true
                     end
@@ -780,6 +786,22 @@ function client:heard(resource, len)
     end
     local c = chans[channel(self, resource, len)]
     return c and c.heard or 0
+end
+
+-- The waiters that competed for the last release heard of resource (nil:
+-- the most over what this client watches); 0 when unknown.
+function client:listeners(resource, len)
+    local chans = self.hub.chans
+    if resource == nil then
+        local most = 0
+        for ch in pairs(watching(self)) do
+            local c = chans[ch]
+            if c and (c.listeners or 0) > most then most = c.listeners end
+        end
+        return most
+    end
+    local c = chans[channel(self, resource, len)]
+    return c and c.listeners or 0
 end
 
 -- Sleep up to ms; 1 as soon as heard(resource, len) ~= seen, else 0. Checked

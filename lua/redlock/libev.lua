@@ -21,6 +21,7 @@ ffi.metatype("struct rl_client", { __index = {
     watch = C.rl_watch,
     unwatch = C.rl_unwatch,
     heard = C.rl_heard,
+    listeners = C.rl_heard_listeners,
     sleep_until = C.rl_sleep_until,
     listening = C.rl_client_listening,
     errstr = C.rl_client_errstr,

@@ -23,7 +23,7 @@ if not pcall(ffi.typeof, "rl_host_timespec") then
     typedef struct rl_host_probe_result {
       int err;
       char errstr[256];
-      char name[400];
+      char name[416];
       int exists;
       long long pttl;
       size_t value_len;
