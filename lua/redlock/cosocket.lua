@@ -102,7 +102,7 @@ end
 
 local hubs = {}  -- configuration key -> hub, for this worker
 local open      -- open(hub, i, sock): connect node i (and speak TLS): true, or nil and why
-local handshake_assert
+local handshake_assert, lost_reason
 
 local function wake(hub)
     local sema = hub.work
@@ -174,7 +174,7 @@ local function write_node(hub, i)
         if hub.gen[i] ~= gen then return end -- closed while the send yielded
         if not sent then
             close_node(hub, i)
-            C.rl_engine_node_down(e, i, "connection lost: " .. tostring(err), now_ms())
+            C.rl_engine_node_down(e, i, lost_reason(hub, i, err), now_ms())
             return
         end
         C.rl_engine_node_wrote(e, i, len, now_ms())
@@ -208,9 +208,8 @@ local function ip_literal(host)
     return host:find("^%d+%.%d+%.%d+%.%d+$") ~= nil or host:find(":", 1, true) ~= nil
 end
 
--- What the hub needs to speak TLS, from rl_options.tls: verify (boolean),
--- cert/key (parsed PEM, or nil), and the settings for config_key. nil and
--- why when this nginx cannot do what is asked.
+-- The TLS settings of rl_options.tls as Lua values (verify a boolean,
+-- strings or nil); tls_load adds the parsed client certificate.
 local function tls_config(t)
     local function str(p) return p ~= nil and ffi_string(p) or nil end
     local c = { verify = t.verify ~= 0, cafile = str(t.cafile), capath = str(t.capath),
@@ -231,8 +230,8 @@ end
 -- Load what a TLS hub needs from nginx (the client certificate, parsed
 -- once) and check that this ngx_lua has it. nil, or why not.
 local function tls_load(c)
+    pcall(require, "resty.core.socket") -- adds sslhandshake and setclientcert (nginx loads it first anyway)
     local sock_mt = debug.getregistry().__tcp_cosocket_mt
-    pcall(require, "resty.core.socket")
     if type(sock_mt) ~= "table" or type(sock_mt.sslhandshake) ~= "function" then
         return "rediss:// needs cosocket sslhandshake, which this nginx's lua module lacks"
     end
@@ -305,12 +304,12 @@ local function handshake_reason(hub, i, err)
     return "TLS handshake failed: " .. err
 end
 
--- A node's reason for a connection that ended. A TLS 1.3 server that wants a
--- client certificate refuses it after the handshake: the first read fails.
-local function lost_reason(hub, i, err, fed)
-    if hub.tlss[i] and not fed and hub.tls.cert == nil then
-        return "connection lost after the TLS handshake: " .. tostring(err)
-            .. " (server requires a client certificate?)"
+-- A node's reason for a connection that ended. Over TLS 1.3 a server that
+-- wants a client certificate refuses one after the handshake, so the
+-- connection ends before its first reply.
+lost_reason = function(hub, i, err)
+    if hub.tlss[i] and not hub.fed[i] and hub.tls.cert == nil then
+        return ("lost after the TLS handshake: server requires a client certificate? (%s)"):format(tostring(err))
     end
     return "connection lost: " .. tostring(err)
 end
@@ -383,14 +382,13 @@ local function read_node(hub, i, gen)
         sock:close()
         return wake(hub)
     end
-    hub.up[i] = true
+    hub.up[i], hub.fed[i] = true, false
     wake(hub)
-    local fed = false
     while true do
         local data, rerr = sock:receiveany(READ_CHUNK)
         if hub.gen[i] ~= gen then return end
         if data then
-            fed = true
+            hub.fed[i] = true
             if C.rl_engine_node_feed(e, i, data, #data, now_ms()) ~= RL_OK then
                 -- the engine dropped the connection (it asks for a close too)
                 hub.gen[i] = hub.gen[i] + 1
@@ -405,7 +403,7 @@ local function read_node(hub, i, gen)
             deliver(hub)
             wake(hub)
         elseif rerr ~= "timeout" then
-            return lost_node(hub, i, lost_reason(hub, i, rerr, fed))
+            return lost_node(hub, i, lost_reason(hub, i, rerr))
         end
     end
 end
@@ -797,7 +795,7 @@ end
 
 local function new_hub(e, n, opts, tls)
     local hub = {
-        tls = tls, tlss = {}, snis = {}, sessions = {},
+        tls = tls, tlss = {}, snis = {}, sessions = {}, fed = {},
         chans = {}, nwatched = 0, epoch = 0, heard_total = 0, sleep_horizon = 0, sub_dirty = false,
         subs = {}, auths = {}, reconnect_min = opts.reconnect_min_ms, reconnect_max = opts.reconnect_max_ms,
         prefix = (opts.prefix ~= nil and opts.prefix_len > 0) and ffi_string(opts.prefix, opts.prefix_len) or "",
