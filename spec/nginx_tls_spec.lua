@@ -28,37 +28,10 @@ local function lua_list(urls)
   return "{" .. table.concat(t, ", ") .. "}"
 end
 
--- init_by_lua: the module, and tls_new(o): redlock.new with a tls table. An
--- init.lua that does not take `tls` yet gets it the way it will: the
--- strings into rl_options.tls (kept referenced), verify = false as 0.
+-- init_by_lua: the module, and show(d): a result's detail as text.
 local INIT = [[
   redlock = require "redlock"
   sproc = require "helpers.proc"
-  local cos = require "redlock.cosocket"
-  local pending, anchor = nil, {}
-  local client_new = cos.client_new
-  cos.client_new = function(urls, n, opts, errbuf, errlen)
-    local t = pending
-    pending = nil
-    if t then
-      for _, f in ipairs { "cafile", "capath", "certfile", "keyfile", "server_name" } do
-        if t[f] then anchor[#anchor + 1] = t[f]; opts.tls[f] = t[f] end
-      end
-      if t.verify == false then opts.tls.verify = 0 end
-    end
-    return client_new(urls, n, opts, errbuf, errlen)
-  end
-  function tls_new(o)
-    local ok, dlm = pcall(redlock.new, o)
-    if ok then return dlm end
-    if o.tls == nil or not tostring(dlm):find("tls", 1, true) then error(dlm, 2) end
-    local t = o.tls
-    o.tls, pending = nil, t
-    ok, dlm = pcall(redlock.new, o)
-    o.tls, pending = t, nil
-    if not ok then error(dlm, 2) end
-    return dlm
-  end
   -- a node's detail as text: "state reason" joined with " | "
   function show(d)
     local parts = {}
@@ -116,7 +89,7 @@ describe("redlock inside nginx over TLS", function()
 
   -- a client's options in Lua source: tls = { server_name = "localhost", ... }
   local function client(urls, extra, tlsopts)
-    return ("tls_new { servers = %s, ttl = 3000, node_timeout = 300, tls = { server_name = 'localhost'%s }%s }")
+    return ("redlock.new { servers = %s, ttl = 3000, node_timeout = 300, tls = { server_name = 'localhost'%s }%s }")
       :format(lua_list(urls), tlsopts and (", " .. tlsopts) or "", extra and (", " .. extra) or "")
   end
 
@@ -171,18 +144,23 @@ describe("redlock inside nginx over TLS", function()
   end)
 
   it("presents the client certificate to nodes that require one; without it each node refuses (and no hub is shared)", function()
+    local combined = pki.dir .. "/client-and-key.pem"
+    proc.write_file(combined, proc.read_file(pki.client_cert) .. proc.read_file(pki.client_key))
     srv = start {
       workers = 1,
       lua_ssl_trusted_certificate = pki.ca,
-      init = INIT .. ("DLMS = { mtls = %s, none = %s }"):format(
+      init = INIT .. ("DLMS = { mtls = %s, none = %s, onefile = %s }"):format(
         client(mcl.urls, nil, ("certfile = %q, keyfile = %q"):format(pki.client_cert, pki.client_key)),
-        client(mcl.urls)),
+        client(mcl.urls),
+        client(mcl.urls, nil, ("certfile = %q"):format(combined))),
       locations = { PING, LOCK_UNLOCK },
     }
     local r = res("mtls")
-    -- both clients in one worker, one after the other, twice
+    -- the clients in one worker, one after the other, twice
     for _ = 1, 2 do
       assert.matches("^ok ", get("/lock?c=mtls&r=" .. r), nil, false)
+      -- the key in the certificate's file (no tls.keyfile)
+      assert.matches("^ok ", get("/lock?c=onefile&r=" .. r), nil, false)
       local body = get("/lock?c=none&r=" .. r)
       assert.matches("^fail unavailable ", body, nil, false)
       failed_with(body, "TLS handshake failed: server requires a client certificate? (none set)")
@@ -212,7 +190,7 @@ describe("redlock inside nginx over TLS", function()
     end
   end)
 
-  it("fails every node of a client made with an unreadable certificate at creation, saying why", function()
+  it("refuses to make a client whose certificate cannot be read, naming the file", function()
     srv = start {
       workers = 1,
       lua_ssl_trusted_certificate = pki.ca,

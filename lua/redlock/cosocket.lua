@@ -193,8 +193,9 @@ end
 -- URL's host name; an IP-address host is sent no SNI and its certificate's
 -- chain is verified but not the address (ngx_lua checks host names only: a
 -- certificate for IP:127.0.0.1 "does not match host 127.0.0.1"). A client
--- certificate (tls.certfile/keyfile, PEM) is parsed once per hub and set on
--- every socket with sock:setclientcert.
+-- certificate (tls.certfile, and its key from tls.keyfile or else from the
+-- same PEM file) is parsed once per hub and set on every socket with
+-- sock:setclientcert.
 --
 -- There is no keepalive pool to reuse TLS connections from: the hub keeps
 -- one connection per node for as long as it runs, and every call of the
@@ -235,9 +236,7 @@ local function tls_load(c)
     if type(sock_mt) ~= "table" or type(sock_mt.sslhandshake) ~= "function" then
         return "rediss:// needs cosocket sslhandshake, which this nginx's lua module lacks"
     end
-    if (c.certfile == nil) ~= (c.keyfile == nil) then
-        return "tls.certfile and tls.keyfile go together: set both or neither"
-    end
+    if c.keyfile and not c.certfile then return "tls.keyfile needs tls.certfile" end
     if c.certfile then
         local ok, ssl = pcall(require, "ngx.ssl")
         if not ok or type(ssl.parse_pem_cert) ~= "function" or type(ssl.parse_pem_priv_key) ~= "function" then
@@ -252,10 +251,15 @@ local function tls_load(c)
         if not pem then return err end
         local cert, cerr = ssl.parse_pem_cert(pem)
         if not cert then return ("tls.certfile '%s': %s"):format(c.certfile, tostring(cerr)) end
-        pem, err = read_file(c.keyfile, "keyfile")
-        if not pem then return err end
+        if c.keyfile then -- else the key is in certfile's PEM too
+            pem, err = read_file(c.keyfile, "keyfile")
+            if not pem then return err end
+        end
         local key, kerr = ssl.parse_pem_priv_key(pem)
-        if not key then return ("tls.keyfile '%s': %s"):format(c.keyfile, tostring(kerr)) end
+        if not key then
+            return ("tls.%s '%s': %s"):format(c.keyfile and "keyfile" or "certfile (no tls.keyfile: its key)",
+                c.keyfile or c.certfile, tostring(kerr))
+        end
         c.cert, c.key = cert, key
     end
     return nil
