@@ -360,6 +360,40 @@ describe("redlock inside nginx over TLS", function()
     assert.is_true(h[3] < 150, "hand-offs " .. table.concat(h, " ") .. log())
   end)
 
+  it("sends AUTH over TLS on command and subscriber connections, and never logs the password", function()
+    local acl = cluster.start(3, { password = "tls-s3cret",
+                                   tls = { cert = pki.server_cert, key = pki.server_key, ca = pki.ca } })
+    local ok, err = pcall(function()
+      srv = start {
+        workers = 1,
+        lua_ssl_trusted_certificate = pki.ca,
+        init = INIT .. "DLM = " .. client(acl.urls),
+        locations = { PING, LOCK_UNLOCK, [[
+          location = /handoff {
+            content_by_lua_block {
+              local r = ngx.var.arg_r
+              local held = assert(DLM:lock(r, { wait = 5000 }))
+              assert(ngx.timer.at(0.15, function() held:unlock() end))
+              local t0 = sproc.now_ms()
+              local lock, err = DLM:lock(r, { wait = 5000, retry = redlock.retry.fixed(500, 100) })
+              if not lock then ngx.say("fail ", err) return end
+              lock:unlock()
+              ngx.say(("ok %.1f %d"):format(sproc.now_ms() - t0, DLM.client:listening()))
+            }
+          }]] },
+      }
+      assert.matches("^ok ", get("/lock?r=" .. res("auth")), nil, false)
+      local body = get("/handoff?r=" .. res("auth_handoff"))
+      local waited, listening = body:match("^ok ([%d.]+) (%d+)")
+      assert(waited, body .. log())
+      assert.equal(3, tonumber(listening), body)
+      assert.is_true(tonumber(waited) < 400, body) -- woken by the release at ~150 ms, not the 500 ms poll
+      assert.not_matches("tls-s3cret", srv:error_log())
+    end)
+    acl:stop()
+    assert(ok, tostring(err) .. log())
+  end)
+
   -- Two workers, each with its own hub (mutual TLS to every node), 200
   -- requests 8 at a time on one resource. Each critical section reads a
   -- counter in a shared dict, yields, writes it back plus one: two holders
