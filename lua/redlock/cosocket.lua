@@ -25,6 +25,7 @@
 -- for HUB_IDLE_MS it ends its timer and closes its connections (the next
 -- call starts it again); when the worker exits it serves what is in flight
 -- for at most a node timeout, then stops. client:free() never stops a hub.
+-- rediss:// nodes: the connections speak TLS (see "TLS" below).
 
 local ffi = require "ffi"
 local bit = require "bit"
@@ -202,7 +203,10 @@ end
 -- worker goes over it, so a handshake is paid once per connection, not per
 -- request. When a connection is made again (a lost node, a hub started
 -- anew, the subscriber), the handshake resumes the node's last TLS session
--- (kept per node by the hub) when the server still has it.
+-- (kept per node by the hub) when the server still has it. That is TLS 1.2,
+-- what this ngx_lua offers by default: over TLS 1.3 (lua_ssl_protocols)
+-- sslhandshake returns the session before the server's ticket arrives, and
+-- every connect is a full handshake.
 
 -- Is host an IP address (no SNI, no name to verify)?
 local function ip_literal(host)
