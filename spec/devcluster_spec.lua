@@ -117,6 +117,52 @@ describe("redlock.devcluster", function()
     assert.has_error(function() devcluster.start { password = "" } end)
   end)
 
+  describe("with opts.tls", function()
+    local tls = require "helpers.tls"
+    teardown(function() tls.cleanup() end)
+
+    it("serves TLS only, on rediss:// urls, and cli(), kill() and restart() work over it", function()
+      local pki = tls.make()
+      cl = devcluster.start { n = 2, tls = { cert = pki.server_cert, key = pki.server_key, ca = pki.ca } }
+      for i = 1, 2 do
+        assert.equal("rediss://127.0.0.1:" .. cl.ports[i], cl.urls[i])
+        assert.equal("PONG", (cl:cli(i, "PING")))
+        assert.equal("0", (cl:cli(i, "CONFIG", "GET", "port")):match("\n(.*)$"))
+      end
+      -- a plain client on the TLS port gets no answer
+      local out = io.popen("redis-cli -h 127.0.0.1 -p " .. cl.ports[1] .. " PING 2>&1"):read("*a")
+      assert.not_matches("PONG", out)
+      local old = cl.pids[1]
+      assert.is_true(cl:kill(1, "KILL"))
+      assert.is_true(proc.wait_gone(old, 2000))
+      cl:restart(1)
+      assert.equal("PONG", (cl:cli(1, "PING")))
+    end)
+
+    it("requires client certificates with auth_clients = \"yes\", and cli() presents one", function()
+      local pki = tls.make()
+      cl = devcluster.start { n = 1, tls = {
+        cert = pki.server_cert, key = pki.server_key, ca = pki.ca, auth_clients = "yes",
+        client_cert = pki.client_cert, client_key = pki.client_key } }
+      assert.equal("PONG", (cl:cli(1, "PING")))
+      local out = io.popen("redis-cli --tls --cacert " .. proc.quote(pki.ca) .. " -h 127.0.0.1 -p "
+        .. cl.ports[1] .. " PING 2>&1"):read("*a")
+      assert.not_matches("PONG", out)
+    end)
+
+    it("rejects bad tls options", function()
+      local pki = tls.make()
+      assert.has_error(function() devcluster.start { n = 1, tls = "yes" } end)
+      assert.has_error(function() devcluster.start { n = 1, tls = { cert = pki.server_cert, key = pki.server_key } } end)
+      assert.has_error(function() devcluster.start { n = 1, tls = {
+        cert = pki.server_cert, key = pki.server_key, ca = pki.ca, auth_clients = "maybe" } } end)
+      assert.has_error(function() devcluster.start { n = 1, tls = {
+        cert = pki.server_cert, key = pki.server_key, ca = pki.ca, auth_clients = "yes" } } end)
+      assert.has_error(function() devcluster.start { n = 1, tls = {
+        cert = pki.server_cert, key = pki.server_key, ca = pki.ca, bogus = 1 } } end)
+    end)
+  end)
+
   it("loads in plain luajit with only lua/ on the path", function()
     local cmd = [[luajit -e 'package.path="lua/?.lua;lua/?/init.lua"; package.cpath="";
       local dc = require "redlock.devcluster"; local c = dc.start{ n = 1 };

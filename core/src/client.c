@@ -5,7 +5,12 @@
  * every call into the engine, service() does what it asks (close, connect)
  * and re-arms one timer for the engine's next deadline. Writes wait for the
  * loop's prepare watcher (and the end of every rl_run / rl_wait / rl_sleep),
- * so everything begun in one loop iteration goes out in one write per node. */
+ * so everything begun in one loop iteration goes out in one write per node.
+ *
+ * A rediss:// node is reported connected only when its TLS handshake is
+ * done, so the engine's connect timeout covers the handshake too. Over TLS
+ * a read may need the socket writable and a write may need it readable;
+ * each link remembers which of its calls waits for the other direction. */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -25,10 +30,13 @@
 
 typedef struct rl_link {
     rl_conn conn;
-    ev_io readable;          /* while connected: replies to read */
-    ev_io writable;          /* while connecting, or while output waits for room */
+    ev_io readable;          /* while connected: replies to read; a handshake waiting to read */
+    ev_io writable;          /* while connecting, or while output (or a TLS step) waits for room */
     struct rl_client *client;
     int index;
+    double opened_ms;        /* when the connect began (the handshake's deadline counts from it) */
+    int read_wants_write;    /* TLS: the last read waits for the socket to be writable */
+    int write_wants_read;    /* TLS: the last write waits for the socket to be readable */
 } rl_link;
 
 struct rl_client {
@@ -42,7 +50,9 @@ struct rl_client {
     ev_timer run_timer;      /* bounds rl_run / rl_sleep */
     int run_expired;
     int node_timeout_ms;     /* bounds the tails served by rl_client_free */
+    int connect_timeout_ms;  /* bounds a connect and its TLS handshake */
     rl_notify *notify;       /* the subscriber connections (connected on the first rl_watch) */
+    rl_tls *tls;             /* one TLS context for every rediss:// node (NULL: none) */
 };
 
 static void service(rl_client *c);
@@ -54,12 +64,14 @@ static void link_close(rl_link *l) {
     ev_io_stop(c->loop, &l->readable);
     ev_io_stop(c->loop, &l->writable);
     rl_conn_close(&l->conn);
+    l->read_wants_write = l->write_wants_read = 0;
 }
 
 /* The engine wants a connection: begin one, or say at once why there is none. */
 static void link_connect(rl_link *l) {
     rl_client *c = l->client;
     link_close(l);
+    l->opened_ms = rl_now_ms();
     if (rl_conn_open(&l->conn) != 0) {
         rl_engine_node_down(c->engine, l->index, l->conn.errstr, rl_now_ms());
         return;
@@ -81,27 +93,62 @@ static void link_lost(rl_link *l, const char *prefix, const char *text) {
  * room; what does not fit waits for the socket to be writable. */
 static void link_flush(rl_link *l) {
     rl_client *c = l->client;
-    if (l->conn.fd < 0 || l->conn.connecting) return;
+    if (l->conn.fd < 0 || l->conn.connecting || l->conn.handshaking) return;
+    l->write_wants_read = 0;
     for (;;) {
         const char *data;
         size_t len = rl_engine_node_output(c->engine, l->index, &data);
         if (len == 0) {
-            ev_io_stop(c->loop, &l->writable);
+            if (!l->read_wants_write) ev_io_stop(c->loop, &l->writable);
             return;
         }
-        ssize_t w = send(l->conn.fd, data, len, MSG_NOSIGNAL);
+        ssize_t w = rl_conn_write(&l->conn, data, len);
         if (w > 0) {
             rl_engine_node_wrote(c->engine, l->index, (size_t)w, rl_now_ms());
-        } else if (w < 0 && errno == EINTR) {
-            continue;
-        } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            ev_io_start(c->loop, &l->writable);
+        } else if (w == RL_CONN_AGAIN) {
+            if (l->conn.want == RL_TLS_WANT_READ) l->write_wants_read = 1; /* readable is on */
+            else ev_io_start(c->loop, &l->writable);
             return;
         } else {
-            link_lost(l, "connection lost: ", strerror(errno));
+            link_lost(l, "connection lost: ", l->conn.errstr);
             return;
         }
     }
+}
+
+/* Wait for the direction the TLS handshake asked for. */
+static void link_await(rl_link *l, int want) {
+    rl_client *c = l->client;
+    if (want == RL_TLS_WANT_READ) {
+        ev_io_stop(c->loop, &l->writable);
+        ev_io_start(c->loop, &l->readable);
+    } else {
+        ev_io_stop(c->loop, &l->readable);
+        ev_io_start(c->loop, &l->writable);
+    }
+}
+
+/* Take the handshake a step; when it is done, the connection is up. */
+static void link_handshake(rl_link *l) {
+    rl_client *c = l->client;
+    int rc = rl_conn_handshake(&l->conn);
+    if (rc == RL_CONN_AGAIN) {
+        link_await(l, l->conn.want);
+        return;
+    }
+    if (rc == RL_CONN_FAIL) {
+        link_close(l);
+        rl_engine_node_down(c->engine, l->index, l->conn.errstr, rl_now_ms());
+        return;
+    }
+    ev_io_stop(c->loop, &l->readable);
+    ev_io_stop(c->loop, &l->writable);
+    if (rl_engine_node_connected(c->engine, l->index, 1, rl_now_ms()) != RL_OK) {
+        link_close(l);
+        return;
+    }
+    ev_io_start(c->loop, &l->readable);
+    link_flush(l);
 }
 
 static void link_connected(rl_link *l) {
@@ -109,6 +156,10 @@ static void link_connected(rl_link *l) {
     ev_io_stop(c->loop, &l->writable);
     if (rl_conn_finish_connect(&l->conn) != 0) {
         rl_engine_node_down(c->engine, l->index, l->conn.errstr, rl_now_ms());
+        return;
+    }
+    if (l->conn.handshaking) {
+        link_handshake(l);
         return;
     }
     if (rl_engine_node_connected(c->engine, l->index, 1, rl_now_ms()) != RL_OK) {
@@ -119,20 +170,25 @@ static void link_connected(rl_link *l) {
     link_flush(l);
 }
 
-/* Read and feed everything the socket has. */
+/* Read and feed everything the socket has (and, over TLS, every byte
+ * already decrypted: the socket may show nothing more). */
 static void link_read(rl_link *l) {
     rl_client *c = l->client;
     char buf[READ_CHUNK];
+    l->read_wants_write = 0;
     for (;;) {
-        ssize_t got = read(l->conn.fd, buf, sizeof(buf));
+        ssize_t got = rl_conn_read(&l->conn, buf, sizeof(buf));
         if (got > 0) {
             if (rl_engine_node_feed(c->engine, l->index, buf, (size_t)got, rl_now_ms()) != RL_OK) return;
-            if (got < (ssize_t)sizeof(buf)) return;
-        } else if (got == 0) {
-            link_lost(l, "connection lost: ", "closed by the server");
+            if (got < (ssize_t)sizeof(buf) && rl_conn_pending(&l->conn) == 0) return;
+        } else if (got == RL_CONN_AGAIN) {
+            if (l->conn.want == RL_TLS_WANT_WRITE) {
+                l->read_wants_write = 1;
+                ev_io_start(c->loop, &l->writable);
+            }
             return;
-        } else if (errno != EINTR) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK) link_lost(l, "connection lost: ", strerror(errno));
+        } else {
+            link_lost(l, "connection lost: ", l->conn.errstr);
             return;
         }
     }
@@ -142,7 +198,12 @@ static void on_readable(EV_P_ ev_io *w, int revents) {
     (void)loop;
     (void)revents;
     rl_link *l = w->data;
-    link_read(l);
+    if (l->conn.handshaking) {
+        link_handshake(l);
+    } else {
+        link_read(l);
+        if (l->write_wants_read && l->conn.fd >= 0) link_flush(l);
+    }
     service(l->client);
 }
 
@@ -150,8 +211,16 @@ static void on_writable(EV_P_ ev_io *w, int revents) {
     (void)loop;
     (void)revents;
     rl_link *l = w->data;
-    if (l->conn.connecting) link_connected(l);
-    else link_flush(l);
+    if (l->conn.connecting) {
+        link_connected(l);
+    } else if (l->conn.handshaking) {
+        link_handshake(l);
+    } else {
+        int read_too = l->read_wants_write;
+        l->read_wants_write = 0;
+        link_flush(l);
+        if (read_too && l->conn.fd >= 0) link_read(l);
+    }
     service(l->client);
 }
 
@@ -212,7 +281,9 @@ static void take_ready(rl_client *c) {
     for (int i = 0; i < c->nnodes; i++) {
         rl_link *l = &c->links[i];
         if (l->conn.fd < 0) continue;
-        p[n] = (struct pollfd){.fd = l->conn.fd, .events = l->conn.connecting ? POLLOUT : POLLIN};
+        short ev = l->conn.connecting ? POLLOUT : POLLIN;
+        if (l->conn.handshaking && l->conn.want == RL_TLS_WANT_WRITE) ev = POLLOUT;
+        p[n] = (struct pollfd){.fd = l->conn.fd, .events = ev};
         idx[n++] = i;
     }
     int ready = n > 0 && poll(p, (nfds_t)n, 0) > 0;
@@ -220,7 +291,21 @@ static void take_ready(rl_client *c) {
         rl_link *l = &c->links[idx[k]];
         if (!p[k].revents || l->conn.fd != p[k].fd) continue;
         if (l->conn.connecting) link_connected(l);
+        else if (l->conn.handshaking) link_handshake(l);
         else link_read(l);
+    }
+    /* A handshake still going when the connect deadline comes: say so,
+     * rather than the engine's plain "connect timed out". The engine's
+     * deadline counts from a moment just before opened_ms; a millisecond's
+     * allowance keeps this ahead of it. */
+    double now = rl_now_ms();
+    for (int i = 0; i < c->nnodes; i++) {
+        rl_link *l = &c->links[i];
+        if (l->conn.fd < 0 || !l->conn.handshaking || now < l->opened_ms + c->connect_timeout_ms - 1.0) continue;
+        char why[RL_NODE_ERR_LEN];
+        snprintf(why, sizeof(why), "TLS handshake timed out after %d ms", c->connect_timeout_ms);
+        link_close(l);
+        rl_engine_node_down(c->engine, i, why, now);
     }
     for (int i = 0; i < c->nnodes; i++) {
         rl_link *l = &c->links[i];
@@ -251,21 +336,31 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
                          size_t errlen) {
     rl_engine *e = rl_engine_new(urls, nurls, opts, err, errlen);
     if (e == NULL) return NULL;
-    for (int i = 0; i < nurls; i++) {
+    rl_options defaults;
+    if (opts == NULL) rl_options_init(&defaults), opts = &defaults;
+    /* One TLS context for every rediss:// node, made only when there is one
+     * (loading the system's CAs is not free); its files are checked here. */
+    rl_tls *tls = NULL;
+    for (int i = 0; i < nurls && tls == NULL; i++) {
         if (!rl_engine_node_tls(e, i)) continue;
-        if (err) snprintf(err, errlen, "server %d: '%s': TLS (rediss://) is not supported yet", i + 1,
-                          rl_engine_node_name(e, i));
-        rl_engine_free(e);
-        return NULL;
+        char why[RL_ERR_LEN];
+        tls = rl_tls_new(&opts->tls, why, sizeof(why));
+        if (tls == NULL) {
+            if (err) snprintf(err, errlen, "%s", why);
+            rl_engine_free(e);
+            return NULL;
+        }
     }
     rl_client *c = calloc(1, sizeof(*c));
     struct ev_loop *loop = c ? ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK) : NULL;
     if (loop == NULL) {
         if (err) snprintf(err, errlen, "out of memory (or no event loop backend)");
         free(c);
+        rl_tls_free(tls);
         rl_engine_free(e);
         return NULL;
     }
+    c->tls = tls;
     c->engine = e;
     c->loop = loop;
     c->nnodes = nurls;
@@ -280,16 +375,16 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
 
     /* Every name is looked up at once and waited for together, so N slow
      * names cost one connect_timeout, not N. Rounds never wait for a lookup. */
-    rl_options defaults;
-    if (opts == NULL) rl_options_init(&defaults), opts = &defaults;
     c->node_timeout_ms = opts->node_timeout_ms;
-    c->notify = rl_notify_new(c->loop, e, opts);
+    c->connect_timeout_ms = opts->connect_timeout_ms;
+    c->notify = rl_notify_new(c->loop, e, opts, tls);
     if (c->notify == NULL) {
         if (err) snprintf(err, errlen, "out of memory");
         ev_ref(c->loop);
         ev_prepare_stop(c->loop, &c->flusher);
         ev_loop_destroy(c->loop);
         free(c);
+        rl_tls_free(tls);
         rl_engine_free(e);
         return NULL;
     }
@@ -297,7 +392,7 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
         rl_link *l = &c->links[i];
         l->client = c;
         l->index = i;
-        rl_conn_init(&l->conn, rl_engine_node_url(e, i));
+        rl_conn_init(&l->conn, rl_engine_node_url(e, i), rl_engine_node_tls(e, i) ? tls : NULL);
         ev_io_init(&l->readable, on_readable, -1, EV_READ);
         ev_io_init(&l->writable, on_writable, -1, EV_WRITE);
         l->readable.data = l->writable.data = l;
@@ -336,6 +431,7 @@ void rl_client_free(rl_client *c) {
     ev_prepare_stop(c->loop, &c->flusher);
     ev_loop_destroy(c->loop);
     rl_engine_free(c->engine);
+    rl_tls_free(c->tls);
     free(c);
 }
 

@@ -27,9 +27,10 @@ static void start_lookup(rl_conn *c) {
     if (c->lookup == NULL && c->addrs.n == 0) set_err(c, "name resolution failed: ", why);
 }
 
-void rl_conn_init(rl_conn *c, const rl_url *url) {
+void rl_conn_init(rl_conn *c, const rl_url *url, rl_tls *tls) {
     memset(c, 0, sizeof(*c));
     c->url = url;
+    c->tls = tls;
     c->fd = -1;
     if (url->kind != RL_URL_TCP || rl_resolve_numeric(url->host, url->port, &c->addrs) == 0) return;
     c->named = 1;
@@ -121,10 +122,79 @@ int rl_conn_finish_connect(rl_conn *c) {
     socklen_t len = sizeof(err);
     if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
     c->connecting = 0;
-    if (err == 0) return 0;
-    set_err(c, "connect failed: ", strerror(err));
-    connect_failed(c);
-    return -1;
+    if (err != 0) {
+        set_err(c, "connect failed: ", strerror(err));
+        connect_failed(c);
+        return -1;
+    }
+    if (c->tls == NULL) return 0;
+    if (rl_tls_start(c->tls, &c->session, c->fd, c->url->host, c->errstr, sizeof(c->errstr)) != 0) {
+        rl_conn_close(c);
+        return -1;
+    }
+    c->handshaking = 1;
+    return 0;
+}
+
+int rl_conn_handshake(rl_conn *c) {
+    if (!c->handshaking) return 1;
+    int rc = rl_tls_handshake(&c->session, c->errstr, sizeof(c->errstr));
+    if (rc == RL_TLS_AGAIN) {
+        c->want = c->session.want;
+        return RL_CONN_AGAIN;
+    }
+    if (rc == RL_TLS_FAIL) {
+        rl_conn_close(c);
+        return RL_CONN_FAIL;
+    }
+    c->handshaking = 0;
+    return 1;
+}
+
+ssize_t rl_conn_read(rl_conn *c, char *buf, size_t len) {
+    if (c->tls != NULL) {
+        ssize_t got = rl_tls_read(&c->session, buf, len, c->errstr, sizeof(c->errstr));
+        if (got == RL_TLS_AGAIN) c->want = c->session.want;
+        return got;
+    }
+    for (;;) {
+        ssize_t got = read(c->fd, buf, len);
+        if (got > 0) return got;
+        if (got == 0) {
+            snprintf(c->errstr, sizeof(c->errstr), "closed by the server");
+            return RL_CONN_FAIL;
+        }
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            c->want = RL_TLS_WANT_READ;
+            return RL_CONN_AGAIN;
+        }
+        snprintf(c->errstr, sizeof(c->errstr), "%s", strerror(errno));
+        return RL_CONN_FAIL;
+    }
+}
+
+size_t rl_conn_pending(const rl_conn *c) {
+    return c->tls != NULL ? rl_tls_pending(&c->session) : 0;
+}
+
+ssize_t rl_conn_write(rl_conn *c, const char *data, size_t len) {
+    if (c->tls != NULL) {
+        ssize_t w = rl_tls_write(&c->session, data, len, c->errstr, sizeof(c->errstr));
+        if (w == RL_TLS_AGAIN) c->want = c->session.want;
+        return w;
+    }
+    for (;;) {
+        ssize_t w = send(c->fd, data, len, MSG_NOSIGNAL);
+        if (w > 0) return w;
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            c->want = RL_TLS_WANT_WRITE;
+            return RL_CONN_AGAIN;
+        }
+        snprintf(c->errstr, sizeof(c->errstr), "%s", w == 0 ? "wrote nothing" : strerror(errno));
+        return RL_CONN_FAIL;
+    }
 }
 
 long long rl_conn_unsent(const rl_conn *c) {
@@ -134,9 +204,12 @@ long long rl_conn_unsent(const rl_conn *c) {
 }
 
 void rl_conn_close(rl_conn *c) {
+    rl_tls_end(&c->session);
     if (c->fd >= 0) close(c->fd);
     c->fd = -1;
     c->connecting = 0;
+    c->handshaking = 0;
+    c->want = 0;
 }
 
 void rl_conn_free(rl_conn *c) {

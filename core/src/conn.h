@@ -1,12 +1,15 @@
 /* conn.h — the libev driver's socket to one node: its address (a numeric
  * one at once, a host name looked up on a thread of its own, never on the
- * loop), a non-blocking connect, and the socket's send queue. No policy:
- * the engine decides when to connect, when to give up, and when to close. */
+ * loop), a non-blocking connect, for rediss:// nodes the TLS handshake
+ * after it (tls.c), reads and writes through TLS or not, and the socket's
+ * send queue. No policy: the engine decides when to connect, when to give
+ * up, and when to close. */
 #ifndef RL_CONN_H
 #define RL_CONN_H
 
 #include "redlock.h"
 #include "resolve.h"
+#include "tls.h"
 #include "url.h"
 
 typedef struct rl_conn {
@@ -17,11 +20,18 @@ typedef struct rl_conn {
     rl_lookup *lookup;       /* a lookup of the name running on its own thread, or NULL */
     int fd;                  /* -1 when closed */
     int connecting;          /* a connect is in progress on fd */
-    char errstr[RL_NODE_ERR_LEN];  /* why the last open or connect failed */
+    int handshaking;         /* connected; the TLS handshake is not done */
+    rl_tls *tls;             /* the client's TLS context for a rediss:// node, else NULL */
+    rl_tls_session session;  /* the connection's TLS session (tls only) */
+    int want;                /* after RL_CONN_AGAIN: RL_TLS_WANT_READ or RL_TLS_WANT_WRITE */
+    char errstr[RL_NODE_ERR_LEN];  /* why the last open, connect, read or write failed */
 } rl_conn;
 
-/* Prepare c for url; start finding its address (a host name on a thread). */
-void rl_conn_init(rl_conn *c, const rl_url *url);
+enum { RL_CONN_AGAIN = 0, RL_CONN_FAIL = -1 };
+
+/* Prepare c for url; start finding its address (a host name on a thread).
+ * tls: the context for a rediss:// url (NULL for the others). */
+void rl_conn_init(rl_conn *c, const rl_url *url, rl_tls *tls);
 
 /* Wait for the name lookup begun by rl_conn_init until the clock passes
  * deadline_ms (rl_now_ms); a lookup not finished by then goes on in the
@@ -33,13 +43,32 @@ void rl_conn_wait_lookup(rl_conn *c, double deadline_ms, int timeout_ms);
 int rl_conn_open(rl_conn *c);
 
 /* The connect in progress finished (the socket became writable): return 0
- * if it succeeded, -1 with the reason in errstr (then closed). */
+ * if it succeeded, -1 with the reason in errstr (then closed). A TLS node
+ * is then handshaking: call rl_conn_handshake until it says done. */
 int rl_conn_finish_connect(rl_conn *c);
+
+/* One step of a TLS handshake: 1 when done (at once for plain TCP),
+ * RL_CONN_AGAIN (want says for what), or RL_CONN_FAIL with the reason in
+ * errstr (then closed). */
+int rl_conn_handshake(rl_conn *c);
+
+/* Read up to len bytes: the count, RL_CONN_AGAIN (want says for what), or
+ * RL_CONN_FAIL with the reason in errstr ("closed by the server", ...); the
+ * socket stays open for the caller to close. */
+ssize_t rl_conn_read(rl_conn *c, char *buf, size_t len);
+
+/* Bytes a read returns without waiting for the socket (decrypted, buffered). */
+size_t rl_conn_pending(const rl_conn *c);
+
+/* Write up to len bytes: the count taken, RL_CONN_AGAIN (want says for
+ * what; offer the same bytes, or more, again), or RL_CONN_FAIL with the
+ * reason in errstr. Never raises SIGPIPE. */
+ssize_t rl_conn_write(rl_conn *c, const char *data, size_t len);
 
 /* Bytes written to the socket that the node's end has not taken yet. */
 long long rl_conn_unsent(const rl_conn *c);
 
-/* Close the socket (if open). */
+/* Close the socket (if open), sending a TLS close_notify if it fits. */
 void rl_conn_close(rl_conn *c);
 
 /* Close, and abandon a lookup still running (its thread frees it). */

@@ -1,16 +1,15 @@
 /* notify.c — subscriber connections of the libev client (see notify.h).
  *
- * Per node: a socket of its own (conn.c), AUTH when the URL has a password,
+ * Per node: a socket of its own (conn.c; TLS for a rediss:// node, with the
+ * client's context, the handshake bounded by the connect timeout), AUTH when
+ * the URL has a password,
  * then one SUBSCRIBE for every channel watched; messages are parsed by
  * hiredis' reader and counted per channel. Whatever goes wrong (refused
  * connect, lost connection, refused AUTH, garbage) closes the socket and
  * tries again after a doubling backoff: a node that is down costs its
  * wake-ups, never a wait. */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <hiredis/hiredis.h>
 
@@ -30,6 +29,7 @@ typedef struct rl_sub {
     int opened;              /* conn initialised (its lookup begun) */
     int up;                  /* connected: output goes out as it is queued */
     int backoff_ms;          /* the next retry's delay (0: the first failure) */
+    int read_wants_write;    /* TLS: the last read waits for the socket to be writable */
     redisReader *reader;
     rl_buf out;              /* bytes not written yet */
 } rl_sub;
@@ -53,10 +53,12 @@ struct rl_notify {
     int nw, capw;
     unsigned total;
     rl_buf scratch;
+    rl_tls *tls;             /* the client's TLS context (rediss:// nodes) */
     rl_sub subs[RL_MAX_NODES];
 };
 
 static void sub_connect(rl_sub *s);
+static void sub_up(rl_sub *s);
 
 static void sub_close(rl_sub *s) {
     ev_io_stop(s->n->loop, &s->readable);
@@ -66,6 +68,7 @@ static void sub_close(rl_sub *s) {
     if (s->reader) redisReaderFree(s->reader);
     s->reader = NULL;
     s->up = 0;
+    s->read_wants_write = 0;
     s->out.len = 0;
 }
 
@@ -79,24 +82,23 @@ static void sub_fail(rl_sub *s) {
     ev_timer_start(n->loop, &s->timer);
 }
 
-/* Write what is queued; what does not fit waits for the socket's room. */
+/* Write what is queued; what does not fit waits for the socket's room (a
+ * TLS write waiting to read is taken up again by the next read). */
 static void sub_flush(rl_sub *s) {
     while (s->up && s->out.len > 0) {
-        ssize_t w = send(s->conn.fd, s->out.data, s->out.len, MSG_NOSIGNAL);
+        ssize_t w = rl_conn_write(&s->conn, s->out.data, s->out.len);
         if (w > 0) {
             memmove(s->out.data, s->out.data + w, s->out.len - (size_t)w);
             s->out.len -= (size_t)w;
-        } else if (w < 0 && errno == EINTR) {
-            continue;
-        } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            ev_io_start(s->n->loop, &s->writable);
+        } else if (w == RL_CONN_AGAIN) {
+            if (s->conn.want == RL_TLS_WANT_WRITE) ev_io_start(s->n->loop, &s->writable);
             return;
         } else {
             sub_fail(s);
             return;
         }
     }
-    if (s->up) ev_io_stop(s->n->loop, &s->writable);
+    if (s->up && !s->read_wants_write) ev_io_stop(s->n->loop, &s->writable);
 }
 
 /* Queue verb with channels (one, or every one watched when ch is NULL).
@@ -123,14 +125,49 @@ static void sub_queue(rl_sub *s, const char *verb, const rl_chan *ch) {
     if (rc != 0) sub_fail(s);
 }
 
+/* Take a TLS handshake a step; done: the subscriber is up. */
+static void sub_handshake(rl_sub *s) {
+    rl_notify *n = s->n;
+    int rc = rl_conn_handshake(&s->conn);
+    if (rc == RL_CONN_FAIL) {
+        sub_fail(s);
+        return;
+    }
+    if (rc == RL_CONN_AGAIN) {
+        if (s->conn.want == RL_TLS_WANT_READ) {
+            ev_io_stop(n->loop, &s->writable);
+            ev_io_start(n->loop, &s->readable);
+        } else {
+            ev_io_stop(n->loop, &s->readable);
+            ev_io_start(n->loop, &s->writable);
+        }
+        return;
+    }
+    ev_io_stop(n->loop, &s->readable);
+    ev_io_stop(n->loop, &s->writable);
+    ev_timer_stop(n->loop, &s->timer);
+    sub_up(s);
+}
+
 static void sub_connected(rl_sub *s) {
     rl_notify *n = s->n;
     ev_io_stop(n->loop, &s->writable);
-    ev_timer_stop(n->loop, &s->timer);
     if (rl_conn_finish_connect(&s->conn) != 0) {
         sub_fail(s);
         return;
     }
+    if (s->conn.handshaking) {
+        ev_io_set(&s->readable, s->conn.fd, EV_READ);
+        sub_handshake(s); /* the connect deadline (the timer) bounds it */
+        return;
+    }
+    ev_timer_stop(n->loop, &s->timer);
+    sub_up(s);
+}
+
+/* Connected (and through TLS): AUTH, SUBSCRIBE, and listen. */
+static void sub_up(rl_sub *s) {
+    rl_notify *n = s->n;
     s->reader = redisReaderCreate();
     if (s->reader == NULL) {
         sub_fail(s);
@@ -191,8 +228,9 @@ static int on_reply(rl_sub *s, const redisReply *r) {
 
 static void sub_read(rl_sub *s) {
     char buf[READ_CHUNK];
+    s->read_wants_write = 0;
     for (;;) {
-        ssize_t got = read(s->conn.fd, buf, sizeof(buf));
+        ssize_t got = rl_conn_read(&s->conn, buf, sizeof(buf));
         if (got > 0) {
             if (redisReaderFeed(s->reader, buf, (size_t)got) != REDIS_OK) return sub_fail(s);
             void *r;
@@ -203,12 +241,15 @@ static void sub_read(rl_sub *s) {
                 freeReplyObject(r);
                 if (rc != 0) return sub_fail(s);
             }
-            if (got < (ssize_t)sizeof(buf)) return;
-        } else if (got == 0) {
-            return sub_fail(s);
-        } else if (errno != EINTR) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK) sub_fail(s);
+            if (got < (ssize_t)sizeof(buf) && rl_conn_pending(&s->conn) == 0) return;
+        } else if (got == RL_CONN_AGAIN) {
+            if (s->conn.want == RL_TLS_WANT_WRITE) {
+                s->read_wants_write = 1;
+                ev_io_start(s->n->loop, &s->writable);
+            }
             return;
+        } else {
+            return sub_fail(s);
         }
     }
 }
@@ -216,15 +257,29 @@ static void sub_read(rl_sub *s) {
 static void on_readable(EV_P_ ev_io *w, int revents) {
     (void)loop;
     (void)revents;
-    sub_read(w->data);
+    rl_sub *s = w->data;
+    if (s->conn.handshaking) {
+        sub_handshake(s);
+        return;
+    }
+    sub_read(s);
+    if (s->up && s->out.len > 0) sub_flush(s); /* a TLS write may have waited to read */
 }
 
 static void on_writable(EV_P_ ev_io *w, int revents) {
     (void)loop;
     (void)revents;
     rl_sub *s = w->data;
-    if (s->conn.connecting) sub_connected(s);
-    else sub_flush(s);
+    if (s->conn.connecting) {
+        sub_connected(s);
+    } else if (s->conn.handshaking) {
+        sub_handshake(s);
+    } else {
+        int read_too = s->read_wants_write;
+        s->read_wants_write = 0;
+        sub_flush(s);
+        if (read_too && s->up) sub_read(s);
+    }
 }
 
 /* The connect deadline passed, or the backoff ran out. */
@@ -232,7 +287,7 @@ static void on_timer(EV_P_ ev_timer *w, int revents) {
     (void)loop;
     (void)revents;
     rl_sub *s = w->data;
-    if (s->conn.connecting) sub_fail(s);
+    if (s->conn.connecting || s->conn.handshaking) sub_fail(s);
     else if (!s->up) sub_connect(s);
 }
 
@@ -240,7 +295,7 @@ static void sub_connect(rl_sub *s) {
     rl_notify *n = s->n;
     sub_close(s);
     if (!s->opened) {
-        rl_conn_init(&s->conn, s->conn.url);
+        rl_conn_init(&s->conn, s->conn.url, s->conn.tls);
         s->opened = 1;
     }
     if (rl_conn_open(&s->conn) != 0) {
@@ -253,7 +308,7 @@ static void sub_connect(rl_sub *s) {
     ev_timer_start(n->loop, &s->timer);
 }
 
-rl_notify *rl_notify_new(struct ev_loop *loop, const rl_engine *e, const rl_options *opts) {
+rl_notify *rl_notify_new(struct ev_loop *loop, const rl_engine *e, const rl_options *opts, rl_tls *tls) {
     rl_notify *n = calloc(1, sizeof(*n));
     if (n == NULL) return NULL;
     size_t pre = sizeof(RL_CHANNEL_PREFIX) - 1;
@@ -276,6 +331,7 @@ rl_notify *rl_notify_new(struct ev_loop *loop, const rl_engine *e, const rl_opti
         s->index = i;
         s->conn.fd = -1;
         s->conn.url = rl_engine_node_url(e, i);
+        s->conn.tls = rl_engine_node_tls(e, i) ? tls : NULL;
         ev_io_init(&s->readable, on_readable, -1, EV_READ);
         ev_io_init(&s->writable, on_writable, -1, EV_WRITE);
         ev_timer_init(&s->timer, on_timer, 0., 0.);

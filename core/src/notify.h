@@ -14,14 +14,16 @@
 #include <ev.h>
 
 #include "engine.h"
+#include "tls.h"
 
 #define RL_CHANNEL_PREFIX "redlock:released:"
 
 typedef struct rl_notify rl_notify;
 
 /* For the engine's nodes and options (reconnect and connect timeouts, key
- * prefix) on loop; nothing is connected yet. NULL when out of memory. */
-rl_notify *rl_notify_new(struct ev_loop *loop, const rl_engine *e, const rl_options *opts);
+ * prefix) on loop, with tls (the client's context, which must outlive n)
+ * for rediss:// nodes; nothing is connected yet. NULL when out of memory. */
+rl_notify *rl_notify_new(struct ev_loop *loop, const rl_engine *e, const rl_options *opts, rl_tls *tls);
 
 /* Close every connection and free. NULL is ignored. */
 void rl_notify_free(rl_notify *n);

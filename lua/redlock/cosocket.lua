@@ -25,6 +25,7 @@
 -- for HUB_IDLE_MS it ends its timer and closes its connections (the next
 -- call starts it again); when the worker exits it serves what is in flight
 -- for at most a node timeout, then stops. client:free() never stops a hub.
+-- rediss:// nodes: the connections speak TLS (see "TLS" below).
 
 local ffi = require "ffi"
 local bit = require "bit"
@@ -101,6 +102,8 @@ end
 -- the hub
 
 local hubs = {}  -- configuration key -> hub, for this worker
+local open      -- open(hub, i, sock): connect node i (and speak TLS): true, or nil and why
+local handshake_assert, lost_reason
 
 local function wake(hub)
     local sema = hub.work
@@ -172,10 +175,201 @@ local function write_node(hub, i)
         if hub.gen[i] ~= gen then return end -- closed while the send yielded
         if not sent then
             close_node(hub, i)
-            C.rl_engine_node_down(e, i, "connection lost: " .. tostring(err), now_ms())
+            C.rl_engine_node_down(e, i, lost_reason(hub, i, err), now_ms())
             return
         end
         C.rl_engine_node_wrote(e, i, len, now_ms())
+    end
+end
+
+---------------------------------------------------------------------------
+-- TLS (rediss:// nodes)
+--
+-- A cosocket speaks TLS after sock:sslhandshake(session, server_name,
+-- verify). What it verifies against is nginx's, not the client's:
+-- lua_ssl_trusted_certificate (the CAs) and lua_ssl_verify_depth; this
+-- ngx_lua has no per-socket CA, so tls.cafile and tls.capath are not used
+-- inside nginx (the hub says so in the error log once). server_name is both
+-- the SNI and the name the certificate must be for: tls.server_name, else the
+-- URL's host name; an IP-address host is sent no SNI and its certificate's
+-- chain is verified but not the address (ngx_lua checks host names only: a
+-- certificate for IP:127.0.0.1 "does not match host 127.0.0.1"). A client
+-- certificate (tls.certfile, and its key from tls.keyfile or else from the
+-- same PEM file) is parsed once per hub and set on every socket with
+-- sock:setclientcert.
+--
+-- There is no keepalive pool to reuse TLS connections from: the hub keeps
+-- one connection per node for as long as it runs, and every call of the
+-- worker goes over it, so a handshake is paid once per connection, not per
+-- request. When a connection is made again (a lost node, a hub started
+-- anew, the subscriber), the handshake resumes the node's last TLS session
+-- (kept per node by the hub) when the server still has it. That is TLS 1.2,
+-- what this ngx_lua offers by default: over TLS 1.3 (lua_ssl_protocols)
+-- sslhandshake returns the session before the server's ticket arrives, and
+-- every connect is a full handshake.
+
+-- Is host an IP address (no SNI, no name to verify)?
+local function ip_literal(host)
+    return host:find("^%d+%.%d+%.%d+%.%d+$") ~= nil or host:find(":", 1, true) ~= nil
+end
+
+-- The TLS settings of rl_options.tls as Lua values (verify a boolean,
+-- strings or nil); tls_load adds the parsed client certificate.
+local function tls_config(t)
+    local function str(p) return p ~= nil and ffi_string(p) or nil end
+    local c = { verify = t.verify ~= 0, cafile = str(t.cafile), capath = str(t.capath),
+                certfile = str(t.certfile), keyfile = str(t.keyfile), server_name = str(t.server_name) }
+    if c.server_name == "" then c.server_name = nil end
+    return c
+end
+
+local function read_file(path, what)
+    local f, err = io.open(path, "rb")
+    if not f then return nil, ("cannot read tls.%s: %s"):format(what, tostring(err)) end
+    local s = f:read("*a")
+    f:close()
+    if not s or s == "" then return nil, ("tls.%s '%s' is empty"):format(what, path) end
+    return s
+end
+
+-- Load what a TLS hub needs from nginx (the client certificate, parsed
+-- once) and check that this ngx_lua has it. nil, or why not.
+local function tls_load(c)
+    pcall(require, "resty.core.socket") -- adds sslhandshake and setclientcert (nginx loads it first anyway)
+    local sock_mt = debug.getregistry().__tcp_cosocket_mt
+    if type(sock_mt) ~= "table" or type(sock_mt.sslhandshake) ~= "function" then
+        return "rediss:// needs cosocket sslhandshake, which this nginx's lua module lacks"
+    end
+    if c.keyfile and not c.certfile then return "tls.keyfile needs tls.certfile" end
+    if c.certfile then
+        local ok, ssl = pcall(require, "ngx.ssl")
+        if not ok or type(ssl.parse_pem_cert) ~= "function" or type(ssl.parse_pem_priv_key) ~= "function" then
+            return "a client certificate inside nginx needs ngx.ssl.parse_pem_cert/parse_pem_priv_key "
+                .. "(lua-resty-core), which is missing"
+        end
+        if type(sock_mt.setclientcert) ~= "function" then
+            return "a client certificate inside nginx needs cosocket setclientcert "
+                .. "(lua-nginx-module 0.10.21+ with lua-resty-core), which this nginx lacks"
+        end
+        local pem, err = read_file(c.certfile, "certfile")
+        if not pem then return err end
+        local cert, cerr = ssl.parse_pem_cert(pem)
+        if not cert then return ("tls.certfile '%s': %s"):format(c.certfile, tostring(cerr)) end
+        if c.keyfile then -- else the key is in certfile's PEM too
+            pem, err = read_file(c.keyfile, "keyfile")
+            if not pem then return err end
+        end
+        local key, kerr = ssl.parse_pem_priv_key(pem)
+        if not key then
+            return ("tls.%s '%s': %s"):format(c.keyfile and "keyfile" or "certfile (no tls.keyfile: its key)",
+                c.keyfile or c.certfile, tostring(kerr))
+        end
+        c.cert, c.key = cert, key
+    end
+    return nil
+end
+
+-- lua-resty-core up to 0.1.26 (Debian 12 has 0.1.25) raises "assertion
+-- failed!" in sslhandshake when the handshake itself succeeded but the
+-- certificate did not verify (lua-resty-core issue 499): the error it had
+-- just read is still in resty.core's shared errmsg buffer. The handshake
+-- error, from what sslhandshake raised.
+local errmsg_ptr
+handshake_assert = function(raised)
+    raised = tostring(raised)
+    if raised:find("assertion failed", 1, true) then
+        if errmsg_ptr == nil then
+            local ok, base = pcall(require, "resty.core.base")
+            errmsg_ptr = ok and base.get_errmsg_ptr and base.get_errmsg_ptr() or false
+        end
+        if errmsg_ptr and errmsg_ptr[0] ~= nil then
+            local text = ffi_string(errmsg_ptr[0])
+            if text == "certificate host mismatch" or text == "timeout" or text == "closed"
+                or text:find("^handshake failed") then
+                return text
+            end
+            return "0: " .. text -- a verify error, as sslhandshake returns them ("20: unable to ...")
+        end
+    end
+    return "sslhandshake raised: " .. raised
+end
+
+-- A node's reason for a failed handshake (sslhandshake's error), short: the
+-- engine keeps RL_NODE_ERR_LEN bytes of it.
+local function handshake_reason(hub, i, err)
+    err = tostring(err)
+    if err == "timeout" then return "TLS handshake timed out" end
+    if err == "certificate host mismatch" then
+        return ("certificate verify failed: not for '%s'"):format(hub.snis[i])
+    end
+    local text = err:match("^%d+: (.+)$") -- an X509 verify error: "20: unable to get local issuer ..."
+    if text then return "certificate verify failed: " .. text end
+    if err == "handshake failed" and hub.tls.cert == nil then
+        -- most often: the server requires a client certificate (tls-auth-clients yes),
+        -- nginx's error log has the server's alert
+        return "TLS handshake failed: server requires a client certificate? (none set)"
+    end
+    return "TLS handshake failed: " .. err
+end
+
+-- A node's reason for a connection that ended. Over TLS 1.3 a server that
+-- wants a client certificate refuses one after the handshake, so the
+-- connection ends before its first reply.
+lost_reason = function(hub, i, err)
+    if hub.tlss[i] and not hub.fed[i] and hub.tls.cert == nil then
+        return ("lost after the TLS handshake: server requires a client certificate? (%s)"):format(tostring(err))
+    end
+    return "connection lost: " .. tostring(err)
+end
+
+-- Connect sock to node i and, for a rediss:// node, do the TLS handshake
+-- within what is left of connect_timeout. true, or nil and why (the node's
+-- reason). Used by the command connections and the subscribers alike.
+open = function(hub, i, sock)
+    local t0 = now_ms()
+    sock:settimeouts(hub.connect_timeout, hub.node_timeout, READ_TIMEOUT_MS)
+    local ok, err
+    if hub.ports[i] == 0 then
+        ok, err = sock:connect("unix:" .. hub.hosts[i])
+    else
+        ok, err = sock:connect(hub.hosts[i], hub.ports[i])
+    end
+    if not ok then return nil, "connect failed: " .. tostring(err) end
+    if not hub.tlss[i] then return true end
+    local left = math.floor(hub.connect_timeout - (now_ms() - t0))
+    if left < 1 then return nil, "TLS handshake timed out" end
+    sock:settimeouts(left, hub.node_timeout, READ_TIMEOUT_MS) -- ngx_lua times the handshake with it
+    local tls = hub.tls
+    if tls.cert then
+        local set, serr = sock:setclientcert(tls.cert, tls.key)
+        if not set then return nil, "TLS client certificate refused: " .. tostring(serr) end
+    end
+    local done, sess, herr = pcall(sock.sslhandshake, sock, hub.sessions[i], hub.snis[i], tls.verify)
+    if not done then sess, herr = nil, handshake_assert(sess) end
+    if not sess then
+        hub.sessions[i] = nil
+        return nil, handshake_reason(hub, i, herr)
+    end
+    hub.sessions[i] = sess -- resumed by the next connection to the node
+    sock:settimeouts(hub.connect_timeout, hub.node_timeout, READ_TIMEOUT_MS)
+    return true
+end
+
+-- Say once per hub, in the error log, what a TLS client's settings mean
+-- inside nginx where that differs from elsewhere.
+local function tls_notes(hub, tls_nodes)
+    local tls = hub.tls
+    if tls.cafile or tls.capath then
+        ngx.log(ngx.NOTICE, "redlock: tls.cafile/tls.capath are not used inside nginx: cosockets verify ",
+            "rediss:// nodes against lua_ssl_trusted_certificate (and lua_ssl_verify_depth)")
+    end
+    if tls.verify and tls.server_name == nil then
+        for _, i in ipairs(tls_nodes) do
+            if hub.ports[i] ~= 0 and ip_literal(hub.hosts[i]) then
+                ngx.log(ngx.NOTICE, "redlock: ", hub.names[i], ": an IP address; inside nginx its certificate's ",
+                    "chain is verified, not the address (set tls.server_name to a name in the certificate)")
+            end
+        end
     end
 end
 
@@ -186,15 +380,9 @@ local function read_node(hub, i, gen)
     local e = hub.e
     local sock = ngx.socket.tcp()
     hub.socks[i] = sock
-    sock:settimeouts(hub.connect_timeout, hub.node_timeout, READ_TIMEOUT_MS)
-    local ok, err
-    if hub.ports[i] == 0 then
-        ok, err = sock:connect("unix:" .. hub.hosts[i])
-    else
-        ok, err = sock:connect(hub.hosts[i], hub.ports[i])
-    end
+    local ok, err = open(hub, i, sock)
     if hub.gen[i] ~= gen then return end
-    if not ok then return lost_node(hub, i, "connect failed: " .. tostring(err)) end
+    if not ok then return lost_node(hub, i, err) end
     if C.rl_engine_node_connected(e, i, 1, now_ms()) ~= RL_OK then
         -- the engine no longer wants it (it gave up on the connect meanwhile)
         hub.gen[i] = hub.gen[i] + 1
@@ -202,12 +390,13 @@ local function read_node(hub, i, gen)
         sock:close()
         return wake(hub)
     end
-    hub.up[i] = true
+    hub.up[i], hub.fed[i] = true, false
     wake(hub)
     while true do
         local data, rerr = sock:receiveany(READ_CHUNK)
         if hub.gen[i] ~= gen then return end
         if data then
+            hub.fed[i] = true
             if C.rl_engine_node_feed(e, i, data, #data, now_ms()) ~= RL_OK then
                 -- the engine dropped the connection (it asks for a close too)
                 hub.gen[i] = hub.gen[i] + 1
@@ -222,7 +411,7 @@ local function read_node(hub, i, gen)
             deliver(hub)
             wake(hub)
         elseif rerr ~= "timeout" then
-            return lost_node(hub, i, "connection lost: " .. tostring(rerr))
+            return lost_node(hub, i, lost_reason(hub, i, rerr))
         end
     end
 end
@@ -374,15 +563,18 @@ end
 -- was confirmed on it (the backoff starts over).
 local function sub_session(hub, s, i)
     local sock = ngx.socket.tcp()
-    sock:settimeouts(hub.connect_timeout, hub.node_timeout, READ_TIMEOUT_MS)
-    local ok
-    if hub.ports[i] == 0 then
-        ok = sock:connect("unix:" .. hub.hosts[i])
-    else
-        ok = sock:connect(hub.hosts[i], hub.ports[i])
-    end
+    local ok, err = open(hub, i, sock)
     hub.connects = hub.connects + 1
-    if not ok then return false end
+    if not ok then
+        if s.why ~= err then
+            -- said once per reason, not once per retry
+            ngx.log(ngx.WARN, "redlock: subscriber of ", hub.names[i], ": ", err)
+        end
+        s.why = err
+        sock:close()
+        return false
+    end
+    s.why = nil
     local auth = hub.auths[i]
     if auth and not sock:send(auth) then
         sock:close()
@@ -605,11 +797,19 @@ local function config_key(urls, n, opts)
     parts[#parts + 1] = ("%d,%d,%d,%d,%d,%d,%.17g,%d:%s"):format(opts.node_timeout_ms, opts.connect_timeout_ms,
         opts.reconnect_min_ms, opts.reconnect_max_ms, opts.stall_reset_ms, opts.quorum, opts.drift_factor,
         #prefix, prefix)
+    -- TLS: clients that verify differently, or show another certificate, get hubs of their own
+    local t = tls_config(opts.tls)
+    parts[#parts + 1] = "tls " .. (t.verify and 1 or 0)
+    for _, f in ipairs { "cafile", "capath", "certfile", "keyfile", "server_name" } do
+        local v = t[f]
+        parts[#parts + 1] = v and (#v .. ":" .. v) or "-"
+    end
     return table.concat(parts, "\n")
 end
 
-local function new_hub(e, n, opts)
+local function new_hub(e, n, opts, tls)
     local hub = {
+        tls = tls, tlss = {}, snis = {}, sessions = {}, fed = {},
         chans = {}, nwatched = 0, epoch = 0, heard_total = 0, sleep_horizon = 0, sub_dirty = false,
         subs = {}, auths = {}, reconnect_min = opts.reconnect_min_ms, reconnect_max = opts.reconnect_max_ms,
         prefix = (opts.prefix ~= nil and opts.prefix_len > 0) and ffi_string(opts.prefix, opts.prefix_len) or "",
@@ -624,7 +824,12 @@ local function new_hub(e, n, opts)
         hub.ports[i] = C.rl_engine_node_port(e, i)
         hub.names[i] = ffi_string(C.rl_engine_node_name(e, i))
         hub.gen[i], hub.up[i] = 0, false
-        hub.subs[i] = { th = nil, sock = nil, sent = {} }
+        hub.subs[i] = { th = nil, sock = nil, sent = {}, why = nil }
+        hub.tlss[i] = C.rl_engine_node_tls(e, i) ~= 0
+        if hub.tlss[i] then
+            local host = hub.hosts[i]
+            hub.snis[i] = tls.server_name or ((hub.ports[i] ~= 0 and not ip_literal(host)) and host or nil)
+        end
         -- what the subscriber sends first (the engine reads the URL); never logged
         local len = tonumber(C.rl_engine_node_auth(e, i, out_ptr))
         hub.auths[i] = len > 0 and ffi_string(out_ptr[0], len) or nil
@@ -862,17 +1067,23 @@ function _M.client_new(urls, n, opts, errbuf, errlen)
     if hub == nil then
         local e = C.rl_engine_new(urls, n, opts, errbuf, errlen)
         if e == nil then return nil end
+        local tls, tls_nodes = tls_config(opts.tls), {}
         for i = 0, n - 1 do
-            if C.rl_engine_node_tls(e, i) ~= 0 then
-                local msg = ("server %d: '%s': TLS (rediss://) is not supported yet"):format(
-                    i + 1, ffi_string(C.rl_engine_node_name(e, i)))
+            if C.rl_engine_node_tls(e, i) ~= 0 then tls_nodes[#tls_nodes + 1] = i end
+        end
+        if tls_nodes[1] ~= nil then
+            local why = tls_load(tls)
+            if why then
+                local i = tls_nodes[1]
+                local msg = ("server %d: '%s': %s"):format(i + 1, ffi_string(C.rl_engine_node_name(e, i)), why)
                 ffi.copy(errbuf, msg:sub(1, errlen - 1))
                 C.rl_engine_free(e)
                 return nil
             end
         end
-        hub = new_hub(ffi.gc(e, C.rl_engine_free), n, opts)
+        hub = new_hub(ffi.gc(e, C.rl_engine_free), n, opts, tls)
         hubs[key] = hub
+        if tls_nodes[1] ~= nil then tls_notes(hub, tls_nodes) end
     end
     return setmetatable({
         hub = hub, err = "", watching = {}, epoch = hub.epoch,

@@ -170,6 +170,14 @@ local function cli_prefix(self, i)
   if self.password then
     t[#t + 1] = "-a " .. shell_quote(self.password) .. " --no-auth-warning"
   end
+  local tls = self.tls
+  if tls then
+    t[#t + 1] = "--tls --cacert " .. shell_quote(tls.ca)
+    if tls.client_cert then
+      t[#t + 1] = "--cert " .. shell_quote(tls.client_cert)
+        .. " --key " .. shell_quote(tls.client_key)
+    end
+  end
   return table.concat(t, " ")
 end
 
@@ -182,9 +190,23 @@ end
 local function launch(self, i)
   local pidfile, logfile = node_files(self, i)
   os.remove(pidfile) -- a SIGKILLed node leaves its pid file behind
-  local argv = {
-    shell_quote(REDIS_SERVER),
-    "--port", tostring(self.ports[i]),
+  local argv = { shell_quote(REDIS_SERVER) }
+  local tls = self.tls
+  if tls then
+    -- The TLS port replaces the plain one: a TLS node has no plain listener.
+    for _, a in ipairs {
+      "--port", "0",
+      "--tls-port", tostring(self.ports[i]),
+      "--tls-cert-file", shell_quote(tls.cert),
+      "--tls-key-file", shell_quote(tls.key),
+      "--tls-ca-cert-file", shell_quote(tls.ca),
+      "--tls-auth-clients", tls.auth_clients,
+    } do argv[#argv + 1] = a end
+  else
+    argv[#argv + 1] = "--port"
+    argv[#argv + 1] = tostring(self.ports[i])
+  end
+  for _, a in ipairs {
     "--bind", "127.0.0.1",
     "--save", "''",
     "--appendonly", "no",
@@ -192,7 +214,7 @@ local function launch(self, i)
     "--pidfile", shell_quote(pidfile),
     "--logfile", shell_quote(logfile),
     "--dir", shell_quote(self.dir),
-  }
+  } do argv[#argv + 1] = a end
   if self.password then
     argv[#argv + 1] = "--requirepass " .. shell_quote(self.password)
   end
@@ -242,6 +264,15 @@ end
 --               fresh temporary directory, removed by stop())
 -- opts.args     list of extra redis-server arguments, e.g. { "--maxmemory", "1mb" }
 -- opts.password started with --requirepass; urls and cli() carry it
+-- opts.tls      serve TLS only: each node gets `--port 0 --tls-port P` and
+--               urls become rediss://. Fields (paths):
+--                 cert, key    the server certificate and its key (required)
+--                 ca           CA bundle the node checks client certificates
+--                              against, and cli() checks the node against (required)
+--                 auth_clients "no" (default), "yes" or "optional"
+--                 client_cert, client_key   a client certificate cli() presents
+--                              (required when auth_clients is "yes": the
+--                              readiness check and cli() use it)
 -- Returns the cluster; raises with the node's log tail if a node won't start.
 function _M.start(opts)
   opts = opts or {}
@@ -258,6 +289,38 @@ function _M.start(opts)
   if opts.password ~= nil and (type(opts.password) ~= "string" or opts.password == "") then
     error("bad argument #1 to 'start' (opts.password must be a non-empty string)", 2)
   end
+  local tls
+  if opts.tls ~= nil then
+    if type(opts.tls) ~= "table" then
+      error("bad argument #1 to 'start' (opts.tls must be a table)", 2)
+    end
+    tls = {}
+    for _, k in ipairs { "cert", "key", "ca", "client_cert", "client_key" } do
+      local v = opts.tls[k]
+      local required = k == "cert" or k == "key" or k == "ca"
+      if (v == nil and required) or (v ~= nil and (type(v) ~= "string" or v == "")) then
+        error("bad argument #1 to 'start' (opts.tls." .. k .. " must be a file path)", 2)
+      end
+      tls[k] = v
+    end
+    if (tls.client_cert == nil) ~= (tls.client_key == nil) then
+      error("bad argument #1 to 'start' (opts.tls.client_cert and opts.tls.client_key go together)", 2)
+    end
+    local ac = opts.tls.auth_clients or "no"
+    if ac ~= "no" and ac ~= "yes" and ac ~= "optional" then
+      error("bad argument #1 to 'start' (opts.tls.auth_clients must be \"no\", \"yes\" or \"optional\")", 2)
+    end
+    tls.auth_clients = ac
+    if ac == "yes" and not tls.client_cert then
+      -- The readiness check (redis-cli PING) must present a certificate.
+      error("bad argument #1 to 'start' (opts.tls.auth_clients \"yes\" needs opts.tls.client_cert and client_key)", 2)
+    end
+    for k, _ in pairs(opts.tls) do
+      if tls[k] == nil then
+        error("bad argument #1 to 'start' (opts.tls: unknown field " .. tostring(k) .. ")", 2)
+      end
+    end
+  end
 
   local self = setmetatable({
     n = n,
@@ -266,6 +329,7 @@ function _M.start(opts)
     urls = {},
     args = opts.args,
     password = opts.password,
+    tls = tls,
     dir = opts.dir,
     own_dir = opts.dir == nil,
   }, mt)
@@ -323,7 +387,7 @@ function _M.start(opts)
 
   for i = 1, n do
     local auth = self.password and (":" .. self.password .. "@") or ""
-    self.urls[i] = "redis://" .. auth .. "127.0.0.1:" .. self.ports[i]
+    self.urls[i] = (tls and "rediss://" or "redis://") .. auth .. "127.0.0.1:" .. self.ports[i]
   end
   return self
 end

@@ -135,7 +135,9 @@ end
 
 local NEW_KEYS = { servers = true, ttl = true, node_timeout = true, connect_timeout = true, quorum = true,
                    drift_factor = true, prefix = true, retry = true, max_extensions = true, keepalive = true,
-                   notify = true }
+                   notify = true, tls = true }
+local TLS_KEYS = { cafile = true, capath = true, certfile = true, keyfile = true, server_name = true, verify = true }
+local TLS_STRINGS = { "cafile", "capath", "certfile", "keyfile", "server_name" }
 local LOCK_KEYS = { ttl = true, wait = true, retry = true, keepalive = true, margin = true, fence = true }
 
 ---------------------------------------------------------------------------
@@ -194,7 +196,39 @@ local function options_struct(fname, o, nservers)
         if type(o.prefix) ~= "string" then argerror(1, fname, "prefix must be a string, got " .. show(o.prefix)) end
         opts.prefix, opts.prefix_len = o.prefix, #o.prefix
     end
+    local tls = o.tls
+    if tls ~= nil then
+        if type(tls) ~= "table" then argerror(1, fname, "tls must be a table, got " .. show(tls)) end
+        for k in next, tls do
+            if not TLS_KEYS[k] then
+                argerror(1, fname, ("unknown option %s"):format(type(k) == "string" and ("'tls." .. k .. "'") or ("tls[" .. show(k) .. "]")))
+            end
+        end
+        for _, k in ipairs(TLS_STRINGS) do
+            local v = tls[k]
+            if v ~= nil then
+                if type(v) ~= "string" or v == "" or v:find("\0", 1, true) then
+                    argerror(1, fname, ("tls.%s must be a non-empty string, got %s"):format(k, show(v)))
+                end
+                opts.tls[k] = v -- points into v: the client keeps v (see new)
+            end
+        end
+        if tls.verify ~= nil then
+            if type(tls.verify) ~= "boolean" then argerror(1, fname, "tls.verify must be a boolean, got " .. show(tls.verify)) end
+            opts.tls.verify = tls.verify and 1 or 0
+        end
+        if tls.keyfile ~= nil and tls.certfile == nil then
+            argerror(1, fname, "tls.keyfile needs tls.certfile")
+        end
+    end
     return opts
+end
+
+-- The string fields of t, copied (the caller may change t later).
+local function copy_strings(t)
+    local c = {}
+    for _, k in ipairs(TLS_STRINGS) do c[k] = t[k] end
+    return c
 end
 
 local function server_list(fname, servers)
@@ -247,6 +281,7 @@ function _M.new(opts)
         max_extensions = opts.max_extensions,
         options = copts,      -- kept for the keeper, which dials the same nodes
         prefix = opts.prefix, -- options.prefix points into this string: keep it as long as options
+        tls = opts.tls and copy_strings(opts.tls), -- options.tls's strings point into these
         urls = urls,
         live = setmetatable({}, WEAK_KEYS), -- locks made here (released or not), for close()
         head_starts = { n = 0 }, -- resource -> until when a waiter that heard our release goes first

@@ -15,6 +15,8 @@
 --     main = "...",                             -- extra main-context directives
 --     locations = { "location /ping { content_by_lua_block { ngx.say('pong') } }" },
 --     log_level = "notice",                     -- error_log level
+--     lua_ssl_trusted_certificate = "/path/ca.crt", -- what cosockets verify TLS peers against
+--     lua_ssl_verify_depth = 2,                 -- (both go in http{}; nil: nginx's defaults)
 --     worker_connections = 1024,
 --   }
 --   srv.port, srv.pid (master), srv.prefix, srv.conf
@@ -409,6 +411,10 @@ local function config(self, o, port)
   for _, t in ipairs(ni.temps) do add(("  %s_temp_path %s/tmp-%s;"):format(t, p, t)) end
   if o.package_path then add(("  lua_package_path %s;"):format(lua_string(with_defaults(o.package_path)))) end
   if o.package_cpath then add(("  lua_package_cpath %s;"):format(lua_string(with_defaults(o.package_cpath)))) end
+  if o.lua_ssl_trusted_certificate then
+    add(("  lua_ssl_trusted_certificate %s;"):format(lua_string(o.lua_ssl_trusted_certificate)))
+  end
+  if o.lua_ssl_verify_depth then add(("  lua_ssl_verify_depth %d;"):format(o.lua_ssl_verify_depth)) end
   if o.init then add("  init_by_lua_block {\n" .. o.init .. "\n  }") end
   if o.init_worker then add("  init_worker_by_lua_block {\n" .. o.init_worker .. "\n  }") end
   if o.http then add(o.http) end

@@ -1,11 +1,26 @@
---- Where the servers come from (--servers, else REDLOCK_SERVERS), and the
--- host's thin layer over the Lua API: one client per process, keep-alive on.
+--- Where the servers come from (--servers, --servers-file, else
+-- REDLOCK_SERVERS), the TLS settings (flags, else REDLOCK_* variables), and
+-- the host's thin layer over the Lua API: one client per process, keep-alive on.
 
 local _M = {}
 
 _M.OPTIONS = {
   { name = "servers", long = "servers", arg = "URL,...",
     help = "the Redis nodes (default: $REDLOCK_SERVERS)" },
+  { name = "servers_file", long = "servers-file", arg = "FILE",
+    help = "read the nodes from FILE, one URL a line, # comments (keeps passwords out of argv)" },
+  { name = "cacert", long = "cacert", arg = "FILE",
+    help = "rediss://: verify nodes with the CAs in FILE (default: $REDLOCK_CACERT, else the system's)" },
+  { name = "cacertdir", long = "cacertdir", arg = "DIR",
+    help = "rediss://: ... and with the hashed CA certificates in DIR ($REDLOCK_CACERTDIR)" },
+  { name = "cert", long = "cert", arg = "FILE",
+    help = "rediss://: client certificate for mutual TLS ($REDLOCK_CERT)" },
+  { name = "key", long = "key", arg = "FILE",
+    help = "rediss://: its private key ($REDLOCK_KEY)" },
+  { name = "sni", long = "sni", arg = "NAME",
+    help = "rediss://: server name to send and verify instead of each URL's host ($REDLOCK_SNI)" },
+  { name = "insecure", long = "insecure",
+    help = "rediss://: do not verify the nodes' certificates ($REDLOCK_INSECURE=1)" },
   { name = "prefix", long = "prefix", arg = "PREFIX",
     help = "prepended to RESOURCE to form the key (default: $REDLOCK_PREFIX)" },
 }
@@ -29,10 +44,36 @@ function _M.split(text)
   return list
 end
 
---- The server list from opts.servers or REDLOCK_SERVERS; nil and a message if neither.
+--- The URLs in a servers file: one a line (commas too), blank lines and
+-- # comments skipped. nil and a message (never the file's text) on error.
+local function read_servers_file(path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, "--servers-file: cannot read " .. tostring(err) end
+  local text = f:read("*a")
+  f:close()
+  local list = {}
+  for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+    line = line:gsub("#.*$", "")
+    for _, url in ipairs(_M.split(line)) do list[#list + 1] = url end
+  end
+  if #list == 0 then return nil, "--servers-file " .. path .. " names no servers" end
+  return table.concat(list, ",")
+end
+
+--- The server list from opts.servers, opts.servers_file or REDLOCK_SERVERS;
+-- nil and a message if none.
 function _M.servers(opts)
   local text = opts.servers
   local from = "--servers"
+  if text ~= nil and opts.servers_file ~= nil then
+    return nil, "--servers and --servers-file: give one of them"
+  end
+  if text == nil and opts.servers_file ~= nil then
+    local err
+    text, err = read_servers_file(opts.servers_file)
+    if not text then return nil, err end
+    from = "--servers-file"
+  end
   if text == nil then
     text = os.getenv("REDLOCK_SERVERS")
     from = "REDLOCK_SERVERS"
@@ -44,12 +85,51 @@ function _M.servers(opts)
   return _M.split(text)
 end
 
+local function env(name)
+  local v = os.getenv(name)
+  if v == "" then return nil end
+  return v
+end
+
+local FALSE_WORDS = { ["0"] = true, no = true, ["false"] = true, off = true }
+
+-- REDLOCK_INSECURE=1 (or yes, true, ...): anything set but 0, no, false, off.
+local function truthy(v)
+  return v ~= nil and not FALSE_WORDS[v:lower():match("^%s*(.-)%s*$")]
+end
+
+local warned_insecure = false
+
+--- The tls option table from the flags, else the REDLOCK_* variables (nil
+-- when nothing is set). --insecure warns on stderr, once.
+function _M.tls_options(opts)
+  local t = {
+    cafile = opts.cacert or env("REDLOCK_CACERT"),
+    capath = opts.cacertdir or env("REDLOCK_CACERTDIR"),
+    certfile = opts.cert or env("REDLOCK_CERT"),
+    keyfile = opts.key or env("REDLOCK_KEY"),
+    server_name = opts.sni or env("REDLOCK_SNI"),
+  }
+  local insecure = opts.insecure or truthy(env("REDLOCK_INSECURE"))
+  if insecure then
+    t.verify = false
+    if not warned_insecure then
+      warned_insecure = true
+      io.stderr:write("redlock: warning: TLS certificate verification is off (",
+        opts.insecure and "--insecure" or "REDLOCK_INSECURE", "): anyone on the path can pose as a node\n")
+    end
+  end
+  if next(t) == nil then return nil end
+  return t
+end
+
 --- Client options from the command line and environment (nil, err without servers).
 function _M.client_options(opts)
   local servers, err = _M.servers(opts)
   if not servers then return nil, err end
   local prefix = opts.prefix or os.getenv("REDLOCK_PREFIX")
-  return { servers = servers, prefix = prefix ~= "" and prefix or nil, keepalive = true }
+  return { servers = servers, prefix = prefix ~= "" and prefix or nil, keepalive = true,
+    tls = _M.tls_options(opts) }
 end
 
 -- An error that is the user's configuration, not the script: `redlock run`
@@ -92,6 +172,10 @@ function _M.install(opts)
   return redlock
 end
 
+-- The flag that sets each tls option, for error messages.
+local FLAG_OF_TLS_OPTION = { cafile = "--cacert:", capath = "--cacertdir:", certfile = "--cert:",
+  keyfile = "--key:", server_name = "--sni:" }
+
 --- A client from the host configuration, or nil and a message.
 function _M.client(opts)
   local copts, err = _M.client_options(opts)
@@ -99,7 +183,8 @@ function _M.client(opts)
   local redlock = require "redlock"
   local ok, dlm = pcall(redlock.new, copts)
   if not ok then
-    return nil, tostring(dlm):gsub("^bad argument #1 to 'new' %((.*)%)$", "%1")
+    local msg = tostring(dlm):gsub("^bad argument #1 to 'new' %((.*)%)$", "%1")
+    return nil, (msg:gsub("^tls%.([%w_]+):", FLAG_OF_TLS_OPTION))
   end
   return dlm
 end

@@ -70,7 +70,12 @@ Commands:
 
 Servers (for run, exec, status, demo):
   --servers URL,URL,...   or the environment variable REDLOCK_SERVERS
+  --servers-file FILE     one URL a line, # comments: keeps passwords out of argv
   URL: redis://[[user]:password@]host:port[/db]  or  unix:///path/to.sock[?db=N]
+       rediss://... for TLS (certificates verified against the system's CAs)
+  TLS: --cacert FILE, --cacertdir DIR, --cert FILE, --key FILE, --sni NAME,
+       --insecure; or REDLOCK_CACERT, REDLOCK_CACERTDIR, REDLOCK_CERT,
+       REDLOCK_KEY, REDLOCK_SNI, REDLOCK_INSECURE=1 (the flags win)
   No servers yet? 'redlock dev' starts some; 'redlock demo' needs none.
 
 'redlock COMMAND --help' shows a command's options; 'redlock --version'.

@@ -1,0 +1,348 @@
+/* tls.c — TLS sessions for the libev driver over OpenSSL (see tls.h).
+ *
+ * OpenSSL reads and writes the socket through a BIO of our own: recv(2),
+ * and send(2) with MSG_NOSIGNAL, because OpenSSL's socket BIO uses write(2)
+ * and a write to a reset peer would raise SIGPIPE in a process whose signal
+ * dispositions are not ours to change. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include "tls.h"
+
+struct rl_tls {
+    SSL_CTX *ctx;
+    char *server_name;       /* replaces the URL's host for SNI and verification (NULL: none) */
+    int verify;
+    int has_cert;            /* a client certificate is configured */
+};
+
+/* ---- the socket BIO ---- */
+
+static BIO_METHOD *bio_method;
+static pthread_once_t bio_once = PTHREAD_ONCE_INIT;
+
+static int bio_write(BIO *b, const char *data, int len) {
+    int fd = (int)(intptr_t)BIO_get_data(b);
+    ssize_t w;
+    BIO_clear_retry_flags(b);
+    do w = send(fd, data, (size_t)len, MSG_NOSIGNAL);
+    while (w < 0 && errno == EINTR);
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) BIO_set_retry_write(b);
+    return (int)w;
+}
+
+static int bio_read(BIO *b, char *buf, int len) {
+    int fd = (int)(intptr_t)BIO_get_data(b);
+    ssize_t got;
+    BIO_clear_retry_flags(b);
+    do got = recv(fd, buf, (size_t)len, 0);
+    while (got < 0 && errno == EINTR);
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) BIO_set_retry_read(b);
+    return (int)got;
+}
+
+static long bio_ctrl(BIO *b, int cmd, long num, void *ptr) {
+    (void)b;
+    (void)num;
+    (void)ptr;
+    return cmd == BIO_CTRL_FLUSH ? 1 : 0;
+}
+
+static int bio_create(BIO *b) {
+    BIO_set_init(b, 1);
+    return 1;
+}
+
+static int bio_destroy(BIO *b) {
+    (void)b;
+    return 1;
+}
+
+/* One method for the process, made once (it is never freed: it stays
+ * reachable, and a new index per client would run out). */
+static void bio_setup(void) {
+    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "redlock socket");
+    if (m == NULL) return;
+    if (!BIO_meth_set_write(m, bio_write) || !BIO_meth_set_read(m, bio_read) || !BIO_meth_set_ctrl(m, bio_ctrl) ||
+        !BIO_meth_set_create(m, bio_create) || !BIO_meth_set_destroy(m, bio_destroy)) {
+        BIO_meth_free(m);
+        return;
+    }
+    bio_method = m;
+}
+
+/* ---- error text ---- */
+
+/* The reason text of OpenSSL's latest error (never NULL). */
+static const char *last_reason(unsigned long code) {
+    const char *r = code ? ERR_reason_error_string(code) : NULL;
+    return r ? r : "unknown error";
+}
+
+/* The last error queued by the failed call; the queue is emptied. */
+static unsigned long take_error(void) {
+    unsigned long code = 0, e;
+    while ((e = ERR_get_error()) != 0) code = e;
+    return code;
+}
+
+static int is_ip(const char *host) {
+    unsigned char buf[sizeof(struct in6_addr)];
+    return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
+}
+
+/* The name or address the certificate was checked against. */
+static void verified_name(SSL *ssl, char *out, size_t len) {
+    X509_VERIFY_PARAM *p = SSL_get0_param(ssl);
+    const char *host = X509_VERIFY_PARAM_get0_host(p, 0);
+    char *ip = host ? NULL : X509_VERIFY_PARAM_get1_ip_asc(p);
+    snprintf(out, len, "%s", host ? host : ip ? ip : "?");
+    OPENSSL_free(ip);
+}
+
+/* err = what the failed call rc on s means. during: in the handshake. */
+static void describe(rl_tls_session *s, int rc, int during, char *err, size_t errlen) {
+    SSL *ssl = s->ssl;
+    int saved = errno;
+    int kind = SSL_get_error(ssl, rc);
+    unsigned long code = take_error();
+    int reason = ERR_GET_REASON(code);
+    const char *pre = during ? "TLS handshake failed: " : "TLS: ";
+    if (kind == SSL_ERROR_ZERO_RETURN) {
+        snprintf(err, errlen, "closed by the server (TLS close_notify)");
+    } else if (kind == SSL_ERROR_SYSCALL && code == 0) {
+        if (rc == 0 || saved == 0) snprintf(err, errlen, "%sconnection closed by the server", pre);
+        else snprintf(err, errlen, "%s%s", pre, strerror(saved));
+    } else if (reason == SSL_R_CERTIFICATE_VERIFY_FAILED) {
+        long v = SSL_get_verify_result(ssl);
+        if (v == X509_V_ERR_HOSTNAME_MISMATCH || v == X509_V_ERR_IP_ADDRESS_MISMATCH) {
+            char name[256];
+            verified_name(ssl, name, sizeof(name));
+            snprintf(err, errlen, "hostname mismatch: the server's certificate is not for %s", name);
+        } else {
+            snprintf(err, errlen, "certificate verify failed: %s", X509_verify_cert_error_string(v));
+        }
+    } else if (reason == SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED ||
+               (!s->tls->has_cert && (reason == SSL_R_SSLV3_ALERT_HANDSHAKE_FAILURE ||
+                                      reason == SSL_R_SSLV3_ALERT_BAD_CERTIFICATE))) {
+        snprintf(err, errlen, "server requires a client certificate");
+#ifdef SSL_R_UNEXPECTED_EOF_WHILE_READING
+    } else if (reason == SSL_R_UNEXPECTED_EOF_WHILE_READING) {
+        snprintf(err, errlen, "%sconnection closed by the server", pre);
+#endif
+    } else {
+        snprintf(err, errlen, "%s%s", pre, last_reason(code));
+    }
+    s->failed = 1;
+}
+
+/* ---- the context ---- */
+
+/* err = "tls.<option>: <what> '<path>': <OpenSSL's reason>". */
+static void option_error(char *err, size_t errlen, const char *option, const char *what, const char *path) {
+    unsigned long code = take_error();
+    if (err) snprintf(err, errlen, "tls.%s: %s '%s'%s%s", option, what, path, code ? ": " : "", code ? last_reason(code) : "");
+}
+
+static int readable_file(const char *path, int dir) {
+    struct stat st;
+    if (stat(path, &st) != 0) return 0;
+    return dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode);
+}
+
+rl_tls *rl_tls_new(const rl_tls_options *o, char *err, size_t errlen) {
+    pthread_once(&bio_once, bio_setup);
+    rl_tls *t = calloc(1, sizeof(*t));
+    ERR_clear_error();
+    if (t == NULL || bio_method == NULL || (t->ctx = SSL_CTX_new(TLS_client_method())) == NULL) {
+        if (err) snprintf(err, errlen, "TLS: cannot create a context: %s", last_reason(take_error()));
+        free(t);
+        return NULL;
+    }
+    SSL_CTX *ctx = t->ctx;
+    t->verify = o->verify != 0;
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
+    /* Writes offer the driver's output buffer, which may grow and move
+     * between a write that must be retried and its retry. */
+    SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    SSL_CTX_set_verify(ctx, t->verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
+
+    if (o->cafile && !readable_file(o->cafile, 0)) {
+        if (err) snprintf(err, errlen, "tls.cafile: cannot read '%s': %s", o->cafile, errno ? strerror(errno) : "not a file");
+        goto fail;
+    }
+    if (o->capath && !readable_file(o->capath, 1)) {
+        if (err) snprintf(err, errlen, "tls.capath: '%s' is not a directory", o->capath);
+        goto fail;
+    }
+    if (o->cafile || o->capath) {
+        if (o->cafile && SSL_CTX_load_verify_locations(ctx, o->cafile, NULL) != 1) {
+            option_error(err, errlen, "cafile", "no CA certificates in", o->cafile);
+            goto fail;
+        }
+        if (o->capath && SSL_CTX_load_verify_locations(ctx, NULL, o->capath) != 1) {
+            option_error(err, errlen, "capath", "cannot use", o->capath);
+            goto fail;
+        }
+    } else if (t->verify && SSL_CTX_set_default_verify_paths(ctx) != 1) {
+        option_error(err, errlen, "cafile", "cannot load the system's CAs from", X509_get_default_cert_file());
+        goto fail;
+    }
+    if (o->keyfile && !o->certfile) {
+        if (err) snprintf(err, errlen, "tls.keyfile: needs tls.certfile");
+        goto fail;
+    }
+    if (o->certfile) {
+        const char *key = o->keyfile ? o->keyfile : o->certfile;
+        if (SSL_CTX_use_certificate_chain_file(ctx, o->certfile) != 1) {
+            option_error(err, errlen, "certfile", "cannot load a certificate from", o->certfile);
+            goto fail;
+        }
+        if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
+            if (ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH) {
+                take_error();
+                if (err) snprintf(err, errlen, "tls.keyfile: the key in '%s' does not match tls.certfile", key);
+            } else {
+                option_error(err, errlen, o->keyfile ? "keyfile" : "certfile", "cannot load a private key from", key);
+            }
+            goto fail;
+        }
+        if (SSL_CTX_check_private_key(ctx) != 1) {
+            take_error();
+            if (err) snprintf(err, errlen, "tls.keyfile: the key in '%s' does not match tls.certfile", key);
+            goto fail;
+        }
+        t->has_cert = 1;
+    }
+    if (o->server_name) {
+        if (o->server_name[0] == '\0') {
+            if (err) snprintf(err, errlen, "tls.server_name: empty");
+            goto fail;
+        }
+        t->server_name = strdup(o->server_name);
+        if (t->server_name == NULL) {
+            if (err) snprintf(err, errlen, "out of memory");
+            goto fail;
+        }
+    }
+    return t;
+fail:
+    rl_tls_free(t);
+    return NULL;
+}
+
+void rl_tls_free(rl_tls *t) {
+    if (t == NULL) return;
+    SSL_CTX_free(t->ctx);
+    free(t->server_name);
+    free(t);
+}
+
+/* ---- sessions ---- */
+
+int rl_tls_start(rl_tls *t, rl_tls_session *s, int fd, const char *host, char *err, size_t errlen) {
+    rl_tls_end(s);
+    ERR_clear_error();
+    SSL *ssl = SSL_new(t->ctx);
+    BIO *bio = ssl ? BIO_new(bio_method) : NULL;
+    if (bio == NULL) {
+        snprintf(err, errlen, "TLS: cannot start a session: %s", last_reason(take_error()));
+        SSL_free(ssl);
+        return -1;
+    }
+    BIO_set_data(bio, (void *)(intptr_t)fd);
+    SSL_set_bio(ssl, bio, bio);
+    const char *name = t->server_name ? t->server_name : host;
+    int ip = is_ip(name);
+    int ok = 1;
+    if (!ip) ok = SSL_set_tlsext_host_name(ssl, name) == 1;
+    if (ok && t->verify) {
+        if (ip) {
+            ok = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name) == 1;
+        } else {
+            SSL_set_hostflags(ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+            ok = SSL_set1_host(ssl, name) == 1;
+        }
+    }
+    if (!ok) {
+        snprintf(err, errlen, "TLS: cannot use the server name '%s': %s", name, last_reason(take_error()));
+        SSL_free(ssl);
+        return -1;
+    }
+    SSL_set_connect_state(ssl);
+    *s = (rl_tls_session){.ssl = ssl, .tls = t};
+    return 0;
+}
+
+/* After a call that did not finish: RL_TLS_AGAIN with want set, or 0 if the
+ * failure is something else. */
+static int again(rl_tls_session *s, int rc) {
+    switch (SSL_get_error(s->ssl, rc)) {
+    case SSL_ERROR_WANT_READ: s->want = RL_TLS_WANT_READ; return 1;
+    case SSL_ERROR_WANT_WRITE: s->want = RL_TLS_WANT_WRITE; return 1;
+    default: return 0;
+    }
+}
+
+int rl_tls_handshake(rl_tls_session *s, char *err, size_t errlen) {
+    ERR_clear_error();
+    errno = 0;
+    int rc = SSL_do_handshake(s->ssl);
+    if (rc == 1) {
+        s->done = 1;
+        s->want = 0;
+        return 1;
+    }
+    if (again(s, rc)) return RL_TLS_AGAIN;
+    describe(s, rc, 1, err, errlen);
+    return RL_TLS_FAIL;
+}
+
+ssize_t rl_tls_read(rl_tls_session *s, char *buf, size_t len, char *err, size_t errlen) {
+    ERR_clear_error();
+    errno = 0;
+    int n = len > INT32_MAX ? INT32_MAX : (int)len;
+    int rc = SSL_read(s->ssl, buf, n);
+    if (rc > 0) return rc;
+    if (again(s, rc)) return RL_TLS_AGAIN;
+    describe(s, rc, 0, err, errlen);
+    return RL_TLS_FAIL;
+}
+
+size_t rl_tls_pending(const rl_tls_session *s) {
+    return s->ssl ? (size_t)SSL_pending(s->ssl) : 0;
+}
+
+ssize_t rl_tls_write(rl_tls_session *s, const char *data, size_t len, char *err, size_t errlen) {
+    ERR_clear_error();
+    errno = 0;
+    int n = len > INT32_MAX ? INT32_MAX : (int)len;
+    int rc = SSL_write(s->ssl, data, n);
+    if (rc > 0) return rc;
+    if (again(s, rc)) return RL_TLS_AGAIN;
+    describe(s, rc, 0, err, errlen);
+    return RL_TLS_FAIL;
+}
+
+void rl_tls_end(rl_tls_session *s) {
+    if (s->ssl == NULL) return;
+    if (s->done && !s->failed) {
+        ERR_clear_error();
+        SSL_shutdown(s->ssl); /* queues close_notify; never waits for the peer's */
+        ERR_clear_error();
+    }
+    SSL_free(s->ssl);
+    *s = (rl_tls_session){0};
+}

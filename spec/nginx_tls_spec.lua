@@ -1,0 +1,463 @@
+-- TLS inside nginx: redlock.cosocket against real redis-server nodes that
+-- speak only TLS (devcluster's tls option, throwaway certificates from
+-- helpers.tls). The hub's command connections and its subscriber
+-- connections do the TLS handshake after connecting; nginx verifies nodes
+-- against lua_ssl_trusted_certificate; a client certificate comes from
+-- tls.certfile/keyfile; a failed handshake is one failed vote with a reason.
+-- Everything on 127.0.0.1: the certificates name localhost, which
+-- tls.server_name asks for (nginx has no resolver here, and ngx_lua checks
+-- host names, not IP addresses).
+
+local nginx = require "helpers.nginx"
+local cluster = require "helpers.cluster"
+local history = require "helpers.history"
+local proc = require "helpers.proc"
+local tls = require "helpers.tls"
+
+local ROOT = nginx.root
+local BUILD = os.getenv("REDLOCK_BUILD_DIR") or "build"
+if BUILD:sub(1, 1) ~= "/" then BUILD = ROOT .. "/" .. BUILD end
+
+local res = cluster.names("nginx_tls")
+
+local PING = "location = /ping { content_by_lua_block { ngx.say('pong') } }"
+
+local function lua_list(urls)
+  local t = {}
+  for i, u in ipairs(urls) do t[i] = ("%q"):format(u) end
+  return "{" .. table.concat(t, ", ") .. "}"
+end
+
+-- init_by_lua: the module, and show(d): a result's detail as text.
+local INIT = [[
+  redlock = require "redlock"
+  sproc = require "helpers.proc"
+  -- a node's detail as text: "state reason" joined with " | "
+  function show(d)
+    local parts = {}
+    for i = 1, #(d or {}) do parts[i] = tostring(d[i].state) .. " " .. tostring(d[i].error) end
+    return table.concat(parts, " | ")
+  end
+]]
+
+-- lock r (arg r) with DLM (or DLMS[arg c]), unlock:
+-- "ok <detail>" or "fail <err> <detail>", and the ms it took
+local LOCK_UNLOCK = [[
+  location = /lock {
+    content_by_lua_block {
+      local dlm = ngx.var.arg_c and DLMS[ngx.var.arg_c] or DLM
+      local t0 = sproc.now_ms()
+      local lock, err, d = dlm:try_lock(ngx.var.arg_r)
+      if not lock then ngx.say(("fail %s ms=%.0f %s"):format(err, sproc.now_ms() - t0, show(d))) return end
+      local ok, uerr, ud = lock:unlock()
+      if not ok then ngx.say("unlock-fail ", tostring(uerr), " ", show(ud)) return end
+      ngx.say(("ok ms=%.0f %s"):format(sproc.now_ms() - t0, show(d)))
+    }
+  }]]
+
+-- The round ends once quorum is out of reach: of 3 failing nodes, 2 (or 3)
+-- have answered with a reason by then, the rest are "pending". Asserts
+-- that, for a "fail" body; returns how many gave the reason.
+local function failed_with(body, reason)
+  local n, pending = 0, 0
+  for node in (body:gsub("\n$", "") .. " | "):gmatch("(.-) | ") do
+    if node:find(reason, 1, true) and node:find("error ", 1, true) then n = n + 1
+    elseif node:find("pending nil$") then pending = pending + 1 end
+  end
+  assert.is_true(n >= 2 and n + pending == 3, "expected 3 nodes failed with '" .. reason .. "': " .. body)
+  return n
+end
+
+local function start(o)
+  o.package_path = ROOT .. "/lua/?.lua;" .. ROOT .. "/lua/?/init.lua;" .. ROOT .. "/spec/?.lua"
+  o.package_cpath = BUILD .. "/?.so"
+  return nginx.start(o)
+end
+
+describe("redlock inside nginx over TLS", function()
+  local pki, tcl, mcl, srv
+
+  local function log()
+    return srv and ("\nnginx error log:\n" .. srv:error_log():sub(-3000)) or ""
+  end
+
+  local function get(path)
+    local status, body = srv:get(path, { timeout_ms = 10000 })
+    assert.equal(200, status, tostring(body) .. log())
+    return body
+  end
+
+  -- a client's options in Lua source: tls = { server_name = "localhost", ... }
+  local function client(urls, extra, tlsopts)
+    return ("redlock.new { servers = %s, ttl = 3000, node_timeout = 300, tls = { server_name = 'localhost'%s }%s }")
+      :format(lua_list(urls), tlsopts and (", " .. tlsopts) or "", extra and (", " .. extra) or "")
+  end
+
+  lazy_setup(function()
+    pki = tls.make()
+    -- server certificate only
+    tcl = cluster.start(3, { tls = { cert = pki.server_cert, key = pki.server_key, ca = pki.ca } })
+    -- mutual TLS: the nodes want a client certificate
+    mcl = cluster.start(3, { tls = { cert = pki.server_cert, key = pki.server_key, ca = pki.ca,
+                                     auth_clients = "yes", client_cert = pki.client_cert,
+                                     client_key = pki.client_key } })
+  end)
+  after_each(function()
+    if srv then srv:stop() end
+    srv = nil
+  end)
+  teardown(function()
+    nginx.stop_all()
+    cluster.stop_all()
+    tls.cleanup()
+  end)
+
+  it("locks and unlocks over TLS, and resumes the TLS session when it connects again", function()
+    srv = start {
+      workers = 1,
+      log_level = "debug", -- nginx says "SSL reused session" at debug level only
+      lua_ssl_trusted_certificate = pki.ca,
+      init = INIT .. "DLM = " .. client(tcl.urls),
+      locations = { PING, LOCK_UNLOCK },
+    }
+    local r = res("lock")
+    for _ = 1, 5 do
+      assert.matches("^ok ", get("/lock?r=" .. r), nil, false)
+    end
+    local reused = select(2, srv:error_log():gsub("SSL reused session", ""))
+    -- the connections made the first time had no session to resume
+    assert.equal(0, reused, log())
+    -- the nodes drop every normal client (the hub's connections); the hub connects again
+    for i = 1, 3 do
+      local out, ok = tcl:cli(i, "CLIENT", "KILL", "TYPE", "normal")
+      assert(ok, out)
+    end
+    proc.sleep_ms(100)
+    local deadline, body = proc.now_ms() + 3000, nil
+    repeat
+      body = get("/lock?r=" .. r)
+    until body:find("^ok ") and not body:find("error") or proc.now_ms() > deadline
+    assert.matches("^ok ", body, nil, false)
+    reused = select(2, srv:error_log():gsub("SSL reused session", ""))
+    print(("    [tls] handshakes that resumed a session after CLIENT KILL: %d (of 3 nodes)"):format(reused))
+    assert.is_true(reused >= 3, "reused " .. reused .. log())
+  end)
+
+  it("presents the client certificate to nodes that require one; without it each node refuses (and no hub is shared)", function()
+    local combined = pki.dir .. "/client-and-key.pem"
+    proc.write_file(combined, proc.read_file(pki.client_cert) .. proc.read_file(pki.client_key))
+    srv = start {
+      workers = 1,
+      lua_ssl_trusted_certificate = pki.ca,
+      init = INIT .. ("DLMS = { mtls = %s, none = %s, onefile = %s }"):format(
+        client(mcl.urls, nil, ("certfile = %q, keyfile = %q"):format(pki.client_cert, pki.client_key)),
+        client(mcl.urls),
+        client(mcl.urls, nil, ("certfile = %q"):format(combined))),
+      locations = { PING, LOCK_UNLOCK },
+    }
+    local r = res("mtls")
+    -- the clients in one worker, one after the other, twice
+    for _ = 1, 2 do
+      assert.matches("^ok ", get("/lock?c=mtls&r=" .. r), nil, false)
+      -- the key in the certificate's file (no tls.keyfile)
+      assert.matches("^ok ", get("/lock?c=onefile&r=" .. r), nil, false)
+      local body = get("/lock?c=none&r=" .. r)
+      assert.matches("^fail unavailable ", body, nil, false)
+      failed_with(body, "TLS handshake failed: server requires a client certificate? (none set)")
+    end
+  end)
+
+  -- ngx_lua 0.10.23 offers TLS 1.2 and older unless lua_ssl_protocols says
+  -- otherwise. Over TLS 1.3 a node that wants a client certificate refuses
+  -- one only after the handshake; and the session sslhandshake returns is
+  -- taken before the server's ticket arrives, so it does not resume.
+  it("works over TLS 1.3 (lua_ssl_protocols TLSv1.3); a missing client certificate is a reason there too", function()
+    srv = start {
+      workers = 1,
+      lua_ssl_trusted_certificate = pki.ca,
+      http = "lua_ssl_protocols TLSv1.3;",
+      init = INIT .. ("DLMS = { mtls = %s, none = %s }"):format(
+        client(mcl.urls, nil, ("certfile = %q, keyfile = %q"):format(pki.client_cert, pki.client_key)),
+        client(mcl.urls)),
+      locations = { PING, LOCK_UNLOCK },
+    }
+    local r = res("tls13")
+    for _ = 1, 2 do
+      assert.matches("^ok ", get("/lock?c=mtls&r=" .. r), nil, false)
+      local body = get("/lock?c=none&r=" .. r)
+      assert.matches("^fail unavailable ", body, nil, false)
+      failed_with(body, "server requires a client certificate?")
+    end
+  end)
+
+  it("refuses to make a client whose certificate cannot be read, naming the file", function()
+    srv = start {
+      workers = 1,
+      lua_ssl_trusted_certificate = pki.ca,
+      init = INIT,
+      locations = { PING, ([[
+        location = /bad {
+          content_by_lua_block {
+            local ok, err = pcall(function() return %s end)
+            ngx.say(ok and "made" or tostring(err))
+          }
+        }]]):format(client(mcl.urls, nil, ("certfile = %q, keyfile = %q"):format(
+          pki.dir .. "/missing.crt", pki.client_key))) },
+    }
+    local body = get("/bad")
+    assert.matches("cannot read tls.certfile", body, nil, true)
+    assert.matches("missing.crt", body, nil, true)
+  end)
+
+  it("gives each node a failed vote with the reason when certificates do not verify", function()
+    srv = start {
+      workers = 1,
+      lua_ssl_trusted_certificate = pki.wrong_ca, -- no node's certificate chains to it
+      init = INIT .. ("DLMS = { wrong = %s, noverify = %s }"):format(
+        client(tcl.urls), client(tcl.urls, nil, "verify = false")),
+      locations = { PING, LOCK_UNLOCK },
+    }
+    local r = res("wrongca")
+    for _ = 1, 2 do
+      local t0 = proc.now_ms()
+      local body = get("/lock?c=wrong&r=" .. r)
+      assert.matches("^fail unavailable ", body, nil, false)
+      failed_with(body, "certificate verify failed: self-signed certificate in certificate chain")
+      assert.is_true(proc.now_ms() - t0 < 1000, body)
+    end
+    -- verify = false: sslhandshake does not verify, the same nodes work
+    assert.matches("^ok ", get("/lock?c=noverify&r=" .. r), nil, false)
+    assert.not_matches("user thread aborted", srv:error_log())
+    srv:stop()
+    -- no lua_ssl_trusted_certificate at all: nothing verifies
+    srv = start { workers = 1, init = INIT .. "DLM = " .. client(tcl.urls), locations = { PING, LOCK_UNLOCK } }
+    local body = get("/lock?r=" .. r)
+    assert.matches("^fail unavailable ", body, nil, false)
+    -- (the nodes send their CA along: OpenSSL says "self-signed certificate in certificate chain")
+    failed_with(body, "certificate verify failed: ")
+    assert.not_matches("user thread aborted", srv:error_log())
+  end)
+
+  it("checks the name: a server_name the certificate is not for fails every node", function()
+    srv = start {
+      workers = 1,
+      lua_ssl_trusted_certificate = pki.ca,
+      init = INIT .. ("DLM = %s"):format(client(tcl.urls, nil, "server_name = 'other.example'")
+        :gsub("server_name = 'localhost', ", "")),
+      locations = { PING, LOCK_UNLOCK },
+    }
+    local body = get("/lock?r=" .. res("name"))
+    assert.matches("^fail unavailable ", body, nil, false)
+    failed_with(body, "certificate verify failed: not for 'other.example'")
+  end)
+
+  it("mixes TLS and plain nodes in one client", function()
+    local pcl = cluster.start(2)
+    local ok, err = pcall(function()
+      local urls = { tcl.urls[1], pcl.urls[1], tcl.urls[2], pcl.urls[2], tcl.urls[3] }
+      srv = start {
+        workers = 1,
+        lua_ssl_trusted_certificate = pki.ca,
+        init = INIT .. "DLM = " .. client(urls),
+        locations = { PING, LOCK_UNLOCK, [[
+          location = /hold {
+            content_by_lua_block {
+              local lock, err, d = DLM:try_lock(ngx.var.arg_r)
+              ngx.say(lock and ("held " .. lock.value) or ("fail " .. tostring(err) .. " " .. show(d)))
+            }
+          }]] },
+      }
+      assert.matches("^ok ", get("/lock?r=" .. res("mixed")), nil, false)
+      local r = res("mixed_hold")
+      local value = get("/hold?r=" .. r):match("^held (%x+)")
+      assert(value, log())
+      for i = 1, 3 do assert.equal(value, cluster.get(tcl, i, r)) end
+      for i = 1, 2 do assert.equal(value, cluster.get(pcl, i, r)) end
+    end)
+    pcl:stop()
+    assert(ok, tostring(err))
+  end)
+
+  it("bounds a node stalled in the handshake by the timeouts, and says it timed out", function()
+    local scl = cluster.start(1, { tls = { cert = pki.server_cert, key = pki.server_key, ca = pki.ca } })
+    local ok, err = pcall(function()
+      local urls = { tcl.urls[1], tcl.urls[2], scl.urls[1] }
+      srv = start {
+        workers = 1,
+        lua_ssl_trusted_certificate = pki.ca,
+        -- quorum 3: every round needs the stalled node, and its detail says why it failed
+        init = INIT .. "DLM = " .. client(urls, "connect_timeout = 200, node_timeout = 100, quorum = 3"),
+        locations = { PING, LOCK_UNLOCK },
+      }
+      -- stopped, the node's kernel still accepts connections: the handshake stalls
+      scl:kill(1, "STOP")
+      local r = res("stall")
+      local seen, bodies = false, {}
+      for k = 1, 8 do
+        local t0 = proc.now_ms()
+        local body = get("/lock?r=" .. r)
+        local ms = proc.now_ms() - t0
+        bodies[k] = body
+        assert.matches("^fail unavailable ", body, nil, false)
+        assert.is_true(ms < 300, ("request %d took %.0f ms: %s"):format(k, ms, body))
+        seen = seen or body:find("TLS handshake timed out", 1, true) ~= nil
+        proc.sleep_ms(150)
+      end
+      assert.is_true(seen, table.concat(bodies) .. log())
+      for _, b in ipairs(bodies) do
+        if b:find("TLS handshake timed out", 1, true) then print("    [tls] stalled node: " .. b:gsub("\n$", "")) break end
+      end
+      -- going on, the node is reached again
+      scl:kill(1, "CONT")
+      local deadline, body = proc.now_ms() + 3000, nil
+      repeat
+        proc.sleep_ms(50)
+        body = get("/lock?r=" .. r)
+      until body:find("^ok ") or proc.now_ms() > deadline
+      assert.matches("^ok ", body, nil, false)
+    end)
+    scl:kill(1, "CONT")
+    scl:stop()
+    assert(ok, tostring(err))
+  end)
+
+  -- A timer (another request) holds r for 150 ms; the request waits for it
+  -- with a policy that would try again only after 500 ms: a hand-off well
+  -- under 150 ms means the hub's subscriber (over TLS) heard the release.
+  it("wakes a waiter on a release heard over TLS (the hub's subscriber connections)", function()
+    srv = start {
+      workers = 1,
+      lua_ssl_trusted_certificate = pki.ca,
+      init = INIT .. "DLM = " .. client(mcl.urls, nil, ("certfile = %q, keyfile = %q"):format(
+        pki.client_cert, pki.client_key)),
+      locations = { PING, [[
+        location = /handoff {
+          content_by_lua_block {
+            local r = ngx.var.arg_r
+            local held = assert(DLM:lock(r, { wait = 5000 }))
+            local rel_at
+            assert(ngx.timer.at(0.15, function() rel_at = sproc.now_ms(); held:unlock() end))
+            local lock, err = DLM:lock(r, { wait = 5000, retry = redlock.retry.fixed(500, 100) })
+            local at = sproc.now_ms()
+            if not lock then ngx.say("fail ", err) return end
+            local listening = DLM.client:listening()
+            lock:unlock()
+            while rel_at == nil do ngx.sleep(0.01) end
+            ngx.say(("ok %.1f %d"):format(at - rel_at, listening))
+          }
+        }]] },
+    }
+    local h = {}
+    for k = 1, 5 do
+      local body = get("/handoff?r=" .. res("handoff"))
+      local ms, listening = body:match("^ok ([%d.]+) (%d+)")
+      assert(ms, body .. log())
+      assert.equal(3, tonumber(listening), body)
+      h[k] = tonumber(ms)
+    end
+    table.sort(h)
+    print(("    [tls] hand-offs (ms, sorted): %s"):format(table.concat(h, " ")))
+    assert.is_true(h[3] < 150, "hand-offs " .. table.concat(h, " ") .. log())
+  end)
+
+  it("sends AUTH over TLS on command and subscriber connections, and never logs the password", function()
+    local acl = cluster.start(3, { password = "tls-s3cret",
+                                   tls = { cert = pki.server_cert, key = pki.server_key, ca = pki.ca } })
+    local ok, err = pcall(function()
+      srv = start {
+        workers = 1,
+        lua_ssl_trusted_certificate = pki.ca,
+        init = INIT .. "DLM = " .. client(acl.urls),
+        locations = { PING, LOCK_UNLOCK, [[
+          location = /handoff {
+            content_by_lua_block {
+              local r = ngx.var.arg_r
+              local held = assert(DLM:lock(r, { wait = 5000 }))
+              assert(ngx.timer.at(0.15, function() held:unlock() end))
+              local t0 = sproc.now_ms()
+              local lock, err = DLM:lock(r, { wait = 5000, retry = redlock.retry.fixed(500, 100) })
+              if not lock then ngx.say("fail ", err) return end
+              lock:unlock()
+              ngx.say(("ok %.1f %d"):format(sproc.now_ms() - t0, DLM.client:listening()))
+            }
+          }]] },
+      }
+      assert.matches("^ok ", get("/lock?r=" .. res("auth")), nil, false)
+      local body = get("/handoff?r=" .. res("auth_handoff"))
+      local waited, listening = body:match("^ok ([%d.]+) (%d+)")
+      assert(waited, body .. log())
+      assert.equal(3, tonumber(listening), body)
+      assert.is_true(tonumber(waited) < 400, body) -- woken by the release at ~150 ms, not the 500 ms poll
+      assert.not_matches("tls-s3cret", srv:error_log())
+    end)
+    acl:stop()
+    assert(ok, tostring(err) .. log())
+  end)
+
+  -- Two workers, each with its own hub (mutual TLS to every node), 200
+  -- requests 8 at a time on one resource. Each critical section reads a
+  -- counter in a shared dict, yields, writes it back plus one: two holders
+  -- at once would lose an update.
+  it("excludes concurrent requests over TLS: no overlaps, the counter equals the acquisitions", function()
+    local dir = proc.tmpdir()
+    local logfile = dir .. "/history.log"
+    srv = start {
+      workers = 2,
+      lua_ssl_trusted_certificate = pki.ca,
+      http = "lua_shared_dict rl_tls_counter 1m;",
+      init = INIT .. ("DLM = %s\nLOG, RES, SEQ = %q, %q, 0\n"):format(
+        client(mcl.urls, nil, ("certfile = %q, keyfile = %q"):format(pki.client_cert, pki.client_key)),
+        logfile, res("history")) .. [[
+        function event(kind, seq)
+          local f = assert(io.open(LOG, "ab"))
+          f:write(("%s %d %d %d\n"):format(kind, ngx.worker.pid(), seq, sproc.now_us()))
+          f:close()
+        end
+      ]],
+      locations = { PING, [[
+        location = /rmw {
+          content_by_lua_block {
+            local lock, err, d = DLM:lock(RES, { wait = 8000, retry = redlock.retry.jitter(1, 5, 1000000) })
+            if not lock then ngx.say("fail ", err, " ", show(d)) return end
+            SEQ = SEQ + 1
+            local seq = SEQ
+            event("enter", seq)
+            local dict = ngx.shared.rl_tls_counter
+            local v = dict:get("counter") or 0
+            ngx.sleep(0.001)
+            dict:set("counter", v + 1)
+            event("exit", seq)
+            local ok, uerr = lock:unlock()
+            ngx.say(ok and "ok" or ("unlock " .. tostring(uerr)))
+          }
+        }
+        location = /counter { content_by_lua_block { ngx.say(ngx.shared.rl_tls_counter:get("counter") or 0) } }]] },
+    }
+    local ok, err = pcall(function()
+      local reqs = {}
+      for k = 1, 200 do reqs[k] = "/rmw" end
+      local t0 = proc.now_ms()
+      local rs = srv:get_many(reqs, 8, { timeout_ms = 30000 })
+      local ms = proc.now_ms() - t0
+      local oks, fails = 0, {}
+      for _, q in ipairs(rs) do
+        if q.status == 200 and q.body == "ok\n" then oks = oks + 1
+        else fails[#fails + 1] = tostring(q.status) .. " " .. tostring(q.body or q.err) end
+      end
+      local h = history.check(logfile)
+      local counter = tonumber(get("/counter"))
+      local msg = ("ok=%d (of 200, %.0f ms) history=%d overlaps=%d unfinished=%d malformed=%d counter=%s %s\n%s")
+        :format(oks, ms, h.acquisitions, h.overlaps, h.unfinished, h.malformed, tostring(counter),
+          table.concat(h.examples, "; "), table.concat(fails, "\n", 1, math.min(5, #fails)))
+      print("    [tls history] " .. msg:gsub("\n.*", ""))
+      assert.equal(0, h.overlaps, msg .. log())
+      assert.equal(0, h.unfinished, msg)
+      assert.equal(0, h.malformed, msg)
+      assert.equal(oks, h.acquisitions, msg)
+      assert.equal(h.acquisitions, counter, msg)
+      assert.is_true(oks >= 190, msg .. log())
+    end)
+    proc.rmdir(dir)
+    assert(ok, err)
+  end)
+end)
