@@ -182,7 +182,10 @@ end
 local function launch(self, i)
   local pidfile, logfile = node_files(self, i)
   os.remove(pidfile) -- a SIGKILLed node leaves its pid file behind
-  local argv = {
+  local argv = {}
+  -- opts.wrap[i]: words run before redis-server for node i
+  for _, w in ipairs(self.wrap and self.wrap[i] or {}) do argv[#argv + 1] = shell_quote(w) end
+  for _, a in ipairs {
     shell_quote(REDIS_SERVER),
     "--port", tostring(self.ports[i]),
     "--bind", "127.0.0.1",
@@ -192,7 +195,7 @@ local function launch(self, i)
     "--pidfile", shell_quote(pidfile),
     "--logfile", shell_quote(logfile),
     "--dir", shell_quote(self.dir),
-  }
+  } do argv[#argv + 1] = a end
   if self.password then
     argv[#argv + 1] = "--requirepass " .. shell_quote(self.password)
   end
@@ -242,6 +245,9 @@ end
 --               fresh temporary directory, removed by stop())
 -- opts.args     list of extra redis-server arguments, e.g. { "--maxmemory", "1mb" }
 -- opts.password started with --requirepass; urls and cli() carry it
+-- opts.wrap     per-node command prefix: wrap[i] is a list of words run before
+--               redis-server for node i (also on restart), e.g.
+--               { [2] = { "env", "LD_PRELOAD=/path/shim.so" } }
 -- Returns the cluster; raises with the node's log tail if a node won't start.
 function _M.start(opts)
   opts = opts or {}
@@ -255,6 +261,9 @@ function _M.start(opts)
   if opts.args ~= nil and type(opts.args) ~= "table" then
     error("bad argument #1 to 'start' (opts.args must be a list of strings)", 2)
   end
+  if opts.wrap ~= nil and type(opts.wrap) ~= "table" then
+    error("bad argument #1 to 'start' (opts.wrap must be a table of word lists)", 2)
+  end
   if opts.password ~= nil and (type(opts.password) ~= "string" or opts.password == "") then
     error("bad argument #1 to 'start' (opts.password must be a non-empty string)", 2)
   end
@@ -265,6 +274,7 @@ function _M.start(opts)
     pids = {},
     urls = {},
     args = opts.args,
+    wrap = opts.wrap,
     password = opts.password,
     dir = opts.dir,
     own_dir = opts.dir == nil,

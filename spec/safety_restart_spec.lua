@@ -1,0 +1,111 @@
+-- Fault row 5 (docs/SAFETY.md): a node without persistence restarts empty
+-- while a lock is held.
+--
+-- Five nodes, no persistence, ttl 3000 ms. A holds the lock on nodes 1-3
+-- only (4 and 5 are down while it acquires, and come back empty), and uses
+-- it until its validity has all but run out. Node 1 is SIGKILLed while A
+-- holds it; B starts trying at once.
+--
+-- 1. Node 1 restarts empty at once: it forgot A's key, so B gets nodes 1, 4
+--    and 5, a majority, while A still holds 2 and 3 and believes it holds
+--    the lock. The history checker sees two holders at once.
+-- 2. Node 1 stays down for ttl + 500 ms before restarting empty (what the
+--    Redlock paper asks of a node that loses its data): every key it had has
+--    expired by then on the other nodes too, so B gets the lock only after A
+--    has finished. No overlap.
+local devcluster = require "redlock.devcluster"
+local cluster = require "helpers.cluster"
+local proc = require "helpers.proc"
+local safety = require "helpers.safety"
+
+local names = cluster.names("safety_restart")
+local TTL = 3000
+
+describe("safety row 5: a node restarted empty while a lock is held", function()
+  local cl
+  local runs = {}
+
+  setup(function()
+    cl = devcluster.start { n = 5 }
+  end)
+
+  teardown(function()
+    for _, run in ipairs(runs) do run:cleanup() end
+    if cl then cl:stop() end
+  end)
+
+  local function kill(i)
+    local pid = cl.pids[i]
+    assert(cl:kill(i, "KILL"))
+    assert(proc.wait_gone(pid, 10000), "node " .. i .. " survived SIGKILL")
+  end
+
+  --- Run the schedule with node 1 down for down_ms; return the checker's
+  -- counts, A's and B's summaries and when node 1 was killed (us).
+  local function scenario(down_ms)
+    for i = 1, cl.n do
+      if not cl:alive(i) then cl:restart(i) end
+    end
+    cluster.flush(cl)
+    local run = safety.new()
+    runs[#runs + 1] = run
+    local res = names("r")
+    kill(4)
+    kill(5)
+    local a = run:client("A", { mode = "plain", resource = res, ttl = TTL, hold = "validity", urls = cl.urls })
+    run:ready(a)
+    cl:restart(4)
+    cl:restart(5)
+    for i = 1, 3 do assert.is_true(cluster.exists(cl, i, res), "A's key on node " .. i) end
+    for i = 4, 5 do assert.is_false(cluster.exists(cl, i, res), "A's key on node " .. i) end
+    local killed_us = proc.now_us()
+    kill(1)
+    local b = run:client("B", { mode = "plain", resource = res, ttl = TTL, hold = 50, urls = cl.urls })
+    if down_ms > 0 then proc.sleep_ms(down_ms - (proc.now_us() - killed_us) / 1000) end
+    cl:restart(1)
+    local up_us = proc.now_us()
+    local ra, rb = run:result(a), run:result(b)
+    return run:check(), ra, rb, killed_us, up_us
+  end
+
+  it("restarted at once: B gets a majority while A holds the lock, and the checker sees the overlap", function()
+    local h, a, b, killed_us, up_us = scenario(0)
+    safety.report(5, { { "variant", "restart_at_once" }, { "overlaps", h.overlaps },
+      { "acquisitions", h.acquisitions }, { "node_down_ms", math.floor((up_us - killed_us) / 1000) },
+      { "b_entered_before_a_exit_ms", math.floor((a.exit_us - b.enter_us) / 1000) } })
+    assert.are.equal(0, h.malformed + h.unfinished)
+    assert.are.equal(2, h.acquisitions)
+    -- the fault hit a holder: A held the lock when node 1 lost it
+    assert.is_true(a.enter_us < killed_us and killed_us < a.exit_us, a.line)
+    assert.are.equal(1, h.overlaps, table.concat(h.examples, "; "))
+    assert.is_true(b.enter_us < a.exit_us, b.line)
+  end)
+
+  it("restarted after ttl + 500 ms: B gets the lock only after A has finished", function()
+    local h, a, b, killed_us, up_us = scenario(TTL + 500)
+    safety.report(5, { { "variant", "restart_after_ttl" }, { "overlaps", h.overlaps },
+      { "acquisitions", h.acquisitions }, { "node_down_ms", math.floor((up_us - killed_us) / 1000) },
+      { "b_entered_after_a_exit_ms", math.floor((b.enter_us - a.exit_us) / 1000) } })
+    assert.are.equal(0, h.malformed + h.unfinished)
+    assert.are.equal(2, h.acquisitions)
+    assert.is_true(a.enter_us < killed_us and killed_us < a.exit_us, a.line)
+    assert.is_true(up_us - killed_us >= (TTL + 500) * 1000)
+    assert.are.equal(0, h.overlaps, table.concat(h.examples, "; "))
+    assert.is_true(b.enter_us >= a.exit_us, b.line)
+  end)
+
+  it("leaves no node, process or directory behind", function()
+    local pids, dirs = {}, {}
+    for i = 1, cl.n do pids[i] = cl.pids[i] end
+    for _, run in ipairs(runs) do
+      dirs[#dirs + 1] = run.dir
+      for _, pid in ipairs(run.pids) do assert.is_false(proc.alive(pid)) end
+      run:cleanup()
+    end
+    local dir = cl.dir
+    cl:stop()
+    for i = 1, #pids do assert.is_false(proc.alive(pids[i]), "node " .. i) end
+    assert.is_nil(io.open(dir .. "/", "rb"), dir)
+    for _, d in ipairs(dirs) do assert.is_nil(io.open(d .. "/", "rb"), d) end
+  end)
+end)
