@@ -4,8 +4,8 @@
 --   luajit spec/helpers/safety_client.lua MODE LOG RESOURCE TTL STORE_PORT HOLD READYFILE URL...
 --
 -- One holder: lock RESOURCE (ttl TTL ms, retrying for up to 20 s), append
--- "enter" to the history LOG (spec/helpers/history.lua), write READYFILE,
--- read the value kept by the store at 127.0.0.1:STORE_PORT, hold for HOLD
+-- "enter" to the history LOG (spec/helpers/history.lua), read the value kept
+-- by the store at 127.0.0.1:STORE_PORT, write READYFILE, hold for HOLD
 -- ms ("validity": until 30 ms of validity are left), write the value + 1,
 -- append "exit", unlock. STORE_PORT 0: no store.
 --
@@ -90,7 +90,6 @@ else
   end
   log:enter()
   note("acquired=1 token=%s enter_us=%d", tostring(lock.token), proc.now_us())
-  proc.write_file(ready, "held\n")
   local v, rerr, wrote = "none", nil, "none"
   if conn then
     if mode == "fenced" then
@@ -99,6 +98,7 @@ else
       v = resp.call(conn, "EVAL", store.PLAIN_READ, "0", pid)
     end
   end
+  proc.write_file(ready, "held\n") -- after the read: a pause from here on is mid-update
   hold_for(lock)
   if conn and v then
     local ok, werr
