@@ -50,7 +50,7 @@ local function token_order(text)
   return list, out_of_order, repeated, examples
 end
 
-describe("safety row 8: persistent nodes crashing at random under a fenced run", function()
+describe("fault row 8: persistent nodes crashing at random under a fenced run", function()
   it("the token checker counts tokens that go back or repeat", function()
     local list, back, repeated = token_order("grant 30 5 1\ngrant 10 3 1\ngrant 20 4 2\ngrant 40 9 2\n")
     assert.are.same({ 4, 0, 0 }, { #list, back, repeated })

@@ -29,7 +29,7 @@ local socket = require "socket"
 local names = cluster.names("safety_restart")
 local TTL = 3000
 
-describe("safety row 5: a node restarted empty while a lock is held", function()
+describe("fault row 5: a node restarted empty while a lock is held", function()
   local cl, scl, sock
   local runs = {}
 

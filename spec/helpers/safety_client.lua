@@ -6,7 +6,7 @@
 -- One holder: lock RESOURCE (ttl TTL ms, retrying for up to 20 s), append
 -- "enter" to the history LOG (spec/helpers/history.lua), read the value kept
 -- by the store at 127.0.0.1:STORE_PORT, write READYFILE, hold for HOLD
--- ms ("validity": until 30 ms of validity are left), write the value + 1,
+-- ms ("validity": until 200 ms of validity are left), write the value + 1,
 -- append "exit", unlock. STORE_PORT 0: no store.
 --
 -- MODE "plain":  lock without fencing; the store ignores tokens (GET/SET).
@@ -49,7 +49,7 @@ local opts = { ttl = ttl, wait = 20000, fence = mode == "fenced" or nil,
 
 local function hold_for(lock)
   if hold == "validity" then
-    while lock:remaining() > 30 do proc.sleep_ms(1) end
+    while lock:remaining() > 200 do proc.sleep_ms(1) end
   else
     proc.sleep_ms(tonumber(hold))
   end
