@@ -182,10 +182,7 @@ end
 local function launch(self, i)
   local pidfile, logfile = node_files(self, i)
   os.remove(pidfile) -- a SIGKILLed node leaves its pid file behind
-  local argv = {}
-  -- opts.wrap[i]: words run before redis-server for node i
-  for _, w in ipairs(self.wrap and self.wrap[i] or {}) do argv[#argv + 1] = shell_quote(w) end
-  for _, a in ipairs {
+  local argv = {
     shell_quote(REDIS_SERVER),
     "--port", tostring(self.ports[i]),
     "--bind", "127.0.0.1",
@@ -195,11 +192,13 @@ local function launch(self, i)
     "--pidfile", shell_quote(pidfile),
     "--logfile", shell_quote(logfile),
     "--dir", shell_quote(self.dir),
-  } do argv[#argv + 1] = a end
+  }
   if self.password then
     argv[#argv + 1] = "--requirepass " .. shell_quote(self.password)
   end
   for _, a in ipairs(self.args or {}) do argv[#argv + 1] = shell_quote(a) end
+  -- opts.wrap[i]: words run before redis-server for node i
+  for k, w in ipairs(self.wrap and self.wrap[i] or {}) do table.insert(argv, k, shell_quote(w)) end
   local out, ok = run(table.concat(argv, " "))
   if not ok then
     return nil, "redis-server did not start: " .. out:gsub("%s+$", "")
