@@ -84,6 +84,21 @@ describe("redlock.devcluster", function()
     assert.equal("x y", (cl:cli(1, "GET", "it's a key")))
   end)
 
+  it("runs a node under opts.wrap's command prefix, also after a restart", function()
+    assert.has_error(function() devcluster.start { wrap = "env" } end)
+    local dir = proc.tmpdir()
+    local mark = dir .. "/it's wrapped"
+    -- sh -c SCRIPT sh redis-server ARGS...: the script runs, then execs the node
+    cl = devcluster.start { n = 2, wrap = { [2] = { "sh", "-c", 'echo "$1" >> "$0.tmp"; exec "$@"', mark } } }
+    assert.matches("%S\n$", proc.read_file(mark .. ".tmp") or "") -- the server it then ran
+    os.remove(mark .. ".tmp")
+    assert.is_true(cl:kill(2, "KILL"))
+    cl:restart(2)
+    assert.matches("%S\n$", proc.read_file(mark .. ".tmp") or "") -- the server it then ran
+    assert.equal("PONG", (cl:cli(2, "PING")))
+    proc.rmdir(dir)
+  end)
+
   it("starts nodes with a password and puts it in the URLs and cli()", function()
     cl = devcluster.start { n = 2, password = "s3cret" }
     assert.equal("redis://:s3cret@127.0.0.1:" .. cl.ports[1], cl.urls[1])

@@ -219,6 +219,8 @@ local function launch(self, i)
     argv[#argv + 1] = "--requirepass " .. shell_quote(self.password)
   end
   for _, a in ipairs(self.args or {}) do argv[#argv + 1] = shell_quote(a) end
+  -- opts.wrap[i]: words run before redis-server for node i
+  for k, w in ipairs(self.wrap and self.wrap[i] or {}) do table.insert(argv, k, shell_quote(w)) end
   local out, ok = run(table.concat(argv, " "))
   if not ok then
     return nil, "redis-server did not start: " .. out:gsub("%s+$", "")
@@ -273,6 +275,9 @@ end
 --                 client_cert, client_key   a client certificate cli() presents
 --                              (required when auth_clients is "yes": the
 --                              readiness check and cli() use it)
+-- opts.wrap     per-node command prefix: wrap[i] is a list of words run before
+--               redis-server for node i (also on restart), e.g.
+--               { [2] = { "env", "LD_PRELOAD=/path/shim.so" } }
 -- Returns the cluster; raises with the node's log tail if a node won't start.
 function _M.start(opts)
   opts = opts or {}
@@ -285,6 +290,9 @@ function _M.start(opts)
   end
   if opts.args ~= nil and type(opts.args) ~= "table" then
     error("bad argument #1 to 'start' (opts.args must be a list of strings)", 2)
+  end
+  if opts.wrap ~= nil and type(opts.wrap) ~= "table" then
+    error("bad argument #1 to 'start' (opts.wrap must be a table of word lists)", 2)
   end
   if opts.password ~= nil and (type(opts.password) ~= "string" or opts.password == "") then
     error("bad argument #1 to 'start' (opts.password must be a non-empty string)", 2)
@@ -328,6 +336,7 @@ function _M.start(opts)
     pids = {},
     urls = {},
     args = opts.args,
+    wrap = opts.wrap,
     password = opts.password,
     tls = tls,
     dir = opts.dir,

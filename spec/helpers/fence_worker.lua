@@ -12,6 +12,13 @@
 -- and the store refuses either when a higher token has been seen.
 -- MODE "plain": lock without fencing; the store ignores tokens (GET/SET).
 --
+-- Optional, from the environment (spec/safety_persist_spec.lua):
+--   FENCE_GRANTS=PATH  append "grant <t_us> <token> <pid>" for every lock
+--                      granted, t_us being CLOCK_MONOTONIC when lock() returned
+--   FENCE_LOG=PATH     append enter/exit around each read and write to the
+--                      history log PATH (spec/helpers/history.lua), and count
+--                      in late= the holds that ended with no validity left
+--
 -- Prints one line at the end:
 --   "increments=N refused_reads=R refused_writes=W lock_failed=F errors=E:..."
 -- increments counts the writes the store accepted (every write, in "plain").
@@ -40,6 +47,13 @@ local function note(e)
   if #errors < 5 then errors[#errors + 1] = e end
 end
 
+local grants = os.getenv("FENCE_GRANTS")
+grants = grants and assert(io.open(grants, "ab"))
+if grants then grants:setvbuf("no") end
+local hlog = os.getenv("FENCE_LOG")
+hlog = hlog and require("helpers.history").open(hlog)
+local late = 0
+
 local fence = mode == "fenced" or nil
 while not io.open(stopfile, "rb") do
   local lock, err = dlm:lock(resource, { ttl = ttl, fence = fence, wait = 3000,
@@ -53,6 +67,8 @@ while not io.open(stopfile, "rb") do
     lock:unlock()
     break
   else
+    if grants then grants:write(("grant %d %d %d\n"):format(proc.now_us(), lock.token or 0, pid)) end
+    if hlog then hlog:enter() end
     local v, rerr
     if fence then
       v, rerr = store.read(conn, lock.token, pid)
@@ -78,11 +94,17 @@ while not io.open(stopfile, "rb") do
       end
     end
     if rerr and not rerr:match("^%-STALE") then note("read:" .. tostring(rerr)) end
+    if hlog then
+      hlog:exit()
+      if lock:remaining() <= 0 then late = late + 1 end
+    end
     lock:unlock() -- "not held" after a pause past the ttl: nothing to do
   end
   proc.sleep_ms(math.random(0, 3))
 end
 dlm:close()
 conn:close()
-io.write(("increments=%d refused_reads=%d refused_writes=%d lock_failed=%d errors=%d:%s\n")
-  :format(increments, refused_reads, refused_writes, failed, nerrors, table.concat(errors, ",")))
+if grants then grants:close() end
+if hlog then hlog:close() end
+io.write(("increments=%d refused_reads=%d refused_writes=%d lock_failed=%d late=%d errors=%d:%s\n")
+  :format(increments, refused_reads, refused_writes, failed, late, nerrors, table.concat(errors, ",")))

@@ -1,0 +1,80 @@
+-- Spec helper for the safety_*_spec.lua fault scenarios: start holders
+-- (spec/helpers/safety_client.lua) as their own processes, read what they
+-- printed, and print the "safety row N:" lines that docs/SAFETY.md quotes.
+--
+--   local safety = require "helpers.safety"
+--   local run = safety.new()             -- a directory and the pids started
+--   local c = run:client("A", { mode = "plain", resource = r, ttl = 3000,
+--                              hold = "validity", urls = cl.urls })
+--   run:ready(c)                         -- wait until c holds the lock
+--   local r = run:result(c)              -- its summary line as a table
+--   run:check()                          -- the history checker's counts
+--   run:cleanup()                        -- stop what is left, remove the directory
+--   safety.report(5, { variant = "x", overlaps = 1 })
+local proc = require "helpers.proc"
+local history = require "helpers.history"
+
+local M = {}
+local Run = {}
+Run.__index = Run
+
+function M.new()
+  local dir = proc.tmpdir()
+  return setmetatable({ dir = dir, log = dir .. "/history.log", pids = {} }, Run)
+end
+
+--- Start one holder. o: mode ("plain", "fenced", "kept"), resource, ttl,
+-- hold (ms or "validity"), urls, store_port (default 0: none).
+function Run:client(name, o)
+  local c = { name = name, out = ("%s/%s.out"):format(self.dir, name), ready = ("%s/%s.ready"):format(self.dir, name) }
+  local argv = { "luajit", "spec/helpers/safety_client.lua", o.mode, self.log, o.resource, tostring(o.ttl),
+    tostring(o.store_port or 0), tostring(o.hold), c.ready }
+  for _, u in ipairs(o.urls) do argv[#argv + 1] = u end
+  c.pid = proc.spawn_luajit(argv, c.out)
+  self.pids[#self.pids + 1] = c.pid
+  return c
+end
+
+--- Wait until c holds its lock (raises with its output if it did not).
+function Run:ready(c, timeout_ms)
+  local deadline = proc.now_ms() + (timeout_ms or 20000)
+  while not proc.read_file(c.ready) do
+    if not proc.alive(c.pid) or proc.now_ms() > deadline then
+      error(("%s never held the lock: %s"):format(c.name, proc.read_file(c.out) or "(no output)"), 2)
+    end
+    proc.sleep_ms(2)
+  end
+end
+
+--- Wait until c has exited; its summary line parsed into a table of
+-- key = value (numbers where they are numbers). Raises if it printed none.
+function Run:result(c, timeout_ms)
+  assert(proc.wait_gone(c.pid, timeout_ms or 30000), c.name .. " did not exit")
+  local text = proc.read_file(c.out) or ""
+  local line = text:match("(acquired=[^\n]*)")
+  assert(line, ("%s printed no summary:\n%s"):format(c.name, text))
+  local r = { line = line }
+  for k, v in line:gmatch("([%w_]+)=(%S+)") do r[k] = tonumber(v) or v end
+  return r
+end
+
+--- The history checker's counts for this run's log.
+function Run:check()
+  return history.check(self.log)
+end
+
+function Run:cleanup()
+  for _, pid in ipairs(self.pids) do proc.stop(pid) end
+  proc.rmdir(self.dir)
+end
+
+--- Print "safety row N: k=v ..." (keys in the order given as a list of pairs,
+-- or sorted) on a line of its own.
+function M.report(row, fields)
+  local parts = {}
+  for _, kv in ipairs(fields) do parts[#parts + 1] = ("%s=%s"):format(kv[1], tostring(kv[2])) end
+  io.write(("\nsafety row %d: %s\n"):format(row, table.concat(parts, " ")))
+  io.flush()
+end
+
+return M
