@@ -52,6 +52,8 @@ typedef struct rl_op {
     unsigned sent;           /* bit i: the round's command was queued on node i */
     unsigned owed;           /* bit i: node i still owes a reply to this phase's command */
     unsigned cleanup_sent;   /* bit i: node i was sent the cleanup */
+    unsigned set_gen;        /* the generation of the first round (the SETs) */
+    unsigned set_unsent;     /* bit i: node i's SET never went out (its connection ended first) */
     rl_mark cleanup_out[RL_MAX_NODES];  /* where each node's cleanup ends in its output */
     rl_buf key;              /* prefix + resource */
     rl_buf cmd;              /* RESP of the current phase's command */
@@ -274,17 +276,30 @@ static void op_quiet(rl_engine *e, rl_op *op) {
     if (op->taken) op_free(e, op);
 }
 
+/* The cleanup could not go out to node i on the connection the SET went
+ * out on (that connection ended first, with the SET applied or not): keep
+ * the release for the node's next connection (EVAL, whatever scripts that
+ * node has then). Unless the SET itself never went out. Return 0, or -1 if
+ * it cannot be kept. */
+static int redo_cleanup(rl_engine *e, rl_op *op, int i) {
+    if (op->set_unsent & (1u << i)) return 0;
+    if (rl_cmd_release(&e->scratch, 0, op->key.data, op->key.len, op->res.value) != 0) return -1;
+    return rl_stream_redo(&e->nodes[i], e->scratch.data, e->scratch.len, e->now);
+}
+
 /* A failed acquire: release on every node the SET may have reached. A node
  * that answered "taken" holds another value, never ours, so it is skipped.
- * If the release cannot even be encoded (out of memory), the result says so
- * on every node it was meant for: the key stays there until its ttl. */
+ * A node that is down now (its connection ended after the SET went out)
+ * gets the release on its next connection (redo_cleanup). If the release
+ * cannot even be encoded or kept (out of memory), the result says so on
+ * every node it was meant for: the key stays there until its ttl. */
 static void op_start_cleanup(rl_engine *e, rl_op *op) {
     op->gen++;
     op->phase = OP_CLEANUP;
     op->owed = 0;
     op->cleanup_sent = 0;
     int encoded = rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, op->res.value) == 0;
-    rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, e->now, 0, 0};
+    rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, e->now, 0, 0, 0};
     for (int i = 0; i < e->nnodes; i++) {
         rl_node_result *n = &op->res.node[i];
         if (!(op->sent & (1u << i)) || n->state == RL_NODE_TAKEN) continue;
@@ -292,9 +307,9 @@ static void op_start_cleanup(rl_engine *e, rl_op *op) {
             op->owed |= 1u << i;
             op->cleanup_sent |= 1u << i;
             op->cleanup_out[i] = rl_stream_mark(&e->nodes[i]);
-        } else if (n->errstr[0] == '\0') {
+        } else if ((!encoded || redo_cleanup(e, op, i) != 0) && n->errstr[0] == '\0') {
             /* keep a failed vote's own reason; otherwise say why the key may stay */
-            snprintf(n->errstr, sizeof(n->errstr), "%s", encoded ? "cleanup not sent: node down" : "cleanup not sent: out of memory");
+            snprintf(n->errstr, sizeof(n->errstr), "%s", encoded ? "cleanup not sent: node down, no room to keep it" : "cleanup not sent: out of memory");
         }
     }
     e->tails++;
@@ -369,6 +384,9 @@ static void on_node_reply(void *owner, int node, rl_ticket t, const rl_reply *re
         errstr = e->nodes[node].errstr;
     }
     rl_op *op = e->ops[t.slot];
+    /* A SET whose connection ended before it was written never ran: no
+     * cleanup needs to reach that node later. */
+    if (!reply && t.unsent && t.gen == op->set_gen) op->set_unsent |= 1u << node;
     if (op->gen != t.gen) {
         /* A late reply to an earlier phase or operation. A late NOSCRIPT has
          * no round left to fall back to EVAL for (which would have loaded
@@ -383,6 +401,9 @@ static void on_node_reply(void *owner, int node, rl_ticket t, const rl_reply *re
         resend_as_eval(e, op, node, t) == 0)
         return;
     op->owed &= ~(1u << node);
+    /* The cleanup's connection ended before the cleanup was written: keep it
+     * for the node's next connection. */
+    if (!reply && t.unsent && op->phase == OP_CLEANUP) redo_cleanup(e, op, node);
     if (op->phase == OP_ROUND) {
         int decided;
         if (is_noscript(reply) && t.eval) {
@@ -448,7 +469,8 @@ static void send_round(rl_engine *e, rl_op *op, int kind, double start_ms, int f
     rl_round_start(&op->round, &op->res, kind, e->nnodes, e->quorum, op->ttl_ms, e->opts.drift_factor, start_ms);
     start_timer(e, op);
     unsigned gen = op->gen;
-    rl_ticket t = {op->slot, gen, kind, e->now, 0, 0};
+    if (first) op->set_gen = gen, op->set_unsent = 0;
+    rl_ticket t = {op->slot, gen, kind, e->now, 0, 0, 0};
     for (int i = 0; i < e->nnodes && op->gen == gen && op->phase == OP_ROUND; i++) {
         if (rl_stream_send(&e->nodes[i], op->cmd.data, op->cmd.len, t, e->now) == 0) {
             if (first) op->sent |= 1u << i;

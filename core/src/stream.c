@@ -13,7 +13,7 @@
 
 /* Stream-internal command kinds: the setup sent on a fresh connection, the
  * step check and the script loads. Their replies never reach on_reply. */
-enum { SETUP_AUTH = -1, SETUP_SELECT = -2, SETUP_INFO = -3, CHECK_ECHO = -4, LOAD_SCRIPT = -5 };
+enum { SETUP_AUTH = -1, SETUP_SELECT = -2, SETUP_INFO = -3, CHECK_ECHO = -4, LOAD_SCRIPT = -5, REDO = -6 };
 
 /* errstr = prefix .. text, cut to fit. */
 static void set_err(rl_stream *s, const char *prefix, const char *text) {
@@ -71,16 +71,19 @@ static void clear_connection(rl_stream *s) {
     s->scripts_loading = 0;
     s->step_nonce++;
     s->watch_at_ms = 0;
+    s->redo_queued = 0; /* what was kept goes again on the next connection */
     rl_reader_free(&s->reader);
 }
 
-/* Answer every command of the connection that just ended with why. A
- * callback may send to this stream again (and so ask for a new
- * connection): answer only the oldest ring_count tickets, this
- * connection's. */
-static void answer_all(rl_stream *s, const char *why) {
+/* Answer every command of the connection that just ended with why; written:
+ * how far its output had been written (a command not wholly written never
+ * ran: its ticket says unsent). A callback may send to this stream again
+ * (and so ask for a new connection): answer only the oldest ring_count
+ * tickets, this connection's. */
+static void answer_all(rl_stream *s, const char *why, long long written) {
     for (unsigned old = s->ring_count; old > 0; old--) {
         rl_ticket t = ring_pop(s);
+        t.unsent = t.end > written;
         if (t.kind > 0) s->on_reply(s->owner, s->index, t, NULL, why);
     }
 }
@@ -92,9 +95,10 @@ static void drop(rl_stream *s, const char *why, int close_it, double now_ms) {
     if (why != s->errstr) snprintf(s->errstr, sizeof(s->errstr), "%s", why);
     if (close_it) s->wants |= RL_WANT_CLOSE;
     s->wants &= ~RL_WANT_CONNECT;
+    long long written = s->written_total;
     clear_connection(s);
     schedule_reconnect(s, now_ms);
-    answer_all(s, s->errstr);
+    answer_all(s, s->errstr, written);
 }
 
 static int connected_or_connecting(const rl_stream *s) {
@@ -119,9 +123,10 @@ int rl_stream_detach(rl_stream *s, double now_ms) {
     if (s->state == RL_STREAM_IDLE || s->state == RL_STREAM_DOWN) return 0;
     snprintf(s->errstr, sizeof(s->errstr), "%s", clean ? "connection detached" : "connection closed with replies outstanding");
     s->wants &= ~(RL_WANT_CONNECT | RL_WANT_CLOSE);
+    long long written = s->written_total;
     clear_connection(s);
     s->state = RL_STREAM_IDLE;
-    answer_all(s, s->errstr);
+    answer_all(s, s->errstr, written);
     return clean;
 }
 
@@ -146,6 +151,16 @@ void rl_stream_wrote(rl_stream *s, size_t n, double now_ms) {
     s->out_off += n;
     s->written_total += (long long)n;
     if (s->out_off == s->out.len) s->out.len = s->out_off = s->hold_at = 0;
+    if (s->redo_queued && s->written_total >= s->redo_end) {
+        /* the releases kept are written: forget them */
+        size_t bytes = 0;
+        for (unsigned i = 0; i < s->redo_queued; i++) bytes += s->redo_lens[i];
+        memmove(s->redo.data, s->redo.data + bytes, s->redo.len - bytes);
+        s->redo.len -= bytes;
+        memmove(s->redo_lens, s->redo_lens + s->redo_queued, (s->redo_count - s->redo_queued) * sizeof(*s->redo_lens));
+        s->redo_count -= s->redo_queued;
+        s->redo_queued = 0;
+    }
 }
 
 /* The stall watchdog looks every stall_reset/2 while commands are unanswered. */
@@ -168,6 +183,39 @@ static int queue_command(rl_stream *s, const char *cmd, size_t len, rl_ticket t,
     return 0;
 }
 
+/* Queue the releases kept (rl_stream_redo) not yet queued on this
+ * connection, which is up and set up. */
+static void flush_redo(rl_stream *s, double now_ms) {
+    if (s->state != RL_STREAM_UP || s->holding || s->redo_queued == s->redo_count) return;
+    size_t off = 0;
+    for (unsigned i = 0; i < s->redo_count; i++) {
+        if (i >= s->redo_queued) {
+            rl_ticket t = {-1, 0, REDO, now_ms, 0, 0, 0};
+            if (queue_command(s, s->redo.data + off, s->redo_lens[i], t, now_ms) != 0) break;
+            s->redo_queued = i + 1;
+            s->redo_end = s->queued_total;
+        }
+        off += s->redo_lens[i];
+    }
+}
+
+int rl_stream_redo(rl_stream *s, const char *cmd, size_t len, double now_ms) {
+    if (s->redo.len + len > RL_REDO_MAX || rl_buf_reserve(&s->redo, len) != 0) return -1;
+    if (s->redo_count == s->redo_cap) {
+        unsigned cap = s->redo_cap ? s->redo_cap * 2 : 8;
+        size_t *lens = realloc(s->redo_lens, cap * sizeof(*lens));
+        if (!lens) return -1;
+        s->redo_lens = lens;
+        s->redo_cap = cap;
+    }
+    memcpy(s->redo.data + s->redo.len, cmd, len);
+    s->redo.len += len;
+    s->redo_lens[s->redo_count++] = len;
+    if (s->state == RL_STREAM_IDLE) rl_stream_open(s, now_ms);
+    flush_redo(s, now_ms);
+    return 0;
+}
+
 /* ---- the setup of a fresh connection ---- */
 
 /* Append the SCRIPT LOADs of the release and extend scripts to cmd, and
@@ -178,7 +226,7 @@ static int script_loads(rl_buf *cmd, rl_ticket *t, int *n, double now_ms) {
         const char *argv[3] = {"SCRIPT", "LOAD", scripts[i]};
         size_t lens[3] = {6, 4, strlen(scripts[i])};
         if (rl_cmd_append_argv(cmd, 3, argv, lens) != 0) return -1;
-        t[(*n)++] = (rl_ticket){-1, 0, LOAD_SCRIPT, now_ms, 0, (long long)cmd->len};
+        t[(*n)++] = (rl_ticket){-1, 0, LOAD_SCRIPT, now_ms, 0, (long long)cmd->len, 0};
     }
     return 0;
 }
@@ -209,18 +257,18 @@ static int build_setup(const rl_stream *s, rl_buf *cmd, rl_ticket t[6], double n
     int n = 0;
     int auth = rl_cmd_auth(cmd, s->url->user, s->url->password);
     if (auth < 0) return -1;
-    if (auth) t[n++] = (rl_ticket){-1, 0, SETUP_AUTH, now_ms, 0, (long long)cmd->len};
+    if (auth) t[n++] = (rl_ticket){-1, 0, SETUP_AUTH, now_ms, 0, (long long)cmd->len, 0};
     if (s->url->db) {
         char db[16];
         const char *argv[2] = {"SELECT", db};
         size_t lens[2] = {6, (size_t)snprintf(db, sizeof(db), "%d", s->url->db)};
         if (rl_cmd_append_argv(cmd, 2, argv, lens) != 0) return -1;
-        t[n++] = (rl_ticket){-1, 0, SETUP_SELECT, now_ms, 0, (long long)cmd->len};
+        t[n++] = (rl_ticket){-1, 0, SETUP_SELECT, now_ms, 0, (long long)cmd->len, 0};
     }
     const char *argv[2] = {"INFO", "server"};
     size_t lens[2] = {4, 6};
     if (rl_cmd_append_argv(cmd, 2, argv, lens) != 0) return -1;
-    t[n++] = (rl_ticket){-1, 0, SETUP_INFO, now_ms, 0, (long long)cmd->len};
+    t[n++] = (rl_ticket){-1, 0, SETUP_INFO, now_ms, 0, (long long)cmd->len, 0};
     if (script_loads(cmd, t, &n, now_ms) != 0) return -1;
     return n;
 }
@@ -279,6 +327,7 @@ int rl_stream_connected(rl_stream *s, int fresh, double now_ms) {
     s->head_end = -1;
     s->errstr[0] = '\0';
     arm_watchdog(s, now_ms);
+    flush_redo(s, now_ms); /* a pooled connection, set up already */
     return 0;
 }
 
@@ -328,6 +377,7 @@ static void setup_done(rl_stream *s, double now_ms) {
     memcpy(s->run_id, s->seen_id, sizeof(s->run_id));
     s->backoff_ms = s->opts->reconnect_min_ms;
     s->holding = 0;
+    flush_redo(s, now_ms);
 }
 
 /* A reply to a step check, a script load, or AUTH, SELECT or INFO. A
@@ -343,6 +393,7 @@ static void internal_reply(rl_stream *s, rl_ticket t, const rl_reply *reply, dou
         s->scripts_loading = 0; /* a refusal only means EVALSHA falls back to EVAL */
         return;
     }
+    if (t.kind == REDO) return; /* a release sent again: whatever it found */
     if (t.kind == SETUP_INFO) {
         memcpy(s->seen_id, reply->run_id, sizeof(s->seen_id));
     } else if (reply->type == RL_REPLY_ERROR) {
@@ -475,7 +526,7 @@ void rl_stream_check_step(rl_stream *s, double now_ms) {
     char nonce[32], cmd[64];
     int nlen = step_nonce(s, nonce, sizeof(nonce));
     int len = snprintf(cmd, sizeof(cmd), "*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n", nlen, nonce);
-    rl_ticket t = {-1, 0, CHECK_ECHO, now_ms, 0, 0};
+    rl_ticket t = {-1, 0, CHECK_ECHO, now_ms, 0, 0, 0};
     if (queue_command(s, cmd, (size_t)len, t, now_ms) == 0) s->step_check = 1;
 }
 
@@ -500,4 +551,8 @@ void rl_stream_free(rl_stream *s) {
     s->ring = NULL;
     s->ring_cap = s->ring_count = s->ring_head = 0;
     rl_buf_free(&s->out);
+    rl_buf_free(&s->redo);
+    free(s->redo_lens);
+    s->redo_lens = NULL;
+    s->redo_count = s->redo_cap = s->redo_queued = 0;
 }

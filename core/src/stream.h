@@ -31,6 +31,7 @@ typedef struct rl_ticket {
     double sent_ms;
     int eval;
     long long end;
+    int unsent;   /* answered without a reply because its connection ended before all of it was written */
 } rl_ticket;
 
 /* Called for every reply to a command sent with rl_stream_send, in order.
@@ -96,6 +97,14 @@ typedef struct rl_stream {
 
     rl_ticket *ring;         /* tickets of commands awaiting replies, oldest first */
     unsigned ring_head, ring_count, ring_cap;
+    /* Releases to send again on the next connection once its setup has
+     * succeeded (rl_stream_redo), kept until written; their replies are
+     * ignored. Kept across connections, unlike everything above. */
+    rl_buf redo;             /* the commands, back to back */
+    size_t *redo_lens;       /* the length of each */
+    unsigned redo_count, redo_cap;
+    unsigned redo_queued;    /* the first redo_queued are queued on this connection, */
+    long long redo_end;      /* ending there in its output */
 } rl_stream;
 
 /* Prepare s, node index of the npeers streams at peers. Idle: nothing is
@@ -169,6 +178,16 @@ void rl_stream_reset(rl_stream *s, const char *why, double now_ms);
 /* Drop the connection if its setup is still unanswered: nothing queued
  * behind the setup has been sent, so nothing of it has run. */
 void rl_stream_drop_if_unready(rl_stream *s, const char *why, double now_ms);
+
+/* Keep a pre-encoded release (of a failed acquire whose SET may have run)
+ * that could not go out on the connection its SET went out on: it is
+ * queued on the next connection once its setup has succeeded (at once if
+ * one is ready), and sent again on every later connection until it has
+ * been written; its reply is ignored. An idle stream asks for a connection.
+ * Return 0, or -1 if out of memory or past RL_REDO_MAX bytes kept (the key
+ * then stays until its ttl). */
+#define RL_REDO_MAX (1 << 20)
+int rl_stream_redo(rl_stream *s, const char *cmd, size_t len, double now_ms);
 
 /* s answered NOSCRIPT: load the scripts again (once per NOSCRIPT spell). */
 void rl_stream_load_scripts(rl_stream *s, double now_ms);

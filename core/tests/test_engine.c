@@ -1046,6 +1046,85 @@ static void cleanup_drops_a_connection_still_in_setup(void) {
     rl_engine_free(E);
 }
 
+/* A SET written on a connection that then ends (a reset, the stall
+ * watchdog) may have run. If the acquire fails, its cleanup cannot go out
+ * on that connection, and the node is down (backing off) when the cleanup
+ * starts: the release is kept and goes out, as EVAL, on the node's next
+ * connection once its setup is answered; a later connection does not get
+ * it again. Before, it was never sent: the key stayed for its ttl. */
+static void cleanup_after_a_reset_goes_on_the_next_connection(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_acquire(E, "r", 1, 10000, 0);
+    bring_up_all(3, 0);
+    char value[41];
+    snprintf(value, sizeof(value), "%s", set_value(drain(0, 0), "r"));
+    for (int i = 1; i < 3; i++) drain(i, 0);
+    rl_engine_node_down(E, 0, "connection reset: no reply for 500 ms", 1); /* after its SET was written */
+    CHECK_INT(feed(1, "+OK\r\n", 2), RL_OK);
+    CHECK_INT(feed(2, "$-1\r\n", 3), RL_OK);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
+    CHECK_STR(r.node[0].errstr, "connection reset: no reply for 500 ms");
+    CHECK_STR(drain(1, 3), script_cmd(1, "r", value, 0)); /* the cleanup where it is up */
+    CHECK_INT(rl_engine_node_wants(E, 0), 0);             /* node 0 backs off (50 ms) */
+    rl_engine_advance(E, 51);
+    CHECK_INT(rl_engine_node_wants(E, 0) & RL_WANT_CONNECT, RL_WANT_CONNECT);
+    CHECK_INT(rl_engine_node_connected(E, 0, 1, 52), RL_OK);
+    CHECK_STR(drain(0, 52), plain_setup());
+    CHECK_INT(drain(0, 52)[0], 0); /* held behind the setup */
+    CHECK_INT(feed(0, info_reply(run_id(0)), 53), RL_OK);
+    CHECK_INT(feed(0, LOADS_REPLY, 53), RL_OK);
+    CHECK_STR(drain(0, 53), script_cmd(0, "r", value, 0)); /* the release kept, as EVAL */
+    CHECK_INT(feed(0, ":1\r\n", 54), RL_OK);               /* its reply is taken and ignored */
+    /* written: the next connection does not get it again */
+    rl_engine_node_down(E, 0, "connection lost", 60);
+    rl_engine_advance(E, 111);
+    CHECK_INT(rl_engine_node_connected(E, 0, 1, 111), RL_OK);
+    CHECK_STR(drain(0, 111), plain_setup());
+    CHECK_INT(feed(0, info_reply(run_id(0)), 112), RL_OK);
+    CHECK_INT(feed(0, LOADS_REPLY, 112), RL_OK);
+    CHECK_INT(drain(0, 112)[0], 0);
+    rl_engine_free(E);
+}
+
+/* A cleanup queued but not yet written when its connection ends is kept for
+ * the next connection; kept across a connection whose setup is never
+ * answered; a SET that was never written gets no cleanup at all. */
+static void cleanup_unwritten_when_the_connection_ends_is_kept(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_acquire(E, "r", 1, 10000, 0);
+    bring_up_all(3, 0);
+    char value[41];
+    snprintf(value, sizeof(value), "%s", set_value(drain(0, 0), "r"));
+    drain(1, 0); /* node 2's SET is never written */
+    CHECK_INT(feed(0, "+OK\r\n", 1), RL_OK);
+    CHECK_INT(feed(1, "$-1\r\n", 2), RL_OK);
+    rl_engine_node_down(E, 2, "connection lost", 3); /* decides it: unavailable */
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
+    /* node 0's cleanup is queued; its connection ends before it is written */
+    rl_engine_node_down(E, 0, "connection lost", 4);
+    CHECK_INT(rl_engine_tails(E), 0);
+    rl_engine_advance(E, 54);
+    CHECK_INT(rl_engine_node_connected(E, 0, 1, 54), RL_OK);
+    CHECK_STR(drain(0, 54), plain_setup());
+    rl_engine_node_down(E, 0, "connection reset: no answer to its setup (AUTH/SELECT/INFO) in time", 60);
+    rl_engine_advance(E, 160);
+    CHECK_INT(rl_engine_node_connected(E, 0, 1, 160), RL_OK);
+    CHECK_STR(drain(0, 160), plain_setup());
+    CHECK_INT(feed(0, info_reply(run_id(0)), 161), RL_OK);
+    CHECK_INT(feed(0, LOADS_REPLY, 161), RL_OK);
+    CHECK_STR(drain(0, 161), script_cmd(0, "r", value, 0));
+    /* node 2 (its SET never went out) gets nothing on its next connection */
+    rl_engine_advance(E, 60);
+    CHECK_INT(rl_engine_node_connected(E, 2, 1, 60), RL_OK);
+    CHECK_STR(drain(2, 60), plain_setup());
+    CHECK_INT(feed(2, info_reply(run_id(2)), 61), RL_OK);
+    CHECK_INT(feed(2, LOADS_REPLY, 61), RL_OK);
+    CHECK_INT(drain(2, 61)[0], 0);
+    rl_engine_free(E);
+}
+
 /* ---- 7. a stream out of step ---- */
 
 /* A reply whose type cannot answer its command (an integer to a SET, a status
@@ -1465,6 +1544,8 @@ int main(void) {
     failed_acquire_cleans_up_where_it_set();
     cleanup_timeout_waits_for_the_bytes_to_go();
     cleanup_drops_a_connection_still_in_setup();
+    cleanup_after_a_reset_goes_on_the_next_connection();
+    cleanup_unwritten_when_the_connection_ends_is_kept();
     reply_of_wrong_type_drops_the_connection();
     setup_auth_and_select_refused();
     setup_same_run_id_refused();
