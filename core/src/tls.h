@@ -26,6 +26,8 @@ typedef struct rl_tls_session {
     int want;                /* RL_TLS_WANT_* after RL_TLS_AGAIN */
     int done;                /* the handshake finished */
     int failed;              /* a call failed: no close_notify at the end */
+    int cert_asked;          /* the server asked for a client certificate we do not have */
+    int got_data;            /* a read returned bytes: the server accepted the connection */
 } rl_tls_session;
 
 /* A context for o (CA, client certificate, verification). On error NULL,
