@@ -392,10 +392,25 @@ describe("TLS (libev driver)", function()
       assert.matches("warning: TLS certificate verification is off", out, 1, true)
     end)
 
+    it("status reads what TLS nodes hold", function()
+      local r = res("status")
+      local servers = q(table.concat(tcl.urls, ","))
+      local out, rc = host(("exec --cacert %s --servers %s %s -- %s status --cacert %s --servers %s %s"):format(
+        q(pki.ca), servers, q(r), q(BIN), q(pki.ca), servers, q(r)))
+      assert.equal(0, rc, out)
+      assert.matches("held: value %x+%.%.%. on 3 of 3 nodes", out)
+      out, rc = host(("status --cacert %s --servers %s %s"):format(q(pki.wrong_ca), servers, q(r)))
+      assert.equal(69, rc, out)
+      assert.matches("certificate verify failed", out, 1, true)
+      assert.not_matches(PASSWORD, out, 1, true)
+    end)
+
     it("lists the TLS flags in --help", function()
-      local out = host("exec --help")
-      for _, flag in ipairs { "--cacert", "--cacertdir", "--cert", "--key", "--sni", "--insecure", "--servers-file" } do
-        assert.matches(flag, out, 1, true)
+      for _, cmd in ipairs { "exec", "run", "status" } do
+        local out = host(cmd .. " --help")
+        for _, flag in ipairs { "--cacert", "--cacertdir", "--cert", "--key", "--sni", "--insecure", "--servers-file" } do
+          assert.matches(flag, out, 1, true)
+        end
       end
     end)
   end)
