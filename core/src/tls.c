@@ -193,6 +193,9 @@ rl_tls *rl_tls_new(const rl_tls_options *o, char *err, size_t errlen) {
     /* Writes offer the driver's output buffer, which may grow and move
      * between a write that must be retried and its retry. */
     SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    /* One recv for whatever has arrived, not two (header, body) per record;
+     * what it read beyond one record waits in OpenSSL: rl_tls_pending. */
+    SSL_CTX_set_read_ahead(ctx, 1);
     SSL_CTX_set_verify(ctx, t->verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
 
     if (o->cafile && !readable_file(o->cafile, 0)) {
@@ -344,7 +347,9 @@ ssize_t rl_tls_read(rl_tls_session *s, char *buf, size_t len, char *err, size_t 
 }
 
 size_t rl_tls_pending(const rl_tls_session *s) {
-    return s->ssl ? (size_t)SSL_pending(s->ssl) : 0;
+    if (s->ssl == NULL) return 0;
+    int n = SSL_pending(s->ssl);
+    return n > 0 ? (size_t)n : (size_t)SSL_has_pending(s->ssl);
 }
 
 ssize_t rl_tls_write(rl_tls_session *s, const char *data, size_t len, char *err, size_t errlen) {
