@@ -197,6 +197,55 @@ describe("TLS (libev driver)", function()
     end)
   end)
 
+  describe("connections the node ends", function()
+    local lib = require("redlock.cdefs").lib
+
+    it("a close_notify is that node's failed vote with the reason, and the client reconnects", function()
+      local dlm = redlock.new { servers = tcl.urls, tls = { cafile = pki.ca }, quorum = 3 }
+      local lk = assert(dlm:lock(res("kill")))
+      lk:unlock()
+      assert.equal("1", (tcl:cli(2, "CLIENT", "KILL", "TYPE", "normal")))
+      lib.rl_sleep(dlm.client, 10)
+      local _, err, detail = dlm:try_lock(res("killed"))
+      assert.equal("unavailable", err)
+      assert.equal("connection lost: closed by the server (TLS close_notify)", detail[2].error)
+      local deadline = proc.now_ms() + 3000
+      repeat
+        lk = dlm:try_lock(res("again"))
+        if not lk then lib.rl_sleep(dlm.client, 20) end
+      until lk or proc.now_ms() > deadline
+      assert.is_truthy(lk, "no lock after the reconnect")
+      lk:unlock()
+      dlm:close()
+    end)
+
+    it("the subscriber connections reconnect over TLS and hear releases again", function()
+      local waiter = redlock.new { servers = tcl.urls, tls = { cafile = pki.ca } }
+      local holder = redlock.new { servers = tcl.urls, tls = { cafile = pki.ca } }
+      local r = res("sub")
+      local function listening(n)
+        local deadline = proc.now_ms() + 3000
+        while lib.rl_client_listening(waiter.client) ~= n and proc.now_ms() < deadline do
+          lib.rl_sleep(waiter.client, 10)
+        end
+        return lib.rl_client_listening(waiter.client)
+      end
+      assert.equal(0, lib.rl_watch(waiter.client, r, #r))
+      assert.equal(3, listening(3))
+      for i = 1, 3 do assert.equal("1", (tcl:cli(i, "CLIENT", "KILL", "TYPE", "pubsub"))) end
+      lib.rl_sleep(waiter.client, 20)
+      assert.equal(3, listening(3))
+      lib.rl_sleep(waiter.client, 50) -- the SUBSCRIBEs reached the nodes
+      local heard = lib.rl_heard(waiter.client, r, #r)
+      local lk = assert(holder:lock(r))
+      assert.is_true(lk:unlock())
+      assert.equal(1, lib.rl_sleep_until(waiter.client, r, #r, heard, 3000))
+      lib.rl_unwatch(waiter.client, r, #r)
+      waiter:close()
+      holder:close()
+    end)
+  end)
+
   describe("hand-off over TLS", function()
     it("wakes a waiter on release, far sooner than its 500 ms poll", function()
       -- two processes, each holding 30 ms and pausing 5 ms after its release;
