@@ -274,7 +274,8 @@ static void on_prepare(EV_P_ ev_prepare *w, int revents) {
 
 /* libev runs an overdue timer before I/O that arrived in the same loop
  * iteration. Before the engine judges anyone late, take what the sockets
- * already have: finished connects and replies. */
+ * already have: finished connects, handshake steps and replies; then end
+ * the TLS handshakes the connect deadline has overtaken. */
 static void take_ready(rl_client *c) {
     struct pollfd p[RL_MAX_NODES];
     int idx[RL_MAX_NODES], n = 0;
@@ -309,7 +310,7 @@ static void take_ready(rl_client *c) {
     }
     for (int i = 0; i < c->nnodes; i++) {
         rl_link *l = &c->links[i];
-        if (l->conn.fd >= 0 && !l->conn.connecting)
+        if (l->conn.fd >= 0 && !l->conn.connecting && !l->conn.handshaking)
             rl_engine_node_unsent(c->engine, i, rl_conn_unsent(&l->conn));
     }
 }
