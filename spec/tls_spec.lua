@@ -196,6 +196,22 @@ describe("TLS (libev driver)", function()
       assert.equal("locked\n", out)
     end)
 
+    it("speaks TLS 1.2 to a node that offers nothing newer (mutual TLS, and without a client certificate)", function()
+      local old = cluster.start(1, { args = { "--tls-protocols", "TLSv1.2" }, tls = {
+        cert = pki.server_cert, key = pki.server_key, ca = pki.ca, auth_clients = "yes",
+        client_cert = pki.client_cert, client_key = pki.client_key } })
+      local dlm = redlock.new { servers = old.urls,
+        tls = { cafile = pki.ca, certfile = pki.client_cert, keyfile = pki.client_key } }
+      local lk, err, detail = dlm:lock(res("tls12"))
+      assert.is_truthy(lk, tostring(err) .. " " .. cluster.show(detail))
+      lk:unlock()
+      dlm:close()
+      dlm = redlock.new { servers = old.urls, tls = { cafile = pki.ca } }
+      local seen, ok = gather(dlm, { "^server requires a client certificate$" })
+      assert.is_true(ok, show(seen))
+      dlm:close()
+    end)
+
     it("skips verification with verify = false", function()
       local dlm = redlock.new { servers = ocl.urls, tls = { cafile = pki.wrong_ca, verify = false } }
       local lk, err, detail = dlm:lock(res("insecure"))
