@@ -149,6 +149,21 @@ describe("TLS (libev driver)", function()
       dlm:close()
     end)
 
+    it("verifies with a directory of hashed CA certificates (capath)", function()
+      local dir = proc.tmpdir()
+      local ok, err = pcall(function()
+        local out, rc = proc.sh(("cp %s %s/ca.pem && openssl rehash %s"):format(q(pki.ca), q(dir), q(dir)))
+        assert.equal(0, rc, out)
+        local dlm = redlock.new { servers = tcl.urls, tls = { capath = dir } }
+        local lk, lerr, detail = dlm:lock(res("capath"))
+        assert.is_truthy(lk, tostring(lerr) .. " " .. cluster.show(detail))
+        lk:unlock()
+        dlm:close()
+      end)
+      proc.rmdir(dir)
+      assert(ok, err)
+    end)
+
     it("verifies the name given as server_name instead of the URL's host", function()
       local dlm = redlock.new { servers = tcl.urls, tls = { cafile = pki.ca, server_name = "localhost" } }
       local lk, err, detail = dlm:lock(res("sni"))
@@ -447,6 +462,17 @@ describe("TLS (libev driver)", function()
         :format(q(pki.ca), q(table.concat(tcl.urls, ",")), q(res("exec"))))
       assert.equal(0, rc, out)
       assert.matches("held spec:tls:exec", out)
+      -- a CA directory, and the name to verify given with --sni
+      out, rc = proc.sh(("cp %s %s/ca.pem && openssl rehash %s"):format(q(pki.ca), q(dir), q(dir)))
+      assert.equal(0, rc, out)
+      out, rc = host(("exec --cacertdir %s --sni localhost --servers %s %s -- echo ok"):format(
+        q(dir), q(table.concat(tcl.urls, ",")), q(res("exec"))))
+      assert.equal(0, rc, out)
+      assert.equal("ok\n", out)
+      out, rc = host(("exec -n --cacert %s --sni other.example --servers %s %s -- echo no"):format(
+        q(pki.ca), q(table.concat(tcl.urls, ",")), q(res("exec"))))
+      assert.equal(69, rc, out)
+      assert.matches("hostname mismatch", out, 1, true)
     end)
 
     it("reads the servers from --servers-file, and TLS settings from the environment", function()
