@@ -393,6 +393,10 @@ describe("TLS (libev driver)", function()
       ok, e = pcall(new, { cafile = pki.ca, certfile = pki.dir .. "/nocert" })
       assert.is_false(ok)
       assert.matches("tls.certfile: cannot load a certificate", e, 1, true)
+      -- named files are checked with plain redis:// servers too
+      ok, e = pcall(redlock.new, { servers = pcl.urls, tls = { cafile = pki.dir .. "/missing.pem" } })
+      assert.is_false(ok)
+      assert.matches("tls.cafile: cannot read", e, 1, true)
     end)
 
     it("misuse of the tls table raises at the call site", function()

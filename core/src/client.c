@@ -340,12 +340,15 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
     rl_options defaults;
     if (opts == NULL) rl_options_init(&defaults), opts = &defaults;
     /* One TLS context for every rediss:// node, made only when there is one
-     * (loading the system's CAs is not free); its files are checked here. */
+     * (loading the system's CAs is not free) or when TLS files are named:
+     * a file that cannot be used is an error here, whatever the URLs say. */
+    const rl_tls_options *to = &opts->tls;
+    int want_tls = to->cafile || to->capath || to->certfile || to->keyfile;
+    for (int i = 0; i < nurls && !want_tls; i++) want_tls = rl_engine_node_tls(e, i);
     rl_tls *tls = NULL;
-    for (int i = 0; i < nurls && tls == NULL; i++) {
-        if (!rl_engine_node_tls(e, i)) continue;
+    if (want_tls) {
         char why[RL_ERR_LEN];
-        tls = rl_tls_new(&opts->tls, why, sizeof(why));
+        tls = rl_tls_new(to, why, sizeof(why));
         if (tls == NULL) {
             if (err) snprintf(err, errlen, "%s", why);
             rl_engine_free(e);
