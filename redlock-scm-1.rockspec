@@ -29,6 +29,7 @@ dependencies = {
 external_dependencies = {
   HIREDIS = { header = "hiredis/hiredis.h" },
   LIBEV = { header = "ev.h" },
+  OPENSSL = { header = "openssl/ssl.h" }, -- TLS (rediss://)
 }
 
 build = {

@@ -417,14 +417,19 @@ int main(void) {
     snprintf(prefix, sizeof prefix, "rb:%s:%d:", envs("RB_LABEL", "redlock-c"), (int)getpid());
     load_pids();
 
+    /* RB_TLS_CAFILE: the nodes' ports serve TLS (rediss://), verified with that CA */
+    const char *cafile = getenv("RB_TLS_CAFILE");
+    rl_options opts;
+    rl_options_init(&opts);
+    opts.tls.cafile = cafile;
     char urls[MAXNODES][300];
     const char *up[MAXNODES];
     for (int i = 0; i < nodes; i++) {
-        snprintf(urls[i], sizeof urls[i], "redis://%s:%d", host, ports[i]);
+        snprintf(urls[i], sizeof urls[i], "%s://%s:%d", cafile ? "rediss" : "redis", host, ports[i]);
         up[i] = urls[i];
     }
     char err[RL_ERR_LEN];
-    cl = rl_client_new(up, nodes, NULL, err, sizeof err);
+    cl = rl_client_new(up, nodes, &opts, err, sizeof err);
     if (!cl) die(err);
     /* connections start without blocking: let them come up before timing anything */
     rl_sleep(cl, 100);

@@ -5,15 +5,18 @@
 --   luajit bench/summary.lua RUN1.jsonl [RUN2.jsonl ...] [--scaling S.jsonl] [--keepalive K.jsonl]
 --   luajit bench/summary.lua --ab AB1.jsonl [AB2.jsonl ...]
 --   luajit bench/summary.lua --far FAR.jsonl [--far-delay MS]
+--   luajit bench/summary.lua --tls TLS.jsonl
 --
 -- Ratios are taken within each run (same nodes, same minute), then the median
 -- over runs is shown with its [min..max]. In FAR.jsonl (bench/run's far-node
 -- step) a run is a round: rows carry "round", workloads seq / conc (all nodes
 -- direct), seq-far1 / conc-far1 (node 1 behind the delaying proxy) and
--- seq-pass1 / conc-pass1 (node 1 behind a proxy that delays nothing).
+-- seq-pass1 / conc-pass1 (node 1 behind a proxy that delays nothing). TLS.jsonl
+-- likewise: seq / conc over plain TCP, seq-tls / conc-tls over TLS, same nodes.
 
 local runs, scaling_file, keepalive_file, ab = {}, nil, nil, false
 local far_file, far_delay = nil, nil
+local tls_file = nil
 do
     local i = 1
     while arg[i] do
@@ -22,6 +25,7 @@ do
         elseif arg[i] == "--keepalive" then keepalive_file = arg[i + 1]; i = i + 2
         elseif arg[i] == "--far" then far_file = arg[i + 1]; i = i + 2
         elseif arg[i] == "--far-delay" then far_delay = arg[i + 1]; i = i + 2
+        elseif arg[i] == "--tls" then tls_file = arg[i + 1]; i = i + 2
         else runs[#runs + 1] = arg[i]; i = i + 1 end
     end
 end
@@ -219,6 +223,51 @@ if far_file then
                 d, med_fmt(xc, 2), med_fmt(xl, 2)))
         end
     end
+    print()
+    os.exit(0)
+end
+
+if tls_file then
+    -- TLS beside plain: rounds of (redlock-c, redlock-lua) x (plain, TLS) on the same nodes
+    local rounds, order = {}, {}
+    for _, r in ipairs(load(tls_file)) do
+        local k = r.round or 1
+        if not rounds[k] then rounds[k] = { idx = {}, best = {} }; order[#order + 1] = k end
+        local idx = rounds[k].idx
+        idx[r.peer] = idx[r.peer] or {}
+        idx[r.peer][r.workload] = r
+    end
+    table.sort(order)
+    for _, k in ipairs(order) do per_run[#per_run + 1] = rounds[k] end
+    local nr = #per_run
+    print(("## TLS beside plain TCP: 5 nodes serving both (%d round%s; C and Lua, plain / TLS in rotating order)"):format(
+        nr, nr == 1 and "" or "s"))
+    print()
+    print("| driver | workload | plain cycles/s | TLS cycles/s | TLS / plain | p50 µs plain / TLS (seq: acquire; conc: whole cycle) | client CPU ms / 1000 cycles plain / TLS | server CPU ms / 1000 cycles plain / TLS |")
+    print("|---|---|---|---|---|---|---|---|")
+    for _, w in ipairs { C, LUA } do
+        for _, wl in ipairs { "seq", "conc" } do
+            local t = wl .. "-tls"
+            print(("| %s | %s | %s | %s | %s | %s / %s | %s / %s | %s / %s |"):format(w, wl,
+                med_fmt(series(w, wl, "rate")), med_fmt(series(w, t, "rate")),
+                med_fmt(ratio_series(w, t, "rate", w, wl, "rate"), 2),
+                fmt(median(series(w, wl, "p50_us"))), fmt(median(series(w, t, "p50_us"))),
+                fmt(median(series(w, wl, "cpu_ms_per_1k")), 1), fmt(median(series(w, t, "cpu_ms_per_1k")), 1),
+                fmt(median(series(w, wl, "srv_cpu_ms_per_1k")), 1), fmt(median(series(w, t, "srv_cpu_ms_per_1k")), 1)))
+        end
+    end
+    print()
+    print("| target (TLS; ratios within each round) | redlock-c | redlock-lua | verdict |")
+    print("|---|---|---|---|")
+    local xc = ratio_series(C, "conc-tls", "rate", C, "conc", "rate")
+    local xl = ratio_series(LUA, "conc-tls", "rate", LUA, "conc", "rate")
+    local mc, ml = median(xc), median(xl)
+    local v = (not mc and not ml) and "not measured"
+        or (((not mc or mc >= 0.7) and (not ml or ml >= 0.7)) and "**met**" or "**not met**")
+    print(("| conc over TLS >= 0.7x conc over plain TCP | %s | %s | %s |"):format(med_fmt(xc, 2), med_fmt(xl, 2), v))
+    print(("| seq over TLS beside seq over plain TCP (no target) | %s | %s | reported |"):format(
+        med_fmt(ratio_series(C, "seq-tls", "rate", C, "seq", "rate"), 2),
+        med_fmt(ratio_series(LUA, "seq-tls", "rate", LUA, "seq", "rate"), 2)))
     print()
     os.exit(0)
 end

@@ -5,7 +5,7 @@
  * paths.c   finds the Lua modules next to the executable (build tree or install prefix);
  * signals.c turns SIGINT/SIGTERM/SIGHUP into "stop the child, release every kept lock, exit";
  * proc.c    starts and supervises child processes (exec, os.execute, demo workers);
- * probe.c   reads what one node holds under a key (redlock status).
+ * probe.c   reads what one node holds under a key (redlock status), over TLS too.
  *
  * Dependencies go one way: main.c uses the others, signals.c uses proc.c (to
  * stop the supervised child); proc.c, paths.c and probe.c use none of them.
@@ -139,6 +139,18 @@ typedef struct rl_host_probe_result {
  * *out filled, or -1 with out->err and out->errstr set. */
 int rl_host_probe(const char *url, const char *key, size_t keylen, int timeout_ms,
                   rl_host_probe_result *out);
+
+/* TLS settings for probing rediss:// nodes (as rl_tls_options; NULL strings
+ * for none). */
+typedef struct rl_host_tls {
+    const char *cafile, *capath, *certfile, *keyfile, *server_name;
+    int verify;
+} rl_host_tls;
+
+/* rl_host_probe, and a rediss:// node with the TLS settings tls (NULL: verify
+ * against the system's CAs). Bad TLS files: -1 with RL_HOST_PROBE_EINVAL. */
+int rl_host_probe_with(const char *url, const char *key, size_t keylen, int timeout_ms, const rl_host_tls *tls,
+                       rl_host_probe_result *out);
 
 #pragma GCC visibility pop
 

@@ -8,8 +8,14 @@
  * nothing of hiredis, only rl_host_probe_result. A reply of the wrong type (a
  * server that answers +OK to everything, something that is not Redis) is an
  * error text for that node, like a refused connection or a timeout.
+ *
+ * A rediss:// node: hiredis (0.14) connects, then the TLS session (the core's
+ * tls.c) takes over the socket; commands are encoded by the core's command.c
+ * and replies parsed by hiredis' reader, every wait bounded by poll(2).
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,7 +23,9 @@
 
 #include <hiredis/hiredis.h>
 
+#include "command.h"
 #include "host.h"
+#include "tls.h"
 #include "url.h"
 
 /* One probe under way. */
@@ -25,6 +33,11 @@ typedef struct probe {
     redisContext *c;
     rl_host_probe_result *out;
     int timeout_ms;
+    /* TLS only: */
+    rl_tls_session *tls;     /* NULL for a plain connection */
+    rl_buf cmds;             /* commands not written yet */
+    redisReader *reader;
+    char tls_err[RL_NODE_ERR_LEN];
 } probe;
 
 #define WANT(type) (1u << (type))
@@ -41,6 +54,7 @@ static int fail(rl_host_probe_result *out, int err, const char *fmt, ...) {
 /* The connection's error, a read timeout said as such. */
 static int fail_io(probe *p, const char *what) {
     redisContext *c = p->c;
+    if (p->tls) return fail(p->out, RL_HOST_PROBE_ENODE, "%s: %s", what, p->tls_err);
 #ifdef REDIS_ERR_TIMEOUT /* hiredis >= 1.0 */
     if (c->err == REDIS_ERR_TIMEOUT)
         return fail(p->out, RL_HOST_PROBE_ENODE, "%s: no answer within %d ms", what, p->timeout_ms);
@@ -63,12 +77,78 @@ static void describe(const redisReply *r, char *buf, size_t len) {
     }
 }
 
+/* ---- TLS: the session on hiredis' socket ---- */
+
+/* Wait until the socket is ready for what the session wants, within the
+ * probe's timeout. Return 0, or -1 with tls_err set. */
+static int tls_wait(probe *p) {
+    struct pollfd pfd = {.fd = p->c->fd, .events = p->tls->want == RL_TLS_WANT_WRITE ? POLLOUT : POLLIN};
+    int n;
+    do n = poll(&pfd, 1, p->timeout_ms);
+    while (n < 0 && errno == EINTR);
+    if (n > 0) return 0;
+    snprintf(p->tls_err, sizeof(p->tls_err), "no answer within %d ms", p->timeout_ms);
+    return -1;
+}
+
+static int tls_handshake(probe *p) {
+    int rc;
+    while ((rc = rl_tls_handshake(p->tls, p->tls_err, sizeof(p->tls_err))) == RL_TLS_AGAIN)
+        if (tls_wait(p) != 0) {
+            snprintf(p->tls_err, sizeof(p->tls_err), "TLS handshake timed out after %d ms", p->timeout_ms);
+            return -1;
+        }
+    return rc == 1 ? 0 : -1;
+}
+
+/* Write every queued command. */
+static int tls_flush(probe *p) {
+    size_t off = 0;
+    while (off < p->cmds.len) {
+        ssize_t w = rl_tls_write(p->tls, p->cmds.data + off, p->cmds.len - off, p->tls_err, sizeof(p->tls_err));
+        if (w > 0) off += (size_t)w;
+        else if (w == RL_TLS_FAIL || tls_wait(p) != 0) return -1;
+    }
+    p->cmds.len = 0;
+    return 0;
+}
+
+/* The next reply (sending what is queued first), as redisGetReply. */
+static int tls_reply(probe *p, void **obj) {
+    if (tls_flush(p) != 0) return REDIS_ERR;
+    char buf[4096];
+    for (;;) {
+        if (redisReaderGetReply(p->reader, obj) != REDIS_OK) {
+            snprintf(p->tls_err, sizeof(p->tls_err), "protocol error: %.70s", p->reader->errstr);
+            return REDIS_ERR;
+        }
+        if (*obj != NULL) return REDIS_OK;
+        ssize_t got = rl_tls_read(p->tls, buf, sizeof(buf), p->tls_err, sizeof(p->tls_err));
+        if (got > 0) {
+            if (redisReaderFeed(p->reader, buf, (size_t)got) != REDIS_OK) {
+                snprintf(p->tls_err, sizeof(p->tls_err), "out of memory");
+                return REDIS_ERR;
+            }
+        } else if (got == RL_TLS_FAIL || tls_wait(p) != 0) {
+            return REDIS_ERR;
+        }
+    }
+}
+
+static int append(probe *p, int argc, const char **argv, const size_t *lens) {
+    if (p->tls == NULL) return redisAppendCommandArgv(p->c, argc, argv, lens);
+    if (rl_cmd_append_argv(&p->cmds, argc, argv, lens) == 0) return REDIS_OK;
+    snprintf(p->tls_err, sizeof(p->tls_err), "out of memory");
+    return REDIS_ERR;
+}
+
 /* Take the next reply of a command already sent. Return it when its type is
  * in want (WANT(REDIS_REPLY_*) bits); otherwise, error replies included,
  * fail the probe with what the reply was to and return NULL. */
 static redisReply *take(probe *p, const char *what, unsigned want) {
     void *obj = NULL;
-    if (redisGetReply(p->c, &obj) != REDIS_OK || obj == NULL) {
+    int rc = p->tls ? tls_reply(p, &obj) : redisGetReply(p->c, &obj);
+    if (rc != REDIS_OK || obj == NULL) {
         fail_io(p, what);
         return NULL;
     }
@@ -88,7 +168,7 @@ static redisReply *take(probe *p, const char *what, unsigned want) {
 
 /* Send a command and check that it was answered with a status reply. */
 static int expect_status(probe *p, const char *what, int argc, const char **argv, const size_t *lens) {
-    if (redisAppendCommandArgv(p->c, argc, argv, lens) != REDIS_OK) return fail_io(p, what);
+    if (append(p, argc, argv, lens) != REDIS_OK) return fail_io(p, what);
     redisReply *r = take(p, what, WANT(REDIS_REPLY_STATUS));
     if (r == NULL) return -1;
     freeReplyObject(r);
@@ -125,8 +205,7 @@ static int look(probe *p, const char *key, size_t keylen) {
     rl_host_probe_result *out = p->out;
     const char *get[2] = {"GET", key}, *pttl[2] = {"PTTL", key};
     size_t getlens[2] = {3, keylen}, pttllens[2] = {4, keylen};
-    if (redisAppendCommandArgv(p->c, 2, get, getlens) != REDIS_OK ||
-        redisAppendCommandArgv(p->c, 2, pttl, pttllens) != REDIS_OK)
+    if (append(p, 2, get, getlens) != REDIS_OK || append(p, 2, pttl, pttllens) != REDIS_OK)
         return fail_io(p, "GET");
     redisReply *v = take(p, "GET", WANT(REDIS_REPLY_STRING) | WANT(REDIS_REPLY_NIL));
     if (v == NULL) return -1;
@@ -145,8 +224,58 @@ static int look(probe *p, const char *key, size_t keylen) {
     return 0;
 }
 
+/* The TLS context for a probe, from the options (NULL: the defaults). */
+static rl_tls *tls_context(const rl_host_tls *o, rl_host_probe_result *out) {
+    rl_tls_options t = {0};
+    t.verify = 1;
+    if (o) {
+        t.cafile = o->cafile;
+        t.capath = o->capath;
+        t.certfile = o->certfile;
+        t.keyfile = o->keyfile;
+        t.server_name = o->server_name;
+        t.verify = o->verify;
+    }
+    char err[RL_ERR_LEN];
+    rl_tls *ctx = rl_tls_new(&t, err, sizeof(err));
+    if (ctx == NULL) fail(out, RL_HOST_PROBE_EINVAL, "%s", err);
+    return ctx;
+}
+
+/* GET and PTTL over TLS on p->c's socket. */
+static int probe_tls(probe *p, const rl_url *u, const char *key, size_t keylen, const rl_host_tls *o) {
+    rl_tls *ctx = tls_context(o, p->out);
+    if (ctx == NULL) return -1;
+    rl_tls_session session = {0};
+    int rc = -1;
+    p->tls = &session;
+    p->reader = redisReaderCreate();
+    int flags = fcntl(p->c->fd, F_GETFL);
+    if (p->reader == NULL) {
+        fail(p->out, RL_HOST_PROBE_ENODE, "out of memory");
+    } else if (flags < 0 || fcntl(p->c->fd, F_SETFL, flags | O_NONBLOCK) != 0 ||
+               rl_tls_start(ctx, &session, p->c->fd, u->host, p->tls_err, sizeof(p->tls_err)) != 0 ||
+               tls_handshake(p) != 0) {
+        if (flags < 0) snprintf(p->tls_err, sizeof(p->tls_err), "%s", strerror(errno));
+        fail(p->out, RL_HOST_PROBE_ENODE, "connect: %s", p->tls_err);
+    } else if ((rc = prepare(p, u)) == 0) {
+        rc = look(p, key, keylen);
+    }
+    rl_tls_end(&session);
+    if (p->reader) redisReaderFree(p->reader);
+    rl_buf_free(&p->cmds);
+    rl_tls_free(ctx);
+    p->tls = NULL;
+    return rc;
+}
+
 int rl_host_probe(const char *url, const char *key, size_t keylen, int timeout_ms,
                   rl_host_probe_result *out) {
+    return rl_host_probe_with(url, key, keylen, timeout_ms, NULL, out);
+}
+
+int rl_host_probe_with(const char *url, const char *key, size_t keylen, int timeout_ms, const rl_host_tls *tls,
+                       rl_host_probe_result *out) {
     rl_url u;
     memset(out, 0, sizeof(*out));
     out->pttl = -2;
@@ -159,13 +288,14 @@ int rl_host_probe(const char *url, const char *key, size_t keylen, int timeout_m
     snprintf(out->name, sizeof(out->name), "%s", u.name);
 
     struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-    probe p = {NULL, out, timeout_ms};
+    probe p = {.out = out, .timeout_ms = timeout_ms};
     p.c = u.kind == RL_URL_UNIX ? redisConnectUnixWithTimeout(u.path, tv)
                                 : redisConnectWithTimeout(u.host, u.port, tv);
     if (p.c == NULL) return fail(out, RL_HOST_PROBE_ENODE, "out of memory");
     int rc;
     if (p.c->err) rc = fail(out, RL_HOST_PROBE_ENODE, "connect: %s", p.c->errstr);
     else if (redisSetTimeout(p.c, tv) != REDIS_OK) rc = fail_io(&p, "connect");
+    else if (u.tls) rc = probe_tls(&p, &u, key, keylen, tls);
     else if ((rc = prepare(&p, &u)) == 0) rc = look(&p, key, keylen);
     redisFree(p.c);
     return rc;

@@ -99,8 +99,9 @@ typedef struct rl_tls_options {
 /* Client options. Fill with rl_options_init, then change what you need. */
 typedef struct rl_options {
     int node_timeout_ms;     /* longest wait for one node's reply in a round (default 50) */
-    int connect_timeout_ms;  /* longest wait for a TCP/unix connect to complete, and for the
-                                host name lookups of rl_client_new (default 1000) */
+    int connect_timeout_ms;  /* longest wait for a TCP/unix connect (and TLS handshake) to
+                                complete, and for the host name lookups of rl_client_new
+                                (default 1000) */
     int reconnect_min_ms;    /* first delay before reconnecting a lost node (default 50) */
     int reconnect_max_ms;    /* cap of the doubling reconnect delay (default 1000) */
     int stall_reset_ms;      /* reconnect a node silent this long with commands unanswered (default 500):
@@ -146,15 +147,17 @@ void rl_options_init(rl_options *opts);
 /*
  * Create a client for the nodes named by urls[0..nurls-1]:
  *   redis://[[user]:password@]host:port[/db]   unix:///path/to.sock[?db=N]
+ *   rediss://... (TLS, with opts->tls)
  * Host names are looked up here, all at once, waiting at most
  * connect_timeout_ms for them together; numeric addresses are not looked up.
  * A name not resolved by then is not an error: its node starts down (a failed
  * vote whose detail says why) and the name is looked up again in the
  * background; no round ever waits for a lookup. Connections start at once,
- * without blocking; AUTH and SELECT follow each connect. opts may be NULL for
- * the defaults. On error (bad URL, a node listed twice, no nodes, bad
- * options) NULL is returned, err holds the reason and nothing is left
- * allocated.
+ * without blocking; AUTH and SELECT follow each connect (for rediss:// nodes,
+ * after the TLS handshake, which connect_timeout_ms also bounds). opts may be
+ * NULL for the defaults. On error (bad URL, a node listed twice, no nodes, bad
+ * options, a TLS file named in opts->tls that cannot be used: "tls.cafile:
+ * ...") NULL is returned, err holds the reason and nothing is left allocated.
  */
 rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *opts,
                          char *err, size_t errlen);

@@ -274,7 +274,8 @@ static void on_prepare(EV_P_ ev_prepare *w, int revents) {
 
 /* libev runs an overdue timer before I/O that arrived in the same loop
  * iteration. Before the engine judges anyone late, take what the sockets
- * already have: finished connects and replies. */
+ * already have: finished connects, handshake steps and replies; then end
+ * the TLS handshakes the connect deadline has overtaken. */
 static void take_ready(rl_client *c) {
     struct pollfd p[RL_MAX_NODES];
     int idx[RL_MAX_NODES], n = 0;
@@ -309,7 +310,7 @@ static void take_ready(rl_client *c) {
     }
     for (int i = 0; i < c->nnodes; i++) {
         rl_link *l = &c->links[i];
-        if (l->conn.fd >= 0 && !l->conn.connecting)
+        if (l->conn.fd >= 0 && !l->conn.connecting && !l->conn.handshaking)
             rl_engine_node_unsent(c->engine, i, rl_conn_unsent(&l->conn));
     }
 }
@@ -339,12 +340,15 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
     rl_options defaults;
     if (opts == NULL) rl_options_init(&defaults), opts = &defaults;
     /* One TLS context for every rediss:// node, made only when there is one
-     * (loading the system's CAs is not free); its files are checked here. */
+     * (loading the system's CAs is not free) or when TLS files are named:
+     * a file that cannot be used is an error here, whatever the URLs say. */
+    const rl_tls_options *to = &opts->tls;
+    int want_tls = to->cafile || to->capath || to->certfile || to->keyfile;
+    for (int i = 0; i < nurls && !want_tls; i++) want_tls = rl_engine_node_tls(e, i);
     rl_tls *tls = NULL;
-    for (int i = 0; i < nurls && tls == NULL; i++) {
-        if (!rl_engine_node_tls(e, i)) continue;
+    if (want_tls) {
         char why[RL_ERR_LEN];
-        tls = rl_tls_new(&opts->tls, why, sizeof(why));
+        tls = rl_tls_new(to, why, sizeof(why));
         if (tls == NULL) {
             if (err) snprintf(err, errlen, "%s", why);
             rl_engine_free(e);

@@ -57,7 +57,8 @@ int rl_conn_handshake(rl_conn *c);
  * socket stays open for the caller to close. */
 ssize_t rl_conn_read(rl_conn *c, char *buf, size_t len);
 
-/* Bytes a read returns without waiting for the socket (decrypted, buffered). */
+/* Nonzero when a read may return bytes without the socket becoming readable
+ * (TLS: bytes OpenSSL has read ahead). */
 size_t rl_conn_pending(const rl_conn *c);
 
 /* Write up to len bytes: the count taken, RL_CONN_AGAIN (want says for

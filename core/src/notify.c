@@ -2,12 +2,11 @@
  *
  * Per node: a socket of its own (conn.c; TLS for a rediss:// node, with the
  * client's context, the handshake bounded by the connect timeout), AUTH when
- * the URL has a password,
- * then one SUBSCRIBE for every channel watched; messages are parsed by
- * hiredis' reader and counted per channel. Whatever goes wrong (refused
- * connect, lost connection, refused AUTH, garbage) closes the socket and
- * tries again after a doubling backoff: a node that is down costs its
- * wake-ups, never a wait. */
+ * the URL has a password, then one SUBSCRIBE for every channel watched;
+ * messages are parsed by hiredis' reader and counted per channel. Whatever
+ * goes wrong (refused connect, lost connection, a failed handshake, refused
+ * AUTH, garbage) closes the socket and tries again after a doubling backoff:
+ * a node that is down costs its wake-ups, never a wait. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,7 +52,6 @@ struct rl_notify {
     int nw, capw;
     unsigned total;
     rl_buf scratch;
-    rl_tls *tls;             /* the client's TLS context (rediss:// nodes) */
     rl_sub subs[RL_MAX_NODES];
 };
 

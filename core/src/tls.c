@@ -119,7 +119,12 @@ static void describe(rl_tls_session *s, int rc, int during, char *err, size_t er
     unsigned long code = take_error();
     int reason = ERR_GET_REASON(code);
     const char *pre = during ? "TLS handshake failed: " : "TLS: ";
-    if (kind == SSL_ERROR_ZERO_RETURN) {
+    if (s->cert_asked && !s->got_data) {
+        /* TLS 1.3: our side of the handshake ends before the server has
+         * checked our (empty) certificate; its refusal (an alert, often
+         * lost to the reset that follows) comes with the first read. */
+        snprintf(err, errlen, "server requires a client certificate");
+    } else if (kind == SSL_ERROR_ZERO_RETURN) {
         snprintf(err, errlen, "closed by the server (TLS close_notify)");
     } else if (kind == SSL_ERROR_SYSCALL && code == 0) {
         if (rc == 0 || saved == 0) snprintf(err, errlen, "%sconnection closed by the server", pre);
@@ -149,6 +154,17 @@ static void describe(rl_tls_session *s, int rc, int during, char *err, size_t er
 
 /* ---- the context ---- */
 
+/* The server asks for a client certificate and none is configured: go on
+ * without one (the server may not insist), and remember it to explain a
+ * refusal. */
+static int no_client_cert(SSL *ssl, X509 **x509, EVP_PKEY **pkey) {
+    (void)x509;
+    (void)pkey;
+    rl_tls_session *s = SSL_get_app_data(ssl);
+    if (s) s->cert_asked = 1;
+    return 0;
+}
+
 /* err = "tls.<option>: <what> '<path>': <OpenSSL's reason>". */
 static void option_error(char *err, size_t errlen, const char *option, const char *what, const char *path) {
     unsigned long code = take_error();
@@ -177,6 +193,9 @@ rl_tls *rl_tls_new(const rl_tls_options *o, char *err, size_t errlen) {
     /* Writes offer the driver's output buffer, which may grow and move
      * between a write that must be retried and its retry. */
     SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    /* One recv for whatever has arrived, not two (header, body) per record;
+     * what it read beyond one record waits in OpenSSL: rl_tls_pending. */
+    SSL_CTX_set_read_ahead(ctx, 1);
     SSL_CTX_set_verify(ctx, t->verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
 
     if (o->cafile && !readable_file(o->cafile, 0)) {
@@ -225,6 +244,8 @@ rl_tls *rl_tls_new(const rl_tls_options *o, char *err, size_t errlen) {
             goto fail;
         }
         t->has_cert = 1;
+    } else {
+        SSL_CTX_set_client_cert_cb(ctx, no_client_cert);
     }
     if (o->server_name) {
         if (o->server_name[0] == '\0') {
@@ -283,6 +304,7 @@ int rl_tls_start(rl_tls *t, rl_tls_session *s, int fd, const char *host, char *e
     }
     SSL_set_connect_state(ssl);
     *s = (rl_tls_session){.ssl = ssl, .tls = t};
+    SSL_set_app_data(ssl, s); /* s stays where it is while the session lives */
     return 0;
 }
 
@@ -315,14 +337,19 @@ ssize_t rl_tls_read(rl_tls_session *s, char *buf, size_t len, char *err, size_t 
     errno = 0;
     int n = len > INT32_MAX ? INT32_MAX : (int)len;
     int rc = SSL_read(s->ssl, buf, n);
-    if (rc > 0) return rc;
+    if (rc > 0) {
+        s->got_data = 1;
+        return rc;
+    }
     if (again(s, rc)) return RL_TLS_AGAIN;
     describe(s, rc, 0, err, errlen);
     return RL_TLS_FAIL;
 }
 
 size_t rl_tls_pending(const rl_tls_session *s) {
-    return s->ssl ? (size_t)SSL_pending(s->ssl) : 0;
+    if (s->ssl == NULL) return 0;
+    int n = SSL_pending(s->ssl);
+    return n > 0 ? (size_t)n : (size_t)SSL_has_pending(s->ssl);
 }
 
 ssize_t rl_tls_write(rl_tls_session *s, const char *data, size_t len, char *err, size_t errlen) {

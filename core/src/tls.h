@@ -26,6 +26,8 @@ typedef struct rl_tls_session {
     int want;                /* RL_TLS_WANT_* after RL_TLS_AGAIN */
     int done;                /* the handshake finished */
     int failed;              /* a call failed: no close_notify at the end */
+    int cert_asked;          /* the server asked for a client certificate we do not have */
+    int got_data;            /* a read returned bytes: the server accepted the connection */
 } rl_tls_session;
 
 /* A context for o (CA, client certificate, verification). On error NULL,
@@ -51,7 +53,9 @@ int rl_tls_handshake(rl_tls_session *s, char *err, size_t errlen);
  * (TLS close_notify)"). */
 ssize_t rl_tls_read(rl_tls_session *s, char *buf, size_t len, char *err, size_t errlen);
 
-/* Bytes decrypted and buffered that a read returns without the socket. */
+/* Nonzero when OpenSSL holds bytes read from the socket (decrypted or not)
+ * that a read may return without the socket becoming readable again: read
+ * on until RL_TLS_AGAIN then. */
 size_t rl_tls_pending(const rl_tls_session *s);
 
 /* Write up to len bytes of data (one TLS record at most): the count taken,

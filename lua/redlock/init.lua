@@ -304,11 +304,27 @@ local function servers_from_env()
     return list
 end
 
---- A client built from redlock.configure{...} or REDLOCK_SERVERS, made once.
+-- TLS settings from REDLOCK_CACERT, REDLOCK_CACERTDIR, REDLOCK_CERT, REDLOCK_KEY
+-- and REDLOCK_SNI (as the host reads them; turning verification off is the
+-- host's --insecure only), or nil when none is set.
+local TLS_ENV = { cafile = "REDLOCK_CACERT", capath = "REDLOCK_CACERTDIR", certfile = "REDLOCK_CERT",
+                  keyfile = "REDLOCK_KEY", server_name = "REDLOCK_SNI" }
+local function tls_from_env()
+    local t
+    for k, name in pairs(TLS_ENV) do
+        local v = os.getenv(name)
+        if v and v ~= "" then t = t or {}; t[k] = v end
+    end
+    return t
+end
+
+--- A client built from redlock.configure{...} or REDLOCK_SERVERS (and the
+-- REDLOCK_* TLS variables), made once.
 function _M.default()
     if _M._default then return _M._default end
     local opts = {}
     for k, v in pairs(defaults) do opts[k] = v end
+    if not opts.servers then opts.tls = opts.tls or tls_from_env() end
     opts.servers = opts.servers or servers_from_env()
     if not opts.servers then
         error("no servers configured: pass --servers URL,URL,... or set REDLOCK_SERVERS "

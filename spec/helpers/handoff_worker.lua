@@ -19,7 +19,8 @@ local min_ms, max_ms, notify = tonumber(arg[6]), tonumber(arg[7]), arg[8] == "on
 local urls = {}
 for i = 9, #arg do urls[#urls + 1] = arg[i] end
 
-local dlm = redlock.new { servers = urls, ttl = 10000, notify = notify }
+local dlm = redlock.new { servers = urls, ttl = 10000, notify = notify,
+                          tls = require("helpers.tls").from_env() } -- rediss://: set by the spawning spec
 local log = assert(io.open(logpath, "a"))
 log:setvbuf("no")
 local pid = proc.getpid()

@@ -10,6 +10,7 @@
 --   pki.other_cert, pki.other_key         signed by ca; SAN only DNS:other.example
 --   pki.dir                               the directory holding them all
 --   tls.cleanup()                         removes the directory
+--   tls.env(opts), tls.from_env()         tls options to a worker process and back
 --
 -- Keys are EC P-256 (fast to make); certificates are valid for 2 days.
 -- Raises with openssl's output when a step fails.
@@ -123,6 +124,33 @@ function M.make()
     error(err, 2)
   end
   made = t
+  return t
+end
+
+-- Worker processes get their tls options through the environment.
+local ENV = { cafile = "REDLOCK_SPEC_TLS_CAFILE", certfile = "REDLOCK_SPEC_TLS_CERTFILE",
+              keyfile = "REDLOCK_SPEC_TLS_KEYFILE", server_name = "REDLOCK_SPEC_TLS_SERVER_NAME" }
+
+--- The environment variables that hand tls options (cafile, certfile,
+-- keyfile, server_name) to a worker process; env: a table to add them to.
+function M.env(opts, env)
+  env = env or {}
+  for k, name in pairs(ENV) do
+    if opts[k] then env[name] = opts[k] end
+  end
+  return env
+end
+
+--- In a worker: the tls options M.env handed over, or nil.
+function M.from_env()
+  local t
+  for k, name in pairs(ENV) do
+    local v = os.getenv(name)
+    if v and v ~= "" then
+      t = t or {}
+      t[k] = v
+    end
+  end
   return t
 end
 

@@ -38,6 +38,7 @@ else
   local redlock = require "redlock"
   local dlm = redlock.new {
     servers = urls,
+    tls = require("helpers.tls").from_env(), -- rediss:// nodes: set by the spawning spec
     ttl = 3000,
     retry = redlock.retry.jitter(1, 5, 1000),
   }

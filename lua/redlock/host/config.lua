@@ -176,6 +176,11 @@ end
 local FLAG_OF_TLS_OPTION = { cafile = "--cacert:", capath = "--cacertdir:", certfile = "--cert:",
   keyfile = "--key:", server_name = "--sni:" }
 
+--- msg with a leading "tls.<option>:" said as the flag that sets it.
+function _M.flag_message(msg)
+  return (msg:gsub("^tls%.([%w_]+):", FLAG_OF_TLS_OPTION))
+end
+
 --- A client from the host configuration, or nil and a message.
 function _M.client(opts)
   local copts, err = _M.client_options(opts)
@@ -184,7 +189,7 @@ function _M.client(opts)
   local ok, dlm = pcall(redlock.new, copts)
   if not ok then
     local msg = tostring(dlm):gsub("^bad argument #1 to 'new' %((.*)%)$", "%1")
-    return nil, (msg:gsub("^tls%.([%w_]+):", FLAG_OF_TLS_OPTION))
+    return nil, _M.flag_message(msg)
   end
   return dlm
 end

@@ -323,7 +323,7 @@ function _M.worker.run(opts, argv, k)
   local servers = assert(config.servers(opts))
   math.randomseed(sys.getpid())
   local redlock = require "redlock"
-  local dlm = redlock.new { servers = servers, keepalive = true }
+  local dlm = redlock.new { servers = servers, keepalive = true, tls = config.tls_options(opts) }
   local logf = assert(io.open(dir .. "/demo.log", "a"))
   local function log(fmt, ...)
     logf:write(fmt:format(...), "\n")

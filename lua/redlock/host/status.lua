@@ -52,10 +52,11 @@ function _M.run(opts, argv, k)
   local n = #servers
   local quorum = math.floor(n / 2) + 1
 
+  local tls = config.tls_options(opts)
   local rows, votes, answered = {}, {}, 0
   for idx, url in ipairs(servers) do
-    local r, perr, kind, name = sys.probe(url, key, TIMEOUT_MS)
-    if not r and kind == sys.PROBE_EINVAL then return host.fail(EXIT.USAGE, "%s", perr) end
+    local r, perr, kind, name = sys.probe(url, key, TIMEOUT_MS, tls)
+    if not r and kind == sys.PROBE_EINVAL then return host.fail(EXIT.USAGE, "%s", config.flag_message(perr)) end
     local row = { name = r and r.name or name }
     if not r then
       row.state, row.info = "error", perr

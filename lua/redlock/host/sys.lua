@@ -31,6 +31,12 @@ if not pcall(ffi.typeof, "rl_host_timespec") then
     } rl_host_probe_result;
     int rl_host_probe(const char *url, const char *key, size_t keylen, int timeout_ms,
                       rl_host_probe_result *out);
+    typedef struct rl_host_tls {
+      const char *cafile, *capath, *certfile, *keyfile, *server_name;
+      int verify;
+    } rl_host_tls;
+    int rl_host_probe_with(const char *url, const char *key, size_t keylen, int timeout_ms,
+                           const rl_host_tls *tls, rl_host_probe_result *out);
     int rl_host_libc_setenv(const char *name, const char *value, int overwrite) asm("setenv");
     int rl_host_libc_unsetenv(const char *name) asm("unsetenv");
     char *rl_host_libc_strerror(int errnum) asm("strerror");
@@ -111,14 +117,23 @@ end
 
 local probe_result = ffi.new("rl_host_probe_result")
 
---- Ask the node at url what it holds under key (rl_host_probe). Return
+--- Ask the node at url what it holds under key (rl_host_probe); tls: the
+-- options for a rediss:// node, as redlock.new takes them (nil: defaults). Return
 -- { name =, exists =, value =, value_len =, pttl = }, where value is at most
 -- the first 127 bytes of the value (value_len is the whole length); or nil, a
 -- message, the kind of failure (PROBE_EINVAL: bad URL; PROBE_ENODE: the
 -- node failed) and the node's name.
-function _M.probe(url, key, timeout_ms)
+function _M.probe(url, key, timeout_ms, tls)
   local r = probe_result
-  if C.rl_host_probe(url, key, #key, timeout_ms, r) ~= 0 then
+  local t
+  if tls then
+    t = ffi.new("rl_host_tls")
+    t.cafile, t.capath, t.certfile = tls.cafile, tls.capath, tls.certfile
+    t.keyfile, t.server_name = tls.keyfile, tls.server_name
+    t.verify = tls.verify == false and 0 or 1
+  end
+  local rc = C.rl_host_probe_with(url, key, #key, timeout_ms, t, r)
+  if rc ~= 0 then
     return nil, ffi.string(r.errstr), r.err, ffi.string(r.name)
   end
   local len = tonumber(r.value_len)

@@ -1,0 +1,573 @@
+-- TLS (rediss://) in the libev driver: real redis-server nodes serving TLS
+-- only (--port 0 --tls-port), certificates made by spec/helpers/tls.lua.
+-- Locking, mutual TLS, fencing and hand-off over TLS; every way a TLS
+-- connection fails is one failed vote with its reason; stalls cost at most
+-- a node timeout; the host's TLS flags; a contention history over TLS.
+
+local redlock = require "redlock"
+local cluster = require "helpers.cluster"
+local history = require "helpers.history"
+local proc = require "helpers.proc"
+local tls = require "helpers.tls"
+
+local q = proc.quote
+local res = cluster.names("tls")
+
+local ROOT = io.popen("pwd"):read("*l")
+local BIN = os.getenv("REDLOCK_HOST") or (ROOT .. "/build/redlock")
+if BIN:sub(1, 1) ~= "/" then BIN = ROOT .. "/" .. BIN end
+
+local PASSWORD = "tls-s3cret-pw"
+
+-- try_lock (resource of its own) over and over until, for every node i
+-- in want (index -> pattern), an error matching want[i] was seen, or ms
+-- pass. A round decides as soon as quorum is impossible, so one attempt may
+-- leave some nodes "pending": the errors are gathered over attempts. A
+-- granted lock reports no votes; it is released. Returns seen (index ->
+-- the first matching error, or every error seen joined by " | ") and
+-- whether every pattern matched, and the last failed attempt's err.
+-- drive_ms: between attempts, run the client's loop this long (rl_sleep)
+-- rather than sleep, so that connects and handshakes go on meanwhile (a
+-- failed acquire's cleanup resets a connection still in its handshake).
+-- need: how many of the wanted nodes must match (default all). Nodes that
+-- are down vote at once, in server order, and the round is decided when
+-- quorum is impossible: the last node may never get to say anything.
+local function gather(dlm, want, ms, drive_ms, need)
+  local r = res("gather")
+  local found, all = {}, {}
+  local last_err
+  local deadline = proc.now_ms() + (ms or 3000)
+  repeat
+    local lk, err, detail = dlm:try_lock(r, { ttl = 2000 })
+    if lk then
+      lk:unlock()
+    else
+      last_err = err
+      for i = 1, #detail do
+        local e = detail[i].error
+        if e then
+          all[i] = all[i] or {}
+          if not all[i][e] then all[i][e] = true; table.insert(all[i], e) end
+          if want[i] and not found[i] and e:find(want[i]) then found[i] = e end
+        end
+      end
+    end
+    local wanted, matched = 0, 0
+    for i in pairs(want) do
+      wanted = wanted + 1
+      if found[i] then matched = matched + 1 end
+    end
+    if matched >= (need or wanted) then return found, true, last_err end
+    if drive_ms then require("redlock.cdefs").lib.rl_sleep(dlm.client, drive_ms) else proc.sleep_ms(10) end
+  until proc.now_ms() > deadline
+  local seen = {}
+  for i in pairs(want) do seen[i] = found[i] or table.concat(all[i] or { "(no error)" }, " | ") end
+  return seen, false, last_err
+end
+
+-- want = { [i] = pattern } for i = 1..n.
+local function every(n, pattern)
+  local t = {}
+  for i = 1, n do t[i] = pattern end
+  return t
+end
+
+-- A majority of 3 nodes (see gather's need).
+local MAJORITY = 2
+
+local function show(seen)
+  local t = {}
+  for i, e in pairs(seen) do t[#t + 1] = ("[%d] %s"):format(i, e) end
+  table.sort(t)
+  return table.concat(t, "; ")
+end
+
+describe("TLS (libev driver)", function()
+  local pki, tcl, mcl, pcl, ocl
+
+  lazy_setup(function()
+    pki = tls.make()
+    local server = { cert = pki.server_cert, key = pki.server_key, ca = pki.ca }
+    tcl = cluster.start(3, { tls = server, password = PASSWORD })
+    mcl = cluster.start(3, { tls = { cert = pki.server_cert, key = pki.server_key, ca = pki.ca,
+      auth_clients = "yes", client_cert = pki.client_cert, client_key = pki.client_key } })
+    pcl = cluster.start(2)
+    ocl = cluster.start(1, { tls = { cert = pki.other_cert, key = pki.other_key, ca = pki.ca } })
+  end)
+
+  teardown(function()
+    cluster.stop_all()
+    tls.cleanup()
+  end)
+
+  describe("over rediss://", function()
+    it("locks, extends and unlocks, with the keys on the nodes", function()
+      local dlm = redlock.new { servers = tcl.urls, tls = { cafile = pki.ca } }
+      local r = res("basic")
+      local lk, err, detail = dlm:lock(r, { ttl = 5000 })
+      assert.is_truthy(lk, tostring(err) .. " " .. cluster.show(detail))
+      assert.is_true(cluster.await_value(tcl, r, lk.value, 2000, nil, dlm))
+      assert.is_truthy(lk:extend(20000))
+      assert.is_true(cluster.await_all(tcl, function(i) return cluster.pttl(tcl, i, r) > 10000 end, 2000, nil, dlm))
+      assert.is_true(lk:unlock())
+      assert.is_true(cluster.await_value(tcl, r, nil, 2000, nil, dlm))
+      dlm:close()
+    end)
+
+    it("keeps a lock alive over TLS from the keep-alive thread (its own client, same tls options)", function()
+      local dlm = redlock.new { servers = tcl.urls, tls = { cafile = pki.ca } }
+      local r = res("keepalive")
+      local lk, err, detail = dlm:lock(r, { ttl = 400, keepalive = true })
+      assert.is_truthy(lk, tostring(err) .. " " .. cluster.show(detail))
+      collectgarbage() -- the tls strings are the client's to keep
+      proc.sleep_ms(1200) -- three ttls, no call into redlock meanwhile
+      assert.is_false(lk:lost())
+      for i = 1, 3 do assert.equal(lk.value, cluster.get(tcl, i, r)) end
+      assert.is_true(lk:unlock())
+      dlm:close()
+    end)
+
+    it("never shows the password in node names or failure details", function()
+      local dlm = redlock.new { servers = tcl.urls, tls = { cafile = pki.wrong_ca } }
+      for i, name in ipairs(dlm:nodes()) do assert.equal("rediss://127.0.0.1:" .. tcl.ports[i], name) end
+      local seen, ok = gather(dlm, every(3, "certificate verify failed"), nil, nil, MAJORITY)
+      assert.is_true(ok, show(seen))
+      assert.not_matches(PASSWORD, show(seen), 1, true)
+      local _, _, detail = dlm:try_lock(res("names"))
+      for i = 1, 3 do assert.equal("rediss://127.0.0.1:" .. tcl.ports[i], detail[i].server) end
+      dlm:close()
+    end)
+
+    it("locks over mutual TLS with certfile and keyfile", function()
+      local dlm = redlock.new { servers = mcl.urls,
+        tls = { cafile = pki.ca, certfile = pki.client_cert, keyfile = pki.client_key } }
+      local r = res("mutual")
+      local lk, err, detail = dlm:lock(r)
+      assert.is_truthy(lk, tostring(err) .. " " .. cluster.show(detail))
+      assert.is_truthy(lk:extend())
+      assert.is_true(lk:unlock())
+      dlm:close()
+    end)
+
+    it("verifies with a directory of hashed CA certificates (capath)", function()
+      local dir = proc.tmpdir()
+      local ok, err = pcall(function()
+        local out, rc = proc.sh(("cp %s %s/ca.pem && openssl rehash %s"):format(q(pki.ca), q(dir), q(dir)))
+        assert.equal(0, rc, out)
+        local dlm = redlock.new { servers = tcl.urls, tls = { capath = dir } }
+        local lk, lerr, detail = dlm:lock(res("capath"))
+        assert.is_truthy(lk, tostring(lerr) .. " " .. cluster.show(detail))
+        lk:unlock()
+        dlm:close()
+      end)
+      proc.rmdir(dir)
+      assert(ok, err)
+    end)
+
+    it("verifies the name given as server_name instead of the URL's host", function()
+      local dlm = redlock.new { servers = tcl.urls, tls = { cafile = pki.ca, server_name = "localhost" } }
+      local lk, err, detail = dlm:lock(res("sni"))
+      assert.is_truthy(lk, tostring(err) .. " " .. cluster.show(detail))
+      lk:unlock()
+      dlm:close()
+    end)
+
+    it("hands out increasing fencing tokens", function()
+      local dlm = redlock.new { servers = tcl.urls, tls = { cafile = pki.ca } }
+      local r = res("fence")
+      local last = 0
+      for _ = 1, 3 do
+        local lk, err, detail = dlm:lock(r, { fence = true })
+        assert.is_truthy(lk, tostring(err) .. " " .. cluster.show(detail))
+        assert.is_true(lk.token > last)
+        last = lk.token
+        lk:unlock()
+      end
+      dlm:close()
+    end)
+
+    it("mixes TLS and plain nodes in one client (3 rediss:// + 2 redis://)", function()
+      local urls = { tcl.urls[1], tcl.urls[2], tcl.urls[3], pcl.urls[1], pcl.urls[2] }
+      local dlm = redlock.new { servers = urls, tls = { cafile = pki.ca } }
+      local r = res("mixed")
+      local lk, err, detail = dlm:lock(r)
+      assert.is_truthy(lk, tostring(err) .. " " .. cluster.show(detail))
+      local held = function(cl, i) return cluster.get(cl, i, r) == lk.value end
+      local deadline = proc.now_ms() + 2000
+      while not (held(tcl, 1) and held(tcl, 2) and held(tcl, 3) and held(pcl, 1) and held(pcl, 2)) do
+        assert.is_true(proc.now_ms() < deadline, "not on every node")
+        cluster.drive(dlm)
+        proc.sleep_ms(10)
+      end
+      lk:unlock()
+      dlm:close()
+    end)
+
+    it("redlock.default() takes REDLOCK_SERVERS and the REDLOCK_* TLS variables", function()
+      local cmd = ("cd %s && env REDLOCK_SERVERS=%s REDLOCK_CACERT=%s LUA_PATH=%s LUA_CPATH=%s luajit -e %s 2>&1"):format(
+        q(ROOT), q(table.concat(tcl.urls, ",")), q(pki.ca), q(package.path), q(package.cpath),
+        q([[local lk, err = require("redlock").default():lock("spec:tls:default"); print(lk and "locked" or err); if lk then lk:unlock() end]]))
+      local out = proc.sh(cmd)
+      assert.equal("locked\n", out)
+    end)
+
+    it("speaks TLS 1.2 to a node that offers nothing newer (mutual TLS, and without a client certificate)", function()
+      local old = cluster.start(1, { args = { "--tls-protocols", "TLSv1.2" }, tls = {
+        cert = pki.server_cert, key = pki.server_key, ca = pki.ca, auth_clients = "yes",
+        client_cert = pki.client_cert, client_key = pki.client_key } })
+      local dlm = redlock.new { servers = old.urls,
+        tls = { cafile = pki.ca, certfile = pki.client_cert, keyfile = pki.client_key } }
+      local lk, err, detail = dlm:lock(res("tls12"))
+      assert.is_truthy(lk, tostring(err) .. " " .. cluster.show(detail))
+      lk:unlock()
+      dlm:close()
+      dlm = redlock.new { servers = old.urls, tls = { cafile = pki.ca } }
+      local seen, ok = gather(dlm, { "^server requires a client certificate$" })
+      assert.is_true(ok, show(seen))
+      dlm:close()
+    end)
+
+    it("skips verification with verify = false", function()
+      local dlm = redlock.new { servers = ocl.urls, tls = { cafile = pki.wrong_ca, verify = false } }
+      local lk, err, detail = dlm:lock(res("insecure"))
+      assert.is_truthy(lk, tostring(err) .. " " .. cluster.show(detail))
+      lk:unlock()
+      dlm:close()
+    end)
+  end)
+
+  describe("connections the node ends", function()
+    local lib = require("redlock.cdefs").lib
+
+    it("a close_notify is that node's failed vote with the reason, and the client reconnects", function()
+      local dlm = redlock.new { servers = tcl.urls, tls = { cafile = pki.ca }, quorum = 3 }
+      local lk = assert(dlm:lock(res("kill")))
+      lk:unlock()
+      assert.equal("1", (tcl:cli(2, "CLIENT", "KILL", "TYPE", "normal")))
+      lib.rl_sleep(dlm.client, 10)
+      local _, err, detail = dlm:try_lock(res("killed"))
+      assert.equal("unavailable", err)
+      assert.equal("connection lost: closed by the server (TLS close_notify)", detail[2].error)
+      local deadline = proc.now_ms() + 3000
+      repeat
+        lk = dlm:try_lock(res("again"))
+        if not lk then lib.rl_sleep(dlm.client, 20) end
+      until lk or proc.now_ms() > deadline
+      assert.is_truthy(lk, "no lock after the reconnect")
+      lk:unlock()
+      dlm:close()
+    end)
+
+    it("the subscriber connections reconnect over TLS and hear releases again", function()
+      local waiter = redlock.new { servers = tcl.urls, tls = { cafile = pki.ca } }
+      local holder = redlock.new { servers = tcl.urls, tls = { cafile = pki.ca } }
+      local r = res("sub")
+      local function listening(n)
+        local deadline = proc.now_ms() + 3000
+        while lib.rl_client_listening(waiter.client) ~= n and proc.now_ms() < deadline do
+          lib.rl_sleep(waiter.client, 10)
+        end
+        return lib.rl_client_listening(waiter.client)
+      end
+      assert.equal(0, lib.rl_watch(waiter.client, r, #r))
+      assert.equal(3, listening(3))
+      for i = 1, 3 do assert.equal("1", (tcl:cli(i, "CLIENT", "KILL", "TYPE", "pubsub"))) end
+      lib.rl_sleep(waiter.client, 20)
+      assert.equal(3, listening(3))
+      lib.rl_sleep(waiter.client, 50) -- the SUBSCRIBEs reached the nodes
+      local heard = lib.rl_heard(waiter.client, r, #r)
+      local lk = assert(holder:lock(r))
+      assert.is_true(lk:unlock())
+      assert.equal(1, lib.rl_sleep_until(waiter.client, r, #r, heard, 3000))
+      lib.rl_unwatch(waiter.client, r, #r)
+      waiter:close()
+      holder:close()
+    end)
+  end)
+
+  describe("hand-off over TLS", function()
+    it("wakes a waiter on release, far sooner than its 500 ms poll", function()
+      -- two processes, each holding 30 ms and pausing 5 ms after its release;
+      -- the waiter's policy sleeps 500 ms: only a heard release is faster
+      local dir = proc.tmpdir()
+      local logfile = dir .. "/events.log"
+      local r = res("handoff")
+      local env = tls.env({ cafile = pki.ca }, { LUA_PATH = package.path, LUA_CPATH = package.cpath })
+      local pids = {}
+      local ok, err = pcall(function()
+        for w = 1, 2 do
+          local argv = { "luajit", "spec/helpers/handoff_worker.lua", logfile, r, "3000",
+                         "30", "5", "500", "500", "on" }
+          for _, u in ipairs(tcl.urls) do argv[#argv + 1] = u end
+          pids[w] = proc.spawn(argv, { out = dir .. "/worker" .. w .. ".out", env = env })
+        end
+        for w = 1, 2 do assert(proc.wait_gone(pids[w], 25000), "worker " .. w .. " did not finish") end
+      end)
+      for _, pid in ipairs(pids) do proc.stop(pid) end
+      local summaries = (proc.read_file(dir .. "/worker1.out") or "") .. (proc.read_file(dir .. "/worker2.out") or "")
+      local events = {}
+      for line in (proc.read_file(logfile) or ""):gmatch("[^\n]+") do
+        local kind, pid, us = line:match("^(%a+) (%d+) (%d+)$")
+        events[#events + 1] = { kind = kind, pid = tonumber(pid), us = tonumber(us) }
+      end
+      proc.rmdir(dir)
+      assert(ok, tostring(err) .. "\n" .. summaries)
+      table.sort(events, function(a, b) return a.us < b.us end)
+      local h = {}
+      for i = 2, #events do
+        local prev, e = events[i - 1], events[i]
+        if e.kind == "acq" and prev.kind == "rel" and prev.pid ~= e.pid then h[#h + 1] = (e.us - prev.us) / 1000 end
+      end
+      table.sort(h)
+      local median = h[math.floor((#h + 1) / 2)]
+      print(("hand-off over TLS: n=%d median=%.2f ms max=%.2f ms (%s)"):format(#h, median or -1, h[#h] or -1,
+        summaries:gsub("\n", " ")))
+      assert.is_true(#h >= 5, summaries)
+      assert.is_true(median < 250, "median hand-off " .. tostring(median) .. " ms")
+    end)
+  end)
+
+  describe("failed votes, with their reason", function()
+    it("a CA that did not sign the nodes' certificates: certificate verify failed, err unavailable", function()
+      local dlm = redlock.new { servers = tcl.urls, tls = { cafile = pki.wrong_ca } }
+      local seen, ok, err = gather(dlm, every(3, "^certificate verify failed: "), nil, nil, MAJORITY)
+      assert.is_true(ok, show(seen))
+      assert.equal("unavailable", err)
+      local _, err2, detail = dlm:try_lock(res("verify"))
+      assert.equal("unavailable", err2)
+      for i = 1, 3 do assert.matches("^[ept]", detail[i].state) end -- error, or pending when decided early
+      dlm:close()
+    end)
+
+    it("a certificate for another name: hostname mismatch", function()
+      local dlm = redlock.new { servers = ocl.urls, tls = { cafile = pki.ca } }
+      local seen, ok = gather(dlm, { "^hostname mismatch.*127%.0%.0%.1" })
+      assert.is_true(ok, show(seen))
+      dlm:close()
+      dlm = redlock.new { servers = tcl.urls, tls = { cafile = pki.ca, server_name = "other.example" } }
+      seen, ok = gather(dlm, every(3, "^hostname mismatch.*other%.example"), nil, nil, MAJORITY)
+      assert.is_true(ok, show(seen))
+      dlm:close()
+    end)
+
+    it("no client certificate for a node that requires one", function()
+      local dlm = redlock.new { servers = mcl.urls, tls = { cafile = pki.ca } }
+      local seen, ok = gather(dlm, every(3, "server requires a client certificate"), nil, nil, MAJORITY)
+      assert.is_true(ok, show(seen))
+      dlm:close()
+    end)
+
+    it("redis:// to a TLS port, and rediss:// to a plain port, next to nodes that grant", function()
+      local plain_to_tls = tcl.urls[1]:gsub("^rediss://", "redis://")
+      local tls_to_plain = pcl.urls[1]:gsub("^redis://", "rediss://")
+      local urls = { plain_to_tls, tls_to_plain, tcl.urls[2], tcl.urls[3], pcl.urls[2] }
+      local dlm = redlock.new { servers = urls, tls = { cafile = pki.ca }, connect_timeout = 300 }
+      local r = res("wrongport")
+      local lk, err, detail = dlm:lock(r)
+      assert.is_truthy(lk, tostring(err) .. " " .. cluster.show(detail))
+      lk:unlock()
+      dlm:close()
+      -- each alone, so that its rounds fail and say why
+      dlm = redlock.new { servers = { plain_to_tls } }
+      local seen, ok = gather(dlm, { "^connection [lr]" }) -- lost (reset by the node), or reset (no answer)
+      assert.is_true(ok, show(seen))
+      dlm:close()
+      dlm = redlock.new { servers = { tls_to_plain }, tls = { cafile = pki.ca }, connect_timeout = 300 }
+      seen, ok = gather(dlm, { "^TLS handshake" }, 8000, 400)
+      assert.is_true(ok, show(seen))
+      dlm:close()
+    end)
+
+    it("bad option files are an error at creation naming the option", function()
+      local function new(t) return redlock.new { servers = tcl.urls, tls = t } end
+      assert.has_error(function() new { cafile = pki.dir .. "/missing.pem" } end,
+        "bad argument #1 to 'new' (tls.cafile: cannot read '" .. pki.dir .. "/missing.pem': No such file or directory)")
+      assert.has_error(function() new { capath = pki.ca } end,
+        "bad argument #1 to 'new' (tls.capath: '" .. pki.ca .. "' is not a directory)")
+      local ok, e = pcall(new, { cafile = pki.ca, certfile = pki.client_cert, keyfile = pki.server_key })
+      assert.is_false(ok)
+      assert.matches("tls.keyfile: the key in '" .. pki.server_key .. "' does not match tls.certfile", e, 1, true)
+      ok, e = pcall(new, { cafile = pki.ca, certfile = pki.client_cert, keyfile = pki.dir .. "/nokey" })
+      assert.is_false(ok)
+      assert.matches("tls.keyfile: cannot load a private key", e, 1, true)
+      ok, e = pcall(new, { cafile = pki.ca, certfile = pki.dir .. "/nocert" })
+      assert.is_false(ok)
+      assert.matches("tls.certfile: cannot load a certificate", e, 1, true)
+      -- named files are checked with plain redis:// servers too
+      ok, e = pcall(redlock.new, { servers = pcl.urls, tls = { cafile = pki.dir .. "/missing.pem" } })
+      assert.is_false(ok)
+      assert.matches("tls.cafile: cannot read", e, 1, true)
+    end)
+
+    it("misuse of the tls table raises at the call site", function()
+      local function new(t) return function() redlock.new { servers = tcl.urls, tls = t } end end
+      assert.has_error(new("yes"), "bad argument #1 to 'new' (tls must be a table, got string \"yes\")")
+      assert.has_error(new { cafile = 1 }, "bad argument #1 to 'new' (tls.cafile must be a non-empty string, got 1)")
+      assert.has_error(new { server_name = "" },
+        "bad argument #1 to 'new' (tls.server_name must be a non-empty string, got string \"\")")
+      assert.has_error(new { verify = "no" }, "bad argument #1 to 'new' (tls.verify must be a boolean, got string \"no\")")
+      assert.has_error(new { ca = pki.ca }, "bad argument #1 to 'new' (unknown option 'tls.ca')")
+      assert.has_error(new { keyfile = pki.client_key }, "bad argument #1 to 'new' (tls.keyfile needs tls.certfile)")
+    end)
+  end)
+
+  describe("stalls", function()
+    after_each(function()
+      for i = 1, 3 do tcl:kill(i, "CONT") end
+    end)
+
+    it("a TLS node stopped mid-round costs at most about its node timeout", function()
+      local dlm = redlock.new { servers = tcl.urls, tls = { cafile = pki.ca }, node_timeout = 50 }
+      local r = res("stall")
+      local lk = assert(dlm:lock(r))
+      lk:unlock()
+      tcl:kill(3, "STOP")
+      for _ = 1, 3 do
+        local t0 = proc.now_ms()
+        local l2, err, detail = dlm:lock(r, { retry = function() return nil end })
+        local took = proc.now_ms() - t0
+        assert.is_truthy(l2, tostring(err) .. " " .. cluster.show(detail))
+        assert.is_true(took < 500, ("took %.1f ms"):format(took))
+        l2:unlock()
+      end
+      dlm:close()
+    end)
+
+    it("a TLS node stopped before the handshake fails its vote with a timeout; the others grant", function()
+      tcl:kill(3, "STOP")
+      local dlm = redlock.new { servers = tcl.urls, tls = { cafile = pki.ca }, node_timeout = 50,
+                                connect_timeout = 300 }
+      local r = res("stall-handshake")
+      local lk, err, detail = dlm:lock(r, { retry = function() return nil end })
+      assert.is_truthy(lk, tostring(err) .. " " .. cluster.show(detail))
+      lk:unlock()
+      dlm:close()
+      -- with every node needed, each round fails and says what node 3 does
+      dlm = redlock.new { servers = tcl.urls, tls = { cafile = pki.ca }, node_timeout = 50,
+                          connect_timeout = 300, quorum = 3 }
+      local seen, ok = gather(dlm, { [3] = "^TLS handshake timed out after 300 ms" }, 8000, 400)
+      assert.is_true(ok, show(seen))
+      dlm:close()
+    end)
+  end)
+
+  describe("the host", function()
+    local dir
+
+    before_each(function() dir = proc.tmpdir() end)
+    after_each(function() proc.rmdir(dir) end)
+
+    local function host(args, env)
+      return proc.sh(("cd %s && env %s %s %s"):format(q(dir), env or "", q(BIN), args))
+    end
+
+    it("runs a command under the lock with --cacert and --servers rediss://...", function()
+      local out, rc = host(("exec --cacert %s --servers %s %s -- sh -c 'echo held $REDLOCK_RESOURCE'")
+        :format(q(pki.ca), q(table.concat(tcl.urls, ",")), q(res("exec"))))
+      assert.equal(0, rc, out)
+      assert.matches("held spec:tls:exec", out)
+      -- a CA directory, and the name to verify given with --sni
+      out, rc = proc.sh(("cp %s %s/ca.pem && openssl rehash %s"):format(q(pki.ca), q(dir), q(dir)))
+      assert.equal(0, rc, out)
+      out, rc = host(("exec --cacertdir %s --sni localhost --servers %s %s -- echo ok"):format(
+        q(dir), q(table.concat(tcl.urls, ",")), q(res("exec"))))
+      assert.equal(0, rc, out)
+      assert.equal("ok\n", out)
+      out, rc = host(("exec -n --cacert %s --sni other.example --servers %s %s -- echo no"):format(
+        q(pki.ca), q(table.concat(tcl.urls, ",")), q(res("exec"))))
+      assert.equal(69, rc, out)
+      assert.matches("hostname mismatch", out, 1, true)
+    end)
+
+    it("reads the servers from --servers-file, and TLS settings from the environment", function()
+      local file = dir .. "/servers"
+      proc.write_file(file, "# the TLS nodes\n" .. table.concat(tcl.urls, "\n") .. "\n\n")
+      local out, rc = host(("exec --servers-file %s %s -- echo ok"):format(q(file), q(res("file"))),
+        "REDLOCK_CACERT=" .. q(pki.ca))
+      assert.equal(0, rc, out)
+      assert.equal("ok\n", out)
+      -- mutual TLS from the environment
+      proc.write_file(file, table.concat(mcl.urls, "\n"))
+      out, rc = host(("exec --servers-file %s %s -- echo ok"):format(q(file), q(res("file"))),
+        ("REDLOCK_CACERT=%s REDLOCK_CERT=%s REDLOCK_KEY=%s"):format(q(pki.ca), q(pki.client_cert), q(pki.client_key)))
+      assert.equal(0, rc, out)
+    end)
+
+    it("fails per node with the reason, and never prints a password", function()
+      local out, rc = host(("exec -n --cacert %s --servers %s %s -- echo no"):format(
+        q(pki.wrong_ca), q(table.concat(tcl.urls, ",")), q(res("badca"))))
+      assert.equal(69, rc, out)
+      assert.matches("certificate verify failed", out, 1, true)
+      assert.not_matches(PASSWORD, out, 1, true)
+      out, rc = host(("exec -n --cacert %s --servers %s %s -- echo no"):format(
+        q(dir .. "/none.pem"), q(table.concat(tcl.urls, ",")), q(res("nofile"))))
+      assert.equal(64, rc, out)
+      assert.matches("--cacert: cannot read", out, 1, true)
+      assert.not_matches(PASSWORD, out, 1, true)
+    end)
+
+    it("--insecure (and REDLOCK_INSECURE) warn that verification is off", function()
+      local out, rc = host(("exec --insecure --servers %s %s -- echo ok"):format(
+        q(table.concat(ocl.urls, ",")), q(res("insecure"))))
+      assert.equal(0, rc, out)
+      assert.matches("warning: TLS certificate verification is off", out, 1, true)
+      out, rc = host(("exec --servers %s %s -- echo ok"):format(q(table.concat(ocl.urls, ",")), q(res("insecure"))),
+        "REDLOCK_INSECURE=1")
+      assert.equal(0, rc, out)
+      assert.matches("warning: TLS certificate verification is off", out, 1, true)
+    end)
+
+    it("status reads what TLS nodes hold", function()
+      local r = res("status")
+      local servers = q(table.concat(tcl.urls, ","))
+      local out, rc = host(("exec --cacert %s --servers %s %s -- %s status --cacert %s --servers %s %s"):format(
+        q(pki.ca), servers, q(r), q(BIN), q(pki.ca), servers, q(r)))
+      assert.equal(0, rc, out)
+      assert.matches("held: value %x+%.%.%. on 3 of 3 nodes", out)
+      out, rc = host(("status --cacert %s --servers %s %s"):format(q(pki.wrong_ca), servers, q(r)))
+      assert.equal(69, rc, out)
+      assert.matches("certificate verify failed", out, 1, true)
+      assert.not_matches(PASSWORD, out, 1, true)
+    end)
+
+    it("lists the TLS flags in --help", function()
+      for _, cmd in ipairs { "exec", "run", "status" } do
+        local out = host(cmd .. " --help")
+        for _, flag in ipairs { "--cacert", "--cacertdir", "--cert", "--key", "--sni", "--insecure", "--servers-file" } do
+          assert.matches(flag, out, 1, true)
+        end
+      end
+    end)
+  end)
+
+  describe("under contention", function()
+    it("keeps mutual exclusion over TLS: no overlaps, no lost updates", function()
+      local dir = proc.tmpdir()
+      local logfile, counter = dir .. "/history.log", dir .. "/counter"
+      local r = res("hammer")
+      local env = tls.env({ cafile = pki.ca }, { LUA_PATH = package.path, LUA_CPATH = package.cpath })
+      local pids = {}
+      local run_ms = 3000
+      local ok, err = pcall(function()
+        for w = 1, 4 do
+          local argv = { "luajit", "spec/helpers/worker.lua", "lock", logfile, counter, r, tostring(run_ms) }
+          for _, u in ipairs(tcl.urls) do argv[#argv + 1] = u end
+          pids[w] = proc.spawn(argv, { out = dir .. "/worker" .. w .. ".out", env = env })
+        end
+        for w = 1, 4 do assert(proc.wait_gone(pids[w], run_ms + 20000), "worker " .. w .. " did not finish") end
+      end)
+      for _, pid in ipairs(pids) do proc.stop(pid) end
+      local summaries = {}
+      for w = 1, 4 do summaries[w] = proc.read_file(dir .. "/worker" .. w .. ".out") or "" end
+      local result = history.check(logfile, { counter = counter })
+      proc.rmdir(dir)
+      assert(ok, tostring(err) .. "\n" .. table.concat(summaries))
+      print(("contention over TLS: %d acquisitions, %d overlaps, %d lost updates"):format(
+        result.acquisitions, result.overlaps, result.lost_updates or -1))
+      assert.is_true(result.acquisitions >= 20, table.concat(summaries))
+      assert.equal(0, result.overlaps)
+      assert.equal(0, result.unfinished)
+      assert.equal(0, result.lost_updates)
+    end)
+  end)
+end)
