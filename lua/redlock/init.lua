@@ -73,7 +73,7 @@ local function raise(msg)
     while true do
         local info = getinfo(level, "S")
         if info == nil then level = 1; break end
-        if info.source ~= THIS_FILE and info.what ~= "C" then break end
+        if info.source ~= THIS_FILE then break end
         level = level + 1
     end
     error(msg, level)
@@ -487,19 +487,6 @@ local function lock_options(self, fname, resource, opts)
     return ttl, wait, policy, keepalive, margin, fence
 end
 
--- The delay a policy returned after attempt n, as whole ms; nil to give up.
--- A policy is the caller's code: a delay that is not a number of ms the core
--- can sleep is misuse, raised at the caller of lock.
-local function policy_delay(policy, n, err, detail)
-    local delay = policy(n, err, detail)
-    if not delay then return nil end
-    if type(delay) ~= "number" or not (delay >= 0 and delay <= MAX_MS) then
-        raise(("bad retry policy: after attempt %d it returned %s (expected nil or a number of ms from 0 to %d)")
-            :format(n, show(delay), MAX_MS))
-    end
-    return floor(delay)
-end
-
 -- Hand-off: what a waiter listens to is its resource (a string), or for
 -- lock_many every resource of the list, counted together (rl_heard(NULL)).
 local function watch(client, a)
@@ -526,6 +513,22 @@ end
 local function sleep_until(client, a, seen, ms)
     if type(a) == "string" then return client:sleep_until(a, #a, seen, ms) end
     return client:sleep_until(nil, 0, seen, ms)
+end
+
+-- The delay a policy returned after attempt n, as whole ms; nil to give up.
+-- A policy is the caller's code: what it raises passes through, and a delay
+-- that is not a number of ms the core can sleep is misuse, raised at the
+-- caller of lock; either way the resource `watched` (if any) is unwatched
+-- first.
+local function policy_delay(policy, n, err, detail, client, watched)
+    local ok, delay = pcall(policy, n, err, detail)
+    if ok and (not delay or (type(delay) == "number" and delay >= 0 and delay <= MAX_MS)) then
+        return delay and floor(delay) or nil
+    end
+    if watched then unwatch(client, watched) end
+    if not ok then error(delay, 0) end
+    raise(("bad retry policy: after attempt %d it returned %s (expected nil or a number of ms from 0 to %d)")
+        :format(n, show(delay), MAX_MS))
 end
 
 -- After a wake-up, a uniform whole delay of 0 to span-1 ms, span = the
@@ -602,18 +605,7 @@ local function retry_loop(self, client, policy, deadline, try, a, b, err, detail
         seen = heard(client, a)
     end
     while true do
-        local delay
-        if notify then
-            -- a policy that raises must not leave the resource watched
-            local ok, d = pcall(policy_delay, policy, n, err, detail)
-            if not ok then
-                unwatch(client, a)
-                error(d, 0)
-            end
-            delay = d
-        else
-            delay = policy_delay(policy, n, err, detail)
-        end
+        local delay = policy_delay(policy, n, err, detail, client, notify and a)
         if not delay then
             if notify then unwatch(client, a) end
             return nil, err, detail
