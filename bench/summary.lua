@@ -320,6 +320,9 @@ print(("| best peer (seq: %s; conc: %s; hand-off: %s) | %s | %s / %s | %s | %s |
     fmt(median(series("best", "handoff", "p50_us")) and median(series("best", "handoff", "p50_us")) / 1e3, 1)))
 row("**redlock-c** (C API)", C)
 row("**redlock-lua** (Lua API)", LUA)
+if #series("redlock-lua-poll", "handoff", "rate") > 0 then
+    row("redlock-lua, notifications off (hand-off only)", "redlock-lua-poll")
+end
 print()
 
 -- degraded pass of the harness: seq again, node 1 SIGSTOPped after the warm-up

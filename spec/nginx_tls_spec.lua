@@ -209,6 +209,34 @@ describe("redlock inside nginx over TLS", function()
     assert.matches("missing.crt", body, nil, true)
   end)
 
+  it("refuses an IP-address node with verification on and no server_name (names only inside nginx)", function()
+    -- Before: the chain was verified and the address not at all.
+    srv = start {
+      workers = 1,
+      lua_ssl_trusted_certificate = pki.ca,
+      init = INIT,
+      locations = { PING, ([[
+        location = /ip {
+          content_by_lua_block {
+            local ok, err = pcall(function() return %s end)
+            ngx.say(ok and "made" or tostring(err))
+          }
+        }
+        location = /ip_noverify {
+          content_by_lua_block {
+            local dlm = %s
+            local lock, err = dlm:lock("ip-noverify")
+            ngx.say(lock and tostring(lock:unlock()) or tostring(err))
+          }
+        }]]):format(client(tcl.urls):gsub("server_name = 'localhost'", ""),
+                    client(tcl.urls, nil, "verify = false"):gsub("server_name = 'localhost', ", "")) },
+    }
+    local body = get("/ip")
+    assert.matches("checked against host names only", body, nil, true)
+    assert.matches("set tls.server_name", body, nil, true)
+    assert.equal("true\n", get("/ip_noverify"))
+  end)
+
   it("gives each node a failed vote with the reason when certificates do not verify", function()
     srv = start {
       workers = 1,

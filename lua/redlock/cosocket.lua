@@ -191,9 +191,10 @@ end
 -- ngx_lua has no per-socket CA, so tls.cafile and tls.capath are not used
 -- inside nginx (the hub says so in the error log once). server_name is both
 -- the SNI and the name the certificate must be for: tls.server_name, else the
--- URL's host name; an IP-address host is sent no SNI and its certificate's
--- chain is verified but not the address (ngx_lua checks host names only: a
--- certificate for IP:127.0.0.1 "does not match host 127.0.0.1"). A client
+-- URL's host name. ngx_lua checks host names only (a certificate for
+-- IP:127.0.0.1 "does not match host 127.0.0.1"), so an IP-address host with
+-- verification on needs tls.server_name: without it the client is refused
+-- rather than left unchecked; with verify off it is sent no SNI. A client
 -- certificate (tls.certfile, and its key from tls.keyfile or else from the
 -- same PEM file) is parsed once per hub and set on every socket with
 -- sock:setclientcert.
@@ -362,14 +363,6 @@ local function tls_notes(hub, tls_nodes)
     if tls.cafile or tls.capath then
         ngx.log(ngx.NOTICE, "redlock: tls.cafile/tls.capath are not used inside nginx: cosockets verify ",
             "rediss:// nodes against lua_ssl_trusted_certificate (and lua_ssl_verify_depth)")
-    end
-    if tls.verify and tls.server_name == nil then
-        for _, i in ipairs(tls_nodes) do
-            if hub.ports[i] ~= 0 and ip_literal(hub.hosts[i]) then
-                ngx.log(ngx.NOTICE, "redlock: ", hub.names[i], ": an IP address; inside nginx its certificate's ",
-                    "chain is verified, not the address (set tls.server_name to a name in the certificate)")
-            end
-        end
     end
 end
 
@@ -1072,9 +1065,18 @@ function _M.client_new(urls, n, opts, errbuf, errlen)
             if C.rl_engine_node_tls(e, i) ~= 0 then tls_nodes[#tls_nodes + 1] = i end
         end
         if tls_nodes[1] ~= nil then
-            local why = tls_load(tls)
+            local why, i = tls_load(tls), tls_nodes[1]
+            if not why and tls.verify and tls.server_name == nil then
+                -- fail closed: ngx_lua can check a certificate against names only
+                for _, k in ipairs(tls_nodes) do
+                    if C.rl_engine_node_port(e, k) ~= 0 and ip_literal(ffi_string(C.rl_engine_node_host(e, k))) then
+                        why, i = "inside nginx a certificate is checked against host names only, not an IP "
+                            .. "address: set tls.server_name to a name in the node's certificate", k
+                        break
+                    end
+                end
+            end
             if why then
-                local i = tls_nodes[1]
                 local msg = ("server %d: '%s': %s"):format(i + 1, ffi_string(C.rl_engine_node_name(e, i)), why)
                 ffi.copy(errbuf, msg:sub(1, errlen - 1))
                 C.rl_engine_free(e)

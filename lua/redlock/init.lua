@@ -284,7 +284,8 @@ function _M.new(opts)
         tls = opts.tls and copy_strings(opts.tls), -- options.tls's strings point into these
         urls = urls,
         live = setmetatable({}, WEAK_KEYS), -- locks made here (released or not), for close()
-        head_starts = { n = 0 }, -- resource -> until when a waiter that heard our release goes first
+        head_starts = {},     -- resource -> until when a waiter that heard our release goes first
+        head_start_n = 0,     -- entries in head_starts
         keeper = nil,         -- started on first use of keep-alive
         keeper_live = {},     -- .on while the keeper lives: what kept locks' finalizers check
     }, dlm_mt)
@@ -558,29 +559,26 @@ local HEAD_START_MS = 2 * WAKE_JITTER_MS
 
 local function mark_head_start(dlm, resource)
     local marks, now = dlm.head_starts, C.rl_now_ms()
-    if marks.n >= 64 then -- forget the marks that ran out (resources not locked again)
+    if dlm.head_start_n >= 64 then -- forget the marks that ran out (resources not locked again)
         local n = 0
         for r, until_ms in pairs(marks) do
-            if r ~= "n" then
-                if until_ms <= now then marks[r] = nil else n = n + 1 end
-            end
+            if until_ms <= now then marks[r] = nil else n = n + 1 end
         end
-        marks.n = n
+        dlm.head_start_n = n
     end
-    if marks[resource] == nil then marks.n = marks.n + 1 end
+    if marks[resource] == nil then dlm.head_start_n = dlm.head_start_n + 1 end
     marks[resource] = now + HEAD_START_MS
 end
 
 -- The latest head start that a (list of) resource(s) still owes; its marks go.
 local function head_start_owed(dlm, a)
-    local marks = dlm.head_starts
-    if marks.n == 0 then return 0 end
-    local until_ms = 0
+    if dlm.head_start_n == 0 then return 0 end
+    local marks, until_ms = dlm.head_starts, 0
     for i = 1, type(a) == "string" and 1 or #a do
         local r = type(a) == "string" and a or a[i]
         local u = marks[r]
         if u then
-            marks[r], marks.n = nil, marks.n - 1
+            marks[r], dlm.head_start_n = nil, dlm.head_start_n - 1
             if u > until_ms then until_ms = u end
         end
     end
