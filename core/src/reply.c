@@ -40,8 +40,16 @@ static rl_reply *top(const redisReadTask *task) {
     return r;
 }
 
+/* Are the n bytes at v all hex digits (as Redis writes a run_id)? */
+static int all_hex(const char *v, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!((v[i] >= '0' && v[i] <= '9') || (v[i] >= 'a' && v[i] <= 'f') || (v[i] >= 'A' && v[i] <= 'F'))) return 0;
+    return 1;
+}
+
 /* The value of a "run_id:" line in text (INFO server), copied to out when it
- * has the right length; out is "" otherwise. */
+ * is RL_RUN_ID_LEN hex digits; out is "" otherwise (a run_id holding a NUL
+ * would compare as a shorter one: two servers could look like one). */
 static void find_run_id(const char *text, size_t len, char *out) {
     static const char tag[] = "run_id:";
     const size_t tlen = sizeof(tag) - 1;
@@ -50,7 +58,7 @@ static void find_run_id(const char *text, size_t len, char *out) {
         const char *v = text + i + tlen;
         size_t n = 0;
         while (i + tlen + n < len && v[n] != '\r' && v[n] != '\n') n++;
-        if (n == RL_RUN_ID_LEN) {
+        if (n == RL_RUN_ID_LEN && all_hex(v, n)) {
             memcpy(out, v, n);
             out[n] = '\0';
         }

@@ -205,11 +205,38 @@ static void finds_the_run_id_in_info(void) {
     CHECK_STR(next()->run_id, "");
 }
 
+/* Found by fuzz_reply: a run_id of 40 bytes holding a NUL was taken as is,
+ * and compared as the shorter string before the NUL (two servers sharing
+ * that prefix looked like one; a NUL first looked like no run_id). Only 40
+ * hex digits are a run_id. */
+static void takes_only_hex_run_ids(void) {
+    const char *bad[] = {"run_id:aaaaaaaaaaaaaaaaaaaaaa\0\0`0\0\3>)aaaaaaaaaa\r\n", "run_id:\0aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n",
+                         "run_id:0123456789abcdef0123456789abcdef0123456g\r\n"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        CHECK_INT(rl_reader_reset(&rd), 0);
+        char s[256];
+        size_t body = 7 + 40 + 2; /* every line above: the tag, 40 bytes, CRLF */
+        int n = snprintf(s, sizeof(s), "$%zu\r\n", body);
+        memcpy(s + n, bad[i], body);
+        memcpy(s + n + body, "\r\n", 2);
+        CHECK_INT(rl_reader_feed(&rd, s, (size_t)n + body + 2), 0);
+        const rl_reply *r = next();
+        CHECK_INT(r->type, RL_REPLY_STRING);
+        CHECK_INT(r->len, body);
+        CHECK_STR(r->run_id, "");
+    }
+    CHECK_INT(rl_reader_reset(&rd), 0);
+    const char upper[] = "$49\r\nrun_id:0123456789ABCDEF0123456789ABCDEF01234567\r\n\r\n";
+    CHECK_INT(rl_reader_feed(&rd, upper, sizeof(upper) - 1), 0);
+    CHECK_STR(next()->run_id, "0123456789ABCDEF0123456789ABCDEF01234567");
+}
+
 int main(void) {
     refuses_a_huge_declared_string_before_its_bytes();
     refuses_huge_arrays_and_endless_lines();
     refuses_alike_however_the_bytes_are_cut();
     finds_the_run_id_in_info();
+    takes_only_hex_run_ids();
     parses_what_rounds_get();
     waits_for_replies_split_across_reads();
     keeps_arrays_as_one_reply_and_skips_their_elements();
