@@ -21,8 +21,11 @@
  *     a round's deadline); a fenced acquire has a second round, the commit,
  *     which starts when the grant is decided (at the latest at the first
  *     advance past begin + node timeout) and ends a node timeout later.
- * At the end the clock runs on until everything is decided and the engine is
- * freed (LeakSanitizer checks nothing is left). */
+ *   - with a round in flight, rl_engine_deadline is set and no later than a
+ *     node timeout from now.
+ * At the end the clock runs on until everything is decided and every tail
+ * is over (its bytes written), and the engine is freed (LeakSanitizer
+ * checks nothing is left). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -471,8 +474,11 @@ static void event(void) {
     rl_engine_advance(E, now);
     serve_wants();
     check_deadlines();
+    /* A driver sleeps until the deadline: with a round in flight there must
+     * be one, no later than a node timeout from now (every round started by now). */
     double d = rl_engine_deadline(E);
     CHECK(d == -1 || d >= 0);
+    if (rl_engine_inflight(E) > 0) CHECK(d >= 0 && d <= now + timeout_ms);
     CHECK(rl_engine_inflight(E) >= 0 && rl_engine_tails(E) >= 0 && rl_engine_done(E) >= 0);
 }
 
@@ -527,6 +533,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     CHECK(nops == 0);
     CHECK(rl_engine_inflight(E) == 0);
+    /* Tails (late replies, a failed acquire's cleanup) end by a node timeout
+     * once their bytes are written. */
+    for (int round = 0; round < 3; round++) {
+        for (int k = 0; k < nnodes; k++) write_node(k, (size_t)-1);
+        now += timeout_ms + 1;
+        rl_engine_advance(E, now);
+        serve_wants();
+    }
+    CHECK(rl_engine_tails(E) == 0);
     rl_engine_free(E);
     E = NULL;
     return 0;
