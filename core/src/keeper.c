@@ -250,26 +250,40 @@ static int is_release_of_held(rl_keeper *k, const rl_result *r) {
     return 1;
 }
 
+/* Releases in flight at once in release_held. Every round must be answered
+ * within the node timeout: ten thousand releases begun together are not
+ * (the nodes take longer than that to work through them), so they time
+ * out as unavailable, and what is still unwritten when the keeper is freed
+ * never reaches the nodes. A window keeps each round small. */
+#define RL_KEEPER_RELEASE_WINDOW 256
+
 /* Release every held (or lost, or dropped) entry on the keeper's own
- * connections, and count the releases that a quorum confirmed by the
- * deadline. A dropped entry stays RELEASED (nobody asks for it; it is freed
+ * connections, at most RL_KEEPER_RELEASE_WINDOW at a time, and count the
+ * releases that a quorum confirmed by the deadline. Every entry is RELEASED
+ * from then on, also those the deadline came before (they are left to
+ * expire). A dropped entry stays RELEASED (nobody asks for it; it is freed
  * with the keeper). Mutex held on entry and exit; dropped while waiting. */
+static int releasable(const kept *e) {
+    return e->state == RL_KEEP_HELD || e->state == RL_KEEP_LOST || e->state == KEEP_DROPPING;
+}
+
 static void release_held(rl_keeper *k) {
     rl_result *r = k->result;
-    int started = 0, released = 0;
-    for (int i = 0; i < k->nentries; i++) {
-        kept *e = &k->entries[i];
-        int dropping = e->state == KEEP_DROPPING;
-        if (e->state != RL_KEEP_HELD && e->state != RL_KEEP_LOST && !dropping) continue;
-        int id = dropping && e->op >= 0 ? e->op : rl_begin_release(k->client, e->resource, e->len, e->value);
-        e->op = -1;
-        set_state(k, i, RL_KEEP_RELEASED);
-        if (id >= 0 && own_op(k, id, i) == 0) {
-            e->op = id;
-            started++;
+    int started = 0, released = 0, next = 0, end = k->nentries;
+    for (;;) {
+        for (; next < end && started < RL_KEEPER_RELEASE_WINDOW; next++) {
+            kept *e = &k->entries[next];
+            if (!releasable(e)) continue;
+            int dropping = e->state == KEEP_DROPPING;
+            int id = dropping && e->op >= 0 ? e->op : rl_begin_release(k->client, e->resource, e->len, e->value);
+            e->op = -1;
+            set_state(k, next, RL_KEEP_RELEASED);
+            if (id >= 0 && own_op(k, id, next) == 0) {
+                e->op = id;
+                started++;
+            }
         }
-    }
-    while (started > 0) {
+        if (started == 0) break;
         int left = (int)(k->release_deadline - rl_now_ms());
         if (left <= 0) break;
         pthread_mutex_unlock(&k->mu);
@@ -281,6 +295,11 @@ static void release_held(rl_keeper *k) {
             if (r->status == RL_STATUS_OK) released++;
         }
     }
+    for (; next < end; next++) /* not reached by the deadline */
+        if (releasable(&k->entries[next])) {
+            k->entries[next].op = -1;
+            set_state(k, next, RL_KEEP_RELEASED);
+        }
     k->release_count = released;
     k->release_requested = 0;
     pthread_cond_broadcast(&k->released);

@@ -1,4 +1,5 @@
 /* reply.c — hiredis' reader with object functions that fill one slot (see reply.h). */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,8 +40,16 @@ static rl_reply *top(const redisReadTask *task) {
     return r;
 }
 
+/* Are the n bytes at v all hex digits (as Redis writes a run_id)? */
+static int all_hex(const char *v, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!((v[i] >= '0' && v[i] <= '9') || (v[i] >= 'a' && v[i] <= 'f') || (v[i] >= 'A' && v[i] <= 'F'))) return 0;
+    return 1;
+}
+
 /* The value of a "run_id:" line in text (INFO server), copied to out when it
- * has the right length; out is "" otherwise. */
+ * is RL_RUN_ID_LEN hex digits; out is "" otherwise (a run_id holding a NUL
+ * would compare as a shorter one: two servers could look like one). */
 static void find_run_id(const char *text, size_t len, char *out) {
     static const char tag[] = "run_id:";
     const size_t tlen = sizeof(tag) - 1;
@@ -49,7 +58,7 @@ static void find_run_id(const char *text, size_t len, char *out) {
         const char *v = text + i + tlen;
         size_t n = 0;
         while (i + tlen + n < len && v[n] != '\r' && v[n] != '\n') n++;
-        if (n == RL_RUN_ID_LEN) {
+        if (n == RL_RUN_ID_LEN && all_hex(v, n)) {
             memcpy(out, v, n);
             out[n] = '\0';
         }
@@ -58,6 +67,14 @@ static void find_run_id(const char *text, size_t len, char *out) {
 }
 
 static void *create_string(const redisReadTask *task, char *str, size_t len) {
+    if (task->type == REDIS_REPLY_STRING && len > RL_REPLY_MAX_STRING) {
+        /* over_limits refuses it from its header when the bytes come in
+         * pieces; refuse it alike when they came at once */
+        rl_reader *rd = task->privdata;
+        snprintf(rd->err, sizeof(rd->err), "reply too large: a string of %zu bytes (at most %d)", len,
+                 RL_REPLY_MAX_STRING);
+        return NULL; /* the reader stops with an error */
+    }
     rl_reply *r = top(task);
     if (r == NULL) return &nested;
     size_t keep = len < sizeof(r->str) - 1 ? len : sizeof(r->str) - 1;
@@ -128,6 +145,10 @@ int rl_reader_reset(rl_reader *rd) {
     if (rd->reader == NULL) return -1;
     rd->reader->privdata = rd;
     rd->err[0] = '\0';
+    rd->fed = 0;
+    rd->long_at = ULLONG_MAX;
+    rd->run = 0;
+    rd->after_cr = 0;
     return 0;
 }
 
@@ -136,8 +157,38 @@ void rl_reader_free(rl_reader *rd) {
     rd->reader = NULL;
 }
 
+/* Note where the stream first runs longer than RL_REPLY_MAX_BUFFERED
+ * bytes without CRLF. */
+static void scan_lines(rl_reader *rd, const char *buf, size_t len) {
+    if (rd->long_at != ULLONG_MAX) return;
+    for (size_t i = 0; i < len; i++) {
+        if (rd->after_cr && buf[i] == '\n') rd->run = 0;
+        else if (++rd->run > RL_REPLY_MAX_BUFFERED) {
+            rd->long_at = rd->fed + i;
+            return;
+        }
+        rd->after_cr = buf[i] == '\r';
+    }
+}
+
 int rl_reader_feed(rl_reader *rd, const char *buf, size_t len) {
-    return redisReaderFeed(rd->reader, buf, len) == REDIS_OK ? 0 : -1;
+    if (redisReaderFeed(rd->reader, buf, len) != REDIS_OK) return -1;
+    scan_lines(rd, buf, len);
+    rd->fed += len;
+    return 0;
+}
+
+/* The reply being read (or just read) holds the over-long run: everything
+ * before that reply has been handed out, everything from it on is refused. */
+static int holds_long_run(rl_reader *rd, int complete) {
+    if (rd->long_at == ULLONG_MAX) return 0;
+    /* A complete reply ends where the reader stopped; an incomplete one
+     * holds every byte fed (those before it went to earlier replies, which
+     * ended before long_at or were refused). */
+    unsigned long long read_to = rd->fed - (unsigned long long)(rd->reader->len - rd->reader->pos);
+    if (complete && read_to <= rd->long_at) return 0;
+    snprintf(rd->err, sizeof(rd->err), "reply too large: more than %d bytes without CRLF", RL_REPLY_MAX_BUFFERED);
+    return 1;
 }
 
 /* The type of the item the reader is in the middle of, or -1 between replies. */
@@ -184,6 +235,7 @@ static int over_limits(rl_reader *rd) {
 int rl_reader_next(rl_reader *rd, const rl_reply **out) {
     void *obj = NULL;
     if (rd->err[0] || redisReaderGetReply(rd->reader, &obj) != REDIS_OK) return -1;
+    if (holds_long_run(rd, obj != NULL)) return -1;
     if (obj == NULL) return over_limits(rd) ? -1 : 0;
     *out = obj;
     return 1;

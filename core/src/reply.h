@@ -40,11 +40,24 @@ typedef struct rl_reply {
     char run_id[RL_RUN_ID_LEN + 1];  /* a string holding a "run_id:" line (INFO server): its value, else "" */
 } rl_reply;
 
-/* One connection's reply stream. */
+/* One connection's reply stream.
+ *
+ * What the reader accepts does not depend on how the stream was cut into
+ * reads: a limit that only a buffered (incomplete) reply could reveal is
+ * checked on complete replies too. A string longer than
+ * RL_REPLY_MAX_STRING is refused whether its bytes are all in or not; a run
+ * of more than RL_REPLY_MAX_BUFFERED bytes without CRLF (a line no reply of
+ * ours has, since every string is shorter) is refused in the reply that
+ * holds it, whether that reply is complete or not. */
 typedef struct rl_reader {
     redisReader *reader;
     rl_reply slot;                 /* the reply rl_reader_next last returned */
     char err[128];                 /* why the stream was refused (a limit above), or "" */
+    unsigned long long fed;        /* bytes fed since the reset */
+    unsigned long long long_at;    /* offset of the first byte past RL_REPLY_MAX_BUFFERED without CRLF,
+                                      or ULLONG_MAX */
+    size_t run;                    /* bytes since the last CRLF */
+    int after_cr;                  /* the last byte fed was '\r' */
 } rl_reader;
 
 /* Prepare (or, on a reader in use, restart: buffered bytes are dropped).

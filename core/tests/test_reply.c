@@ -131,7 +131,66 @@ static void refuses_huge_arrays_and_endless_lines(void) {
         got = rl_reader_next(&rd, &r);
     }
     CHECK_INT(got, -1);
-    CHECK(strstr(rl_reader_error(&rd), "not complete") != NULL);
+    CHECK(strstr(rl_reader_error(&rd), "without CRLF") != NULL);
+}
+
+/* Feed s in pieces of step bytes (0: at once), taking replies after every
+ * feed until the reader refuses the stream. Return the replies taken, and
+ * in *refused whether it refused. */
+static int replies_before_refusal(const char *s, size_t len, size_t step, int *refused) {
+    CHECK_INT(rl_reader_reset(&rd), 0);
+    int got = 0, rc = 0;
+    const rl_reply *r;
+    if (step == 0) step = len;
+    for (size_t at = 0; at < len && rc >= 0; at += step) {
+        CHECK_INT(rl_reader_feed(&rd, s + at, len - at < step ? len - at : step), 0);
+        while ((rc = rl_reader_next(&rd, &r)) == 1) got++;
+    }
+    *refused = rc < 0;
+    return got;
+}
+
+/* Found by fuzz_reply: a string over RL_REPLY_MAX_STRING, or a line over
+ * RL_REPLY_MAX_BUFFERED, was refused when it came in pieces (the limits were
+ * only checked on a reply still waiting for bytes) but accepted when it all
+ * came in one read. Whatever the reads, the same replies come out, and the
+ * stream is refused at the same reply. */
+static void refuses_alike_however_the_bytes_are_cut(void) {
+    size_t big = RL_REPLY_MAX_BUFFERED + 1000;
+    char *s = malloc(big + 64);
+    CHECK(s != NULL);
+    struct {
+        const char *head;  /* then n bytes of 'a', then tail */
+        size_t n;
+        const char *tail;
+        int replies;       /* taken before the refusal */
+    } cases[] = {
+        {"+OK\r\n$70000\r\n", 70000, "\r\n:1\r\n", 1},           /* a string too long */
+        {"+OK\r\n*2\r\n:1\r\n$70000\r\n", 70000, "\r\n:1\r\n", 1}, /* nested */
+        {"+OK\r\n+", big, "\r\n:1\r\n", 1},                         /* a line too long */
+        {"+OK\r\n*2\r\n-", big, "\r\n:1\r\n:1\r\n", 1},             /* nested */
+        {"+OK\r\n$65536\r\n", 65536, "\r\n:1\r\n", -1},          /* the largest string: accepted */
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        size_t hl = strlen(cases[c].head), tl = strlen(cases[c].tail);
+        memcpy(s, cases[c].head, hl);
+        memset(s + hl, 'a', cases[c].n);
+        memcpy(s + hl + cases[c].n, cases[c].tail, tl);
+        size_t len = hl + cases[c].n + tl;
+        const size_t steps[] = {0, 1 << 20, 16384, 4096, 1000, 7};
+        for (size_t k = 0; k < sizeof(steps) / sizeof(steps[0]); k++) {
+            int refused = 0;
+            int got = replies_before_refusal(s, len, steps[k], &refused);
+            if (cases[c].replies < 0) {
+                CHECK_INT(got, 3);
+                CHECK_INT(refused, 0);
+            } else {
+                CHECK_INT(got, cases[c].replies);
+                CHECK_INT(refused, 1);
+            }
+        }
+    }
+    free(s);
 }
 
 static void finds_the_run_id_in_info(void) {
@@ -146,10 +205,38 @@ static void finds_the_run_id_in_info(void) {
     CHECK_STR(next()->run_id, "");
 }
 
+/* Found by fuzz_reply: a run_id of 40 bytes holding a NUL was taken as is,
+ * and compared as the shorter string before the NUL (two servers sharing
+ * that prefix looked like one; a NUL first looked like no run_id). Only 40
+ * hex digits are a run_id. */
+static void takes_only_hex_run_ids(void) {
+    const char *bad[] = {"run_id:aaaaaaaaaaaaaaaaaaaaaa\0\0`0\0\3>)aaaaaaaaaa\r\n", "run_id:\0aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n",
+                         "run_id:0123456789abcdef0123456789abcdef0123456g\r\n"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        CHECK_INT(rl_reader_reset(&rd), 0);
+        char s[256];
+        size_t body = 7 + 40 + 2; /* every line above: the tag, 40 bytes, CRLF */
+        int n = snprintf(s, sizeof(s), "$%zu\r\n", body);
+        memcpy(s + n, bad[i], body);
+        memcpy(s + n + body, "\r\n", 2);
+        CHECK_INT(rl_reader_feed(&rd, s, (size_t)n + body + 2), 0);
+        const rl_reply *r = next();
+        CHECK_INT(r->type, RL_REPLY_STRING);
+        CHECK_INT(r->len, body);
+        CHECK_STR(r->run_id, "");
+    }
+    CHECK_INT(rl_reader_reset(&rd), 0);
+    const char upper[] = "$49\r\nrun_id:0123456789ABCDEF0123456789ABCDEF01234567\r\n\r\n";
+    CHECK_INT(rl_reader_feed(&rd, upper, sizeof(upper) - 1), 0);
+    CHECK_STR(next()->run_id, "0123456789ABCDEF0123456789ABCDEF01234567");
+}
+
 int main(void) {
     refuses_a_huge_declared_string_before_its_bytes();
     refuses_huge_arrays_and_endless_lines();
+    refuses_alike_however_the_bytes_are_cut();
     finds_the_run_id_in_info();
+    takes_only_hex_run_ids();
     parses_what_rounds_get();
     waits_for_replies_split_across_reads();
     keeps_arrays_as_one_reply_and_skips_their_elements();
