@@ -7,10 +7,9 @@ local nginx = require "helpers.nginx"
 local cluster = require "helpers.cluster"
 
 local ROOT = nginx.root
-local BUILD = os.getenv("REDLOCK_BUILD_DIR") or "build"
-if BUILD:sub(1, 1) ~= "/" then BUILD = ROOT .. "/" .. BUILD end
+local BUILD = nginx.build
 
-local PING = "location = /ping { content_by_lua_block { ngx.say('pong') } }"
+local PING = nginx.PING
 
 --- A location that does one PING round trip to 127.0.0.1:port over a cosocket
 -- and puts the connection back in the pool.

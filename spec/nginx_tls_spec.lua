@@ -15,18 +15,13 @@ local proc = require "helpers.proc"
 local tls = require "helpers.tls"
 
 local ROOT = nginx.root
-local BUILD = os.getenv("REDLOCK_BUILD_DIR") or "build"
-if BUILD:sub(1, 1) ~= "/" then BUILD = ROOT .. "/" .. BUILD end
+local BUILD = nginx.build
 
 local res = cluster.names("nginx_tls")
 
-local PING = "location = /ping { content_by_lua_block { ngx.say('pong') } }"
+local PING = nginx.PING
 
-local function lua_list(urls)
-  local t = {}
-  for i, u in ipairs(urls) do t[i] = ("%q"):format(u) end
-  return "{" .. table.concat(t, ", ") .. "}"
-end
+local lua_list = nginx.lua_list
 
 -- init_by_lua: the module, and show(d): a result's detail as text.
 local INIT = [[

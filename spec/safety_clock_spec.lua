@@ -17,13 +17,11 @@
 -- 2. With fencing: the same overlap in time, but B's token is higher (its
 --    INCR on node 3 came after A's commit there), so the fenced store refuses
 --    A's stale write and loses no update.
-local devcluster = require "redlock.devcluster"
 local cluster = require "helpers.cluster"
 local proc = require "helpers.proc"
 local resp = require "helpers.resp"
 local store = require "helpers.fence_store"
 local safety = require "helpers.safety"
-local socket = require "socket"
 
 local names = cluster.names("safety_clock")
 local ROOT = io.popen("pwd"):read("*l")
@@ -36,18 +34,10 @@ describe("fault row 6: a node whose clock runs fast", function()
 
   setup(function()
     assert(io.open(SHIM, "rb"), SHIM .. " is missing: build the tests first (cmake --build build)"):close()
-    cl = devcluster.start { n = 3, wrap = { [3] = { "env", "LD_PRELOAD=" .. SHIM, "RL_FASTCLOCK_RATE=" .. RATE } } }
-    scl = devcluster.start { n = 1 }
-    sock = assert(socket.connect("127.0.0.1", scl.ports[1]))
-    sock:settimeout(10)
+    cl, scl, sock = safety.nodes { n = 3, wrap = { [3] = { "env", "LD_PRELOAD=" .. SHIM, "RL_FASTCLOCK_RATE=" .. RATE } } }
   end)
 
-  teardown(function()
-    for _, run in ipairs(runs) do run:cleanup() end
-    if sock then sock:close() end
-    if scl then scl:stop() end
-    if cl then cl:stop() end
-  end)
+  teardown(function() safety.stop(runs, sock, scl, cl) end)
 
   it("node 3 expires keys RATE times early; the others do not", function()
     local key = names("probe")
@@ -119,18 +109,7 @@ describe("fault row 6: a node whose clock runs fast", function()
   end)
 
   it("leaves no node, process or directory behind", function()
-    local pids = { cl.pids[1], cl.pids[2], cl.pids[3], scl.pids[1] }
-    local dirs = { cl.dir, scl.dir }
-    for _, run in ipairs(runs) do
-      dirs[#dirs + 1] = run.dir
-      for _, pid in ipairs(run.pids) do assert.is_false(proc.alive(pid)) end
-      run:cleanup()
-    end
-    sock:close()
+    safety.assert_gone(runs, sock, scl, cl)
     sock = nil
-    cl:stop()
-    scl:stop()
-    for i, pid in ipairs(pids) do assert.is_false(proc.alive(pid), "node " .. i) end
-    for _, d in ipairs(dirs) do assert.is_nil(io.open(d .. "/", "rb"), d) end
   end)
 end)

@@ -18,13 +18,11 @@
 -- Keep-alive learns of the loss only when it can run again: it can shorten
 -- how long a stale holder goes on, never prevent the overlap. Fencing is what
 -- keeps the resource safe.
-local devcluster = require "redlock.devcluster"
 local cluster = require "helpers.cluster"
 local proc = require "helpers.proc"
 local resp = require "helpers.resp"
 local store = require "helpers.fence_store"
 local safety = require "helpers.safety"
-local socket = require "socket"
 
 local names = cluster.names("safety_pause")
 local ROOT = io.popen("pwd"):read("*l")
@@ -37,18 +35,10 @@ describe("fault row 7: a holder paused past its validity", function()
   local runs = {}
 
   setup(function()
-    cl = devcluster.start { n = 3 }
-    scl = devcluster.start { n = 1 }
-    sock = assert(socket.connect("127.0.0.1", scl.ports[1]))
-    sock:settimeout(10)
+    cl, scl, sock = safety.nodes { n = 3 }
   end)
 
-  teardown(function()
-    for _, run in ipairs(runs) do run:cleanup() end
-    if sock then sock:close() end
-    if scl then scl:stop() end
-    if cl then cl:stop() end
-  end)
+  teardown(function() safety.stop(runs, sock, scl, cl) end)
 
   local function fresh()
     cluster.flush(cl)
@@ -165,18 +155,7 @@ echo end >> %s]]):format(marks, marks, marks)
   end)
 
   it("leaves no node, process or directory behind", function()
-    local pids = { cl.pids[1], cl.pids[2], cl.pids[3], scl.pids[1] }
-    local dirs = { cl.dir, scl.dir }
-    for _, run in ipairs(runs) do
-      dirs[#dirs + 1] = run.dir
-      for _, pid in ipairs(run.pids) do assert.is_false(proc.alive(pid)) end
-      run:cleanup()
-    end
-    sock:close()
+    safety.assert_gone(runs, sock, scl, cl)
     sock = nil
-    cl:stop()
-    scl:stop()
-    for i, pid in ipairs(pids) do assert.is_false(proc.alive(pid), "node " .. i) end
-    for _, d in ipairs(dirs) do assert.is_nil(io.open(d .. "/", "rb"), d) end
   end)
 end)

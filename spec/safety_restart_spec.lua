@@ -19,7 +19,6 @@
 --    A never had; none of them knew A's token, B's token repeats it,
 --    and the store, which accepts a token equal to the highest, loses an
 --    update.
-local devcluster = require "redlock.devcluster"
 local cluster = require "helpers.cluster"
 local proc = require "helpers.proc"
 local resp = require "helpers.resp"
@@ -35,18 +34,10 @@ describe("fault row 5: a node restarted empty while a lock is held", function()
   local runs = {}
 
   setup(function()
-    cl = devcluster.start { n = 5 }
-    scl = devcluster.start { n = 1 }
-    sock = assert(socket.connect("127.0.0.1", scl.ports[1]))
-    sock:settimeout(10)
+    cl, scl, sock = safety.nodes { n = 5 }
   end)
 
-  teardown(function()
-    for _, run in ipairs(runs) do run:cleanup() end
-    if sock then sock:close() end
-    if scl then scl:stop() end
-    if cl then cl:stop() end
-  end)
+  teardown(function() safety.stop(runs, sock, scl, cl) end)
 
   --- One command on node i over a fresh connection (quicker than redis-cli
   -- while a holder's validity runs).
@@ -141,19 +132,7 @@ describe("fault row 5: a node restarted empty while a lock is held", function()
   end)
 
   it("leaves no node, process or directory behind", function()
-    local pids, dirs = { scl.pids[1] }, { scl.dir }
-    for i = 1, cl.n do pids[#pids + 1] = cl.pids[i] end
-    for _, run in ipairs(runs) do
-      dirs[#dirs + 1] = run.dir
-      for _, pid in ipairs(run.pids) do assert.is_false(proc.alive(pid)) end
-      run:cleanup()
-    end
-    dirs[#dirs + 1] = cl.dir
-    sock:close()
+    safety.assert_gone(runs, sock, scl, cl)
     sock = nil
-    cl:stop()
-    scl:stop()
-    for i = 1, #pids do assert.is_false(proc.alive(pids[i]), "node " .. i) end
-    for _, d in ipairs(dirs) do assert.is_nil(io.open(d .. "/", "rb"), d) end
   end)
 end)

@@ -105,6 +105,23 @@ M.root = (function()
   return dir
 end)()
 
+--- The build tree whose redlock_core.so the workers load (REDLOCK_BUILD_DIR,
+-- default build/), absolute.
+M.build = (function()
+  local b = os.getenv("REDLOCK_BUILD_DIR") or "build"
+  return b:sub(1, 1) == "/" and b or (M.root .. "/" .. b)
+end)()
+
+--- A location answering /ping with "pong" (a request that never locks).
+M.PING = "location = /ping { content_by_lua_block { ngx.say('pong') } }"
+
+--- urls as a Lua list literal, for Lua source in an nginx.conf.
+function M.lua_list(urls)
+  local t = {}
+  for i, u in ipairs(urls) do t[i] = ("%q"):format(u) end
+  return "{" .. table.concat(t, ", ") .. "}"
+end
+
 --- A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read
 -- back the port the kernel chose, close).
 function M.free_port()

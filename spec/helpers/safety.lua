@@ -11,8 +11,16 @@
 --   run:check()                          -- the history checker's counts
 --   run:cleanup()                        -- stop what is left, remove the directory
 --   safety.report(5, { variant = "x", overlaps = 1 })
+--
+-- The scenes of rows 5-7 (the lock's nodes, a one-node fenced store, a
+-- socket to the store):
+--   local cl, scl, sock = safety.nodes { n = 3 }
+--   safety.stop(runs, sock, scl, cl)         -- teardown: whatever is left
+--   safety.assert_gone(runs, sock, scl, cl)  -- nothing left: no process, no directory
+local devcluster = require "redlock.devcluster"
 local proc = require "helpers.proc"
 local history = require "helpers.history"
+local socket = require "socket"
 
 local M = {}
 local Run = {}
@@ -66,6 +74,42 @@ end
 function Run:cleanup()
   for _, pid in ipairs(self.pids) do proc.stop(pid) end
   proc.rmdir(self.dir)
+end
+
+--- The lock's nodes (devcluster.start(opts)), a one-node cluster for the
+-- fenced store, and a socket to it.
+function M.nodes(opts)
+  local cl = devcluster.start(opts)
+  local scl = devcluster.start { n = 1 }
+  local sock = assert(socket.connect("127.0.0.1", scl.ports[1]))
+  sock:settimeout(10)
+  return cl, scl, sock
+end
+
+--- Stop what is left of a scene (any argument may be nil).
+function M.stop(runs, sock, scl, cl)
+  for _, run in ipairs(runs) do run:cleanup() end
+  if sock then sock:close() end
+  if scl then scl:stop() end
+  if cl then cl:stop() end
+end
+
+--- Stop a scene whose holders must have exited, and raise unless every
+-- process (holders and nodes) and directory is gone.
+function M.assert_gone(runs, sock, scl, cl)
+  local pids, dirs = { scl.pids[1] }, { scl.dir, cl.dir }
+  for i = 1, cl.n do pids[#pids + 1] = cl.pids[i] end
+  for _, run in ipairs(runs) do
+    dirs[#dirs + 1] = run.dir
+    for _, pid in ipairs(run.pids) do assert(not proc.alive(pid), "holder " .. pid .. " still runs") end
+  end
+  M.stop(runs, sock, scl, cl)
+  for i = 1, #pids do assert(not proc.alive(pids[i]), "node " .. i .. " still runs") end
+  for _, d in ipairs(dirs) do
+    local f = io.open(d .. "/", "rb")
+    if f then f:close() end
+    assert(f == nil, d .. " is still there")
+  end
 end
 
 --- Print "safety row N: k=v ..." (keys in the order given as a list of pairs,
