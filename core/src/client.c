@@ -51,6 +51,7 @@ struct rl_client {
     int run_expired;
     int node_timeout_ms;     /* bounds the tails served by rl_client_free */
     int connect_timeout_ms;  /* bounds a connect and its TLS handshake */
+    int reconnect_max_ms;    /* with connect_timeout_ms, bounds the kept releases served by rl_client_free */
     rl_notify *notify;       /* the subscriber connections (connected on the first rl_watch) */
     rl_tls *tls;             /* one TLS context for every rediss:// node (NULL: none) */
 };
@@ -381,6 +382,7 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
      * names cost one connect_timeout, not N. Rounds never wait for a lookup. */
     c->node_timeout_ms = opts->node_timeout_ms;
     c->connect_timeout_ms = opts->connect_timeout_ms;
+    c->reconnect_max_ms = opts->reconnect_max_ms;
     c->notify = rl_notify_new(c->loop, e, opts, tls);
     if (c->notify == NULL) {
         if (err) snprintf(err, errlen, "out of memory");
@@ -413,11 +415,21 @@ static void arm_run_timer(rl_client *c, int ms);
 /* Serve the tails still running (late replies, EVALs after a NOSCRIPT,
  * cleanups) for at most a node timeout, so that what they send gets out
  * before the connections close. */
-static void finish_tails(rl_client *c) {
-    if (rl_engine_tails(c->engine) == 0) return;
-    arm_run_timer(c, c->node_timeout_ms);
-    while (rl_engine_tails(c->engine) > 0 && !c->run_expired) ev_run(c->loop, EVRUN_ONCE);
+/* Run the loop until done() is 0 or ms have passed. */
+static void run_while(rl_client *c, int (*done)(const rl_engine *), int ms) {
+    if (done(c->engine) == 0) return;
+    arm_run_timer(c, ms);
+    while (done(c->engine) > 0 && !c->run_expired) ev_run(c->loop, EVRUN_ONCE);
     ev_timer_stop(c->loop, &c->run_timer);
+}
+
+/* Before closing: serve the tails for at most the node timeout, then give
+ * nodes with kept releases (a failed acquire's, whose SET may have run) the
+ * time to reconnect and take them, at most the reconnect backoff's cap plus
+ * the connect timeout; a key left behind would stand for its whole ttl. */
+static void finish_tails(rl_client *c) {
+    run_while(c, rl_engine_tails, c->node_timeout_ms);
+    run_while(c, rl_engine_kept, c->reconnect_max_ms + c->connect_timeout_ms);
     flush_all(c);
 }
 

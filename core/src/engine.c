@@ -711,6 +711,12 @@ int rl_engine_tails(const rl_engine *e) {
     return e->tails;
 }
 
+int rl_engine_kept(const rl_engine *e) {
+    int n = 0;
+    for (int i = 0; i < e->nnodes; i++) n += e->nodes[i].redo_count > 0;
+    return n;
+}
+
 double rl_engine_held_until(const rl_engine *e, int id) {
     rl_op *op = op_of(e, id);
     double until = 0;
