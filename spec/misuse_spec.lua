@@ -149,6 +149,9 @@ describe("misuse", function()
       before_each(function()
         r = res("policy")
         blocker = assert(other:try_lock(r, { ttl = 30000 }))
+        -- granted at quorum, a slow node may get its SET only as `other`
+        -- does I/O again: let it, so the key is on every node
+        assert(cluster.await_value(cl, r, blocker.value, 5000, nil, other))
       end)
       after_each(function() assert(blocker:unlock()) end)
 
