@@ -163,8 +163,8 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
                          char *err, size_t errlen);
 
 /* Close every connection and free the client. Tails still running (see
- * above) are served first, for at most the node timeout, then releases kept
- * for a reconnecting node (rl_engine_kept), for at most reconnect_max_ms +
+ * above) are served first, for at most the node timeout, then commands not
+ * yet written (rl_engine_unwritten), for at most reconnect_max_ms +
  * connect_timeout_ms; operations in flight are abandoned (their results are
  * lost). NULL is ignored. */
 void rl_client_free(rl_client *c);
@@ -458,12 +458,13 @@ int rl_engine_done(const rl_engine *e);
 int rl_engine_inflight(const rl_engine *e);
 int rl_engine_tails(const rl_engine *e);
 
-/* Nodes holding releases kept for their next connection: a failed acquire's
- * cleanup whose SET may have run there, while the node was reconnecting.
- * A driver about to stop should first let those nodes reconnect and write
- * them, for a bounded time (the libev client: the reconnect backoff's cap
- * plus the connect timeout). */
-int rl_engine_kept(const rl_engine *e);
+/* Nodes holding commands not written yet: releases kept for their next
+ * connection (a failed acquire's cleanup whose SET may have run there), or
+ * commands queued behind a connection still being made or set up (a tail
+ * whose node timeout passed before its node could take it). A driver about
+ * to stop should first let them go out, for a bounded time (the libev
+ * client: the reconnect backoff's cap plus the connect timeout). */
+int rl_engine_unwritten(const rl_engine *e);
 
 /*
  * Keep-alive. A keeper owns a thread with its own connections to the same

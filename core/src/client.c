@@ -51,7 +51,7 @@ struct rl_client {
     int run_expired;
     int node_timeout_ms;     /* bounds the tails served by rl_client_free */
     int connect_timeout_ms;  /* bounds a connect and its TLS handshake */
-    int reconnect_max_ms;    /* with connect_timeout_ms, bounds the kept releases served by rl_client_free */
+    int reconnect_max_ms;    /* with connect_timeout_ms, bounds the unwritten commands served by rl_client_free */
     rl_notify *notify;       /* the subscriber connections (connected on the first rl_watch) */
     rl_tls *tls;             /* one TLS context for every rediss:// node (NULL: none) */
 };
@@ -424,12 +424,13 @@ static void run_while(rl_client *c, int (*done)(const rl_engine *), int ms) {
 }
 
 /* Before closing: serve the tails for at most the node timeout, then give
- * nodes with kept releases (a failed acquire's, whose SET may have run) the
- * time to reconnect and take them, at most the reconnect backoff's cap plus
- * the connect timeout; a key left behind would stand for its whole ttl. */
+ * nodes with commands not written yet (releases kept for a reconnecting
+ * node, a tail queued behind a connection's setup) the time to take them,
+ * at most the reconnect backoff's cap plus the connect timeout: a key left
+ * behind would stand for its whole ttl. */
 static void finish_tails(rl_client *c) {
     run_while(c, rl_engine_tails, c->node_timeout_ms);
-    run_while(c, rl_engine_kept, c->reconnect_max_ms + c->connect_timeout_ms);
+    run_while(c, rl_engine_unwritten, c->reconnect_max_ms + c->connect_timeout_ms);
     flush_all(c);
 }
 

@@ -711,9 +711,13 @@ int rl_engine_tails(const rl_engine *e) {
     return e->tails;
 }
 
-int rl_engine_kept(const rl_engine *e) {
+int rl_engine_unwritten(const rl_engine *e) {
     int n = 0;
-    for (int i = 0; i < e->nnodes; i++) n += e->nodes[i].redo_count > 0;
+    for (int i = 0; i < e->nnodes; i++) {
+        const rl_stream *s = &e->nodes[i];
+        int queued = (s->state == RL_STREAM_CONNECTING || s->state == RL_STREAM_UP) && s->out.len > s->out_off;
+        n += s->redo_count > 0 || queued;
+    }
     return n;
 }
 

@@ -157,7 +157,7 @@ int rl_engine_take(rl_engine *e, int id, rl_result *out);
 int rl_engine_done(const rl_engine *e);
 int rl_engine_inflight(const rl_engine *e);
 int rl_engine_tails(const rl_engine *e);
-int rl_engine_kept(const rl_engine *e);
+int rl_engine_unwritten(const rl_engine *e);
 
 typedef struct rl_keeper rl_keeper;
 
