@@ -240,7 +240,8 @@ int rl_extend(rl_client *c, const char *resource, size_t len, const char *value,
 
 /*
  * Hand-off to waiters. A release publishes, on every node it deletes the
- * key from, an empty message on the channel
+ * key from while someone listens there, a message holding the number of
+ * clients listening (the competition a woken waiter faces) on the channel
  *     "redlock:released:" .. key        (key = prefix .. resource)
  * (inside the release script, so only a release that deleted publishes;
  * inside nginx too; a user whose ACL does not allow the channel still

@@ -412,9 +412,6 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
 
 static void arm_run_timer(rl_client *c, int ms);
 
-/* Serve the tails still running (late replies, EVALs after a NOSCRIPT,
- * cleanups) for at most a node timeout, so that what they send gets out
- * before the connections close. */
 /* Run the loop until done() is 0 or ms have passed. */
 static void run_while(rl_client *c, int (*done)(const rl_engine *), int ms) {
     if (done(c->engine) == 0) return;

@@ -10,14 +10,16 @@
 
 /* A release that deletes the key tells the waiters (redlock.h, "Hand-off"):
  * the message is the number of clients listening, so that a waiter knows how
- * many it competes with; the script answers 2 instead of 1 when any listened.
+ * many it competes with; with nobody listening nothing is published. The
+ * script answers 2 instead of 1 when it published.
  * pcall: a user that may not publish (an ACL without the channel) still
  * releases, and its waiters poll. */
 const char rl_release_script[] =
     "if redis.call(\"get\",KEYS[1]) == ARGV[1] then redis.call(\"del\",KEYS[1]) "
     "local c = \"redlock:released:\"..KEYS[1] local s = redis.pcall(\"pubsub\",\"numsub\",c) "
-    "local n = redis.pcall(\"publish\",c,type(s) == \"table\" and s[2] or \"\") "
-    "if type(n) == \"number\" and n > 0 then return 2 end return 1 else return 0 end";
+    "local k = type(s) == \"table\" and tonumber(s[2]) or 0 "
+    "if k > 0 and type(redis.pcall(\"publish\",c,k)) == \"number\" then return 2 end return 1 "
+    "else return 0 end";
 const char rl_extend_script[] =
     "if redis.call(\"get\",KEYS[1]) == ARGV[1] then return redis.call(\"pexpire\",KEYS[1],ARGV[2]) else return 0 end";
 const char rl_acquire_fenced_script[] =
@@ -27,7 +29,7 @@ const char rl_commit_script[] =
     "if redis.call(\"get\",KEYS[1]) == ARGV[1] then "
     "if tonumber(redis.call(\"get\",KEYS[2]) or \"0\") < tonumber(ARGV[2]) then redis.call(\"set\",KEYS[2],ARGV[2]) end "
     "return 1 else return 0 end";
-const char rl_release_sha[] = "67767d002b7759a392174b6680d8ef45ab4f2e6a";
+const char rl_release_sha[] = "7c80081544e6906280f6f5ddc40124e4a7c3a287";
 const char rl_extend_sha[] = "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10";
 
 #define LIT(s) s, sizeof(s) - 1

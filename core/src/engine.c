@@ -527,11 +527,9 @@ static int begin(rl_engine *e, int kind, int fenced, const char *resource, size_
     double now = clock_at(e, now_ms);
     op->uses++;
     op->res.id = rl_opid_make(op->uses, op->slot);
-    op->res.token = 0;
     op->taken = 0;
     op->sent = 0;
     op->ttl_ms = ttl_ms;
-    op->token = 0;
     e->inflight++;
     send_round(e, op, fenced ? RL_ROUND_ACQUIRE_FENCED : kind, now, 1);
     return op->res.id;

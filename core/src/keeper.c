@@ -257,16 +257,16 @@ static int is_release_of_held(rl_keeper *k, const rl_result *r) {
  * never reaches the nodes. A window keeps each round small. */
 #define RL_KEEPER_RELEASE_WINDOW 256
 
+static int releasable(const kept *e) {
+    return e->state == RL_KEEP_HELD || e->state == RL_KEEP_LOST || e->state == KEEP_DROPPING;
+}
+
 /* Release every held (or lost, or dropped) entry on the keeper's own
  * connections, at most RL_KEEPER_RELEASE_WINDOW at a time, and count the
  * releases that a quorum confirmed by the deadline. Every entry is RELEASED
  * from then on, also those the deadline came before (they are left to
  * expire). A dropped entry stays RELEASED (nobody asks for it; it is freed
  * with the keeper). Mutex held on entry and exit; dropped while waiting. */
-static int releasable(const kept *e) {
-    return e->state == RL_KEEP_HELD || e->state == RL_KEEP_LOST || e->state == KEEP_DROPPING;
-}
-
 static void release_held(rl_keeper *k) {
     rl_result *r = k->result;
     int started = 0, released = 0, next = 0, end = k->nentries;

@@ -45,7 +45,7 @@ unsigned rl_notify_heard(const rl_notify *n, const char *resource, size_t len);
  * every watched resource. 0 when unknown (nothing heard yet). */
 int rl_notify_listeners(const rl_notify *n, const char *resource, size_t len);
 
-/* Subscriber connections up (connected, subscribed to what is watched). */
+/* Subscriber connections up (connected, with AUTH and SUBSCRIBE sent). */
 int rl_notify_up(const rl_notify *n);
 
 #endif

@@ -158,16 +158,23 @@ void rl_reader_free(rl_reader *rd) {
 }
 
 /* Note where the stream first runs longer than RL_REPLY_MAX_BUFFERED
- * bytes without CRLF. */
+ * bytes without CRLF. Jumps from '\n' to '\n' (every reply passes here). */
 static void scan_lines(rl_reader *rd, const char *buf, size_t len) {
-    if (rd->long_at != ULLONG_MAX) return;
-    for (size_t i = 0; i < len; i++) {
-        if (rd->after_cr && buf[i] == '\n') rd->run = 0;
-        else if (++rd->run > RL_REPLY_MAX_BUFFERED) {
-            rd->long_at = rd->fed + i;
+    size_t i = 0;
+    while (rd->long_at == ULLONG_MAX && i < len) {
+        const char *nl = memchr(buf + i, '\n', len - i);
+        size_t end = nl ? (size_t)(nl - buf) : len, n = end - i; /* buf[i .. end) holds no '\n' */
+        if (rd->run + n > RL_REPLY_MAX_BUFFERED) {
+            rd->long_at = rd->fed + i + (RL_REPLY_MAX_BUFFERED - rd->run);
             return;
         }
-        rd->after_cr = buf[i] == '\r';
+        rd->run += n;
+        if (n > 0) rd->after_cr = buf[end - 1] == '\r';
+        if (nl == NULL) return;
+        if (rd->after_cr) rd->run = 0; /* a CRLF ends the run */
+        else if (++rd->run > RL_REPLY_MAX_BUFFERED) rd->long_at = rd->fed + end;
+        rd->after_cr = 0;
+        i = end + 1;
     }
 }
 
