@@ -241,7 +241,6 @@ local function tls_load(c)
     if type(sock_mt) ~= "table" or type(sock_mt.sslhandshake) ~= "function" then
         return "rediss:// needs cosocket sslhandshake, which this nginx's lua module lacks"
     end
-    if c.keyfile and not c.certfile then return "tls.keyfile needs tls.certfile" end
     if c.certfile then
         local ok, ssl = pcall(require, "ngx.ssl")
         if not ok or type(ssl.parse_pem_cert) ~= "function" or type(ssl.parse_pem_priv_key) ~= "function" then
@@ -358,7 +357,7 @@ end
 
 -- Say once per hub, in the error log, what a TLS client's settings mean
 -- inside nginx where that differs from elsewhere.
-local function tls_notes(hub, tls_nodes)
+local function tls_notes(hub)
     local tls = hub.tls
     if tls.cafile or tls.capath then
         ngx.log(ngx.NOTICE, "redlock: tls.cafile/tls.capath are not used inside nginx: cosockets verify ",
@@ -1085,7 +1084,7 @@ function _M.client_new(urls, n, opts, errbuf, errlen)
         end
         hub = new_hub(ffi.gc(e, C.rl_engine_free), n, opts, tls)
         hubs[key] = hub
-        if tls_nodes[1] ~= nil then tls_notes(hub, tls_nodes) end
+        if tls_nodes[1] ~= nil then tls_notes(hub) end
     end
     return setmetatable({
         hub = hub, err = "", watching = {}, epoch = hub.epoch,

@@ -610,7 +610,7 @@ local function retry_loop(self, client, policy, deadline, try, a, b, err, detail
         end
         if self.client == nil then
             -- closed by the policy, or by another coroutine while it yielded
-            error(("'%s' on a closed client"):format((try == attempt or try == attempt_fenced) and "lock" or "lock_many"), 3)
+            error(("'%s' on a closed client"):format(type(a) == "string" and "lock" or "lock_many"), 3)
         end
         if deadline then
             local left = deadline - C.rl_now_ms()

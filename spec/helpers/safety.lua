@@ -10,7 +10,7 @@
 --   local r = run:result(c)              -- its summary line as a table
 --   run:check()                          -- the history checker's counts
 --   run:cleanup()                        -- stop what is left, remove the directory
---   safety.report(5, { variant = "x", overlaps = 1 })
+--   safety.report(5, { { "variant", "x" }, { "overlaps", 1 } })
 --
 -- The scenes of rows 5-7 (the lock's nodes, a one-node fenced store, a
 -- socket to the store):
@@ -112,8 +112,8 @@ function M.assert_gone(runs, sock, scl, cl)
   end
 end
 
---- Print "safety row N: k=v ..." (keys in the order given as a list of pairs,
--- or sorted) on a line of its own.
+--- Print "safety row N: k=v ..." (fields: a list of { key, value } pairs, in
+-- that order) on a line of its own.
 function M.report(row, fields)
   local parts = {}
   for _, kv in ipairs(fields) do parts[#parts + 1] = ("%s=%s"):format(kv[1], tostring(kv[2])) end
