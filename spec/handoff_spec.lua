@@ -243,18 +243,29 @@ describe("hand-off to waiters", function()
     assert.is_true(#h >= 0.8 * total, #h .. " of " .. total)
   end)
 
-  it("stops listening when the retry policy raises while waiting", function()
-    -- Before: the policy's error left the resource watched (subscribed) for
-    -- the client's life.
+  it("stops listening when the retry policy or an attempt raises while waiting", function()
+    -- Before: the policy's error, and until later an attempt's, left the
+    -- resource watched (subscribed) for the client's life.
     local holder = redlock.new { servers = cl.urls }
-    local dlm = redlock.new { servers = cl.urls }
     local r = res("raising")
     local lk = assert(holder:lock(r))
     local channel = "redlock:released:" .. r
+    local dlm -- a client per case
+    -- an attempt that raises: the policy fills every operation slot of the
+    -- client, so the next attempt cannot begin ("too many operations")
+    local function fill_slots(n)
+      if n == 2 then
+        local value = ("0"):rep(40)
+        while dlm.client:begin_release("spec:fill", 9, value) >= 0 do end
+      end
+      return 5
+    end
     for policy, says in pairs {
       [function(n) if n >= 2 then error("policy gave out") end return 5 end] = "policy gave out",
       [function(n) if n >= 2 then return "later" end return 5 end] = "bad retry policy: after attempt 2",
+      [fill_slots] = "too many operations in flight",
     } do
+      dlm = redlock.new { servers = cl.urls }
       local ok, e = pcall(dlm.lock, dlm, r, { retry = policy })
       assert.is_false(ok)
       assert.matches(says, e, 1, true)
@@ -266,9 +277,9 @@ describe("hand-off to waiters", function()
         if numsub == 0 then break end
       end
       assert.equal(0, numsub)
+      dlm:close()
     end
     assert.is_true(lk:unlock())
-    dlm:close()
     holder:close()
   end)
 end)

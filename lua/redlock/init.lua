@@ -23,6 +23,11 @@ local ffi_string, ffi_new, ffi_gc = ffi.string, ffi.new, ffi.gc
 local type, error, setmetatable, tostring, select = type, error, setmetatable, tostring, select
 local pcall, unpack = pcall, unpack
 
+-- A call's results as a table, nils included: pack(pcall(f, ...)).
+local function pack(...)
+    return { n = select("#", ...), ... }
+end
+
 local _M = { _VERSION = "0.2.0", retry = retry }
 _M.core_version = ffi_string(C.rl_version())
 
@@ -67,13 +72,18 @@ local floor = math.floor
 local THIS_FILE = getinfo(1, "S").source
 local MAX_MS = 2147483647  -- what fits the core's int milliseconds
 
--- Raise msg at the first caller outside this file.
+-- Raise msg at the first caller outside this file. A pcall of ours (a C
+-- frame between two of ours, as the one that guards a watch) is passed
+-- over; a caller's pcall is that first caller, as for any Lua function.
 local function raise(msg)
     local level = 2
     while true do
         local info = getinfo(level, "S")
         if info == nil then level = 1; break end
-        if info.source ~= THIS_FILE then break end
+        if info.source ~= THIS_FILE then
+            local above = info.what == "C" and getinfo(level + 1, "S")
+            if not (above and above.source == THIS_FILE) then break end
+        end
         level = level + 1
     end
     error(msg, level)
@@ -519,14 +529,12 @@ end
 -- The delay a policy returned after attempt n, as whole ms; nil to give up.
 -- A policy is the caller's code: what it raises passes through, and a delay
 -- that is not a number of ms the core can sleep is misuse, raised at the
--- caller of lock; either way the resource `watched` (if any) is unwatched
--- first.
-local function policy_delay(policy, n, err, detail, client, watched)
+-- caller of lock.
+local function policy_delay(policy, n, err, detail)
     local ok, delay = pcall(policy, n, err, detail)
     if ok and (not delay or (type(delay) == "number" and delay >= 0 and delay <= MAX_MS)) then
         return delay and floor(delay) or nil
     end
-    if watched then unwatch(client, watched) end
     if not ok then error(delay, 0) end
     raise(("bad retry policy: after attempt %d it returned %s (expected nil or a number of ms from 0 to %d)")
         :format(n, show(delay), MAX_MS))
@@ -594,30 +602,20 @@ end
 -- when the watch begins, just after it), so one heard during an attempt
 -- ends the next sleep at once; one missed costs a poll interval. Attempts
 -- made on a wake-up are extra: the policy counts those made after its delay.
-local function retry_loop(self, client, policy, deadline, try, a, b, err, detail)
+local function retries(self, client, policy, deadline, try, a, b, err, detail)
     local n = 1
     local notify = self.notify
-    local seen
-    if notify then
-        watch(client, a)
-        seen = heard(client, a)
-    end
+    local seen = notify and heard(client, a)
     while true do
-        local delay = policy_delay(policy, n, err, detail, client, notify and a)
-        if not delay then
-            if notify then unwatch(client, a) end
-            return nil, err, detail
-        end
+        local delay = policy_delay(policy, n, err, detail)
+        if not delay then return nil, err, detail end
         if self.client == nil then
             -- closed by the policy, or by another coroutine while it yielded
-            error(("'%s' on a closed client"):format(type(a) == "string" and "lock" or "lock_many"), 3)
+            raise(("'%s' on a closed client"):format(type(a) == "string" and "lock" or "lock_many"))
         end
         if deadline then
             local left = deadline - C.rl_now_ms()
-            if left <= 0 then
-                if notify then unwatch(client, a) end
-                return nil, err, detail
-            end
+            if left <= 0 then return nil, err, detail end
             if delay > left then delay = left end
         end
         local got
@@ -634,21 +632,27 @@ local function retry_loop(self, client, policy, deadline, try, a, b, err, detail
                 delay = floor(wake_by - C.rl_now_ms())
                 if not woke or delay <= 0 then break end
                 got, err, detail = try(self, client, a, b)
-                if got then
-                    unwatch(client, a)
-                    return got
-                end
+                if got then return got end
             end
         else
             client:sleep(delay)
         end
         n = n + 1
         got, err, detail = try(self, client, a, b)
-        if got then
-            if notify then unwatch(client, a) end
-            return got
-        end
+        if got then return got end
     end
+end
+
+-- retries, with the resource watched throughout when notifications are on.
+-- Whatever ends the retries (a result, the policy's error, misuse, an
+-- attempt that raises) ends the watch, unless the client is closed by then.
+local function retry_loop(self, client, policy, deadline, try, a, b, err, detail)
+    if not self.notify then return retries(self, client, policy, deadline, try, a, b, err, detail) end
+    watch(client, a)
+    local out = pack(pcall(retries, self, client, policy, deadline, try, a, b, err, detail))
+    if self.client == client then unwatch(client, a) end
+    if not out[1] then error(out[2], 0) end
+    return unpack(out, 2, out.n)
 end
 
 local function with_retries(self, client, policy, wait, try, a, b)
@@ -982,10 +986,6 @@ end
 
 ---------------------------------------------------------------------------
 -- critical sections
-
-local function pack(...)
-    return { n = select("#", ...), ... }
-end
 
 --- Acquire resource, run fn(lock, ...), always release. Keep-alive is on
 --- unless opts.keepalive == false. Returns fn's results, or nil, err, detail
