@@ -112,6 +112,16 @@ describe("hand-off to waiters", function()
     assert(ok, err)
   end)
 
+  -- Until every node counts the clients (redlock.new tables) as subscribers
+  -- of channel, each of them having watched it: their loops run meanwhile.
+  local function await_subscribers(channel, clients)
+    assert(cluster.await_all(cl, function(node)
+      for _, d in ipairs(clients) do d.client:sleep(1) end
+      local numsub = tonumber(cl:cli(node, "PUBSUB", "NUMSUB", channel):match("(%d+)%s*$"))
+      return numsub == #clients, "subscribers " .. tostring(numsub)
+    end, 5000))
+  end
+
   it("wakes the oldest queued waiter alone, first come first served, skipping one that is gone", function()
     local ffi = require "ffi"
     local lib = require("redlock.cdefs").lib
@@ -126,11 +136,7 @@ describe("hand-off to waiters", function()
       assert(cluster.await_value(cl, r, lk.value, 5000, nil, holder))
       -- each waiter watches (its two channels, in one SUBSCRIBE per node) ...
       for i = 1, 3 do assert.equal(0, lib.rl_watch(w[i].client, r, #r)) end
-      assert(cluster.await_all(cl, function(node)
-        for i = 1, 3 do w[i].client:sleep(1) end
-        local numsub = tonumber(cl:cli(node, "PUBSUB", "NUMSUB", channel):match("(%d+)%s*$"))
-        return numsub == 3, "subscribers " .. tostring(numsub)
-      end, 5000))
+      await_subscribers(channel, w)
       -- ... then joins the queue by a refused attempt, in the order 1, 2, 3
       for i = 1, 3 do
         assert.equal(0, lib.rl_acquire_queued(w[i].client, r, #r, 10000, out))
@@ -188,11 +194,7 @@ describe("hand-off to waiters", function()
     local ok, err = pcall(function()
       for i = 2, 3 do assert.is_true(cluster.set_nx(cl, i, r, "held-elsewhere", 10000)) end
       assert.equal(0, lib.rl_watch(waiter.client, r, #r))
-      assert(cluster.await_all(cl, function(node)
-        waiter.client:sleep(1)
-        local numsub = tonumber(cl:cli(node, "PUBSUB", "NUMSUB", channel):match("(%d+)%s*$"))
-        return numsub == 1, "subscribers " .. tostring(numsub)
-      end, 5000))
+      await_subscribers(channel, { waiter })
       assert.equal(0, lib.rl_acquire_queued(waiter.client, r, #r, 10000, out))
       assert.equal(lib.RL_STATUS_BUSY, out.status)
       local heard = lib.rl_heard(waiter.client, r, #r)

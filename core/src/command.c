@@ -126,7 +126,8 @@ int rl_cmd_acquire(rl_buf *b, const char *key, size_t keylen, const char *value,
     return 0;
 }
 
-/* *argc EVALSHA sha 1 key value   or   *argc EVAL script 1 key value */
+/* *argc EVALSHA sha 1 key value   or   *argc EVAL script 1 key value,
+ * with room after it for two more arguments (a ttl and a short word) */
 static char *script_head(rl_buf *b, char argc, int by_sha, const char *sha, const char *script,
                          size_t script_len, const char *key, size_t keylen, const char *value) {
     char *p = start(b, 64 + (by_sha ? SHA_LEN : script_len) + RL_VALUE_LEN, keylen);
@@ -198,16 +199,9 @@ static int fenced_eval(rl_buf *b, const char *script, size_t script_len, const c
 
 int rl_cmd_acquire_queued(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms,
                           const char *waiter) {
-    size_t script_len = sizeof(rl_acquire_queued_script) - 1;
-    char *p = start(b, 96 + script_len + RL_VALUE_LEN + RL_WAITER_ID_LEN, keylen);
+    char *p = script_head(b, '7', 0, NULL, rl_acquire_queued_script, sizeof(rl_acquire_queued_script) - 1, key,
+                          keylen, value);
     if (p == NULL) return -1;
-    p = put(p, LIT("*7\r\n$4\r\nEVAL\r\n"));
-    p = put_bulk(p, rl_acquire_queued_script, script_len);
-    p = put(p, LIT("$1\r\n1\r\n"));
-    p = put_bulk(p, key, keylen);
-    p = put(p, LIT("$40\r\n"));
-    p = put(p, value, RL_VALUE_LEN);
-    p = put(p, LIT("\r\n"));
     p = put_ttl(p, ttl_ms);
     p = put_bulk(p, waiter, RL_WAITER_ID_LEN);
     b->len = (size_t)(p - b->data);
