@@ -91,10 +91,14 @@ describe("hand-off to waiters", function()
     local ok, err = pcall(function()
       for i = 1, 3 do proc.wait_file(dir .. "/sub" .. i) end
       lk = assert(dlm:lock(r))
+      -- granted (and released) at quorum: a node still in its connection
+      -- setup gets its commands at the client's next I/O, so keep it busy
+      assert(cluster.await_value(cl, "pfx:" .. r, lk.value, 5000, nil, dlm))
       assert.is_true(lk:unlock())
       for i = 1, 3 do
         local deadline = proc.now_ms() + 3000
         while not (proc.read_file(dir .. "/sub" .. i) or ""):find("message") and proc.now_ms() < deadline do
+          cluster.drive(dlm)
           proc.sleep_ms(10)
         end
         -- the message says how many listened: the one redis-cli
@@ -105,6 +109,111 @@ describe("hand-off to waiters", function()
     for _, pid in ipairs(pids) do proc.stop(pid) end
     proc.rmdir(dir)
     dlm:close()
+    assert(ok, err)
+  end)
+
+  -- Until every node counts the clients (redlock.new tables) as subscribers
+  -- of channel, each of them having watched it: their loops run meanwhile.
+  local function await_subscribers(channel, clients)
+    assert(cluster.await_all(cl, function(node)
+      for _, d in ipairs(clients) do d.client:sleep(1) end
+      local numsub = tonumber(cl:cli(node, "PUBSUB", "NUMSUB", channel):match("(%d+)%s*$"))
+      return numsub == #clients, "subscribers " .. tostring(numsub)
+    end, 5000))
+  end
+
+  it("wakes the oldest queued waiter alone, first come first served, skipping one that is gone", function()
+    local ffi = require "ffi"
+    local lib = require("redlock.cdefs").lib
+    local out = ffi.new("rl_result")
+    local r = res("queue")
+    local channel, queue = "redlock:released:" .. r, "redlock:queue:" .. r
+    local holder = redlock.new { servers = cl.urls }
+    local w = {}
+    for i = 1, 3 do w[i] = redlock.new { servers = cl.urls } end
+    local ok, err = pcall(function()
+      local lk = assert(holder:lock(r))
+      assert(cluster.await_value(cl, r, lk.value, 5000, nil, holder))
+      -- each waiter watches (its two channels, in one SUBSCRIBE per node) ...
+      for i = 1, 3 do assert.equal(0, lib.rl_watch(w[i].client, r, #r)) end
+      await_subscribers(channel, w)
+      -- ... then joins the queue by a refused attempt, in the order 1, 2, 3
+      for i = 1, 3 do
+        assert.equal(0, lib.rl_acquire_queued(w[i].client, r, #r, 10000, out))
+        assert.equal(lib.RL_STATUS_BUSY, out.status)
+      end
+      local order
+      assert(cluster.await_all(cl, function(node)
+        for i = 1, 3 do w[i].client:sleep(1) end
+        local ids = cl:cli(node, "LRANGE", queue, "0", "-1")
+        local pttl = tonumber(cl:cli(node, "PTTL", queue):match("(%-?%d+)"))
+        order = order or ids
+        return ids == order and select(2, ids:gsub("%x+", "")) == 3 and pttl > 0 and pttl <= 60000,
+          ("queue %q, pttl %s"):format(ids, tostring(pttl))
+      end, 5000))
+      local heard = {}
+      for i = 1, 3 do heard[i] = lib.rl_heard(w[i].client, r, #r) end
+      assert.is_true(lk:unlock())
+      -- the oldest is woken, and told it is alone; the others hear nothing
+      assert.equal(1, lib.rl_sleep_until(w[1].client, r, #r, heard[1], 5000))
+      assert.equal(1, lib.rl_heard_listeners(w[1].client, r, #r))
+      for i = 2, 3 do assert.equal(0, lib.rl_sleep_until(w[i].client, r, #r, heard[i], 200)) end
+      assert.equal(0, lib.rl_acquire_queued(w[1].client, r, #r, 10000, out))
+      assert.equal(lib.RL_STATUS_OK, out.status)
+      local value = ffi.string(out.value)
+      -- the next in line goes away: its wake channel has no listener, so
+      -- the release passes it over and wakes the one after it
+      w[2]:close()
+      for i = 1, 3 do heard[i] = i ~= 2 and lib.rl_heard(w[i].client, r, #r) end
+      assert(cluster.await_value(cl, r, value, 5000, nil, w[1]))
+      assert.equal(0, lib.rl_release(w[1].client, r, #r, value, out))
+      assert.equal(lib.RL_STATUS_OK, out.status)
+      assert.equal(1, lib.rl_sleep_until(w[3].client, r, #r, heard[3], 5000))
+      assert.equal(1, lib.rl_heard_listeners(w[3].client, r, #r))
+      assert(cluster.await_all(cl, function(node)
+        return cl:cli(node, "LLEN", queue):match("^%s*0") ~= nil, "queue not empty"
+      end, 5000, nil, w[3]))
+      for i = 1, 3 do if i ~= 2 then lib.rl_unwatch(w[i].client, r, #r) end end
+    end)
+    for i = 1, 3 do w[i]:close() end
+    holder:close()
+    assert(ok, err)
+  end)
+
+  it("wakes nobody with a failed acquire's cleanup", function()
+    -- A cleanup deletes a loser's key on a minority of nodes while the lock
+    -- is held elsewhere (or by nobody, after a split vote): a waiter woken
+    -- by it would only race for a lock it cannot get.
+    local ffi = require "ffi"
+    local lib = require("redlock.cdefs").lib
+    local out = ffi.new("rl_result")
+    local r = res("quietcleanup")
+    local channel = "redlock:released:" .. r
+    local waiter = redlock.new { servers = cl.urls }
+    local loser = redlock.new { servers = cl.urls }
+    local ok, err = pcall(function()
+      for i = 2, 3 do assert.is_true(cluster.set_nx(cl, i, r, "held-elsewhere", 10000)) end
+      assert.equal(0, lib.rl_watch(waiter.client, r, #r))
+      await_subscribers(channel, { waiter })
+      assert.equal(0, lib.rl_acquire_queued(waiter.client, r, #r, 10000, out))
+      assert.equal(lib.RL_STATUS_BUSY, out.status)
+      local heard = lib.rl_heard(waiter.client, r, #r)
+      -- the loser gets node 1 only, and cleans it up
+      local lk, why = loser:try_lock(r)
+      assert.is_nil(lk)
+      assert.equal("busy", why)
+      assert(cluster.await_value(cl, r, nil, 5000, { [2] = true, [3] = true }, loser))
+      assert.equal(0, lib.rl_sleep_until(waiter.client, r, #r, heard, 300))
+      -- a release that deletes does wake it
+      for i = 2, 3 do cluster.del(cl, i, r) end
+      local holder = assert(loser:try_lock(r))
+      assert(cluster.await_value(cl, r, holder.value, 5000, nil, loser))
+      assert.is_true(holder:unlock())
+      assert.equal(1, lib.rl_sleep_until(waiter.client, r, #r, heard, 5000))
+      lib.rl_unwatch(waiter.client, r, #r)
+    end)
+    waiter:close()
+    loser:close()
     assert(ok, err)
   end)
 

@@ -129,6 +129,7 @@ static int kind_of(int argc, const char *const *argv, const size_t *lens, char *
         if (is(argv[1], lens[1], rl_release_script)) return C_EVAL_RELEASE;
         if (is(argv[1], lens[1], rl_extend_script)) return C_EVAL_EXTEND;
         if (is(argv[1], lens[1], rl_acquire_fenced_script)) return C_EVAL_GRANT;
+        if (is(argv[1], lens[1], rl_acquire_queued_script)) return C_SET; /* answered like SET */
         if (is(argv[1], lens[1], rl_commit_script)) return C_EVAL_COMMIT;
         return C_EVAL_OTHER;
     }
@@ -347,6 +348,7 @@ static const char *const canned[] = {
     "*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n", "$70000\r\n", "*5000\r\n", "%1\r\n",
 };
 
+/* what: 0 acquire (queued if what & 16), 1 fenced acquire, 2 release, 3 extend. */
 static void begin_one(unsigned what, unsigned arg) {
     if (nops >= MAX_OPS) return;
     const char *res = resources[arg & 3];
@@ -359,8 +361,12 @@ static void begin_one(unsigned what, unsigned arg) {
     op o = {0};
     o.begun = now;
     o.ttl = ttl;
-    switch (what) {
-    case 0: o.op = RL_OP_ACQUIRE; o.id = rl_engine_begin_acquire(E, res, len, ttl, now); break;
+    switch (what & 3) {
+    case 0:
+        o.op = RL_OP_ACQUIRE;
+        o.id = what & 16 ? rl_engine_begin_acquire_queued(E, res, len, ttl, now)
+                         : rl_engine_begin_acquire(E, res, len, ttl, now);
+        break;
     case 1: o.op = RL_OP_ACQUIRE; o.fenced = 1; o.id = rl_engine_begin_acquire_fenced(E, res, len, ttl, now); break;
     case 2: o.op = RL_OP_RELEASE; o.ttl = 0; o.id = rl_engine_begin_release(E, res, len, value, now); break;
     default: o.op = RL_OP_EXTEND; o.id = rl_engine_begin_extend(E, res, len, value, ttl, now); break;
@@ -376,7 +382,7 @@ static void event(void) {
     node *n = &nodes[i];
     switch (what % 16) {
     case 0: case 1: case 2: case 3:
-        begin_one(what % 4, arg);
+        begin_one(what, arg);
         break;
     case 4: /* the connection asked for comes up (or one nobody asked for is refused) */
         if (n->connecting) {

@@ -58,6 +58,7 @@ extern "C" {
 #define RL_VALUE_LEN 40     /* hex characters in a lock value (20 random bytes) */
 #define RL_NODE_ERR_LEN 96  /* error text kept per node in a result */
 #define RL_ID_SLOTS 65536   /* operations in flight on one client: ids % RL_ID_SLOTS differ */
+#define RL_WAITER_ID_LEN 16 /* hex characters of a client's waiter id (hand-off's queue) */
 
 /* What an operation does. */
 enum {
@@ -211,6 +212,14 @@ int rl_begin_extend(rl_client *c, const char *resource, size_t len, const char *
 int rl_begin_acquire_fenced(rl_client *c, const char *resource, size_t len, int ttl_ms);
 
 /*
+ * A waiter's acquire (see "Hand-off"): the same lock as rl_begin_acquire;
+ * refused on a node, the client joins that node's queue of waiters for the
+ * resource (granted, it leaves it). Use it for the attempts made while the
+ * resource is watched.
+ */
+int rl_begin_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms);
+
+/*
  * Drive the I/O until at least one operation has finished or timeout_ms has
  * passed (0: do what is ready and return; < 0: no limit). Return the number of
  * finished operations waiting to be collected.
@@ -234,19 +243,29 @@ void rl_sleep(rl_client *c, int ms);
  * operation could not start (reason in rl_client_errstr; *out untouched). */
 int rl_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
 int rl_acquire_fenced(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
+int rl_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
 int rl_release(rl_client *c, const char *resource, size_t len, const char *value, rl_result *out);
 int rl_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms,
               rl_result *out);
 
 /*
- * Hand-off to waiters. A release publishes, on every node it deletes the
- * key from while someone listens there, a message holding the number of
- * clients listening (the competition a woken waiter faces) on the channel
- *     "redlock:released:" .. key        (key = prefix .. resource)
- * (inside the release script, so only a release that deleted publishes;
- * inside nginx too; a user whose ACL does not allow the channel still
- * releases, without publishing, and a subscriber it cannot open is retried
- * like a node that is down). A client hears those messages for the resources it
+ * Hand-off to waiters. A release that deletes the key wakes waiters, from
+ * inside the release script (so only a release that deleted does), on every
+ * node:
+ *   - the oldest waiter in the node's queue of waiters for the key, a list
+ *     of waiter ids under "redlock:queue:" .. key (key = prefix .. resource)
+ *     that waiters join with rl_begin_acquire_queued: one message "1" on its
+ *     own channel "redlock:wake:" .. id .. ":" .. key. A queued waiter that
+ *     no longer listens there (gone, or given up) is dropped and the next
+ *     one tried, at most 8 per release. The queue expires a minute after
+ *     the last join.
+ *   - with nobody in the queue, every client listening on the channel
+ *         "redlock:released:" .. key
+ *     a message holding their number (the competition a woken waiter faces).
+ * Nobody listening, nothing is published. Inside nginx too; a user whose ACL
+ * does not allow the channels or the queue still releases, without waking
+ * anyone, and a subscriber it cannot open is retried like a node that is
+ * down. A client hears those messages for the resources it
  * watches, over subscriber connections of its own: one per node, separate
  * from the command connections, opened on the first rl_watch (AUTH, with the
  * URL's user, when the URL has a password), then kept open for the client's
@@ -260,7 +279,7 @@ int rl_extend(rl_client *c, const char *resource, size_t len, const char *value,
  *     rl_watch(c, r, len);
  *     for (;;) {
  *         unsigned seen = rl_heard(c, r, len);
- *         ... one attempt; stop if it acquired ...
+ *         ... one attempt (rl_acquire_queued); stop if it acquired ...
  *         rl_sleep_until(c, r, len, seen, delay_ms);
  *     }
  *     rl_unwatch(c, r, len);
@@ -288,7 +307,8 @@ unsigned rl_heard(const rl_client *c, const char *resource, size_t len);
 
 /* How many clients (this one included) listened for releases of resource
  * when the last one heard was published: the waiters a woken waiter competes
- * with. resource NULL: the most over every resource watched. 0: unknown. */
+ * with (1 when it was woken from the queue, alone). resource NULL: the most
+ * over every resource watched. 0: unknown. */
 int rl_heard_listeners(const rl_client *c, const char *resource, size_t len);
 
 /* rl_sleep, returning early once rl_heard(c, resource, len) differs from
@@ -361,6 +381,10 @@ int rl_engine_node_tls(const rl_engine *e, int i);
 /* Votes needed for a decision. */
 int rl_engine_quorum(const rl_engine *e);
 
+/* This client's id in the queues of waiters (RL_WAITER_ID_LEN random hex
+ * characters): a driver's subscriber listens on its wake channels. */
+const char *rl_engine_waiter_id(const rl_engine *e);
+
 /* The reason the last rl_engine_begin_* or rl_engine_take call failed. */
 const char *rl_engine_errstr(const rl_engine *e);
 
@@ -369,6 +393,7 @@ const char *rl_engine_errstr(const rl_engine *e);
  * at once. */
 int rl_engine_begin_acquire(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
 int rl_engine_begin_acquire_fenced(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
+int rl_engine_begin_acquire_queued(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
 int rl_engine_begin_release(rl_engine *e, const char *resource, size_t len, const char *value,
                             double now_ms);
 int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const char *value,

@@ -482,6 +482,10 @@ int rl_begin_acquire_fenced(rl_client *c, const char *resource, size_t len, int 
     return begun(c, rl_engine_begin_acquire_fenced(c->engine, resource, len, ttl_ms, rl_now_ms()));
 }
 
+int rl_begin_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms) {
+    return begun(c, rl_engine_begin_acquire_queued(c->engine, resource, len, ttl_ms, rl_now_ms()));
+}
+
 int rl_begin_release(rl_client *c, const char *resource, size_t len, const char *value) {
     return begun(c, rl_engine_begin_release(c->engine, resource, len, value, rl_now_ms()));
 }
@@ -565,6 +569,10 @@ int rl_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_re
 
 int rl_acquire_fenced(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out) {
     return finish(c, rl_begin_acquire_fenced(c, resource, len, ttl_ms), out);
+}
+
+int rl_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out) {
+    return finish(c, rl_begin_acquire_queued(c, resource, len, ttl_ms), out);
 }
 
 int rl_release(rl_client *c, const char *resource, size_t len, const char *value, rl_result *out) {

@@ -8,20 +8,40 @@
 #include "command.h"
 #include "redlock.h"
 
-/* A release that deletes the key tells the waiters (redlock.h, "Hand-off"):
- * the message is the number of clients listening, so that a waiter knows how
- * many it competes with; with nobody listening nothing is published. The
- * script answers 2 instead of 1 when it published.
- * pcall: a user that may not publish (an ACL without the channel) still
- * releases, and its waiters poll. */
+/* A release that deletes the key tells the waiters (redlock.h, "Hand-off").
+ * First the queue: the waiters queued on this node, oldest first, until one
+ * still listens on its own wake channel ("1": the one woken); one that no
+ * longer listens (gone, or given up) is dropped, at most 8 per release. With
+ * nobody queued, every listener on the resource's channel: the message is
+ * their number, so that a waiter knows how many it competes with; with
+ * nobody listening nothing is published. The script answers 2 instead of 1
+ * when it published. pcall: a user that may not publish or use the queue
+ * (an ACL, a key of another type) still releases, and its waiters poll. */
 const char rl_release_script[] =
     "if redis.call(\"get\",KEYS[1]) == ARGV[1] then redis.call(\"del\",KEYS[1]) "
+    "if ARGV[2] == \"quiet\" then return 1 end "
+    "local q = \"" RL_QUEUE_PREFIX "\"..KEYS[1] "
+    "for i = 1, 8 do local w = redis.pcall(\"lpop\",q) if type(w) ~= \"string\" then break end "
+    "local s = redis.pcall(\"publish\",\"" RL_WAKE_PREFIX "\"..w..\":\"..KEYS[1],1) "
+    "if type(s) == \"number\" and s > 0 then return 2 end end "
     "local c = \"redlock:released:\"..KEYS[1] local s = redis.pcall(\"pubsub\",\"numsub\",c) "
     "local k = type(s) == \"table\" and tonumber(s[2]) or 0 "
     "if k > 0 and type(redis.pcall(\"publish\",c,k)) == \"number\" then return 2 end return 1 "
     "else return 0 end";
 const char rl_extend_script[] =
     "if redis.call(\"get\",KEYS[1]) == ARGV[1] then return redis.call(\"pexpire\",KEYS[1],ARGV[2]) else return 0 end";
+/* A waiter's acquire: SET NX PX; granted, the waiter leaves the queue;
+ * refused, it joins the queue's end unless it is in it already (LPOS; a
+ * node without LPOS, before Redis 6.0.6, moves it to the end). The queue
+ * lives a minute past its last join. */
+const char rl_acquire_queued_script[] =
+    "local q = \"" RL_QUEUE_PREFIX "\"..KEYS[1] "
+    "if redis.call(\"set\",KEYS[1],ARGV[1],\"NX\",\"PX\",ARGV[2]) then redis.pcall(\"lrem\",q,0,ARGV[3]) "
+    "return redis.status_reply(\"OK\") end "
+    "local p = redis.pcall(\"lpos\",q,ARGV[3]) "
+    "if type(p) == \"table\" then redis.pcall(\"lrem\",q,0,ARGV[3]) p = false end "
+    "if not p then redis.pcall(\"rpush\",q,ARGV[3]) end "
+    "redis.pcall(\"pexpire\",q,60000) return false";
 const char rl_acquire_fenced_script[] =
     "if redis.call(\"set\",KEYS[1],ARGV[1],\"NX\",\"PX\",ARGV[2]) then return redis.call(\"incr\",KEYS[2]) "
     "else return false end";
@@ -29,7 +49,7 @@ const char rl_commit_script[] =
     "if redis.call(\"get\",KEYS[1]) == ARGV[1] then "
     "if tonumber(redis.call(\"get\",KEYS[2]) or \"0\") < tonumber(ARGV[2]) then redis.call(\"set\",KEYS[2],ARGV[2]) end "
     "return 1 else return 0 end";
-const char rl_release_sha[] = "7c80081544e6906280f6f5ddc40124e4a7c3a287";
+const char rl_release_sha[] = "be077799191632fc6ea6490e3c099c5976889961";
 const char rl_extend_sha[] = "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10";
 
 #define LIT(s) s, sizeof(s) - 1
@@ -106,7 +126,8 @@ int rl_cmd_acquire(rl_buf *b, const char *key, size_t keylen, const char *value,
     return 0;
 }
 
-/* *argc EVALSHA sha 1 key value   or   *argc EVAL script 1 key value */
+/* *argc EVALSHA sha 1 key value   or   *argc EVAL script 1 key value,
+ * with room after it for two more arguments (a ttl and a short word) */
 static char *script_head(rl_buf *b, char argc, int by_sha, const char *sha, const char *script,
                          size_t script_len, const char *key, size_t keylen, const char *value) {
     char *p = start(b, 64 + (by_sha ? SHA_LEN : script_len) + RL_VALUE_LEN, keylen);
@@ -132,6 +153,15 @@ int rl_cmd_release(rl_buf *b, int by_sha, const char *key, size_t keylen, const 
     char *p = script_head(b, '5', by_sha, rl_release_sha, rl_release_script, sizeof(rl_release_script) - 1,
                           key, keylen, value);
     if (p == NULL) return -1;
+    b->len = (size_t)(p - b->data);
+    return 0;
+}
+
+int rl_cmd_cleanup(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value) {
+    char *p = script_head(b, '6', by_sha, rl_release_sha, rl_release_script, sizeof(rl_release_script) - 1,
+                          key, keylen, value);
+    if (p == NULL) return -1;
+    p = put(p, LIT("$5\r\nquiet\r\n"));
     b->len = (size_t)(p - b->data);
     return 0;
 }
@@ -163,6 +193,17 @@ static int fenced_eval(rl_buf *b, const char *script, size_t script_len, const c
     p = put(p, LIT("\r\n"));
     char digits[HEADER_MAX];
     p = put_bulk(p, digits, (size_t)(put_uint(digits, n) - digits));
+    b->len = (size_t)(p - b->data);
+    return 0;
+}
+
+int rl_cmd_acquire_queued(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms,
+                          const char *waiter) {
+    char *p = script_head(b, '7', 0, NULL, rl_acquire_queued_script, sizeof(rl_acquire_queued_script) - 1, key,
+                          keylen, value);
+    if (p == NULL) return -1;
+    p = put_ttl(p, ttl_ms);
+    p = put_bulk(p, waiter, RL_WAITER_ID_LEN);
     b->len = (size_t)(p - b->data);
     return 0;
 }

@@ -22,6 +22,15 @@ extern const char rl_extend_script[];
 extern const char rl_release_sha[];
 extern const char rl_extend_sha[];
 
+/* Hand-off's queue of waiters (a list of waiter ids) for a key, and the
+ * channel that wakes one of them: prefix .. key, and prefix .. id .. ":" .. key. */
+#define RL_QUEUE_PREFIX "redlock:queue:"
+#define RL_WAKE_PREFIX "redlock:wake:"
+
+/* A waiter's acquire: SET NX PX, and the queue of waiters joined on refusal
+ * (left on a grant); answered like SET. Sent whole (EVAL), like the fenced scripts. */
+extern const char rl_acquire_queued_script[];
+
 /* A fenced lock's counter: the lock's key with this appended. */
 #define RL_FENCE_SUFFIX ":fence"
 
@@ -36,7 +45,12 @@ extern const char rl_commit_script[];
  *   release: EVALSHA release_sha 1 key value           (by_sha = 0: EVAL script ...)
  *   extend:  EVALSHA extend_sha 1 key value ttl        (by_sha = 0: EVAL script ...) */
 int rl_cmd_acquire(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms);
+/*   queued:  EVAL script 1 key value ttl waiter   (waiter: RL_WAITER_ID_LEN characters) */
+int rl_cmd_acquire_queued(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms,
+                          const char *waiter);
 int rl_cmd_release(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value);
+/*   cleanup: the release, with ARGV[2] "quiet": it wakes nobody */
+int rl_cmd_cleanup(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value);
 int rl_cmd_extend(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value, int ttl_ms);
 
 /* Encode into b, as above:

@@ -70,6 +70,7 @@ struct rl_engine {
     rl_url urls[RL_MAX_NODES];
     rl_stream nodes[RL_MAX_NODES];
     char timeout_text[64];   /* "no reply within N ms" */
+    char waiter_id[RL_WAITER_ID_LEN + 1]; /* this client in the queues of waiters (hand-off) */
     rl_buf scratch;          /* EVAL fallback commands */
 
     rl_op **ops;             /* every slot ever allocated, by slot */
@@ -144,6 +145,8 @@ rl_engine *rl_engine_new(const char *const *urls, int nurls, const rl_options *o
                 return NULL;
             }
     }
+    /* unique, not secret: the jitter generator will do (it works without getrandom) */
+    for (int i = 0; i < RL_WAITER_ID_LEN; i++) e->waiter_id[i] = "0123456789abcdef"[(int)(rl_random() * 16)];
     e->opts = *opts;
     e->prefix = malloc(opts->prefix_len + 1);
     if (e->prefix == NULL) {
@@ -283,7 +286,7 @@ static void op_quiet(rl_engine *e, rl_op *op) {
  * it cannot be kept. */
 static int redo_cleanup(rl_engine *e, rl_op *op, int i) {
     if (op->set_unsent & (1u << i)) return 0;
-    if (rl_cmd_release(&e->scratch, 0, op->key.data, op->key.len, op->res.value) != 0) return -1;
+    if (rl_cmd_cleanup(&e->scratch, 0, op->key.data, op->key.len, op->res.value) != 0) return -1;
     return rl_stream_redo(&e->nodes[i], e->scratch.data, e->scratch.len, e->now);
 }
 
@@ -298,7 +301,7 @@ static void op_start_cleanup(rl_engine *e, rl_op *op) {
     op->phase = OP_CLEANUP;
     op->owed = 0;
     op->cleanup_sent = 0;
-    int encoded = rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, op->res.value) == 0;
+    int encoded = rl_cmd_cleanup(&op->cmd, 1, op->key.data, op->key.len, op->res.value) == 0;
     rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, e->now, 0, 0, 0};
     for (int i = 0; i < e->nnodes; i++) {
         rl_node_result *n = &op->res.node[i];
@@ -365,7 +368,8 @@ static int is_noscript(const rl_reply *r) {
 /* The node has flushed its scripts: send the script itself (EVAL) instead. */
 static int resend_as_eval(rl_engine *e, rl_op *op, int node, rl_ticket t) {
     int rc = t.kind == RL_OP_RELEASE
-                 ? rl_cmd_release(&e->scratch, 0, op->key.data, op->key.len, op->res.value)
+                 ? (op->phase == OP_CLEANUP ? rl_cmd_cleanup : rl_cmd_release)(&e->scratch, 0, op->key.data,
+                                                                              op->key.len, op->res.value)
                  : rl_cmd_extend(&e->scratch, 0, op->key.data, op->key.len, op->res.value, op->ttl_ms);
     if (rc != 0) return -1;
     t.sent_ms = e->now;
@@ -481,7 +485,11 @@ static void send_round(rl_engine *e, rl_op *op, int kind, double start_ms, int f
     }
 }
 
-static int begin(rl_engine *e, int kind, int fenced, const char *resource, size_t len, const char *value, int ttl_ms,
+/* How an acquire asks: SET NX PX, the fenced script, or a waiter's SET that
+ * joins the queue of waiters on refusal. */
+enum { PLAIN, FENCED, QUEUED };
+
+static int begin(rl_engine *e, int kind, int variant, const char *resource, size_t len, const char *value, int ttl_ms,
                  double now_ms) {
     if (resource == NULL || len == 0)
         return snprintf(e->errstr, sizeof(e->errstr), "resource must be a non-empty string"), RL_ERR;
@@ -514,8 +522,10 @@ static int begin(rl_engine *e, int kind, int fenced, const char *resource, size_
             op_free(e, op);
             return RL_ERR;
         }
-        rc = fenced ? rl_cmd_acquire_fenced(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms)
-                    : rl_cmd_acquire(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms);
+        rc = variant == FENCED ? rl_cmd_acquire_fenced(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms)
+             : variant == QUEUED
+                 ? rl_cmd_acquire_queued(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms, e->waiter_id)
+                 : rl_cmd_acquire(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms);
     } else {
         memcpy(op->res.value, value, RL_VALUE_LEN);
         op->res.value[RL_VALUE_LEN] = '\0';
@@ -531,7 +541,7 @@ static int begin(rl_engine *e, int kind, int fenced, const char *resource, size_
     op->sent = 0;
     op->ttl_ms = ttl_ms;
     e->inflight++;
-    send_round(e, op, fenced ? RL_ROUND_ACQUIRE_FENCED : kind, now, 1);
+    send_round(e, op, variant == FENCED ? RL_ROUND_ACQUIRE_FENCED : kind, now, 1);
     return op->res.id;
 
 oom:
@@ -541,20 +551,28 @@ oom:
 }
 
 int rl_engine_begin_acquire(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms) {
-    return begin(e, RL_OP_ACQUIRE, 0, resource, len, NULL, ttl_ms, now_ms);
+    return begin(e, RL_OP_ACQUIRE, PLAIN, resource, len, NULL, ttl_ms, now_ms);
 }
 
 int rl_engine_begin_acquire_fenced(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms) {
-    return begin(e, RL_OP_ACQUIRE, 1, resource, len, NULL, ttl_ms, now_ms);
+    return begin(e, RL_OP_ACQUIRE, FENCED, resource, len, NULL, ttl_ms, now_ms);
+}
+
+int rl_engine_begin_acquire_queued(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms) {
+    return begin(e, RL_OP_ACQUIRE, QUEUED, resource, len, NULL, ttl_ms, now_ms);
 }
 
 int rl_engine_begin_release(rl_engine *e, const char *resource, size_t len, const char *value, double now_ms) {
-    return begin(e, RL_OP_RELEASE, 0, resource, len, value, 0, now_ms);
+    return begin(e, RL_OP_RELEASE, PLAIN, resource, len, value, 0, now_ms);
 }
 
 int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const char *value, int ttl_ms,
                            double now_ms) {
-    return begin(e, RL_OP_EXTEND, 0, resource, len, value, ttl_ms, now_ms);
+    return begin(e, RL_OP_EXTEND, PLAIN, resource, len, value, ttl_ms, now_ms);
+}
+
+const char *rl_engine_waiter_id(const rl_engine *e) {
+    return e->waiter_id;
 }
 
 /* ---- what the driver reports, and what it is asked ---- */

@@ -34,8 +34,10 @@ typedef struct rl_sub {
 } rl_sub;
 
 typedef struct rl_chan {
-    char *channel;           /* RL_CHANNEL_PREFIX prefix resource */
+    char *channel;           /* RL_CHANNEL_PREFIX prefix resource: every listener */
     size_t len;
+    char *wake;              /* RL_WAKE_PREFIX id ":" prefix resource: this client, from the queue */
+    size_t wake_len;
     int waiters;
     unsigned heard;
     int listeners;           /* clients listening at the last release heard (its message); 0: unknown */
@@ -48,6 +50,8 @@ struct rl_notify {
     int min_ms, max_ms, connect_ms;
     char *head;              /* RL_CHANNEL_PREFIX prefix */
     size_t head_len;
+    char *wake_head;         /* RL_WAKE_PREFIX id ":" prefix */
+    size_t wake_head_len;
     rl_chan *w;
     int nw, capw;
     unsigned total;
@@ -99,24 +103,27 @@ static void sub_flush(rl_sub *s) {
     if (s->up && !s->read_wants_write) ev_io_stop(s->n->loop, &s->writable);
 }
 
-/* Queue verb with channels (one, or every one watched when ch is NULL).
- * Out of memory: the connection starts over later. */
+/* Queue verb with the channels of a watch (one, or every one when ch is
+ * NULL): its resource's and its wake channel. Out of memory: the connection
+ * starts over later. */
 static void sub_queue(rl_sub *s, const char *verb, const rl_chan *ch) {
     rl_notify *n = s->n;
     int count = ch ? 1 : n->nw;
     if (count == 0) return;
-    const char **argv = malloc((size_t)(count + 1) * sizeof(*argv));
-    size_t *lens = malloc((size_t)(count + 1) * sizeof(*lens));
+    const char **argv = malloc((size_t)(2 * count + 1) * sizeof(*argv));
+    size_t *lens = malloc((size_t)(2 * count + 1) * sizeof(*lens));
     int rc = -1;
     if (argv && lens) {
         argv[0] = verb;
         lens[0] = strlen(verb);
         for (int i = 0; i < count; i++) {
             const rl_chan *w = ch ? ch : &n->w[i];
-            argv[i + 1] = w->channel;
-            lens[i + 1] = w->len;
+            argv[2 * i + 1] = w->channel;
+            lens[2 * i + 1] = w->len;
+            argv[2 * i + 2] = w->wake;
+            lens[2 * i + 2] = w->wake_len;
         }
-        rc = rl_cmd_append_argv(&s->out, count + 1, argv, lens);
+        rc = rl_cmd_append_argv(&s->out, 2 * count + 1, argv, lens);
     }
     free(argv);
     free(lens);
@@ -185,9 +192,14 @@ static void sub_up(rl_sub *s) {
     sub_flush(s);
 }
 
+/* The watch a message's channel belongs to (its resource's or its wake channel), or NULL. */
 static rl_chan *find(const rl_notify *n, const char *channel, size_t len) {
-    for (int i = 0; i < n->nw; i++)
-        if (n->w[i].len == len && memcmp(n->w[i].channel, channel, len) == 0) return &n->w[i];
+    for (int i = 0; i < n->nw; i++) {
+        rl_chan *w = &n->w[i];
+        if ((w->len == len && memcmp(w->channel, channel, len) == 0) ||
+            (w->wake_len == len && memcmp(w->wake, channel, len) == 0))
+            return w;
+    }
     return NULL;
 }
 
@@ -306,18 +318,32 @@ static void sub_connect(rl_sub *s) {
     ev_timer_start(n->loop, &s->timer);
 }
 
+/* a .. b .. c .. d, with its length in *len; NULL when out of memory. */
+static char *concat4(const char *a, const char *b, const char *c, const char *d, size_t dlen, size_t *len) {
+    size_t la = strlen(a), lb = strlen(b), lc = strlen(c);
+    *len = la + lb + lc + dlen;
+    char *p = malloc(*len + 1);
+    if (p == NULL) return NULL;
+    memcpy(p, a, la);
+    memcpy(p + la, b, lb);
+    memcpy(p + la + lb, c, lc);
+    if (dlen) memcpy(p + la + lb + lc, d, dlen);
+    p[*len] = '\0';
+    return p;
+}
+
 rl_notify *rl_notify_new(struct ev_loop *loop, const rl_engine *e, const rl_options *opts, rl_tls *tls) {
     rl_notify *n = calloc(1, sizeof(*n));
     if (n == NULL) return NULL;
-    size_t pre = sizeof(RL_CHANNEL_PREFIX) - 1;
-    n->head_len = pre + opts->prefix_len;
-    n->head = malloc(n->head_len + 1);
-    if (n->head == NULL) {
+    n->head = concat4(RL_CHANNEL_PREFIX, "", "", opts->prefix, opts->prefix_len, &n->head_len);
+    n->wake_head = concat4(RL_WAKE_PREFIX, rl_engine_waiter_id(e), ":", opts->prefix, opts->prefix_len,
+                           &n->wake_head_len);
+    if (n->head == NULL || n->wake_head == NULL) {
+        free(n->head);
+        free(n->wake_head);
         free(n);
         return NULL;
     }
-    memcpy(n->head, RL_CHANNEL_PREFIX, pre);
-    if (opts->prefix_len) memcpy(n->head + pre, opts->prefix, opts->prefix_len);
     n->loop = loop;
     n->nnodes = rl_engine_nodes(e);
     n->min_ms = opts->reconnect_min_ms;
@@ -346,9 +372,13 @@ void rl_notify_free(rl_notify *n) {
         if (s->opened) rl_conn_free(&s->conn);
         rl_buf_free(&s->out);
     }
-    for (int i = 0; i < n->nw; i++) free(n->w[i].channel);
+    for (int i = 0; i < n->nw; i++) {
+        free(n->w[i].channel);
+        free(n->w[i].wake);
+    }
     free(n->w);
     free(n->head);
+    free(n->wake_head);
     rl_buf_free(&n->scratch);
     free(n);
 }
@@ -377,11 +407,18 @@ int rl_notify_watch(rl_notify *n, const char *resource, size_t len) {
         n->w = p;
         n->capw = cap;
     }
-    char *ch = malloc(n->scratch.len);
-    if (ch == NULL) return RL_ERR;
+    size_t wake_len = n->wake_head_len + len;
+    char *ch = malloc(n->scratch.len), *wake = malloc(wake_len);
+    if (ch == NULL || wake == NULL) {
+        free(ch);
+        free(wake);
+        return RL_ERR;
+    }
     memcpy(ch, n->scratch.data, n->scratch.len);
+    memcpy(wake, n->wake_head, n->wake_head_len);
+    memcpy(wake + n->wake_head_len, resource, len);
     w = &n->w[n->nw++];
-    *w = (rl_chan){ch, n->scratch.len, 1, 0, 0};
+    *w = (rl_chan){ch, n->scratch.len, wake, wake_len, 1, 0, 0};
     if (!n->started) {
         n->started = 1;
         for (int i = 0; i < n->nnodes; i++) sub_connect(&n->subs[i]);
@@ -407,6 +444,7 @@ void rl_notify_unwatch(rl_notify *n, const char *resource, size_t len) {
         sub_flush(s);
     }
     free(w->channel);
+    free(w->wake);
     *w = n->w[--n->nw];
 }
 

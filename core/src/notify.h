@@ -1,7 +1,9 @@
 /* notify.h — the libev client's subscriber connections: one per node,
- * opened on the first rl_watch, listening on the release channels of the
- * resources someone waits for ("redlock:released:" .. prefix .. resource,
- * published by the release script), counting the messages heard.
+ * opened on the first rl_watch, listening on two channels per resource
+ * someone waits for, both published by the release script: the resource's
+ * ("redlock:released:" .. prefix .. resource) and this client's wake
+ * channel for it (RL_WAKE_PREFIX .. waiter id .. ":" .. prefix .. resource),
+ * counting the messages heard.
  *
  * No policy beyond the connection's own: a node that cannot be reached is
  * retried after a doubling backoff, and meanwhile simply sends no wake-ups.

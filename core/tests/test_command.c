@@ -22,7 +22,7 @@ static void encodes_set_nx_px(void) {
 static void encodes_scripts_by_sha_and_by_source(void) {
     rl_buf b = {0};
     CHECK_INT(rl_cmd_release(&b, 1, "k", 1, V), 0);
-    const char want[] = "*5\r\n$7\r\nEVALSHA\r\n$40\r\n7c80081544e6906280f6f5ddc40124e4a7c3a287\r\n$1\r\n1\r\n"
+    const char want[] = "*5\r\n$7\r\nEVALSHA\r\n$40\r\nbe077799191632fc6ea6490e3c099c5976889961\r\n$1\r\n1\r\n"
                         "$1\r\nk\r\n$40\r\n0123456789abcdef0123456789abcdef01234567\r\n";
     CHECK_INT(b.len, sizeof(want) - 1);
     CHECK(memcmp(b.data, want, b.len) == 0);
@@ -30,6 +30,17 @@ static void encodes_scripts_by_sha_and_by_source(void) {
     CHECK(memcmp(b.data, "*6\r\n$4\r\nEVAL\r\n", 14) == 0);
     CHECK(memmem(b.data, b.len, "pexpire", 7) != NULL);
     CHECK(b.len > 11 && memcmp(b.data + b.len - 11, "$5\r\n30000\r\n", 11) == 0);
+    rl_buf_free(&b);
+}
+
+static void encodes_a_waiters_acquire_whole(void) {
+    rl_buf b = {0};
+    CHECK_INT(rl_cmd_acquire_queued(&b, "k", 1, V, 1500, "0123456789abcdef"), 0);
+    CHECK(memcmp(b.data, "*7\r\n$4\r\nEVAL\r\n", 14) == 0);
+    CHECK(memmem(b.data, b.len, rl_acquire_queued_script, strlen(rl_acquire_queued_script)) != NULL);
+    const char tail[] = "$1\r\n1\r\n$1\r\nk\r\n$40\r\n0123456789abcdef0123456789abcdef01234567\r\n"
+                        "$4\r\n1500\r\n$16\r\n0123456789abcdef\r\n";
+    CHECK(b.len > sizeof(tail) && memcmp(b.data + b.len - (sizeof(tail) - 1), tail, sizeof(tail) - 1) == 0);
     rl_buf_free(&b);
 }
 
@@ -74,6 +85,7 @@ static void values_are_hex_and_distinct(void) {
 int main(void) {
     encodes_set_nx_px();
     encodes_scripts_by_sha_and_by_source();
+    encodes_a_waiters_acquire_whole();
     encodes_any_command_after_what_is_queued();
     encodes_large_keys_and_ttls();
     values_are_hex_and_distinct();

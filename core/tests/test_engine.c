@@ -10,7 +10,7 @@
 #include "redlock.h"
 
 #define OUT_OF_STEP "connection reset: replies out of step with commands (a reply was lost)"
-#define RELEASE_SHA "7c80081544e6906280f6f5ddc40124e4a7c3a287"
+#define RELEASE_SHA "be077799191632fc6ea6490e3c099c5976889961"
 #define EXTEND_SHA "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10"
 #define VALUE "0123456789abcdef0123456789abcdef01234567"
 #define NOSCRIPT "-NOSCRIPT No matching script. Please use EVAL.\r\n"
@@ -121,21 +121,33 @@ static const char *set_value(const char *bytes, const char *key) {
     return value;
 }
 
-/* EVALSHA/EVAL of the release or extend script (ttl > 0: extend). */
-static const char *script_cmd(int by_sha, const char *key, const char *value, int ttl) {
+/* EVALSHA/EVAL of the release or extend script (ttl > 0: extend); quiet: a
+ * failed acquire's cleanup (the release with ARGV[2] "quiet"). */
+static const char *script_cmd_as(int by_sha, const char *key, const char *value, int ttl, int quiet) {
     static char buf[1024];
     const char *script = ttl > 0 ? rl_extend_script : rl_release_script;
-    int len = by_sha ? snprintf(buf, sizeof(buf), "*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n", ttl > 0 ? 6 : 5,
+    int argc = ttl > 0 || quiet ? 6 : 5;
+    int len = by_sha ? snprintf(buf, sizeof(buf), "*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n", argc,
                                 ttl > 0 ? EXTEND_SHA : RELEASE_SHA)
-                     : snprintf(buf, sizeof(buf), "*%d\r\n$4\r\nEVAL\r\n$%zu\r\n%s\r\n", ttl > 0 ? 6 : 5, strlen(script),
+                     : snprintf(buf, sizeof(buf), "*%d\r\n$4\r\nEVAL\r\n$%zu\r\n%s\r\n", argc, strlen(script),
                                 script);
     len += snprintf(buf + len, sizeof(buf) - (size_t)len, "$1\r\n1\r\n$%zu\r\n%s\r\n$40\r\n%s\r\n", strlen(key), key, value);
     if (ttl > 0) {
         char ttls[16];
         int n = snprintf(ttls, sizeof(ttls), "%d", ttl);
         snprintf(buf + len, sizeof(buf) - (size_t)len, "$%d\r\n%s\r\n", n, ttls);
+    } else if (quiet) {
+        snprintf(buf + len, sizeof(buf) - (size_t)len, "$5\r\nquiet\r\n");
     }
     return buf;
+}
+
+static const char *script_cmd(int by_sha, const char *key, const char *value, int ttl) {
+    return script_cmd_as(by_sha, key, value, ttl, 0);
+}
+
+static const char *cleanup_cmd(int by_sha, const char *key, const char *value) {
+    return script_cmd_as(by_sha, key, value, 0, 1);
 }
 
 static int near(double a, double b) {
@@ -330,7 +342,7 @@ static void acquire_unavailable_on_errors(void) {
     CHECK_INT(feed(0, "-OOM command not allowed when used memory > 'maxmemory'.\r\n", 1), RL_OK);
     CHECK_INT(feed(2, "-READONLY You can't write against a read only replica.\r\n", 2), RL_OK);
     /* the cleanup goes to every node the SET was sent to, not only the silent one */
-    for (int i = 0; i < 3; i++) CHECK_STR(drain(i, 2), script_cmd(1, "r", value, 0));
+    for (int i = 0; i < 3; i++) CHECK_STR(drain(i, 2), cleanup_cmd(1, "r", value));
     CHECK_INT(feed(0, ":0\r\n", 3), RL_OK);
     CHECK_INT(feed(2, ":0\r\n", 3), RL_OK);
     CHECK_INT(feed(1, "+OK\r\n:1\r\n", 4), RL_OK);
@@ -427,7 +439,7 @@ static void fenced_commit_refused_is_not_held(void) {
     CHECK_INT(r.token, 0);
     CHECK_INT(r.node[1].state, RL_NODE_TAKEN);
     /* the cleanup goes where our value may still be: node 0, not 1 or 2 */
-    CHECK_STR(drain(0, 3), script_cmd(1, "f", value, 0));
+    CHECK_STR(drain(0, 3), cleanup_cmd(1, "f", value));
     CHECK_INT(drain(1, 3)[0], 0);
     CHECK_INT(drain(2, 3)[0], 0);
     CHECK_INT(feed(0, ":1\r\n", 4), RL_OK);
@@ -482,7 +494,7 @@ static void split_run(const size_t *cuts, int ncuts, rl_result res[2]) {
      * a its SET's reply, and b's cleanup is out */
     CHECK_INT(rl_engine_done(E), 2);
     CHECK_INT(rl_engine_tails(E), 2);
-    CHECK_STR(drain(2, 1003), script_cmd(1, "b", vb, 0));
+    CHECK_STR(drain(2, 1003), cleanup_cmd(1, "b", vb));
     CHECK_INT(drain(1, 1003)[0], 0); /* node 1 said nil to b: no cleanup there */
     CHECK_INT(feed(2, "$-1\r\n+OK\r\n:1\r\n", 1003), RL_OK);
     CHECK_INT(rl_engine_tails(E), 0);
@@ -783,14 +795,14 @@ static void acquire_timeout_counts_no_late_reply(void) {
     CHECK_INT(rl_engine_done(E), 1);
     CHECK_INT(rl_engine_tails(E), 1); /* the cleanup is out for answers */
     char nonce[32], want[2048];
-    CHECK_STR(drain(0, 50), script_cmd(1, "r", value, 0));
+    CHECK_STR(drain(0, 50), cleanup_cmd(1, "r", value));
     for (int i = 1; i < 3; i++) {
         drain(i, 50);
         size_t elen = strcspn(out + 4, "*") + 4; /* the ECHO ends where the next command begins */
         char echo[128];
         snprintf(echo, sizeof(echo), "%.*s", (int)elen, out);
         CHECK(is_echo(echo, nonce));
-        snprintf(want, sizeof(want), "%s%s", echo, script_cmd(1, "r", value, 0));
+        snprintf(want, sizeof(want), "%s%s", echo, cleanup_cmd(1, "r", value));
         CHECK_STR(out, want);
         snprintf(want, sizeof(want), "+OK\r\n$%zu\r\n%s\r\n:1\r\n", strlen(nonce), nonce);
         CHECK_INT(feed(i, want, 60), RL_OK);
@@ -893,10 +905,10 @@ static void noscript_in_the_tail_gets_its_eval(void) {
     CHECK_INT(feed(1, "$-1\r\n", 1), RL_OK);
     CHECK_INT(feed(2, "$-1\r\n", 1), RL_OK);
     CHECK_INT(take(id).status, RL_STATUS_BUSY);
-    CHECK_STR(drain(0, 1), script_cmd(1, "lock", value, 0)); /* node 0 may hold the SET */
+    CHECK_STR(drain(0, 1), cleanup_cmd(1, "lock", value)); /* node 0 may hold the SET */
     CHECK_INT(feed(0, "+OK\r\n", 2), RL_OK);
     CHECK_INT(feed(0, NOSCRIPT, 3), RL_OK);
-    CHECK_STR(drain(0, 3), script_cmd(0, "lock", value, 0));
+    CHECK_STR(drain(0, 3), cleanup_cmd(0, "lock", value));
     CHECK_INT(rl_engine_tails(E), 1);
     CHECK_INT(feed(0, ":1\r\n", 4), RL_OK);
     CHECK_INT(rl_engine_tails(E), 0);
@@ -968,8 +980,8 @@ static void failed_acquire_cleans_up_where_it_set(void) {
     CHECK_INT(rl_engine_wanting(E), 0);
     CHECK_INT(feed(4, "$-1\r\n", 3), RL_OK);
     CHECK_INT(rl_engine_wanting(E), 3);
-    CHECK_STR(drain(0, 3), script_cmd(1, "r", value, 0));
-    CHECK_STR(drain(1, 3), script_cmd(1, "r", value, 0));
+    CHECK_STR(drain(0, 3), cleanup_cmd(1, "r", value));
+    CHECK_STR(drain(1, 3), cleanup_cmd(1, "r", value));
     for (int i = 2; i < 5; i++) CHECK_INT(drain(i, 3)[0], 0);
     CHECK_INT(rl_engine_done(E), 1);
     CHECK_INT(rl_engine_inflight(E), 0);
@@ -1065,7 +1077,7 @@ static void cleanup_after_a_reset_goes_on_the_next_connection(void) {
     rl_result r = take(id);
     CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
     CHECK_STR(r.node[0].errstr, "connection reset: no reply for 500 ms");
-    CHECK_STR(drain(1, 3), script_cmd(1, "r", value, 0)); /* the cleanup where it is up */
+    CHECK_STR(drain(1, 3), cleanup_cmd(1, "r", value)); /* the cleanup where it is up */
     CHECK_INT(rl_engine_node_wants(E, 0), 0);             /* node 0 backs off (50 ms) */
     rl_engine_advance(E, 51);
     CHECK_INT(rl_engine_node_wants(E, 0) & RL_WANT_CONNECT, RL_WANT_CONNECT);
@@ -1074,7 +1086,7 @@ static void cleanup_after_a_reset_goes_on_the_next_connection(void) {
     CHECK_INT(drain(0, 52)[0], 0); /* held behind the setup */
     CHECK_INT(feed(0, info_reply(run_id(0)), 53), RL_OK);
     CHECK_INT(feed(0, LOADS_REPLY, 53), RL_OK);
-    CHECK_STR(drain(0, 53), script_cmd(0, "r", value, 0)); /* the release kept, as EVAL */
+    CHECK_STR(drain(0, 53), cleanup_cmd(0, "r", value)); /* the release kept, as EVAL */
     CHECK_INT(feed(0, ":1\r\n", 54), RL_OK);               /* its reply is taken and ignored */
     /* written: the next connection does not get it again */
     rl_engine_node_down(E, 0, "connection lost", 60);
@@ -1114,7 +1126,7 @@ static void cleanup_unwritten_when_the_connection_ends_is_kept(void) {
     CHECK_STR(drain(0, 160), plain_setup());
     CHECK_INT(feed(0, info_reply(run_id(0)), 161), RL_OK);
     CHECK_INT(feed(0, LOADS_REPLY, 161), RL_OK);
-    CHECK_STR(drain(0, 161), script_cmd(0, "r", value, 0));
+    CHECK_STR(drain(0, 161), cleanup_cmd(0, "r", value));
     /* node 2 (its SET never went out) gets nothing on its next connection */
     rl_engine_advance(E, 60);
     CHECK_INT(rl_engine_node_connected(E, 2, 1, 60), RL_OK);
@@ -1210,7 +1222,7 @@ static void setup_auth_and_select_refused(void) {
     CHECK_INT(feed(2, "-ERR DB index is out of range\r\n", 3), RL_ERR);
     CHECK_INT(rl_engine_node_wants(E, 2), RL_WANT_CLOSE);
     /* decided: the cleanup goes only to node 1, behind its script loads */
-    CHECK_STR(drain(1, 3), script_cmd(1, "r", value, 0));
+    CHECK_STR(drain(1, 3), cleanup_cmd(1, "r", value));
     CHECK_INT(rl_engine_done(E), 1);
     CHECK_INT(rl_engine_tails(E), 1);
     CHECK_INT(feed(1, LOADS_REPLY "+OK\r\n:1\r\n", 4), RL_OK);
@@ -1449,7 +1461,7 @@ static void ids_and_fifo_pairing(void) {
     CHECK_INT(drain(0, 3)[0], 0);
     CHECK_INT(drain(1, 3)[0], 0);
     want[0] = '\0';
-    for (int k = 1; k < N; k += 2) strcat(want, script_cmd(1, names[k], values[k], 0));
+    for (int k = 1; k < N; k += 2) strcat(want, cleanup_cmd(1, names[k], values[k]));
     CHECK_STR(drain(2, 3), want);
     CHECK_INT(feed(2, "$-1\r\n$-1\r\n$-1\r\n$-1\r\n$-1\r\n$-1\r\n:0\r\n:0\r\n", 4), RL_OK);
     CHECK_INT(rl_engine_tails(E), 1);

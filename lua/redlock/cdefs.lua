@@ -18,7 +18,8 @@ enum {
     RL_MAX_NODES = 16,
     RL_VALUE_LEN = 40,
     RL_NODE_ERR_LEN = 96,
-    RL_ID_SLOTS = 65536
+    RL_ID_SLOTS = 65536,
+    RL_WAITER_ID_LEN = 16
 };
 
 enum {
@@ -101,12 +102,14 @@ int rl_begin_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms)
 int rl_begin_release(rl_client *c, const char *resource, size_t len, const char *value);
 int rl_begin_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms);
 int rl_begin_acquire_fenced(rl_client *c, const char *resource, size_t len, int ttl_ms);
+int rl_begin_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms);
 int rl_run(rl_client *c, int timeout_ms);
 int rl_collect(rl_client *c, rl_result *out);
 int rl_wait(rl_client *c, int id, rl_result *out);
 void rl_sleep(rl_client *c, int ms);
 int rl_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
 int rl_acquire_fenced(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
+int rl_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
 int rl_release(rl_client *c, const char *resource, size_t len, const char *value, rl_result *out);
 int rl_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms, rl_result *out);
 int rl_watch(rl_client *c, const char *resource, size_t len);
@@ -132,9 +135,11 @@ const char *rl_engine_node_host(const rl_engine *e, int i);
 int rl_engine_node_port(const rl_engine *e, int i);
 int rl_engine_node_tls(const rl_engine *e, int i);
 int rl_engine_quorum(const rl_engine *e);
+const char *rl_engine_waiter_id(const rl_engine *e);
 const char *rl_engine_errstr(const rl_engine *e);
 int rl_engine_begin_acquire(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
 int rl_engine_begin_acquire_fenced(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
+int rl_engine_begin_acquire_queued(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
 int rl_engine_begin_release(rl_engine *e, const char *resource, size_t len, const char *value, double now_ms);
 int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const char *value, int ttl_ms, double now_ms);
 unsigned rl_engine_wanting(const rl_engine *e);

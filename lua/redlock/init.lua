@@ -459,6 +459,15 @@ local function attempt_fenced(self, client, resource, ttl)
     return attempt_by(self, client, resource, ttl, client.acquire_fenced)
 end
 
+-- A waiter's attempt: the same, and refused, the client joins the nodes'
+-- queues of waiters, so that a release wakes it alone (redlock.h, "Hand-off").
+local function attempt_queued(self, client, resource, ttl)
+    return attempt_by(self, client, resource, ttl, client.acquire_queued)
+end
+
+-- The attempt a waiter makes instead, where the transport has queues.
+local WAITING_ATTEMPT = backend.queues and { [attempt] = attempt_queued } or {}
+
 -- Check every option of a lock call before anything is sent; returns what
 -- the call needs.
 local function lock_options(self, fname, resource, opts)
@@ -602,10 +611,26 @@ end
 -- when the watch begins, just after it), so one heard during an attempt
 -- ends the next sleep at once; one missed costs a poll interval. Attempts
 -- made on a wake-up are extra: the policy counts those made after its delay.
-local function retries(self, client, policy, deadline, try, a, b, err, detail)
+-- owed: a head start still owed (ms), before the first attempt; else the
+-- first attempt has been made, and err, detail say how it failed.
+local function retries(self, client, policy, deadline, try, a, b, err, detail, owed)
     local n = 1
     local notify = self.notify
     local seen = notify and heard(client, a)
+    local got
+    if owed then
+        if sleep_until(client, a, seen, math.ceil(owed)) == 1 then wake_jitter(client, a) end
+        seen = heard(client, a)
+    end
+    if notify and WAITING_ATTEMPT[try] then
+        -- join the queue at once, rather than after the first delay
+        try = WAITING_ATTEMPT[try]
+        got, err, detail = try(self, client, a, b)
+        if got then return got end
+    elseif owed then
+        got, err, detail = try(self, client, a, b)
+        if got then return got end
+    end
     while true do
         local delay = policy_delay(policy, n, err, detail)
         if not delay then return nil, err, detail end
@@ -618,7 +643,6 @@ local function retries(self, client, policy, deadline, try, a, b, err, detail)
             if left <= 0 then return nil, err, detail end
             if delay > left then delay = left end
         end
-        local got
         if notify then
             -- a release heard within the delay earns an extra attempt that the
             -- policy does not count (a busy resource would otherwise use up
@@ -643,35 +667,31 @@ local function retries(self, client, policy, deadline, try, a, b, err, detail)
     end
 end
 
--- retries, with the resource watched throughout when notifications are on.
--- Whatever ends the retries (a result, the policy's error, misuse, an
--- attempt that raises) ends the watch, unless the client is closed by then.
-local function retry_loop(self, client, policy, deadline, try, a, b, err, detail)
-    if not self.notify then return retries(self, client, policy, deadline, try, a, b, err, detail) end
+-- retries with notifications on: the resource watched throughout. Whatever
+-- ends them (a result, the policy's error, misuse, an attempt that raises)
+-- ends the watch, unless the client is closed by then.
+local function watched_retries(self, client, policy, deadline, try, a, b, err, detail, owed)
     watch(client, a)
-    local out = pack(pcall(retries, self, client, policy, deadline, try, a, b, err, detail))
+    local out = pack(pcall(retries, self, client, policy, deadline, try, a, b, err, detail, owed))
     if self.client == client then unwatch(client, a) end
     if not out[1] then error(out[2], 0) end
     return unpack(out, 2, out.n)
 end
 
+-- The first attempt, then the retries. A head start owed (see above) is
+-- waited out first; with notifications on, within the same watch as the
+-- retries, so that a release heard ends it.
 local function with_retries(self, client, policy, wait, try, a, b)
     local deadline = wait and C.rl_now_ms() + wait
     local owed = head_start_owed(self, a)
-    if owed > 0 then
-        if not self.notify then
-            client:sleep(math.ceil(owed))
-        else
-            watch(client, a)
-            if sleep_until(client, a, heard(client, a), math.ceil(owed)) == 1 then
-                wake_jitter(client, a)
-            end
-            unwatch(client, a)
-        end
+    if owed > 0 and self.notify then
+        return watched_retries(self, client, policy, deadline, try, a, b, nil, nil, owed)
     end
+    if owed > 0 then client:sleep(math.ceil(owed)) end
     local got, err, detail = try(self, client, a, b)
     if got then return got end
-    return retry_loop(self, client, policy, deadline, try, a, b, err, detail)
+    if not self.notify then return retries(self, client, policy, deadline, try, a, b, err, detail) end
+    return watched_retries(self, client, policy, deadline, try, a, b, err, detail)
 end
 
 --- Acquire resource, retrying under the policy. Returns a lock or nil, err, detail.

@@ -11,6 +11,7 @@ local _M = {}
 ffi.metatype("struct rl_client", { __index = {
     acquire = C.rl_acquire,
     acquire_fenced = C.rl_acquire_fenced,
+    acquire_queued = C.rl_acquire_queued,
     release = C.rl_release,
     extend = C.rl_extend,
     begin_acquire = C.rl_begin_acquire,
@@ -42,6 +43,7 @@ ffi.metatype("struct rl_keeper", { __index = {
 
 _M.name = "libev"
 _M.handoff = true  -- waiters hear releases (rl_watch, rl_sleep_until)
+_M.queues = true   -- and join the queues of waiters (rl_acquire_queued), to be woken alone
 
 --- A client for the nodes (rl_client_new's arguments); nil with errbuf filled.
 function _M.client_new(urls, n, opts, errbuf, errlen)
