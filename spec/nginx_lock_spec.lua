@@ -981,6 +981,82 @@ describe("redlock inside nginx", function()
     return h
   end
 
+  it("queues a waiting request with plain LuaJIT waiters: each release wakes the next in line, across transports", function()
+    -- Queued in the order: process A, the request, process B. Each holds
+    -- 100 ms. Every waiter's policy polls only every 2 s, so who comes next
+    -- is decided by the queue: A, the request, B. A request that did not
+    -- join the queues would come last, after B (woken from the queue by A's
+    -- release), or by a poll.
+    srv = start {
+      workers = 1,
+      init = init_code(cl.urls),
+      locations = { PING, [[
+        location = /queued {
+          content_by_lua_block {
+            local lock, err = DLM:lock(ngx.var.arg_r, { wait = 20000, retry = redlock.retry.fixed(2000, 100) })
+            if not lock then ngx.say("fail ", err) return end
+            local at = sproc.now_ms()
+            ngx.sleep(0.1)
+            local rel = sproc.now_ms()
+            lock:unlock()
+            ngx.say(("%.3f %.3f"):format(at, rel))
+          }
+        }]] },
+    }
+    local r = res("queued")
+    local queue = "redlock:queue:" .. r
+    local dir = proc.tmpdir()
+    local holder = redlock.new { servers = cl.urls }
+    local pids = {}
+    local function queued(n)
+      assert(cluster.await_all(cl, function(i)
+        local len = tonumber(cl:cli(i, "LLEN", queue):match("(%d+)"))
+        return len == n, "queue length " .. tostring(len)
+      end, 10000, nil, holder), "waiting for " .. n .. " queued" .. log())
+    end
+    local function process(name)
+      local code = ([[
+        local proc, redlock = require "helpers.proc", require "redlock"
+        local dlm = redlock.new { servers = %s }
+        local lock = assert(dlm:lock(%q, { wait = 20000, retry = redlock.retry.fixed(2000, 100) }))
+        local at = proc.now_ms()
+        proc.sleep_ms(100)
+        local rel = proc.now_ms()
+        assert(lock:unlock())
+        proc.write_file(%q, ("%%.3f %%.3f"):format(at, rel))
+      ]]):format(lua_list(cl.urls), r, dir .. "/" .. name)
+      pids[#pids + 1] = proc.spawn_luajit({ "luajit", "-e", code }, dir .. "/" .. name .. ".out")
+    end
+    local ok, err = pcall(function()
+      local lk = assert(holder:lock(r))
+      assert(cluster.await_value(cl, r, lk.value, 5000, nil, holder))
+      process("a")
+      queued(1)
+      pids[#pids + 1] = proc.spawn({ "curl", "-s", "-m", "30", ("http://127.0.0.1:%d/queued?r=%s"):format(srv.port, r) },
+                                   { out = dir .. "/request" })
+      queued(2)
+      process("b")
+      queued(3)
+      assert.is_true(lk:unlock())
+      local t = {}
+      for _, name in ipairs { "a", "request", "b" } do
+        local text = proc.wait_file(dir .. "/" .. name, 20000)
+        local at, rel = text:match("^([%d.]+) ([%d.]+)")
+        assert(at, name .. " said " .. text .. log())
+        t[name] = { at = tonumber(at), rel = tonumber(rel) }
+      end
+      print(("    [hand-off] queued across transports: a -> request %.1f ms, request -> b %.1f ms"):format(
+        t.request.at - t.a.rel, t.b.at - t.request.rel))
+      assert.is_true(t.a.rel <= t.request.at and t.request.rel <= t.b.at,
+        ("order: a %.1f-%.1f, request %.1f-%.1f, b %.1f-%.1f"):format(t.a.at, t.a.rel, t.request.at,
+          t.request.rel, t.b.at, t.b.rel))
+    end)
+    for _, pid in ipairs(pids) do proc.stop(pid) end
+    holder:close()
+    proc.rmdir(dir)
+    assert(ok, err)
+  end)
+
   it("wakes lock_many on a release of any of its resources, with a key prefix", function()
     srv = start { workers = 1, init = init_code(cl.urls, 'prefix = "pfx{x}:"'), locations = { PING, MANY } }
     local h = many_handoffs(3)

@@ -56,7 +56,8 @@ local ROTATE_CONNECTS = 1000
 -- rotate_connects: after how many connects it starts a fresh timer (module
 -- fields, read on every turn, so a test can change them).
 local _M = { name = "cosocket", idle_ms = HUB_IDLE_MS, rotate_connects = ROTATE_CONNECTS,
-             handoff = true } -- waiters wake on a heard release (client:watch, client:sleep_until)
+             handoff = true, -- waiters wake on a heard release (client:watch, client:sleep_until)
+             queues = true } -- and join the queues of waiters (client:acquire_queued), to be woken alone
 
 -- The phases where nginx offers cosockets (ngx.get_phase()).
 local COSOCKET_PHASES = { rewrite = true, access = true, content = true, timer = true,
@@ -482,6 +483,7 @@ end
 -- waiters poll as the retry policy says.
 
 local CHANNEL = "redlock:released:"
+local WAKE = "redlock:wake:"   -- .. waiter id .. ":" .. key: the hub's own, from the queues of waiters
 
 -- RESP: a command as an array of bulk strings.
 local function resp_command(args)
@@ -534,14 +536,28 @@ local function parse(buf, pos)
     return nil, GARBAGE
 end
 
--- A message on channel ch: count it, wake whoever sleeps on it. Its text is
--- the number of connections that listened (this worker's is one); with the
--- requests asleep here, that is how many waiters compete (0: unknown).
+-- A message on channel ch: count it, wake whoever sleeps on it. On a
+-- resource's channel its text is the number of connections that listened
+-- (this worker's is one); with the requests asleep here, that is how many
+-- waiters compete (0: unknown). On the hub's wake channel for a resource
+-- (the hub was the oldest in a node's queue), one request is woken, alone.
 local function heard_message(hub, ch, text)
-    local c = hub.chans[ch]
+    local c, direct = hub.chans[ch], false
+    if c == nil then
+        local b = hub.wakes[ch]
+        c, direct = b and hub.chans[b], true
+    end
     if c == nil then return end -- no longer watched
     c.heard = c.heard + 1
     hub.heard_total = hub.heard_total + 1
+    if direct then
+        for sema in pairs(c.sleepers) do
+            if sema:count() < 1 then sema:post(1) end
+            break
+        end
+        c.listeners = 1
+        return
+    end
     local asleep = 0
     for sema in pairs(c.sleepers) do
         asleep = asleep + 1
@@ -663,11 +679,12 @@ local function sync_subscribers(hub)
         local sock, sent = s.sock, s.sent
         if sock then
             local sub, unsub = { "SUBSCRIBE" }, { "UNSUBSCRIBE" }
-            for ch in pairs(chans) do
+            for ch, c in pairs(chans) do
                 if not sent[ch] then sub[#sub + 1] = ch; sent[ch] = true end
+                if not sent[c.wake] then sub[#sub + 1] = c.wake; sent[c.wake] = true end
             end
             for ch in pairs(sent) do
-                if chans[ch] == nil then unsub[#unsub + 1] = ch; sent[ch] = nil end
+                if chans[ch] == nil and hub.wakes[ch] == nil then unsub[#unsub + 1] = ch; sent[ch] = nil end
             end
             local out = ""
             if #sub > 1 then out = resp_command(sub) end
@@ -684,7 +701,7 @@ end
 -- The hub stopped for good (idle, the worker exiting): whatever was still
 -- watched is forgotten (a call killed while it waited never unwatches).
 local function forget_watches(hub)
-    hub.chans, hub.nwatched, hub.epoch = {}, 0, hub.epoch + 1
+    hub.chans, hub.wakes, hub.nwatched, hub.epoch = {}, {}, 0, hub.epoch + 1
 end
 
 -- Close every connection (the engine forgets them) and fail what still waits.
@@ -802,7 +819,7 @@ end
 local function new_hub(e, n, opts, tls)
     local hub = {
         tls = tls, tlss = {}, snis = {}, sessions = {}, fed = {},
-        chans = {}, nwatched = 0, epoch = 0, heard_total = 0, sleep_horizon = 0, sub_dirty = false,
+        chans = {}, wakes = {}, nwatched = 0, epoch = 0, heard_total = 0, sleep_horizon = 0, sub_dirty = false,
         subs = {}, auths = {}, reconnect_min = opts.reconnect_min_ms, reconnect_max = opts.reconnect_max_ms,
         prefix = (opts.prefix ~= nil and opts.prefix_len > 0) and ffi_string(opts.prefix, opts.prefix_len) or "",
         e = e, n = n, res = ffi_new("rl_result"), waiters = {},
@@ -811,6 +828,7 @@ local function new_hub(e, n, opts, tls)
         node_timeout = opts.node_timeout_ms, connect_timeout = opts.connect_timeout_ms,
         quorum = C.rl_engine_quorum(e),
     }
+    hub.wake_head = WAKE .. ffi_string(C.rl_engine_waiter_id(e), C.RL_WAITER_ID_LEN) .. ":" .. hub.prefix
     for i = 0, n - 1 do
         hub.hosts[i] = ffi_string(C.rl_engine_node_host(e, i))
         hub.ports[i] = C.rl_engine_node_port(e, i)
@@ -847,6 +865,7 @@ function client:begin(kind, resource, len, value, ttl)
     if kind == 1 then id = C.rl_engine_begin_acquire(e, resource, len, ttl, now)
     elseif kind == 2 then id = C.rl_engine_begin_release(e, resource, len, value, now)
     elseif kind == 4 then id = C.rl_engine_begin_acquire_fenced(e, resource, len, ttl, now)
+    elseif kind == 5 then id = C.rl_engine_begin_acquire_queued(e, resource, len, ttl, now)
     else id = C.rl_engine_begin_extend(e, resource, len, value, ttl, now) end
     if id < 0 then
         self.err = ffi_string(C.rl_engine_errstr(e))
@@ -902,6 +921,10 @@ function client:acquire(resource, len, ttl, out)
     return blocking(self, self:begin(1, resource, len, nil, ttl), out)
 end
 
+function client:acquire_queued(resource, len, ttl, out)
+    return blocking(self, self:begin(5, resource, len, nil, ttl), out)
+end
+
 function client:release(resource, len, value, out)
     return blocking(self, self:begin(2, resource, len, value), out)
 end
@@ -942,8 +965,9 @@ function client:watch(resource, len)
     local ch = channel(self, resource, len)
     local c = hub.chans[ch]
     if c == nil then
-        c = { refs = 0, heard = 0, sleepers = {} }
+        c = { refs = 0, heard = 0, sleepers = {}, wake = hub.wake_head .. ch:sub(#CHANNEL + #hub.prefix + 1) }
         hub.chans[ch] = c
+        hub.wakes[c.wake] = ch
         hub.sub_dirty = true
         wake(hub)
     end
@@ -966,6 +990,7 @@ function client:unwatch(resource, len)
     hub.nwatched = hub.nwatched - 1
     if c.refs <= 0 then
         hub.chans[ch] = nil
+        hub.wakes[c.wake] = nil
         hub.sub_dirty = true
         wake(hub)
     end
