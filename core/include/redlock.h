@@ -382,7 +382,8 @@ int rl_engine_node_tls(const rl_engine *e, int i);
 int rl_engine_quorum(const rl_engine *e);
 
 /* This client's id in the queues of waiters (RL_WAITER_ID_LEN random hex
- * characters): a driver's subscriber listens on its wake channels. */
+ * characters, drawn again in a forked child, so that workers forked from
+ * one engine differ): a driver's subscriber listens on its wake channels. */
 const char *rl_engine_waiter_id(const rl_engine *e);
 
 /* The reason the last rl_engine_begin_* or rl_engine_take call failed. */

@@ -60,6 +60,21 @@ typedef struct rl_op {
     struct rl_op *prev, *next;  /* done list (doubly linked) or free list (next only) */
 } rl_op;
 
+/* A client's id in the queues of waiters, drawn again in a forked child (an
+ * engine made before nginx forks its workers serves each of them). Kept
+ * apart from the engine so that reading it (const) can redraw it. */
+typedef struct rl_waiter {
+    unsigned generation;     /* rl_fork_generation() when drawn */
+    char id[RL_WAITER_ID_LEN + 1];
+} rl_waiter;
+
+/* Draw w's id: unique, not secret, so the jitter generator will do (it works without getrandom). */
+static void draw_waiter_id(rl_waiter *w) {
+    w->generation = rl_fork_generation();
+    for (int i = 0; i < RL_WAITER_ID_LEN; i++) w->id[i] = "0123456789abcdef"[(int)(rl_random() * 16)];
+    w->id[RL_WAITER_ID_LEN] = '\0';
+}
+
 struct rl_engine {
     char errstr[RL_ERR_LEN];
     rl_options opts;
@@ -70,7 +85,7 @@ struct rl_engine {
     rl_url urls[RL_MAX_NODES];
     rl_stream nodes[RL_MAX_NODES];
     char timeout_text[64];   /* "no reply within N ms" */
-    char waiter_id[RL_WAITER_ID_LEN + 1]; /* this client in the queues of waiters (hand-off) */
+    rl_waiter *waiter;       /* this client in the queues of waiters (hand-off) */
     rl_buf scratch;          /* EVAL fallback commands */
 
     rl_op **ops;             /* every slot ever allocated, by slot */
@@ -145,14 +160,16 @@ rl_engine *rl_engine_new(const char *const *urls, int nurls, const rl_options *o
                 return NULL;
             }
     }
-    /* unique, not secret: the jitter generator will do (it works without getrandom) */
-    for (int i = 0; i < RL_WAITER_ID_LEN; i++) e->waiter_id[i] = "0123456789abcdef"[(int)(rl_random() * 16)];
     e->opts = *opts;
     e->prefix = malloc(opts->prefix_len + 1);
-    if (e->prefix == NULL) {
+    e->waiter = malloc(sizeof(*e->waiter));
+    if (e->prefix == NULL || e->waiter == NULL) {
+        free(e->prefix);
+        free(e->waiter);
         free(e);
         return snprintf(err, errlen, "out of memory"), NULL;
     }
+    draw_waiter_id(e->waiter);
     memcpy(e->prefix, opts->prefix_len ? opts->prefix : "", opts->prefix_len);
     e->prefix[opts->prefix_len] = '\0';
     e->opts.prefix = e->prefix;
@@ -176,6 +193,7 @@ void rl_engine_free(rl_engine *e) {
     rl_deadlines_free(&e->deadlines);
     rl_buf_free(&e->scratch);
     free(e->prefix);
+    free(e->waiter);
     free(e);
 }
 
@@ -524,7 +542,8 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
         }
         rc = variant == FENCED ? rl_cmd_acquire_fenced(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms)
              : variant == QUEUED
-                 ? rl_cmd_acquire_queued(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms, e->waiter_id)
+                 ? rl_cmd_acquire_queued(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms,
+                                         rl_engine_waiter_id(e))
                  : rl_cmd_acquire(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms);
     } else {
         memcpy(op->res.value, value, RL_VALUE_LEN);
@@ -572,7 +591,8 @@ int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const
 }
 
 const char *rl_engine_waiter_id(const rl_engine *e) {
-    return e->waiter_id;
+    if (e->waiter->generation != rl_fork_generation()) draw_waiter_id(e->waiter);
+    return e->waiter->id;
 }
 
 /* ---- what the driver reports, and what it is asked ---- */

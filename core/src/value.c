@@ -86,6 +86,11 @@ static unsigned long long fallback_seed(void) {
 static _Thread_local unsigned long long jitter_state;
 static _Thread_local unsigned jitter_generation;
 
+unsigned rl_fork_generation(void) {
+    pthread_once(&atfork_once, register_atfork);
+    return fork_generation;
+}
+
 double rl_random(void) {
     pthread_once(&atfork_once, register_atfork);
     if (jitter_state == 0 || jitter_generation != fork_generation) {

@@ -7,4 +7,8 @@
  * randomness (out is then left empty). Thread-safe and fork-safe. */
 int rl_value_generate(char *out);
 
+/* A count that changes in every forked child: what was drawn before a fork
+ * (an id meant to be unique per process) is drawn again after it. */
+unsigned rl_fork_generation(void);
+
 #endif

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../src/command.h"
 #include "check.h"
@@ -1532,6 +1534,35 @@ static void setup_in_front_of_a_full_ring(void) {
     rl_engine_free(E);
 }
 
+/* The waiter id (hand-off's queues): stable in a process, another in a
+ * forked child (nginx forks its workers from one engine), and in a queued
+ * acquire's command. */
+static void waiter_id_per_process(void) {
+    E = engine(urls5, 3, NULL);
+    char mine[RL_WAITER_ID_LEN + 1], child[RL_WAITER_ID_LEN + 1] = "";
+    snprintf(mine, sizeof(mine), "%s", rl_engine_waiter_id(E));
+    CHECK_INT(strlen(mine), RL_WAITER_ID_LEN);
+    CHECK_INT(strspn(mine, "0123456789abcdef"), RL_WAITER_ID_LEN);
+    CHECK_STR(rl_engine_waiter_id(E), mine);
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        const char *id = rl_engine_waiter_id(E);
+        _exit(write(fds[1], id, RL_WAITER_ID_LEN) == RL_WAITER_ID_LEN ? 0 : 1);
+    }
+    close(fds[1]);
+    CHECK(read(fds[0], child, RL_WAITER_ID_LEN) == RL_WAITER_ID_LEN);
+    close(fds[0]);
+    waitpid(pid, NULL, 0);
+    CHECK(strcmp(child, mine) != 0);
+    CHECK_STR(rl_engine_waiter_id(E), mine);
+    rl_engine_begin_acquire_queued(E, "q", 1, 1000, 0);
+    bring_up_all(3, 0);
+    CHECK(strstr(drain(0, 0), mine) != NULL);
+    rl_engine_free(E);
+}
+
 int main(void) {
     release_heard_by_waiters();
     acquire_on_three_reaches_quorum();
@@ -1567,5 +1598,6 @@ int main(void) {
     stall_watchdog_on_a_slow_link();
     ids_and_fifo_pairing();
     setup_in_front_of_a_full_ring();
+    waiter_id_per_process();
     return check_report("engine");
 }

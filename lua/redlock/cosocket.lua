@@ -828,7 +828,6 @@ local function new_hub(e, n, opts, tls)
         node_timeout = opts.node_timeout_ms, connect_timeout = opts.connect_timeout_ms,
         quorum = C.rl_engine_quorum(e),
     }
-    hub.wake_head = WAKE .. ffi_string(C.rl_engine_waiter_id(e), C.RL_WAITER_ID_LEN) .. ":" .. hub.prefix
     for i = 0, n - 1 do
         hub.hosts[i] = ffi_string(C.rl_engine_node_host(e, i))
         hub.ports[i] = C.rl_engine_node_port(e, i)
@@ -965,7 +964,9 @@ function client:watch(resource, len)
     local ch = channel(self, resource, len)
     local c = hub.chans[ch]
     if c == nil then
-        c = { refs = 0, heard = 0, sleepers = {}, wake = hub.wake_head .. ch:sub(#CHANNEL + #hub.prefix + 1) }
+        -- the id is read here, in the worker: an engine made before the fork draws its own there
+        local id = ffi_string(C.rl_engine_waiter_id(hub.e), C.RL_WAITER_ID_LEN)
+        c = { refs = 0, heard = 0, sleepers = {}, wake = WAKE .. id .. ":" .. ch:sub(#CHANNEL + 1) }
         hub.chans[ch] = c
         hub.wakes[c.wake] = ch
         hub.sub_dirty = true
