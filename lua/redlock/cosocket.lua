@@ -103,8 +103,7 @@ end
 -- the hub
 
 local hubs = {}  -- configuration key -> hub, for this worker
-local open      -- open(hub, i, sock): connect node i (and speak TLS): true, or nil and why
-local handshake_assert, lost_reason
+local lost_reason -- lost_reason(hub, i, err): why node i's connection ended (defined with the TLS code)
 
 local function wake(hub)
     local sema = hub.work
@@ -217,11 +216,13 @@ end
 
 -- The TLS settings of rl_options.tls as Lua values (verify a boolean,
 -- strings or nil); tls_load adds the parsed client certificate.
+local TLS_STRINGS = { "cafile", "capath", "certfile", "keyfile", "server_name" }
+
 local function tls_config(t)
-    local function str(p) return p ~= nil and ffi_string(p) or nil end
-    local c = { verify = t.verify ~= 0, cafile = str(t.cafile), capath = str(t.capath),
-                certfile = str(t.certfile), keyfile = str(t.keyfile), server_name = str(t.server_name) }
-    if c.server_name == "" then c.server_name = nil end
+    local c = { verify = t.verify ~= 0 }
+    for _, f in ipairs(TLS_STRINGS) do
+        if t[f] ~= nil then c[f] = ffi_string(t[f]) end
+    end
     return c
 end
 
@@ -276,7 +277,7 @@ end
 -- just read is still in resty.core's shared errmsg buffer. The handshake
 -- error, from what sslhandshake raised.
 local errmsg_ptr
-handshake_assert = function(raised)
+local function handshake_assert(raised)
     raised = tostring(raised)
     if raised:find("assertion failed", 1, true) then
         if errmsg_ptr == nil then
@@ -316,7 +317,7 @@ end
 -- A node's reason for a connection that ended. Over TLS 1.3 a server that
 -- wants a client certificate refuses one after the handshake, so the
 -- connection ends before its first reply.
-lost_reason = function(hub, i, err)
+function lost_reason(hub, i, err)
     if hub.tlss[i] and not hub.fed[i] and hub.tls.cert == nil then
         return ("lost after the TLS handshake: server requires a client certificate? (%s)"):format(tostring(err))
     end
@@ -326,7 +327,7 @@ end
 -- Connect sock to node i and, for a rediss:// node, do the TLS handshake
 -- within what is left of connect_timeout. true, or nil and why (the node's
 -- reason). Used by the command connections and the subscribers alike.
-open = function(hub, i, sock)
+local function open(hub, i, sock)
     local t0 = now_ms()
     sock:settimeouts(hub.connect_timeout, hub.node_timeout, READ_TIMEOUT_MS)
     local ok, err
@@ -352,7 +353,6 @@ open = function(hub, i, sock)
         return nil, handshake_reason(hub, i, herr)
     end
     hub.sessions[i] = sess -- resumed by the next connection to the node
-    sock:settimeouts(hub.connect_timeout, hub.node_timeout, READ_TIMEOUT_MS)
     return true
 end
 
@@ -795,8 +795,9 @@ start = function(hub)
     return nil
 end
 
--- The configuration key of a client: everything rl_engine_new is given.
-local function config_key(urls, n, opts)
+-- The configuration key of a client: everything rl_engine_new is given
+-- (tls: opts.tls as tls_config made it).
+local function config_key(urls, n, opts, t)
     local parts = {}
     for i = 0, n - 1 do
         local u = ffi_string(urls[i])
@@ -807,9 +808,8 @@ local function config_key(urls, n, opts)
         opts.reconnect_min_ms, opts.reconnect_max_ms, opts.stall_reset_ms, opts.quorum, opts.drift_factor,
         #prefix, prefix)
     -- TLS: clients that verify differently, or show another certificate, get hubs of their own
-    local t = tls_config(opts.tls)
     parts[#parts + 1] = "tls " .. (t.verify and 1 or 0)
-    for _, f in ipairs { "cafile", "capath", "certfile", "keyfile", "server_name" } do
+    for _, f in ipairs(TLS_STRINGS) do
         local v = t[f]
         parts[#parts + 1] = v and (#v .. ":" .. v) or "-"
     end
@@ -966,7 +966,7 @@ function client:watch(resource, len)
     if c == nil then
         -- the id is read here, in the worker: an engine made before the fork draws its own there
         local id = ffi_string(C.rl_engine_waiter_id(hub.e), C.RL_WAITER_ID_LEN)
-        c = { refs = 0, heard = 0, sleepers = {}, wake = WAKE .. id .. ":" .. ch:sub(#CHANNEL + 1) }
+        c = { refs = 0, heard = 0, listeners = 0, sleepers = {}, wake = WAKE .. id .. ":" .. ch:sub(#CHANNEL + 1) }
         hub.chans[ch] = c
         hub.wakes[c.wake] = ch
         hub.sub_dirty = true
@@ -1019,7 +1019,7 @@ function client:listeners(resource, len)
         local most = 0
         for ch in pairs(watching(self)) do
             local c = chans[ch]
-            if c and (c.listeners or 0) > most then most = c.listeners end
+            if c and c.listeners > most then most = c.listeners end
         end
         return most
     end
@@ -1080,12 +1080,13 @@ function client:free() end
 --- until a call needs it): a handle on the worker's hub for this
 --- configuration, made on first use. nil with errbuf filled on bad arguments.
 function _M.client_new(urls, n, opts, errbuf, errlen)
-    local key = config_key(urls, n, opts)
+    local tls = tls_config(opts.tls)
+    local key = config_key(urls, n, opts, tls)
     local hub = hubs[key]
     if hub == nil then
         local e = C.rl_engine_new(urls, n, opts, errbuf, errlen)
         if e == nil then return nil end
-        local tls, tls_nodes = tls_config(opts.tls), {}
+        local tls_nodes = {}
         for i = 0, n - 1 do
             if C.rl_engine_node_tls(e, i) ~= 0 then tls_nodes[#tls_nodes + 1] = i end
         end

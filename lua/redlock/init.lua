@@ -23,11 +23,6 @@ local ffi_string, ffi_new, ffi_gc = ffi.string, ffi.new, ffi.gc
 local type, error, setmetatable, tostring, select = type, error, setmetatable, tostring, select
 local pcall, unpack = pcall, unpack
 
--- A call's results as a table, nils included: pack(pcall(f, ...)).
-local function pack(...)
-    return { n = select("#", ...), ... }
-end
-
 local _M = { _VERSION = "0.2.0", retry = retry }
 _M.core_version = ffi_string(C.rl_version())
 
@@ -315,12 +310,12 @@ local function servers_from_env()
     return list
 end
 
--- TLS settings from REDLOCK_CACERT, REDLOCK_CACERTDIR, REDLOCK_CERT, REDLOCK_KEY
--- and REDLOCK_SNI (as the host reads them; turning verification off is the
--- host's --insecure only), or nil when none is set.
+--- TLS settings from REDLOCK_CACERT, REDLOCK_CACERTDIR, REDLOCK_CERT,
+-- REDLOCK_KEY and REDLOCK_SNI (the host's flags go over them; turning
+-- verification off is the host's --insecure only), or nil when none is set.
 local TLS_ENV = { cafile = "REDLOCK_CACERT", capath = "REDLOCK_CACERTDIR", certfile = "REDLOCK_CERT",
                   keyfile = "REDLOCK_KEY", server_name = "REDLOCK_SNI" }
-local function tls_from_env()
+function _M.tls_from_env()
     local t
     for k, name in pairs(TLS_ENV) do
         local v = os.getenv(name)
@@ -335,7 +330,7 @@ function _M.default()
     if _M._default then return _M._default end
     local opts = {}
     for k, v in pairs(defaults) do opts[k] = v end
-    if not opts.servers then opts.tls = opts.tls or tls_from_env() end
+    if not opts.servers then opts.tls = opts.tls or _M.tls_from_env() end
     opts.servers = opts.servers or servers_from_env()
     if not opts.servers then
         error("no servers configured: pass --servers URL,URL,... or set REDLOCK_SERVERS "
@@ -439,7 +434,7 @@ local function keep_or_release(locks, margin)
     end
 end
 
--- One attempt with the client's acquire (plain or fenced). Returns a lock,
+-- One attempt with the client's acquire (plain, fenced or queued). Returns a lock,
 -- or nil, err, detail.
 local function attempt_by(self, client, resource, ttl, acquire)
     local started = C.rl_now_ms()
@@ -540,11 +535,9 @@ end
 -- that is not a number of ms the core can sleep is misuse, raised at the
 -- caller of lock.
 local function policy_delay(policy, n, err, detail)
-    local ok, delay = pcall(policy, n, err, detail)
-    if ok and (not delay or (type(delay) == "number" and delay >= 0 and delay <= MAX_MS)) then
-        return delay and floor(delay) or nil
-    end
-    if not ok then error(delay, 0) end
+    local delay = policy(n, err, detail)
+    if not delay then return nil end
+    if type(delay) == "number" and delay >= 0 and delay <= MAX_MS then return floor(delay) end
     raise(("bad retry policy: after attempt %d it returned %s (expected nil or a number of ms from 0 to %d)")
         :format(n, show(delay), MAX_MS))
 end
@@ -672,10 +665,10 @@ end
 -- ends the watch, unless the client is closed by then.
 local function watched_retries(self, client, policy, deadline, try, a, b, err, detail, owed)
     watch(client, a)
-    local out = pack(pcall(retries, self, client, policy, deadline, try, a, b, err, detail, owed))
+    local ok, got, why, detail_ = pcall(retries, self, client, policy, deadline, try, a, b, err, detail, owed)
     if self.client == client then unwatch(client, a) end
-    if not out[1] then error(out[2], 0) end
-    return unpack(out, 2, out.n)
+    if not ok then error(got, 0) end
+    return got, why, detail_
 end
 
 -- The first attempt, then the retries. A head start owed (see above) is
@@ -975,6 +968,7 @@ function group:unlock()
             client:wait(ids[i], result)
             if result.status == OK then
                 self[i].released = true
+                if result.heard > 0 then mark_head_start(dlm_, self[i].resource) end
             elseif ok then
                 ok, err, detail = failure(dlm_, result)
                 detail.resource = self[i].resource
@@ -1006,6 +1000,10 @@ end
 
 ---------------------------------------------------------------------------
 -- critical sections
+
+local function pack(...)
+    return { n = select("#", ...), ... }
+end
 
 --- Acquire resource, run fn(lock, ...), always release. Keep-alive is on
 --- unless opts.keepalive == false. Returns fn's results, or nil, err, detail

@@ -49,15 +49,10 @@ end
 local function read_servers_file(path)
   local f, err = io.open(path, "rb")
   if not f then return nil, "--servers-file: cannot read " .. tostring(err) end
-  local text = f:read("*a")
+  local text = f:read("*a"):gsub("#[^\n]*", "")
   f:close()
-  local list = {}
-  for line in (text .. "\n"):gmatch("([^\n]*)\n") do
-    line = line:gsub("#.*$", "")
-    for _, url in ipairs(_M.split(line)) do list[#list + 1] = url end
-  end
-  if #list == 0 then return nil, "--servers-file " .. path .. " names no servers" end
-  return table.concat(list, ",")
+  if not text:find("[^,%s]") then return nil, "--servers-file " .. path .. " names no servers" end
+  return text
 end
 
 --- The server list from opts.servers, opts.servers_file or REDLOCK_SERVERS;
@@ -100,16 +95,17 @@ end
 
 local warned_insecure = false
 
+-- The flag that sets each tls option (the REDLOCK_* variable is the
+-- fallback: redlock.tls_from_env).
+local TLS_FLAGS = { cacert = "cafile", cacertdir = "capath", cert = "certfile", key = "keyfile", sni = "server_name" }
+
 --- The tls option table from the flags, else the REDLOCK_* variables (nil
 -- when nothing is set). --insecure warns on stderr, once.
 function _M.tls_options(opts)
-  local t = {
-    cafile = opts.cacert or env("REDLOCK_CACERT"),
-    capath = opts.cacertdir or env("REDLOCK_CACERTDIR"),
-    certfile = opts.cert or env("REDLOCK_CERT"),
-    keyfile = opts.key or env("REDLOCK_KEY"),
-    server_name = opts.sni or env("REDLOCK_SNI"),
-  }
+  local t = require("redlock").tls_from_env() or {}
+  for flag, option in pairs(TLS_FLAGS) do
+    if opts[flag] then t[option] = opts[flag] end
+  end
   local insecure = opts.insecure or truthy(env("REDLOCK_INSECURE"))
   if insecure then
     t.verify = false
@@ -172,9 +168,9 @@ function _M.install(opts)
   return redlock
 end
 
--- The flag that sets each tls option, for error messages.
-local FLAG_OF_TLS_OPTION = { cafile = "--cacert:", capath = "--cacertdir:", certfile = "--cert:",
-  keyfile = "--key:", server_name = "--sni:" }
+-- "tls.<option>:" said as "--<flag>:", for error messages.
+local FLAG_OF_TLS_OPTION = {}
+for flag, option in pairs(TLS_FLAGS) do FLAG_OF_TLS_OPTION[option] = "--" .. flag .. ":" end
 
 --- msg with a leading "tls.<option>:" said as the flag that sets it.
 function _M.flag_message(msg)
