@@ -133,13 +133,6 @@ typedef struct rl_host_probe_result {
     char value[RL_HOST_PROBE_VALUE_LEN];  /* its first bytes (all of a lock value), NUL-terminated */
 } rl_host_probe_result;
 
-/* Connect to the node at url (redis://... or unix://..., as the core reads
- * them) within timeout_ms, AUTH and SELECT as the URL says, then GET and PTTL
- * key[0..keylen). Every reply is awaited at most timeout_ms. Return 0 with
- * *out filled, or -1 with out->err and out->errstr set. */
-int rl_host_probe(const char *url, const char *key, size_t keylen, int timeout_ms,
-                  rl_host_probe_result *out);
-
 /* TLS settings for probing rediss:// nodes (as rl_tls_options; NULL strings
  * for none). */
 typedef struct rl_host_tls {
@@ -147,10 +140,14 @@ typedef struct rl_host_tls {
     int verify;
 } rl_host_tls;
 
-/* rl_host_probe, and a rediss:// node with the TLS settings tls (NULL: verify
- * against the system's CAs). Bad TLS files: -1 with RL_HOST_PROBE_EINVAL. */
-int rl_host_probe_with(const char *url, const char *key, size_t keylen, int timeout_ms, const rl_host_tls *tls,
-                       rl_host_probe_result *out);
+/* Connect to the node at url (redis://..., rediss://... with the TLS
+ * settings tls (NULL: verify against the system's CAs), or unix://..., as
+ * the core reads them) within timeout_ms, AUTH and SELECT as the URL says,
+ * then GET and PTTL key[0..keylen). Every reply is awaited at most
+ * timeout_ms. Return 0 with *out filled, or -1 with out->err and
+ * out->errstr set (bad TLS files: RL_HOST_PROBE_EINVAL). */
+int rl_host_probe(const char *url, const char *key, size_t keylen, int timeout_ms, const rl_host_tls *tls,
+                  rl_host_probe_result *out);
 
 #pragma GCC visibility pop
 

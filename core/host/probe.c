@@ -80,22 +80,24 @@ static void describe(const redisReply *r, char *buf, size_t len) {
 /* ---- TLS: the session on hiredis' socket ---- */
 
 /* Wait until the socket is ready for what the session wants, within the
- * probe's timeout. Return 0, or -1 with tls_err set. */
+ * probe's timeout. Return 0; 1 when the timeout passed, -1 when poll failed
+ * (tls_err says which). */
 static int tls_wait(probe *p) {
     struct pollfd pfd = {.fd = p->c->fd, .events = p->tls->want == RL_TLS_WANT_WRITE ? POLLOUT : POLLIN};
     int n;
     do n = poll(&pfd, 1, p->timeout_ms);
     while (n < 0 && errno == EINTR);
     if (n > 0) return 0;
+    if (n < 0) return snprintf(p->tls_err, sizeof(p->tls_err), "poll: %s", strerror(errno)), -1;
     snprintf(p->tls_err, sizeof(p->tls_err), "no answer within %d ms", p->timeout_ms);
-    return -1;
+    return 1;
 }
 
 static int tls_handshake(probe *p) {
     int rc;
     while ((rc = rl_tls_handshake(p->tls, p->tls_err, sizeof(p->tls_err))) == RL_TLS_AGAIN)
-        if (tls_wait(p) != 0) {
-            snprintf(p->tls_err, sizeof(p->tls_err), "TLS handshake timed out after %d ms", p->timeout_ms);
+        if ((rc = tls_wait(p)) != 0) {
+            if (rc > 0) snprintf(p->tls_err, sizeof(p->tls_err), "TLS handshake timed out after %d ms", p->timeout_ms);
             return -1;
         }
     return rc == 1 ? 0 : -1;
@@ -253,10 +255,10 @@ static int probe_tls(probe *p, const rl_url *u, const char *key, size_t keylen, 
     int flags = fcntl(p->c->fd, F_GETFL);
     if (p->reader == NULL) {
         fail(p->out, RL_HOST_PROBE_ENODE, "out of memory");
-    } else if (flags < 0 || fcntl(p->c->fd, F_SETFL, flags | O_NONBLOCK) != 0 ||
-               rl_tls_start(ctx, &session, p->c->fd, u->host, p->tls_err, sizeof(p->tls_err)) != 0 ||
+    } else if (flags < 0 || fcntl(p->c->fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+        fail(p->out, RL_HOST_PROBE_ENODE, "connect: %s", strerror(errno));
+    } else if (rl_tls_start(ctx, &session, p->c->fd, u->host, p->tls_err, sizeof(p->tls_err)) != 0 ||
                tls_handshake(p) != 0) {
-        if (flags < 0) snprintf(p->tls_err, sizeof(p->tls_err), "%s", strerror(errno));
         fail(p->out, RL_HOST_PROBE_ENODE, "connect: %s", p->tls_err);
     } else if ((rc = prepare(p, u)) == 0) {
         rc = look(p, key, keylen);
@@ -269,12 +271,7 @@ static int probe_tls(probe *p, const rl_url *u, const char *key, size_t keylen, 
     return rc;
 }
 
-int rl_host_probe(const char *url, const char *key, size_t keylen, int timeout_ms,
-                  rl_host_probe_result *out) {
-    return rl_host_probe_with(url, key, keylen, timeout_ms, NULL, out);
-}
-
-int rl_host_probe_with(const char *url, const char *key, size_t keylen, int timeout_ms, const rl_host_tls *tls,
+int rl_host_probe(const char *url, const char *key, size_t keylen, int timeout_ms, const rl_host_tls *tls,
                        rl_host_probe_result *out) {
     rl_url u;
     memset(out, 0, sizeof(*out));

@@ -29,14 +29,12 @@ if not pcall(ffi.typeof, "rl_host_timespec") then
       size_t value_len;
       char value[128];
     } rl_host_probe_result;
-    int rl_host_probe(const char *url, const char *key, size_t keylen, int timeout_ms,
-                      rl_host_probe_result *out);
     typedef struct rl_host_tls {
       const char *cafile, *capath, *certfile, *keyfile, *server_name;
       int verify;
     } rl_host_tls;
-    int rl_host_probe_with(const char *url, const char *key, size_t keylen, int timeout_ms,
-                           const rl_host_tls *tls, rl_host_probe_result *out);
+    int rl_host_probe(const char *url, const char *key, size_t keylen, int timeout_ms,
+                      const rl_host_tls *tls, rl_host_probe_result *out);
     int rl_host_libc_setenv(const char *name, const char *value, int overwrite) asm("setenv");
     int rl_host_libc_unsetenv(const char *name) asm("unsetenv");
     char *rl_host_libc_strerror(int errnum) asm("strerror");
@@ -123,16 +121,18 @@ local probe_result = ffi.new("rl_host_probe_result")
 -- the first 127 bytes of the value (value_len is the whole length); or nil, a
 -- message, the kind of failure (PROBE_EINVAL: bad URL; PROBE_ENODE: the
 -- node failed) and the node's name.
+local probe_tls, probe_tls_of = ffi.new("rl_host_tls"), nil -- the last tls table, as C sees it
+
 function _M.probe(url, key, timeout_ms, tls)
   local r = probe_result
-  local t
-  if tls then
-    t = ffi.new("rl_host_tls")
+  if tls and tls ~= probe_tls_of then
+    local t = probe_tls
     t.cafile, t.capath, t.certfile = tls.cafile, tls.capath, tls.certfile
     t.keyfile, t.server_name = tls.keyfile, tls.server_name
     t.verify = tls.verify == false and 0 or 1
+    probe_tls_of = tls -- its strings stay alive with it
   end
-  local rc = C.rl_host_probe_with(url, key, #key, timeout_ms, t, r)
+  local rc = C.rl_host_probe(url, key, #key, timeout_ms, tls and probe_tls or nil, r)
   if rc ~= 0 then
     return nil, ffi.string(r.errstr), r.err, ffi.string(r.name)
   end
