@@ -84,7 +84,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int i = 0; i < n; i++) {
         const rl_reply *r = &whole.r[i];
         if (!same_reply(r, &pieces.r[i])) __builtin_trap();
-        if (r->type < RL_REPLY_STRING || r->type > RL_REPLY_ERROR) __builtin_trap();
+        if (r->type < RL_REPLY_STRING) __builtin_trap(); /* RESP3 types (a newer hiredis) keep their own numbers */
         if (strlen(r->str) >= sizeof(r->str) || strlen(r->run_id) > RL_RUN_ID_LEN) __builtin_trap();
         if (r->run_id[0] && strlen(r->run_id) != RL_RUN_ID_LEN) __builtin_trap();
     }

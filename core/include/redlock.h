@@ -258,8 +258,9 @@ int rl_extend(rl_client *c, const char *resource, size_t len, const char *value,
  *     own channel "redlock:wake:" .. id .. ":" .. key. A queued waiter that
  *     no longer listens there (gone, or given up) is dropped and the next
  *     one tried, at most 8 per release. The queue expires a minute after
- *     the last join.
- *   - with nobody in the queue, every client listening on the channel
+ *     the last refused attempt of a waiter.
+ *   - with no queued waiter woken (none queued, or 8 that no longer
+ *     listen), every client listening on the channel
  *         "redlock:released:" .. key
  *     a message holding their number (the competition a woken waiter faces).
  * Nobody listening, nothing is published. Inside nginx too; a user whose ACL
@@ -418,6 +419,12 @@ void rl_engine_node_open(rl_engine *e, int node, double now_ms);
  * RL_OK, or RL_ERR if no connection was asked for (close it). */
 int rl_engine_node_connected(rl_engine *e, int node, int fresh, double now_ms);
 
+/* The connection asked for is made and its TLS handshake (rediss://) begun:
+ * report rl_engine_node_connected once it is done. The connect timeout
+ * covers the handshake; when it passes now, the reason says the handshake
+ * timed out. */
+void rl_engine_node_handshaking(rl_engine *e, int node);
+
 /* The node's connection failed or ended; why says how ("connect failed:
  * ...", "connection lost: ..."). Its commands fail with why, and the
  * engine asks for a new connection after its reconnect backoff. */
@@ -487,8 +494,9 @@ int rl_engine_tails(const rl_engine *e);
 
 /* Nodes holding commands not written yet: releases kept for their next
  * connection (a failed acquire's cleanup whose SET may have run there), or
- * commands queued behind a connection still being made or set up (a tail
- * whose node timeout passed before its node could take it). A driver about
+ * commands queued and not yet written (behind a connection still being made
+ * or set up: a tail whose node timeout passed before its node could take
+ * it; or on a connection that has no room for them yet). A driver about
  * to stop should first let them go out, for a bounded time (the libev
  * client: the reconnect backoff's cap plus the connect timeout). */
 int rl_engine_unwritten(const rl_engine *e);

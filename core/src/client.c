@@ -34,7 +34,6 @@ typedef struct rl_link {
     ev_io writable;          /* while connecting, or while output (or a TLS step) waits for room */
     struct rl_client *client;
     int index;
-    double opened_ms;        /* when the connect began (the handshake's deadline counts from it) */
     int read_wants_write;    /* TLS: the last read waits for the socket to be writable */
     int write_wants_read;    /* TLS: the last write waits for the socket to be readable */
 } rl_link;
@@ -72,7 +71,6 @@ static void link_close(rl_link *l) {
 static void link_connect(rl_link *l) {
     rl_client *c = l->client;
     link_close(l);
-    l->opened_ms = rl_now_ms();
     if (rl_conn_open(&l->conn) != 0) {
         rl_engine_node_down(c->engine, l->index, l->conn.errstr, rl_now_ms());
         return;
@@ -160,6 +158,7 @@ static void link_connected(rl_link *l) {
         return;
     }
     if (l->conn.handshaking) {
+        rl_engine_node_handshaking(c->engine, l->index);
         link_handshake(l);
         return;
     }
@@ -275,8 +274,7 @@ static void on_prepare(EV_P_ ev_prepare *w, int revents) {
 
 /* libev runs an overdue timer before I/O that arrived in the same loop
  * iteration. Before the engine judges anyone late, take what the sockets
- * already have: finished connects, handshake steps and replies; then end
- * the TLS handshakes the connect deadline has overtaken. */
+ * already have: finished connects, handshake steps and replies. */
 static void take_ready(rl_client *c) {
     struct pollfd p[RL_MAX_NODES];
     int idx[RL_MAX_NODES], n = 0;
@@ -295,19 +293,6 @@ static void take_ready(rl_client *c) {
         if (l->conn.connecting) link_connected(l);
         else if (l->conn.handshaking) link_handshake(l);
         else link_read(l);
-    }
-    /* A handshake still going when the connect deadline comes: say so,
-     * rather than the engine's plain "connect timed out". The engine's
-     * deadline counts from a moment just before opened_ms; a millisecond's
-     * allowance keeps this ahead of it. */
-    double now = rl_now_ms();
-    for (int i = 0; i < c->nnodes; i++) {
-        rl_link *l = &c->links[i];
-        if (l->conn.fd < 0 || !l->conn.handshaking || now < l->opened_ms + c->connect_timeout_ms - 1.0) continue;
-        char why[RL_NODE_ERR_LEN];
-        snprintf(why, sizeof(why), "TLS handshake timed out after %d ms", c->connect_timeout_ms);
-        link_close(l);
-        rl_engine_node_down(c->engine, i, why, now);
     }
     for (int i = 0; i < c->nnodes; i++) {
         rl_link *l = &c->links[i];

@@ -12,7 +12,7 @@
  * First the queue: the waiters queued on this node, oldest first, until one
  * still listens on its own wake channel ("1": the one woken); one that no
  * longer listens (gone, or given up) is dropped, at most 8 per release. With
- * nobody queued, every listener on the resource's channel: the message is
+ * no queued waiter woken, every listener on the resource's channel: the message is
  * their number, so that a waiter knows how many it competes with; with
  * nobody listening nothing is published. The script answers 2 instead of 1
  * when it published. pcall: a user that may not publish or use the queue
@@ -33,7 +33,7 @@ const char rl_extend_script[] =
 /* A waiter's acquire: SET NX PX; granted, the waiter leaves the queue;
  * refused, it joins the queue's end unless it is in it already (LPOS; a
  * node without LPOS, before Redis 6.0.6, moves it to the end). The queue
- * lives a minute past its last join. */
+ * lives a minute past the last refused attempt. */
 const char rl_acquire_queued_script[] =
     "local q = \"" RL_QUEUE_PREFIX "\"..KEYS[1] "
     "if redis.call(\"set\",KEYS[1],ARGV[1],\"NX\",\"PX\",ARGV[2]) then redis.pcall(\"lrem\",q,0,ARGV[3]) "

@@ -49,11 +49,10 @@ typedef struct rl_op {
     int taken;               /* the result was collected */
     int ttl_ms;              /* acquire/extend: the ttl asked for */
     long long token;         /* a fenced acquire: the token its commit raises the counters to */
-    unsigned sent;           /* bit i: the round's command was queued on node i */
+    unsigned sent;           /* bit i: the first round's command went to node i (not if its connection ended first) */
     unsigned owed;           /* bit i: node i still owes a reply to this phase's command */
     unsigned cleanup_sent;   /* bit i: node i was sent the cleanup */
     unsigned set_gen;        /* the generation of the first round (the SETs) */
-    unsigned set_unsent;     /* bit i: node i's SET never went out (its connection ended first) */
     rl_mark cleanup_out[RL_MAX_NODES];  /* where each node's cleanup ends in its output */
     rl_buf key;              /* prefix + resource */
     rl_buf cmd;              /* RESP of the current phase's command */
@@ -61,17 +60,19 @@ typedef struct rl_op {
 } rl_op;
 
 /* A client's id in the queues of waiters, drawn again in a forked child (an
- * engine made before nginx forks its workers serves each of them). Kept
- * apart from the engine so that reading it (const) can redraw it. */
+ * engine made before nginx forks its workers serves each of them). */
 typedef struct rl_waiter {
     unsigned generation;     /* rl_fork_generation() when drawn */
     char id[RL_WAITER_ID_LEN + 1];
 } rl_waiter;
 
-/* Draw w's id: unique, not secret, so the jitter generator will do (it works without getrandom). */
+/* Draw w's id: unique, not secret, so the jitter generator will do (it works
+ * without getrandom): 64 random bits as hex. */
 static void draw_waiter_id(rl_waiter *w) {
     w->generation = rl_fork_generation();
-    for (int i = 0; i < RL_WAITER_ID_LEN; i++) w->id[i] = "0123456789abcdef"[(int)(rl_random() * 16)];
+    unsigned long long bits = (unsigned long long)(rl_random() * 4294967296.0) << 32 |
+                              (unsigned long long)(rl_random() * 4294967296.0);
+    for (int i = 0; i < RL_WAITER_ID_LEN; i++, bits >>= 4) w->id[i] = "0123456789abcdef"[bits & 15];
     w->id[RL_WAITER_ID_LEN] = '\0';
 }
 
@@ -85,7 +86,7 @@ struct rl_engine {
     rl_url urls[RL_MAX_NODES];
     rl_stream nodes[RL_MAX_NODES];
     char timeout_text[64];   /* "no reply within N ms" */
-    rl_waiter *waiter;       /* this client in the queues of waiters (hand-off) */
+    rl_waiter waiter;        /* this client in the queues of waiters (hand-off) */
     rl_buf scratch;          /* EVAL fallback commands */
 
     rl_op **ops;             /* every slot ever allocated, by slot */
@@ -162,14 +163,11 @@ rl_engine *rl_engine_new(const char *const *urls, int nurls, const rl_options *o
     }
     e->opts = *opts;
     e->prefix = malloc(opts->prefix_len + 1);
-    e->waiter = malloc(sizeof(*e->waiter));
-    if (e->prefix == NULL || e->waiter == NULL) {
-        free(e->prefix);
-        free(e->waiter);
+    if (e->prefix == NULL) {
         free(e);
         return snprintf(err, errlen, "out of memory"), NULL;
     }
-    draw_waiter_id(e->waiter);
+    draw_waiter_id(&e->waiter);
     memcpy(e->prefix, opts->prefix_len ? opts->prefix : "", opts->prefix_len);
     e->prefix[opts->prefix_len] = '\0';
     e->opts.prefix = e->prefix;
@@ -193,7 +191,6 @@ void rl_engine_free(rl_engine *e) {
     rl_deadlines_free(&e->deadlines);
     rl_buf_free(&e->scratch);
     free(e->prefix);
-    free(e->waiter);
     free(e);
 }
 
@@ -303,7 +300,7 @@ static void op_quiet(rl_engine *e, rl_op *op) {
  * node has then). Unless the SET itself never went out. Return 0, or -1 if
  * it cannot be kept. */
 static int redo_cleanup(rl_engine *e, rl_op *op, int i) {
-    if (op->set_unsent & (1u << i)) return 0;
+    if (!(op->sent & (1u << i))) return 0;
     if (rl_cmd_cleanup(&e->scratch, 0, op->key.data, op->key.len, op->res.value) != 0) return -1;
     return rl_stream_redo(&e->nodes[i], e->scratch.data, e->scratch.len, e->now);
 }
@@ -408,7 +405,7 @@ static void on_node_reply(void *owner, int node, rl_ticket t, const rl_reply *re
     rl_op *op = e->ops[t.slot];
     /* A SET whose connection ended before it was written never ran: no
      * cleanup needs to reach that node later. */
-    if (!reply && t.unsent && t.gen == op->set_gen) op->set_unsent |= 1u << node;
+    if (!reply && t.unsent && t.gen == op->set_gen) op->sent &= ~(1u << node);
     if (op->gen != t.gen) {
         /* A late reply to an earlier phase or operation. A late NOSCRIPT has
          * no round left to fall back to EVAL for (which would have loaded
@@ -491,7 +488,7 @@ static void send_round(rl_engine *e, rl_op *op, int kind, double start_ms, int f
     rl_round_start(&op->round, &op->res, kind, e->nnodes, e->quorum, op->ttl_ms, e->opts.drift_factor, start_ms);
     start_timer(e, op);
     unsigned gen = op->gen;
-    if (first) op->set_gen = gen, op->set_unsent = 0;
+    if (first) op->set_gen = gen;
     rl_ticket t = {op->slot, gen, kind, e->now, 0, 0, 0};
     for (int i = 0; i < e->nnodes && op->gen == gen && op->phase == OP_ROUND; i++) {
         if (rl_stream_send(&e->nodes[i], op->cmd.data, op->cmd.len, t, e->now) == 0) {
@@ -591,8 +588,10 @@ int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const
 }
 
 const char *rl_engine_waiter_id(const rl_engine *e) {
-    if (e->waiter->generation != rl_fork_generation()) draw_waiter_id(e->waiter);
-    return e->waiter->id;
+    /* drawn again after a fork: engines live on the heap, so the const may go */
+    rl_waiter *w = (rl_waiter *)&e->waiter;
+    if (w->generation != rl_fork_generation()) draw_waiter_id(w);
+    return w->id;
 }
 
 /* ---- what the driver reports, and what it is asked ---- */
@@ -622,6 +621,11 @@ int rl_engine_node_connected(rl_engine *e, int node, int fresh, double now_ms) {
     rl_stream *s = node_of(e, node);
     if (s == NULL || rl_stream_connected(s, fresh, clock_at(e, now_ms)) != 0) return RL_ERR;
     return RL_OK;
+}
+
+void rl_engine_node_handshaking(rl_engine *e, int node) {
+    rl_stream *s = node_of(e, node);
+    if (s) rl_stream_handshaking(s);
 }
 
 void rl_engine_node_down(rl_engine *e, int node, const char *why, double now_ms) {
@@ -749,11 +753,7 @@ int rl_engine_tails(const rl_engine *e) {
 
 int rl_engine_unwritten(const rl_engine *e) {
     int n = 0;
-    for (int i = 0; i < e->nnodes; i++) {
-        const rl_stream *s = &e->nodes[i];
-        int queued = (s->state == RL_STREAM_CONNECTING || s->state == RL_STREAM_UP) && s->out.len > s->out_off;
-        n += s->redo_count > 0 || queued;
-    }
+    for (int i = 0; i < e->nnodes; i++) n += rl_stream_unwritten(&e->nodes[i]);
     return n;
 }
 

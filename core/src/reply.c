@@ -66,8 +66,16 @@ static void find_run_id(const char *text, size_t len, char *out) {
     }
 }
 
+/* A bulk string (or, with a RESP3 hiredis, a verbatim one): what the size limit bounds. */
+static int is_string(int type) {
+#ifdef REDIS_REPLY_VERB
+    if (type == REDIS_REPLY_VERB) return 1;
+#endif
+    return type == REDIS_REPLY_STRING;
+}
+
 static void *create_string(const redisReadTask *task, char *str, size_t len) {
-    if (task->type == REDIS_REPLY_STRING && len > RL_REPLY_MAX_STRING) {
+    if (is_string(task->type) && len > RL_REPLY_MAX_STRING) {
         /* over_limits refuses it from its header when the bytes come in
          * pieces; refuse it alike when they came at once */
         rl_reader *rd = task->privdata;
@@ -216,10 +224,7 @@ static int over_limits(rl_reader *rd) {
     const char *p = r->buf + r->pos;
     size_t unparsed = r->len - r->pos;
     int type = current_type(r);
-#ifdef REDIS_REPLY_VERB
-    if (type == REDIS_REPLY_VERB) type = REDIS_REPLY_STRING;
-#endif
-    if (type == REDIS_REPLY_STRING && memchr(p, '\r', unparsed) != NULL) {
+    if (is_string(type) && memchr(p, '\r', unparsed) != NULL) {
         long long declared = 0;
         for (size_t i = 0; i < unparsed && p[i] >= '0' && p[i] <= '9' && declared <= RL_REPLY_MAX_STRING; i++)
             declared = declared * 10 + (p[i] - '0');

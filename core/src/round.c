@@ -103,10 +103,9 @@ static int classify(int kind, const rl_reply *reply, char *why, size_t whylen) {
     } else if (kind == RL_ROUND_ACQUIRE_FENCED) {
         if (reply->type == RL_REPLY_INTEGER && reply->integer >= 1) return RL_NODE_OK;
         if (reply->type == RL_REPLY_NIL) return RL_NODE_TAKEN;
-    } else if (kind == RL_OP_RELEASE && reply->type == RL_REPLY_INTEGER && reply->integer == 2) {
-        return RL_NODE_OK; /* deleted, and a waiter heard it */
-    } else if (reply->type == RL_REPLY_INTEGER && (reply->integer == 0 || reply->integer == 1)) {
-        return reply->integer == 1 ? RL_NODE_OK : RL_NODE_TAKEN;
+    } else if (reply->type == RL_REPLY_INTEGER &&
+               (reply->integer == 0 || reply->integer == 1 || (kind == RL_OP_RELEASE && reply->integer == 2))) {
+        return reply->integer >= 1 ? RL_NODE_OK : RL_NODE_TAKEN; /* a release's 2: deleted, and a waiter heard it */
     }
     snprintf(why, whylen, "unexpected reply (type %d)", reply->type);
     return RL_NODE_ERROR;

@@ -308,6 +308,7 @@ static int put_setup_first(rl_stream *s, double now_ms) {
 void rl_stream_open(rl_stream *s, double now_ms) {
     if (connected_or_connecting(s)) return;
     s->state = RL_STREAM_CONNECTING;
+    s->handshaking = 0;
     s->setup_ms = now_ms;
     s->connect_by_ms = now_ms + s->opts->connect_timeout_ms;
     s->wants |= RL_WANT_CONNECT;
@@ -481,7 +482,8 @@ void rl_stream_advance(rl_stream *s, double now_ms) {
     if (s->state == RL_STREAM_DOWN) {
         rl_stream_open(s, now_ms); /* reconnect in the background */
     } else if (s->state == RL_STREAM_CONNECTING) {
-        snprintf(s->errstr, sizeof(s->errstr), "connect timed out after %d ms", s->opts->connect_timeout_ms);
+        snprintf(s->errstr, sizeof(s->errstr), "%s timed out after %d ms", s->handshaking ? "TLS handshake" : "connect",
+                 s->opts->connect_timeout_ms);
         drop(s, s->errstr, 1, now_ms);
     } else {
         watchdog_look(s, now_ms);
@@ -528,6 +530,15 @@ void rl_stream_check_step(rl_stream *s, double now_ms) {
     int len = snprintf(cmd, sizeof(cmd), "*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n", nlen, nonce);
     rl_ticket t = {-1, 0, CHECK_ECHO, now_ms, 0, 0, 0};
     if (queue_command(s, cmd, (size_t)len, t, now_ms) == 0) s->step_check = 1;
+}
+
+void rl_stream_handshaking(rl_stream *s) {
+    if (s->state == RL_STREAM_CONNECTING) s->handshaking = 1;
+}
+
+int rl_stream_unwritten(const rl_stream *s) {
+    int queued = (s->state == RL_STREAM_CONNECTING || s->state == RL_STREAM_UP) && s->out.len > s->out_off;
+    return s->redo_count > 0 || queued;
 }
 
 double rl_stream_held_since(const rl_stream *s) {

@@ -67,6 +67,7 @@ typedef struct rl_stream {
     int backoff_ms;          /* next reconnect delay */
     double retry_at_ms;      /* DOWN: when to connect again */
     double connect_by_ms;    /* CONNECTING: the connect deadline */
+    int handshaking;         /* CONNECTING: connected, the driver's TLS handshake under way */
     int step_check;          /* a step check (ECHO) is in flight on this connection */
     int scripts_loading;     /* SCRIPT LOADs are in flight on this connection */
     unsigned step_nonce;     /* its nonce's number; a new one for every connection */
@@ -196,6 +197,14 @@ void rl_stream_load_scripts(rl_stream *s, double now_ms);
  * nonce (unless one is in flight, or s has no connection); a reply that is
  * not that nonce means a reply was lost, and the connection is reset. */
 void rl_stream_check_step(rl_stream *s, double now_ms);
+
+/* The driver's connection is made and its TLS handshake begun: a connect
+ * deadline passing now is the handshake's. */
+void rl_stream_handshaking(rl_stream *s);
+
+/* 1 when s holds commands not written yet: releases kept for its next
+ * connection, or output queued on a connection being made or up. */
+int rl_stream_unwritten(const rl_stream *s);
 
 /* While commands wait for the setup of a new connection: when that setup
  * was queued; otherwise 0. */

@@ -155,18 +155,14 @@ int rl_url_parse(const char *text, rl_url *u, char *err, size_t errlen) {
     shown_url(text, shown, sizeof(shown));
     for (const char *p = text; *p; p++)
         if (isspace((unsigned char)*p)) fail("'%s': white space in server URL", shown);
-    if (strncmp(text, "redis://", 8) == 0) {
+    u->tls = strncmp(text, "rediss://", 9) == 0;
+    if (u->tls || strncmp(text, "redis://", 8) == 0) {
         u->kind = RL_URL_TCP;
-        return parse_tcp(shown, text + 8, u, err, errlen);
+        return parse_tcp(shown, text + 8 + u->tls, u, err, errlen);
     }
     if (strncmp(text, "unix://", 7) == 0) {
         u->kind = RL_URL_UNIX;
         return parse_unix(shown, text + 7, u, err, errlen);
-    }
-    if (strncmp(text, "rediss://", 9) == 0) {
-        u->kind = RL_URL_TCP;
-        u->tls = 1;
-        return parse_tcp(shown, text + 9, u, err, errlen);
     }
     if (strstr(text, "://")) fail("'%s': unknown scheme (use redis://, rediss:// or unix://)", shown);
     fail("'%s': not a URL (expected redis://host:port or unix:///path)", shown);

@@ -675,6 +675,26 @@ static void connect_timeout_drops_the_attempt(void) {
     rl_engine_free(E);
 }
 
+/* A TLS handshake the driver reported begun and that is not done by the
+ * connect deadline: the reason says so; the next connect starts over. */
+static void connect_timeout_during_a_handshake(void) {
+    rl_options o;
+    rl_options_init(&o);
+    o.connect_timeout_ms = 30;
+    o.reconnect_min_ms = 5;
+    E = engine(urls5, 3, &o);
+    rl_engine_begin_acquire(E, "r", 1, 10000, 0);
+    CHECK_INT(rl_engine_node_wants(E, 0), RL_WANT_CONNECT);
+    rl_engine_node_handshaking(E, 0);
+    rl_engine_advance(E, 30);
+    CHECK_STR(rl_engine_node_errstr(E, 0), "TLS handshake timed out after 30 ms");
+    rl_engine_advance(E, 100);
+    CHECK(rl_engine_node_wants(E, 0) & RL_WANT_CONNECT);
+    rl_engine_advance(E, 130);
+    CHECK_STR(rl_engine_node_errstr(E, 0), "connect timed out after 30 ms");
+    rl_engine_free(E);
+}
+
 /* ---- 4. the node timeout and the step check ---- */
 
 /* The ECHO of a step check as written, or "" if bytes are not one; *nonce gets its argument. */
@@ -1574,6 +1594,7 @@ int main(void) {
     node_down_mid_round_is_one_failed_vote();
     node_down_at_begin_fails_at_once_and_backs_off();
     connect_timeout_drops_the_attempt();
+    connect_timeout_during_a_handshake();
     node_timeout_then_step_check_passes();
     step_check_wrong_nonce_closes();
     tails_last_one_node_timeout();
