@@ -1050,6 +1050,9 @@ describe("redlock inside nginx", function()
       assert.is_true(t.a.rel <= t.request.at and t.request.rel <= t.b.at,
         ("order: a %.1f-%.1f, request %.1f-%.1f, b %.1f-%.1f"):format(t.a.at, t.a.rel, t.request.at,
           t.request.rel, t.b.at, t.b.rel))
+      -- woken by the release, not by a poll (every 2000 ms): each gap well under one
+      assert.is_true(t.request.at - t.a.rel < 1000, ("a -> request %.1f ms"):format(t.request.at - t.a.rel) .. log())
+      assert.is_true(t.b.at - t.request.rel < 1000, ("request -> b %.1f ms"):format(t.b.at - t.request.rel) .. log())
     end)
     for _, pid in ipairs(pids) do proc.stop(pid) end
     holder:close()
