@@ -26,7 +26,6 @@
 #include "notify.h"
 #include "text.h"
 
-#define READ_CHUNK 16384
 
 typedef struct rl_link {
     rl_conn conn;
@@ -170,27 +169,21 @@ static void link_connected(rl_link *l) {
     link_flush(l);
 }
 
-/* Read and feed everything the socket has (and, over TLS, every byte
- * already decrypted: the socket may show nothing more). */
+/* Bytes read from node l, to the engine; nonzero when it has dropped the connection. */
+static int feed_engine(void *arg, const char *data, size_t len) {
+    rl_link *l = arg;
+    return rl_engine_node_feed(l->client->engine, l->index, data, len, rl_now_ms()) != RL_OK;
+}
+
+/* Read and feed everything the socket has. */
 static void link_read(rl_link *l) {
-    rl_client *c = l->client;
-    char buf[READ_CHUNK];
     l->read_wants_write = 0;
-    for (;;) {
-        ssize_t got = rl_conn_read(&l->conn, buf, sizeof(buf));
-        if (got > 0) {
-            if (rl_engine_node_feed(c->engine, l->index, buf, (size_t)got, rl_now_ms()) != RL_OK) return;
-            if (got < (ssize_t)sizeof(buf) && rl_conn_pending(&l->conn) == 0) return;
-        } else if (got == RL_CONN_AGAIN) {
-            if (l->conn.want == RL_TLS_WANT_WRITE) {
-                l->read_wants_write = 1;
-                ev_io_start(c->loop, &l->writable);
-            }
-            return;
-        } else {
-            link_lost(l, "connection lost: ", l->conn.errstr);
-            return;
-        }
+    int rc = rl_conn_drain(&l->conn, feed_engine, l);
+    if (rc == RL_CONN_FAIL) {
+        link_lost(l, "connection lost: ", l->conn.errstr);
+    } else if (rc == RL_CONN_AGAIN && l->conn.want == RL_TLS_WANT_WRITE) {
+        l->read_wants_write = 1;
+        ev_io_start(l->client->loop, &l->writable);
     }
 }
 

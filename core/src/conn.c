@@ -178,6 +178,19 @@ size_t rl_conn_pending(const rl_conn *c) {
     return c->tls != NULL ? rl_tls_pending(&c->session) : 0;
 }
 
+int rl_conn_drain(rl_conn *c, int (*take)(void *arg, const char *data, size_t len), void *arg) {
+    char buf[16384];
+    for (;;) {
+        ssize_t got = rl_conn_read(c, buf, sizeof(buf));
+        if (got <= 0) return (int)got; /* RL_CONN_AGAIN or RL_CONN_FAIL */
+        if (take(arg, buf, (size_t)got) != 0) return 1;
+        if (got < (ssize_t)sizeof(buf) && rl_conn_pending(c) == 0) {
+            c->want = RL_TLS_WANT_READ;
+            return RL_CONN_AGAIN;
+        }
+    }
+}
+
 ssize_t rl_conn_write(rl_conn *c, const char *data, size_t len) {
     if (c->tls != NULL) {
         ssize_t w = rl_tls_write(&c->session, data, len, c->errstr, sizeof(c->errstr));

@@ -61,6 +61,13 @@ ssize_t rl_conn_read(rl_conn *c, char *buf, size_t len);
  * (TLS: bytes OpenSSL has read ahead). */
 size_t rl_conn_pending(const rl_conn *c);
 
+/* Read everything there is (over TLS, every byte already decrypted too),
+ * handing each chunk to take(arg, data, len); take returns nonzero to stop.
+ * Return RL_CONN_AGAIN once there is nothing more (want: RL_TLS_WANT_WRITE
+ * when a TLS read waits for the socket to be writable), 1 when take stopped,
+ * or RL_CONN_FAIL with the reason in errstr. */
+int rl_conn_drain(rl_conn *c, int (*take)(void *arg, const char *data, size_t len), void *arg);
+
 /* Write up to len bytes: the count taken, RL_CONN_AGAIN (want says for
  * what; offer the same bytes, or more, again), or RL_CONN_FAIL with the
  * reason in errstr. Never raises SIGPIPE. */

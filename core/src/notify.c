@@ -16,7 +16,6 @@
 #include "conn.h"
 #include "notify.h"
 
-#define READ_CHUNK 16384
 
 typedef struct rl_sub {
     rl_conn conn;
@@ -236,31 +235,29 @@ static int on_reply(rl_sub *s, const redisReply *r) {
     return 0;
 }
 
-static void sub_read(rl_sub *s) {
-    char buf[READ_CHUNK];
-    s->read_wants_write = 0;
+/* Bytes read from a subscriber: parsed, each reply handled; nonzero when
+ * the connection must end (garbage, a refused AUTH). */
+static int take_replies(void *arg, const char *data, size_t len) {
+    rl_sub *s = arg;
+    if (redisReaderFeed(s->reader, data, len) != REDIS_OK) return 1;
+    void *r;
     for (;;) {
-        ssize_t got = rl_conn_read(&s->conn, buf, sizeof(buf));
-        if (got > 0) {
-            if (redisReaderFeed(s->reader, buf, (size_t)got) != REDIS_OK) return sub_fail(s);
-            void *r;
-            for (;;) {
-                if (redisReaderGetReply(s->reader, &r) != REDIS_OK) return sub_fail(s);
-                if (r == NULL) break;
-                int rc = on_reply(s, r);
-                freeReplyObject(r);
-                if (rc != 0) return sub_fail(s);
-            }
-            if (got < (ssize_t)sizeof(buf) && rl_conn_pending(&s->conn) == 0) return;
-        } else if (got == RL_CONN_AGAIN) {
-            if (s->conn.want == RL_TLS_WANT_WRITE) {
-                s->read_wants_write = 1;
-                ev_io_start(s->n->loop, &s->writable);
-            }
-            return;
-        } else {
-            return sub_fail(s);
-        }
+        if (redisReaderGetReply(s->reader, &r) != REDIS_OK) return 1;
+        if (r == NULL) return 0;
+        int rc = on_reply(s, r);
+        freeReplyObject(r);
+        if (rc != 0) return 1;
+    }
+}
+
+static void sub_read(rl_sub *s) {
+    s->read_wants_write = 0;
+    int rc = rl_conn_drain(&s->conn, take_replies, s);
+    if (rc != RL_CONN_AGAIN) {
+        sub_fail(s);
+    } else if (s->conn.want == RL_TLS_WANT_WRITE) {
+        s->read_wants_write = 1;
+        ev_io_start(s->n->loop, &s->writable);
     }
 }
 
