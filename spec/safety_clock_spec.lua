@@ -19,25 +19,23 @@
 --    A's stale write and loses no update.
 local cluster = require "helpers.cluster"
 local proc = require "helpers.proc"
-local resp = require "helpers.resp"
 local store = require "helpers.fence_store"
 local safety = require "helpers.safety"
 
 local names = cluster.names("safety_clock")
-local ROOT = io.popen("pwd"):read("*l")
-local SHIM = os.getenv("REDLOCK_FASTCLOCK") or (ROOT .. "/build/spec/tools/rl-fastclock.so")
+local SHIM = os.getenv("REDLOCK_FASTCLOCK") or (proc.build .. "/spec/tools/rl-fastclock.so")
 local TTL, RATE = 4000, 4
 
 describe("fault row 6: a node whose clock runs fast", function()
+  local scene = safety.scene { n = 3, wrap = { [3] = { "env", "LD_PRELOAD=" .. SHIM, "RL_FASTCLOCK_RATE=" .. RATE } } }
   local cl, scl, sock
-  local runs = {}
 
   setup(function()
     assert(io.open(SHIM, "rb"), SHIM .. " is missing: build the tests first (cmake --build build)"):close()
-    cl, scl, sock = safety.nodes { n = 3, wrap = { [3] = { "env", "LD_PRELOAD=" .. SHIM, "RL_FASTCLOCK_RATE=" .. RATE } } }
+    cl, scl, sock = scene:start()
   end)
 
-  teardown(function() safety.stop(runs, sock, scl, cl) end)
+  teardown(function() scene:stop() end)
 
   it("node 3 expires keys RATE times early; the others do not", function()
     local key = names("probe")
@@ -55,10 +53,7 @@ describe("fault row 6: a node whose clock runs fast", function()
   end)
 
   local function scenario(mode)
-    cluster.flush(cl)
-    resp.call(sock, "FLUSHALL")
-    local run = safety.new()
-    runs[#runs + 1] = run
+    local run = scene:run()
     local res = names(mode)
     assert.is_true(cluster.set_nx(cl, 1, res, "someone-else", 60000))
     local a = run:client("A", { mode = mode, resource = res, ttl = TTL, hold = "validity", urls = cl.urls,
@@ -109,7 +104,6 @@ describe("fault row 6: a node whose clock runs fast", function()
   end)
 
   it("leaves no node, process or directory behind", function()
-    safety.assert_gone(runs, sock, scl, cl)
-    sock = nil
+    scene:assert_gone()
   end)
 end)

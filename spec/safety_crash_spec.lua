@@ -136,20 +136,10 @@ describe("safety: crashed nodes, as histories", function()
   -- node 5 that falls over to node 1 when node 5 fails. The history shows it.
   it("the checker sees the overlaps of a lock that fails over to another node when its node crashes", function()
     local run = crash({ 5 }, { mode = "failover:5,1", hold = 300, tag = "failover" })
-    run:sleep(500)
-    local r = run:finish()
-    assert.is_true(r.overlaps > 0, r:info())
+    scenario.assert_overlaps(run, 500)
   end)
 
   it("leaves no node, process or directory behind", function()
-    scenario.stop_all()
-    local pids, dir = {}, cl.dir
-    for i = 1, cl.n do pids[i] = cl.pids[i] end
-    cluster.stop_all()
-    for i, pid in ipairs(pids) do assert.is_false(proc.alive(pid), "node " .. i) end
-    assert.is_nil(io.open(dir .. "/", "rb"), dir)
-    local left, dirs = scenario.leftovers()
-    assert.same({}, left)
-    assert.same({}, dirs)
+    scenario.assert_gone(cl)
   end)
 end)

@@ -20,38 +20,25 @@
 -- keeps the resource safe.
 local cluster = require "helpers.cluster"
 local proc = require "helpers.proc"
-local resp = require "helpers.resp"
 local store = require "helpers.fence_store"
 local safety = require "helpers.safety"
 
 local names = cluster.names("safety_pause")
-local ROOT = io.popen("pwd"):read("*l")
-local BIN = os.getenv("REDLOCK_HOST") or (ROOT .. "/build/redlock")
-if BIN:sub(1, 1) ~= "/" then BIN = ROOT .. "/" .. BIN end
+local BIN = os.getenv("REDLOCK_HOST") or (proc.build .. "/redlock")
+if BIN:sub(1, 1) ~= "/" then BIN = proc.root .. "/" .. BIN end
 local TTL, PAUSE_MS = 1000, 2500
 
 describe("fault row 7: a holder paused past its validity", function()
+  local scene = safety.scene { n = 3 }
   local cl, scl, sock
-  local runs = {}
 
-  setup(function()
-    cl, scl, sock = safety.nodes { n = 3 }
-  end)
-
-  teardown(function() safety.stop(runs, sock, scl, cl) end)
-
-  local function fresh()
-    cluster.flush(cl)
-    resp.call(sock, "FLUSHALL")
-    local run = safety.new()
-    runs[#runs + 1] = run
-    return run
-  end
+  setup(function() cl, scl, sock = scene:start() end)
+  teardown(function() scene:stop() end)
 
   --- A: mode, hold; stop A once it holds (and has read), start B, continue A
   -- after PAUSE_MS. Returns checker counts, A, B, and the stop/cont times (us).
   local function scenario(mode, hold)
-    local run = fresh()
+    local run = scene:run()
     local res = names(mode)
     local a = run:client("A", { mode = mode, resource = res, ttl = TTL, hold = hold, urls = cl.urls,
       store_port = mode ~= "kept" and scl.ports[1] or nil })
@@ -115,7 +102,7 @@ describe("fault row 7: a holder paused past its validity", function()
   end)
 
   it("with redlock exec: once the host is continued, the command gets SIGTERM", function()
-    local run = fresh()
+    local run = scene:run()
     local res = names("exec")
     local marks = run.dir .. "/marks"
     local child = ([[trap 'echo TERM $(date +%%s%%3N) >> %s; exit 0' TERM
@@ -162,7 +149,6 @@ echo end >> %s]]):format(marks, marks, marks)
   end)
 
   it("leaves no node, process or directory behind", function()
-    safety.assert_gone(runs, sock, scl, cl)
-    sock = nil
+    scene:assert_gone()
   end)
 end)

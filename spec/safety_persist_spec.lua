@@ -191,6 +191,6 @@ describe("fault row 8: persistent nodes crashing at random under a fenced run", 
     for _, c in ipairs(cls) do c:stop() end
     proc.rmdir(dir)
     for i, pid in ipairs(pids) do assert.is_false(proc.alive(pid), "node " .. i) end
-    for _, d in ipairs(dirs) do assert.is_nil(io.open(d .. "/", "rb"), d) end
+    for _, d in ipairs(dirs) do assert.is_false(proc.exists(d), d) end
   end)
 end)

@@ -205,28 +205,10 @@ describe("safety: lost replies on acquire, as a history", function()
     }
     run:await_acquisitions(20)
     run:inject(drop_actions(), 300)
-    run:sleep(500)
-    pass()
-    local r = run:finish()
-    assert.is_true(r.overlaps > 0, r:info())
+    scenario.assert_overlaps(run, 500, pass)
   end)
 
   it("leaves no node, process or directory behind", function()
-    scenario.stop_all()
-    local pids, dir = {}, cl.dir
-    for i = 1, cl.n do pids[i] = cl.pids[i] end
-    local ppids, pdirs = {}, {}
-    for i = 1, 3 do ppids[i], pdirs[i] = px[i].pid, px[i].dir end
-    faults.stop_all()
-    cluster.stop_all()
-    for i, pid in ipairs(pids) do assert.is_false(proc.alive(pid), "node " .. i) end
-    assert.is_nil(io.open(dir .. "/", "rb"), dir)
-    for i = 1, 3 do
-      assert.is_false(proc.alive(ppids[i]), "proxy " .. i)
-      assert.is_nil(io.open(pdirs[i] .. "/", "rb"), pdirs[i])
-    end
-    local left, dirs = scenario.leftovers()
-    assert.same({}, left)
-    assert.same({}, dirs)
+    scenario.assert_gone(cl, px)
   end)
 end)

@@ -21,33 +21,18 @@
 --    update.
 local cluster = require "helpers.cluster"
 local proc = require "helpers.proc"
-local resp = require "helpers.resp"
 local store = require "helpers.fence_store"
 local safety = require "helpers.safety"
-local socket = require "socket"
 
 local names = cluster.names("safety_restart")
 local TTL = 3000
 
 describe("fault row 5: a node restarted empty while a lock is held", function()
+  local scene = safety.scene { n = 5 }
   local cl, scl, sock
-  local runs = {}
 
-  setup(function()
-    cl, scl, sock = safety.nodes { n = 5 }
-  end)
-
-  teardown(function() safety.stop(runs, sock, scl, cl) end)
-
-  --- One command on node i over a fresh connection (quicker than redis-cli
-  -- while a holder's validity runs).
-  local function call(i, ...)
-    local s = assert(socket.connect("127.0.0.1", cl.ports[i]))
-    s:settimeout(10)
-    local r = resp.call(s, ...)
-    s:close()
-    return r
-  end
+  setup(function() cl, scl, sock = scene:start() end)
+  teardown(function() scene:stop() end)
 
   local function kill(i)
     local pid = cl.pids[i]
@@ -62,19 +47,16 @@ describe("fault row 5: a node restarted empty while a lock is held", function()
     for i = 1, cl.n do
       if not cl:alive(i) then cl:restart(i) end
     end
-    cluster.flush(cl)
-    resp.call(sock, "FLUSHALL")
-    local run = safety.new()
-    runs[#runs + 1] = run
+    local run = scene:run()
     local res = names("r")
     for i = 4, 5 do assert.is_true(cluster.set_nx(cl, i, res, "someone-else", 60000)) end
     local a = run:client("A", { mode = mode, resource = res, ttl = TTL, hold = "validity", urls = cl.urls,
       store_port = scl.ports[1] })
     run:ready(a)
-    for i = 1, 3 do assert.are.equal(":1", call(i, "EXISTS", res), "A's key on node " .. i) end
+    for i = 1, 3 do assert.is_true(cluster.exists(cl, i, res), "A's key on node " .. i) end
     for i = 4, 5 do
-      assert.are.equal("someone-else", call(i, "GET", res))
-      assert.are.equal(":1", call(i, "DEL", res))
+      assert.are.equal("someone-else", cluster.get(cl, i, res))
+      assert.are.equal(1, cluster.del(cl, i, res))
     end
     local killed_us = proc.now_us()
     kill(1)
@@ -132,7 +114,6 @@ describe("fault row 5: a node restarted empty while a lock is held", function()
   end)
 
   it("leaves no node, process or directory behind", function()
-    safety.assert_gone(runs, sock, scl, cl)
-    sock = nil
+    scene:assert_gone()
   end)
 end)

@@ -122,24 +122,10 @@ describe("safety: a stalled node and a blackholed node, as a history", function(
   -- node 1 that falls over to node 3 when node 1 does not answer.
   it("the checker sees the overlaps of a lock that fails over to another node when its node stalls", function()
     local run = stall { mode = "failover:1,3", hold = 300, tag = "failover" }
-    run:sleep(500)
-    local r = run:finish()
-    assert.is_true(r.overlaps > 0, r:info())
+    scenario.assert_overlaps(run, 500)
   end)
 
   it("leaves no node, process or directory behind", function()
-    scenario.stop_all()
-    local pids, dir = {}, cl.dir
-    for i = 1, cl.n do pids[i] = cl.pids[i] end
-    local ppid, pdir = px.pid, px.dir
-    faults.stop_all()
-    cluster.stop_all()
-    for i, pid in ipairs(pids) do assert.is_false(proc.alive(pid), "node " .. i) end
-    assert.is_false(proc.alive(ppid), "proxy")
-    assert.is_nil(io.open(dir .. "/", "rb"), dir)
-    assert.is_nil(io.open(pdir .. "/", "rb"), pdir)
-    local left, dirs = scenario.leftovers()
-    assert.same({}, left)
-    assert.same({}, dirs)
+    scenario.assert_gone(cl, { px })
   end)
 end)

@@ -13,9 +13,8 @@ local tls = require "helpers.tls"
 local q = proc.quote
 local res = cluster.names("tls")
 
-local ROOT = io.popen("pwd"):read("*l")
-local BIN = os.getenv("REDLOCK_HOST") or (ROOT .. "/build/redlock")
-if BIN:sub(1, 1) ~= "/" then BIN = ROOT .. "/" .. BIN end
+local BIN = os.getenv("REDLOCK_HOST") or (proc.build .. "/redlock")
+if BIN:sub(1, 1) ~= "/" then BIN = proc.root .. "/" .. BIN end
 
 local PASSWORD = "tls-s3cret-pw"
 
@@ -235,7 +234,7 @@ describe("TLS (libev driver)", function()
 
     it("redlock.default() takes REDLOCK_SERVERS and the REDLOCK_* TLS variables", function()
       local cmd = ("cd %s && env REDLOCK_SERVERS=%s REDLOCK_CACERT=%s LUA_PATH=%s LUA_CPATH=%s luajit -e %s 2>&1"):format(
-        q(ROOT), q(table.concat(tcl.urls, ",")), q(pki.ca), q(package.path), q(package.cpath),
+        q(proc.root), q(table.concat(tcl.urls, ",")), q(pki.ca), q(package.path), q(package.cpath),
         q([[local lk, err = require("redlock").default():lock("spec:tls:default"); print(lk and "locked" or err); if lk then lk:unlock() end]]))
       local out = proc.sh(cmd)
       assert.equal("locked\n", out)

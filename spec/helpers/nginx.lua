@@ -94,23 +94,9 @@ local function sockaddr(port)
   return sa
 end
 
---- The checkout's root (absolute), from this file's own path.
-M.root = (function()
-  local src = debug.getinfo(1, "S").source:gsub("^@", "")
-  local dir = src:match("^(.*)/spec/helpers/[^/]+$") or "."
-  if dir:sub(1, 1) ~= "/" then
-    local pwd = os.getenv("PWD") or io.popen("pwd"):read("*l")
-    dir = dir == "." and pwd or (pwd .. "/" .. dir:gsub("^%./", ""))
-  end
-  return dir
-end)()
-
---- The build tree whose redlock_core.so the workers load (REDLOCK_BUILD_DIR,
--- default build/), absolute.
-M.build = (function()
-  local b = os.getenv("REDLOCK_BUILD_DIR") or "build"
-  return b:sub(1, 1) == "/" and b or (M.root .. "/" .. b)
-end)()
+--- The checkout's root and the build tree whose redlock_core.so the workers
+-- load (REDLOCK_BUILD_DIR, default build/), both absolute.
+M.root, M.build = proc.root, proc.build
 
 --- A location answering /ping with "pong" (a request that never locks).
 M.PING = "location = /ping { content_by_lua_block { ngx.say('pong') } }"

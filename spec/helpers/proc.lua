@@ -20,6 +20,28 @@ end
 
 local M = {}
 
+--- The checkout's root (absolute), from this file's own path.
+M.root = (function()
+  local src = debug.getinfo(1, "S").source:gsub("^@", "")
+  local dir = src:match("^(.*)/spec/helpers/[^/]+$") or "."
+  if dir:sub(1, 1) ~= "/" then
+    local pwd = os.getenv("PWD")
+    if not pwd then
+      local p = assert(io.popen("pwd"))
+      pwd = p:read("*l")
+      p:close()
+    end
+    dir = dir == "." and pwd or (pwd .. "/" .. dir:gsub("^%./", ""))
+  end
+  return dir
+end)()
+
+--- The build tree (REDLOCK_BUILD_DIR, default build/), absolute.
+M.build = (function()
+  local b = os.getenv("REDLOCK_BUILD_DIR") or "build"
+  return b:sub(1, 1) == "/" and b or (M.root .. "/" .. b)
+end)()
+
 local SIGNALS = { HUP = 1, INT = 2, KILL = 9, USR1 = 10, USR2 = 12, TERM = 15, CONT = 18, STOP = 19 }
 local ESRCH = 3
 local CLOCK_MONOTONIC = 1
@@ -198,6 +220,14 @@ function M.tmpdir()
   p:close()
   assert(dir and dir ~= "", "mktemp -d failed")
   return dir
+end
+
+--- True if the directory path exists.
+function M.exists(path)
+  local f = io.open(path .. "/", "rb")
+  if not f then return false end
+  f:close()
+  return true
 end
 
 function M.rmdir(dir)

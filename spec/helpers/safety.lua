@@ -17,8 +17,16 @@
 --   local cl, scl, sock = safety.nodes { n = 3 }
 --   safety.stop(runs, sock, scl, cl)         -- teardown: whatever is left
 --   safety.assert_gone(runs, sock, scl, cl)  -- nothing left: no process, no directory
+-- or, the same as one object for a describe block:
+--   local scene = safety.scene { n = 3 }
+--   setup(function() cl, scl, sock = scene:start() end)
+--   teardown(function() scene:stop() end)
+--   local run = scene:run()                  -- all nodes and the store flushed, a new run
+--   scene:assert_gone()                      -- the last test
 local devcluster = require "redlock.devcluster"
+local cluster = require "helpers.cluster"
 local proc = require "helpers.proc"
+local resp = require "helpers.resp"
 local history = require "helpers.history"
 local socket = require "socket"
 
@@ -105,11 +113,43 @@ function M.assert_gone(runs, sock, scl, cl)
   end
   M.stop(runs, sock, scl, cl)
   for i = 1, #pids do assert(not proc.alive(pids[i]), "node " .. i .. " still runs") end
-  for _, d in ipairs(dirs) do
-    local f = io.open(d .. "/", "rb")
-    if f then f:close() end
-    assert(f == nil, d .. " is still there")
-  end
+  for _, d in ipairs(dirs) do assert(not proc.exists(d), d .. " is still there") end
+end
+
+local Scene = {}
+Scene.__index = Scene
+
+--- A scene (M.nodes(opts)) and the runs made in it, for one describe block.
+function M.scene(opts)
+  return setmetatable({ opts = opts, runs = {} }, Scene)
+end
+
+--- Start the nodes and the store; returns cl, scl, sock (as M.nodes).
+function Scene:start()
+  self.cl, self.scl, self.sock = M.nodes(self.opts)
+  return self.cl, self.scl, self.sock
+end
+
+--- Stop whatever is left (teardown).
+function Scene:stop()
+  M.stop(self.runs, self.sock, self.scl, self.cl)
+  self.sock = nil
+end
+
+--- A fresh run: every live node and the store flushed, a new M.new() run
+-- that stop() and assert_gone() clean up.
+function Scene:run()
+  cluster.flush(self.cl)
+  resp.call(self.sock, "FLUSHALL")
+  local run = M.new()
+  self.runs[#self.runs + 1] = run
+  return run
+end
+
+--- M.assert_gone for this scene.
+function Scene:assert_gone()
+  M.assert_gone(self.runs, self.sock, self.scl, self.cl)
+  self.sock = nil
 end
 
 --- Print "safety row N: k=v ..." (fields: a list of { key, value } pairs, in

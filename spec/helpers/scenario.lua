@@ -14,6 +14,8 @@
 --   local r = run:finish()                    -- stops the workers, reads everything
 --   r.overlaps, r.lost_updates, r:attempts_in(t0, t1), r:entered_in(t0, t1) ...
 --   scenario.stop_all()                       -- teardown: whatever is left
+--   scenario.assert_overlaps(run, 500)        -- a broken lock: sleep, finish, overlaps seen
+--   scenario.assert_gone(cl, { px })          -- last test: no worker, node, proxy or directory left
 --
 -- inject(actions, hold_ms) makes the fault begin inside a critical section:
 -- the next worker to enter one runs the actions (see scenario_worker.lua:
@@ -27,6 +29,9 @@
 
 local proc = require "helpers.proc"
 local history = require "helpers.history"
+local cluster = require "helpers.cluster"
+local faults = require "helpers.faults"
+local luassert = require "luassert"
 
 local M = {}
 
@@ -266,13 +271,8 @@ function M.outcomes(list)
 end
 
 --- Print the line a row's numbers are copied from (docs/SAFETY.md):
--- "safety row N: k1=v1 k2=v2 ..." (pairs: a list of { key, value }).
-function M.report(row, pairs)
-  local t = {}
-  for i, kv in ipairs(pairs) do t[i] = kv[1] .. "=" .. tostring(kv[2]) end
-  io.stdout:write(("\nsafety row %d: %s\n"):format(row, table.concat(t, " ")))
-  io.stdout:flush()
-end
+-- "safety row N: k1=v1 ...", as helpers/safety.lua does.
+M.report = require("helpers.safety").report
 
 --- Stop every worker started here and remove every directory.
 function M.stop_all()
@@ -284,11 +284,39 @@ end
 function M.leftovers()
   local pids, left = {}, {}
   for _, pid in ipairs(spawned) do if proc.alive(pid) then pids[#pids + 1] = pid end end
-  for _, d in ipairs(dirs) do
-    local f = io.open(d .. "/", "rb")
-    if f then f:close(); left[#left + 1] = d end
-  end
+  for _, d in ipairs(dirs) do if proc.exists(d) then left[#left + 1] = d end end
   return pids, left
+end
+
+--- Let a run of a deliberately broken lock go on ms more (then call
+-- before_finish, if given), finish it and assert the checker saw overlaps.
+function M.assert_overlaps(run, ms, before_finish)
+  run:sleep(ms)
+  if before_finish then before_finish() end
+  local r = run:finish()
+  luassert.is_true(r.overlaps > 0, r:info())
+end
+
+--- The last test of a scenario spec: stop every worker, then the fault
+-- proxies (a list, may be nil) and every cluster, and assert that no node
+-- of cl, no proxy, no worker and no directory is left.
+function M.assert_gone(cl, proxies)
+  M.stop_all()
+  local pids, dir = {}, cl.dir
+  for i = 1, cl.n do pids[i] = cl.pids[i] end
+  local ppids, pdirs = {}, {}
+  for i, px in ipairs(proxies or {}) do ppids[i], pdirs[i] = px.pid, px.dir end
+  if proxies then faults.stop_all() end
+  cluster.stop_all()
+  for i, pid in ipairs(pids) do luassert.is_false(proc.alive(pid), "node " .. i) end
+  luassert.is_false(proc.exists(dir), dir)
+  for i = 1, #ppids do
+    luassert.is_false(proc.alive(ppids[i]), "proxy " .. i)
+    luassert.is_false(proc.exists(pdirs[i]), pdirs[i])
+  end
+  local left, left_dirs = M.leftovers()
+  luassert.same({}, left)
+  luassert.same({}, left_dirs)
 end
 
 return M
