@@ -413,12 +413,26 @@ do
     print(("| Lua API vs C API on seq: within 10%% (Lua/C cycles/s) | | %s | %s |"):format(med_fmt(xs, 2),
         m and (math.abs(m - 1) <= 0.10 and "**met**" or "**not met**") or "not measured"))
 end
-trow("hand-off acquisitions/s vs best peer (later target >= 10x)", ratio_series(C, "handoff", "rate", "best", "handoff", "rate"),
-    ratio_series(LUA, "handoff", "rate", "best", "handoff", "rate"), function(x) return x >= 10 end)
+do
+    -- 10x the best peer against the ceiling: one process alone doing lock, hold,
+    -- unlock (the drivers measure it just before their hand-off run)
+    local ten = {}
+    for _, x in ipairs(series("best", "handoff", "rate")) do ten[#ten + 1] = 10 * x end
+    local ceiling = lowest(series(C, "handoff", "ceiling_rate"), series(LUA, "handoff", "ceiling_rate"))
+    local name = "hand-off acquisitions/s vs best peer (target >= 10x)"
+    if #ceiling > 0 and #ten > 0 then
+        name = ("%s: 10x is %s/s, the uncontended ceiling %s/s"):format(name, med_fmt(ten, 0), med_fmt(ceiling, 0))
+    end
+    trow(name, ratio_series(C, "handoff", "rate", "best", "handoff", "rate"),
+        ratio_series(LUA, "handoff", "rate", "best", "handoff", "rate"), function(x) return x >= 10 end)
+    trow("hand-off acquisitions/s vs the uncontended ceiling (one process: lock, hold, unlock; proposed target >= 0.8x)",
+        ratio_series(C, "handoff", "rate", C, "handoff", "ceiling_rate"),
+        ratio_series(LUA, "handoff", "rate", LUA, "handoff", "ceiling_rate"), function(x) return x >= 0.8 end)
+end
 do
     local c, l = series(C, "handoff", "p50_us"), series(LUA, "handoff", "p50_us")
     local mc, ml = median(c), median(l)
-    print(("| hand-off p50 < 1 ms (later target) | %s ms | %s ms | %s |"):format(fmt(mc and mc / 1e3, 1), fmt(ml and ml / 1e3, 1),
+    print(("| hand-off p50 < 1 ms (target) | %s ms | %s ms | %s |"):format(fmt(mc and mc / 1e3, 1), fmt(ml and ml / 1e3, 1),
         (mc and ml) and ((mc < 1000 and ml < 1000) and "**met**" or "**not met** (needs release notifications)") or "not measured"))
     local v = {}
     for _, who in ipairs { C, LUA } do for _, x in ipairs(series(who, "handoff", "violations")) do v[#v + 1] = x end end
