@@ -147,6 +147,45 @@ os.exit(0)
       assert(cluster.await_value(cl, r, nil, SETTLE_MS))
     end)
 
+    -- Before: the client listed its locks in a weak table, so a lock object
+    -- collected before close() was forgotten and its key stood for its ttl.
+    it("releases locks whose objects were collected before it", function()
+      local dlm = redlock.new { servers = cl.urls }
+      local names = { res("gc1"), res("gc2"), res("gc3") }
+      do
+        local lk = assert(dlm:lock(names[1], { ttl = LONG_TTL }))
+        local group = assert(dlm:lock_many({ names[2], names[3] }, { ttl = LONG_TTL }))
+        assert(cluster.await_value(cl, names[1], lk.value, SETTLE_MS))
+        assert(cluster.await_value(cl, names[3], group[2].value, SETTLE_MS))
+      end
+      collectgarbage()
+      collectgarbage()
+      dlm:close()
+      for _, r in ipairs(names) do assert(cluster.await_value(cl, r, nil, SETTLE_MS)) end
+    end)
+
+    -- Before: close() began one release per lock and dropped those the core
+    -- refused once 65,536 operations were in flight: 70,000 locks left 4,464
+    -- keys for their ttl, and those locks answered unlock() with "released".
+    it("releases more locks than a client can have operations in flight", function()
+      local own = cluster.start(3)
+      local dlm = redlock.new { servers = own.urls, node_timeout = 5000, prefix = res("many") }
+      local per_batch, batches = 23334, 3 -- 70,002 locks, above the 65,536 operations in flight
+      for b = 1, batches do
+        local names = {}
+        for i = 1, per_batch do names[i] = ("%d:%d"):format(b, i) end
+        assert(dlm:lock_many(names, { ttl = LONG_TTL }))
+      end
+      for i = 1, own.n do assert.are.equal(per_batch * batches, cluster.dbsize(own, i)) end
+      dlm:close()
+      local empty, why = cluster.await_all(own, function(i)
+        local n = cluster.dbsize(own, i)
+        return n == 0, n .. " keys"
+      end, SETTLE_MS)
+      own:stop()
+      assert(empty, why)
+    end)
+
     it("drops locks that were collected from its list without releasing them twice", function()
       local dlm = redlock.new { servers = cl.urls }
       local r = res("collected")

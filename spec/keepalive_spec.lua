@@ -128,6 +128,34 @@ describe("keep-alive", function()
     assert(cluster.await_value(cl, r .. ":2", nil, 10))
   end)
 
+  -- Before: the keeper extended every ttl/3 whatever the margin, so a lock
+  -- kept with a margin above two thirds of its ttl turned lost before its
+  -- first extension (ttl 3000, margin 2500: lost after ~470 ms).
+  it("extends a lock kept with a large margin before the margin is reached", function()
+    local r = res("large_margin")
+    -- validity less margin: ~2.7 s; extended every (ttl - margin) / 3 = 1 s
+    local lock = assert(dlm:lock(r, { ttl = 30000, keepalive = true, margin = 27000 }))
+    proc.sleep_ms(4000)
+    assert.is_false(lock:lost())
+    assert.is_true(lock:valid())
+    local pttl = min_pttl(cl, r)
+    assert.is_true(pttl > 27000, "PTTL after the keeper's extensions: " .. pttl)
+    assert(lock:unlock())
+  end)
+
+  -- Before: extend(1000) on a lock kept with a 2500 ms margin returned true,
+  -- and the lock was lost at once: the keeper stopped extending it.
+  it("refuses an extend to a ttl not above the margin, and keeps the lock", function()
+    local r = res("extend_margin")
+    local lock = assert(dlm:lock(r, { ttl = 30000, keepalive = true, margin = 2500 }))
+    assert.has_error(function() lock:extend(2500) end,
+      "bad argument #1 to 'extend' (ttl must be above the lock's keep-alive margin (2500 ms), got 2500)")
+    assert.is_false(lock:lost())
+    assert(lock:extend(20000))
+    assert.is_false(lock:lost())
+    assert(lock:unlock())
+  end)
+
   -- Before: the keeper went on extending with the ttl it was first handed.
   it("goes on with the ttl of a manual extend", function()
     local r = res("extend")

@@ -212,6 +212,37 @@ describe("misuse", function()
       misuse(here(), function() redlock.new { servers = {} } end, { "bad argument #1 to 'new'", "servers" })
     end)
 
+    -- Before: reported at init.lua's line, as "'lock' on a closed client".
+    it("names with_lock and the caller's line on a closed client", function()
+      local closed = redlock.new { servers = cl.urls }
+      closed:close()
+      misuse(here(), function() closed:with_lock(res("w"), nil, function() end) end,
+        "'with_lock' on a closed client")
+      misuse(here(), function() closed:lock(res("w")) end, "'lock' on a closed client")
+    end)
+
+    -- Before: a method run as a coroutine's body (no caller outside the
+    -- module) got a position inside init.lua.
+    it("gives no position when nothing outside the module called", function()
+      local ok, e = pcall(coroutine.wrap(dlm.lock), dlm, nil)
+      assert.is_false(ok)
+      assert.equal("bad argument #1 to 'lock' (resource must be a non-empty string, got nil)", e)
+    end)
+
+    -- Before: 70,000 names began 65,536 acquires, then raised "too many
+    -- operations in flight" without collecting or releasing them; every
+    -- later call on the client raised the same, and close() set the keys.
+    it("refuses lock_many with more names than operations can be in flight, before sending anything", function()
+      local names = {}
+      for i = 1, 65537 do names[i] = res("many") .. ":" .. i end
+      local before = sets(cl)
+      misuse(here(), function() dlm:lock_many(names) end,
+        "bad argument #1 to 'lock_many' (resources may list at most 65536 names, got 65537)")
+      assert.equal(before, sets(cl), "an acquire was sent")
+      local lk = assert(dlm:try_lock(res("after_many")))
+      assert(lk:unlock())
+    end)
+
     it("names with_lock, not lock, for with_lock's options", function()
       misuse(here(), function() dlm:with_lock(res("w"), { ttl = 0 }, function() end) end,
         "bad argument #2 to 'with_lock' (ttl must be a whole number of ms from 1 to 2147483647, got 0)")

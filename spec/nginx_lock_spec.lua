@@ -826,6 +826,31 @@ describe("redlock inside nginx", function()
     proc.rmdir(dir)
     assert(ok, tostring(err) .. "\nrequest: " .. tostring(out) .. log())
   end)
+  -- Before: the timers extended every ttl/3 whatever the margin, so a lock
+  -- kept with ttl 6000 and margin 4800 had its validity fall below the
+  -- margin between extensions (remaining ~4500 ms 3.5 s in) while lost()
+  -- still said false. Now every third of ttl - margin (400 ms).
+  it("extends a lock kept with a large margin before the margin is reached", function()
+    srv = start {
+      workers = 1,
+      init = init_code(cl.urls),
+      locations = { PING, [[
+        location = /margin {
+          content_by_lua_block {
+            local lock = DLM:lock(ngx.var.arg_r, { ttl = 6000, keepalive = true, margin = 4800 })
+            if not lock then ngx.say("not held") return end
+            ngx.sleep(3.5)
+            ngx.say(("lost=%s remaining=%.0f"):format(tostring(lock:lost()), lock:remaining()))
+            lock:unlock()
+          }
+        }]] },
+    }
+    local status, body = srv:get("/margin?r=" .. res("margin"))
+    assert.equal(200, status, log())
+    local lost, left = body:match("^lost=(%a+) remaining=(%-?%d+)")
+    assert.equal("false", lost, body .. log())
+    assert.is_true(tonumber(left) > 4800, body)
+  end)
   -- A kept lock whose lock object is dropped (the request ended without
   -- unlock) is released once it is garbage-collected: its guard's finalizer
   -- hands it to a timer that releases it. Without that, keep-alive would

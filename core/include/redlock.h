@@ -532,7 +532,9 @@ rl_keeper *rl_keeper_new(const char *const *urls, int nurls, const rl_options *o
 void rl_keeper_free(rl_keeper *k);
 
 /* Hand a held lock to the keeper. valid_until_ms is rl_now_ms() + validity at
- * acquisition. Return an id (>= 0) or RL_ERR with the reason in err. */
+ * acquisition. The lock counts as lost margin_ms (0 to ttl_ms - 1) before
+ * its validity would run out, and is extended every third of ttl_ms -
+ * margin_ms. Return an id (>= 0) or RL_ERR with the reason in err. */
 int rl_keeper_add(rl_keeper *k, const char *resource, size_t len, const char *value,
                   int ttl_ms, double valid_until_ms, int margin_ms, char *err, size_t errlen);
 
@@ -546,7 +548,8 @@ int rl_keeper_state(rl_keeper *k, int id, double *valid_until_ms);
  * valid_until_ms. The keeper extends with ttl_ms from now on. If one of its
  * own extensions overlapped the caller's, nodes may hold either ttl: it then
  * counts the shorter validity and extends again at once. Return RL_OK, or
- * RL_ERR for an unknown id or a lock that is not held. */
+ * RL_ERR for an unknown id, a lock that is not held, or a ttl_ms not above
+ * the lock's margin. */
 int rl_keeper_update(rl_keeper *k, int id, int ttl_ms, double started_ms, double valid_until_ms);
 
 /* Stop extending lock id and forget it (the caller releases it).

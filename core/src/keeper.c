@@ -87,6 +87,14 @@ static double lost_at(const kept *e) {
     return e->valid_until - e->margin_ms;
 }
 
+/* How long after a successful extension e is extended again: a third of
+ * what its ttl leaves above the margin, so that two more tries fit before
+ * the lock would be called lost (every ttl/3 with no margin). */
+static double period_of(const kept *e) {
+    double p = (e->ttl_ms - e->margin_ms) / 3.0;
+    return p >= 1 ? p : 1;
+}
+
 /* When the thread must look at e next: its extension, unless one is in
  * flight or it would come after e is lost. */
 static double deadline_of(const kept *e) {
@@ -224,7 +232,7 @@ static void apply(rl_keeper *k, const rl_result *r) {
         e->next_due = now;
     } else if (r->status == RL_STATUS_OK) {
         e->valid_until = e->extend_start + r->validity_ms;
-        e->next_due = now + e->ttl_ms / 3.0;
+        e->next_due = now + period_of(e);
     } else if (r->status == RL_STATUS_NOT_HELD) {
         set_state(k, o.entry, RL_KEEP_LOST);
         return;
@@ -437,7 +445,8 @@ int rl_keeper_add(rl_keeper *k, const char *resource, size_t len, const char *va
     if (!value || strnlen(value, RL_VALUE_LEN + 1) != RL_VALUE_LEN)
         return snprintf(err, errlen, "value must be %d characters", RL_VALUE_LEN), RL_ERR;
     if (ttl_ms <= 0) return snprintf(err, errlen, "ttl must be > 0 ms"), RL_ERR;
-    if (margin_ms < 0) return snprintf(err, errlen, "margin must be >= 0 ms"), RL_ERR;
+    if (margin_ms < 0 || margin_ms >= ttl_ms)
+        return snprintf(err, errlen, "margin must be from 0 to ttl - 1 ms (got %d)", margin_ms), RL_ERR;
     if (!(valid_until_ms == valid_until_ms)) return snprintf(err, errlen, "valid_until must be a number"), RL_ERR;
     char *copy = malloc(len);
     if (!copy) return snprintf(err, errlen, "out of memory"), RL_ERR;
@@ -461,7 +470,7 @@ int rl_keeper_add(rl_keeper *k, const char *resource, size_t len, const char *va
     e->ttl_ms = ttl_ms;
     e->margin_ms = margin_ms;
     e->valid_until = valid_until_ms;
-    e->next_due = rl_now_ms() + ttl_ms / 3.0;
+    e->next_due = rl_now_ms() + period_of(e);
     e->op = -1;
     e->next_free = -1;
     schedule(k, id);
@@ -495,7 +504,7 @@ int rl_keeper_update(rl_keeper *k, int id, int ttl_ms, double started_ms, double
     int rc = RL_ERR;
     pthread_mutex_lock(&k->mu);
     kept *e = owned(k, id);
-    if (e && e->state == RL_KEEP_HELD) {
+    if (e && e->state == RL_KEEP_HELD && ttl_ms > e->margin_ms) {
         double now = rl_now_ms();
         e->ttl_ms = ttl_ms;
         if (e->op >= 0 || e->extend_start >= started_ms) {
@@ -505,7 +514,7 @@ int rl_keeper_update(rl_keeper *k, int id, int ttl_ms, double started_ms, double
             e->next_due = now;
         } else {
             e->valid_until = valid_until_ms;
-            e->next_due = now + ttl_ms / 3.0;
+            e->next_due = now + period_of(e);
         }
         schedule(k, id);
         rc = RL_OK;

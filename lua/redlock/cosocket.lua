@@ -1140,7 +1140,13 @@ local function schedule(k, id, delay)
     end
 end
 
--- One extension of kept lock id, as rl_keeper does it: every ttl/3; after a
+-- How long after a successful extension an entry is extended again, as
+-- rl_keeper does it: a third of what its ttl leaves above the margin.
+local function period(entry)
+    return math.max((entry.ttl - entry.margin) / 3, 1)
+end
+
+-- One extension of kept lock id, as rl_keeper does it: every period; after a
 -- failure, again soon, until the validity (less the margin) runs out; lost
 -- when not held.
 tick = function(premature, k, id)
@@ -1154,7 +1160,7 @@ tick = function(premature, k, id)
     if entry == nil or entry.state ~= KEEP_HELD then return end
     if rc == RL_OK and out.status == STATUS_OK then
         entry.valid_until = started + out.validity_ms
-        return schedule(k, id, entry.ttl / 3)
+        return schedule(k, id, period(entry))
     end
     if rc == RL_OK and out.status == STATUS_NOT_HELD then
         entry.state = KEEP_LOST
@@ -1173,7 +1179,7 @@ function keeper:add(resource, len, value, ttl, valid_until, margin, errbuf, errl
     self.next_id = id + 1
     self.entries[id] = { resource = ffi_string(resource, len), value = ffi_string(value), ttl = ttl,
                          valid_until = valid_until, margin = margin, state = KEEP_HELD }
-    schedule(self, id, ttl / 3)
+    schedule(self, id, period(self.entries[id]))
     if self.entries[id].state ~= KEEP_HELD then
         self.entries[id] = nil
         ffi.copy(errbuf, "cannot start an ngx.timer (lua_max_pending_timers reached?)")
@@ -1185,13 +1191,16 @@ end
 function keeper:state(id, until_buf)
     local entry = self.entries[id]
     if entry == nil then return RL_ERR end
+    -- as rl_keeper: lost once the validity (less the margin) has run out,
+    -- whether or not an extension has failed yet
+    if entry.state == KEEP_HELD and now_ms() >= entry.valid_until - entry.margin then entry.state = KEEP_LOST end
     if until_buf ~= nil then until_buf[0] = entry.valid_until end
     return entry.state
 end
 
 function keeper:update(id, ttl, started, valid_until)
     local entry = self.entries[id]
-    if entry == nil or entry.state ~= KEEP_HELD then return RL_ERR end
+    if entry == nil or entry.state ~= KEEP_HELD or ttl <= entry.margin then return RL_ERR end
     entry.ttl = ttl
     entry.valid_until = valid_until
     return RL_OK

@@ -53,6 +53,11 @@ local WEAK_KEYS = { __mode = "k" }
 -- The longest close(), or a keeper collected with locks still kept, waits for
 -- the keeper's releases.
 local RELEASE_BOUND_MS = 1000
+-- The client's list of locks for close() is swept of expired ones when it
+-- has doubled since the last sweep, and not before it holds this many.
+local HELD_PRUNE_MIN = 256
+-- Operations in flight on one client at most (ids % RL_ID_SLOTS differ).
+local ID_SLOTS = C.RL_ID_SLOTS
 
 ---------------------------------------------------------------------------
 -- argument checks
@@ -74,7 +79,7 @@ local function raise(msg)
     local level = 2
     while true do
         local info = getinfo(level, "S")
-        if info == nil then level = 1; break end
+        if info == nil then level = 0; break end -- no caller outside: no position
         if info.source ~= THIS_FILE then
             local above = info.what == "C" and getinfo(level + 1, "S")
             if not (above and above.source == THIS_FILE) then break end
@@ -289,6 +294,10 @@ function _M.new(opts)
         tls = opts.tls and copy_strings(opts.tls), -- options.tls's strings point into these
         urls = urls,
         live = setmetatable({}, WEAK_KEYS), -- locks made here (released or not), for close()
+        held = {},            -- value -> resource of each lock not unlocked nor kept, for close(),
+        held_until = {},      -- value -> when its key is gone from every node by itself,
+        held_n = 0,           -- so that close() releases locks whose objects were collected
+        held_prune_at = HELD_PRUNE_MIN,
         head_starts = {},     -- resource -> until when a waiter that heard our release goes first
         head_start_n = 0,     -- entries in head_starts
         keeper = nil,         -- started on first use of keep-alive
@@ -350,7 +359,7 @@ end
 
 local function live_client(self, fname)
     local client = self.client
-    if client == nil then error(("'%s' on a closed client"):format(fname), 3) end
+    if client == nil then raise(("'%s' on a closed client"):format(fname)) end
     return client
 end
 
@@ -389,6 +398,73 @@ end
 ---------------------------------------------------------------------------
 -- locks
 
+-- A lock not kept and not unlocked is listed in the client's `held` until
+-- its key has left every node by itself: started + ttl, stretched by the
+-- drift allowance. close() releases what is listed, whether or not the lock
+-- object is still alive (a dropped lock is not released at collection: it
+-- runs out its ttl unless close() or unlock() runs first).
+local function hold_until(lk, started, ttl)
+    local d = lk.dlm
+    local until_ = started + ttl * (1 + d.options.drift_factor) + 2
+    local v = lk.value
+    local old = d.held_until[v]
+    if old == nil then
+        d.held[v] = lk.resource
+        d.held_n = d.held_n + 1
+    elseif old > until_ then
+        return
+    end
+    d.held_until[v] = until_
+end
+
+local function unhold(d, v)
+    if d.held[v] ~= nil then
+        d.held[v], d.held_until[v] = nil, nil
+        d.held_n = d.held_n - 1
+    end
+end
+
+-- An unlocked lock: close() has nothing more to do for it.
+local function forget(lk)
+    unhold(lk.dlm, lk.value)
+    lk.dlm.live[lk] = nil
+end
+
+-- Start an operation: op(client, ...) is a begin_* (an id, or negative) or
+-- a blocking form (RL_OK, or RL_ERR). While every operation slot of the
+-- client is taken, make room first: drain() (if given) collects operations
+-- the caller began and waits for anyway, and says whether it took any; else
+-- the client's loop runs while the tails of earlier operations end, for at
+-- most the node and connect timeouts. Returns what op returned (>= 0), or
+-- nil and the core's reason.
+local function in_room(d, client, drain, op, ...)
+    local id = op(client, ...)
+    if id >= 0 then return id end
+    local deadline
+    while ffi_string(client:errstr()):find("^too many operations in flight") do
+        if not (drain and drain()) then
+            local now = C.rl_now_ms()
+            deadline = deadline or now + d.options.node_timeout_ms + d.options.connect_timeout_ms
+            if now >= deadline then break end
+            client:sleep(1)
+        end
+        id = op(client, ...)
+        if id >= 0 then return id end
+    end
+    return nil, ffi_string(client:errstr())
+end
+
+-- Drop the listed locks whose keys are gone by themselves; then wait for
+-- the list to double before looking again.
+local function prune_held(d)
+    local now, n = C.rl_now_ms(), 0
+    for v, until_ in pairs(d.held_until) do
+        if until_ <= now then d.held[v], d.held_until[v] = nil, nil else n = n + 1 end
+    end
+    d.held_n = n
+    d.held_prune_at = n * 2 > HELD_PRUNE_MIN and n * 2 or HELD_PRUNE_MIN
+end
+
 local function new_lock(self, resource, ttl, started, r)
     local lk = setmetatable({
         dlm = self,
@@ -404,6 +480,8 @@ local function new_lock(self, resource, ttl, started, r)
         kept = nil,
     }, lock_mt)
     self.live[lk] = true
+    hold_until(lk, started, ttl)
+    if self.held_n >= self.held_prune_at then prune_held(self) end
     return lk
 end
 
@@ -415,8 +493,9 @@ local function keep(lk, margin)
     local id = k:add(lk.resource, #lk.resource, lk.value, lk.ttl,
                                lk.valid_until, margin or 0, errbuf, C.RL_ERR_LEN)
     if id < 0 then return nil, "keep-alive refused the lock: " .. ffi_string(errbuf) end
-    lk.kept = id
+    lk.kept, lk.margin = id, margin or 0
     lk.guard = ffi_gc(guard_t(id), self.drop_guard)
+    unhold(self, lk.value) -- the keeper releases it, if its object is collected too
     return true
 end
 
@@ -439,7 +518,8 @@ end
 local function attempt_by(self, client, resource, ttl, acquire)
     local started = C.rl_now_ms()
     if acquire(client, resource, #resource, ttl, result) ~= RL_OK then
-        raise("redlock: " .. ffi_string(client:errstr()))
+        local ok, why = in_room(self, client, nil, acquire, resource, #resource, ttl, result)
+        if not ok then raise("redlock: " .. why) end
     end
     if result.status == OK then return new_lock(self, resource, ttl, started, result) end
     return failure(self, result)
@@ -746,7 +826,10 @@ function lock:check()
     return self
 end
 
+-- The keeper lets go of lk; the client lists it again until its key would
+-- be gone by itself (the keeper's last extension was at most a ttl ago).
 local function stop_keeping(lk)
+    if lk.kept ~= nil then hold_until(lk, C.rl_now_ms(), lk.ttl) end
     if lk.kept ~= nil and lk.dlm.keeper ~= nil then lk.dlm.keeper:remove(lk.kept) end
     if lk.guard ~= nil then ffi_gc(lk.guard, nil) end
     lk.kept, lk.guard = nil, nil
@@ -783,17 +866,29 @@ function dlm:close()
     local client = self.client
     if client == nil then return end
     self.client = nil -- first: whatever runs from here on sees the client closed
-    local ids = {}
     for lk in pairs(self.live) do
         if not lk.released then
             stop_keeping(lk)
             lk.released, lk.closed = true, true
-            local id = client:begin_release(lk.resource, #lk.resource, lk.value)
-            if id >= 0 then ids[#ids + 1] = id end
         end
     end
-    for i = 1, #ids do client:wait(ids[i], result) end
-    self.live = setmetatable({}, WEAK_KEYS)
+    -- every lock not unlocked, its object alive or not (kept ones whose
+    -- objects were collected are the keeper's, below)
+    local ids, waited, now = {}, 0, C.rl_now_ms()
+    local function drain()
+        if waited == #ids then return false end
+        for i = waited + 1, #ids do client:wait(ids[i], result) end
+        waited = #ids
+        return true
+    end
+    local held_until = self.held_until
+    for value, resource in pairs(self.held) do
+        if held_until[value] > now then
+            ids[#ids + 1] = in_room(self, client, drain, client.begin_release, resource, #resource, value)
+        end
+    end
+    drain()
+    self.live, self.held, self.held_until, self.held_n = setmetatable({}, WEAK_KEYS), {}, {}, 0
     local k = self.keeper
     if k ~= nil then
         self.keeper_live.on = false
@@ -810,6 +905,9 @@ end
 function lock:extend(ttl)
     check_self(self, lock_mt, "extend", "a lock", "lock:extend(ttl)")
     if ttl == nil then ttl = self.ttl else check_ms(1, "extend", "ttl", ttl) end
+    if self.kept ~= nil and ttl <= self.margin then
+        argerror(1, "extend", ("ttl must be above the lock's keep-alive margin (%d ms), got %d"):format(self.margin, ttl))
+    end
     if self.released then return refusal(self.dlm, "invalid", "the lock was unlocked") end
     local max = self.dlm.max_extensions
     if max and self.extensions >= max then
@@ -819,8 +917,11 @@ function lock:extend(ttl)
     local client = live_client(self.dlm, "extend")
     local started = C.rl_now_ms()
     if client:extend(self.resource, #self.resource, self.value, ttl, result) ~= RL_OK then
-        raise("redlock: " .. ffi_string(client:errstr()))
+        local ok, why = in_room(self.dlm, client, nil, client.extend, self.resource, #self.resource, self.value, ttl, result)
+        if not ok then raise("redlock: " .. why) end
     end
+    -- nodes that took it keep the key up to the new ttl from here
+    if self.kept == nil then hold_until(self, started, ttl) end
     if result.status ~= OK then
         after_failed_extend(self, ttl, started, result)
         return failure(self.dlm, result)
@@ -852,11 +953,12 @@ function lock:unlock()
     stop_keeping(self)
     local client = live_client(self.dlm, "unlock")
     if client:release(self.resource, #self.resource, self.value, result) ~= RL_OK then
-        raise("redlock: " .. ffi_string(client:errstr()))
+        local ok, why = in_room(self.dlm, client, nil, client.release, self.resource, #self.resource, self.value, result)
+        if not ok then raise("redlock: " .. why) end
     end
     if result.status == OK then
         self.released = true
-        self.dlm.live[self] = nil
+        forget(self)
         if result.heard > 0 then mark_head_start(self.dlm, self.resource) end
         return true, nil, detail_of(self.dlm, result)
     end
@@ -866,39 +968,65 @@ end
 ---------------------------------------------------------------------------
 -- many locks at once
 
-local function release_all_started(client, locks)
+-- Release the locks of a batch that failed, all in flight together. One
+-- that cannot even begin stays listed for close() (and its ttl).
+local function release_all_started(self, client, locks)
+    local ids, begun, waited = {}, 0, 0
+    local function drain()
+        if waited == begun then return false end
+        for i = waited + 1, begun do
+            if ids[i] then client:wait(ids[i], result) end
+        end
+        waited = begun
+        return true
+    end
     for i = 1, #locks do
         local lk = locks[i]
         lk.released = true
-        lk.op = client:begin_release(lk.resource, #lk.resource, lk.value)
+        ids[i] = in_room(self, client, drain, client.begin_release, lk.resource, #lk.resource, lk.value) or false
+        begun = i
+        if ids[i] then forget(lk) end
     end
-    for i = 1, #locks do
-        if locks[i].op >= 0 then client:wait(locks[i].op, result) end
-        locks[i].op = nil
-    end
+    drain()
 end
 
 -- One all-or-nothing attempt: every acquire in flight together (begin:
--- the client's begin_acquire or begin_acquire_fenced).
+-- the client's begin_acquire or begin_acquire_fenced). With every operation
+-- slot taken, the acquires begun so far are collected to make room; after a
+-- refusal the rest are not begun.
 local function attempt_many_with(self, client, resources, ttl, begin)
-    local ids, started = {}, C.rl_now_ms()
-    for i = 1, #resources do
-        ids[i] = begin(client, resources[i], #resources[i], ttl)
-        if ids[i] < 0 then raise("redlock: " .. ffi_string(client:errstr())) end
-    end
+    local started = C.rl_now_ms()
+    local ids, begun, collected = {}, 0, 0
     local locks, err, detail = {}, nil, nil
-    for i = 1, #resources do
-        client:wait(ids[i], result)
-        if result.status == OK then
-            locks[#locks + 1] = new_lock(self, resources[i], ttl, started, result)
-        elseif not err then
-            local _
-            _, err, detail = failure(self, result)
-            detail.resource = resources[i]
+    local function drain()
+        if collected == begun then return false end
+        for i = collected + 1, begun do
+            client:wait(ids[i], result)
+            if result.status == OK then
+                locks[#locks + 1] = new_lock(self, resources[i], ttl, started, result)
+            elseif not err then
+                local _
+                _, err, detail = failure(self, result)
+                detail.resource = resources[i]
+            end
         end
+        collected = begun
+        return true
     end
+    while begun < #resources and not err do
+        local r = resources[begun + 1]
+        local id, why = in_room(self, client, drain, begin, r, #r, ttl)
+        if not id then
+            drain()
+            release_all_started(self, client, locks)
+            raise("redlock: " .. why)
+        end
+        begun = begun + 1
+        ids[begun] = id
+    end
+    drain()
     if err then
-        release_all_started(client, locks)
+        release_all_started(self, client, locks)
         return nil, err, detail
     end
     return setmetatable(locks, group_mt)
@@ -919,6 +1047,9 @@ function dlm:lock_many(resources, opts)
     if type(resources) ~= "table" or #resources == 0 then
         argerror(1, "lock_many", "resources must be a non-empty list of strings, got " ..
             (type(resources) == "table" and "an empty table" or show(resources)))
+    end
+    if #resources > ID_SLOTS then
+        argerror(1, "lock_many", ("resources may list at most %d names, got %d"):format(ID_SLOTS, #resources))
     end
     local seen = {}
     for i = 1, #resources do
@@ -951,30 +1082,37 @@ function group:unlock()
     end
     if not any then return refusal(dlm_, "invalid", "the locks were already unlocked") end
     local client = live_client(dlm_, "unlock")
+    local ok, err, detail = true, nil, nil
+    local begun, waited = 0, 0
+    local function drain()
+        if waited == begun then return false end
+        for i = waited + 1, begun do
+            if ids[i] then
+                client:wait(ids[i], result)
+                if result.status == OK then
+                    self[i].released = true
+                    forget(self[i])
+                    if result.heard > 0 then mark_head_start(dlm_, self[i].resource) end
+                elseif ok then
+                    ok, err, detail = failure(dlm_, result)
+                    detail.resource = self[i].resource
+                end
+            end
+        end
+        waited = begun
+        return true
+    end
     for i = 1, #self do
         local lk = self[i]
         stop_keeping(lk)
         if not lk.released then
-            ids[i] = client:begin_release(lk.resource, #lk.resource, lk.value)
-            if ids[i] < 0 then
-                ids[i] = nil
-                refused = refused or ffi_string(client:errstr())
-            end
+            local id, why = in_room(dlm_, client, drain, client.begin_release, lk.resource, #lk.resource, lk.value)
+            refused = refused or why
+            ids[i] = id
         end
+        begun = i
     end
-    local ok, err, detail = true, nil, nil
-    for i = 1, #self do
-        if ids[i] then
-            client:wait(ids[i], result)
-            if result.status == OK then
-                self[i].released = true
-                if result.heard > 0 then mark_head_start(dlm_, self[i].resource) end
-            elseif ok then
-                ok, err, detail = failure(dlm_, result)
-                detail.resource = self[i].resource
-            end
-        end
-    end
+    drain()
     if refused then raise("redlock: " .. refused) end
     return ok, err, detail
 end
@@ -1011,6 +1149,7 @@ end
 function dlm:with_lock(resource, opts, fn, ...)
     check_self(self, dlm_mt, "with_lock", "a client", "dlm:with_lock(...)")
     lock_options(self, "with_lock", resource, opts)
+    live_client(self, "with_lock")
     if type(fn) ~= "function" then argerror(3, "with_lock", "function expected, got " .. show(fn)) end
     local lock_opts = { keepalive = true }
     if opts then
