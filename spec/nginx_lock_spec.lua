@@ -412,6 +412,15 @@ describe("redlock inside nginx", function()
           }
           return 200 "$res";
         }]], [[
+        location = /close {
+          set_by_lua_block $res {
+            -- Before: close() returned, released nothing and marked the
+            -- client's locks released
+            local ok, err = pcall(DLM.close, DLM)
+            return tostring(ok) .. " " .. tostring(err)
+          }
+          return 200 "$res";
+        }]], [[
         location = /phases {
           content_by_lua_block {
             ngx.say(ngx.shared.phases:get("init_worker"))
@@ -423,6 +432,9 @@ describe("redlock inside nginx", function()
     assert.equal(200, status, log())
     assert.matches("^false .*set phase", body, 1, false)
     print("    [phases] set: " .. body)
+    status, body = srv:get("/close")
+    assert.equal(200, status, log())
+    assert.matches("^false .*set phase", body, 1, false)
     local deadline = proc.now_ms() + 3000
     repeat
       status, body = srv:get("/phases")
@@ -851,6 +863,88 @@ describe("redlock inside nginx", function()
     assert.equal("false", lost, body .. log())
     assert.is_true(tonumber(left) > 4800, body)
   end)
+  -- Before: a hub timer that nginx dropped (every lua_max_running_timers
+  -- slot busy) left the hub marked running for good: every later call in
+  -- that worker raised "no result from redlock's hub" after 3 s.
+  it("starts the hub again when nginx dropped its timer", function()
+    srv = start {
+      workers = 1,
+      init = init_code(cl.urls),
+      http = "lua_max_running_timers 2;",
+      locations = { PING, [[
+        location = /block {
+          content_by_lua_block {
+            for _ = 1, 2 do ngx.timer.at(0, function() ngx.sleep(2) end) end
+            ngx.say("blocked")
+          }
+        }]], [[
+        location = /try {
+          content_by_lua_block {
+            local ok, lock, err = pcall(DLM.try_lock, DLM, ngx.var.arg_r)
+            if ok and lock then lock:unlock() ngx.say("ok") return end
+            ngx.say("fail ", tostring(lock), " ", tostring(err))
+          }
+        }]] },
+    }
+    local status, body = srv:get("/block")
+    assert.equal(200, status, log())
+    proc.sleep_ms(100) -- both timers running
+    status, body = srv:get("/try?r=" .. res("dropped"))
+    assert.equal(200, status, log())
+    assert.matches("^fail", body) -- the hub's timer could not run
+    proc.sleep_ms(2500)         -- the blocking timers are over
+    status, body = srv:get("/try?r=" .. res("after"))
+    assert.equal(200, status, log())
+    assert.equal("ok\n", body, log())
+  end)
+
+  -- Before: a reload fired the keep-alive timers early, and they released
+  -- the kept locks while their requests ran on (another worker took the
+  -- lock within 0.5 s of the HUP, and lost() still said false).
+  it("leaves a kept lock to the request that holds it when nginx reloads", function()
+    srv = start {
+      workers = 1,
+      init = init_code(cl.urls),
+      locations = { PING, [[
+        location = /keep {
+          content_by_lua_block {
+            local lock = DLM:lock(ngx.var.arg_r, { ttl = 5000, keepalive = true })
+            if not lock then ngx.say("not held") return end
+            ngx.sleep(2)
+            ngx.say("lost=", tostring(lock:lost()), " unlock=", tostring(lock:unlock()))
+          }
+        }]] },
+    }
+    local r = res("reload")
+    local dir = proc.tmpdir()
+    local code = ([[local n = require "helpers.nginx"
+      local s, b = n.request(%d, %q, { timeout_ms = 10000 })
+      io.write(tostring(s), " ", tostring(b))]]):format(srv.port, "/keep?r=" .. r)
+    local pid = proc.spawn_luajit({ "luajit", "-e", code }, dir .. "/out")
+    local ok, err = pcall(function()
+      local function holding()
+        local n = 0
+        for i = 1, cl.n do
+          if cluster.pttl(cl, i, r) > 0 then n = n + 1 end
+        end
+        return n
+      end
+      local deadline = proc.now_ms() + 3000
+      while holding() < 3 do
+        assert(proc.now_ms() < deadline, "the lock never showed up")
+        proc.sleep_ms(10)
+      end
+      proc.kill(srv.pid, "HUP")
+      proc.sleep_ms(700)
+      assert.is_true(holding() >= 2, "released under the request after the reload")
+      assert.is_true(proc.wait_gone(pid, 8000))
+      assert.matches("^200 lost=false unlock=true", proc.read_file(dir .. "/out") or "")
+    end)
+    local out = proc.read_file(dir .. "/out")
+    proc.stop(pid)
+    proc.rmdir(dir)
+    assert(ok, tostring(err) .. "\nrequest: " .. tostring(out) .. log())
+  end)
   -- A kept lock whose lock object is dropped (the request ended without
   -- unlock) is released once it is garbage-collected: its guard's finalizer
   -- hands it to a timer that releases it. Without that, keep-alive would
@@ -967,6 +1061,55 @@ describe("redlock inside nginx", function()
     print(("    [hand-off] notify on: median %.1f ms (%s)"):format(median(h), show(h)))
     assert.is_true(median(h) < 150, "hand-offs " .. show(h) .. log())
     for _, v in ipairs(h) do assert.is_true(v < 400, "hand-offs " .. show(h) .. log()) end
+  end)
+
+  -- Before: a request killed while it waited (its client gave up, with
+  -- lua_check_client_abort on) left its semaphore among the hub's sleepers,
+  -- and the hub's wake-up went to it whenever pairs() listed it first: the
+  -- live waiter slept out its policy's 3 s delay.
+  it("wakes a live waiter, not one whose request was aborted while it waited", function()
+    srv = start {
+      workers = 1,
+      init = init_code(cl.urls),
+      locations = { PING, [[
+        location = /wait {
+          lua_check_client_abort on;
+          content_by_lua_block {
+            local lock, err = DLM:lock(ngx.var.arg_r, { wait = 8000, retry = redlock.retry.fixed(3000, 100) })
+            if not lock then ngx.say("fail ", err) return end
+            ngx.say(("%.3f"):format(sproc.now_ms()))
+            lock:unlock()
+          }
+        }]] },
+    }
+    local r = res("aborted")
+    local holder = redlock.new { servers = cl.urls }
+    local lk = assert(holder:lock(r, { ttl = 20000 }))
+    -- twelve waiters whose clients give up after 300 ms: their requests die asleep
+    local reqs = {}
+    for k = 1, 12 do reqs[k] = { path = "/wait?r=" .. r .. "&k=" .. k } end
+    srv:get_many(reqs, 12, { timeout_ms = 300 })
+    local dir = proc.tmpdir()
+    local code = ([[local n = require "helpers.nginx"
+      local s, b = n.request(%d, %q, { timeout_ms = 10000 })
+      io.write(tostring(s), " ", tostring(b))]]):format(srv.port, "/wait?r=" .. r .. "&k=live")
+    local pid = proc.spawn_luajit({ "luajit", "-e", code }, dir .. "/out")
+    local ok, err = pcall(function()
+      proc.sleep_ms(500) -- the live waiter made its first attempt and sleeps
+      local released = proc.now_ms()
+      assert(lk:unlock())
+      assert.is_true(proc.wait_gone(pid, 8000))
+      local out = proc.read_file(dir .. "/out") or ""
+      local at = tonumber(out:match("^200 ([%d.]+)"))
+      assert(at, "the live waiter said: " .. out)
+      local handoff = at - released
+      print(("    [hand-off] past 12 aborted waiters: %.1f ms"):format(handoff))
+      assert.is_true(handoff < 1500, ("hand-off %.0f ms (the policy polls every 3000 ms)"):format(handoff))
+    end)
+    proc.stop(pid)
+    proc.rmdir(dir)
+    holder:close()
+    assert(ok, tostring(err) .. log())
   end)
 
   it("without notifications (notify = false) waits out the policy's delay (the contrast)", function()

@@ -550,18 +550,38 @@ local function heard_message(hub, ch, text)
     if c == nil then return end -- no longer watched
     c.heard = c.heard + 1
     hub.heard_total = hub.heard_total + 1
+    -- sleepers[sema]: true while its request waits on it (count -1), "posted"
+    -- once a message woke it; a semaphore nobody waits on any more belongs
+    -- to a request that was killed asleep (client abort, ngx.exit from
+    -- another thread) and is dropped, so that it swallows no wake-up
+    local sleepers = c.sleepers
     if direct then
-        for sema in pairs(c.sleepers) do
-            if sema:count() < 1 then sema:post(1) end
-            break
+        -- one request per release, whichever node's message comes first
+        for _, state in pairs(sleepers) do
+            if state == "posted" then c.listeners = 1 return end
+        end
+        for sema in pairs(sleepers) do
+            if sema:count() < 0 then
+                sema:post(1)
+                sleepers[sema] = "posted"
+                break
+            end
+            sleepers[sema] = nil
         end
         c.listeners = 1
         return
     end
     local asleep = 0
-    for sema in pairs(c.sleepers) do
-        asleep = asleep + 1
-        if sema:count() < 1 then sema:post(1) end
+    for sema, state in pairs(sleepers) do
+        if sema:count() < 0 then
+            asleep = asleep + 1
+            sema:post(1)
+            sleepers[sema] = "posted"
+        elseif state == "posted" then
+            asleep = asleep + 1
+        else
+            sleepers[sema] = nil
+        end
     end
     local conns = tonumber(text)
     c.listeners = conns and conns >= 1 and conns - 1 + math.max(asleep, 1) or 0
@@ -770,7 +790,9 @@ end
 
 local start
 
-local function hub_main(premature, hub)
+local function hub_main(premature, hub, token)
+    if token ~= hub.token then return end -- a timer given up on (see start)
+    hub.beat = true
     hub.connects, hub.ended = 0, {}
     local ok, why, rotate = xpcall(loop, debug.traceback, hub, premature)
     if not ok then
@@ -785,13 +807,19 @@ local function hub_main(premature, hub)
     if rotate then start(hub) end
 end
 
+-- How long a started hub timer may take to run before it counts as dropped
+-- (nginx drops a pending timer when lua_max_running_timers are all busy,
+-- logging it) and another is started.
+local HUB_START_MS = 1000
+
 -- Make sure the hub's timer runs. nil, or why it cannot.
 start = function(hub)
-    if hub.running then return nil end
+    if hub.running and (hub.beat or now_ms() - hub.started_at < HUB_START_MS) then return nil end
     if hub.work == nil then hub.work = semaphore.new(0) end
-    local ok, err = ngx.timer.at(0, hub_main, hub)
+    local token = {}
+    local ok, err = ngx.timer.at(0, hub_main, hub, token)
     if not ok then return "cannot start the hub's ngx.timer: " .. tostring(err) end
-    hub.running = true
+    hub.running, hub.beat, hub.started_at, hub.token = true, false, now_ms(), token
     return nil
 end
 
@@ -824,7 +852,7 @@ local function new_hub(e, n, opts, tls)
         prefix = (opts.prefix ~= nil and opts.prefix_len > 0) and ffi_string(opts.prefix, opts.prefix_len) or "",
         e = e, n = n, res = ffi_new("rl_result"), waiters = {},
         socks = {}, readers = {}, gen = {}, up = {}, hosts = {}, ports = {}, names = {},
-        work = nil, running = false, last_call = 0, now = 0, connects = 0, ended = {},
+        work = nil, running = false, beat = false, started_at = 0, token = nil, last_call = 0, now = 0, connects = 0, ended = {},
         node_timeout = opts.node_timeout_ms, connect_timeout = opts.connect_timeout_ms,
         quorum = C.rl_engine_quorum(e),
     }
@@ -1133,11 +1161,12 @@ local tick
 -- Extend again in delay ms, on a timer of its own (a timer is a request of
 -- its own, with cosockets, that outlives the request that kept the lock).
 local function schedule(k, id, delay)
-    local ok = ngx.timer.at(delay / 1000, tick, k, id)
+    local ok, err = ngx.timer.at(delay / 1000, tick, k, id)
     if not ok then
         local entry = k.entries[id]
         if entry then entry.state = KEEP_LOST end
     end
+    return err
 end
 
 -- How long after a successful extension an entry is extended again, as
@@ -1152,7 +1181,10 @@ end
 tick = function(premature, k, id)
     local entry = k.entries[id]
     if entry == nil or entry.state ~= KEEP_HELD or k.stopped then return end
-    if premature then return k:release_entry(id) end
+    -- the worker is exiting (reload, stop): its requests run on and may still
+    -- hold the lock, so it is not released under them; unextended, it is
+    -- lost once its validity less the margin runs out
+    if premature then return end
     local out = k.result
     local started = now_ms()
     local rc = k.client:extend(entry.resource, #entry.resource, entry.value, entry.ttl, out)
@@ -1179,10 +1211,10 @@ function keeper:add(resource, len, value, ttl, valid_until, margin, errbuf, errl
     self.next_id = id + 1
     self.entries[id] = { resource = ffi_string(resource, len), value = ffi_string(value), ttl = ttl,
                          valid_until = valid_until, margin = margin, state = KEEP_HELD }
-    schedule(self, id, period(self.entries[id]))
+    local err = schedule(self, id, period(self.entries[id]))
     if self.entries[id].state ~= KEEP_HELD then
         self.entries[id] = nil
-        ffi.copy(errbuf, "cannot start an ngx.timer (lua_max_pending_timers reached?)")
+        ffi.copy(errbuf, ("cannot start an ngx.timer: " .. tostring(err)):sub(1, C.RL_ERR_LEN - 1))
         return RL_ERR
     end
     return id

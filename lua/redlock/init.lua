@@ -790,6 +790,7 @@ local function kept_state(lk)
     local k = lk.dlm.keeper
     if lk.kept == nil or k == nil then return nil end
     local state = k:state(lk.kept, until_buf)
+    if state < 0 then return nil end -- no longer known to the keeper: the validity says
     if state > 0 then lk.valid_until = until_buf[0] end
     return state
 end
@@ -865,6 +866,8 @@ function dlm:close()
     check_self(self, dlm_mt, "close", "a client", "dlm:close()")
     local client = self.client
     if client == nil then return end
+    local refusal_ = backend.phase_refusal and backend.phase_refusal()
+    if refusal_ then raise("redlock: " .. refusal_) end -- before any lock is marked released
     self.client = nil -- first: whatever runs from here on sees the client closed
     for lk in pairs(self.live) do
         if not lk.released then
@@ -997,12 +1000,15 @@ end
 local function attempt_many_with(self, client, resources, ttl, begin)
     local started = C.rl_now_ms()
     local ids, begun, collected = {}, 0, 0
-    local locks, err, detail = {}, nil, nil
+    local locks, err, detail, unknown = {}, nil, nil, nil
     local function drain()
         if collected == begun then return false end
         for i = collected + 1, begun do
-            client:wait(ids[i], result)
-            if result.status == OK then
+            if client:wait(ids[i], result) ~= RL_OK then
+                -- no result (inside nginx: the hub gave up): not a lock
+                unknown = unknown or ffi_string(client:errstr())
+                err = err or "unavailable"
+            elseif result.status == OK then
                 locks[#locks + 1] = new_lock(self, resources[i], ttl, started, result)
             elseif not err then
                 local _
@@ -1025,6 +1031,10 @@ local function attempt_many_with(self, client, resources, ttl, begin)
         ids[begun] = id
     end
     drain()
+    if unknown then
+        release_all_started(self, client, locks)
+        raise("redlock: " .. unknown)
+    end
     if err then
         release_all_started(self, client, locks)
         return nil, err, detail
@@ -1087,8 +1097,9 @@ function group:unlock()
     local function drain()
         if waited == begun then return false end
         for i = waited + 1, begun do
-            if ids[i] then
-                client:wait(ids[i], result)
+            if ids[i] and client:wait(ids[i], result) ~= RL_OK then
+                refused = refused or ffi_string(client:errstr())
+            elseif ids[i] then
                 if result.status == OK then
                     self[i].released = true
                     forget(self[i])
