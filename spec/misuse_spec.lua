@@ -243,6 +243,12 @@ describe("misuse", function()
       assert(lk:unlock())
     end)
 
+    -- Before: the URL was silently cut at the NUL.
+    it("refuses a server URL holding a NUL byte", function()
+      misuse(here(), function() redlock.new { servers = { cl.urls[1] .. "\0junk", cl.urls[2], cl.urls[3] } } end,
+        "bad argument #1 to 'new' (servers[1] holds a NUL byte)")
+    end)
+
     it("names with_lock, not lock, for with_lock's options", function()
       misuse(here(), function() dlm:with_lock(res("w"), { ttl = 0 }, function() end) end,
         "bad argument #2 to 'with_lock' (ttl must be a whole number of ms from 1 to 2147483647, got 0)")

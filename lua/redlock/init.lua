@@ -248,6 +248,8 @@ local function server_list(fname, servers)
     local urls = ffi_new("const char *[?]", #servers)
     for i = 1, #servers do
         if type(servers[i]) ~= "string" then argerror(1, fname, ("servers[%d] must be a URL string, got %s"):format(i, show(servers[i]))) end
+        -- the core reads a C string: a NUL would cut the URL short unseen
+        if servers[i]:find("\0", 1, true) then argerror(1, fname, ("servers[%d] holds a NUL byte"):format(i)) end
         urls[i - 1] = servers[i]
     end
     return urls
