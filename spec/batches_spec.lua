@@ -91,6 +91,61 @@ describe("a large batch that fails", function()
     end)
   end)
 
+  -- A fresh client's batch that fails while one node is still working
+  -- through it. That node takes our bytes slowly (a throttled link, 2,000
+  -- bytes/ms); the other two refuse every name at once (someone else holds
+  -- them there), so every acquire fails "busy" at quorum whatever the
+  -- machine's speed, and owes a release to the throttled node, queued behind
+  -- the SETs. Nothing is granted, so lock_many has no release of its own to
+  -- wait for. Then the program calls redlock no more: it only polls the
+  -- nodes (redis-cli, and poll() between looks).
+  --
+  -- Before: lock_many handed back its failure as soon as the rounds were
+  -- decided, with the releases the socket had no room for still in the
+  -- client's output buffer, where they stayed: 20,000 names left 5,492,
+  -- 5,492 and 6,303 keys on the throttled node for their whole ttl. The
+  -- kernel's buffers (tcp_wmem's 4 MB cap) take the first ~4 MB of SETs and
+  -- releases, so 20,000 names (about 4.8 MB) is the smallest round size that
+  -- left keys in every run here (10,000 never did). On plain nodes the same
+  -- happened to a fresh client's batch only when every acquire timed out
+  -- (30,000 names: keys left in 2 of 3 runs).
+  it("a fresh client's failed lock_many of 20,000 names leaves no key behind once it returns", function()
+    local px = faults.proxy(cl.ports[1])
+    local ok, err = pcall(function()
+      local n, names = 20000, {}
+      local prefix = ("fresh:%d:"):format(proc.getpid())
+      for i = 1, n do names[i] = prefix .. i end
+      local function on_2_and_3(script)
+        for i = 2, 3 do
+          local out, ran = cl:cli(i, "EVAL", script, "0", prefix, tostring(n))
+          assert(ran and not out:match("ERR"), out)
+        end
+      end
+      on_2_and_3("for i = 1, tonumber(ARGV[2]) do redis.call('SET', ARGV[1] .. i, 'other', 'PX', 60000) end")
+      px:set("throttle 2000")
+      -- never used before; a node timeout long enough for nodes 2 and 3 to
+      -- answer every SET in time on any machine: "busy" at quorum
+      local dlm = redlock.new { servers = { px.url, cl.urls[2], cl.urls[3] }, node_timeout = 10000 }
+      local locks, why = dlm:lock_many(names, { ttl = 60000, retry = function() return nil end })
+      assert.is_nil(locks)
+      assert.equal("busy", why)
+      on_2_and_3("for i = 1, tonumber(ARGV[2]) do redis.call('DEL', ARGV[1] .. i) end")
+      -- Look only once every SET has reached the throttled node (an empty
+      -- node before that proves nothing).
+      local all_in, calls = cluster.await_all(cl, function(i)
+        if i ~= 1 then return true end
+        local c = tonumber(cl:cli(1, "INFO", "commandstats"):match("cmdstat_set:calls=(%d+)")) or 0
+        return c == n, ("%d of %d SETs in"):format(c, n)
+      end, 20000)
+      assert(all_in, calls)
+      local empty, left = await_empty(cl, 20000)
+      assert(empty, left)
+      dlm:close()
+    end)
+    px:stop()
+    assert(ok, err)
+  end)
+
   -- 1 ms rounds: SETs still on their way when their rounds end, and a first
   -- release that times out before its NOSCRIPT comes back (before: the
   -- scripts were then never loaded on that node, and every later cleanup

@@ -16,12 +16,18 @@
  * at the decision as RL_NODE_PENDING. Who drives a tail:
  *   - rl_client: whatever next drives the client's loop (any rl_* call that
  *     waits: rl_run, rl_wait, rl_sleep, the blocking calls) and
- *     rl_client_free, which serves tails for at most the node timeout. The
- *     commands of a tail are written before a blocking call returns, so
- *     between calls nothing is left in our buffers; the replies wait in the
- *     socket until the next call, and a tail is over by its node timeout,
- *     so tails never outnumber the operations begun within one node
- *     timeout (plus those of the last call);
+ *     rl_client_free, which serves tails for at most the node timeout.
+ *     Every call that drives the loop ends by writing what the sockets
+ *     take, and a failed acquire's cleanup is written before rl_wait or
+ *     rl_collect hands back its result: while a node's socket is full (the
+ *     node still reading a large batch) they drive the loop until it has
+ *     taken the cleanup, or taken nothing for stall_reset_ms and been
+ *     reset (the cleanup then waits for its next connection). So a caller
+ *     that stops calling after a failed acquire leaves no release in our
+ *     buffers; the replies wait in the socket until the next call, and a
+ *     tail is over by its node timeout, so tails never outnumber the
+ *     operations begun within one node timeout (plus those of the last
+ *     call);
  *   - rl_keeper: its own thread, all the time;
  *   - the engine (rl_engine_*): its driver, through rl_engine_tails;
  *   - inside nginx (lua/redlock): the worker's hub, whose connections and
@@ -227,11 +233,14 @@ int rl_begin_acquire_queued(rl_client *c, const char *resource, size_t len, int 
 int rl_run(rl_client *c, int timeout_ms);
 
 /* Copy the oldest finished operation into *out and forget it. Return 1 if one
- * was copied, 0 if none had finished. */
+ * was copied, 0 if none had finished. A failed acquire is handed back once
+ * its cleanup is written: if a node's socket has no room for it yet, this
+ * drives the I/O until it has (see the top of this file). */
 int rl_collect(rl_client *c, rl_result *out);
 
-/* Drive the I/O until operation id has finished, copy it into *out and forget
- * it. Return RL_OK, or RL_ERR if id is not an operation in flight. */
+/* Drive the I/O until operation id has finished (a failed acquire: and its
+ * cleanup is written), copy it into *out and forget it. Return RL_OK, or
+ * RL_ERR if id is not an operation in flight. */
 int rl_wait(rl_client *c, int id, rl_result *out);
 
 /* Keep serving connections (reconnects, late replies) for ms milliseconds

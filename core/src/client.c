@@ -6,6 +6,9 @@
  * and re-arms one timer for the engine's next deadline. Writes wait for the
  * loop's prepare watcher (and the end of every rl_run / rl_wait / rl_sleep),
  * so everything begun in one loop iteration goes out in one write per node.
+ * A failed acquire is handed back (rl_wait, rl_collect) only once its
+ * cleanup is written, even if that means driving the loop while a node with
+ * a full socket reads (write_cleanup).
  *
  * A rediss:// node is reported connected only when its TLS handshake is
  * done, so the engine's connect timeout covers the handshake too. Over TLS
@@ -508,7 +511,28 @@ void rl_sleep(rl_client *c, int ms) {
     flush_all(c);
 }
 
+/* A failed acquire is handed back only once its cleanup is written: the
+ * caller may stop driving the client as soon as it has the result (a
+ * program that gives up after a failed batch), and a release left in our
+ * output would never reach the node its SET is on. The last flush of the
+ * call that decided it writes what the socket takes; a node still working
+ * through a large batch takes the rest as it reads. That ends, because the
+ * node takes the bytes, or takes none for stall_reset_ms and its connection
+ * is reset by the stall watchdog (the release is then kept for the node's
+ * next connection), or it is still being set up and its connection is
+ * dropped at the cleanup's node timeout (neither the SET nor the release
+ * went out). */
+static void write_cleanup(rl_client *c, int id) {
+    while (rl_engine_cleanup_unwritten(c->engine, id)) {
+        flush_all(c);
+        if (!rl_engine_cleanup_unwritten(c->engine, id)) break;
+        ev_run(c->loop, EVRUN_ONCE);
+    }
+}
+
 int rl_collect(rl_client *c, rl_result *out) {
+    int id = rl_engine_first_done(c->engine);
+    if (id >= 0 && out != NULL) write_cleanup(c, id);
     return rl_engine_collect(c->engine, out);
 }
 
@@ -534,6 +558,7 @@ int rl_wait(rl_client *c, int id, rl_result *out) {
     if (finished < 0) return rl_engine_take(c->engine, id, out); /* RL_ERR, with the reason */
     settle(c, id);
     flush_all(c);
+    write_cleanup(c, id);
     return rl_engine_take(c->engine, id, out) == 1 ? RL_OK : RL_ERR;
 }
 

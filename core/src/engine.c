@@ -757,6 +757,15 @@ int rl_engine_unwritten(const rl_engine *e) {
     return n;
 }
 
+int rl_engine_cleanup_unwritten(rl_engine *e, int id) {
+    rl_op *op = op_of(e, id);
+    return op != NULL && op->phase == OP_CLEANUP && !cleanup_out(e, op);
+}
+
+int rl_engine_first_done(const rl_engine *e) {
+    return e->done_head ? e->done_head->res.id : -1;
+}
+
 double rl_engine_held_until(const rl_engine *e, int id) {
     rl_op *op = op_of(e, id);
     double until = 0;

@@ -19,4 +19,16 @@ double rl_engine_held_until(const rl_engine *e, int id);
  * it names no operation. */
 int rl_engine_finished(const rl_engine *e, int id);
 
+/* 1 if operation id is a failed acquire whose cleanup (the release on the
+ * nodes its SET may have reached) is not all written yet: some of it still
+ * sits in our output for a connection that is up (its socket full: the
+ * node is working through a backlog) or still being set up; 0 otherwise
+ * (written, or its connection ended: the release is then kept for the
+ * node's next connection). */
+int rl_engine_cleanup_unwritten(rl_engine *e, int id);
+
+/* The id of the oldest finished operation (the one rl_engine_collect would
+ * hand back), or -1 if none. */
+int rl_engine_first_done(const rl_engine *e);
+
 #endif
