@@ -243,6 +243,12 @@ describe("misuse", function()
       assert(lk:unlock())
     end)
 
+    -- Before: "unknown option '_VERSION'", from the module's own fields.
+    it("says to call new with a dot when called with a colon", function()
+      misuse(here(), function() redlock:new { servers = cl.urls } end,
+        "bad argument #1 to 'new' (options table expected, got the module (call redlock.new{...} with a dot))")
+    end)
+
     -- Before: the URL was silently cut at the NUL.
     it("refuses a server URL holding a NUL byte", function()
       misuse(here(), function() redlock.new { servers = { cl.urls[1] .. "\0junk", cl.urls[2], cl.urls[3] } } end,

@@ -412,6 +412,25 @@ describe("redlock inside nginx", function()
           }
           return 200 "$res";
         }]], [[
+        location = /kept {
+          content_by_lua_block {
+            if ngx.var.arg_unlock then
+              ngx.say("lost=", tostring(KEPT:lost()), " unlock=", tostring(KEPT:unlock()))
+            else
+              KEPT = DLM:lock("spec:nginx_lock:kept:" .. ngx.worker.pid(), { ttl = 1000, keepalive = true })
+              ngx.say(KEPT and "held" or "not held")
+            end
+          }
+        }]], [[
+        location = /unlockset {
+          set_by_lua_block $res {
+            -- Before: unlock() stopped keep-alive, then raised: the lock was
+            -- neither kept nor released
+            local ok, err = pcall(KEPT.unlock, KEPT)
+            return tostring(ok) .. " " .. tostring(err)
+          }
+          return 200 "$res";
+        }]], [[
         location = /close {
           set_by_lua_block $res {
             -- Before: close() returned, released nothing and marked the
@@ -435,6 +454,11 @@ describe("redlock inside nginx", function()
     status, body = srv:get("/close")
     assert.equal(200, status, log())
     assert.matches("^false .*set phase", body, 1, false)
+    assert.equal("held\n", select(2, srv:get("/kept")), log())
+    status, body = srv:get("/unlockset")
+    assert.matches("^false .*set phase", body, 1, false)
+    proc.sleep_ms(1500) -- past the ttl: only keep-alive holds it
+    assert.equal("lost=false unlock=true\n", select(2, srv:get("/kept?unlock=1")), log())
     local deadline = proc.now_ms() + 3000
     repeat
       status, body = srv:get("/phases")

@@ -67,7 +67,7 @@ local COSOCKET_PHASES = { rewrite = true, access = true, content = true, timer =
 local function phase_refusal()
     local phase = ngx.get_phase()
     if COSOCKET_PHASES[phase] then return nil end
-    return ("cannot lock in nginx's %s phase: it has no cosockets (and blocking the worker is not an option); "
+    return ("no redlock call can run in nginx's %s phase: it has no cosockets (and blocking the worker is not an option); "
         .. "lock in rewrite_by_lua*, access_by_lua*, content_by_lua* or an ngx.timer callback"):format(phase)
 end
 

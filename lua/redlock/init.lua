@@ -257,6 +257,7 @@ end
 
 --- Create a client. See the README for the options; misuse raises.
 function _M.new(opts)
+    if opts == _M then argerror(1, "new", "options table expected, got the module (call redlock.new{...} with a dot)") end
     if type(opts) ~= "table" then argerror(1, "new", "options table expected, got " .. show(opts)) end
     check_opts(1, "new", opts, NEW_KEYS)
     local urls = server_list("new", opts.servers)
@@ -363,6 +364,13 @@ local function live_client(self, fname)
     local client = self.client
     if client == nil then raise(("'%s' on a closed client"):format(fname)) end
     return client
+end
+
+-- Raise if the transport can do no I/O here (inside nginx, a phase without
+-- cosockets), before a call changes any state.
+local function check_phase()
+    local why = backend.phase_refusal and backend.phase_refusal()
+    if why then raise("redlock: " .. why) end
 end
 
 -- A kept lock that is garbage-collected without unlock() must not stay
@@ -868,8 +876,7 @@ function dlm:close()
     check_self(self, dlm_mt, "close", "a client", "dlm:close()")
     local client = self.client
     if client == nil then return end
-    local refusal_ = backend.phase_refusal and backend.phase_refusal()
-    if refusal_ then raise("redlock: " .. refusal_) end -- before any lock is marked released
+    check_phase() -- before any lock is marked released
     self.client = nil -- first: whatever runs from here on sees the client closed
     for lk in pairs(self.live) do
         if not lk.released then
@@ -955,6 +962,7 @@ function lock:unlock()
         return refusal(self.dlm, "invalid", self.closed and "the lock was released when its client was closed"
             or "the lock was already unlocked")
     end
+    check_phase() -- before keep-alive lets go of it
     stop_keeping(self)
     local client = live_client(self.dlm, "unlock")
     if client:release(self.resource, #self.resource, self.value, result) ~= RL_OK then
@@ -1093,6 +1101,7 @@ function group:unlock()
         if not self[i].released then any = true end
     end
     if not any then return refusal(dlm_, "invalid", "the locks were already unlocked") end
+    check_phase() -- before keep-alive lets go of them
     local client = live_client(dlm_, "unlock")
     local ok, err, detail = true, nil, nil
     local begun, waited = 0, 0
