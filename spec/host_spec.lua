@@ -300,6 +300,34 @@ describe("the redlock host", function()
         end)
     end
 
+    -- Three of five nodes stopped: every attempt sets the key on the other two
+    -- and then waits the whole node timeout (3 s here) for the rest, so the
+    -- SIGTERM lands while an attempt is in flight, with its SETs applied.
+    it("SIGTERM while dlm:lock is in flight leaves no key behind, exits 143", function()
+      local key = "run:inflight:" .. wall_ms()
+      local name = script("inflight.lua", ([[
+        local servers = {}
+        for url in os.getenv("REDLOCK_SERVERS"):gmatch("[^,]+") do servers[#servers + 1] = url end
+        local dlm = require("redlock").new { servers = servers, node_timeout = 3000, connect_timeout = 3000 }
+        print("locking") io.stdout:flush()
+        local lock = dlm:lock(%q, { ttl = 30000 })
+        print("returned", lock)
+      ]]):format(key))
+      finally(function() for i = 3, 5 do cl:kill(i, "CONT") end end)
+      for i = 3, 5 do cl:kill(i, "STOP") end
+      local job = bg("run " .. name, ENV)
+      assert.is_true(eventually(function() return get(1, key) and get(2, key) end, 10000), job.output())
+      job:signal("TERM")
+      local rc, out = job:wait(20000)
+      assert.are.equal(143, rc, out)
+      assert.is_nil(get(1, key), "the key was left on node 1")
+      assert.is_nil(get(2, key), "the key was left on node 2")
+      for i = 3, 5 do cl:kill(i, "CONT") end
+      sleep_ms(100)
+      assert.is_true(gone_everywhere(key), "keys left behind")
+      assert.is_nil(out:find("returned", 1, true), out)
+    end)
+
     it("Ctrl-C on a terminal during os.execute still ends the job (130) and releases the lock", function()
       if not sh("command -v script") :find("script") then
         pending("needs script(1) for a pseudo-terminal")

@@ -110,6 +110,19 @@ void rl_host_defer_signals(int defer);
 /* The first signal recorded while deferred, or 0. */
 int rl_host_pending_signal(void);
 
+/* signals.c: the Lua thread is acquiring a lock (dlm:lock, try_lock,
+ * lock_many) between these two calls: a signal that ends the host meanwhile
+ * waits, at most bound_ms, for rl_host_acquire_end, so that whatever the
+ * acquisition got is released (the keeper has it by then, or the library
+ * released it on failure). Once a signal has taken over the exit,
+ * rl_host_acquire_begin and the outermost rl_host_acquire_end never return.
+ * Pairs nest; the outermost pair's bound counts. */
+void rl_host_acquire_begin(int bound_ms);
+void rl_host_acquire_end(void);
+
+/* The signal ending the host, or 0: a retry policy gives up when nonzero. */
+int rl_host_stopping(void);
+
 /* proc.c: sleep ms milliseconds; a signal does not cut the sleep short. */
 void rl_host_sleep_ms(int ms);
 

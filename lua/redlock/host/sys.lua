@@ -19,6 +19,9 @@ if not pcall(ffi.typeof, "rl_host_timespec") then
     int rl_host_system(const char *cmd);
     void rl_host_defer_signals(int defer);
     int rl_host_pending_signal(void);
+    void rl_host_acquire_begin(int bound_ms);
+    void rl_host_acquire_end(void);
+    int rl_host_stopping(void);
     void rl_host_sleep_ms(int ms);
     typedef struct rl_host_probe_result {
       int err;
@@ -149,6 +152,23 @@ end
 --- With on true, SIGINT/SIGTERM/SIGHUP are only recorded; poll pending_signal().
 function _M.defer_signals(on)
   C.rl_host_defer_signals(on and 1 or 0)
+end
+
+--- Around an acquisition (see rl_host_acquire_begin in core/host/host.h):
+-- a signal waits for acquire_end, at most bound_ms; once one is ending the
+-- host, neither returns.
+function _M.acquire_begin(bound_ms)
+  C.rl_host_acquire_begin(math.max(0, math.floor(bound_ms)))
+end
+
+function _M.acquire_end()
+  C.rl_host_acquire_end()
+end
+
+--- The signal ending the host, or nil.
+function _M.stopping()
+  local s = C.rl_host_stopping()
+  return s ~= 0 and s or nil
 end
 
 function _M.pending_signal()
