@@ -182,6 +182,31 @@ describe("the redlock host", function()
       assert.matches("redis://:***@127.0.0.1:99999", out, 1, true)
     end)
 
+    it("never shows a part of a password cut by the split at commas, blanks or # comments", function()
+      write_file(TMP .. "/blank.servers", "redis://:hunTer2 topSecret@127.0.0.1:1\n")
+      write_file(TMP .. "/hash.servers", "redis://:abcHash#defHash@127.0.0.1:1\n")
+      write_file(TMP .. "/colon.servers", "redis://me:paSS:woRD,xyz@127.0.0.1:bad\n")
+      for _, case in ipairs {
+        { "exec -n --servers 'redis://:paSS,woRD@127.0.0.1:1' r -- true", "paSS", "woRD" },
+        { "status --servers 'redis://:paSS,woRD@127.0.0.1:1' r", "paSS", "woRD" },
+        { "exec -n --servers-file blank.servers r -- true", "hunTer2", "topSecret" },
+        { "status --servers-file blank.servers r", "hunTer2", "topSecret" },
+        { "exec -n --servers-file hash.servers r -- true", "abcHash", "defHash" },
+        { "exec -n --servers-file colon.servers r -- true", "paSS", "woRD" },
+      } do
+        local out, rc = redlock(case[1], "-u REDLOCK_SERVERS")
+        assert.are.equal(64, rc, case[1] .. ": " .. out)
+        for i = 2, #case do assert.is_nil(out:find(case[i], 1, true), case[1] .. ": " .. out) end
+        assert.matches("redis://", out, 1, true)
+      end
+      -- a host and port are no password
+      local out = redlock("exec -n --servers redis://127.0.0.1:1,redis://127.0.0.1:1/0 r -- true", "")
+      assert.matches("(redis://127.0.0.1:1)", out, 1, true)
+      out = redlock("status --servers redis://127.0.0.1:1,redis://127.0.0.1:2/1 r", "")
+      assert.matches("redis://127.0.0.1:1  ", out, 1, true)
+      assert.matches("redis://127.0.0.1:2/1  ", out, 1, true)
+    end)
+
     it("without servers names --servers, REDLOCK_SERVERS and redlock dev", function()
       local out, rc = redlock("exec r -- true", "-u REDLOCK_SERVERS")
       assert.are.equal(64, rc)
