@@ -207,6 +207,15 @@ describe("the redlock host", function()
       assert.matches("redis://127.0.0.1:2/1  ", out, 1, true)
     end)
 
+    it("a --servers-file that is a directory is a usage error (64) naming it", function()
+      os.execute("mkdir -p " .. q(TMP .. "/servers.d"))
+      for _, args in ipairs { "exec -n --servers-file servers.d r -- true", "status --servers-file servers.d r" } do
+        local out, rc = redlock(args, "-u REDLOCK_SERVERS")
+        assert.are.equal(64, rc, args .. ": " .. out)
+        assert.matches("^redlock: %-%-servers%-file: cannot read servers.d: Is a directory\n$", out)
+      end
+    end)
+
     it("without servers names --servers, REDLOCK_SERVERS and redlock dev", function()
       local out, rc = redlock("exec r -- true", "-u REDLOCK_SERVERS")
       assert.are.equal(64, rc)

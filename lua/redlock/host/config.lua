@@ -49,8 +49,12 @@ end
 local function read_servers_file(path)
   local f, err = io.open(path, "rb")
   if not f then return nil, "--servers-file: cannot read " .. tostring(err) end
-  local text = f:read("*a"):gsub("#[^\n]*", "")
+  local text, rerr = f:read("*a")
   f:close()
+  if not text then
+    return nil, ("--servers-file: cannot read %s: %s"):format(path, tostring(rerr))
+  end
+  text = text:gsub("#[^\n]*", "")
   if not text:find("[^,%s]") then return nil, "--servers-file " .. path .. " names no servers" end
   return text
 end
