@@ -166,6 +166,24 @@ describe("the redlock host", function()
       for i = 1, 3 do cl:cli(i, "DEL", "policy:r") end
     end)
 
+    it("a --policy that raises is a usage error (64) naming the file, never a traceback", function()
+      for i = 1, 3 do cl:cli(i, "SET", "policy:raises", "someone", "PX", "30000") end
+      finally(function() for i = 1, 3 do cl:cli(i, "DEL", "policy:raises") end end)
+      for _, case in ipairs {
+        { "return function() error('policy exploded') end", "policy exploded" },
+        { "return function() error({}) end", "(error object is a table value)" },
+        { "return function() error(setmetatable({}, { __tostring = function() return 'told' end })) end", "told" },
+      } do
+        local policy = script("raising.lua", case[1])
+        local out, rc = redlock("exec --policy " .. policy .. " policy:raises -- echo ran", ENV)
+        assert.are.equal(64, rc, out)
+        assert.matches("^redlock: %-%-policy raising.lua: ", out)
+        assert.matches(case[2], out, 1, true)
+        assert.is_nil(out:find("traceback", 1, true), out)
+        assert.is_nil(out:find("ran", 1, true), out)
+      end
+    end)
+
     it("never shows a password from --servers in a message", function()
       for _, args in ipairs {
         "exec --servers redis://:s3cret@127.0.0.1:99999 r -- true",
