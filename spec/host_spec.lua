@@ -297,6 +297,25 @@ describe("the redlock host", function()
       assert.matches("redlock: too many arguments for count.lua: 8000 (at most 7000)", out, 1, true)
     end)
 
+    it("bad servers are a usage error (64) before the script runs, as for exec and status", function()
+      local def = script("usedefault.lua", "print('script ran') require('redlock').default()\n")
+      os.execute("mkdir -p " .. q(TMP .. "/servers.d"))
+      write_file(TMP .. "/hashpw.servers", "redis://:abcHash#defHash@127.0.0.1:1\n")
+      for _, case in ipairs {
+        { "--servers bogus://x", "server 1: 'bogus://x': unknown scheme" },
+        { "--servers " .. cl.urls[1] .. "," .. cl.urls[1], "one server would vote twice" },
+        { "--servers-file servers.d", "cannot read servers.d: Is a directory" },
+        { "--servers-file hashpw.servers", "missing host" },
+      } do
+        local out, rc = redlock("run " .. case[1] .. " " .. def, "-u REDLOCK_SERVERS")
+        assert.are.equal(64, rc, case[1] .. ": " .. out)
+        assert.matches(case[2], out, 1, true)
+        assert.is_nil(out:find("traceback", 1, true), out)
+        assert.is_nil(out:find("script ran", 1, true), out)
+        assert.is_nil(out:find("Hash", 1, true), out)
+      end
+    end)
+
     it("reports a syntax error with the file and line, exit 1", function()
       local name = script("syntax.lua", "local x = = 1\n")
       local out, rc = redlock("run " .. name, ENV)

@@ -85,9 +85,14 @@ end
 function _M.run(opts, argv, k)
   local script = argv[k]
   if script == nil then return host.usage_error("run", "missing SCRIPT.lua") end
-  if opts.servers then
-    local ok, err = config.servers(opts)
-    if not ok then return host.fail(EXIT.USAGE, "%s", err) end
+  -- Servers given are checked now, as exec and status do (bad URL, TLS
+  -- file, a server named twice): a usage error, not the script's.
+  local servers, serr = config.servers(opts)
+  if not servers and (opts.servers or opts.servers_file) then return host.fail(EXIT.USAGE, "%s", serr) end
+  if servers then
+    local dlm, err = config.client(opts)
+    if not dlm then return host.fail(EXIT.USAGE, "%s", err) end
+    dlm:close()
   end
   config.install(opts)
 
