@@ -838,6 +838,16 @@ echo end >> %s
       assert.matches("'http://x': unknown scheme", out, 1, true)
     end)
 
+    it("a server named twice is a usage error (64): it would count twice toward the quorum", function()
+      cl:cli(1, "SET", "status:twice", "someone", "PX", "30000")
+      finally(function() cl:cli(1, "DEL", "status:twice") end)
+      local servers = table.concat({ cl.urls[1], cl.urls[1], cl.urls[2] }, ",")
+      local out, rc = redlock("status --servers " .. servers .. " status:twice", "")
+      assert.are.equal(64, rc, out)
+      assert.matches("servers 1 and 2 are the same server", out, 1, true)
+      assert.is_nil(out:find("held:", 1, true), out)
+    end)
+
     -- name: the node as status shows it (the URL without its password)
     for _, case in ipairs {
       { mode = "ok", url = "redis://127.0.0.1:%d", says = "GET: unexpected status reply 'OK'" },
