@@ -838,6 +838,17 @@ echo end >> %s
       assert.matches("'http://x': unknown scheme", out, 1, true)
     end)
 
+    -- The proxy holds every reply 400 ms: SELECT, then GET and PTTL, take two
+    -- such round trips, 800 ms at the least, past the 500 ms a node is given
+    -- in all (each wait alone is shorter).
+    it("gives each node 500 ms in all, not 500 ms per reply", function()
+      local px = faults.proxy(cl.ports[1], "delay 400")
+      finally(function() px:stop() end)
+      local out, rc = redlock("status --servers " .. px.url .. "/1 status:slow", "")
+      assert.are.equal(69, rc, out)
+      assert.matches("no answer within 500 ms", out, 1, true)
+    end)
+
     it("a server named twice is a usage error (64): it would count twice toward the quorum", function()
       cl:cli(1, "SET", "status:twice", "someone", "PX", "30000")
       finally(function() cl:cli(1, "DEL", "status:twice") end)

@@ -24,9 +24,10 @@ usage: redlock status [OPTIONS] RESOURCE
 
 Show, node by node, whether RESOURCE's key exists, the first characters of its
 value (the holder's lock value), and its remaining time to live; then whether
-one value is held by a quorum (N/2+1) of the nodes. A node that cannot be
-reached within %d ms, or answers with an error or with something other than
-what GET and PTTL return, is shown as an error and counts as not answering.
+one value is held by a quorum (N/2+1) of the nodes. A node that has not
+answered within %d ms in all (connect, AUTH, SELECT, GET, PTTL), or answers
+with an error or with something other than what GET and PTTL return, is
+shown as an error and counts as not answering.
 
 Options:
 %s
