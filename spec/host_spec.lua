@@ -741,6 +741,63 @@ echo end >> %s
       for _, pid in ipairs(proc.live_in_group(pgrp)) do proc.kill(pid, "KILL") end
     end)
 
+    -- Ctrl-Z stops only the command's process group (the terminal's
+    -- foreground): redlock must stop with it, or the shell never gets its job
+    -- back. Without a terminal, a stop is sent to the command's group.
+    local function state(pid)
+      local stat = read_file("/proc/" .. pid .. "/stat")
+      return stat and stat:match("^%d+ %b() (%a)")
+    end
+
+    it("stops when the command is stopped (Ctrl-Z) and continues it when continued", function()
+      local go = TMP .. "/ctrlz.go"
+      local job = bg(("exec --ttl 30000 ctrlz:r -- sh -c 'echo $$ > ctrlz.pid; "
+        .. "while [ ! -e %s ]; do sleep 0.05; done; echo finished'"):format(go), ENV)
+      local child
+      assert.is_true(eventually(function()
+        child = tonumber(read_file(TMP .. "/ctrlz.pid") or "")
+        return child
+      end), job.output())
+      finally(function() -- whatever happened, nothing stays stopped or running
+        proc.kill(job.pid, "CONT")
+        proc.kill(-child, "CONT")
+        if job:wait(0) == nil then proc.kill(job.pid, "KILL") end
+      end)
+      assert.is_true(proc.kill(-child, "TSTP"))
+      assert.is_true(eventually(function() return state(job.pid) == "T" end),
+        "redlock went on running with its command stopped")
+      assert.are.equal("T", state(child))
+      write_file(go, "")
+      assert.is_true(proc.kill(job.pid, "CONT"))
+      local rc, out = job:wait(10000)
+      assert.are.equal(0, rc, out)
+      assert.matches("finished", out, 1, true)
+      assert.is_true(gone_everywhere("ctrlz:r"))
+    end)
+
+    it("a lock that ran out while stopped gets the command stopped (SIGTERM), exit 75", function()
+      local job = bg("exec --ttl 1000 ctrlz:lost -- sh -c 'echo $$ > ctrlzlost.pid; trap \"exit 9\" TERM; "
+        .. "while :; do sleep 0.05; done'", ENV)
+      local child
+      assert.is_true(eventually(function()
+        child = tonumber(read_file(TMP .. "/ctrlzlost.pid") or "")
+        return child
+      end), job.output())
+      finally(function() -- whatever happened, nothing stays stopped or running
+        proc.kill(job.pid, "CONT")
+        proc.kill(-child, "CONT")
+        if job:wait(0) == nil then proc.kill(job.pid, "KILL") end
+      end)
+      assert.is_true(proc.kill(-child, "STOP"))
+      assert.is_true(eventually(function() return state(job.pid) == "T" end),
+        "redlock went on running with its command stopped")
+      sleep_ms(1500) -- the whole ttl: the lock is gone by now
+      assert.is_true(proc.kill(job.pid, "CONT"))
+      local rc, out = job:wait(10000)
+      assert.are.equal(75, rc, out)
+      assert.matches("lock on 'ctrlz:lost' lost", out, 1, true)
+    end)
+
     it("gives the terminal to the command, so it can read it", function()
       if not sh("command -v script") :find("script") then
         pending("needs script(1) for a pseudo-terminal")

@@ -258,8 +258,16 @@ function _M.run(opts, argv, k)
   end
 
   while true do
-    local what, code = sys.wait(pid, false)
-    if what == "exited" then
+    local what, code = sys.wait(pid, false, true)
+    if what == "stopped" then
+      -- Ctrl-Z (or any stop): stop with the command, so that the shell gets
+      -- its job back; once continued, continue the command unless the lock
+      -- was lost meanwhile (then it is stopped below, SIGCONT included)
+      sys.stop_self(pid, code)
+      if not (config.lost(lock) or config.remaining(lock) <= grace + POLL_MS) then
+        sys.kill(pid, sys.SIGCONT, true)
+      end
+    elseif what == "exited" then
       config.release(lock)
       if opts.verbose then io.stderr:write(("redlock: released '%s'\n"):format(resource)) end
       return code

@@ -15,6 +15,7 @@ if not pcall(ffi.typeof, "rl_host_timespec") then
     int rl_host_spawn(const char *const *argv, int flags, int grace_ms, int *errnum);
     int rl_host_wait(int pid, int block, int *code);
     int rl_host_kill(int pid, int sig, int group);
+    void rl_host_stop_self(int pid, int sig);
     int rl_host_group_alive(int pid);
     int rl_host_system(const char *cmd);
     void rl_host_defer_signals(int defer);
@@ -100,12 +101,20 @@ function _M.spawn(argv, flags, grace_ms)
 end
 
 --- Reap pid. Return "running"; or "exited" and its status (128+signal when
--- killed); or "gone" and the errno when it was reaped elsewhere.
-function _M.wait(pid, block)
-  local r = C.rl_host_wait(pid, block and 1 or 0, code_box)
+-- killed); or "gone" and the errno when it was reaped elsewhere; with stops,
+-- also "stopped" and the signal that stopped it.
+function _M.wait(pid, block, stops)
+  local r = C.rl_host_wait(pid, (block and 1 or 0) + (stops and 2 or 0), code_box)
   if r == 0 then return "running" end
   if r == 1 then return "exited", code_box[0] end
+  if r == 2 then return "stopped", code_box[0] end
   return "gone", code_box[0]
+end
+
+--- pid (supervised) stopped with sig: stop the host the same way until it is
+-- continued (rl_host_stop_self).
+function _M.stop_self(pid, sig)
+  C.rl_host_stop_self(pid, sig)
 end
 
 function _M.kill(pid, sig, group)
