@@ -166,6 +166,24 @@ describe("the redlock host", function()
       for i = 1, 3 do cl:cli(i, "DEL", "policy:r") end
     end)
 
+    it("a --policy that raises is a usage error (64) naming the file, never a traceback", function()
+      for i = 1, 3 do cl:cli(i, "SET", "policy:raises", "someone", "PX", "30000") end
+      finally(function() for i = 1, 3 do cl:cli(i, "DEL", "policy:raises") end end)
+      for _, case in ipairs {
+        { "return function() error('policy exploded') end", "policy exploded" },
+        { "return function() error({}) end", "(error object is a table value)" },
+        { "return function() error(setmetatable({}, { __tostring = function() return 'told' end })) end", "told" },
+      } do
+        local policy = script("raising.lua", case[1])
+        local out, rc = redlock("exec --policy " .. policy .. " policy:raises -- echo ran", ENV)
+        assert.are.equal(64, rc, out)
+        assert.matches("^redlock: %-%-policy raising.lua: ", out)
+        assert.matches(case[2], out, 1, true)
+        assert.is_nil(out:find("traceback", 1, true), out)
+        assert.is_nil(out:find("ran", 1, true), out)
+      end
+    end)
+
     it("never shows a password from --servers in a message", function()
       for _, args in ipairs {
         "exec --servers redis://:s3cret@127.0.0.1:99999 r -- true",
@@ -180,6 +198,40 @@ describe("the redlock host", function()
       end
       local out = redlock("exec --servers redis://:s3cret@127.0.0.1:99999 r -- true", "")
       assert.matches("redis://:***@127.0.0.1:99999", out, 1, true)
+    end)
+
+    it("never shows a part of a password cut by the split at commas, blanks or # comments", function()
+      write_file(TMP .. "/blank.servers", "redis://:hunTer2 topSecret@127.0.0.1:1\n")
+      write_file(TMP .. "/hash.servers", "redis://:abcHash#defHash@127.0.0.1:1\n")
+      write_file(TMP .. "/colon.servers", "redis://me:paSS:woRD,xyz@127.0.0.1:bad\n")
+      for _, case in ipairs {
+        { "exec -n --servers 'redis://:paSS,woRD@127.0.0.1:1' r -- true", "paSS", "woRD" },
+        { "status --servers 'redis://:paSS,woRD@127.0.0.1:1' r", "paSS", "woRD" },
+        { "exec -n --servers-file blank.servers r -- true", "hunTer2", "topSecret" },
+        { "status --servers-file blank.servers r", "hunTer2", "topSecret" },
+        { "exec -n --servers-file hash.servers r -- true", "abcHash", "defHash" },
+        { "exec -n --servers-file colon.servers r -- true", "paSS", "woRD" },
+      } do
+        local out, rc = redlock(case[1], "-u REDLOCK_SERVERS")
+        assert.are.equal(64, rc, case[1] .. ": " .. out)
+        for i = 2, #case do assert.is_nil(out:find(case[i], 1, true), case[1] .. ": " .. out) end
+        assert.matches("redis://", out, 1, true)
+      end
+      -- a host and port are no password
+      local out = redlock("exec -n --servers redis://127.0.0.1:1,redis://127.0.0.1:1/0 r -- true", "")
+      assert.matches("(redis://127.0.0.1:1)", out, 1, true)
+      out = redlock("status --servers redis://127.0.0.1:1,redis://127.0.0.1:2/1 r", "")
+      assert.matches("redis://127.0.0.1:1  ", out, 1, true)
+      assert.matches("redis://127.0.0.1:2/1  ", out, 1, true)
+    end)
+
+    it("a --servers-file that is a directory is a usage error (64) naming it", function()
+      os.execute("mkdir -p " .. q(TMP .. "/servers.d"))
+      for _, args in ipairs { "exec -n --servers-file servers.d r -- true", "status --servers-file servers.d r" } do
+        local out, rc = redlock(args, "-u REDLOCK_SERVERS")
+        assert.are.equal(64, rc, args .. ": " .. out)
+        assert.matches("^redlock: %-%-servers%-file: cannot read servers.d: Is a directory\n$", out)
+      end
     end)
 
     it("without servers names --servers, REDLOCK_SERVERS and redlock dev", function()
@@ -228,6 +280,40 @@ describe("the redlock host", function()
       assert.matches("in function 'deeper'", out, 1, true)
       assert.matches("boom.lua:5: in main chunk", out, 1, true)
       assert.is_true(gone_everywhere("run:boom"), "the lock was left behind")
+    end)
+
+    it("never drops the error message: a script under a redlock/host/ directory, or thousands of ARGS", function()
+      os.execute("mkdir -p " .. q(TMP .. "/job/redlock/host"))
+      local name = script("job/redlock/host/fail.lua", "local function f() error('it failed here') end\nf()\n")
+      local out, rc = redlock("run " .. name, ENV)
+      assert.are.equal(1, rc, out)
+      assert.matches("redlock: job/redlock/host/fail.lua:1: it failed here\nstack traceback:", out, 1, true)
+      assert.matches("fail.lua:2: in main chunk", out, 1, true)
+      local count = script("count.lua", "return select('#', ...) == #arg and 0 or 3\n")
+      out, rc = redlock("run " .. count .. " $(seq 1 5000)", ENV)
+      assert.are.equal(0, rc, out)
+      out, rc = redlock("run " .. count .. " $(seq 1 8000)", ENV)
+      assert.are.equal(64, rc, out)
+      assert.matches("redlock: too many arguments for count.lua: 8000 (at most 7000)", out, 1, true)
+    end)
+
+    it("bad servers are a usage error (64) before the script runs, as for exec and status", function()
+      local def = script("usedefault.lua", "print('script ran') require('redlock').default()\n")
+      os.execute("mkdir -p " .. q(TMP .. "/servers.d"))
+      write_file(TMP .. "/hashpw.servers", "redis://:abcHash#defHash@127.0.0.1:1\n")
+      for _, case in ipairs {
+        { "--servers bogus://x", "server 1: 'bogus://x': unknown scheme" },
+        { "--servers " .. cl.urls[1] .. "," .. cl.urls[1], "one server would vote twice" },
+        { "--servers-file servers.d", "cannot read servers.d: Is a directory" },
+        { "--servers-file hashpw.servers", "missing host" },
+      } do
+        local out, rc = redlock("run " .. case[1] .. " " .. def, "-u REDLOCK_SERVERS")
+        assert.are.equal(64, rc, case[1] .. ": " .. out)
+        assert.matches(case[2], out, 1, true)
+        assert.is_nil(out:find("traceback", 1, true), out)
+        assert.is_nil(out:find("script ran", 1, true), out)
+        assert.is_nil(out:find("Hash", 1, true), out)
+      end
     end)
 
     it("reports a syntax error with the file and line, exit 1", function()
@@ -299,6 +385,34 @@ describe("the redlock host", function()
           assert.is_true(gone_everywhere(key), "keys left behind")
         end)
     end
+
+    -- Three of five nodes stopped: every attempt sets the key on the other two
+    -- and then waits the whole node timeout (3 s here) for the rest, so the
+    -- SIGTERM lands while an attempt is in flight, with its SETs applied.
+    it("SIGTERM while dlm:lock is in flight leaves no key behind, exits 143", function()
+      local key = "run:inflight:" .. wall_ms()
+      local name = script("inflight.lua", ([[
+        local servers = {}
+        for url in os.getenv("REDLOCK_SERVERS"):gmatch("[^,]+") do servers[#servers + 1] = url end
+        local dlm = require("redlock").new { servers = servers, node_timeout = 3000, connect_timeout = 3000 }
+        print("locking") io.stdout:flush()
+        local lock = dlm:lock(%q, { ttl = 30000 })
+        print("returned", lock)
+      ]]):format(key))
+      finally(function() for i = 3, 5 do cl:kill(i, "CONT") end end)
+      for i = 3, 5 do cl:kill(i, "STOP") end
+      local job = bg("run " .. name, ENV)
+      assert.is_true(eventually(function() return get(1, key) and get(2, key) end, 10000), job.output())
+      job:signal("TERM")
+      local rc, out = job:wait(20000)
+      assert.are.equal(143, rc, out)
+      assert.is_nil(get(1, key), "the key was left on node 1")
+      assert.is_nil(get(2, key), "the key was left on node 2")
+      for i = 3, 5 do cl:kill(i, "CONT") end
+      sleep_ms(100)
+      assert.is_true(gone_everywhere(key), "keys left behind")
+      assert.is_nil(out:find("returned", 1, true), out)
+    end)
 
     it("Ctrl-C on a terminal during os.execute still ends the job (130) and releases the lock", function()
       if not sh("command -v script") :find("script") then
@@ -627,6 +741,63 @@ echo end >> %s
       for _, pid in ipairs(proc.live_in_group(pgrp)) do proc.kill(pid, "KILL") end
     end)
 
+    -- Ctrl-Z stops only the command's process group (the terminal's
+    -- foreground): redlock must stop with it, or the shell never gets its job
+    -- back. Without a terminal, a stop is sent to the command's group.
+    local function state(pid)
+      local stat = read_file("/proc/" .. pid .. "/stat")
+      return stat and stat:match("^%d+ %b() (%a)")
+    end
+
+    it("stops when the command is stopped (Ctrl-Z) and continues it when continued", function()
+      local go = TMP .. "/ctrlz.go"
+      local job = bg(("exec --ttl 30000 ctrlz:r -- sh -c 'echo $$ > ctrlz.pid; "
+        .. "while [ ! -e %s ]; do sleep 0.05; done; echo finished'"):format(go), ENV)
+      local child
+      assert.is_true(eventually(function()
+        child = tonumber(read_file(TMP .. "/ctrlz.pid") or "")
+        return child
+      end), job.output())
+      finally(function() -- whatever happened, nothing stays stopped or running
+        proc.kill(job.pid, "CONT")
+        proc.kill(-child, "CONT")
+        if job:wait(0) == nil then proc.kill(job.pid, "KILL") end
+      end)
+      assert.is_true(proc.kill(-child, "TSTP"))
+      assert.is_true(eventually(function() return state(job.pid) == "T" end),
+        "redlock went on running with its command stopped")
+      assert.are.equal("T", state(child))
+      write_file(go, "")
+      assert.is_true(proc.kill(job.pid, "CONT"))
+      local rc, out = job:wait(10000)
+      assert.are.equal(0, rc, out)
+      assert.matches("finished", out, 1, true)
+      assert.is_true(gone_everywhere("ctrlz:r"))
+    end)
+
+    it("a lock that ran out while stopped gets the command stopped (SIGTERM), exit 75", function()
+      local job = bg("exec --ttl 1000 ctrlz:lost -- sh -c 'echo $$ > ctrlzlost.pid; trap \"exit 9\" TERM; "
+        .. "while :; do sleep 0.05; done'", ENV)
+      local child
+      assert.is_true(eventually(function()
+        child = tonumber(read_file(TMP .. "/ctrlzlost.pid") or "")
+        return child
+      end), job.output())
+      finally(function() -- whatever happened, nothing stays stopped or running
+        proc.kill(job.pid, "CONT")
+        proc.kill(-child, "CONT")
+        if job:wait(0) == nil then proc.kill(job.pid, "KILL") end
+      end)
+      assert.is_true(proc.kill(-child, "STOP"))
+      assert.is_true(eventually(function() return state(job.pid) == "T" end),
+        "redlock went on running with its command stopped")
+      sleep_ms(1500) -- the whole ttl: the lock is gone by now
+      assert.is_true(proc.kill(job.pid, "CONT"))
+      local rc, out = job:wait(10000)
+      assert.are.equal(75, rc, out)
+      assert.matches("lock on 'ctrlz:lost' lost", out, 1, true)
+    end)
+
     it("gives the terminal to the command, so it can read it", function()
       if not sh("command -v script") :find("script") then
         pending("needs script(1) for a pseudo-terminal")
@@ -722,6 +893,27 @@ echo end >> %s
       local out, rc = redlock("status --servers " .. cl.urls[1] .. ",http://x status:r", "")
       assert.are.equal(64, rc, out)
       assert.matches("'http://x': unknown scheme", out, 1, true)
+    end)
+
+    -- The proxy holds every reply 400 ms: SELECT, then GET and PTTL, take two
+    -- such round trips, 800 ms at the least, past the 500 ms a node is given
+    -- in all (each wait alone is shorter).
+    it("gives each node 500 ms in all, not 500 ms per reply", function()
+      local px = faults.proxy(cl.ports[1], "delay 400")
+      finally(function() px:stop() end)
+      local out, rc = redlock("status --servers " .. px.url .. "/1 status:slow", "")
+      assert.are.equal(69, rc, out)
+      assert.matches("no answer within 500 ms", out, 1, true)
+    end)
+
+    it("a server named twice is a usage error (64): it would count twice toward the quorum", function()
+      cl:cli(1, "SET", "status:twice", "someone", "PX", "30000")
+      finally(function() cl:cli(1, "DEL", "status:twice") end)
+      local servers = table.concat({ cl.urls[1], cl.urls[1], cl.urls[2] }, ",")
+      local out, rc = redlock("status --servers " .. servers .. " status:twice", "")
+      assert.are.equal(64, rc, out)
+      assert.matches("servers 1 and 2 are the same server", out, 1, true)
+      assert.is_nil(out:find("held:", 1, true), out)
     end)
 
     -- name: the node as status shows it (the URL without its password)

@@ -82,10 +82,20 @@ enum {
  * executable). */
 int rl_host_spawn(const char *const *argv, int flags, int grace_ms, int *errnum);
 
-/* Reap pid if it has ended. Return 0 while it runs (or, with block, wait),
- * 1 when it ended, with *code its exit status or 128+signal, or -1 with
- * *code = errno (ECHILD: already reaped elsewhere). Forgets a supervised pid. */
+/* Reap pid if it has ended. Return 0 while it runs (or, with
+ * RL_HOST_WAIT_BLOCK in block, wait), 1 when it ended, with *code its exit
+ * status or 128+signal, or -1 with *code = errno (ECHILD: already reaped
+ * elsewhere). Forgets a supervised pid. With RL_HOST_WAIT_STOPS, also return
+ * 2 when it has stopped, with *code the signal that stopped it. */
+enum { RL_HOST_WAIT_BLOCK = 1, RL_HOST_WAIT_STOPS = 2 };
 int rl_host_wait(int pid, int block, int *code);
+
+/* The supervised child pid stopped with sig (Ctrl-Z): stop the host too, so
+ * that the shell sees its job stopped (with sig on a terminal for the job
+ * control stops, else SIGSTOP), and once continued give the terminal back to
+ * the child if it had it. The caller then continues the child (or, its lock
+ * lost meanwhile, stops it). */
+void rl_host_stop_self(int pid, int sig);
 
 /* Send sig to pid, or to its process group when group is nonzero. Return 0
  * or -1 (errno ESRCH: nobody left). */
@@ -109,6 +119,19 @@ void rl_host_defer_signals(int defer);
 
 /* The first signal recorded while deferred, or 0. */
 int rl_host_pending_signal(void);
+
+/* signals.c: the Lua thread is acquiring a lock (dlm:lock, try_lock,
+ * lock_many) between these two calls: a signal that ends the host meanwhile
+ * waits, at most bound_ms, for rl_host_acquire_end, so that whatever the
+ * acquisition got is released (the keeper has it by then, or the library
+ * released it on failure). Once a signal has taken over the exit,
+ * rl_host_acquire_begin and the outermost rl_host_acquire_end never return.
+ * Pairs nest; the outermost pair's bound counts. */
+void rl_host_acquire_begin(int bound_ms);
+void rl_host_acquire_end(void);
+
+/* The signal ending the host, or 0: a retry policy gives up when nonzero. */
+int rl_host_stopping(void);
 
 /* proc.c: sleep ms milliseconds; a signal does not cut the sleep short. */
 void rl_host_sleep_ms(int ms);

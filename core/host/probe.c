@@ -12,6 +12,10 @@
  * A rediss:// node: hiredis (0.14) connects, then the TLS session (the core's
  * tls.c) takes over the socket; commands are encoded by the core's command.c
  * and replies parsed by hiredis' reader, every wait bounded by poll(2).
+ *
+ * The timeout is one deadline for the whole probe (connect, AUTH, SELECT,
+ * GET, PTTL): every wait is for what is left of it, so a node that trickles
+ * its replies a byte at a time cannot stretch it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,6 +24,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 
 #include <hiredis/hiredis.h>
 
@@ -33,14 +38,42 @@ typedef struct probe {
     redisContext *c;
     rl_host_probe_result *out;
     int timeout_ms;
+    double deadline;         /* CLOCK_MONOTONIC ms: the probe ends by then */
+    int timed_out;           /* the last wait ran into the deadline */
     /* TLS only: */
     rl_tls_session *tls;     /* NULL for a plain connection */
     rl_buf cmds;             /* commands not written yet */
     redisReader *reader;
-    char tls_err[RL_NODE_ERR_LEN];
+    char tls_err[RL_NODE_ERR_LEN]; /* TLS: what failed; plain: a poll(2) that failed */
 } probe;
 
 #define WANT(type) (1u << (type))
+
+static double mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Whole ms left before the deadline (0 once it has passed). */
+static int left_ms(const probe *p) {
+    double left = p->deadline - mono_ms();
+    if (left <= 0) return 0;
+    return left >= 2147483647.0 ? 2147483647 : (int)left + 1;
+}
+
+/* Wait for events on fd until the deadline. Return 0 when ready; 1 when the
+ * deadline passed (p->timed_out set); -1 when poll failed. */
+static int wait_fd(probe *p, int fd, short events) {
+    for (;;) {
+        int left = left_ms(p);
+        if (left <= 0) return p->timed_out = 1;
+        struct pollfd pfd = {.fd = fd, .events = events};
+        int n = poll(&pfd, 1, left);
+        if (n > 0) return 0;
+        if (n < 0 && errno != EINTR) return -1;
+    }
+}
 
 static int fail(rl_host_probe_result *out, int err, const char *fmt, ...) {
     va_list ap;
@@ -54,7 +87,8 @@ static int fail(rl_host_probe_result *out, int err, const char *fmt, ...) {
 /* The connection's error, a read timeout said as such. */
 static int fail_io(probe *p, const char *what) {
     redisContext *c = p->c;
-    if (p->tls) return fail(p->out, RL_HOST_PROBE_ENODE, "%s: %s", what, p->tls_err);
+    if (p->timed_out) return fail(p->out, RL_HOST_PROBE_ENODE, "%s: no answer within %d ms", what, p->timeout_ms);
+    if (p->tls || p->tls_err[0]) return fail(p->out, RL_HOST_PROBE_ENODE, "%s: %s", what, p->tls_err);
 #ifdef REDIS_ERR_TIMEOUT /* hiredis >= 1.0 */
     if (c->err == REDIS_ERR_TIMEOUT)
         return fail(p->out, RL_HOST_PROBE_ENODE, "%s: no answer within %d ms", what, p->timeout_ms);
@@ -83,14 +117,10 @@ static void describe(const redisReply *r, char *buf, size_t len) {
  * probe's timeout. Return 0; 1 when the timeout passed, -1 when poll failed
  * (tls_err says which). */
 static int tls_wait(probe *p) {
-    struct pollfd pfd = {.fd = p->c->fd, .events = p->tls->want == RL_TLS_WANT_WRITE ? POLLOUT : POLLIN};
-    int n;
-    do n = poll(&pfd, 1, p->timeout_ms);
-    while (n < 0 && errno == EINTR);
-    if (n > 0) return 0;
-    if (n < 0) return snprintf(p->tls_err, sizeof(p->tls_err), "poll: %s", strerror(errno)), -1;
-    snprintf(p->tls_err, sizeof(p->tls_err), "no answer within %d ms", p->timeout_ms);
-    return 1;
+    int rc = wait_fd(p, p->c->fd, p->tls->want == RL_TLS_WANT_WRITE ? POLLOUT : POLLIN);
+    if (rc < 0) snprintf(p->tls_err, sizeof(p->tls_err), "poll: %s", strerror(errno));
+    else if (rc > 0) snprintf(p->tls_err, sizeof(p->tls_err), "no answer within %d ms", p->timeout_ms);
+    return rc;
 }
 
 static int tls_handshake(probe *p) {
@@ -137,6 +167,23 @@ static int tls_reply(probe *p, void **obj) {
     }
 }
 
+/* The next reply on a plain connection, as redisGetReply, but every read
+ * waits (poll) for what is left of the deadline only. */
+static int plain_reply(probe *p, void **obj) {
+    int done = 0;
+    do {
+        if (redisBufferWrite(p->c, &done) == REDIS_ERR) return REDIS_ERR;
+    } while (!done);
+    for (;;) {
+        if (redisGetReplyFromReader(p->c, obj) == REDIS_ERR) return REDIS_ERR;
+        if (*obj != NULL) return REDIS_OK;
+        int rc = wait_fd(p, p->c->fd, POLLIN);
+        if (rc < 0) snprintf(p->tls_err, sizeof(p->tls_err), "poll: %s", strerror(errno));
+        if (rc != 0) return REDIS_ERR;
+        if (redisBufferRead(p->c) == REDIS_ERR) return REDIS_ERR;
+    }
+}
+
 static int append(probe *p, int argc, const char **argv, const size_t *lens) {
     if (p->tls == NULL) return redisAppendCommandArgv(p->c, argc, argv, lens);
     if (rl_cmd_append_argv(&p->cmds, argc, argv, lens) == 0) return REDIS_OK;
@@ -149,7 +196,7 @@ static int append(probe *p, int argc, const char **argv, const size_t *lens) {
  * fail the probe with what the reply was to and return NULL. */
 static redisReply *take(probe *p, const char *what, unsigned want) {
     void *obj = NULL;
-    int rc = p->tls ? tls_reply(p, &obj) : redisGetReply(p->c, &obj);
+    int rc = p->tls ? tls_reply(p, &obj) : plain_reply(p, &obj);
     if (rc != REDIS_OK || obj == NULL) {
         fail_io(p, what);
         return NULL;
@@ -285,7 +332,7 @@ int rl_host_probe(const char *url, const char *key, size_t keylen, int timeout_m
     snprintf(out->name, sizeof(out->name), "%s", u.name);
 
     struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-    probe p = {.out = out, .timeout_ms = timeout_ms};
+    probe p = {.out = out, .timeout_ms = timeout_ms, .deadline = mono_ms() + timeout_ms};
     p.c = u.kind == RL_URL_UNIX ? redisConnectUnixWithTimeout(u.path, tv)
                                 : redisConnectWithTimeout(u.host, u.port, tv);
     if (p.c == NULL) return fail(out, RL_HOST_PROBE_ENODE, "out of memory");

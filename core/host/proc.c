@@ -322,10 +322,15 @@ int rl_host_spawn(const char *const *argv, int flags, int grace_ms, int *errnum)
 int rl_host_wait(int pid, int block, int *code) {
     int st;
     pid_t r;
-    do r = waitpid(pid, &st, block ? 0 : WNOHANG);
+    int options = ((block & RL_HOST_WAIT_BLOCK) ? 0 : WNOHANG) | ((block & RL_HOST_WAIT_STOPS) ? WUNTRACED : 0);
+    do r = waitpid(pid, &st, options);
     while (r < 0 && errno == EINTR);
     if (r != 0 && atomic_load(&stopping)) wait_for_exit();
     if (r == 0) return 0;
+    if (r > 0 && WIFSTOPPED(st)) {
+        *code = WSTOPSIG(st);
+        return 2;
+    }
     if (r < 0) {
         *code = errno;
         if (errno == ECHILD) forget(pid);
@@ -334,6 +339,24 @@ int rl_host_wait(int pid, int block, int *code) {
     forget(pid);
     *code = decode(st);
     return 1;
+}
+
+void rl_host_stop_self(int pid, int sig) {
+    /* The job-control stops, when the shell is there to continue us (a
+     * terminal); else SIGSTOP, which no orphaned process group discards. */
+    int same = (sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU) && isatty(STDIN_FILENO);
+    raise(same ? sig : SIGSTOP);
+    /* continued: the terminal back to the child, if it had it and we have it */
+    pthread_mutex_lock(&sup_lock);
+    if (sup.pid == pid && sup.terminal && isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp()) {
+        sigset_t ttou, old;
+        sigemptyset(&ttou);
+        sigaddset(&ttou, SIGTTOU);
+        pthread_sigmask(SIG_BLOCK, &ttou, &old);
+        tcsetpgrp(STDIN_FILENO, pid);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
+    pthread_mutex_unlock(&sup_lock);
 }
 
 int rl_host_kill(int pid, int sig, int group) {

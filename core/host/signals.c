@@ -11,6 +11,17 @@
  * Exactly one of two paths ends the process: the signal thread, or a normal
  * exit through rl_host_finish. Whichever claims the exit first wins; the other
  * waits for it (so the exit status is the winner's).
+ *
+ * A lock being acquired on the Lua thread (rl_host_acquire_begin/_end around
+ * dlm:lock and friends) is not the keeper's yet: its SETs may already be on
+ * the nodes. A signal that comes then makes the signal thread wait, at most
+ * the bound the Lua side gave, until that acquisition is over: the retry
+ * policy gives up at once (rl_host_stopping), an attempt in flight ends
+ * within its node and connect timeouts and either releases what it got (no
+ * quorum) or hands the lock to the keeper. rl_host_acquire_end then never
+ * returns, and the signal thread releases every kept lock and exits as usual.
+ * An acquisition that would begin once the signal thread has taken over the
+ * exit never begins.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -18,6 +29,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "host.h"
@@ -28,6 +40,13 @@ static atomic_int exit_claim;     /* 0: nobody; -1: normal exit; > 0: that signa
 static atomic_int defer_mode;
 static atomic_int pending_sig;
 static atomic_int deferred_count;
+
+/* Acquisitions under way on the Lua thread (acq_lock guards them). */
+static pthread_mutex_t acq_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t acq_done;
+static int acq_depth;        /* nested begin/end pairs under way */
+static int acq_bound_ms;     /* how long the outermost one may still take after a signal */
+static pthread_t acq_thread; /* the thread inside them */
 
 static void on_signal(int sig) {
     int saved = errno;
@@ -60,9 +79,32 @@ static void flush_if_free(FILE *f) {
     }
 }
 
+/* Wait (bounded) for the acquisition under way, if any, to be over. Called
+ * once the exit is claimed: none can begin from then on. */
+static void await_acquisition(void) {
+    pthread_mutex_lock(&acq_lock);
+    if (acq_depth > 0 && !pthread_equal(acq_thread, pthread_self())) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += acq_bound_ms / 1000;
+        until.tv_nsec += (long)(acq_bound_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        while (acq_depth > 0)
+            if (pthread_cond_timedwait(&acq_done, &acq_lock, &until) == ETIMEDOUT) break;
+    }
+    pthread_mutex_unlock(&acq_lock);
+}
+
 static void terminate(int sig) {
-    if (!claim_exit(sig)) return; /* a normal exit is under way; let it finish */
+    pthread_mutex_lock(&acq_lock); /* an acquisition begins before the claim, or never */
+    int mine = claim_exit(sig);
+    pthread_mutex_unlock(&acq_lock);
+    if (!mine) return; /* a normal exit is under way; let it finish */
     rl_host_stop_supervised(sig);
+    await_acquisition();
     rl_keeper_release_all(RL_HOST_RELEASE_TIMEOUT_MS);
     flush_if_free(stdout);
     flush_if_free(stderr);
@@ -103,6 +145,11 @@ int rl_host_signals_start(void) {
     sigset_t all, old;
     pthread_t tid;
     if (pipe(pipe_fd) != 0) return -1;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&acq_done, &ca);
+    pthread_condattr_destroy(&ca);
     rl_host_on_interrupt(interrupted);
     memset(&sa, 0, sizeof(sa));
     sigemptyset(&sa.sa_mask);
@@ -143,4 +190,30 @@ void rl_host_defer_signals(int defer) {
 
 int rl_host_pending_signal(void) {
     return atomic_load(&pending_sig);
+}
+
+int rl_host_stopping(void) {
+    int who = atomic_load(&exit_claim);
+    return who > 0 ? who : 0;
+}
+
+void rl_host_acquire_begin(int bound_ms) {
+    pthread_mutex_lock(&acq_lock);
+    if (atomic_load(&exit_claim) > 0) {
+        pthread_mutex_unlock(&acq_lock);
+        never_return(); /* the signal thread releases and exits */
+    }
+    if (acq_depth++ == 0) {
+        acq_thread = pthread_self();
+        acq_bound_ms = bound_ms > 0 ? bound_ms : 0;
+    }
+    pthread_mutex_unlock(&acq_lock);
+}
+
+void rl_host_acquire_end(void) {
+    pthread_mutex_lock(&acq_lock);
+    if (acq_depth > 0 && --acq_depth == 0) pthread_cond_broadcast(&acq_done);
+    int outer = acq_depth == 0;
+    pthread_mutex_unlock(&acq_lock);
+    if (outer && atomic_load(&exit_claim) > 0) never_return();
 }

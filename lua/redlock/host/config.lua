@@ -49,8 +49,12 @@ end
 local function read_servers_file(path)
   local f, err = io.open(path, "rb")
   if not f then return nil, "--servers-file: cannot read " .. tostring(err) end
-  local text = f:read("*a"):gsub("#[^\n]*", "")
+  local text, rerr = f:read("*a")
   f:close()
+  if not text then
+    return nil, ("--servers-file: cannot read %s: %s"):format(path, tostring(rerr))
+  end
+  text = text:gsub("#[^\n]*", "")
   if not text:find("[^,%s]") then return nil, "--servers-file " .. path .. " names no servers" end
   return text
 end
@@ -136,6 +140,131 @@ function _M.is_usage_error(e)
   return type(e) == "table" and getmetatable(e) == USAGE_MT
 end
 
+-- Signals while a lock is being acquired (see rl_host_acquire_begin in
+-- core/host/host.h). Every client of the host acquires between
+-- sys.acquire_begin and sys.acquire_end, so a SIGTERM then waits for the
+-- acquisition to be over (the lock is the keeper's, which releases it, or
+-- the library released what it got) instead of leaving its SETs on the
+-- nodes for the whole ttl. The retry policy gives up once a signal is ending
+-- the host, and the delays between attempts are slept here in slices of
+-- SLICE_MS that look for one (a release heard still ends them early).
+local SLICE_MS = 20
+local MAX_MS = 2147483647
+
+-- How long an acquisition may take once the policy gives up: an attempt
+-- (two rounds with a fencing token, on connections still being made), the
+-- releases after a failed one, and a second to spare.
+local function acquire_bound(dlm)
+  local node, connect = 50, 1000
+  local o = dlm.options
+  if o ~= nil then
+    local ok, n, c = pcall(function() return tonumber(o.node_timeout_ms), tonumber(o.connect_timeout_ms) end)
+    if ok and n and n > 0 then node = n end
+    if ok and c and c > 0 then connect = c end
+  end
+  return 2 * (node + connect) + 1000
+end
+
+-- policy, its delays slept here in slices (then 0 to the library), and nil
+-- once a signal is ending the host. a: the resource (or list) being locked.
+local function sliced(dlm, a, policy, wait)
+  local sys = require "redlock.host.sys"
+  local deadline = wait and sys.now_ms() + wait
+  local client = dlm.client
+  local single = type(a) == "string" and dlm.notify and client ~= nil
+  local function heard()
+    if single then return client:heard(a, #a) end
+  end
+  local seen = heard()
+  return function(attempt, err, detail)
+    if sys.stopping() then return nil end
+    local delay = policy(attempt, err, detail)
+    if type(delay) ~= "number" or not (delay >= 0 and delay <= MAX_MS) then return delay end
+    if sys.stopping() then return nil end
+    local now = heard()
+    if now ~= seen then -- a release heard during the attempt: the library tries again at once
+      seen = now
+      return 0
+    end
+    local until_ms = sys.now_ms() + math.floor(delay)
+    if deadline and until_ms > deadline then until_ms = deadline end
+    while true do
+      local left = until_ms - sys.now_ms()
+      if left <= 0 then break end
+      local ms = math.min(SLICE_MS, math.ceil(left))
+      if single then
+        if client:sleep_until(a, #a, seen, ms) ~= 0 then break end
+      else
+        _M.sleep(dlm, ms)
+      end
+      if sys.stopping() then return nil end
+    end
+    seen = heard()
+    return 0
+  end
+end
+
+local guarded = false
+
+local WRAPPER = [[
+local f, begin, done, prepare = ...
+local error, pcall = error, pcall
+local function finish(ok, ...)
+  done()
+  if not ok then error((...), 0) end
+  return ...
+end
+return function(self, a, opts, ...)
+  if prepare then opts = prepare(self, a, opts) end
+  begin(self)
+  return finish(pcall(f, self, a, opts, ...))
+end
+]]
+
+--- Make every client's lock, try_lock and lock_many acquire as above (once,
+-- on the client class that dlm belongs to). Return dlm.
+function _M.guard(dlm)
+  if guarded then return dlm end
+  local mt = getmetatable(dlm)
+  local methods = type(mt) == "table" and mt.__index
+  if type(methods) ~= "table" or type(methods.lock) ~= "function" then return dlm end
+  guarded = true
+  local sys = require "redlock.host.sys"
+  local retry = require("redlock").retry
+
+  -- opts with the policy that lock() would use, sliced
+  local function prepare(self, a, opts)
+    if type(self) ~= "table" or self.client == nil or (opts ~= nil and type(opts) ~= "table") then
+      return opts
+    end
+    local o = {}
+    if opts then
+      if opts.retry ~= nil and type(opts.retry) ~= "function" then return opts end
+      for key, v in pairs(opts) do o[key] = v end
+    end
+    local wait = type(o.wait) == "number" and o.wait or nil
+    local policy = o.retry or (wait and retry.forever()) or self.retry or retry.default
+    o.retry = sliced(self, a, policy, wait)
+    return o
+  end
+  local function begin(self)
+    sys.acquire_begin(type(self) == "table" and acquire_bound(self) or 0)
+  end
+
+  -- The wrappers are compiled under the library's own chunk name: the
+  -- library blames the first frame outside its file for a bad argument, and
+  -- that must stay the caller's line, not a wrapper's.
+  local chunkname = debug.getinfo(methods.lock, "S").source
+  for _, name in ipairs { "lock", "lock_many", "try_lock" } do
+    local f = methods[name]
+    if type(f) == "function" then
+      local make = assert(loadstring(WRAPPER, chunkname))
+      methods[name] = make(f, begin, sys.acquire_end, name ~= "try_lock" and prepare or nil)
+    end
+  end
+  return dlm
+end
+
 --- Make redlock.default() return a client built from the host configuration,
 -- and make keep-alive the default for every client created in the host (so
 -- that the signal thread's rl_keeper_release_all covers every held lock).
@@ -162,6 +291,12 @@ function _M.install(opts)
         copy.keepalive = true
         o = copy
       end
+      if not guarded then
+        -- the first client shows guard its class; a failure is raised again
+        -- by a tail call, so that it blames the caller's line
+        local ok, dlm = pcall(new, o)
+        if ok then return _M.guard(dlm) end
+      end
       return new(o)
     end
   end
@@ -187,7 +322,7 @@ function _M.client(opts)
     local msg = tostring(dlm):gsub("^bad argument #1 to 'new' %((.*)%)$", "%1")
     return nil, _M.flag_message(msg)
   end
-  return dlm
+  return _M.guard(dlm)
 end
 
 --- Acquire resource with keep-alive. o: ttl, margin, policy, nonblock, wait,

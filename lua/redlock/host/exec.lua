@@ -179,6 +179,20 @@ function _M.run(opts, argv, k)
     policy, err = load_policy(opts.policy)
     if not policy then return host.fail(EXIT.USAGE, "%s", err) end
   end
+  -- A policy that raises is the user's file too: its error is told, as a
+  -- usage error, once the library has given up the attempts.
+  local POLICY_RAISED, policy_error = {}, nil
+  if policy then
+    local user_policy = policy
+    policy = function(...)
+      local ok, delay = pcall(user_policy, ...)
+      if not ok then
+        policy_error = delay
+        error(POLICY_RAISED, 0)
+      end
+      return delay
+    end
+  end
   local conflict = opts.conflict or EXIT.FAIL
 
   local dlm, err = config.client(opts)
@@ -199,6 +213,14 @@ function _M.run(opts, argv, k)
     nonblock = opts.nonblock, wait = opts.wait or opts.timeout, unreachable = unreachable, fence = opts.fence,
   })
   if not locked then
+    if lock == POLICY_RAISED then
+      local e = policy_error
+      if type(e) ~= "string" then
+        local mt = getmetatable(e)
+        e = (mt and mt.__tostring) and tostring(e) or ("(error object is a %s value)"):format(type(e))
+      end
+      return host.fail(EXIT.USAGE, "--policy %s: the policy failed: %s", opts.policy, e)
+    end
     -- a --policy that returned what is not a delay: the user's file, so a usage error
     local msg = tostring(lock)
     local bad = opts.policy and msg:match("(bad retry policy:.*)$")
@@ -236,8 +258,16 @@ function _M.run(opts, argv, k)
   end
 
   while true do
-    local what, code = sys.wait(pid, false)
-    if what == "exited" then
+    local what, code = sys.wait(pid, false, true)
+    if what == "stopped" then
+      -- Ctrl-Z (or any stop): stop with the command, so that the shell gets
+      -- its job back; once continued, continue the command unless the lock
+      -- was lost meanwhile (then it is stopped below, SIGCONT included)
+      sys.stop_self(pid, code)
+      if not (config.lost(lock) or config.remaining(lock) <= grace + POLL_MS) then
+        sys.kill(pid, sys.SIGCONT, true)
+      end
+    elseif what == "exited" then
       config.release(lock)
       if opts.verbose then io.stderr:write(("redlock: released '%s'\n"):format(resource)) end
       return code

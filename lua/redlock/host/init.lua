@@ -21,10 +21,25 @@ local function self_info()
   return package.loaded["redlock.host.self"] or {}
 end
 
+-- A URL cut short before its '@' (a password with a comma, a space or a '#'
+-- in it, split there): scheme://[user]:rest up to the end of the fragment.
+-- rest is kept only when it is a port (host:port[/db], [v6]:port, a port
+-- that ends a sentence or a label: "...:6379:", and the word "port" of the
+-- usage messages).
+local function redact_cut(scheme, user, rest)
+  if rest:sub(1, 3) == "***" then return nil end
+  if user ~= "" and (user:sub(1, 1) == "[" or rest == "port" or rest:match("^%d+[:.;]?$") or rest:match("^%d+[/?)%]]")) then
+    return nil
+  end
+  return scheme .. user .. ":***"
+end
+
 --- text with the password of every URL in it replaced by ***
--- (scheme://user:secret@... -> scheme://user:***@...).
+-- (scheme://user:secret@... -> scheme://user:***@...), also of a URL cut
+-- before its '@' (scheme://user:secret -> scheme://user:***).
 function _M.redact(text)
-  return (text:gsub("(%a[%w+.-]*://[^:/@%s'\",]*:)[^@%s'\",]*@", "%1***@"))
+  text = text:gsub("(%a[%w+.-]*://[^:/@%s'\",]*:)[^@%s'\",]*@", "%1***@")
+  return (text:gsub("(%a[%w+.-]*://)([^:/@%s'\",]*):([^@%s'\",]*)", redact_cut))
 end
 
 --- Print "redlock: message" on stderr, never with a password from a URL; return code.

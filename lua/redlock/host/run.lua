@@ -17,6 +17,11 @@ local config = require "redlock.host.config"
 local EXIT = host.EXIT
 local _M = {}
 
+
+-- At most this many ARGS reach the script as `...` (LuaJIT's unpack stops
+-- near 8000 values); more is a usage error rather than a failed call.
+local MAX_ARGS = 7000
+
 local SPEC = config.spec {}
 _M.SPEC = SPEC
 
@@ -43,16 +48,27 @@ Options (before SCRIPT):
 ]]):format(args.describe(SPEC))
 end
 
--- Drop the host's own frames from the bottom of a traceback.
+-- Drop the host's own frames from the bottom of a traceback; the message
+-- (everything before "stack traceback:") stays whole, whatever it says.
 local function trim_traceback(tb)
-  local out = {}
-  for line in tb:gmatch("[^\n]+") do
-    if line:find("redlock/host/", 1, true) or line:find("[C]: in function 'xpcall'", 1, true) then
+  local at, from = nil, 1
+  while true do -- the last one: the message may hold the words too
+    local i = tb:find("\nstack traceback:\n", from, true)
+    if not i then break end
+    at, from = i, i + 1
+  end
+  if not at then return tb end
+  local out = { tb:sub(1, at - 1), "stack traceback:" }
+  local frames = tb:sub(at + #"\nstack traceback:\n")
+  for line in frames:gmatch("[^\n]+") do
+    if line:find("[C]: in function 'xpcall'", 1, true)
+      or line:find("redlock/host/run.lua:", 1, true) or line:find("redlock/host/init.lua:", 1, true) then
       break
     end
     out[#out + 1] = line
   end
-  while out[#out] and out[#out]:match("^%s*%[C%]: %?$") do out[#out] = nil end
+  while #out > 2 and out[#out]:match("^%s*%[C%]: %?$") do out[#out] = nil end
+  if #out == 2 then out[2] = nil end
   return table.concat(out, "\n")
 end
 
@@ -69,9 +85,14 @@ end
 function _M.run(opts, argv, k)
   local script = argv[k]
   if script == nil then return host.usage_error("run", "missing SCRIPT.lua") end
-  if opts.servers then
-    local ok, err = config.servers(opts)
-    if not ok then return host.fail(EXIT.USAGE, "%s", err) end
+  -- Servers given are checked now, as exec and status do (bad URL, TLS
+  -- file, a server named twice): a usage error, not the script's.
+  local servers, serr = config.servers(opts)
+  if not servers and (opts.servers or opts.servers_file) then return host.fail(EXIT.USAGE, "%s", serr) end
+  if servers then
+    local dlm, err = config.client(opts)
+    if not dlm then return host.fail(EXIT.USAGE, "%s", err) end
+    dlm:close()
   end
   config.install(opts)
 
@@ -82,6 +103,10 @@ function _M.run(opts, argv, k)
   local sarg, n = {}, 0
   for j = 0, #argv do sarg[j - k] = argv[j] end
   for j = k + 1, #argv do n = n + 1 end
+  if n > MAX_ARGS then
+    return host.usage_error("run", ("too many arguments for %s: %d (at most %d); pass a list in a file "
+      .. "or on stdin"):format(script, n, MAX_ARGS))
+  end
   _G.arg = sarg
 
   local res = { xpcall(function() return chunk(unpack(sarg, 1, n)) end, handler) }

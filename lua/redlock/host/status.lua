@@ -24,9 +24,10 @@ usage: redlock status [OPTIONS] RESOURCE
 
 Show, node by node, whether RESOURCE's key exists, the first characters of its
 value (the holder's lock value), and its remaining time to live; then whether
-one value is held by a quorum (N/2+1) of the nodes. A node that cannot be
-reached within %d ms, or answers with an error or with something other than
-what GET and PTTL return, is shown as an error and counts as not answering.
+one value is held by a quorum (N/2+1) of the nodes. A node that has not
+answered within %d ms in all (connect, AUTH, SELECT, GET, PTTL), or answers
+with an error or with something other than what GET and PTTL return, is
+shown as an error and counts as not answering.
 
 Options:
 %s
@@ -48,6 +49,11 @@ function _M.run(opts, argv, k)
   if argv[k + 1] ~= nil then return host.usage_error("status", "one RESOURCE at a time") end
   local servers, err = config.servers(opts)
   if not servers then return host.fail(EXIT.USAGE, "%s", err) end
+  -- the servers as exec takes them: a bad URL, or one named twice (it would
+  -- count twice toward the quorum), is a usage error
+  local dlm, cerr = config.client(opts)
+  if not dlm then return host.fail(EXIT.USAGE, "%s", cerr) end
+  dlm:close()
   local key = (opts.prefix or os.getenv("REDLOCK_PREFIX") or "") .. resource
   local n = #servers
   local quorum = math.floor(n / 2) + 1

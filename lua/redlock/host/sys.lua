@@ -15,10 +15,14 @@ if not pcall(ffi.typeof, "rl_host_timespec") then
     int rl_host_spawn(const char *const *argv, int flags, int grace_ms, int *errnum);
     int rl_host_wait(int pid, int block, int *code);
     int rl_host_kill(int pid, int sig, int group);
+    void rl_host_stop_self(int pid, int sig);
     int rl_host_group_alive(int pid);
     int rl_host_system(const char *cmd);
     void rl_host_defer_signals(int defer);
     int rl_host_pending_signal(void);
+    void rl_host_acquire_begin(int bound_ms);
+    void rl_host_acquire_end(void);
+    int rl_host_stopping(void);
     void rl_host_sleep_ms(int ms);
     typedef struct rl_host_probe_result {
       int err;
@@ -97,12 +101,20 @@ function _M.spawn(argv, flags, grace_ms)
 end
 
 --- Reap pid. Return "running"; or "exited" and its status (128+signal when
--- killed); or "gone" and the errno when it was reaped elsewhere.
-function _M.wait(pid, block)
-  local r = C.rl_host_wait(pid, block and 1 or 0, code_box)
+-- killed); or "gone" and the errno when it was reaped elsewhere; with stops,
+-- also "stopped" and the signal that stopped it.
+function _M.wait(pid, block, stops)
+  local r = C.rl_host_wait(pid, (block and 1 or 0) + (stops and 2 or 0), code_box)
   if r == 0 then return "running" end
   if r == 1 then return "exited", code_box[0] end
+  if r == 2 then return "stopped", code_box[0] end
   return "gone", code_box[0]
+end
+
+--- pid (supervised) stopped with sig: stop the host the same way until it is
+-- continued (rl_host_stop_self).
+function _M.stop_self(pid, sig)
+  C.rl_host_stop_self(pid, sig)
 end
 
 function _M.kill(pid, sig, group)
@@ -149,6 +161,23 @@ end
 --- With on true, SIGINT/SIGTERM/SIGHUP are only recorded; poll pending_signal().
 function _M.defer_signals(on)
   C.rl_host_defer_signals(on and 1 or 0)
+end
+
+--- Around an acquisition (see rl_host_acquire_begin in core/host/host.h):
+-- a signal waits for acquire_end, at most bound_ms; once one is ending the
+-- host, neither returns.
+function _M.acquire_begin(bound_ms)
+  C.rl_host_acquire_begin(math.max(0, math.floor(bound_ms)))
+end
+
+function _M.acquire_end()
+  C.rl_host_acquire_end()
+end
+
+--- The signal ending the host, or nil.
+function _M.stopping()
+  local s = C.rl_host_stopping()
+  return s ~= 0 and s or nil
 end
 
 function _M.pending_signal()
