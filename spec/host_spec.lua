@@ -266,6 +266,40 @@ describe("the redlock host", function()
       assert.matches("arg\targs.lua\ta\tb c\trun\t2\ta\tb c", out, 1, true)
     end)
 
+    -- Before: in the host, a release heard during a policy delay cost the
+    -- policy an attempt (its delays were sliced there so that a signal ends
+    -- them): a waiter woken on a resource still held gave up after the first
+    -- wake-up instead of sleeping out the rest of its delay.
+    it("lets a release heard during a delay cost the policy no attempt, as outside the host", function()
+      local r = "run:wake"
+      local key_holder = require("redlock").new { servers = cl.urls }
+      local held = assert(key_holder:lock(r, { ttl = 30000 }))
+      local name = script("wake.lua", [[
+        local dlm = require("redlock").default()
+        local calls = {}
+        local lock, err = dlm:lock(arg[1], { retry = function(n)
+          calls[#calls + 1] = n
+          if n <= 2 then return 1500 end
+        end })
+        print(lock and "got" or err, table.concat(calls, ","))
+        if lock then lock:unlock() end
+      ]])
+      local job = bg("run " .. name .. " " .. r, ENV)
+      -- the waiter queued (its first attempt was refused), then a message on
+      -- the resource's channel while it is still held: a wake-up, a refused
+      -- extra attempt
+      assert(eventually(function() return cl:cli(1, "LLEN", "redlock:queue:" .. r) == "1" end, 5000))
+      for i = 1, cl.n do cl:cli(i, "PUBLISH", "redlock:released:" .. r, "1") end
+      -- released 2.5 s on: within the policy's second delay (3 s from the
+      -- first attempt), after a policy counting wake-ups gave up (1.5 s on)
+      sleep_ms(2500)
+      assert(held:unlock())
+      key_holder:close()
+      local rc, out = job:wait(10000)
+      assert.are.equal(0, rc, out)
+      assert.matches("^got\t1,2", out)
+    end)
+
     it("reports a runtime error with a traceback, exits 1 and releases held locks", function()
       local name = script("boom.lua", [[
         local dlm = require("redlock").default()

@@ -167,6 +167,10 @@ end
 
 -- policy, its delays slept here in slices (then 0 to the library), and nil
 -- once a signal is ending the host. a: the resource (or list) being locked.
+-- As in the library, a release heard during a delay earns an extra attempt
+-- that the policy does not count: after it the rest of the delay is slept
+-- without asking the policy again, and the policy sees its own attempt
+-- numbers.
 local function sliced(dlm, a, policy, wait)
   local sys = require "redlock.host.sys"
   local deadline = wait and sys.now_ms() + wait
@@ -176,24 +180,34 @@ local function sliced(dlm, a, policy, wait)
     if single then return client:heard(a, #a) end
   end
   local seen = heard()
-  return function(attempt, err, detail)
+  local n, resume_until = 0, nil
+  return function(_, err, detail)
     if sys.stopping() then return nil end
-    local delay = policy(attempt, err, detail)
-    if type(delay) ~= "number" or not (delay >= 0 and delay <= MAX_MS) then return delay end
-    if sys.stopping() then return nil end
+    local until_ms = resume_until
+    resume_until = nil
+    if until_ms == nil or until_ms <= sys.now_ms() then
+      n = n + 1
+      local delay = policy(n, err, detail)
+      if type(delay) ~= "number" or not (delay >= 0 and delay <= MAX_MS) then return delay end
+      if sys.stopping() then return nil end
+      until_ms = sys.now_ms() + math.floor(delay)
+      if deadline and until_ms > deadline then until_ms = deadline end
+    end
     local now = heard()
     if now ~= seen then -- a release heard during the attempt: the library tries again at once
       seen = now
+      resume_until = until_ms
       return 0
     end
-    local until_ms = sys.now_ms() + math.floor(delay)
-    if deadline and until_ms > deadline then until_ms = deadline end
     while true do
       local left = until_ms - sys.now_ms()
       if left <= 0 then break end
       local ms = math.min(SLICE_MS, math.ceil(left))
       if single then
-        if client:sleep_until(a, #a, seen, ms) ~= 0 then break end
+        if client:sleep_until(a, #a, seen, ms) ~= 0 then
+          resume_until = until_ms -- woken: an extra attempt, then the rest of the delay
+          break
+        end
       else
         _M.sleep(dlm, ms)
       end
