@@ -64,6 +64,7 @@ extern "C" {
 #define RL_VALUE_LEN 40     /* hex characters in a lock value (20 random bytes) */
 #define RL_NODE_ERR_LEN 96  /* error text kept per node in a result */
 #define RL_ID_SLOTS 65536   /* operations in flight on one client: ids % RL_ID_SLOTS differ */
+#define RL_MAX_KEY_LEN 536870912 /* longest key (prefix + resource), Redis' 512 MB limit */
 #define RL_WAITER_ID_LEN 16 /* hex characters of a client's waiter id (hand-off's queue) */
 
 /* What an operation does. */
@@ -188,16 +189,19 @@ const char *rl_client_errstr(const rl_client *c);
 
 /*
  * Start an operation; return its id (>= 0), or RL_ERR with the reason in
- * rl_client_errstr (resource empty, ttl <= 0, value not RL_VALUE_LEN long,
- * out of memory, or RL_ID_SLOTS operations already in flight on this client).
+ * rl_client_errstr (resource empty, or longer than RL_MAX_KEY_LEN with the
+ * prefix, ttl <= 0, value not RL_VALUE_LEN long, out of memory, or
+ * RL_ID_SLOTS operations already in flight on this client).
  * The command is queued; it goes out when the client's loop next runs
  * (rl_run, rl_wait, rl_sleep), in one write per node for everything begun
  * since, so begin a batch, then drive. The clock and the node timeout start
  * here, before the first byte is sent. Resource names are binary-safe (they
  * may hold NUL bytes). An id stays valid until its result is collected; after
  * that it names no operation (rl_wait refuses it), even once its slot is
- * reused (ids carry the slot's use count). Ids of operations in flight on one
- * client differ in id % RL_ID_SLOTS, so that can index a table of your own.
+ * reused, for the next 32,767 uses of that slot (ids carry the slot's use
+ * count, 15 bits of it): drop an id once you have its result. Ids of
+ * operations in flight on one client differ in id % RL_ID_SLOTS, so that can
+ * index a table of your own.
  */
 int rl_begin_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms);
 int rl_begin_release(rl_client *c, const char *resource, size_t len, const char *value);

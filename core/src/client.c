@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -408,7 +409,8 @@ static void run_while(rl_client *c, int (*done)(const rl_engine *), int ms) {
  * behind would stand for its whole ttl. */
 static void finish_tails(rl_client *c) {
     run_while(c, rl_engine_tails, c->node_timeout_ms);
-    run_while(c, rl_engine_unwritten, c->reconnect_max_ms + c->connect_timeout_ms);
+    long long bound = (long long)c->reconnect_max_ms + c->connect_timeout_ms;
+    run_while(c, rl_engine_unwritten, bound < INT_MAX ? (int)bound : INT_MAX);
     flush_all(c);
 }
 

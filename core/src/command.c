@@ -2,6 +2,7 @@
  *
  * On the hot path: one reserve, then the constant parts copied as literals
  * and the few numbers written by hand (no printf family). */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,6 +64,7 @@ void rl_buf_free(rl_buf *b) {
 }
 
 int rl_buf_reserve(rl_buf *b, size_t extra) {
+    if (extra > SIZE_MAX / 2 - b->len) return -1; /* no buffer could be that large */
     if (b->len + extra <= b->cap) return 0;
     size_t cap = b->cap ? b->cap : 128;
     while (cap < b->len + extra) cap *= 2;

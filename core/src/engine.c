@@ -123,6 +123,7 @@ static int check_options(const rl_options *o, int n, char *err, size_t errlen) {
     if (o->quorum != 0 && (o->quorum < majority || o->quorum > n))
         return snprintf(err, errlen, "quorum must be between %d (a majority of %d) and %d", majority, n, n), -1;
     if (o->prefix_len > 0 && o->prefix == NULL) return snprintf(err, errlen, "prefix is NULL"), -1;
+    if (o->prefix_len > RL_MAX_KEY_LEN) return snprintf(err, errlen, "prefix is longer than a key may be"), -1;
     return 0;
 }
 
@@ -508,6 +509,8 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
                  double now_ms) {
     if (resource == NULL || len == 0)
         return snprintf(e->errstr, sizeof(e->errstr), "resource must be a non-empty string"), RL_ERR;
+    if (len > RL_MAX_KEY_LEN - e->opts.prefix_len)
+        return snprintf(e->errstr, sizeof(e->errstr), "resource is longer than a key may be (512 MB with the prefix)"), RL_ERR;
     if (kind != RL_OP_RELEASE && ttl_ms <= 0)
         return snprintf(e->errstr, sizeof(e->errstr), "ttl must be > 0 ms (got %d)", ttl_ms), RL_ERR;
     if (kind != RL_OP_ACQUIRE && (value == NULL || strnlen(value, RL_VALUE_LEN + 1) != RL_VALUE_LEN))

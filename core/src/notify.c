@@ -7,6 +7,7 @@
  * goes wrong (refused connect, lost connection, a failed handshake, refused
  * AUTH, garbage) closes the socket and tries again after a doubling backoff:
  * a node that is down costs its wake-ups, never a wait. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,8 +78,7 @@ static void sub_close(rl_sub *s) {
 static void sub_fail(rl_sub *s) {
     rl_notify *n = s->n;
     sub_close(s);
-    s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : n->min_ms;
-    if (s->backoff_ms > n->max_ms) s->backoff_ms = n->max_ms;
+    s->backoff_ms = !s->backoff_ms ? n->min_ms : s->backoff_ms > n->max_ms / 2 ? n->max_ms : s->backoff_ms * 2;
     ev_timer_set(&s->timer, s->backoff_ms / 1000.0, 0.);
     ev_timer_start(n->loop, &s->timer);
 }
@@ -383,6 +383,7 @@ void rl_notify_free(rl_notify *n) {
 /* The channel of resource, in n->scratch. -1 when out of memory. */
 static int channel(rl_notify *n, const char *resource, size_t len) {
     n->scratch.len = 0;
+    if (len > SIZE_MAX / 4) return -1; /* longer than any buffer could be */
     if (rl_buf_reserve(&n->scratch, n->head_len + len) != 0) return -1;
     memcpy(n->scratch.data, n->head, n->head_len);
     if (len) memcpy(n->scratch.data + n->head_len, resource, len);

@@ -56,8 +56,8 @@ static int ring_push(rl_stream *s, rl_ticket t) {
 static void schedule_reconnect(rl_stream *s, double now_ms) {
     s->state = RL_STREAM_DOWN;
     s->retry_at_ms = now_ms + s->backoff_ms;
-    s->backoff_ms *= 2;
-    if (s->backoff_ms > s->opts->reconnect_max_ms) s->backoff_ms = s->opts->reconnect_max_ms;
+    int max = s->opts->reconnect_max_ms;
+    s->backoff_ms = s->backoff_ms > max / 2 ? max : s->backoff_ms * 2;
 }
 
 /* Forget what was queued or half-read on the connection. */

@@ -4,8 +4,10 @@
  * not on PATH. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -324,6 +326,36 @@ static void misuse_is_refused(rl_client *c, rl_result *r) {
     o.quorum = 1;
     CHECK(rl_client_new(url_list, NODES, &o, err, sizeof(err)) == NULL);
     CHECK(strstr(err, "quorum") != NULL);
+    /* lengths no buffer could hold: refused, never wrapped into a small
+     * allocation (before: a hang in rl_watch, bad memcpys elsewhere) */
+    CHECK_INT(rl_begin_acquire(c, "x", SIZE_MAX - 1, 1000), RL_ERR);
+    CHECK(strstr(rl_client_errstr(c), "longer than a key") != NULL);
+    CHECK_INT(rl_watch(c, "x", SIZE_MAX / 2 + 1), RL_ERR);
+    rl_unwatch(c, "x", SIZE_MAX);
+    rl_options_init(&o);
+    o.prefix = "p";
+    o.prefix_len = SIZE_MAX;
+    CHECK(rl_client_new(url_list, NODES, &o, err, sizeof(err)) == NULL);
+    CHECK(strstr(err, "prefix") != NULL);
+}
+
+/* Reconnect delays up to INT_MAX: the backoff doubles without overflowing
+ * (before: signed overflow at the first failed connect with a minimum above
+ * INT_MAX / 2, and in rl_client_free's bound with the maximum at INT_MAX). */
+static void extreme_reconnect_delays(void) {
+    const char *closed[1] = {"redis://127.0.0.1:1"};
+    char err[RL_ERR_LEN];
+    rl_options o;
+    rl_options_init(&o);
+    o.reconnect_min_ms = 1 << 30;
+    o.reconnect_max_ms = INT_MAX;
+    o.connect_timeout_ms = 100;
+    rl_client *c = rl_client_new(closed, 1, &o, err, sizeof(err));
+    CHECK(c != NULL);
+    rl_result r;
+    CHECK_INT(rl_acquire(c, "x", 1, 1000, &r), RL_OK);
+    CHECK(r.status != RL_STATUS_OK);
+    rl_client_free(c);
 }
 
 static void dead_and_stalled_nodes(rl_client *c, rl_result *r) {
@@ -581,6 +613,7 @@ int main(void) {
     waiter_hears_a_release(c, r);
     commands_larger_than_the_socket();
     misuse_is_refused(c, r);
+    extreme_reconnect_delays();
     dead_and_stalled_nodes(c, r);
     tails_run_after_the_decision();
     keeper_extends_and_releases();

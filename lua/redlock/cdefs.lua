@@ -19,7 +19,8 @@ enum {
     RL_VALUE_LEN = 40,
     RL_NODE_ERR_LEN = 96,
     RL_ID_SLOTS = 65536,
-    RL_WAITER_ID_LEN = 16
+    RL_WAITER_ID_LEN = 16,
+    RL_MAX_KEY_LEN = 536870912
 };
 
 enum {
