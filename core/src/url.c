@@ -93,13 +93,14 @@ static int parse_tcp(const char *shown, const char *rest, rl_url *u, char *err, 
     if (at) {
         const char *colon = memchr(rest, ':', (size_t)(at - rest));
         size_t ulen = colon ? (size_t)(colon - rest) : (size_t)(at - rest);
-        if (copy_decoded(u->user, sizeof(u->user), rest, ulen) != 0) fail("'%s': bad user name", shown);
         if (colon) {
+            if (copy_decoded(u->user, sizeof(u->user), rest, ulen) != 0) fail("'%s': bad user name", shown);
             if (copy_decoded(u->password, sizeof(u->password), colon + 1, (size_t)(at - colon - 1)) != 0)
                 fail("'%s': bad password", shown);
         } else {
-            /* redis://secret@host: a lone userinfo is the password, as other clients read it. */
-            snprintf(u->password, sizeof(u->password), "%s", u->user);
+            /* redis://secret@host: a lone userinfo is the password, as other
+             * clients read it (decoded straight into the password's room). */
+            if (copy_decoded(u->password, sizeof(u->password), rest, ulen) != 0) fail("'%s': bad password", shown);
             u->user[0] = '\0';
         }
         hostport = at + 1;

@@ -1,4 +1,7 @@
 /* test_url.c — node URL parsing and same-server detection. */
+#include <stdio.h>
+#include <string.h>
+
 #include "../src/url.h"
 #include "check.h"
 
@@ -29,6 +32,16 @@ static void tcp_urls(void) {
     CHECK_STR(u.user, "");
     CHECK_STR(u.password, "pw");
     CHECK_INT(u.port, 6379);
+
+    /* a lone userinfo is the password, up to the password's room (before:
+     * one of 128 to 255 bytes was refused as a bad user name) */
+    char url[400], pw[201];
+    memset(pw, 'p', 200);
+    pw[200] = '\0';
+    snprintf(url, sizeof(url), "redis://%s@localhost:7003", pw);
+    CHECK_INT(parse(url), 0);
+    CHECK_STR(u.user, "");
+    CHECK_STR(u.password, pw);
 
     CHECK_INT(parse("redis://[::1]:7002"), 0);
     CHECK_STR(u.host, "::1");
