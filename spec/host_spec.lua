@@ -783,20 +783,27 @@ echo end >> %s
       return stat and stat:match("^%d+ %b() (%a)")
     end
 
-    it("stops when the command is stopped (Ctrl-Z) and continues it when continued", function()
-      local go = TMP .. "/ctrlz.go"
-      local job = bg(("exec --ttl 30000 ctrlz:r -- sh -c 'echo $$ > ctrlz.pid; "
-        .. "while [ ! -e %s ]; do sleep 0.05; done; echo finished'"):format(go), ENV)
+    -- `redlock ARGS` in the background, its command's pid read from pidfile;
+    -- whatever happens in the test, nothing stays stopped or running after it
+    local function stoppable(args, pidfile)
+      local job = bg(args, ENV)
       local child
       assert.is_true(eventually(function()
-        child = tonumber(read_file(TMP .. "/ctrlz.pid") or "")
+        child = tonumber(read_file(TMP .. "/" .. pidfile) or "")
         return child
       end), job.output())
-      finally(function() -- whatever happened, nothing stays stopped or running
+      finally(function()
         proc.kill(job.pid, "CONT")
         proc.kill(-child, "CONT")
         if job:wait(0) == nil then proc.kill(job.pid, "KILL") end
       end)
+      return job, child
+    end
+
+    it("stops when the command is stopped (Ctrl-Z) and continues it when continued", function()
+      local go = TMP .. "/ctrlz.go"
+      local job, child = stoppable(("exec --ttl 30000 ctrlz:r -- sh -c 'echo $$ > ctrlz.pid; "
+        .. "while [ ! -e %s ]; do sleep 0.05; done; echo finished'"):format(go), "ctrlz.pid")
       assert.is_true(proc.kill(-child, "TSTP"))
       assert.is_true(eventually(function() return state(job.pid) == "T" end),
         "redlock went on running with its command stopped")
@@ -810,18 +817,8 @@ echo end >> %s
     end)
 
     it("a lock that ran out while stopped gets the command stopped (SIGTERM), exit 75", function()
-      local job = bg("exec --ttl 1000 ctrlz:lost -- sh -c 'echo $$ > ctrlzlost.pid; trap \"exit 9\" TERM; "
-        .. "while :; do sleep 0.05; done'", ENV)
-      local child
-      assert.is_true(eventually(function()
-        child = tonumber(read_file(TMP .. "/ctrlzlost.pid") or "")
-        return child
-      end), job.output())
-      finally(function() -- whatever happened, nothing stays stopped or running
-        proc.kill(job.pid, "CONT")
-        proc.kill(-child, "CONT")
-        if job:wait(0) == nil then proc.kill(job.pid, "KILL") end
-      end)
+      local job, child = stoppable("exec --ttl 1000 ctrlz:lost -- sh -c 'echo $$ > ctrlzlost.pid; trap \"exit 9\" TERM; "
+        .. "while :; do sleep 0.05; done'", "ctrlzlost.pid")
       assert.is_true(proc.kill(-child, "STOP"))
       assert.is_true(eventually(function() return state(job.pid) == "T" end),
         "redlock went on running with its command stopped")

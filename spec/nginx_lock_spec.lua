@@ -810,6 +810,34 @@ describe("redlock inside nginx", function()
     assert.is_nil(errlog:match("%[error%][^\n]*"), errlog)
   end)
 
+  -- A request to srv from a child luajit, so the test goes on while it runs;
+  -- its status and body land in dir/out. Returns the pid and dir.
+  local function request_in_background(path)
+    local dir = proc.tmpdir()
+    local code = ([[local n = require "helpers.nginx"
+      local s, b = n.request(%d, %q, { timeout_ms = 10000 })
+      io.write(tostring(s), " ", tostring(b))]]):format(srv.port, path)
+    return proc.spawn_luajit({ "luajit", "-e", code }, dir .. "/out"), dir
+  end
+
+  -- The nodes on which key r has a ttl left.
+  local function holding(r)
+    local n = 0
+    for i = 1, cl.n do
+      if cluster.pttl(cl, i, r) > 0 then n = n + 1 end
+    end
+    return n
+  end
+
+  -- Wait (up to 3 s) until every node holds r.
+  local function await_held(r)
+    local deadline = proc.now_ms() + 3000
+    while holding(r) < cl.n do
+      assert(proc.now_ms() < deadline, "the lock never showed up")
+      proc.sleep_ms(10)
+    end
+  end
+
   it("keeps a with_lock lock alive on ngx.timer while the function sleeps, then releases it", function()
     srv = start {
       workers = 1,
@@ -826,29 +854,14 @@ describe("redlock inside nginx", function()
         }]] },
     }
     local r = res("with")
-    local dir = proc.tmpdir()
-    local code = ([[local n = require "helpers.nginx"
-      local s, b = n.request(%d, %q, { timeout_ms = 5000 })
-      io.write(tostring(s), " ", tostring(b))]]):format(srv.port, "/with?r=" .. r)
-    local pid = proc.spawn_luajit({ "luajit", "-e", code }, dir .. "/out")
+    local pid, dir = request_in_background("/with?r=" .. r)
     local ok, err = pcall(function()
-      local function holding()
-        local n = 0
-        for i = 1, cl.n do
-          if cluster.pttl(cl, i, r) > 0 then n = n + 1 end
-        end
-        return n
-      end
-      local deadline = proc.now_ms() + 3000
-      while holding() < 3 do
-        assert(proc.now_ms() < deadline, "the lock never showed up")
-        proc.sleep_ms(10)
-      end
+      await_held(r)
       local t0 = proc.now_ms()
       -- past the 300 ms ttl (and before the 1 s sleep ends): only the keep-alive can hold it there
       for _, at in ipairs { 350, 600 } do
         proc.sleep_ms(math.max(0, t0 + at - proc.now_ms()))
-        local n = holding()
+        local n = holding(r)
         print(("    [keepalive] %d ms after the lock: held on %d of 5"):format(proc.now_ms() - t0, n))
         assert.is_true(n >= 3, ("held on %d nodes %d ms after the lock"):format(n, proc.now_ms() - t0))
       end
@@ -940,27 +953,12 @@ describe("redlock inside nginx", function()
         }]] },
     }
     local r = res("reload")
-    local dir = proc.tmpdir()
-    local code = ([[local n = require "helpers.nginx"
-      local s, b = n.request(%d, %q, { timeout_ms = 10000 })
-      io.write(tostring(s), " ", tostring(b))]]):format(srv.port, "/keep?r=" .. r)
-    local pid = proc.spawn_luajit({ "luajit", "-e", code }, dir .. "/out")
+    local pid, dir = request_in_background("/keep?r=" .. r)
     local ok, err = pcall(function()
-      local function holding()
-        local n = 0
-        for i = 1, cl.n do
-          if cluster.pttl(cl, i, r) > 0 then n = n + 1 end
-        end
-        return n
-      end
-      local deadline = proc.now_ms() + 3000
-      while holding() < 3 do
-        assert(proc.now_ms() < deadline, "the lock never showed up")
-        proc.sleep_ms(10)
-      end
+      await_held(r)
       proc.kill(srv.pid, "HUP")
       proc.sleep_ms(700)
-      assert.is_true(holding() >= 2, "released under the request after the reload")
+      assert.is_true(holding(r) >= 2, "released under the request after the reload")
       assert.is_true(proc.wait_gone(pid, 8000))
       assert.matches("^200 lost=false unlock=true", proc.read_file(dir .. "/out") or "")
     end)
@@ -1113,11 +1111,7 @@ describe("redlock inside nginx", function()
     local reqs = {}
     for k = 1, 12 do reqs[k] = { path = "/wait?r=" .. r .. "&k=" .. k } end
     srv:get_many(reqs, 12, { timeout_ms = 300 })
-    local dir = proc.tmpdir()
-    local code = ([[local n = require "helpers.nginx"
-      local s, b = n.request(%d, %q, { timeout_ms = 10000 })
-      io.write(tostring(s), " ", tostring(b))]]):format(srv.port, "/wait?r=" .. r .. "&k=live")
-    local pid = proc.spawn_luajit({ "luajit", "-e", code }, dir .. "/out")
+    local pid, dir = request_in_background("/wait?r=" .. r .. "&k=live")
     local ok, err = pcall(function()
       proc.sleep_ms(500) -- the live waiter made its first attempt and sleeps
       local released = proc.now_ms()
