@@ -249,6 +249,16 @@ describe("misuse", function()
         "bad argument #1 to 'new' (options table expected, got the module (call redlock.new{...} with a dot))")
     end)
 
+    -- Before: configure() kept anything; the mistake surfaced in default()
+    -- later, named as new()'s.
+    it("checks configure()'s options where it is called", function()
+      misuse(here(), function() redlock.configure { ttl = "x" } end,
+        "bad argument #1 to 'configure' (ttl must be a whole number of ms from 1 to 2147483647, got string \"x\")")
+      misuse(here(), function() redlock.configure { servers = { 7 } } end,
+        "bad argument #1 to 'configure' (servers[1] must be a URL string, got 7)")
+      misuse(here(), function() redlock.configure { tll = 5 } end, { "bad argument #1 to 'configure'", "tll" })
+    end)
+
     -- Before: the URL was silently cut at the NUL.
     it("refuses a server URL holding a NUL byte", function()
       misuse(here(), function() redlock.new { servers = { cl.urls[1] .. "\0junk", cl.urls[2], cl.urls[3] } } end,

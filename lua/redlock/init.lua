@@ -187,7 +187,7 @@ local function options_struct(fname, o, nservers)
     C.rl_options_init(opts)
     if o.node_timeout ~= nil then check_ms(1, fname, "node_timeout", o.node_timeout); opts.node_timeout_ms = o.node_timeout end
     if o.connect_timeout ~= nil then check_ms(1, fname, "connect_timeout", o.connect_timeout); opts.connect_timeout_ms = o.connect_timeout end
-    if o.quorum ~= nil then
+    if o.quorum ~= nil and nservers ~= nil then
         local majority = floor(nservers / 2) + 1
         if not is_int(o.quorum, majority, nservers) then
             argerror(1, fname, ("quorum must be a whole number from %d (a majority of %d) to %d, got %s")
@@ -255,25 +255,33 @@ local function server_list(fname, servers)
     return urls
 end
 
+-- Check every option of new() (or configure(): nservers nil while the
+-- servers are not known yet) but the server list; the options struct and the
+-- ttl.
+local function client_options(fname, opts, nservers)
+    check_opts(1, fname, opts, NEW_KEYS)
+    local copts = options_struct(fname, opts, nservers)
+    local ttl = opts.ttl or 10000
+    check_ms(1, fname, "ttl", ttl)
+    if opts.retry ~= nil and type(opts.retry) ~= "function" then argerror(1, fname, "retry must be a function, got " .. show(opts.retry)) end
+    if opts.max_extensions ~= nil and not is_int(opts.max_extensions, 0, MAX_MS) then
+        argerror(1, fname, ("max_extensions must be a whole number from 0 to %d, got %s"):format(MAX_MS, show(opts.max_extensions)))
+    end
+    if opts.keepalive ~= nil and type(opts.keepalive) ~= "boolean" then
+        argerror(1, fname, "keepalive must be a boolean, got " .. show(opts.keepalive))
+    end
+    if opts.notify ~= nil and type(opts.notify) ~= "boolean" then
+        argerror(1, fname, "notify must be a boolean, got " .. show(opts.notify))
+    end
+    return copts, ttl
+end
+
 --- Create a client. See the README for the options; misuse raises.
 function _M.new(opts)
     if opts == _M then argerror(1, "new", "options table expected, got the module (call redlock.new{...} with a dot)") end
     if type(opts) ~= "table" then argerror(1, "new", "options table expected, got " .. show(opts)) end
-    check_opts(1, "new", opts, NEW_KEYS)
     local urls = server_list("new", opts.servers)
-    local copts = options_struct("new", opts, #opts.servers)
-    local ttl = opts.ttl or 10000
-    check_ms(1, "new", "ttl", ttl)
-    if opts.retry ~= nil and type(opts.retry) ~= "function" then argerror(1, "new", "retry must be a function, got " .. show(opts.retry)) end
-    if opts.max_extensions ~= nil and not is_int(opts.max_extensions, 0, MAX_MS) then
-        argerror(1, "new", ("max_extensions must be a whole number from 0 to %d, got %s"):format(MAX_MS, show(opts.max_extensions)))
-    end
-    if opts.keepalive ~= nil and type(opts.keepalive) ~= "boolean" then
-        argerror(1, "new", "keepalive must be a boolean, got " .. show(opts.keepalive))
-    end
-    if opts.notify ~= nil and type(opts.notify) ~= "boolean" then
-        argerror(1, "new", "notify must be a boolean, got " .. show(opts.notify))
-    end
+    local copts, ttl = client_options("new", opts, #opts.servers)
     local servers = {}
     for i = 1, #opts.servers do servers[i] = opts.servers[i] end
 
@@ -311,6 +319,9 @@ end
 --- Remember options for redlock.default() (the host sets them from its flags).
 function _M.configure(opts)
     if type(opts) ~= "table" then argerror(1, "configure", "options table expected, got " .. show(opts)) end
+    -- checked now, where the mistake is, rather than by default() later
+    if opts.servers ~= nil then server_list("configure", opts.servers) end
+    client_options("configure", opts, opts.servers and #opts.servers)
     defaults = opts
 end
 
