@@ -243,8 +243,8 @@ int rl_run(rl_client *c, int timeout_ms);
 int rl_collect(rl_client *c, rl_result *out);
 
 /* Drive the I/O until operation id has finished (a failed acquire: and its
- * cleanup is written), copy it into *out and forget it. Return RL_OK, or
- * RL_ERR if id is not an operation in flight. */
+ * cleanup is written), copy it into *out (out NULL: drop it) and forget it.
+ * Return RL_OK, or RL_ERR if id is not an operation in flight. */
 int rl_wait(rl_client *c, int id, rl_result *out);
 
 /* Keep serving connections (reconnects, late replies) for ms milliseconds
@@ -492,8 +492,9 @@ void rl_engine_advance(rl_engine *e, double now_ms);
  * none has finished. */
 int rl_engine_collect(rl_engine *e, rl_result *out);
 
-/* Copy operation id into *out and forget it if it has finished: 1; 0 if it
- * is still in flight; RL_ERR if id is not an operation in flight. */
+/* Copy operation id into *out (out NULL: drop it) and forget it if it has
+ * finished: 1; 0 if it is still in flight; RL_ERR if id is not an operation
+ * in flight. */
 int rl_engine_take(rl_engine *e, int id, rl_result *out);
 
 /* Finished operations not yet collected, operations still in flight (not

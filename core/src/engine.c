@@ -714,7 +714,7 @@ static rl_op *op_of(const rl_engine *e, int id) {
  * or when its tail ends. */
 static void op_take(rl_engine *e, rl_op *op, rl_result *out) {
     done_unlink(e, op);
-    copy_result(op, out);
+    if (out != NULL) copy_result(op, out);
     op->taken = 1;
     if (op->phase == OP_QUIET) op_free(e, op);
 }
@@ -728,7 +728,7 @@ int rl_engine_collect(rl_engine *e, rl_result *out) {
 
 int rl_engine_take(rl_engine *e, int id, rl_result *out) {
     rl_op *op = op_of(e, id);
-    if (op == NULL || out == NULL) {
+    if (op == NULL) {
         snprintf(e->errstr, sizeof(e->errstr), "no operation %d in flight", id);
         return RL_ERR;
     }

@@ -309,6 +309,11 @@ static void stale_ids_are_refused(rl_client *c, rl_result *r) {
     }
     CHECK_INT(rl_wait(c, first, r), RL_ERR);
     CHECK_INT(rl_wait(c, -1, r), RL_ERR);
+    /* a result nobody wants: dropped, and the id forgotten (before: refused
+     * as "not in flight" while it was, and never collected) */
+    int dropped = rl_begin_release(c, "stale1", 6, value);
+    CHECK_INT(rl_wait(c, dropped, NULL), RL_OK);
+    CHECK_INT(rl_wait(c, dropped, r), RL_ERR);
 }
 
 static void misuse_is_refused(rl_client *c, rl_result *r) {
