@@ -300,6 +300,20 @@ describe("the redlock host", function()
       assert.matches("^got\t1,2", out)
     end)
 
+    -- Before: the host caught SIGPIPE for its sockets' sake, so a script
+    -- printing into a pipe whose reader had gone ran on for ever.
+    it("ends as a plain program would (141) when its output's reader goes away, releasing its lock", function()
+      local name = script("yes.lua", [[
+        local l = assert(require("redlock").default():lock("run:sigpipe", { ttl = 30000 }))
+        while true do print("y") end
+      ]])
+      local out, rc = sh(("cd %s && timeout 20 bash -c %s"):format(q(TMP),
+        q(("env %s %s run %s | head -1; echo rc=${PIPESTATUS[0]}"):format(ENV, q(BIN), name))))
+      assert.are.equal(0, rc, out)
+      assert.matches("^y\nrc=141", out)
+      assert.is_true(gone_everywhere("run:sigpipe"))
+    end)
+
     it("reports a runtime error with a traceback, exits 1 and releases held locks", function()
       local name = script("boom.lua", [[
         local dlm = require("redlock").default()

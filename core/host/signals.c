@@ -24,6 +24,7 @@
  * exit never begins.
  */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -55,9 +56,17 @@ static void on_signal(int sig) {
     errno = saved;
 }
 
+/* A write to a closed pipe or socket reports EPIPE instead of killing the
+ * host (being caught, not ignored, SIGPIPE is back at SIG_DFL in every child
+ * after execve). Our sockets never raise it (MSG_NOSIGNAL); the one write
+ * that must end the host is a script's to a standard output whose reader is
+ * gone (`redlock run job.lua | head -1`): then the host ends as a plain
+ * program would (141), releasing what it holds on the way out. */
 static void on_sigpipe(int sig) {
-    (void)sig; /* a write to a closed pipe reports EPIPE instead of killing the host; being
-                  caught (not ignored), SIGPIPE is back at SIG_DFL in every child after execve */
+    int saved = errno;
+    struct pollfd out = {.fd = STDOUT_FILENO, .events = POLLOUT};
+    if (poll(&out, 1, 0) == 1 && (out.revents & POLLERR)) on_signal(sig);
+    errno = saved;
 }
 
 /* Claim the exit for who (-1 normal, > 0 signal). Return 1 if it was ours. */
