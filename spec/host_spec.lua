@@ -314,6 +314,19 @@ describe("the redlock host", function()
       assert.is_true(gone_everywhere("run:sigpipe"))
     end)
 
+    -- The host wraps the lock calls (to undo an acquire a signal interrupts);
+    -- misuse must still be reported at the script's line, not the wrapper's.
+    it("reports misuse of the lock calls at the script's line", function()
+      local name = script("misuse.lua", "local dlm = require('redlock').default()\n\nlocal l = dlm:lock(nil)\n")
+      local out, rc = redlock("run " .. name, ENV)
+      assert.are.equal(1, rc, out)
+      assert.matches("misuse.lua:3: bad argument #1 to 'lock' (resource must be a non-empty string, got nil)", out, 1, true)
+      name = script("misuse_many.lua", "local dlm = require('redlock').default()\nlocal g = dlm:lock_many({ 'a', 7 })\n")
+      out, rc = redlock("run " .. name, ENV)
+      assert.are.equal(1, rc, out)
+      assert.matches("misuse_many.lua:2: bad argument #1 to 'lock_many'", out, 1, true)
+    end)
+
     it("reports a runtime error with a traceback, exits 1 and releases held locks", function()
       local name = script("boom.lua", [[
         local dlm = require("redlock").default()

@@ -70,9 +70,12 @@ local ID_SLOTS = C.RL_ID_SLOTS
 local getinfo, getmetatable, next = debug.getinfo, getmetatable, next
 local floor = math.floor
 local THIS_FILE = getinfo(1, "S").source
+-- The sources raise() passes over: this file, and wrappers of the lock
+-- calls made elsewhere (the host's, see _M._pass_over).
+local PASSED_OVER = { [THIS_FILE] = true }
 local MAX_MS = 2147483647  -- what fits the core's int milliseconds
 
--- Raise msg at the first caller outside this file. A pcall of ours (a C
+-- Raise msg at the first caller outside this file (and PASSED_OVER). A pcall of ours (a C
 -- frame between two of ours, as the one that guards a watch) is passed
 -- over; a caller's pcall is that first caller, as for any Lua function.
 local function raise(msg)
@@ -80,9 +83,9 @@ local function raise(msg)
     while true do
         local info = getinfo(level, "S")
         if info == nil then level = 0; break end -- no caller outside: no position
-        if info.source ~= THIS_FILE then
+        if not PASSED_OVER[info.source] then
             local above = info.what == "C" and getinfo(level + 1, "S")
-            if not (above and above.source == THIS_FILE) then break end
+            if not (above and PASSED_OVER[above.source]) then break end
         end
         level = level + 1
     end
@@ -314,6 +317,12 @@ function _M.new(opts)
         keeper = nil,         -- started on first use of keep-alive
         keeper_live = {},     -- .on while the keeper lives: what kept locks' finalizers check
     }, dlm_mt)
+end
+
+--- For wrappers around this module's calls (the host's): misuse is then
+--- raised at their caller's line, passing over frames of chunk `source`.
+function _M._pass_over(source)
+    PASSED_OVER[source] = true
 end
 
 --- Remember options for redlock.default() (the host sets them from its flags).

@@ -265,10 +265,10 @@ function _M.guard(dlm)
     sys.acquire_begin(type(self) == "table" and acquire_bound(self) or 0)
   end
 
-  -- The wrappers are compiled under the library's own chunk name: the
-  -- library blames the first frame outside its file for a bad argument, and
+  -- The library blames the first frame outside its own for a bad argument:
   -- that must stay the caller's line, not a wrapper's.
-  local chunkname = debug.getinfo(methods.lock, "S").source
+  local chunkname = "=redlock.host.acquire_guard"
+  require("redlock")._pass_over(chunkname)
   for _, name in ipairs { "lock", "lock_many", "try_lock" } do
     local f = methods[name]
     if type(f) == "function" then
