@@ -90,12 +90,14 @@ int rl_host_spawn(const char *const *argv, int flags, int grace_ms, int *errnum)
 enum { RL_HOST_WAIT_BLOCK = 1, RL_HOST_WAIT_STOPS = 2 };
 int rl_host_wait(int pid, int block, int *code);
 
-/* The supervised child pid stopped with sig (Ctrl-Z): stop the host too, so
- * that the shell sees its job stopped (with sig on a terminal for the job
- * control stops, else SIGSTOP), and once continued give the terminal back to
- * the child if it had it. The caller then continues the child (or, its lock
- * lost meanwhile, stops it). */
-void rl_host_stop_self(int pid, int sig);
+/* The supervised child pid stopped with sig. A job-control stop (SIGTSTP,
+ * SIGTTIN, SIGTTOU) on a terminal, Ctrl-Z: stop the host with it, so that
+ * the shell sees its job stopped; once continued, give the terminal back to
+ * the child if it had it, and return 1 (the caller then continues the
+ * child, or, its lock lost meanwhile, stops it). Any other stop is the
+ * child's alone (a debugger, a CPU limiter): return 0 at once, and the host
+ * goes on keeping the lock. */
+int rl_host_stop_self(int pid, int sig);
 
 /* Send sig to pid, or to its process group when group is nonzero. Return 0
  * or -1 (errno ESRCH: nobody left). */

@@ -341,11 +341,13 @@ int rl_host_wait(int pid, int block, int *code) {
     return 1;
 }
 
-void rl_host_stop_self(int pid, int sig) {
-    /* The job-control stops, when the shell is there to continue us (a
-     * terminal); else SIGSTOP, which no orphaned process group discards. */
-    int same = (sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU) && isatty(STDIN_FILENO);
-    raise(same ? sig : SIGSTOP);
+int rl_host_stop_self(int pid, int sig) {
+    /* Only a job-control stop with a terminal (Ctrl-Z, a background read or
+     * write): the shell is there to continue us. Any other stop (SIGSTOP from
+     * a debugger or a CPU limiter, which may continue the child alone) is the
+     * child's: the host goes on supervising it and keeping its lock. */
+    if (!((sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU) && isatty(STDIN_FILENO))) return 0;
+    raise(sig);
     /* continued: the terminal back to the child, if it had it and we have it */
     pthread_mutex_lock(&sup_lock);
     if (sup.pid == pid && sup.terminal && isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp()) {
@@ -357,6 +359,7 @@ void rl_host_stop_self(int pid, int sig) {
         pthread_sigmask(SIG_SETMASK, &old, NULL);
     }
     pthread_mutex_unlock(&sup_lock);
+    return 1;
 }
 
 int rl_host_kill(int pid, int sig, int group) {

@@ -260,11 +260,11 @@ function _M.run(opts, argv, k)
   while true do
     local what, code = sys.wait(pid, false, true)
     if what == "stopped" then
-      -- Ctrl-Z (or any stop): stop with the command, so that the shell gets
+      -- Ctrl-Z on a terminal: stop with the command, so that the shell gets
       -- its job back; once continued, continue the command unless the lock
-      -- was lost meanwhile (then it is stopped below, SIGCONT included)
-      sys.stop_self(pid, code)
-      if not (config.lost(lock) or config.remaining(lock) <= grace + POLL_MS) then
+      -- was lost meanwhile (then it is stopped below, SIGCONT included). Any
+      -- other stop is the command's: its lock is kept meanwhile.
+      if sys.stop_self(pid, code) and not (config.lost(lock) or config.remaining(lock) <= grace + POLL_MS) then
         sys.kill(pid, sys.SIGCONT, true)
       end
     elseif what == "exited" then

@@ -15,7 +15,7 @@ if not pcall(ffi.typeof, "rl_host_timespec") then
     int rl_host_spawn(const char *const *argv, int flags, int grace_ms, int *errnum);
     int rl_host_wait(int pid, int block, int *code);
     int rl_host_kill(int pid, int sig, int group);
-    void rl_host_stop_self(int pid, int sig);
+    int rl_host_stop_self(int pid, int sig);
     int rl_host_group_alive(int pid);
     int rl_host_system(const char *cmd);
     void rl_host_defer_signals(int defer);
@@ -111,10 +111,11 @@ function _M.wait(pid, block, stops)
   return "gone", code_box[0]
 end
 
---- pid (supervised) stopped with sig: stop the host the same way until it is
--- continued (rl_host_stop_self).
+--- pid (supervised) stopped with sig: if that is job control on a terminal,
+-- stop the host the same way until it is continued, and return true
+-- (rl_host_stop_self); any other stop is the child's alone.
 function _M.stop_self(pid, sig)
-  C.rl_host_stop_self(pid, sig)
+  return C.rl_host_stop_self(pid, sig) == 1
 end
 
 function _M.kill(pid, sig, group)
