@@ -557,8 +557,12 @@ local function heard_message(hub, ch, text)
     local sleepers = c.sleepers
     if direct then
         -- one request per release, whichever node's message comes first
-        for _, state in pairs(sleepers) do
-            if state == "posted" then c.listeners = 1 return end
+        for sema, state in pairs(sleepers) do
+            if state == "posted" then
+                -- posted and not yet resumed: count 0; at 1 its request was
+                -- killed before it woke, and it is dropped
+                if sema:count() > 0 then sleepers[sema] = nil else c.listeners = 1 return end
+            end
         end
         for sema in pairs(sleepers) do
             if sema:count() < 0 then
@@ -577,7 +581,7 @@ local function heard_message(hub, ch, text)
             asleep = asleep + 1
             sema:post(1)
             sleepers[sema] = "posted"
-        elseif state == "posted" then
+        elseif state == "posted" and sema:count() == 0 then
             asleep = asleep + 1
         else
             sleepers[sema] = nil

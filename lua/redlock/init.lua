@@ -460,17 +460,16 @@ local function forget(lk)
     lk.dlm.live[lk] = nil
 end
 
--- Start an operation: op(client, ...) is a begin_* (an id, or negative) or
--- a blocking form (RL_OK, or RL_ERR). While every operation slot of the
--- client is taken, make room first: drain() (if given) collects operations
--- the caller began and waits for anyway, and says whether it took any; else
--- the client's loop runs while the tails of earlier operations end, for at
--- most the node and connect timeouts. Returns what op returned (>= 0), or
--- nil and the core's reason.
+-- op(client, ...), a begin_* (an id, or negative) or a blocking form
+-- (RL_OK, or RL_ERR), has just failed: while that was because every
+-- operation slot of the client is taken (nothing was sent), make room and
+-- call it again. drain() (if given) collects operations the caller began
+-- and waits for anyway, and says whether it took any; else the client's
+-- loop runs while the tails of earlier operations end, for at most the node
+-- and connect timeouts. Returns what op returned (>= 0), or nil and the
+-- reason of the last failure.
 local function in_room(d, client, drain, op, ...)
-    local id = op(client, ...)
-    if id >= 0 then return id end
-    local deadline
+    local id, deadline
     while ffi_string(client:errstr()):find("^too many operations in flight") do
         if not (drain and drain()) then
             local now = C.rl_now_ms()
@@ -482,6 +481,13 @@ local function in_room(d, client, drain, op, ...)
         if id >= 0 then return id end
     end
     return nil, ffi_string(client:errstr())
+end
+
+-- Begin op(client, ...), making room for it if the client is full.
+local function begin_in_room(d, client, drain, op, ...)
+    local id = op(client, ...)
+    if id >= 0 then return id end
+    return in_room(d, client, drain, op, ...)
 end
 
 -- Drop the listed locks whose keys are gone by themselves; then wait for
@@ -913,11 +919,15 @@ function dlm:close()
         waited = #ids
         return true
     end
-    local held_until = self.held_until
+    -- a copy: making room may yield (inside nginx), and another coroutine's
+    -- lock would then change the list under pairs()
+    local values, resources, held_until = {}, {}, self.held_until
     for value, resource in pairs(self.held) do
-        if held_until[value] > now then
-            ids[#ids + 1] = in_room(self, client, drain, client.begin_release, resource, #resource, value)
-        end
+        if held_until[value] > now then values[#values + 1], resources[#values + 1] = value, resource end
+    end
+    for i = 1, #values do
+        local resource = resources[i]
+        ids[#ids + 1] = begin_in_room(self, client, drain, client.begin_release, resource, #resource, values[i])
     end
     drain()
     self.live, self.held, self.held_until, self.held_n = setmetatable({}, WEAK_KEYS), {}, {}, 0
@@ -1016,7 +1026,7 @@ local function release_all_started(self, client, locks)
     for i = 1, #locks do
         local lk = locks[i]
         lk.released = true
-        ids[i] = in_room(self, client, drain, client.begin_release, lk.resource, #lk.resource, lk.value) or false
+        ids[i] = begin_in_room(self, client, drain, client.begin_release, lk.resource, #lk.resource, lk.value) or false
         begun = i
         if ids[i] then forget(lk) end
     end
@@ -1051,7 +1061,7 @@ local function attempt_many_with(self, client, resources, ttl, begin)
     end
     while begun < #resources and not err do
         local r = resources[begun + 1]
-        local id, why = in_room(self, client, drain, begin, r, #r, ttl)
+        local id, why = begin_in_room(self, client, drain, begin, r, #r, ttl)
         if not id then
             drain()
             release_all_started(self, client, locks)
@@ -1148,7 +1158,7 @@ function group:unlock()
         local lk = self[i]
         stop_keeping(lk)
         if not lk.released then
-            local id, why = in_room(dlm_, client, drain, client.begin_release, lk.resource, #lk.resource, lk.value)
+            local id, why = begin_in_room(dlm_, client, drain, client.begin_release, lk.resource, #lk.resource, lk.value)
             refused = refused or why
             ids[i] = id
         end
