@@ -58,6 +58,7 @@ extern "C" {
 
 #define RL_OK 0
 #define RL_ERR -1
+#define RL_ERR_FULL -2 /* RL_ID_SLOTS operations in flight: nothing was sent; try again once some end */
 
 #define RL_ERR_LEN 256      /* size of caller-owned error buffers */
 #define RL_MAX_NODES 16     /* most nodes one client may use */
@@ -190,8 +191,9 @@ const char *rl_client_errstr(const rl_client *c);
 /*
  * Start an operation; return its id (>= 0), or RL_ERR with the reason in
  * rl_client_errstr (resource empty, or longer than RL_MAX_KEY_LEN with the
- * prefix, ttl <= 0, value not RL_VALUE_LEN long, out of memory, or
- * RL_ID_SLOTS operations already in flight on this client).
+ * prefix, ttl <= 0, value not RL_VALUE_LEN long, out of memory), or
+ * RL_ERR_FULL when RL_ID_SLOTS operations are already in flight on this
+ * client (the blocking forms below return it too).
  * The command is queued; it goes out when the client's loop next runs
  * (rl_run, rl_wait, rl_sleep), in one write per node for everything begun
  * since, so begin a batch, then drive. The clock and the node timeout start
@@ -252,8 +254,9 @@ int rl_wait(rl_client *c, int id, rl_result *out);
 void rl_sleep(rl_client *c, int ms);
 
 /* Blocking forms: begin, then wait. Return RL_OK with the verdict in
- * out->status (RL_STATUS_OK, RL_STATUS_BUSY, ...), or RL_ERR when the
- * operation could not start (reason in rl_client_errstr; *out untouched). */
+ * out->status (RL_STATUS_OK, RL_STATUS_BUSY, ...), or RL_ERR / RL_ERR_FULL
+ * when the operation could not start (reason in rl_client_errstr; *out
+ * untouched). */
 int rl_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
 int rl_acquire_fenced(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
 int rl_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);

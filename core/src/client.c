@@ -565,7 +565,7 @@ int rl_wait(rl_client *c, int id, rl_result *out) {
 }
 
 static int finish(rl_client *c, int id, rl_result *out) {
-    return id < 0 ? RL_ERR : rl_wait(c, id, out);
+    return id < 0 ? id : rl_wait(c, id, out); /* RL_ERR or RL_ERR_FULL, as begun */
 }
 
 int rl_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out) {

@@ -517,7 +517,8 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
         return snprintf(e->errstr, sizeof(e->errstr), "value must be %d characters", RL_VALUE_LEN), RL_ERR;
     rl_op *op = op_alloc(e);
     if (op == NULL && e->nops == RL_OPID_MAX_SLOTS)
-        return snprintf(e->errstr, sizeof(e->errstr), "too many operations in flight (%d)", RL_OPID_MAX_SLOTS), RL_ERR;
+        return snprintf(e->errstr, sizeof(e->errstr), "too many operations in flight (%d)", RL_OPID_MAX_SLOTS),
+               RL_ERR_FULL;
     if (op == NULL) return snprintf(e->errstr, sizeof(e->errstr), "out of memory"), RL_ERR;
 
     /* key = prefix .. resource */

@@ -7,7 +7,6 @@
  * goes wrong (refused connect, lost connection, a failed handshake, refused
  * AUTH, garbage) closes the socket and tries again after a doubling backoff:
  * a node that is down costs its wake-ups, never a wait. */
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +15,7 @@
 #include "command.h"
 #include "conn.h"
 #include "notify.h"
+#include "stream.h"
 
 
 typedef struct rl_sub {
@@ -55,7 +55,6 @@ struct rl_notify {
     rl_chan *w;
     int nw, capw;
     unsigned total;
-    rl_buf scratch;
     rl_sub subs[RL_MAX_NODES];
 };
 
@@ -78,7 +77,7 @@ static void sub_close(rl_sub *s) {
 static void sub_fail(rl_sub *s) {
     rl_notify *n = s->n;
     sub_close(s);
-    s->backoff_ms = !s->backoff_ms ? n->min_ms : s->backoff_ms > n->max_ms / 2 ? n->max_ms : s->backoff_ms * 2;
+    s->backoff_ms = s->backoff_ms ? rl_backoff_next(s->backoff_ms, n->max_ms) : n->min_ms;
     ev_timer_set(&s->timer, s->backoff_ms / 1000.0, 0.);
     ev_timer_start(n->loop, &s->timer);
 }
@@ -315,16 +314,14 @@ static void sub_connect(rl_sub *s) {
     ev_timer_start(n->loop, &s->timer);
 }
 
-/* a .. b .. c .. d, with its length in *len; NULL when out of memory. */
-static char *concat4(const char *a, const char *b, const char *c, const char *d, size_t dlen, size_t *len) {
-    size_t la = strlen(a), lb = strlen(b), lc = strlen(c);
-    *len = la + lb + lc + dlen;
+/* head .. tail (tail binary-safe, tlen bytes), with its length in *len;
+ * NULL when out of memory. Callers keep tlen within RL_MAX_KEY_LEN. */
+static char *join(const char *head, size_t hlen, const char *tail, size_t tlen, size_t *len) {
+    *len = hlen + tlen;
     char *p = malloc(*len + 1);
     if (p == NULL) return NULL;
-    memcpy(p, a, la);
-    memcpy(p + la, b, lb);
-    memcpy(p + la + lb, c, lc);
-    if (dlen) memcpy(p + la + lb + lc, d, dlen);
+    memcpy(p, head, hlen);
+    if (tlen) memcpy(p + hlen, tail, tlen);
     p[*len] = '\0';
     return p;
 }
@@ -332,9 +329,10 @@ static char *concat4(const char *a, const char *b, const char *c, const char *d,
 rl_notify *rl_notify_new(struct ev_loop *loop, const rl_engine *e, const rl_options *opts, rl_tls *tls) {
     rl_notify *n = calloc(1, sizeof(*n));
     if (n == NULL) return NULL;
-    n->head = concat4(RL_CHANNEL_PREFIX, "", "", opts->prefix, opts->prefix_len, &n->head_len);
-    n->wake_head = concat4(RL_WAKE_PREFIX, rl_engine_waiter_id(e), ":", opts->prefix, opts->prefix_len,
-                           &n->wake_head_len);
+    char wake[sizeof(RL_WAKE_PREFIX) + RL_WAITER_ID_LEN + 1];
+    int wlen = snprintf(wake, sizeof(wake), "%s%s:", RL_WAKE_PREFIX, rl_engine_waiter_id(e));
+    n->head = join(RL_CHANNEL_PREFIX, strlen(RL_CHANNEL_PREFIX), opts->prefix, opts->prefix_len, &n->head_len);
+    n->wake_head = join(wake, (size_t)wlen, opts->prefix, opts->prefix_len, &n->wake_head_len);
     if (n->head == NULL || n->wake_head == NULL) {
         free(n->head);
         free(n->wake_head);
@@ -376,24 +374,25 @@ void rl_notify_free(rl_notify *n) {
     free(n->w);
     free(n->head);
     free(n->wake_head);
-    rl_buf_free(&n->scratch);
     free(n);
 }
 
-/* The channel of resource, in n->scratch. -1 when out of memory. */
-static int channel(rl_notify *n, const char *resource, size_t len) {
-    n->scratch.len = 0;
-    if (len > SIZE_MAX / 4) return -1; /* longer than any buffer could be */
-    if (rl_buf_reserve(&n->scratch, n->head_len + len) != 0) return -1;
-    memcpy(n->scratch.data, n->head, n->head_len);
-    if (len) memcpy(n->scratch.data + n->head_len, resource, len);
-    n->scratch.len = n->head_len + len;
-    return 0;
+/* The watch of resource, or NULL (always for a name no key could hold). */
+static rl_chan *watched(const rl_notify *n, const char *resource, size_t len) {
+    if (len > RL_MAX_KEY_LEN) return NULL;
+    size_t need = n->head_len + len;
+    for (int i = 0; i < n->nw; i++) {
+        rl_chan *w = &n->w[i];
+        if (w->len == need && memcmp(w->channel, n->head, n->head_len) == 0 &&
+            (len == 0 || memcmp(w->channel + n->head_len, resource, len) == 0))
+            return w;
+    }
+    return NULL;
 }
 
 int rl_notify_watch(rl_notify *n, const char *resource, size_t len) {
-    if (channel(n, resource, len) != 0) return RL_ERR;
-    rl_chan *w = find(n, n->scratch.data, n->scratch.len);
+    if (len > RL_MAX_KEY_LEN) return RL_ERR;
+    rl_chan *w = watched(n, resource, len);
     if (w) {
         w->waiters++;
         return RL_OK;
@@ -405,18 +404,16 @@ int rl_notify_watch(rl_notify *n, const char *resource, size_t len) {
         n->w = p;
         n->capw = cap;
     }
-    size_t wake_len = n->wake_head_len + len;
-    char *ch = malloc(n->scratch.len), *wake = malloc(wake_len);
+    size_t ch_len, wake_len;
+    char *ch = join(n->head, n->head_len, resource, len, &ch_len);
+    char *wake = join(n->wake_head, n->wake_head_len, resource, len, &wake_len);
     if (ch == NULL || wake == NULL) {
         free(ch);
         free(wake);
         return RL_ERR;
     }
-    memcpy(ch, n->scratch.data, n->scratch.len);
-    memcpy(wake, n->wake_head, n->wake_head_len);
-    memcpy(wake + n->wake_head_len, resource, len);
     w = &n->w[n->nw++];
-    *w = (rl_chan){ch, n->scratch.len, wake, wake_len, 1, 0, 0};
+    *w = (rl_chan){ch, ch_len, wake, wake_len, 1, 0, 0};
     if (!n->started) {
         n->started = 1;
         for (int i = 0; i < n->nnodes; i++) sub_connect(&n->subs[i]);
@@ -432,8 +429,7 @@ int rl_notify_watch(rl_notify *n, const char *resource, size_t len) {
 }
 
 void rl_notify_unwatch(rl_notify *n, const char *resource, size_t len) {
-    if (channel(n, resource, len) != 0) return;
-    rl_chan *w = find(n, n->scratch.data, n->scratch.len);
+    rl_chan *w = watched(n, resource, len);
     if (w == NULL || --w->waiters > 0) return;
     for (int i = 0; i < n->nnodes; i++) {
         rl_sub *s = &n->subs[i];
@@ -444,18 +440,6 @@ void rl_notify_unwatch(rl_notify *n, const char *resource, size_t len) {
     free(w->channel);
     free(w->wake);
     *w = n->w[--n->nw];
-}
-
-/* The watch of resource, or NULL. */
-static const rl_chan *watched(const rl_notify *n, const char *resource, size_t len) {
-    size_t need = n->head_len + len;
-    for (int i = 0; i < n->nw; i++) {
-        const rl_chan *w = &n->w[i];
-        if (w->len == need && memcmp(w->channel, n->head, n->head_len) == 0 &&
-            (len == 0 || memcmp(w->channel + n->head_len, resource, len) == 0))
-            return w;
-    }
-    return NULL;
 }
 
 unsigned rl_notify_heard(const rl_notify *n, const char *resource, size_t len) {

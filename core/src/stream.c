@@ -53,11 +53,14 @@ static int ring_push(rl_stream *s, rl_ticket t) {
 
 /* ---- ending a connection ---- */
 
+int rl_backoff_next(int cur_ms, int max_ms) {
+    return cur_ms > max_ms / 2 ? max_ms : cur_ms * 2;
+}
+
 static void schedule_reconnect(rl_stream *s, double now_ms) {
     s->state = RL_STREAM_DOWN;
     s->retry_at_ms = now_ms + s->backoff_ms;
-    int max = s->opts->reconnect_max_ms;
-    s->backoff_ms = s->backoff_ms > max / 2 ? max : s->backoff_ms * 2;
+    s->backoff_ms = rl_backoff_next(s->backoff_ms, s->opts->reconnect_max_ms);
 }
 
 /* Forget what was queued or half-read on the connection. */

@@ -202,6 +202,10 @@ void rl_stream_check_step(rl_stream *s, double now_ms);
  * deadline passing now is the handshake's. */
 void rl_stream_handshaking(rl_stream *s);
 
+/* The reconnect delay after cur_ms: twice it, at most max_ms, without
+ * overflowing however large max_ms is. Shared with the subscribers. */
+int rl_backoff_next(int cur_ms, int max_ms);
+
 /* 1 when s holds commands not written yet: releases kept for its next
  * connection, or output queued on a connection being made or up. */
 int rl_stream_unwritten(const rl_stream *s);

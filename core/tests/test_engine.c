@@ -1,6 +1,7 @@
 /* test_engine.c — the Redlock rounds through the rl_engine_* API, no network:
  * each test is the driver. It reads the bytes the engine wants written to a
  * node, checks them, and feeds hand-written RESP replies at times it picks. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -650,48 +651,59 @@ static void node_down_at_begin_fails_at_once_and_backs_off(void) {
     rl_engine_free(E);
 }
 
-/* A connect that does not complete by connect_timeout_ms: the engine drops
- * it (CLOSE) and the commands waiting on it fail with the reason. */
-static void connect_timeout_drops_the_attempt(void) {
+/* A connect (or, handshaking: a TLS handshake the driver reported begun)
+ * that does not complete by connect_timeout_ms: the engine drops it (CLOSE),
+ * the commands waiting on it fail with the reason, and the next connect
+ * starts over with the plain reason. */
+static void connect_timeout_drops_the_attempt(int handshaking) {
+    const char *why = handshaking ? "TLS handshake timed out after 30 ms" : "connect timed out after 30 ms";
     rl_options o;
     rl_options_init(&o);
     o.connect_timeout_ms = 30;
     o.node_timeout_ms = 100;
+    o.reconnect_min_ms = 5;
     E = engine(urls5, 3, &o);
     int id = rl_engine_begin_acquire(E, "r", 1, 10000, 0);
     CHECK_INT(rl_engine_node_wants(E, 0), RL_WANT_CONNECT);
+    if (handshaking) rl_engine_node_handshaking(E, 0);
     for (int i = 1; i < 3; i++) bring_up(i, run_id(i), 0);
     CHECK(near(rl_engine_deadline(E), 30));
     rl_engine_advance(E, 30);
     CHECK_INT(rl_engine_node_wants(E, 0), RL_WANT_CLOSE);
-    CHECK_STR(rl_engine_node_errstr(E, 0), "connect timed out after 30 ms");
+    CHECK_STR(rl_engine_node_errstr(E, 0), why);
     for (int i = 1; i < 3; i++) drain(i, 30);
     CHECK_INT(feed(1, "+OK\r\n", 31), RL_OK);
     CHECK_INT(feed(2, "+OK\r\n", 31), RL_OK);
     rl_result r = take(id);
     CHECK_INT(r.status, RL_STATUS_OK);
     CHECK_INT(r.node[0].state, RL_NODE_ERROR);
-    CHECK_STR(r.node[0].errstr, "connect timed out after 30 ms");
-    rl_engine_free(E);
-}
-
-/* A TLS handshake the driver reported begun and that is not done by the
- * connect deadline: the reason says so; the next connect starts over. */
-static void connect_timeout_during_a_handshake(void) {
-    rl_options o;
-    rl_options_init(&o);
-    o.connect_timeout_ms = 30;
-    o.reconnect_min_ms = 5;
-    E = engine(urls5, 3, &o);
-    rl_engine_begin_acquire(E, "r", 1, 10000, 0);
-    CHECK_INT(rl_engine_node_wants(E, 0), RL_WANT_CONNECT);
-    rl_engine_node_handshaking(E, 0);
-    rl_engine_advance(E, 30);
-    CHECK_STR(rl_engine_node_errstr(E, 0), "TLS handshake timed out after 30 ms");
+    CHECK_STR(r.node[0].errstr, why);
     rl_engine_advance(E, 100);
     CHECK(rl_engine_node_wants(E, 0) & RL_WANT_CONNECT);
     rl_engine_advance(E, 130);
     CHECK_STR(rl_engine_node_errstr(E, 0), "connect timed out after 30 ms");
+    rl_engine_free(E);
+}
+
+/* Reconnect delays up to INT_MAX: the backoff doubles and caps without
+ * overflowing (before: a minimum above INT_MAX / 2 doubled into a negative
+ * delay, and the node was asked for again at once after its second failure). */
+static void backoff_caps_without_overflow(void) {
+    rl_options o;
+    rl_options_init(&o);
+    o.reconnect_min_ms = 1 << 30;
+    o.reconnect_max_ms = INT_MAX;
+    E = engine(urls5, 3, &o);
+    rl_engine_begin_acquire(E, "r", 1, 10000, 0);
+    rl_engine_node_down(E, 0, "connect failed: Connection refused", 1);
+    double second = 1.0 + (1 << 30);
+    rl_engine_advance(E, second);
+    CHECK_INT(rl_engine_node_wants(E, 0), RL_WANT_CONNECT);
+    rl_engine_node_down(E, 0, "connect failed: Connection refused", second);
+    rl_engine_advance(E, second + INT_MAX - 1);
+    CHECK_INT(rl_engine_node_wants(E, 0), 0);
+    rl_engine_advance(E, second + INT_MAX);
+    CHECK_INT(rl_engine_node_wants(E, 0), RL_WANT_CONNECT);
     rl_engine_free(E);
 }
 
@@ -1593,8 +1605,9 @@ int main(void) {
     replies_split_at_every_byte();
     node_down_mid_round_is_one_failed_vote();
     node_down_at_begin_fails_at_once_and_backs_off();
-    connect_timeout_drops_the_attempt();
-    connect_timeout_during_a_handshake();
+    connect_timeout_drops_the_attempt(0);
+    connect_timeout_drops_the_attempt(1);
+    backoff_caps_without_overflow();
     node_timeout_then_step_check_passes();
     step_check_wrong_nonce_closes();
     tails_last_one_node_timeout();

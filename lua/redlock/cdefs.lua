@@ -14,6 +14,7 @@ _M.source = [[
 enum {
     RL_OK = 0,
     RL_ERR = -1,
+    RL_ERR_FULL = -2,
     RL_ERR_LEN = 256,
     RL_MAX_NODES = 16,
     RL_VALUE_LEN = 40,
