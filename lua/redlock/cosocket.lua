@@ -56,8 +56,8 @@ local ROTATE_CONNECTS = 1000
 -- rotate_connects: after how many connects it starts a fresh timer (module
 -- fields, read on every turn, so a test can change them).
 local _M = { name = "cosocket", idle_ms = HUB_IDLE_MS, rotate_connects = ROTATE_CONNECTS,
-             handoff = true, -- waiters wake on a heard release (client:watch, client:sleep_until)
-             queues = true } -- and join the queues of waiters (client:acquire_queued), to be woken alone
+             handoff = true } -- waiters wake on a heard release (client:watch, client:sleep_until)
+                             -- and queue (client:acquire_queued), to be woken alone
 
 -- The phases where nginx offers cosockets (ngx.get_phase()).
 local COSOCKET_PHASES = { rewrite = true, access = true, content = true, timer = true,
@@ -549,43 +549,36 @@ local function heard_message(hub, ch, text)
     end
     if c == nil then return end -- no longer watched
     c.heard = c.heard + 1
-    hub.heard_total = hub.heard_total + 1
-    -- sleepers[sema]: true while its request waits on it (count -1), "posted"
-    -- once a message woke it; a semaphore nobody waits on any more belongs
-    -- to a request that was killed asleep (client abort, ngx.exit from
-    -- another thread) and is dropped, so that it swallows no wake-up
-    local sleepers = c.sleepers
-    if direct then
-        -- one request per release, whichever node's message comes first
-        for sema, state in pairs(sleepers) do
-            if state == "posted" then
-                -- posted and not yet resumed: count 0; at 1 its request was
-                -- killed before it woke, and it is dropped
-                if sema:count() > 0 then sleepers[sema] = nil else c.listeners = 1 return end
-            end
-        end
-        for sema in pairs(sleepers) do
-            if sema:count() < 0 then
+    -- sleepers[sema]: true while its request waits on it (count -1),
+    -- "posted" once a message woke it (count 0 until it resumes); a
+    -- semaphore nobody waits on any more belongs to a request that was
+    -- killed asleep (client abort, ngx.exit from another thread), and is
+    -- dropped so that it swallows no wake-up
+    local sleepers, first, pending, asleep = c.sleepers, nil, false, 0
+    for sema, state in pairs(sleepers) do
+        local count = sema:count()
+        if count < 0 then
+            asleep = asleep + 1
+            if direct then
+                first = first or sema
+            else
                 sema:post(1)
                 sleepers[sema] = "posted"
-                break
             end
-            sleepers[sema] = nil
-        end
-        c.listeners = 1
-        return
-    end
-    local asleep = 0
-    for sema, state in pairs(sleepers) do
-        if sema:count() < 0 then
-            asleep = asleep + 1
-            sema:post(1)
-            sleepers[sema] = "posted"
-        elseif state == "posted" and sema:count() == 0 then
-            asleep = asleep + 1
+        elseif state == "posted" and count == 0 then
+            asleep, pending = asleep + 1, true
         else
             sleepers[sema] = nil
         end
+    end
+    if direct then
+        -- one request per release, whichever node's message comes first
+        if first and not pending then
+            first:post(1)
+            sleepers[first] = "posted"
+        end
+        c.listeners = 1
+        return
     end
     local conns = tonumber(text)
     c.listeners = conns and conns >= 1 and conns - 1 + math.max(asleep, 1) or 0
@@ -796,7 +789,7 @@ local start
 
 local function hub_main(premature, hub, token)
     if token ~= hub.token then return end -- a timer given up on (see start)
-    hub.beat = true
+    hub.started_at = nil -- it runs
     hub.connects, hub.ended = 0, {}
     local ok, why, rotate = xpcall(loop, debug.traceback, hub, premature)
     if not ok then
@@ -818,12 +811,12 @@ local HUB_START_MS = 1000
 
 -- Make sure the hub's timer runs. nil, or why it cannot.
 start = function(hub)
-    if hub.running and (hub.beat or now_ms() - hub.started_at < HUB_START_MS) then return nil end
+    if hub.running and (hub.started_at == nil or now_ms() - hub.started_at < HUB_START_MS) then return nil end
     if hub.work == nil then hub.work = semaphore.new(0) end
     local token = {}
     local ok, err = ngx.timer.at(0, hub_main, hub, token)
     if not ok then return "cannot start the hub's ngx.timer: " .. tostring(err) end
-    hub.running, hub.beat, hub.started_at, hub.token = true, false, now_ms(), token
+    hub.running, hub.started_at, hub.token = true, now_ms(), token
     return nil
 end
 
@@ -851,12 +844,12 @@ end
 local function new_hub(e, n, opts, tls)
     local hub = {
         tls = tls, tlss = {}, snis = {}, sessions = {}, fed = {},
-        chans = {}, wakes = {}, nwatched = 0, epoch = 0, heard_total = 0, sleep_horizon = 0, sub_dirty = false,
+        chans = {}, wakes = {}, nwatched = 0, epoch = 0, sleep_horizon = 0, sub_dirty = false,
         subs = {}, auths = {}, reconnect_min = opts.reconnect_min_ms, reconnect_max = opts.reconnect_max_ms,
         prefix = (opts.prefix ~= nil and opts.prefix_len > 0) and ffi_string(opts.prefix, opts.prefix_len) or "",
         e = e, n = n, res = ffi_new("rl_result"), waiters = {},
         socks = {}, readers = {}, gen = {}, up = {}, hosts = {}, ports = {}, names = {},
-        work = nil, running = false, beat = false, started_at = 0, token = nil, last_call = 0, now = 0, connects = 0, ended = {},
+        work = nil, running = false, started_at = nil, token = nil, last_call = 0, now = 0, connects = 0, ended = {},
         node_timeout = opts.node_timeout_ms, connect_timeout = opts.connect_timeout_ms,
         quorum = C.rl_engine_quorum(e),
     }
@@ -940,7 +933,7 @@ function client:wait(id, out)
 end
 
 local function blocking(self, id, out)
-    if id < 0 then return RL_ERR end
+    if id < 0 then return id end -- RL_ERR, or RL_ERR_FULL: nothing was sent
     return self:wait(id, out)
 end
 
@@ -1218,7 +1211,7 @@ function keeper:add(resource, len, value, ttl, valid_until, margin, errbuf, errl
     local err = schedule(self, id, period(self.entries[id]))
     if self.entries[id].state ~= KEEP_HELD then
         self.entries[id] = nil
-        ffi.copy(errbuf, ("cannot start an ngx.timer: " .. tostring(err)):sub(1, C.RL_ERR_LEN - 1))
+        ffi.copy(errbuf, ("cannot start an ngx.timer: " .. tostring(err)):sub(1, errlen - 1))
         return RL_ERR
     end
     return id

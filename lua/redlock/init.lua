@@ -33,7 +33,7 @@ local lock_mt = { __index = lock }
 local group = {}
 local group_mt = { __index = group }
 
-local OK, RL_OK = C.RL_STATUS_OK, C.RL_OK
+local OK, RL_OK, RL_ERR_FULL = C.RL_STATUS_OK, C.RL_OK, C.RL_ERR_FULL
 local VALUE_LEN = C.RL_VALUE_LEN
 -- The words come from the core (words.c), read once into tables for the hot path.
 local STATUS_WORDS, NODE_WORDS = {}, {}
@@ -64,8 +64,9 @@ local ID_SLOTS = C.RL_ID_SLOTS
 --
 -- Misuse raises at the line of the code that called into this module: the
 -- error level is found by walking the stack to the first frame outside this
--- file, so a check may sit at any depth and with_lock's checks name
--- with_lock, not the lock call it makes.
+-- file (and the wrappers registered with _M._pass_over), so a check may sit
+-- at any depth and with_lock's checks name with_lock, not the lock call it
+-- makes.
 
 local getinfo, getmetatable, next = debug.getinfo, getmetatable, next
 local floor = math.floor
@@ -454,40 +455,68 @@ local function unhold(d, v)
     end
 end
 
--- An unlocked lock: close() has nothing more to do for it.
+-- A lock whose release has gone out: close() has nothing more to do for it.
 local function forget(lk)
     unhold(lk.dlm, lk.value)
     lk.dlm.live[lk] = nil
 end
 
--- op(client, ...), a begin_* (an id, or negative) or a blocking form
--- (RL_OK, or RL_ERR), has just failed: while that was because every
--- operation slot of the client is taken (nothing was sent), make room and
--- call it again. drain() (if given) collects operations the caller began
--- and waits for anyway, and says whether it took any; else the client's
--- loop runs while the tails of earlier operations end, for at most the node
--- and connect timeouts. Returns what op returned (>= 0), or nil and the
--- reason of the last failure.
-local function in_room(d, client, drain, op, ...)
-    local id, deadline
-    while ffi_string(client:errstr()):find("^too many operations in flight") do
-        if not (drain and drain()) then
-            local now = C.rl_now_ms()
-            deadline = deadline or now + d.options.node_timeout_ms + d.options.connect_timeout_ms
-            if now >= deadline then break end
-            client:sleep(1)
-        end
-        id = op(client, ...)
-        if id >= 0 then return id end
-    end
-    return nil, ffi_string(client:errstr())
+-- The longest a call waits for room in a full client (RL_ERR_FULL: every
+-- operation slot taken, nothing sent): as long as the tails of earlier
+-- operations may take to end (a node timeout, a connect).
+local function room_deadline(d)
+    return C.rl_now_ms() + d.options.node_timeout_ms + d.options.connect_timeout_ms
 end
 
--- Begin op(client, ...), making room for it if the client is full.
-local function begin_in_room(d, client, drain, op, ...)
-    local id = op(client, ...)
-    if id >= 0 then return id end
-    return in_room(d, client, drain, op, ...)
+-- A blocking form op(client, ...) returned rc, not RL_OK: while that is
+-- RL_ERR_FULL, let earlier tails end and call op again, within
+-- room_deadline; any other failure raises.
+local function again_when_full(d, client, rc, op, ...)
+    local deadline = room_deadline(d)
+    while rc == RL_ERR_FULL and C.rl_now_ms() < deadline do
+        client:sleep(1)
+        rc = op(client, ...)
+    end
+    if rc ~= RL_OK then raise("redlock: " .. ffi_string(client:errstr())) end
+end
+
+local function ignore() end
+
+-- n operations in flight together: begin(i) starts the i-th (its id; a
+-- negative number when it cannot start; nil when there is nothing to
+-- start), done(i, got) takes its result from `result` (got false: none
+-- came, the reason is client:errstr()). While the client is full, the
+-- operations begun so far are taken to make room, else earlier tails are
+-- let end, all within one room_deadline. stop(), if given, says when to
+-- begin no more; a begin that fails then ends the beginning too. Returns
+-- nil, or why the first operation that could not start failed.
+local function batch(d, client, n, begin, done, stop)
+    local ids, begun, taken, deadline, why = {}, 0, 0, nil, nil
+    local function take()
+        for i = taken + 1, begun do
+            if ids[i] then done(i, client:wait(ids[i], result) == RL_OK) end
+        end
+        taken = begun
+    end
+    for i = 1, n do
+        if stop and (why or stop()) then break end
+        local id = begin(i)
+        while id == RL_ERR_FULL do
+            if taken < begun then
+                take()
+            else
+                deadline = deadline or room_deadline(d)
+                if C.rl_now_ms() >= deadline then break end
+                client:sleep(1)
+            end
+            id = begin(i)
+        end
+        if id and id < 0 then why = why or ffi_string(client:errstr()) end
+        ids[i] = id and id >= 0 and id
+        begun = i
+    end
+    take()
+    return why
 end
 
 -- Drop the listed locks whose keys are gone by themselves; then wait for
@@ -553,10 +582,8 @@ end
 -- or nil, err, detail.
 local function attempt_by(self, client, resource, ttl, acquire)
     local started = C.rl_now_ms()
-    if acquire(client, resource, #resource, ttl, result) ~= RL_OK then
-        local ok, why = in_room(self, client, nil, acquire, resource, #resource, ttl, result)
-        if not ok then raise("redlock: " .. why) end
-    end
+    local rc = acquire(client, resource, #resource, ttl, result)
+    if rc ~= RL_OK then again_when_full(self, client, rc, acquire, resource, #resource, ttl, result) end
     if result.status == OK then return new_lock(self, resource, ttl, started, result) end
     return failure(self, result)
 end
@@ -576,8 +603,6 @@ local function attempt_queued(self, client, resource, ttl)
     return attempt_by(self, client, resource, ttl, client.acquire_queued)
 end
 
--- The attempt a waiter makes instead, where the transport has queues.
-local WAITING_ATTEMPT = backend.queues and { [attempt] = attempt_queued } or {}
 
 -- Check every option of a lock call before anything is sent; returns what
 -- the call needs.
@@ -641,9 +666,33 @@ local function heard(client, a)
     return client:heard(nil, 0)
 end
 
+-- A host's hooks around the sleeps between attempts (_M._around_sleeps):
+-- asleep() before, awake() after. Nothing is in flight for the call then,
+-- so a host may end the process meanwhile. nil outside a host.
+local around_sleeps
+
+--- For a host: asleep() and awake() around every sleep of a lock call
+--- between its attempts.
+function _M._around_sleeps(asleep, awake)
+    around_sleeps = { asleep, awake }
+end
+
+-- The sleeps between attempts: ms, or (until) up to ms or until a release of
+-- a is heard since seen (1 then, else 0).
+local function nap(client, ms)
+    local h = around_sleeps
+    if h then h[1]() end
+    client:sleep(ms)
+    if h then h[2]() end
+end
+
 local function sleep_until(client, a, seen, ms)
-    if type(a) == "string" then return client:sleep_until(a, #a, seen, ms) end
-    return client:sleep_until(nil, 0, seen, ms)
+    local h = around_sleeps
+    if h then h[1]() end
+    local woke
+    if type(a) == "string" then woke = client:sleep_until(a, #a, seen, ms) else woke = client:sleep_until(nil, 0, seen, ms) end
+    if h then h[2]() end
+    return woke
 end
 
 -- The delay a policy returned after attempt n, as whole ms; nil to give up.
@@ -670,7 +719,7 @@ local function wake_jitter(client, a)
     local span = type(a) == "string" and client:listeners(a, #a) or client:listeners(nil, 0)
     if span == 0 or span > WAKE_JITTER_MS then span = WAKE_JITTER_MS end
     local ms = floor(C.rl_random() * span)
-    if ms > 0 then client:sleep(ms) end
+    if ms > 0 then nap(client, ms) end
 end
 
 -- A releaser that locks the same resource again at once would nearly always
@@ -712,9 +761,8 @@ local function head_start_owed(dlm, a)
 end
 
 -- Run `try` under the retry policy, within `wait` ms if given: the last attempt
--- starts no later than `wait` ms after the first. The first attempt stands
--- outside the loop so the common path (success at once) has no inner loop and
--- the caller's own loop compiles into one trace. With notifications on, the
+-- starts no later than `wait` ms after the first (with_retries makes the
+-- first, so the common path, success at once, never comes here). With notifications on, the
 -- sleep between attempts ends early when a release of the resource is heard:
 -- the count of releases heard is taken before each attempt (for the first,
 -- when the watch begins, just after it), so one heard during an attempt
@@ -731,22 +779,19 @@ local function retries(self, client, policy, deadline, try, a, b, err, detail, o
         if sleep_until(client, a, seen, math.ceil(owed)) == 1 then wake_jitter(client, a) end
         seen = heard(client, a)
     end
-    if notify and WAITING_ATTEMPT[try] then
-        -- join the queue at once, rather than after the first delay
-        try = WAITING_ATTEMPT[try]
-        got, err, detail = try(self, client, a, b)
-        if got then return got end
-    elseif owed then
+    -- a waiter of one plain lock joins the queue at once, rather than after
+    -- the first delay
+    local queued = notify and try == attempt
+    if queued then try = attempt_queued end
+    if queued or owed then
         got, err, detail = try(self, client, a, b)
         if got then return got end
     end
     while true do
         local delay = policy_delay(policy, n, err, detail)
         if not delay then return nil, err, detail end
-        if self.client == nil then
-            -- closed by the policy, or by another coroutine while it yielded
-            raise(("'%s' on a closed client"):format(type(a) == "string" and "lock" or "lock_many"))
-        end
+        -- closed by the policy, or by another coroutine while it yielded?
+        live_client(self, type(a) == "string" and "lock" or "lock_many")
         if deadline then
             local left = deadline - C.rl_now_ms()
             if left <= 0 then return nil, err, detail end
@@ -768,7 +813,7 @@ local function retries(self, client, policy, deadline, try, a, b, err, detail, o
                 if got then return got end
             end
         else
-            client:sleep(delay)
+            nap(client, delay)
         end
         n = n + 1
         got, err, detail = try(self, client, a, b)
@@ -796,7 +841,7 @@ local function with_retries(self, client, policy, wait, try, a, b)
     if owed > 0 and self.notify then
         return watched_retries(self, client, policy, deadline, try, a, b, nil, nil, owed)
     end
-    if owed > 0 then client:sleep(math.ceil(owed)) end
+    if owed > 0 then nap(client, math.ceil(owed)) end
     local got, err, detail = try(self, client, a, b)
     if got then return got end
     if not self.notify then return retries(self, client, policy, deadline, try, a, b, err, detail) end
@@ -894,8 +939,9 @@ end
 
 --- Release every lock still held through this client (kept or not), then
 --- close every connection now instead of at garbage collection. Bounded in
---- time: the releases go out together and end within the node timeout; the
---- keeper gets RELEASE_BOUND_MS for what it still releases itself (dropped
+--- time: the releases go out together and end within the node timeout (more
+--- than a client can have in flight wait for room, within one node and
+--- connect timeout more: see batch); the keeper gets RELEASE_BOUND_MS for what it still releases itself (dropped
 --- locks). A lock() or lock_many() retrying on this client raises
 --- "'lock' on a closed client" instead of trying again. Closing twice is fine.
 function dlm:close()
@@ -912,24 +958,15 @@ function dlm:close()
     end
     -- every lock not unlocked, its object alive or not (kept ones whose
     -- objects were collected are the keeper's, below)
-    local ids, waited, now = {}, 0, C.rl_now_ms()
-    local function drain()
-        if waited == #ids then return false end
-        for i = waited + 1, #ids do client:wait(ids[i], result) end
-        waited = #ids
-        return true
-    end
     -- a copy: making room may yield (inside nginx), and another coroutine's
     -- lock would then change the list under pairs()
-    local values, resources, held_until = {}, {}, self.held_until
+    local values, resources, held_until, now = {}, {}, self.held_until, C.rl_now_ms()
     for value, resource in pairs(self.held) do
         if held_until[value] > now then values[#values + 1], resources[#values + 1] = value, resource end
     end
-    for i = 1, #values do
-        local resource = resources[i]
-        ids[#ids + 1] = begin_in_room(self, client, drain, client.begin_release, resource, #resource, values[i])
-    end
-    drain()
+    batch(self, client, #values, function(i)
+        return client:begin_release(resources[i], #resources[i], values[i])
+    end, ignore)
     self.live, self.held, self.held_until, self.held_n = setmetatable({}, WEAK_KEYS), {}, {}, 0
     local k = self.keeper
     if k ~= nil then
@@ -958,9 +995,9 @@ function lock:extend(ttl)
     if self:remaining() <= 0 then return refusal(self.dlm, "expired", "no validity left to extend") end
     local client = live_client(self.dlm, "extend")
     local started = C.rl_now_ms()
-    if client:extend(self.resource, #self.resource, self.value, ttl, result) ~= RL_OK then
-        local ok, why = in_room(self.dlm, client, nil, client.extend, self.resource, #self.resource, self.value, ttl, result)
-        if not ok then raise("redlock: " .. why) end
+    local rc = client:extend(self.resource, #self.resource, self.value, ttl, result)
+    if rc ~= RL_OK then
+        again_when_full(self.dlm, client, rc, client.extend, self.resource, #self.resource, self.value, ttl, result)
     end
     -- nodes that took it keep the key up to the new ttl from here
     if self.kept == nil then hold_until(self, started, ttl) end
@@ -992,13 +1029,11 @@ function lock:unlock()
         return refusal(self.dlm, "invalid", self.closed and "the lock was released when its client was closed"
             or "the lock was already unlocked")
     end
-    check_phase() -- before keep-alive lets go of it
+    if self.kept ~= nil then check_phase() end -- before keep-alive lets go of it (release refuses anyway)
     stop_keeping(self)
     local client = live_client(self.dlm, "unlock")
-    if client:release(self.resource, #self.resource, self.value, result) ~= RL_OK then
-        local ok, why = in_room(self.dlm, client, nil, client.release, self.resource, #self.resource, self.value, result)
-        if not ok then raise("redlock: " .. why) end
-    end
+    local rc = client:release(self.resource, #self.resource, self.value, result)
+    if rc ~= RL_OK then again_when_full(self.dlm, client, rc, client.release, self.resource, #self.resource, self.value, result) end
     if result.status == OK then
         self.released = true
         forget(self)
@@ -1014,23 +1049,13 @@ end
 -- Release the locks of a batch that failed, all in flight together. One
 -- that cannot even begin stays listed for close() (and its ttl).
 local function release_all_started(self, client, locks)
-    local ids, begun, waited = {}, 0, 0
-    local function drain()
-        if waited == begun then return false end
-        for i = waited + 1, begun do
-            if ids[i] then client:wait(ids[i], result) end
-        end
-        waited = begun
-        return true
-    end
-    for i = 1, #locks do
+    batch(self, client, #locks, function(i)
         local lk = locks[i]
         lk.released = true
-        ids[i] = begin_in_room(self, client, drain, client.begin_release, lk.resource, #lk.resource, lk.value) or false
-        begun = i
-        if ids[i] then forget(lk) end
-    end
-    drain()
+        local id = client:begin_release(lk.resource, #lk.resource, lk.value)
+        if id >= 0 then forget(lk) end
+        return id
+    end, ignore)
 end
 
 -- One all-or-nothing attempt: every acquire in flight together (begin:
@@ -1039,38 +1064,23 @@ end
 -- refusal the rest are not begun.
 local function attempt_many_with(self, client, resources, ttl, begin)
     local started = C.rl_now_ms()
-    local ids, begun, collected = {}, 0, 0
     local locks, err, detail, unknown = {}, nil, nil, nil
-    local function drain()
-        if collected == begun then return false end
-        for i = collected + 1, begun do
-            if client:wait(ids[i], result) ~= RL_OK then
-                -- no result (inside nginx: the hub gave up): not a lock
-                unknown = unknown or ffi_string(client:errstr())
-                err = err or "unavailable"
-            elseif result.status == OK then
-                locks[#locks + 1] = new_lock(self, resources[i], ttl, started, result)
-            elseif not err then
-                local _
-                _, err, detail = failure(self, result)
-                detail.resource = resources[i]
-            end
+    local why = batch(self, client, #resources, function(i)
+        return begin(client, resources[i], #resources[i], ttl)
+    end, function(i, got)
+        if not got then
+            -- no result (inside nginx: the hub gave up): not a lock
+            unknown = unknown or ffi_string(client:errstr())
+            err = err or "unavailable"
+        elseif result.status == OK then
+            locks[#locks + 1] = new_lock(self, resources[i], ttl, started, result)
+        elseif not err then
+            local _
+            _, err, detail = failure(self, result)
+            detail.resource = resources[i]
         end
-        collected = begun
-        return true
-    end
-    while begun < #resources and not err do
-        local r = resources[begun + 1]
-        local id, why = begin_in_room(self, client, drain, begin, r, #r, ttl)
-        if not id then
-            drain()
-            release_all_started(self, client, locks)
-            raise("redlock: " .. why)
-        end
-        begun = begun + 1
-        ids[begun] = id
-    end
-    drain()
+    end, function() return err ~= nil end)
+    unknown = why or unknown
     if unknown then
         release_all_started(self, client, locks)
         raise("redlock: " .. unknown)
@@ -1126,45 +1136,31 @@ end
 function group:unlock()
     check_self(self, group_mt, "unlock", "a group of locks", "locks:unlock()")
     local dlm_ = self[1].dlm
-    local ids, any, refused = {}, false, nil
+    local any = false
     for i = 1, #self do
         if not self[i].released then any = true end
     end
     if not any then return refusal(dlm_, "invalid", "the locks were already unlocked") end
     check_phase() -- before keep-alive lets go of them
     local client = live_client(dlm_, "unlock")
-    local ok, err, detail = true, nil, nil
-    local begun, waited = 0, 0
-    local function drain()
-        if waited == begun then return false end
-        for i = waited + 1, begun do
-            if ids[i] and client:wait(ids[i], result) ~= RL_OK then
-                refused = refused or ffi_string(client:errstr())
-            elseif ids[i] then
-                if result.status == OK then
-                    self[i].released = true
-                    forget(self[i])
-                    if result.heard > 0 then mark_head_start(dlm_, self[i].resource) end
-                elseif ok then
-                    ok, err, detail = failure(dlm_, result)
-                    detail.resource = self[i].resource
-                end
-            end
-        end
-        waited = begun
-        return true
-    end
-    for i = 1, #self do
+    local ok, err, detail, missing = true, nil, nil, nil
+    local refused = batch(dlm_, client, #self, function(i)
         local lk = self[i]
         stop_keeping(lk)
-        if not lk.released then
-            local id, why = begin_in_room(dlm_, client, drain, client.begin_release, lk.resource, #lk.resource, lk.value)
-            refused = refused or why
-            ids[i] = id
+        if lk.released then return nil end
+        return client:begin_release(lk.resource, #lk.resource, lk.value)
+    end, function(i, got)
+        if not got then
+            missing = missing or ffi_string(client:errstr())
+        elseif result.status == OK then
+            self[i].released = true
+            forget(self[i])
+            if result.heard > 0 then mark_head_start(dlm_, self[i].resource) end
+        elseif ok then
+            ok, err, detail = failure(dlm_, result)
+            detail.resource = self[i].resource
         end
-        begun = i
-    end
-    drain()
+    end) or missing
     if refused then raise("redlock: " .. refused) end
     return ok, err, detail
 end

@@ -42,8 +42,7 @@ ffi.metatype("struct rl_keeper", { __index = {
 } })
 
 _M.name = "libev"
-_M.handoff = true  -- waiters hear releases (rl_watch, rl_sleep_until)
-_M.queues = true   -- and join the queues of waiters (rl_acquire_queued), to be woken alone
+_M.handoff = true  -- waiters hear releases (rl_watch, rl_sleep_until) and queue (rl_acquire_queued)
 
 --- A client for the nodes (rl_client_new's arguments); nil with errbuf filled.
 function _M.client_new(urls, n, opts, errbuf, errlen)
