@@ -475,6 +475,36 @@ describe("the redlock host", function()
       assert.is_nil(out:find("returned", 1, true), out)
     end)
 
+    -- Between attempts nothing is in flight: a signal then ends the host at
+    -- once, rather than waiting for the acquisition (the policy's delay is
+    -- 30 s, and the bound for an acquisition in flight 2 x (connect + node
+    -- timeout) + 1 s = 41 s with this client's 20 s connect timeout).
+    it("SIGTERM during a retry policy's delay ends the host at once, and no attempt follows", function()
+      local key = "run:delay:" .. wall_ms()
+      local holder = require("redlock").new { servers = cl.urls }
+      local held = assert(holder:lock(key, { ttl = 30000 }))
+      finally(function() held:unlock() holder:close() end)
+      local name = script("delay.lua", ([[
+        local servers = {}
+        for url in os.getenv("REDLOCK_SERVERS"):gmatch("[^,]+") do servers[#servers + 1] = url end
+        local dlm = require("redlock").new { servers = servers, connect_timeout = 20000 }
+        local lock = dlm:lock(%q, { retry = function() return 30000 end })
+        print("returned", lock)
+      ]]):format(key))
+      local job = bg("run " .. name, ENV)
+      -- its first attempt was refused and it queued: it sleeps the delay now
+      assert.is_true(eventually(function() return cl:cli(1, "LLEN", "redlock:queue:" .. key) == "1" end, 10000),
+        job.output())
+      local sets = cl:cli(1, "INFO", "commandstats"):match("cmdstat_eval:calls=(%d+)")
+      job:signal("TERM")
+      local rc, out = job:wait(10000)
+      assert.are.equal(143, rc, "still waiting after 10 s: " .. tostring(out))
+      assert.is_nil(out:find("returned", 1, true), out)
+      assert.are.equal(sets, cl:cli(1, "INFO", "commandstats"):match("cmdstat_eval:calls=(%d+)"),
+        "an attempt went out after the signal")
+      assert.are.equal(held.value, get(1, key))
+    end)
+
     it("Ctrl-C on a terminal during os.execute still ends the job (130) and releases the lock", function()
       if not sh("command -v script") :find("script") then
         pending("needs script(1) for a pseudo-terminal")

@@ -132,9 +132,6 @@ int rl_host_pending_signal(void);
 void rl_host_acquire_begin(int bound_ms);
 void rl_host_acquire_end(void);
 
-/* The signal ending the host, or 0: a retry policy gives up when nonzero. */
-int rl_host_stopping(void);
-
 /* proc.c: sleep ms milliseconds; a signal does not cut the sleep short. */
 void rl_host_sleep_ms(int ms);
 

@@ -15,10 +15,11 @@
  * A lock being acquired on the Lua thread (rl_host_acquire_begin/_end around
  * dlm:lock and friends) is not the keeper's yet: its SETs may already be on
  * the nodes. A signal that comes then makes the signal thread wait, at most
- * the bound the Lua side gave, until that acquisition is over: the retry
- * policy gives up at once (rl_host_stopping), an attempt in flight ends
- * within its node and connect timeouts and either releases what it got (no
- * quorum) or hands the lock to the keeper. rl_host_acquire_end then never
+ * the bound the Lua side gave, until that acquisition is over: an attempt in
+ * flight ends within its node and connect timeouts and either releases what
+ * it got (no quorum) or hands the lock to the keeper. Between attempts the
+ * library ends the acquisition while it sleeps and begins it again after
+ * (redlock._around_sleeps), so a signal then never waits. rl_host_acquire_end then never
  * returns, and the signal thread releases every kept lock and exits as usual.
  * An acquisition that would begin once the signal thread has taken over the
  * exit never begins.
@@ -199,11 +200,6 @@ void rl_host_defer_signals(int defer) {
 
 int rl_host_pending_signal(void) {
     return atomic_load(&pending_sig);
-}
-
-int rl_host_stopping(void) {
-    int who = atomic_load(&exit_claim);
-    return who > 0 ? who : 0;
 }
 
 void rl_host_acquire_begin(int bound_ms) {

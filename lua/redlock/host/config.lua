@@ -145,93 +145,32 @@ end
 -- sys.acquire_begin and sys.acquire_end, so a SIGTERM then waits for the
 -- acquisition to be over (the lock is the keeper's, which releases it, or
 -- the library released what it got) instead of leaving its SETs on the
--- nodes for the whole ttl. The retry policy gives up once a signal is ending
--- the host, and the delays between attempts are slept here in slices of
--- SLICE_MS that look for one (a release heard still ends them early).
-local SLICE_MS = 20
-local MAX_MS = 2147483647
+-- nodes for the whole ttl. The sleeps between attempts are outside it (the
+-- library's _around_sleeps): nothing is in flight then, so a signal ends
+-- the host at once, and the next attempt never begins.
 
--- How long an acquisition may take once the policy gives up: an attempt
--- (two rounds with a fencing token, on connections still being made), the
+-- How long an acquisition may take once a signal came: an attempt (two
+-- rounds with a fencing token, on connections still being made), the
 -- releases after a failed one, and a second to spare.
 local function acquire_bound(dlm)
-  local node, connect = 50, 1000
-  local o = dlm.options
-  if o ~= nil then
-    local ok, n, c = pcall(function() return tonumber(o.node_timeout_ms), tonumber(o.connect_timeout_ms) end)
-    if ok and n and n > 0 then node = n end
-    if ok and c and c > 0 then connect = c end
-  end
-  return 2 * (node + connect) + 1000
-end
-
--- policy, its delays slept here in slices (then 0 to the library), and nil
--- once a signal is ending the host. a: the resource (or list) being locked.
--- As in the library, a release heard during a delay earns an extra attempt
--- that the policy does not count: after it the rest of the delay is slept
--- without asking the policy again, and the policy sees its own attempt
--- numbers.
-local function sliced(dlm, a, policy, wait)
-  local sys = require "redlock.host.sys"
-  local deadline = wait and sys.now_ms() + wait
-  local client = dlm.client
-  local single = type(a) == "string" and dlm.notify and client ~= nil
-  local function heard()
-    if single then return client:heard(a, #a) end
-  end
-  local seen = heard()
-  local n, resume_until = 0, nil
-  return function(_, err, detail)
-    if sys.stopping() then return nil end
-    local until_ms = resume_until
-    resume_until = nil
-    if until_ms == nil or until_ms <= sys.now_ms() then
-      n = n + 1
-      local delay = policy(n, err, detail)
-      if type(delay) ~= "number" or not (delay >= 0 and delay <= MAX_MS) then return delay end
-      if sys.stopping() then return nil end
-      until_ms = sys.now_ms() + math.floor(delay)
-      if deadline and until_ms > deadline then until_ms = deadline end
-    end
-    local now = heard()
-    if now ~= seen then -- a release heard during the attempt: the library tries again at once
-      seen = now
-      resume_until = until_ms
-      return 0
-    end
-    while true do
-      local left = until_ms - sys.now_ms()
-      if left <= 0 then break end
-      local ms = math.min(SLICE_MS, math.ceil(left))
-      if single then
-        if client:sleep_until(a, #a, seen, ms) ~= 0 then
-          resume_until = until_ms -- woken: an extra attempt, then the rest of the delay
-          break
-        end
-      else
-        _M.sleep(dlm, ms)
-      end
-      if sys.stopping() then return nil end
-    end
-    seen = heard()
-    return 0
-  end
+  local o = type(dlm) == "table" and dlm.options
+  if type(o) ~= "cdata" then return 0 end -- misuse: the library raises before sending
+  return 2 * (o.node_timeout_ms + o.connect_timeout_ms) + 1000
 end
 
 local guarded = false
 
 local WRAPPER = [[
-local f, begin, done, prepare = ...
+local f, begin, done = ...
 local error, pcall = error, pcall
 local function finish(ok, ...)
   done()
   if not ok then error((...), 0) end
   return ...
 end
-return function(self, a, opts, ...)
-  if prepare then opts = prepare(self, a, opts) end
+return function(self, ...)
   begin(self)
-  return finish(pcall(f, self, a, opts, ...))
+  return finish(pcall(f, self, ...))
 end
 ]]
 
@@ -244,36 +183,23 @@ function _M.guard(dlm)
   if type(methods) ~= "table" or type(methods.lock) ~= "function" then return dlm end
   guarded = true
   local sys = require "redlock.host.sys"
-  local retry = require("redlock").retry
-
-  -- opts with the policy that lock() would use, sliced
-  local function prepare(self, a, opts)
-    if type(self) ~= "table" or self.client == nil or (opts ~= nil and type(opts) ~= "table") then
-      return opts
-    end
-    local o = {}
-    if opts then
-      if opts.retry ~= nil and type(opts.retry) ~= "function" then return opts end
-      for key, v in pairs(opts) do o[key] = v end
-    end
-    local wait = type(o.wait) == "number" and o.wait or nil
-    local policy = o.retry or (wait and retry.forever()) or self.retry or retry.default
-    o.retry = sliced(self, a, policy, wait)
-    return o
-  end
+  local redlock = require "redlock"
+  local bound = 0 -- the acquisition's under way, for its attempts after a sleep
   local function begin(self)
-    sys.acquire_begin(type(self) == "table" and acquire_bound(self) or 0)
+    bound = acquire_bound(self)
+    sys.acquire_begin(bound)
   end
+  redlock._around_sleeps(sys.acquire_end, function() sys.acquire_begin(bound) end)
 
   -- The library blames the first frame outside its own for a bad argument:
   -- that must stay the caller's line, not a wrapper's.
   local chunkname = "=redlock.host.acquire_guard"
-  require("redlock")._pass_over(chunkname)
+  redlock._pass_over(chunkname)
   for _, name in ipairs { "lock", "lock_many", "try_lock" } do
     local f = methods[name]
     if type(f) == "function" then
       local make = assert(loadstring(WRAPPER, chunkname))
-      methods[name] = make(f, begin, sys.acquire_end, name ~= "try_lock" and prepare or nil)
+      methods[name] = make(f, begin, sys.acquire_end)
     end
   end
   return dlm

@@ -22,7 +22,6 @@ if not pcall(ffi.typeof, "rl_host_timespec") then
     int rl_host_pending_signal(void);
     void rl_host_acquire_begin(int bound_ms);
     void rl_host_acquire_end(void);
-    int rl_host_stopping(void);
     void rl_host_sleep_ms(int ms);
     typedef struct rl_host_probe_result {
       int err;
@@ -173,12 +172,6 @@ end
 
 function _M.acquire_end()
   C.rl_host_acquire_end()
-end
-
---- The signal ending the host, or nil.
-function _M.stopping()
-  local s = C.rl_host_stopping()
-  return s ~= 0 and s or nil
 end
 
 function _M.pending_signal()
