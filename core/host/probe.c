@@ -44,7 +44,7 @@ typedef struct probe {
     rl_tls_session *tls;     /* NULL for a plain connection */
     rl_buf cmds;             /* commands not written yet */
     redisReader *reader;
-    char tls_err[RL_NODE_ERR_LEN]; /* TLS: what failed; plain: a poll(2) that failed */
+    char err[RL_NODE_ERR_LEN]; /* TLS: what failed; plain: a poll(2) that failed */
 } probe;
 
 #define WANT(type) (1u << (type))
@@ -88,7 +88,7 @@ static int fail(rl_host_probe_result *out, int err, const char *fmt, ...) {
 static int fail_io(probe *p, const char *what) {
     redisContext *c = p->c;
     if (p->timed_out) return fail(p->out, RL_HOST_PROBE_ENODE, "%s: no answer within %d ms", what, p->timeout_ms);
-    if (p->tls || p->tls_err[0]) return fail(p->out, RL_HOST_PROBE_ENODE, "%s: %s", what, p->tls_err);
+    if (p->tls || p->err[0]) return fail(p->out, RL_HOST_PROBE_ENODE, "%s: %s", what, p->err);
 #ifdef REDIS_ERR_TIMEOUT /* hiredis >= 1.0 */
     if (c->err == REDIS_ERR_TIMEOUT)
         return fail(p->out, RL_HOST_PROBE_ENODE, "%s: no answer within %d ms", what, p->timeout_ms);
@@ -114,20 +114,19 @@ static void describe(const redisReply *r, char *buf, size_t len) {
 /* ---- TLS: the session on hiredis' socket ---- */
 
 /* Wait until the socket is ready for what the session wants, within the
- * probe's timeout. Return 0; 1 when the timeout passed, -1 when poll failed
- * (tls_err says which). */
+ * probe's timeout. Return 0; 1 when the timeout passed (timed_out), -1 when
+ * poll failed (err says why). */
 static int tls_wait(probe *p) {
     int rc = wait_fd(p, p->c->fd, p->tls->want == RL_TLS_WANT_WRITE ? POLLOUT : POLLIN);
-    if (rc < 0) snprintf(p->tls_err, sizeof(p->tls_err), "poll: %s", strerror(errno));
-    else if (rc > 0) snprintf(p->tls_err, sizeof(p->tls_err), "no answer within %d ms", p->timeout_ms);
+    if (rc < 0) snprintf(p->err, sizeof(p->err), "poll: %s", strerror(errno));
     return rc;
 }
 
 static int tls_handshake(probe *p) {
     int rc;
-    while ((rc = rl_tls_handshake(p->tls, p->tls_err, sizeof(p->tls_err))) == RL_TLS_AGAIN)
+    while ((rc = rl_tls_handshake(p->tls, p->err, sizeof(p->err))) == RL_TLS_AGAIN)
         if ((rc = tls_wait(p)) != 0) {
-            if (rc > 0) snprintf(p->tls_err, sizeof(p->tls_err), "TLS handshake timed out after %d ms", p->timeout_ms);
+            if (rc > 0) snprintf(p->err, sizeof(p->err), "TLS handshake timed out after %d ms", p->timeout_ms);
             return -1;
         }
     return rc == 1 ? 0 : -1;
@@ -137,7 +136,7 @@ static int tls_handshake(probe *p) {
 static int tls_flush(probe *p) {
     size_t off = 0;
     while (off < p->cmds.len) {
-        ssize_t w = rl_tls_write(p->tls, p->cmds.data + off, p->cmds.len - off, p->tls_err, sizeof(p->tls_err));
+        ssize_t w = rl_tls_write(p->tls, p->cmds.data + off, p->cmds.len - off, p->err, sizeof(p->err));
         if (w > 0) off += (size_t)w;
         else if (w == RL_TLS_FAIL || tls_wait(p) != 0) return -1;
     }
@@ -151,14 +150,14 @@ static int tls_reply(probe *p, void **obj) {
     char buf[4096];
     for (;;) {
         if (redisReaderGetReply(p->reader, obj) != REDIS_OK) {
-            snprintf(p->tls_err, sizeof(p->tls_err), "protocol error: %.70s", p->reader->errstr);
+            snprintf(p->err, sizeof(p->err), "protocol error: %.70s", p->reader->errstr);
             return REDIS_ERR;
         }
         if (*obj != NULL) return REDIS_OK;
-        ssize_t got = rl_tls_read(p->tls, buf, sizeof(buf), p->tls_err, sizeof(p->tls_err));
+        ssize_t got = rl_tls_read(p->tls, buf, sizeof(buf), p->err, sizeof(p->err));
         if (got > 0) {
             if (redisReaderFeed(p->reader, buf, (size_t)got) != REDIS_OK) {
-                snprintf(p->tls_err, sizeof(p->tls_err), "out of memory");
+                snprintf(p->err, sizeof(p->err), "out of memory");
                 return REDIS_ERR;
             }
         } else if (got == RL_TLS_FAIL || tls_wait(p) != 0) {
@@ -178,7 +177,7 @@ static int plain_reply(probe *p, void **obj) {
         if (redisGetReplyFromReader(p->c, obj) == REDIS_ERR) return REDIS_ERR;
         if (*obj != NULL) return REDIS_OK;
         int rc = wait_fd(p, p->c->fd, POLLIN);
-        if (rc < 0) snprintf(p->tls_err, sizeof(p->tls_err), "poll: %s", strerror(errno));
+        if (rc < 0) snprintf(p->err, sizeof(p->err), "poll: %s", strerror(errno));
         if (rc != 0) return REDIS_ERR;
         if (redisBufferRead(p->c) == REDIS_ERR) return REDIS_ERR;
     }
@@ -187,7 +186,7 @@ static int plain_reply(probe *p, void **obj) {
 static int append(probe *p, int argc, const char **argv, const size_t *lens) {
     if (p->tls == NULL) return redisAppendCommandArgv(p->c, argc, argv, lens);
     if (rl_cmd_append_argv(&p->cmds, argc, argv, lens) == 0) return REDIS_OK;
-    snprintf(p->tls_err, sizeof(p->tls_err), "out of memory");
+    snprintf(p->err, sizeof(p->err), "out of memory");
     return REDIS_ERR;
 }
 
@@ -304,9 +303,9 @@ static int probe_tls(probe *p, const rl_url *u, const char *key, size_t keylen, 
         fail(p->out, RL_HOST_PROBE_ENODE, "out of memory");
     } else if (flags < 0 || fcntl(p->c->fd, F_SETFL, flags | O_NONBLOCK) != 0) {
         fail(p->out, RL_HOST_PROBE_ENODE, "connect: %s", strerror(errno));
-    } else if (rl_tls_start(ctx, &session, p->c->fd, u->host, p->tls_err, sizeof(p->tls_err)) != 0 ||
+    } else if (rl_tls_start(ctx, &session, p->c->fd, u->host, p->err, sizeof(p->err)) != 0 ||
                tls_handshake(p) != 0) {
-        fail(p->out, RL_HOST_PROBE_ENODE, "connect: %s", p->tls_err);
+        fail(p->out, RL_HOST_PROBE_ENODE, "connect: %s", p->err);
     } else if ((rc = prepare(p, u)) == 0) {
         rc = look(p, key, keylen);
     }

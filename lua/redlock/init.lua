@@ -64,19 +64,15 @@ local ID_SLOTS = C.RL_ID_SLOTS
 --
 -- Misuse raises at the line of the code that called into this module: the
 -- error level is found by walking the stack to the first frame outside this
--- file (and the wrappers registered with _M._pass_over), so a check may sit
--- at any depth and with_lock's checks name with_lock, not the lock call it
--- makes.
+-- file, so a check may sit at any depth and with_lock's checks name
+-- with_lock, not the lock call it makes.
 
 local getinfo, getmetatable, next = debug.getinfo, getmetatable, next
 local floor = math.floor
 local THIS_FILE = getinfo(1, "S").source
--- The sources raise() passes over: this file, and wrappers of the lock
--- calls made elsewhere (the host's, see _M._pass_over).
-local PASSED_OVER = { [THIS_FILE] = true }
 local MAX_MS = 2147483647  -- what fits the core's int milliseconds
 
--- Raise msg at the first caller outside this file (and PASSED_OVER). A pcall of ours (a C
+-- Raise msg at the first caller outside this file. A pcall of ours (a C
 -- frame between two of ours, as the one that guards a watch) is passed
 -- over; a caller's pcall is that first caller, as for any Lua function.
 local function raise(msg)
@@ -84,9 +80,9 @@ local function raise(msg)
     while true do
         local info = getinfo(level, "S")
         if info == nil then level = 0; break end -- no caller outside: no position
-        if not PASSED_OVER[info.source] then
+        if info.source ~= THIS_FILE then
             local above = info.what == "C" and getinfo(level + 1, "S")
-            if not (above and PASSED_OVER[above.source]) then break end
+            if not (above and above.source == THIS_FILE) then break end
         end
         level = level + 1
     end
@@ -318,12 +314,6 @@ function _M.new(opts)
         keeper = nil,         -- started on first use of keep-alive
         keeper_live = {},     -- .on while the keeper lives: what kept locks' finalizers check
     }, dlm_mt)
-end
-
---- For wrappers around this module's calls (the host's): misuse is then
---- raised at their caller's line, passing over frames of chunk `source`.
-function _M._pass_over(source)
-    PASSED_OVER[source] = true
 end
 
 --- Remember options for redlock.default() (the host sets them from its flags).
@@ -666,16 +656,10 @@ local function heard(client, a)
     return client:heard(nil, 0)
 end
 
--- A host's hooks around the sleeps between attempts (_M._around_sleeps):
+-- A host's hooks around the sleeps between attempts (_M._guard_acquisitions):
 -- asleep() before, awake() after. Nothing is in flight for the call then,
 -- so a host may end the process meanwhile. nil outside a host.
 local around_sleeps
-
---- For a host: asleep() and awake() around every sleep of a lock call
---- between its attempts.
-function _M._around_sleeps(asleep, awake)
-    around_sleeps = { asleep, awake }
-end
 
 -- The sleeps between attempts: ms, or (until) up to ms or until a release of
 -- a is heard since seen (1 then, else 0).
@@ -1209,6 +1193,27 @@ function dlm:with_lock(resource, opts, fn, ...)
     lk:unlock()
     if not out[1] then error(out[2], 0) end
     return unpack(out, 2, out.n)
+end
+
+--- For a host that must not end while a lock is being acquired (its
+--- signal handling): begin(dlm) before and done() after every lock, try_lock
+--- and lock_many, whatever ends them, and asleep() / awake() around their
+--- sleeps between attempts, when nothing is in flight. Once per process.
+function _M._guard_acquisitions(begin, done, asleep, awake)
+    if around_sleeps then return end
+    around_sleeps = { asleep, awake }
+    local function finish(ok, ...)
+        done()
+        if not ok then error((...), 0) end
+        return ...
+    end
+    for _, name in ipairs { "lock", "try_lock", "lock_many" } do
+        local call = dlm[name]
+        dlm[name] = function(self, ...)
+            begin(self)
+            return finish(pcall(call, self, ...))
+        end
+    end
 end
 
 return _M

@@ -84,6 +84,21 @@ function _M.servers(opts)
   return _M.split(text)
 end
 
+--- The servers' URLs as the core reads them, without looking anything up
+-- or connecting: true, or nil and why (a bad URL, a server named twice, which
+-- would vote twice).
+function _M.check_servers(servers)
+  local ffi = require "ffi"
+  local C = require("redlock.cdefs").lib
+  local urls = ffi.new("const char *[?]", #servers)
+  for i = 1, #servers do urls[i - 1] = servers[i] end
+  local errbuf = ffi.new("char[?]", C.RL_ERR_LEN)
+  local e = C.rl_engine_new(urls, #servers, nil, errbuf, C.RL_ERR_LEN)
+  if e == nil then return nil, ffi.string(errbuf) end
+  C.rl_engine_free(e)
+  return true
+end
+
 local function env(name)
   local v = os.getenv(name)
   if v == "" then return nil end
@@ -141,13 +156,13 @@ function _M.is_usage_error(e)
 end
 
 -- Signals while a lock is being acquired (see rl_host_acquire_begin in
--- core/host/host.h). Every client of the host acquires between
--- sys.acquire_begin and sys.acquire_end, so a SIGTERM then waits for the
--- acquisition to be over (the lock is the keeper's, which releases it, or
--- the library released what it got) instead of leaving its SETs on the
--- nodes for the whole ttl. The sleeps between attempts are outside it (the
--- library's _around_sleeps): nothing is in flight then, so a signal ends
--- the host at once, and the next attempt never begins.
+-- core/host/host.h). Every lock, try_lock and lock_many of the host runs
+-- between sys.acquire_begin and sys.acquire_end (the library's
+-- _guard_acquisitions), so a SIGTERM then waits for the acquisition to be
+-- over (the lock is the keeper's, which releases it, or the library released
+-- what it got) instead of leaving its SETs on the nodes for the whole ttl.
+-- The sleeps between attempts are outside it: nothing is in flight then, so
+-- a signal ends the host at once, and the next attempt never begins.
 
 -- How long an acquisition may take once a signal came: an attempt (two
 -- rounds with a fencing token, on connections still being made), the
@@ -158,51 +173,13 @@ local function acquire_bound(dlm)
   return 2 * (o.node_timeout_ms + o.connect_timeout_ms) + 1000
 end
 
-local guarded = false
-
-local WRAPPER = [[
-local f, begin, done = ...
-local error, pcall = error, pcall
-local function finish(ok, ...)
-  done()
-  if not ok then error((...), 0) end
-  return ...
-end
-return function(self, ...)
-  begin(self)
-  return finish(pcall(f, self, ...))
-end
-]]
-
---- Make every client's lock, try_lock and lock_many acquire as above (once,
--- on the client class that dlm belongs to). Return dlm.
-function _M.guard(dlm)
-  if guarded then return dlm end
-  local mt = getmetatable(dlm)
-  local methods = type(mt) == "table" and mt.__index
-  if type(methods) ~= "table" or type(methods.lock) ~= "function" then return dlm end
-  guarded = true
+local function guard_acquisitions()
   local sys = require "redlock.host.sys"
-  local redlock = require "redlock"
   local bound = 0 -- the acquisition's under way, for its attempts after a sleep
-  local function begin(self)
-    bound = acquire_bound(self)
+  require("redlock")._guard_acquisitions(function(dlm)
+    bound = acquire_bound(dlm)
     sys.acquire_begin(bound)
-  end
-  redlock._around_sleeps(sys.acquire_end, function() sys.acquire_begin(bound) end)
-
-  -- The library blames the first frame outside its own for a bad argument:
-  -- that must stay the caller's line, not a wrapper's.
-  local chunkname = "=redlock.host.acquire_guard"
-  redlock._pass_over(chunkname)
-  for _, name in ipairs { "lock", "lock_many", "try_lock" } do
-    local f = methods[name]
-    if type(f) == "function" then
-      local make = assert(loadstring(WRAPPER, chunkname))
-      methods[name] = make(f, begin, sys.acquire_end)
-    end
-  end
-  return dlm
+  end, sys.acquire_end, sys.acquire_end, function() sys.acquire_begin(bound) end)
 end
 
 --- Make redlock.default() return a client built from the host configuration,
@@ -210,6 +187,7 @@ end
 -- that the signal thread's rl_keeper_release_all covers every held lock).
 function _M.install(opts)
   local redlock = require "redlock"
+  guard_acquisitions()
   local copts, err = _M.client_options(opts)
   if copts then
     redlock.configure(copts)
@@ -231,12 +209,6 @@ function _M.install(opts)
         copy.keepalive = true
         o = copy
       end
-      if not guarded then
-        -- the first client shows guard its class; a failure is raised again
-        -- by a tail call, so that it blames the caller's line
-        local ok, dlm = pcall(new, o)
-        if ok then return _M.guard(dlm) end
-      end
       return new(o)
     end
   end
@@ -256,13 +228,14 @@ end
 function _M.client(opts)
   local copts, err = _M.client_options(opts)
   if not copts then return nil, err end
+  guard_acquisitions()
   local redlock = require "redlock"
   local ok, dlm = pcall(redlock.new, copts)
   if not ok then
     local msg = tostring(dlm):gsub("^bad argument #1 to 'new' %((.*)%)$", "%1")
     return nil, _M.flag_message(msg)
   end
-  return _M.guard(dlm)
+  return dlm
 end
 
 --- Acquire resource with keep-alive. o: ttl, margin, policy, nonblock, wait,

@@ -85,14 +85,13 @@ end
 function _M.run(opts, argv, k)
   local script = argv[k]
   if script == nil then return host.usage_error("run", "missing SCRIPT.lua") end
-  -- Servers given are checked now, as exec and status do (bad URL, TLS
-  -- file, a server named twice): a usage error, not the script's.
+  -- Servers given are checked now, as exec and status do (bad URL, a
+  -- server named twice): a usage error, not the script's.
   local servers, serr = config.servers(opts)
   if not servers and (opts.servers or opts.servers_file) then return host.fail(EXIT.USAGE, "%s", serr) end
   if servers then
-    local dlm, err = config.client(opts)
-    if not dlm then return host.fail(EXIT.USAGE, "%s", err) end
-    dlm:close()
+    local ok, err = config.check_servers(servers)
+    if not ok then return host.fail(EXIT.USAGE, "%s", err) end
   end
   config.install(opts)
 

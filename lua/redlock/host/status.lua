@@ -49,11 +49,10 @@ function _M.run(opts, argv, k)
   if argv[k + 1] ~= nil then return host.usage_error("status", "one RESOURCE at a time") end
   local servers, err = config.servers(opts)
   if not servers then return host.fail(EXIT.USAGE, "%s", err) end
-  -- the servers as exec takes them: a bad URL, or one named twice (it would
-  -- count twice toward the quorum), is a usage error
-  local dlm, cerr = config.client(opts)
-  if not dlm then return host.fail(EXIT.USAGE, "%s", cerr) end
-  dlm:close()
+  -- a bad URL, or one named twice (it would count twice toward the quorum),
+  -- is a usage error
+  local ok, cerr = config.check_servers(servers)
+  if not ok then return host.fail(EXIT.USAGE, "%s", cerr) end
   local key = (opts.prefix or os.getenv("REDLOCK_PREFIX") or "") .. resource
   local n = #servers
   local quorum = math.floor(n / 2) + 1

@@ -133,16 +133,15 @@ local probe_result = ffi.new("rl_host_probe_result")
 -- the first 127 bytes of the value (value_len is the whole length); or nil, a
 -- message, the kind of failure (PROBE_EINVAL: bad URL; PROBE_ENODE: the
 -- node failed) and the node's name.
-local probe_tls, probe_tls_of = ffi.new("rl_host_tls"), nil -- the last tls table, as C sees it
+local probe_tls = ffi.new("rl_host_tls")
 
 function _M.probe(url, key, timeout_ms, tls)
   local r = probe_result
-  if tls and tls ~= probe_tls_of then
+  if tls then -- its strings, pointed to here, stay alive in tls through the call
     local t = probe_tls
     t.cafile, t.capath, t.certfile = tls.cafile, tls.capath, tls.certfile
     t.keyfile, t.server_name = tls.keyfile, tls.server_name
     t.verify = tls.verify == false and 0 or 1
-    probe_tls_of = tls -- its strings stay alive with it
   end
   local rc = C.rl_host_probe(url, key, #key, timeout_ms, tls and probe_tls or nil, r)
   if rc ~= 0 then
