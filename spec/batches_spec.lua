@@ -134,7 +134,7 @@ describe("a large batch that fails", function()
       -- node before that proves nothing).
       local all_in, calls = cluster.await_all(cl, function(i)
         if i ~= 1 then return true end
-        local c = tonumber(cl:cli(1, "INFO", "commandstats"):match("cmdstat_set:calls=(%d+)")) or 0
+        local c = cluster.calls(cl, "set", 1)
         return c == n, ("%d of %d SETs in"):format(c, n)
       end, 20000)
       assert(all_in, calls)

@@ -35,14 +35,7 @@ local function misuse(line, fn, text)
 end
 
 -- Calls of SET (the acquire command) handled by every node of cl so far.
-local function sets(cl)
-  local total = 0
-  for i = 1, cl.n do
-    local out = cl:cli(i, "INFO", "commandstats")
-    total = total + tonumber(out:match("cmdstat_set:calls=(%d+)") or 0)
-  end
-  return total
-end
+local function sets(cl) return cluster.calls(cl, "set") end
 
 -- detail must have the one shape of every nil, err, detail.
 local function one_shape(detail, err, cl)

@@ -38,7 +38,6 @@ local function start(o)
   o.package_cpath = BUILD .. "/?.so"
   return nginx.start(o)
 end
-
 -- lock r (arg r), unlock; "ok" or "fail <err>" (with the per-node detail)
 local LOCK_UNLOCK = [[
   location = /lock {
@@ -88,6 +87,13 @@ end
 
 describe("redlock inside nginx", function()
   local cl, srv
+
+  -- One worker with the per-worker client DLM on the spec's nodes, serving
+  -- PING and the given location blocks.
+  local function one_worker(locations)
+    table.insert(locations, 1, PING)
+    return start { workers = 1, init = init_code(cl.urls), locations = locations }
+  end
 
   local function log()
     return srv and ("\nnginx error log:\n" .. srv:error_log():sub(-3000)) or ""
@@ -306,18 +312,14 @@ describe("redlock inside nginx", function()
   end)
 
   it("waits for a lock without blocking the worker", function()
-    srv = start {
-      workers = 1,
-      init = init_code(cl.urls),
-      locations = { PING, [[
+    srv = one_worker { [[
         location = /wait {
           content_by_lua_block {
             local lock, err = DLM:lock(ngx.var.arg_r, { wait = 1500, retry = redlock.retry.fixed(20, 1000) })
             if not lock then ngx.say("fail ", err) return end
             ngx.say(lock:unlock() and "ok" or "unlock failed")
           }
-        }]] },
-    }
+        }]] }
     local r = res("wait")
     local dir = proc.tmpdir()
     local ready = dir .. "/ready"
@@ -667,10 +669,7 @@ describe("redlock inside nginx", function()
   -- group's unlock, close() releasing what its client still holds) go
   -- through the hub like single calls, each waiter getting its own result.
   it("runs lock_many, a group's unlock and close() through the hub", function()
-    srv = start {
-      workers = 1,
-      init = init_code(cl.urls),
-      locations = { PING, [[
+    srv = one_worker { [[
         location = /many {
           content_by_lua_block {
             local r = ngx.var.arg_r
@@ -690,8 +689,7 @@ describe("redlock inside nginx", function()
             other:close()
             ngx.say("ok ", oerr)
           }
-        }]] },
-    }
+        }]] }
     for k = 1, 3 do
       local r = res("many" .. k)
       local status, body = srv:get("/many?r=" .. r)
@@ -831,18 +829,11 @@ describe("redlock inside nginx", function()
 
   -- Wait (up to 3 s) until every node holds r.
   local function await_held(r)
-    local deadline = proc.now_ms() + 3000
-    while holding(r) < cl.n do
-      assert(proc.now_ms() < deadline, "the lock never showed up")
-      proc.sleep_ms(10)
-    end
+    assert(cluster.await_all(cl, function(i) return cluster.pttl(cl, i, r) > 0 end, 3000))
   end
 
   it("keeps a with_lock lock alive on ngx.timer while the function sleeps, then releases it", function()
-    srv = start {
-      workers = 1,
-      init = init_code(cl.urls),
-      locations = { PING, [[
+    srv = one_worker { [[
         location = /with {
           content_by_lua_block {
             local lost, left = DLM:with_lock(ngx.var.arg_r, { ttl = 300 }, function(lock)
@@ -851,8 +842,7 @@ describe("redlock inside nginx", function()
             end)
             ngx.say("lost=", tostring(lost), " remaining=", tostring(left))
           }
-        }]] },
-    }
+        }]] }
     local r = res("with")
     local pid, dir = request_in_background("/with?r=" .. r)
     local ok, err = pcall(function()
@@ -880,10 +870,7 @@ describe("redlock inside nginx", function()
   -- margin between extensions (remaining ~4500 ms 3.5 s in) while lost()
   -- still said false. Now every third of ttl - margin (400 ms).
   it("extends a lock kept with a large margin before the margin is reached", function()
-    srv = start {
-      workers = 1,
-      init = init_code(cl.urls),
-      locations = { PING, [[
+    srv = one_worker { [[
         location = /margin {
           content_by_lua_block {
             local lock = DLM:lock(ngx.var.arg_r, { ttl = 6000, keepalive = true, margin = 4800 })
@@ -892,8 +879,7 @@ describe("redlock inside nginx", function()
             ngx.say(("lost=%s remaining=%.0f"):format(tostring(lock:lost()), lock:remaining()))
             lock:unlock()
           }
-        }]] },
-    }
+        }]] }
     local status, body = srv:get("/margin?r=" .. res("margin"))
     assert.equal(200, status, log())
     local lost, left = body:match("^lost=(%a+) remaining=(%-?%d+)")
@@ -940,10 +926,7 @@ describe("redlock inside nginx", function()
   -- the kept locks while their requests ran on (another worker took the
   -- lock within 0.5 s of the HUP, and lost() still said false).
   it("leaves a kept lock to the request that holds it when nginx reloads", function()
-    srv = start {
-      workers = 1,
-      init = init_code(cl.urls),
-      locations = { PING, [[
+    srv = one_worker { [[
         location = /keep {
           content_by_lua_block {
             local lock = DLM:lock(ngx.var.arg_r, { ttl = 5000, keepalive = true })
@@ -951,8 +934,7 @@ describe("redlock inside nginx", function()
             ngx.sleep(2)
             ngx.say("lost=", tostring(lock:lost()), " unlock=", tostring(lock:unlock()))
           }
-        }]] },
-    }
+        }]] }
     local r = res("reload")
     local pid, dir = request_in_background("/keep?r=" .. r)
     local ok, err = pcall(function()
@@ -973,10 +955,7 @@ describe("redlock inside nginx", function()
   -- hands it to a timer that releases it. Without that, keep-alive would
   -- extend it for as long as the worker lives.
   it("releases a kept lock whose lock object was garbage-collected", function()
-    srv = start {
-      workers = 1,
-      init = init_code(cl.urls),
-      locations = { PING, [[
+    srv = one_worker { [[
         location = /drop {
           content_by_lua_block {
             local lock = DLM:lock(ngx.var.arg_r, { ttl = 3000, keepalive = true })
@@ -985,8 +964,7 @@ describe("redlock inside nginx", function()
             collectgarbage()
             collectgarbage()
           }
-        }]] },
-    }
+        }]] }
     local r = res("drop")
     local status, body = srv:get("/drop?r=" .. r)
     assert.equal(200, status, log())
@@ -1091,10 +1069,7 @@ describe("redlock inside nginx", function()
   -- and the hub's wake-up went to it whenever pairs() listed it first: the
   -- live waiter slept out its policy's 3 s delay.
   it("wakes a live waiter, not one whose request was aborted while it waited", function()
-    srv = start {
-      workers = 1,
-      init = init_code(cl.urls),
-      locations = { PING, [[
+    srv = one_worker { [[
         location = /wait {
           lua_check_client_abort on;
           content_by_lua_block {
@@ -1103,18 +1078,21 @@ describe("redlock inside nginx", function()
             ngx.say(("%.3f"):format(sproc.now_ms()))
             lock:unlock()
           }
-        }]] },
-    }
+        }]] }
     local r = res("aborted")
     local holder = redlock.new { servers = cl.urls }
     local lk = assert(holder:lock(r, { ttl = 20000 }))
     -- twelve waiters whose clients give up after 300 ms: their requests die asleep
     local reqs = {}
     for k = 1, 12 do reqs[k] = { path = "/wait?r=" .. r .. "&k=" .. k } end
-    srv:get_many(reqs, 12, { timeout_ms = 300 })
+    for k, rs in ipairs(srv:get_many(reqs, 12, { timeout_ms = 300 })) do
+      assert.matches("timed out", tostring(rs.err), 1, true, ("waiter %d was not left waiting: %s"):format(k, tostring(rs.status)))
+    end
+    local evals = cluster.calls(cl, "eval", 1)
     local pid, dir = request_in_background("/wait?r=" .. r .. "&k=live")
     local ok, err = pcall(function()
-      proc.sleep_ms(500) -- the live waiter made its first attempt and sleeps
+      -- the live waiter queued (its attempt while waiting is a script): it sleeps
+      assert(cluster.await_all(cl, function(i) return i ~= 1 or cluster.calls(cl, "eval", 1) > evals end, 5000))
       local released = proc.now_ms()
       assert(lk:unlock())
       assert.is_true(proc.wait_gone(pid, 8000))
@@ -1174,10 +1152,7 @@ describe("redlock inside nginx", function()
     -- is decided by the queue: A, the request, B. A request that did not
     -- join the queues would come last, after B (woken from the queue by A's
     -- release), or by a poll.
-    srv = start {
-      workers = 1,
-      init = init_code(cl.urls),
-      locations = { PING, [[
+    srv = one_worker { [[
         location = /queued {
           content_by_lua_block {
             local lock, err = DLM:lock(ngx.var.arg_r, { wait = 20000, retry = redlock.retry.fixed(2000, 100) })
@@ -1188,8 +1163,7 @@ describe("redlock inside nginx", function()
             lock:unlock()
             ngx.say(("%.3f %.3f"):format(at, rel))
           }
-        }]] },
-    }
+        }]] }
     local r = res("queued")
     local queue = "redlock:queue:" .. r
     local dir = proc.tmpdir()

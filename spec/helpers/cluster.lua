@@ -85,6 +85,18 @@ function M.del(cl, i, key)
   return tonumber(M.call(cl, i, "DEL", key))
 end
 
+--- Calls of command (lower case, "set", "eval") node i has handled so far;
+--- i nil: summed over every node.
+function M.calls(cl, command, i)
+  local total = 0
+  for j = i or 1, i or cl.n do
+    local out, ok = cl:cli(j, "INFO", "commandstats")
+    assert(ok, out)
+    total = total + (tonumber(out:match("cmdstat_" .. command .. ":calls=(%d+)")) or 0)
+  end
+  return total
+end
+
 --- Number of keys on node i.
 function M.dbsize(cl, i)
   local out, ok = cl:cli(i, "DBSIZE")
