@@ -180,6 +180,37 @@ describe("hand-off to waiters", function()
     assert(ok, err)
   end)
 
+  it("passes over at most 8 queued waiters that are gone, then tells every listener", function()
+    local lib = require("redlock.cdefs").lib
+    local r = res("gone9")
+    local channel, queue = "redlock:released:" .. r, "redlock:queue:" .. r
+    local holder = redlock.new { servers = cl.urls }
+    local listener = redlock.new { servers = cl.urls, notify = true }
+    local ok, err = pcall(function()
+      local lk = assert(holder:lock(r))
+      assert(cluster.await_value(cl, r, lk.value, 5000, nil, holder))
+      assert.equal(0, lib.rl_watch(listener.client, r, #r))
+      await_subscribers(channel, { listener })
+      -- nine queued ids nobody listens for (waiters gone before the release)
+      for node = 1, cl.n do
+        for k = 1, 9 do cl:cli(node, "RPUSH", queue, ("%016x"):format(k)) end
+      end
+      local heard = lib.rl_heard(listener.client, r, #r)
+      assert.is_true(lk:unlock())
+      -- eight are dropped, the ninth stays; the release is told to every listener
+      assert.equal(1, lib.rl_sleep_until(listener.client, r, #r, heard, 5000))
+      assert(cluster.await_all(cl, function(node)
+        local left = cl:cli(node, "LRANGE", queue, "0", "-1")
+        return left:match("^%s*0000000000000009%s*$") ~= nil, ("queue %q"):format(left)
+      end, 5000, nil, holder))
+      lib.rl_unwatch(listener.client, r, #r)
+      for node = 1, cl.n do cl:cli(node, "DEL", queue) end
+    end)
+    listener:close()
+    holder:close()
+    assert(ok, err)
+  end)
+
   it("wakes nobody with a failed acquire's cleanup", function()
     -- A cleanup deletes a loser's key on a minority of nodes while the lock
     -- is held elsewhere (or by nobody, after a split vote): a waiter woken
