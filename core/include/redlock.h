@@ -22,7 +22,9 @@
  *     rl_collect hands back its result: while a node's socket is full (the
  *     node still reading a large batch) they drive the loop until it has
  *     taken the cleanup, or taken nothing for stall_reset_ms and been
- *     reset (the cleanup then waits for its next connection). So a caller
+ *     reset (the cleanup then waits for its next connection), or, with its
+ *     connection still being set up, until the cleanup's node timeout
+ *     drops it (neither SET nor release went out). So a caller
  *     that stops calling after a failed acquire leaves no release in our
  *     buffers; the replies wait in the socket until the next call, and a
  *     tail is over by its node timeout, so tails never outnumber the
@@ -279,9 +281,11 @@ int rl_extend(rl_client *c, const char *resource, size_t len, const char *value,
  *     listen), every client listening on the channel
  *         "redlock:released:" .. key
  *     a message holding their number (the competition a woken waiter faces).
- * Nobody listening, nothing is published. Inside nginx too; a user whose ACL
- * does not allow the channels or the queue still releases, without waking
- * anyone, and a subscriber it cannot open is retried like a node that is
+ * Nobody listening, nothing is published. A failed acquire's cleanup (the
+ * release of a loser's key on a minority) wakes nobody. Inside nginx too; a
+ * user whose ACL does not allow the queue goes straight to the broadcast, one
+ * that does not allow the channels still releases, without waking anyone,
+ * and a subscriber it cannot open is retried like a node that is
  * down. A client hears those messages for the resources it
  * watches, over subscriber connections of its own: one per node, separate
  * from the command connections, opened on the first rl_watch (AUTH, with the

@@ -52,8 +52,8 @@ struct rl_client {
     ev_timer run_timer;      /* bounds rl_run / rl_sleep */
     int run_expired;
     int node_timeout_ms;     /* bounds the tails served by rl_client_free */
-    int connect_timeout_ms;  /* bounds a connect and its TLS handshake */
-    int reconnect_max_ms;    /* with connect_timeout_ms, bounds the unwritten commands served by rl_client_free */
+    int connect_timeout_ms;  /* with reconnect_max_ms, bounds the unwritten commands served by rl_client_free */
+    int reconnect_max_ms;
     rl_notify *notify;       /* the subscriber connections (connected on the first rl_watch) */
     rl_tls *tls;             /* one TLS context for every rediss:// node (NULL: none) */
 };

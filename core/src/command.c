@@ -151,19 +151,11 @@ static char *script_head(rl_buf *b, char argc, int by_sha, const char *sha, cons
     return put(p, LIT("\r\n"));
 }
 
-int rl_cmd_release(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value) {
-    char *p = script_head(b, '5', by_sha, rl_release_sha, rl_release_script, sizeof(rl_release_script) - 1,
-                          key, keylen, value);
+int rl_cmd_release(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value, int quiet) {
+    char *p = script_head(b, quiet ? '6' : '5', by_sha, rl_release_sha, rl_release_script,
+                          sizeof(rl_release_script) - 1, key, keylen, value);
     if (p == NULL) return -1;
-    b->len = (size_t)(p - b->data);
-    return 0;
-}
-
-int rl_cmd_cleanup(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value) {
-    char *p = script_head(b, '6', by_sha, rl_release_sha, rl_release_script, sizeof(rl_release_script) - 1,
-                          key, keylen, value);
-    if (p == NULL) return -1;
-    p = put(p, LIT("$5\r\nquiet\r\n"));
+    if (quiet) p = put(p, LIT("$5\r\nquiet\r\n"));
     b->len = (size_t)(p - b->data);
     return 0;
 }

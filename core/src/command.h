@@ -48,9 +48,8 @@ int rl_cmd_acquire(rl_buf *b, const char *key, size_t keylen, const char *value,
 /*   queued:  EVAL script 1 key value ttl waiter   (waiter: RL_WAITER_ID_LEN characters) */
 int rl_cmd_acquire_queued(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms,
                           const char *waiter);
-int rl_cmd_release(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value);
-/*   cleanup: the release, with ARGV[2] "quiet": it wakes nobody */
-int rl_cmd_cleanup(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value);
+/*   quiet (a failed acquire's cleanup): the release with ARGV[2] "quiet": it wakes nobody */
+int rl_cmd_release(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value, int quiet);
 int rl_cmd_extend(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value, int ttl_ms);
 
 /* Encode into b, as above:

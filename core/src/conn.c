@@ -151,7 +151,10 @@ int rl_conn_handshake(rl_conn *c) {
     return 1;
 }
 
-ssize_t rl_conn_read(rl_conn *c, char *buf, size_t len) {
+/* Read up to len bytes: the count, RL_CONN_AGAIN (want says for what), or
+ * RL_CONN_FAIL with the reason in errstr ("closed by the server", ...); the
+ * socket stays open for the caller to close. */
+static ssize_t rl_conn_read(rl_conn *c, char *buf, size_t len) {
     if (c->tls != NULL) {
         ssize_t got = rl_tls_read(&c->session, buf, len, c->errstr, sizeof(c->errstr));
         if (got == RL_TLS_AGAIN) c->want = c->session.want;
@@ -174,7 +177,9 @@ ssize_t rl_conn_read(rl_conn *c, char *buf, size_t len) {
     }
 }
 
-size_t rl_conn_pending(const rl_conn *c) {
+/* Nonzero when a read may return bytes without the socket becoming readable
+ * (TLS: bytes OpenSSL has read ahead). */
+static size_t rl_conn_pending(const rl_conn *c) {
     return c->tls != NULL ? rl_tls_pending(&c->session) : 0;
 }
 

@@ -52,15 +52,6 @@ int rl_conn_finish_connect(rl_conn *c);
  * errstr (then closed). */
 int rl_conn_handshake(rl_conn *c);
 
-/* Read up to len bytes: the count, RL_CONN_AGAIN (want says for what), or
- * RL_CONN_FAIL with the reason in errstr ("closed by the server", ...); the
- * socket stays open for the caller to close. */
-ssize_t rl_conn_read(rl_conn *c, char *buf, size_t len);
-
-/* Nonzero when a read may return bytes without the socket becoming readable
- * (TLS: bytes OpenSSL has read ahead). */
-size_t rl_conn_pending(const rl_conn *c);
-
 /* Read everything there is (over TLS, every byte already decrypted too),
  * handing each chunk to take(arg, data, len); take returns nonzero to stop.
  * Return RL_CONN_AGAIN once there is nothing more (want: RL_TLS_WANT_WRITE

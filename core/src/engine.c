@@ -302,7 +302,7 @@ static void op_quiet(rl_engine *e, rl_op *op) {
  * it cannot be kept. */
 static int redo_cleanup(rl_engine *e, rl_op *op, int i) {
     if (!(op->sent & (1u << i))) return 0;
-    if (rl_cmd_cleanup(&e->scratch, 0, op->key.data, op->key.len, op->res.value) != 0) return -1;
+    if (rl_cmd_release(&e->scratch, 0, op->key.data, op->key.len, op->res.value, 1) != 0) return -1;
     return rl_stream_redo(&e->nodes[i], e->scratch.data, e->scratch.len, e->now);
 }
 
@@ -317,7 +317,7 @@ static void op_start_cleanup(rl_engine *e, rl_op *op) {
     op->phase = OP_CLEANUP;
     op->owed = 0;
     op->cleanup_sent = 0;
-    int encoded = rl_cmd_cleanup(&op->cmd, 1, op->key.data, op->key.len, op->res.value) == 0;
+    int encoded = rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, op->res.value, 1) == 0;
     rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, e->now, 0, 0, 0};
     for (int i = 0; i < e->nnodes; i++) {
         rl_node_result *n = &op->res.node[i];
@@ -384,8 +384,7 @@ static int is_noscript(const rl_reply *r) {
 /* The node has flushed its scripts: send the script itself (EVAL) instead. */
 static int resend_as_eval(rl_engine *e, rl_op *op, int node, rl_ticket t) {
     int rc = t.kind == RL_OP_RELEASE
-                 ? (op->phase == OP_CLEANUP ? rl_cmd_cleanup : rl_cmd_release)(&e->scratch, 0, op->key.data,
-                                                                              op->key.len, op->res.value)
+                 ? rl_cmd_release(&e->scratch, 0, op->key.data, op->key.len, op->res.value, op->phase == OP_CLEANUP)
                  : rl_cmd_extend(&e->scratch, 0, op->key.data, op->key.len, op->res.value, op->ttl_ms);
     if (rc != 0) return -1;
     t.sent_ms = e->now;
@@ -549,7 +548,7 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
     } else {
         memcpy(op->res.value, value, RL_VALUE_LEN);
         op->res.value[RL_VALUE_LEN] = '\0';
-        rc = kind == RL_OP_RELEASE ? rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, value)
+        rc = kind == RL_OP_RELEASE ? rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, value, 0)
                                    : rl_cmd_extend(&op->cmd, 1, op->key.data, op->key.len, value, ttl_ms);
     }
     if (rc != 0) goto oom;

@@ -21,7 +21,7 @@ static void encodes_set_nx_px(void) {
 
 static void encodes_scripts_by_sha_and_by_source(void) {
     rl_buf b = {0};
-    CHECK_INT(rl_cmd_release(&b, 1, "k", 1, V), 0);
+    CHECK_INT(rl_cmd_release(&b, 1, "k", 1, V, 0), 0);
     const char want[] = "*5\r\n$7\r\nEVALSHA\r\n$40\r\nbe077799191632fc6ea6490e3c099c5976889961\r\n$1\r\n1\r\n"
                         "$1\r\nk\r\n$40\r\n0123456789abcdef0123456789abcdef01234567\r\n";
     CHECK_INT(b.len, sizeof(want) - 1);
@@ -46,7 +46,7 @@ static void encodes_a_waiters_acquire_whole(void) {
 
 static void encodes_any_command_after_what_is_queued(void) {
     rl_buf b = {0};
-    CHECK_INT(rl_cmd_release(&b, 1, "k", 1, V), 0);
+    CHECK_INT(rl_cmd_release(&b, 1, "k", 1, V, 0), 0);
     size_t before = b.len;
     const char *argv[] = {"AUTH", "user", "pa ss\r\n"};
     size_t lens[] = {4, 4, 7};
