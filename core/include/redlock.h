@@ -212,6 +212,18 @@ int rl_begin_release(rl_client *c, const char *resource, size_t len, const char 
 int rl_begin_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms);
 
 /*
+ * A quiet release: the same compare-and-delete as rl_begin_release, but it
+ * wakes nobody (see "Hand-off"): no message is published and the queue of
+ * waiters is left as it is, as for a failed acquire's cleanup. For giving
+ * back a lock that was only just taken and never used (the locks of a batch
+ * that did not get every resource): a waiter of that resource woken by it
+ * would only race for it again, and one that is this client itself would
+ * retry at once, hearing its own release. Waiters of the resource learn of
+ * it by polling.
+ */
+int rl_begin_release_quiet(rl_client *c, const char *resource, size_t len, const char *value);
+
+/*
  * A fenced acquire (DESIGN.md, "Fencing tokens"): the same lock, plus a
  * token in rl_result.token, strictly greater than every token granted for
  * the resource before this grant began, as long as the nodes keep their
@@ -282,7 +294,8 @@ int rl_extend(rl_client *c, const char *resource, size_t len, const char *value,
  *         "redlock:released:" .. key
  *     a message holding their number (the competition a woken waiter faces).
  * Nobody listening, nothing is published. A failed acquire's cleanup (the
- * release of a loser's key on a minority) wakes nobody. Inside nginx too; a
+ * release of a loser's key on a minority) and a quiet release
+ * (rl_begin_release_quiet) wake nobody. Inside nginx too; a
  * user whose ACL does not allow the queue goes straight to the broadcast, one
  * that does not allow the channels still releases, without waking anyone,
  * and a subscriber it cannot open is retried like a node that is
@@ -418,6 +431,8 @@ int rl_engine_begin_acquire_fenced(rl_engine *e, const char *resource, size_t le
 int rl_engine_begin_acquire_queued(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
 int rl_engine_begin_release(rl_engine *e, const char *resource, size_t len, const char *value,
                             double now_ms);
+int rl_engine_begin_release_quiet(rl_engine *e, const char *resource, size_t len, const char *value,
+                                  double now_ms);
 int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const char *value,
                            int ttl_ms, double now_ms);
 

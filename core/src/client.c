@@ -473,6 +473,10 @@ int rl_begin_release(rl_client *c, const char *resource, size_t len, const char 
     return begun(c, rl_engine_begin_release(c->engine, resource, len, value, rl_now_ms()));
 }
 
+int rl_begin_release_quiet(rl_client *c, const char *resource, size_t len, const char *value) {
+    return begun(c, rl_engine_begin_release_quiet(c->engine, resource, len, value, rl_now_ms()));
+}
+
 int rl_begin_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms) {
     return begun(c, rl_engine_begin_extend(c->engine, resource, len, value, ttl_ms, rl_now_ms()));
 }

@@ -48,6 +48,7 @@ typedef struct rl_op {
     int phase;
     int taken;               /* the result was collected */
     int ttl_ms;              /* acquire/extend: the ttl asked for */
+    int quiet;               /* a release that wakes nobody (rl_engine_begin_release_quiet) */
     long long token;         /* a fenced acquire: the token its commit raises the counters to */
     unsigned sent;           /* bit i: the first round's command went to node i (not if its connection ended first) */
     unsigned owed;           /* bit i: node i still owes a reply to this phase's command */
@@ -384,7 +385,8 @@ static int is_noscript(const rl_reply *r) {
 /* The node has flushed its scripts: send the script itself (EVAL) instead. */
 static int resend_as_eval(rl_engine *e, rl_op *op, int node, rl_ticket t) {
     int rc = t.kind == RL_OP_RELEASE
-                 ? rl_cmd_release(&e->scratch, 0, op->key.data, op->key.len, op->res.value, op->phase == OP_CLEANUP)
+                 ? rl_cmd_release(&e->scratch, 0, op->key.data, op->key.len, op->res.value,
+                                  op->quiet || op->phase == OP_CLEANUP)
                  : rl_cmd_extend(&e->scratch, 0, op->key.data, op->key.len, op->res.value, op->ttl_ms);
     if (rc != 0) return -1;
     t.sent_ms = e->now;
@@ -501,8 +503,9 @@ static void send_round(rl_engine *e, rl_op *op, int kind, double start_ms, int f
 }
 
 /* How an acquire asks: SET NX PX, the fenced script, or a waiter's SET that
- * joins the queue of waiters on refusal. */
-enum { PLAIN, FENCED, QUEUED };
+ * joins the queue of waiters on refusal; how a release does: waking the
+ * waiters (PLAIN) or nobody (QUIET). */
+enum { PLAIN, FENCED, QUEUED, QUIET };
 
 static int begin(rl_engine *e, int kind, int variant, const char *resource, size_t len, const char *value, int ttl_ms,
                  double now_ms) {
@@ -548,7 +551,7 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
     } else {
         memcpy(op->res.value, value, RL_VALUE_LEN);
         op->res.value[RL_VALUE_LEN] = '\0';
-        rc = kind == RL_OP_RELEASE ? rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, value, 0)
+        rc = kind == RL_OP_RELEASE ? rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, value, variant == QUIET)
                                    : rl_cmd_extend(&op->cmd, 1, op->key.data, op->key.len, value, ttl_ms);
     }
     if (rc != 0) goto oom;
@@ -559,6 +562,7 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
     op->taken = 0;
     op->sent = 0;
     op->ttl_ms = ttl_ms;
+    op->quiet = variant == QUIET;
     e->inflight++;
     send_round(e, op, variant == FENCED ? RL_ROUND_ACQUIRE_FENCED : kind, now, 1);
     return op->res.id;
@@ -583,6 +587,11 @@ int rl_engine_begin_acquire_queued(rl_engine *e, const char *resource, size_t le
 
 int rl_engine_begin_release(rl_engine *e, const char *resource, size_t len, const char *value, double now_ms) {
     return begin(e, RL_OP_RELEASE, PLAIN, resource, len, value, 0, now_ms);
+}
+
+int rl_engine_begin_release_quiet(rl_engine *e, const char *resource, size_t len, const char *value,
+                                  double now_ms) {
+    return begin(e, RL_OP_RELEASE, QUIET, resource, len, value, 0, now_ms);
 }
 
 int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const char *value, int ttl_ms,

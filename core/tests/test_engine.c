@@ -906,6 +906,31 @@ static void release_heard_by_waiters(void) {
     rl_engine_free(E);
 }
 
+/* A quiet release (a lock given back unused) asks the script to wake
+ * nobody: "quiet" in its EVALSHA, and in the EVAL a NOSCRIPT brings, in the
+ * round and in its tail alike. */
+static void quiet_release_stays_quiet(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_release_quiet(E, "lock", 4, VALUE, 0);
+    bring_up_all(3, 0);
+    for (int i = 0; i < 3; i++) CHECK_STR(drain(i, 0), cleanup_cmd(1, "lock", VALUE));
+    CHECK_INT(feed(0, NOSCRIPT, 1), RL_OK);
+    CHECK_STR(drain(0, 1), cleanup_cmd(0, "lock", VALUE));
+    CHECK_INT(feed(0, ":1\r\n", 2), RL_OK);
+    CHECK_INT(feed(1, ":1\r\n", 2), RL_OK);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    CHECK_INT(r.heard, 0);
+    CHECK_INT(feed(2, NOSCRIPT, 3), RL_OK); /* in the tail */
+    CHECK_STR(drain(2, 3), cleanup_cmd(0, "lock", VALUE));
+    CHECK_INT(feed(2, ":1\r\n", 4), RL_OK);
+    CHECK_INT(rl_engine_tails(E), 0);
+    /* a plain release after it is not quiet */
+    rl_engine_begin_release(E, "lock", 4, VALUE, 5);
+    for (int i = 0; i < 3; i++) CHECK_STR(drain(i, 5), script_cmd(1, "lock", VALUE, 0));
+    rl_engine_free(E);
+}
+
 /* A NOSCRIPT that comes after the round was decided, in its tail, still
  * gets its EVAL (the key must go on that node too); the EVAL's reply ends
  * the tail. The same for a failed acquire's cleanup. */
@@ -1597,6 +1622,7 @@ static void waiter_id_per_process(void) {
 
 int main(void) {
     release_heard_by_waiters();
+    quiet_release_stays_quiet();
     acquire_on_three_reaches_quorum();
     acquire_on_five_reaches_quorum();
     acquire_quorum_too_late_is_timeout();

@@ -102,6 +102,7 @@ int rl_client_quorum(const rl_client *c);
 const char *rl_client_errstr(const rl_client *c);
 int rl_begin_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms);
 int rl_begin_release(rl_client *c, const char *resource, size_t len, const char *value);
+int rl_begin_release_quiet(rl_client *c, const char *resource, size_t len, const char *value);
 int rl_begin_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms);
 int rl_begin_acquire_fenced(rl_client *c, const char *resource, size_t len, int ttl_ms);
 int rl_begin_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms);
@@ -143,6 +144,7 @@ int rl_engine_begin_acquire(rl_engine *e, const char *resource, size_t len, int 
 int rl_engine_begin_acquire_fenced(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
 int rl_engine_begin_acquire_queued(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
 int rl_engine_begin_release(rl_engine *e, const char *resource, size_t len, const char *value, double now_ms);
+int rl_engine_begin_release_quiet(rl_engine *e, const char *resource, size_t len, const char *value, double now_ms);
 int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const char *value, int ttl_ms, double now_ms);
 unsigned rl_engine_wanting(const rl_engine *e);
 int rl_engine_node_wants(rl_engine *e, int node);

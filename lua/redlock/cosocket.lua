@@ -890,6 +890,7 @@ function client:begin(kind, resource, len, value, ttl)
     elseif kind == 2 then id = C.rl_engine_begin_release(e, resource, len, value, now)
     elseif kind == 4 then id = C.rl_engine_begin_acquire_fenced(e, resource, len, ttl, now)
     elseif kind == 5 then id = C.rl_engine_begin_acquire_queued(e, resource, len, ttl, now)
+    elseif kind == 6 then id = C.rl_engine_begin_release_quiet(e, resource, len, value, now)
     else id = C.rl_engine_begin_extend(e, resource, len, value, ttl, now) end
     if id < 0 then
         self.err = ffi_string(C.rl_engine_errstr(e))
@@ -906,6 +907,7 @@ end
 function client:begin_acquire(resource, len, ttl) return self:begin(1, resource, len, nil, ttl) end
 function client:begin_acquire_fenced(resource, len, ttl) return self:begin(4, resource, len, nil, ttl) end
 function client:begin_release(resource, len, value) return self:begin(2, resource, len, value) end
+function client:begin_release_quiet(resource, len, value) return self:begin(6, resource, len, value) end
 
 function client:wait(id, out)
     local hub = self.hub

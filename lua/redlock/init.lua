@@ -1031,12 +1031,15 @@ end
 -- many locks at once
 
 -- Release the locks of a batch that failed, all in flight together. One
--- that cannot even begin stays listed for close() (and its ttl).
+-- that cannot even begin stays listed for close() (and its ttl). Quietly:
+-- nobody is woken by a lock given back unused, neither the other waiters of
+-- the resource nor this waiter itself, which would otherwise hear its own
+-- releases and try again at once, over and over (redlock.h, "Hand-off").
 local function release_all_started(self, client, locks)
     batch(self, client, #locks, function(i)
         local lk = locks[i]
         lk.released = true
-        local id = client:begin_release(lk.resource, #lk.resource, lk.value)
+        local id = client:begin_release_quiet(lk.resource, #lk.resource, lk.value)
         if id >= 0 then forget(lk) end
         return id
     end, ignore)

@@ -17,6 +17,7 @@ ffi.metatype("struct rl_client", { __index = {
     begin_acquire = C.rl_begin_acquire,
     begin_acquire_fenced = C.rl_begin_acquire_fenced,
     begin_release = C.rl_begin_release,
+    begin_release_quiet = C.rl_begin_release_quiet,
     wait = C.rl_wait,
     sleep = C.rl_sleep,
     watch = C.rl_watch,
