@@ -307,7 +307,12 @@ int rl_extend(rl_client *c, const char *resource, size_t len, const char *value,
  * connection that fails or is lost is opened again after the reconnect
  * backoff (reconnect_min_ms doubling to reconnect_max_ms); meanwhile that
  * node sends no wake-ups, and nothing ever waits for it. Messages are read
- * whenever the client's loop runs (any call that drives it).
+ * whenever the client's loop runs (any call that drives it). Only a
+ * message of the release's form counts: on the resource's channel a
+ * positive decimal number (1 to 9 digits, no leading zero), on the wake
+ * channel "1"; any other message is ignored. A frame longer than 64 KB plus
+ * the longest channel name watched ends its subscriber connection as soon
+ * as that much of it is in (it is not buffered whole), like any failure.
  *
  * A waiter without lost wake-ups takes the count BEFORE each attempt:
  *     rl_watch(c, r, len);
@@ -317,10 +322,13 @@ int rl_extend(rl_client *c, const char *resource, size_t len, const char *value,
  *         rl_sleep_until(c, r, len, seen, delay_ms);
  *     }
  *     rl_unwatch(c, r, len);
- * A release heard during the attempt makes the sleep return at once. A
- * message can still be missed (a subscriber connection down or not yet
- * subscribed, a holder that uses another library and does not publish, a
- * key that expired): keep delay_ms a poll interval, as without hand-off.
+ * A release heard during the attempt makes the sleep return at once.
+ * Anyone who may PUBLISH on a node can send a message of the release's
+ * form: bound the attempts made on wake-ups between two polls (lua/redlock
+ * makes at most 4 per delay of its policy). A message can still be missed
+ * (a subscriber connection down or not yet subscribed, a holder that uses
+ * another library and does not publish, a key that expired): keep delay_ms
+ * a poll interval, as without hand-off.
  * Every node publishes, so one release may count up to N times.
  */
 

@@ -3,10 +3,11 @@
  * Per node: a socket of its own (conn.c; TLS for a rediss:// node, with the
  * client's context, the handshake bounded by the connect timeout), AUTH when
  * the URL has a password, then one SUBSCRIBE for every channel watched;
- * messages are parsed by hiredis' reader and counted per channel. Whatever
- * goes wrong (refused connect, lost connection, a failed handshake, refused
- * AUTH, garbage) closes the socket and tries again after a doubling backoff:
- * a node that is down costs its wake-ups, never a wait. */
+ * messages are parsed by hiredis' reader and counted per channel when they
+ * are a release's (see notify.h). Whatever goes wrong (refused connect, lost
+ * connection, a failed handshake, refused AUTH, garbage, a frame over the
+ * cap) closes the socket and tries again after a doubling backoff: a node
+ * that is down costs its wake-ups, never a wait. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,7 @@
 #include "command.h"
 #include "conn.h"
 #include "notify.h"
+#include "reply.h"
 #include "stream.h"
 
 
@@ -30,6 +32,8 @@ typedef struct rl_sub {
     int backoff_ms;          /* the next retry's delay (0: the first failure) */
     int read_wants_write;    /* TLS: the last read waits for the socket to be writable */
     redisReader *reader;
+    unsigned long long fed;  /* bytes fed to the reader on this connection */
+    unsigned long long frame_start; /* where the frame being read began: the end of the last one */
     rl_buf out;              /* bytes not written yet */
 } rl_sub;
 
@@ -54,6 +58,7 @@ struct rl_notify {
     size_t wake_head_len;
     rl_chan *w;
     int nw, capw;
+    size_t longest;          /* the longest channel name watched so far */
     unsigned total;
     rl_sub subs[RL_MAX_NODES];
 };
@@ -177,6 +182,7 @@ static void sub_up(rl_sub *s) {
         return;
     }
     s->up = 1;
+    s->fed = s->frame_start = 0;
     s->out.len = 0;
     if (rl_cmd_auth(&s->out, s->conn.url->user, s->conn.url->password) < 0) {
         sub_fail(s);
@@ -190,21 +196,25 @@ static void sub_up(rl_sub *s) {
     sub_flush(s);
 }
 
-/* The watch a message's channel belongs to (its resource's or its wake channel), or NULL. */
-static rl_chan *find(const rl_notify *n, const char *channel, size_t len) {
+/* The watch a message's channel belongs to, or NULL; *wake: 1 if it is the
+ * watch's wake channel, 0 if its resource's. */
+static rl_chan *find(const rl_notify *n, const char *channel, size_t len, int *wake) {
     for (int i = 0; i < n->nw; i++) {
         rl_chan *w = &n->w[i];
-        if ((w->len == len && memcmp(w->channel, channel, len) == 0) ||
-            (w->wake_len == len && memcmp(w->wake, channel, len) == 0))
-            return w;
+        *wake = w->wake_len == len && memcmp(w->wake, channel, len) == 0;
+        if (*wake || (w->len == len && memcmp(w->channel, channel, len) == 0)) return w;
     }
     return NULL;
 }
 
-/* What a release's message says: the clients listening when it was
- * published (0 when it says nothing we can read). */
-static int listeners_in(const redisReply *payload) {
-    if (payload->type != REDIS_REPLY_STRING || payload->len == 0 || payload->len > 9) return 0;
+/* What a message says if it is a release's (notify.h): on a resource's
+ * channel the clients that listened, a positive decimal number (no sign, no
+ * leading zero, at most 9 digits); on a wake channel "1", which says 1.
+ * 0: it is not a release's message. */
+static int release_says(const redisReply *payload, int wake) {
+    if (payload->type != REDIS_REPLY_STRING || payload->len == 0 || payload->len > 9 || payload->str[0] == '0')
+        return 0;
+    if (wake) return payload->len == 1 && payload->str[0] == '1';
     int v = 0;
     for (size_t i = 0; i < payload->len; i++) {
         if (payload->str[i] < '0' || payload->str[i] > '9') return 0;
@@ -213,19 +223,22 @@ static int listeners_in(const redisReply *payload) {
     return v;
 }
 
-/* One reply: a message on a watched channel counts; confirmations and AUTH's
- * OK pass; an error (a refused AUTH) ends the connection. Return -1 then. */
+/* One reply: a release's message on a watched channel counts (any other
+ * message is ignored); confirmations and AUTH's OK pass; an error (a refused
+ * AUTH) ends the connection. Return -1 then. */
 static int on_reply(rl_sub *s, const redisReply *r) {
     if (r->type == REDIS_REPLY_ERROR) return -1;
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[0]->type == REDIS_REPLY_STRING &&
         r->element[1]->type == REDIS_REPLY_STRING) {
         const redisReply *kind = r->element[0], *ch = r->element[1];
         if (kind->len == 7 && memcmp(kind->str, "message", 7) == 0) {
-            rl_chan *w = find(s->n, ch->str, ch->len);
-            if (w) {
+            int wake;
+            rl_chan *w = find(s->n, ch->str, ch->len, &wake);
+            int says = w ? release_says(r->element[2], wake) : 0;
+            if (says > 0) {
                 w->heard++;
                 s->n->total++;
-                w->listeners = listeners_in(r->element[2]);
+                w->listeners = says;
             }
         } else if (kind->len == 9 && memcmp(kind->str, "subscribe", 9) == 0) {
             s->backoff_ms = 0; /* a working connection: the next failure starts the backoff over */
@@ -234,15 +247,33 @@ static int on_reply(rl_sub *s, const redisReply *r) {
     return 0;
 }
 
+/* The most bytes one frame (a message, a confirmation) may take: as a
+ * command connection's reply (reply.h), plus the longest channel name
+ * watched, which a message repeats. */
+static size_t frame_cap(const rl_notify *n) {
+    return RL_REPLY_MAX_STRING + n->longest;
+}
+
 /* Bytes read from a subscriber: parsed, each reply handled; nonzero when
- * the connection must end (garbage, a refused AUTH). */
+ * the connection must end (garbage, a refused AUTH, a frame over
+ * frame_cap: found as soon as that many of its bytes are in, so the reader
+ * never holds more than the cap and one read). */
 static int take_replies(void *arg, const char *data, size_t len) {
     rl_sub *s = arg;
     if (redisReaderFeed(s->reader, data, len) != REDIS_OK) return 1;
+    s->fed += len;
     void *r;
     for (;;) {
         if (redisReaderGetReply(s->reader, &r) != REDIS_OK) return 1;
+        /* where the frame ends (complete: where the reader stopped; not
+         * yet: every byte fed so far is in it) */
+        unsigned long long end = r ? s->fed - (s->reader->len - s->reader->pos) : s->fed;
+        if (end - s->frame_start > frame_cap(s->n)) {
+            if (r) freeReplyObject(r);
+            return 1;
+        }
         if (r == NULL) return 0;
+        s->frame_start = end;
         int rc = on_reply(s, r);
         freeReplyObject(r);
         if (rc != 0) return 1;
@@ -414,6 +445,8 @@ int rl_notify_watch(rl_notify *n, const char *resource, size_t len) {
     }
     w = &n->w[n->nw++];
     *w = (rl_chan){ch, ch_len, wake, wake_len, 1, 0, 0};
+    if (wake_len > n->longest) n->longest = wake_len;
+    if (ch_len > n->longest) n->longest = ch_len;
     if (!n->started) {
         n->started = 1;
         for (int i = 0; i < n->nnodes; i++) sub_connect(&n->subs[i]);

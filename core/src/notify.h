@@ -3,7 +3,14 @@
  * someone waits for, both published by the release script: the resource's
  * ("redlock:released:" .. prefix .. resource) and this client's wake
  * channel for it (RL_WAKE_PREFIX .. waiter id .. ":" .. prefix .. resource),
- * counting the messages heard.
+ * counting the messages heard that are a release's: on the resource's
+ * channel a positive decimal number (the listeners), on the wake channel
+ * "1"; any other message is ignored.
+ *
+ * A frame (a message, a confirmation) longer than 64 KB plus the longest
+ * channel name watched ends the connection as soon as that many of its
+ * bytes are in (a PUBLISH of megabytes is never buffered whole); it is then
+ * opened again after the backoff, as after any failure.
  *
  * No policy beyond the connection's own: a node that cannot be reached is
  * retried after a doubling backoff, and meanwhile simply sends no wake-ups.

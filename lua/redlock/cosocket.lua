@@ -477,13 +477,19 @@ end
 -- that wait for a lock watch their channels (refcounted per hub); the hub's
 -- loop keeps every node's subscriber connection subscribed to the channels
 -- watched, and each node's subscriber thread counts the messages it reads
--- per channel and posts the semaphores of the calls sleeping on it. A node
--- down, refusing AUTH or SUBSCRIBE costs its wake-ups only: its thread tries
--- again after a doubling backoff (reconnect_min_ms .. reconnect_max_ms), and
--- waiters poll as the retry policy says.
+-- per channel and posts the semaphores of the calls sleeping on it. Only a
+-- release's message counts: on a resource's channel a positive decimal
+-- number (the listeners), on a wake channel "1"; any other is ignored. A
+-- node down, refusing AUTH or SUBSCRIBE, or sending a frame longer than
+-- FRAME_MAX plus the longest channel name watched (a PUBLISH of megabytes:
+-- dropped as soon as that many of its bytes are in, never buffered whole)
+-- costs its wake-ups only: its thread tries again after a doubling backoff
+-- (reconnect_min_ms .. reconnect_max_ms), and waiters poll as the retry
+-- policy says.
 
 local CHANNEL = "redlock:released:"
 local WAKE = "redlock:wake:"   -- .. waiter id .. ":" .. key: the hub's own, from the queues of waiters
+local FRAME_MAX = 65536        -- as the engine caps a command connection's reply (core/src/reply.h)
 
 -- RESP: a command as an array of bulk strings.
 local function resp_command(args)
@@ -536,10 +542,10 @@ local function parse(buf, pos)
     return nil, GARBAGE
 end
 
--- A message on channel ch: count it, wake whoever sleeps on it. On a
--- resource's channel its text is the number of connections that listened
--- (this worker's is one); with the requests asleep here, that is how many
--- waiters compete (0: unknown). On the hub's wake channel for a resource
+-- A message on channel ch: if it is a release's, count it and wake whoever
+-- sleeps on it. On a resource's channel its text is the number of
+-- connections that listened (this worker's is one); with the requests
+-- asleep here, that is how many waiters compete. On the hub's wake channel for a resource
 -- (the hub was the oldest in a node's queue), one request is woken, alone.
 local function heard_message(hub, ch, text)
     local c, direct = hub.chans[ch], false
@@ -548,6 +554,12 @@ local function heard_message(hub, ch, text)
         c, direct = b and hub.chans[b], true
     end
     if c == nil then return end -- no longer watched
+    -- a release's message, or none of ours (ignored): "1" on a wake
+    -- channel, the listeners (1 to 9 digits, no leading 0) on a resource's
+    if type(text) ~= "string" or (direct and text ~= "1") or
+        (not direct and (#text > 9 or not text:find("^[1-9]%d*$"))) then
+        return
+    end
     c.heard = c.heard + 1
     -- sleepers[sema]: true while its request waits on it (count -1),
     -- "posted" once a message woke it (count 0 until it resumes); a
@@ -580,8 +592,7 @@ local function heard_message(hub, ch, text)
         c.listeners = 1
         return
     end
-    local conns = tonumber(text)
-    c.listeners = conns and conns >= 1 and conns - 1 + math.max(asleep, 1) or 0
+    c.listeners = tonumber(text) - 1 + math.max(asleep, 1)
 end
 
 -- Node i's subscriber connection, read until it ends; true once a SUBSCRIBE
@@ -613,11 +624,13 @@ local function sub_session(hub, s, i)
         local data, err = sock:receiveany(READ_CHUNK)
         if s.sock ~= sock then break end -- the loop closed it (a failed send)
         if data then
-            buf = buf .. data
-            local pos = 1
+            buf = buf .. data -- what is left of the last read: part of one frame, under the cap
+            local pos, cap = 1, FRAME_MAX + (hub.longest_chan or 0)
             while true do
                 local v, np = parse(buf, pos)
                 if np == GARBAGE then v = { err = "garbage" } end
+                -- a frame over the cap, complete or not: the connection ends
+                if (np or #buf + 1) - pos > cap then v, np = { err = "frame too large" }, GARBAGE end
                 if np == nil then break end
                 pos = np
                 if type(v) == "table" and v.err then
@@ -995,6 +1008,8 @@ function client:watch(resource, len)
         local id = ffi_string(C.rl_engine_waiter_id(hub.e), C.RL_WAITER_ID_LEN)
         c = { refs = 0, heard = 0, listeners = 0, sleepers = {}, wake = WAKE .. id .. ":" .. ch:sub(#CHANNEL + 1) }
         hub.chans[ch] = c
+        -- the longest channel name watched so far: a frame may hold that much more (sub_session)
+        if #c.wake > (hub.longest_chan or 0) then hub.longest_chan = #c.wake end
         hub.wakes[c.wake] = ch
         hub.sub_dirty = true
         wake(hub)

@@ -744,6 +744,14 @@ local function head_start_owed(dlm, a)
     return until_ms - C.rl_now_ms()
 end
 
+-- Attempts on wake-ups between two of the policy's attempts, at most: a
+-- release heard after that, within the same delay, is left to the policy's
+-- next attempt. Anyone who may publish on a node can send messages that
+-- look like ours; this bounds what a flood of them costs (the policy's
+-- attempts times 1 + this), while a waiter that keeps losing real hand-offs
+-- still gets this many tries per delay.
+local WAKE_ATTEMPTS = 4
+
 -- Run `try` under the retry policy, within `wait` ms if given: the last attempt
 -- starts no later than `wait` ms after the first (with_retries makes the
 -- first, so the common path, success at once, never comes here). With notifications on, the
@@ -751,7 +759,8 @@ end
 -- the count of releases heard is taken before each attempt (for the first,
 -- when the watch begins, just after it), so one heard during an attempt
 -- ends the next sleep at once; one missed costs a poll interval. Attempts
--- made on a wake-up are extra: the policy counts those made after its delay.
+-- made on a wake-up are extra: the policy counts those made after its
+-- delay, and WAKE_ATTEMPTS bounds them per delay.
 -- owed: a head start still owed (ms), before the first attempt; else the
 -- first attempt has been made, and err, detail say how it failed.
 local function retries(self, client, policy, deadline, try, a, b, err, detail, owed)
@@ -784,15 +793,23 @@ local function retries(self, client, policy, deadline, try, a, b, err, detail, o
         if notify then
             -- a release heard within the delay earns an extra attempt that the
             -- policy does not count (a busy resource would otherwise use up
-            -- its attempts in wake-ups); the policy's attempt comes when the
-            -- delay has passed
-            local wake_by = C.rl_now_ms() + delay
+            -- its attempts in wake-ups), WAKE_ATTEMPTS of them at most; the
+            -- policy's attempt comes when the delay has passed
+            local wake_by, extra = C.rl_now_ms() + delay, 0
             while true do
                 local woke = sleep_until(client, a, seen, delay) == 1
-                if woke then wake_jitter(client, a) end
+                if woke and extra == WAKE_ATTEMPTS then
+                    -- this delay's wake-ups are used up: sleep out the rest
+                    local left = floor(wake_by - C.rl_now_ms())
+                    if left > 0 then nap(client, left) end
+                    woke = false
+                elseif woke then
+                    wake_jitter(client, a)
+                end
                 seen = heard(client, a)
                 delay = floor(wake_by - C.rl_now_ms())
                 if not woke or delay <= 0 then break end
+                extra = extra + 1
                 got, err, detail = try(self, client, a, b)
                 if got then return got end
             end
