@@ -11,6 +11,11 @@
 --    while the spec pauses holders past their ttl and crashes nodes. With
 --    fencing, no accepted update is lost and stale writes are refused;
 --    without it, updates are lost.
+-- 3. Large counters: tokens stay exact past 2^53 (lock.token an int64_t
+--    cdata, lock.token_string its digits, REDLOCK_TOKEN from the host) up to
+--    2^63 - 1, after which a grant is refused, clearly and without a key.
+-- 4. Counters that are not positive integers: one failed vote per such
+--    node, whose detail names the counter and what it holds.
 
 local devcluster = require "redlock.devcluster"
 local redlock = require "redlock"
@@ -136,12 +141,31 @@ local function fenced(dlm, method, ...)
   return a, b, c
 end
 
+local ffi = require "ffi"
+
+--- lock.token: an int64_t cdata >= 1, with lock.token_string its exact
+-- decimal text. Returns the token.
 local function assert_token(lock, what)
   assert.is_truthy(lock, what)
   local t = lock.token
-  assert(type(t) == "number" and t % 1 == 0 and t >= 1,
-    ("%s: lock.token should be a positive integer number, got %s (%s)"):format(what, tostring(t), type(t)))
+  assert(ffi.istype("int64_t", t) and t >= 1,
+    ("%s: lock.token should be an int64_t cdata >= 1, got %s (%s)"):format(what, tostring(t), type(t)))
+  assert.are.equal(("%d"):format(t), lock.token_string, what)
+  assert.are.equal(tostring(t):match("^(%d+)LL$"), lock.token_string, what)
   return t
+end
+
+--- Tokens (cdata or numbers) for a message.
+local function show_tokens(list)
+  local t = {}
+  for k, v in ipairs(list) do t[k] = type(v) == "cdata" and ("%d"):format(v) or tostring(v) end
+  return table.concat(t, " ")
+end
+
+--- a < b for decimal strings of positive integers (no leading zeros): by
+-- length, then bytes (exact at any size, unlike tonumber past 2^53).
+local function dec_less(a, b)
+  return #a < #b or (#a == #b and a < b)
 end
 
 describe("fencing tokens", function()
@@ -226,9 +250,9 @@ describe("fencing tokens", function()
       dlm:close()
       return token
     end)
-    print(("\n  our tokens: %s"):format(table.concat(tokens, " ")))
-    assert.is_true(tokens[2] > tokens[1], table.concat(tokens, " "))
-    assert.is_true(tokens[3] > tokens[2], table.concat(tokens, " "))
+    print(("\n  our tokens: %s"):format(show_tokens(tokens)))
+    assert.is_true(tokens[2] > tokens[1], show_tokens(tokens))
+    assert.is_true(tokens[3] > tokens[2], show_tokens(tokens))
   end)
 
   it("try_lock, with_lock, lock_many and exec --fence hand out increasing tokens; no fence, no token", function()
@@ -264,18 +288,202 @@ describe("fencing tokens", function()
       assert(tokens[k], "no REDLOCK_TOKEN in: " .. out)
     end
     for k = 2, #tokens do
-      assert(tokens[k] > tokens[k - 1], "not strictly increasing: " .. table.concat(tokens, " "))
+      assert(tokens[k] > tokens[k - 1], "not strictly increasing: " .. show_tokens(tokens))
     end
 
     -- Without fence: no token, and no counter key.
     local r3 = names("nofence")
     lock = assert(dlm:lock(r3, { wait = 3000 }))
     assert.is_nil(lock.token)
+    assert.is_nil(lock.token_string)
     assert.is_true((lock:unlock()))
     for i = 1, nodes.n do
       assert.are.equal("0", (nodes:cli(i, "EXISTS", r3 .. ":fence")))
     end
     dlm:close()
+  end)
+
+  -- Past 2^53 (issue: Redis' Lua made INCR's result a double): tokens stay
+  -- exact up to the counter's end, 2^63 - 1, where a grant is refused.
+  describe("at large counters", function()
+    --- SET the counter of resource to value on every node.
+    local function set_counters(resource, value)
+      for i = 1, nodes.n do
+        assert.are.equal("OK", (nodes:cli(i, "SET", resource .. ":fence", value)))
+      end
+    end
+
+    --- The counter of resource on every node, as the nodes hold it (strings).
+    local function counters(resource)
+      local t = {}
+      for i = 1, nodes.n do t[i] = (nodes:cli(i, "GET", resource .. ":fence")) end
+      return t
+    end
+
+    it("eight grants from 9007199254740990 are strictly increasing and distinct", function()
+      nodes:ensure_up()
+      local r = names("big")
+      set_counters(r, "9007199254740990")
+      local dlm = redlock.new { servers = nodes.urls, ttl = 5000 }
+      local tokens, texts, seen = {}, {}, {}
+      for k = 1, 8 do
+        local lock, err, detail = dlm:lock(r, { fence = true, wait = 5000 })
+        assert(lock, ("grant %d: %s %s"):format(k, tostring(err), cluster.show(detail)))
+        tokens[k], texts[k] = assert_token(lock, "grant " .. k), lock.token_string
+        assert.is_true((lock:unlock()))
+      end
+      dlm:close()
+      print(("\n  tokens from 9007199254740990: %s"):format(table.concat(texts, " ")))
+      assert.is_true(dec_less("9007199254740990", texts[1]), texts[1])
+      for k = 1, #texts do
+        assert.is_nil(seen[texts[k]], "token repeated: " .. table.concat(texts, " "))
+        seen[texts[k]] = true
+        if k > 1 then
+          assert(dec_less(texts[k - 1], texts[k]), "not strictly increasing: " .. table.concat(texts, " "))
+          assert(tokens[k] > tokens[k - 1], "tokens not strictly increasing as int64: " .. table.concat(texts, " "))
+        end
+      end
+      -- the last commit left the last token on a quorum, exactly
+      local on = 0
+      for _, c in ipairs(counters(r)) do
+        if c == texts[8] then on = on + 1 end
+      end
+      assert.is_true(on >= 2, table.concat(counters(r), " "))
+    end)
+
+    it("two exec --fence runs at 1.7e18 get distinct tokens", function()
+      nodes:ensure_up()
+      local r = names("exec")
+      set_counters(r, "1700000000000000000")
+      local texts = {}
+      for k = 1, 2 do
+        local out, rc = proc.sh(("env REDLOCK_SERVERS=%s %s exec --fence %s -- sh -c 'echo \"token=$REDLOCK_TOKEN\"'")
+          :format(proc.quote(table.concat(nodes.urls, ",")), proc.quote(BIN), proc.quote(r)))
+        assert.are.equal(0, rc, out)
+        texts[k] = out:match("token=(%d+)")
+        assert(texts[k], "no REDLOCK_TOKEN in: " .. out)
+      end
+      print(("\n  exec tokens from 1700000000000000000: %s %s"):format(texts[1], texts[2]))
+      assert.is_true(dec_less("1700000000000000000", texts[1]), texts[1])
+      assert(dec_less(texts[1], texts[2]), "not distinct and increasing: " .. texts[1] .. " " .. texts[2])
+    end)
+
+    it("at 2^63 - 2 one grant gets 9223372036854775807; the next is refused, leaving no key", function()
+      nodes:ensure_up()
+      local r = names("end")
+      set_counters(r, "9223372036854775806")
+      local dlm = redlock.new { servers = nodes.urls, ttl = 5000 }
+      local lock, err, detail = dlm:try_lock(r, { fence = true })
+      assert(lock, ("grant: %s %s"):format(tostring(err), cluster.show(detail)))
+      assert_token(lock, "the last grant")
+      assert.are.equal("9223372036854775807", lock.token_string)
+      assert.is_true(lock.token == 9223372036854775807LL)
+      assert.is_true((lock:unlock()))
+
+      for _, how in ipairs { "try_lock", "lock" } do
+        local opts = { fence = true }
+        if how == "lock" then opts.wait = 300 end
+        lock, err, detail = dlm[how](dlm, r, opts)
+        assert.is_nil(lock, how)
+        assert.are.equal("unavailable", err, cluster.show(detail))
+        local refused = 0
+        for i = 1, nodes.n do
+          -- two refusals decide the round; the third node may still be answering
+          if detail[i].state ~= "pending" then
+            assert.are.equal("error", detail[i].state, cluster.show(detail))
+            assert.are.equal("fence counter is at its end: " .. r .. ":fence holds 9223372036854775807",
+              detail[i].error)
+            refused = refused + 1
+          end
+        end
+        assert.is_true(refused >= 2, cluster.show(detail))
+        for i = 1, nodes.n do
+          assert.are.equal("0", (nodes:cli(i, "EXISTS", r)), "node " .. i .. " kept the lock's key")
+          assert.are.equal("9223372036854775807", (nodes:cli(i, "GET", r .. ":fence")))
+        end
+      end
+      -- a plain lock on the resource is not affected
+      lock = assert(dlm:try_lock(r))
+      assert.is_true((lock:unlock()))
+      dlm:close()
+    end)
+  end)
+
+  -- A counter that grants never made (issue: "unexpected reply (type 3)"):
+  -- each node holding one is a failed vote whose detail names the key and
+  -- what it holds; nothing is written there.
+  describe("counters that are not positive integers", function()
+    local serial = 0
+    --- A short resource name, so that the whole message fits the detail.
+    local function short_name()
+      serial = serial + 1
+      return ("fb%d:%d"):format(proc.getpid() % 100000, serial)
+    end
+
+    --- Wait (at most 5 s) until no node holds key; true if none does.
+    local function gone_everywhere(key)
+      local t0 = proc.now_ms()
+      repeat
+        local held = false
+        for i = 1, nodes.n do
+          if (nodes:cli(i, "EXISTS", key)) ~= "0" then held = true end
+        end
+        if not held then return true end
+        proc.sleep_ms(20)
+      until proc.now_ms() - t0 > 5000
+      return false
+    end
+
+    local CASES = {
+      { "zero", { "SET", "0" }, 'holds "0"' },
+      { "negative", { "SET", "-5" }, 'holds "-5"' },
+      { "leading zero", { "SET", "007" }, 'holds "007"' },
+      { "text", { "SET", "abc" }, 'holds "abc"' },
+      { "a float", { "SET", "1.5" }, 'holds "1.5"' },
+      { "past 2^63 - 1", { "SET", "9223372036854775808" }, 'holds "9223372036854775808"' },
+      { "twenty digits", { "SET", "99999999999999999999" }, 'holds "99999999999999999999"' },
+      { "a long text", { "SET", ("x"):rep(40) }, 'holds "' .. ("x"):rep(21) .. '..."' },
+      { "a list", { "RPUSH", "1" }, "is a list" },
+      { "a hash", { "HSET", "f", "1" }, "is a hash" },
+    }
+
+    for _, case in ipairs(CASES) do
+      it(("%s on two nodes of 3: two failed votes naming it, no lock, no key left"):format(case[1]), function()
+        nodes:ensure_up()
+        local r = short_name()
+        local counter = r .. ":fence"
+        local command, args = case[2][1], { unpack(case[2], 2) }
+        for i = 1, 2 do nodes:cli(i, command, counter, unpack(args)) end
+        local dlm = redlock.new { servers = nodes.urls, ttl = 5000 }
+        local lock, err, detail = dlm:try_lock(r, { fence = true })
+        assert.is_nil(lock)
+        assert.are.equal("unavailable", err, cluster.show(detail))
+        for i = 1, 2 do
+          assert.are.equal("error", detail[i].state, cluster.show(detail))
+          assert.are.equal("fence counter is not a positive integer: " .. counter .. " " .. case[3],
+            detail[i].error)
+        end
+        -- node 3 grants, or is still answering when two failures decided the round
+        assert.is_truthy(detail[3].state == "ok" or detail[3].state == "pending", cluster.show(detail))
+        assert.is_true(gone_everywhere(r), "a node kept the lock's key")
+        for i = 1, 2 do
+          assert.are.equal(command == "SET" and "string" or (command == "RPUSH" and "list" or "hash"),
+            (nodes:cli(i, "TYPE", counter)), "node " .. i .. "'s counter was changed")
+        end
+        if command == "SET" then
+          for i = 1, 2 do assert.are.equal(args[1], (nodes:cli(i, "GET", counter))) end
+        end
+
+        -- One such node of 3 does not stop a grant: its vote fails, the
+        -- others grant and commit.
+        nodes:cli(2, "DEL", counter)
+        lock, err, detail = dlm:lock(r, { fence = true, wait = 3000 })
+        assert(lock, tostring(err) .. " " .. cluster.show(detail))
+        assert_token(lock, case[1])
+        assert.is_true((lock:unlock()))
+        dlm:close()
+      end)
+    end
   end)
 
   describe("a fenced store under paused holders and crashing nodes", function()

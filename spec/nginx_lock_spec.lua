@@ -485,9 +485,11 @@ describe("redlock inside nginx", function()
           content_by_lua_block {
             local lock, err = DLM:lock(ngx.var.arg_r, { fence = true, wait = 5000 })
             if not lock then ngx.say("fail ", err) return end
-            local token = lock.token
+            local token, text = lock.token, lock.token_string
             assert(lock:unlock())
-            ngx.say(("%d"):format(token))
+            -- an exact int64_t cdata, and its decimal text
+            assert(require("ffi").istype("int64_t", token) and ("%d"):format(token) == text)
+            ngx.say(text)
           }
         }]] },
     }
@@ -498,7 +500,8 @@ describe("redlock inside nginx", function()
       local t
       if k % 3 == 0 then
         local lock = assert(plain:lock(r, { fence = true, wait = 5000 }))
-        t = lock.token
+        t = tonumber(lock.token_string) -- small here: exact as a number
+        assert.is_true(lock.token == t)
         assert(lock:unlock())
       else
         local status, body = srv:get("/fenced?r=" .. r)

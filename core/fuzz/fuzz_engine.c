@@ -329,7 +329,12 @@ static const char *fitting_reply(int node, const cmd *c, unsigned choice, char *
     case C_SET: return pick < 7 ? "+OK\r\n" : "$-1\r\n";
     case C_EVAL_GRANT:
         if (pick >= 7) return "$-1\r\n";
-        snprintf(buf, cap, ":%u\r\n", 1 + (choice >> 4));
+        if (pick == 6) return "$19\r\n9223372036854775807\r\n"; /* the counter's end */
+        { /* the counter, a bulk string */
+            char n[16];
+            int len = snprintf(n, sizeof(n), "%u", 1 + (choice >> 4));
+            snprintf(buf, cap, "$%d\r\n%s\r\n", len, n);
+        }
         return buf;
     case C_EVALSHA_RELEASE:
     case C_EVALSHA_EXTEND:
@@ -344,7 +349,7 @@ static const char *fitting_reply(int node, const cmd *c, unsigned choice, char *
 static const char *const canned[] = {
     "+OK\r\n", ":1\r\n", ":0\r\n", "$-1\r\n", "*-1\r\n", "-ERR x\r\n",
     "-NOSCRIPT No matching script. Please use EVAL.\r\n", "*2\r\n:1\r\n$-1\r\n", ":-1\r\n",
-    ":9223372036854775807\r\n", "$3\r\nabc\r\n", "+ok\r\n", "*0\r\n", "$0\r\n\r\n",
+    ":9223372036854775807\r\n", "$3\r\nabc\r\n", "$2\r\n17\r\n", "$19\r\n9223372036854775808\r\n", "+ok\r\n", "*0\r\n", "$0\r\n\r\n",
     "*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n", "$70000\r\n", "*5000\r\n", "%1\r\n",
 };
 

@@ -142,7 +142,8 @@ typedef struct rl_result {
     int failed;              /* nodes that errored or timed out */
     double elapsed_ms;       /* from before the first send to the decision */
     double validity_ms;      /* acquire/extend: ttl - elapsed - drift; > 0 exactly when status is OK */
-    long long token;         /* a fenced acquire whose status is OK: its fencing token (>= 1); else 0 */
+    long long token;         /* a fenced acquire whose status is OK: its fencing token, 1 to
+                                LLONG_MAX (2^63-1), exact; else 0 */
     int heard;               /* release: nodes (of those counted before the decision) where a waiter
                                 was subscribed to hear it; a releaser about to lock the resource
                                 again should give that waiter a head start */
@@ -234,6 +235,12 @@ int rl_begin_release_quiet(rl_client *c, const char *resource, size_t len, const
  * lock is released like any failed acquire and status says why (NOT_HELD:
  * our value was gone from too many nodes; UNAVAILABLE; TIMEOUT: no validity
  * left). validity_ms counts from before the first round.
+ * Counters are exact up to 2^63-1, the end of Redis' INCR: a node whose
+ * counter is there, or holds anything but a positive integer (another type,
+ * "0", "-5", "abc"), writes nothing and votes as an error whose text names
+ * the counter key and what it holds ("fence counter is at its end: ...",
+ * "fence counter is not a positive integer: ..."). With a quorum of such
+ * nodes no fenced lock is granted; plain locks are not affected.
  */
 int rl_begin_acquire_fenced(rl_client *c, const char *resource, size_t len, int ttl_ms);
 

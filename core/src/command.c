@@ -43,13 +43,37 @@ const char rl_acquire_queued_script[] =
     "if type(p) == \"table\" then redis.pcall(\"lrem\",q,0,ARGV[3]) p = false end "
     "if not p then redis.pcall(\"rpush\",q,ARGV[3]) end "
     "redis.pcall(\"pexpire\",q,60000) return false";
+/* A fenced lock's scripts start by checking the counter, before anything
+ * is written (Redis does not undo a script's writes when it fails later):
+ * absent, or a positive integer as INCR keeps it (no sign, no leading zero,
+ * at most 2^63-1, the largest INCR reaches), else an error reply naming the
+ * key and what it holds; the acquire also refuses a counter at 2^63-1, which
+ * no INCR can raise. Counters travel as decimal strings: Redis' Lua turns
+ * integers into doubles, exact only up to 2^53. The grant answers GET of the
+ * counter after its INCR (a bulk string); the commit compares decimal
+ * strings by length, then bytes, which orders such integers exactly. */
+#define RL_COUNTER_CHECK                                                                                  \
+    "local function shown(s, n) if #s > n then s = string.sub(s, 1, n - 3) .. \"...\" end "                \
+    "return (string.gsub(s, \"[^%w%p ]\", \"?\")) end "                                                   \
+    "local function fault(k, at_end) local t = redis.call(\"type\", k).ok "                                \
+    "if t == \"none\" then return nil end "                                                               \
+    "local what = \"is a \" .. t if t == \"string\" then local c = redis.call(\"get\", k) "                 \
+    "if #c <= 19 and string.match(c, \"^[1-9]%d*$\") and (#c < 19 or c <= \"9223372036854775807\") then " \
+    "if not at_end or c ~= \"9223372036854775807\" then return nil end "                                  \
+    "return \"fence counter is at its end: \" .. shown(k, 64) .. \" holds \" .. c end "                     \
+    "what = \"holds \\\"\" .. shown(c, 24) .. \"\\\"\" end "                                              \
+    "return \"fence counter is not a positive integer: \" .. shown(k, 64) .. \" \" .. what end "
 const char rl_acquire_fenced_script[] =
-    "if redis.call(\"set\",KEYS[1],ARGV[1],\"NX\",\"PX\",ARGV[2]) then return redis.call(\"incr\",KEYS[2]) "
-    "else return false end";
+    RL_COUNTER_CHECK
+    "local why = fault(KEYS[2], true) if why then return redis.error_reply(why) end "
+    "if redis.call(\"set\",KEYS[1],ARGV[1],\"NX\",\"PX\",ARGV[2]) then redis.call(\"incr\",KEYS[2]) "
+    "return redis.call(\"get\",KEYS[2]) else return false end";
 const char rl_commit_script[] =
-    "if redis.call(\"get\",KEYS[1]) == ARGV[1] then "
-    "if tonumber(redis.call(\"get\",KEYS[2]) or \"0\") < tonumber(ARGV[2]) then redis.call(\"set\",KEYS[2],ARGV[2]) end "
-    "return 1 else return 0 end";
+    RL_COUNTER_CHECK
+    "if redis.call(\"get\",KEYS[1]) ~= ARGV[1] then return 0 end "
+    "local why = fault(KEYS[2], false) if why then return redis.error_reply(why) end "
+    "local c, t = redis.call(\"get\",KEYS[2]), ARGV[2] "
+    "if not c or #c < #t or (#c == #t and c < t) then redis.call(\"set\",KEYS[2],t) end return 1";
 const char rl_release_sha[] = "be077799191632fc6ea6490e3c099c5976889961";
 const char rl_extend_sha[] = "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10";
 
@@ -80,7 +104,8 @@ static char *put(char *p, const char *s, size_t n) {
     return p + n;
 }
 
-static char *put_uint(char *p, size_t v) {
+/* v in decimal; 20 digits hold any 64-bit value. */
+static char *put_uint(char *p, unsigned long long v) {
     char digits[20];
     int n = 0;
     do digits[n++] = (char)('0' + v % 10);
@@ -172,7 +197,7 @@ int rl_cmd_extend(rl_buf *b, int by_sha, const char *key, size_t keylen, const c
 /* EVAL script 2 key key:fence value n: a fenced lock's scripts, sent whole
  * (they run once or twice per grant, so no SCRIPT LOAD is kept for them). */
 static int fenced_eval(rl_buf *b, const char *script, size_t script_len, const char *key, size_t keylen,
-                       const char *value, size_t n) {
+                       const char *value, unsigned long long n) {
     size_t suffix = sizeof(RL_FENCE_SUFFIX) - 1;
     char *p = start(b, 64 + script_len + suffix + RL_VALUE_LEN, 2 * keylen);
     if (p == NULL) return -1;
@@ -204,11 +229,12 @@ int rl_cmd_acquire_queued(rl_buf *b, const char *key, size_t keylen, const char 
 
 int rl_cmd_acquire_fenced(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms) {
     return fenced_eval(b, rl_acquire_fenced_script, sizeof(rl_acquire_fenced_script) - 1, key, keylen, value,
-                       (size_t)ttl_ms);
+                       (unsigned long long)ttl_ms);
 }
 
 int rl_cmd_commit(rl_buf *b, const char *key, size_t keylen, const char *value, long long token) {
-    return fenced_eval(b, rl_commit_script, sizeof(rl_commit_script) - 1, key, keylen, value, (size_t)token);
+    return fenced_eval(b, rl_commit_script, sizeof(rl_commit_script) - 1, key, keylen, value,
+                       (unsigned long long)token);
 }
 
 int rl_cmd_auth(rl_buf *b, const char *user, const char *password) {

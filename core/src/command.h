@@ -35,8 +35,12 @@ extern const char rl_acquire_queued_script[];
 #define RL_FENCE_SUFFIX ":fence"
 
 /* A fenced lock's two rounds (DESIGN.md, "Fencing tokens"): SET NX PX and,
- * if set, INCR of the counter, returning it (else nil); and the commit: if
- * the key still holds our value, raise the counter to the token (1), else 0. */
+ * if set, INCR of the counter, returning it as a bulk string of decimal
+ * digits (else nil); and the commit: if the key still holds our value, raise
+ * the counter to the token (1), else 0. Both answer an error reply, having
+ * written nothing, when the counter is not a positive integer (another type,
+ * or a string INCR would not count from) and the acquire when it is at
+ * 2^63-1, the end of INCR's range; the error names the counter key. */
 extern const char rl_acquire_fenced_script[];
 extern const char rl_commit_script[];
 

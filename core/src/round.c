@@ -1,4 +1,5 @@
 /* round.c — votes, quorum and validity for one round (see round.h). */
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -86,12 +87,29 @@ int rl_round_vote(rl_round *r, int node, int state, const char *errstr, double n
 int rl_reply_fits(int kind, const rl_reply *reply) {
     if (reply->type == RL_REPLY_ERROR) return 1;
     if (kind == RL_OP_ACQUIRE) return reply->type == RL_REPLY_STATUS || reply->type == RL_REPLY_NIL;
-    if (kind == RL_ROUND_ACQUIRE_FENCED) return reply->type == RL_REPLY_INTEGER || reply->type == RL_REPLY_NIL;
+    if (kind == RL_ROUND_ACQUIRE_FENCED) return reply->type == RL_REPLY_STRING || reply->type == RL_REPLY_NIL;
     return reply->type == RL_REPLY_INTEGER;
 }
 
-/* What a reply means for the round's command. */
-static int classify(int kind, const rl_reply *reply, char *why, size_t whylen) {
+/* A fenced grant's counter: a bulk string of 1 to 19 decimal digits without
+ * a leading zero, at most LLONG_MAX (the end of INCR's range). Return 1 and
+ * set *out, else 0. Exact at any value: no double on the way. */
+static int counter_value(const rl_reply *reply, long long *out) {
+    if (reply->type != RL_REPLY_STRING || reply->len < 1 || reply->len > 19 || reply->str[0] == '0') return 0;
+    unsigned long long v = 0; /* 19 digits stay below 10^19 < 2^64: no overflow */
+    for (size_t i = 0; i < reply->len; i++) {
+        char d = reply->str[i];
+        if (d < '0' || d > '9') return 0;
+        v = v * 10 + (unsigned)(d - '0');
+    }
+    if (v > (unsigned long long)LLONG_MAX) return 0;
+    *out = (long long)v;
+    return 1;
+}
+
+/* What a reply means for the round's command; a fenced grant's counter
+ * goes to *counter. */
+static int classify(int kind, const rl_reply *reply, long long *counter, char *why, size_t whylen) {
     if (reply->type == RL_REPLY_ERROR) {
         snprintf(why, whylen, "%s", reply->str);
         return RL_NODE_ERROR;
@@ -101,8 +119,13 @@ static int classify(int kind, const rl_reply *reply, char *why, size_t whylen) {
             return RL_NODE_OK;
         if (reply->type == RL_REPLY_NIL) return RL_NODE_TAKEN;
     } else if (kind == RL_ROUND_ACQUIRE_FENCED) {
-        if (reply->type == RL_REPLY_INTEGER && reply->integer >= 1) return RL_NODE_OK;
+        if (counter_value(reply, counter)) return RL_NODE_OK;
         if (reply->type == RL_REPLY_NIL) return RL_NODE_TAKEN;
+        if (reply->type == RL_REPLY_STRING) {
+            snprintf(why, whylen, "fence counter is not a positive integer: the grant answered \"%.24s\"",
+                     reply->str);
+            return RL_NODE_ERROR;
+        }
     } else if (reply->type == RL_REPLY_INTEGER &&
                (reply->integer == 0 || reply->integer == 1 || (kind == RL_OP_RELEASE && reply->integer == 2))) {
         return reply->integer >= 1 ? RL_NODE_OK : RL_NODE_TAKEN; /* a release's 2: deleted, and a waiter heard it */
@@ -113,11 +136,12 @@ static int classify(int kind, const rl_reply *reply, char *why, size_t whylen) {
 
 int rl_round_reply(rl_round *r, int node, const rl_reply *reply, const char *errstr, double now_ms) {
     char why[RL_NODE_ERR_LEN];
+    long long counter = 0;
     if (reply == NULL) return rl_round_vote(r, node, RL_NODE_ERROR, errstr ? errstr : "connection lost", now_ms);
-    int state = classify(r->kind, reply, why, sizeof(why));
+    int state = classify(r->kind, reply, &counter, why, sizeof(why));
     /* a fenced grant's counter, and waiters hearing a release, count only while the round is open */
     int counts = state == RL_NODE_OK && !rl_round_decided(r) && r->res->node[node].state == RL_NODE_PENDING;
-    if (counts && r->kind == RL_ROUND_ACQUIRE_FENCED && reply->integer > r->top) r->top = reply->integer;
+    if (counts && r->kind == RL_ROUND_ACQUIRE_FENCED && counter > r->top) r->top = counter;
     if (counts && r->kind == RL_OP_RELEASE && reply->integer == 2) r->res->heard++;
     return rl_round_vote(r, node, state, why, now_ms);
 }

@@ -10,7 +10,7 @@
 /* Round kinds beside RL_OP_*: a fenced lock's two rounds. Their result is
  * an acquire's (rl_result.op is RL_OP_ACQUIRE). */
 enum {
-    RL_ROUND_ACQUIRE_FENCED = 4,  /* SET NX PX + INCR: integer for, nil against */
+    RL_ROUND_ACQUIRE_FENCED = 4,  /* SET NX PX + INCR: the counter (decimal bulk string) for, nil against */
     RL_ROUND_COMMIT = 5           /* raise the counter if ours: 1 for, 0 against */
 };
 

@@ -365,7 +365,7 @@ static void acquire_unavailable_on_errors(void) {
 /* EVAL of a fenced lock's script (the grant when ttl_or_token is the ttl,
  * or the commit) on key and key:fence. */
 static const char *fenced_cmd(const char *script, const char *key, const char *value, long long n) {
-    static char buf[1024];
+    static char buf[4096];
     char num[24];
     int nlen = snprintf(num, sizeof(num), "%lld", n);
     snprintf(buf, sizeof(buf), "*7\r\n$4\r\nEVAL\r\n$%zu\r\n%s\r\n$1\r\n2\r\n$%zu\r\n%s\r\n$%zu\r\n%s:fence\r\n$40\r\n%s\r\n$%d\r\n%s\r\n",
@@ -400,11 +400,11 @@ static void fenced_acquire_commits_the_highest_granted_counter(void) {
     CHECK_INT(strlen(value), 40);
     CHECK_STR(out, fenced_cmd(rl_acquire_fenced_script, "f", value, 10000));
     for (int i = 1; i < 3; i++) CHECK_STR(drain(i, 0), fenced_cmd(rl_acquire_fenced_script, "f", value, 10000));
-    CHECK_INT(feed(0, ":7\r\n", 1), RL_OK);
-    CHECK_INT(feed(1, ":9\r\n", 2), RL_OK); /* granted by a quorum: commit 9 */
+    CHECK_INT(feed(0, "$1\r\n7\r\n", 1), RL_OK);
+    CHECK_INT(feed(1, "$1\r\n9\r\n", 2), RL_OK); /* granted by a quorum: commit 9 */
     CHECK_INT(rl_engine_done(E), 0);
     for (int i = 0; i < 2; i++) CHECK_STR(drain(i, 2), fenced_cmd(rl_commit_script, "f", value, 9));
-    CHECK_INT(feed(2, ":12\r\n", 3), RL_OK); /* the grant's tail: ignored */
+    CHECK_INT(feed(2, "$2\r\n12\r\n", 3), RL_OK); /* the grant's tail: ignored */
     CHECK_STR(drain(2, 3), fenced_cmd(rl_commit_script, "f", value, 9));
     CHECK_INT(feed(0, ":1\r\n", 4), RL_OK);
     CHECK_INT(rl_engine_done(E), 0);
@@ -432,7 +432,7 @@ static void fenced_commit_refused_is_not_held(void) {
     char value[41];
     snprintf(value, sizeof(value), "%s", fenced_value(drain(0, 0), "f"));
     for (int i = 1; i < 3; i++) drain(i, 0);
-    for (int i = 0; i < 3; i++) CHECK_INT(feed(i, ":3\r\n", 1), RL_OK);
+    for (int i = 0; i < 3; i++) CHECK_INT(feed(i, "$1\r\n3\r\n", 1), RL_OK);
     for (int i = 0; i < 3; i++) CHECK_STR(drain(i, 1), fenced_cmd(rl_commit_script, "f", value, 3));
     CHECK_INT(feed(0, ":1\r\n", 2), RL_OK);
     CHECK_INT(feed(1, ":0\r\n", 2), RL_OK);
@@ -459,6 +459,86 @@ static void fenced_commit_refused_is_not_held(void) {
     CHECK_INT(drain(1, 11)[0], 0);
     CHECK_INT(feed(2, "+OK\r\n", 12), RL_ERR); /* a status to a fenced grant is out of step */
     CHECK_STR(rl_engine_node_errstr(E, 2), OUT_OF_STEP);
+    rl_engine_free(E);
+}
+
+/* Counters past 2^53 stay exact (they come as decimal strings, never
+ * through a double): grants of 2^53 + 1 and 2^53 + 3 commit 2^53 + 3, and
+ * one of 2^63 - 1, the end of the counter, is a token too. */
+static void fenced_tokens_exact_past_2_53(void) {
+    static const struct {
+        const char *a, *b, *top;
+        long long token;
+    } cases[] = {
+        {"9007199254740993", "9007199254740995", "9007199254740995", 9007199254740995LL},
+        {"9007199254740995", "9007199254740993", "9007199254740995", 9007199254740995LL},
+        {"1700000000000000001", "1700000000000000002", "1700000000000000002", 1700000000000000002LL},
+        {"9223372036854775806", "9223372036854775807", "9223372036854775807", LLONG_MAX},
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        E = engine(urls5, 3, NULL);
+        int id = rl_engine_begin_acquire_fenced(E, "f", 1, 10000, 0);
+        bring_up_all(3, 0);
+        char value[41], reply[64];
+        snprintf(value, sizeof(value), "%s", fenced_value(drain(0, 0), "f"));
+        for (int i = 1; i < 3; i++) drain(i, 0);
+        snprintf(reply, sizeof(reply), "$%zu\r\n%s\r\n", strlen(cases[k].a), cases[k].a);
+        CHECK_INT(feed(0, reply, 1), RL_OK);
+        snprintf(reply, sizeof(reply), "$%zu\r\n%s\r\n", strlen(cases[k].b), cases[k].b);
+        CHECK_INT(feed(1, reply, 1), RL_OK);
+        const char *commit = drain(0, 2);
+        char want[40];
+        snprintf(want, sizeof(want), "$%zu\r\n%s\r\n", strlen(cases[k].top), cases[k].top);
+        CHECK(strlen(commit) > strlen(want) && strcmp(commit + strlen(commit) - strlen(want), want) == 0);
+        CHECK_STR(commit, fenced_cmd(rl_commit_script, "f", value, cases[k].token));
+        CHECK_STR(drain(1, 2), fenced_cmd(rl_commit_script, "f", value, cases[k].token));
+        CHECK_INT(feed(2, "$-1\r\n", 2), RL_OK); /* the grant's tail */
+        CHECK_STR(drain(2, 2), fenced_cmd(rl_commit_script, "f", value, cases[k].token));
+        for (int i = 0; i < 3; i++) CHECK_INT(feed(i, ":1\r\n", 3), RL_OK);
+        rl_result r = take(id);
+        CHECK_INT(r.status, RL_STATUS_OK);
+        CHECK(r.token == cases[k].token);
+        rl_engine_free(E);
+    }
+}
+
+/* A grant that is no counter of ours (zero, a sign, a leading zero, past
+ * 2^63 - 1, not digits) and a node's error reply (the script refused a
+ * counter) are each one failed vote with their text; an integer reply is
+ * out of step. Two such nodes of 3: UNAVAILABLE, no token, no commit. */
+static void fenced_grant_bad_counter_is_a_failed_vote(void) {
+    static const char *const bad[] = {"$1\r\n0\r\n", "$2\r\n-1\r\n", "$2\r\n07\r\n",
+                                      "$19\r\n9223372036854775808\r\n", "$20\r\n10000000000000000000\r\n",
+                                      "$3\r\nabc\r\n", "$0\r\n\r\n"};
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+        E = engine(urls5, 3, NULL);
+        int id = rl_engine_begin_acquire_fenced(E, "f", 1, 10000, 0);
+        bring_up_all(3, 0);
+        char value[41];
+        snprintf(value, sizeof(value), "%s", fenced_value(drain(0, 0), "f"));
+        for (int i = 1; i < 3; i++) drain(i, 0);
+        CHECK_INT(feed(0, "$1\r\n5\r\n", 1), RL_OK);
+        CHECK_INT(feed(1, bad[k], 1), RL_OK);
+        CHECK_INT(feed(2, "-fence counter is at its end: f:fence holds 9223372036854775807\r\n", 1), RL_OK);
+        rl_result r = take(id);
+        CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
+        CHECK_INT(r.token, 0);
+        CHECK_INT(r.ok, 1);
+        CHECK_INT(r.failed, 2);
+        CHECK_INT(r.node[1].state, RL_NODE_ERROR);
+        CHECK(strncmp(r.node[1].errstr, "fence counter is not a positive integer: the grant answered \"", 61) == 0);
+        CHECK_INT(r.node[2].state, RL_NODE_ERROR);
+        CHECK_STR(r.node[2].errstr, "fence counter is at its end: f:fence holds 9223372036854775807");
+        /* no commit: the cleanup, wherever the grant may have set the key */
+        for (int i = 0; i < 3; i++) CHECK_STR(drain(i, 2), cleanup_cmd(1, "f", value));
+        rl_engine_free(E);
+    }
+    E = engine(urls5, 3, NULL);
+    rl_engine_begin_acquire_fenced(E, "f", 1, 10000, 0);
+    bring_up_all(3, 0);
+    for (int i = 0; i < 3; i++) drain(i, 0);
+    CHECK_INT(feed(0, ":9\r\n", 1), RL_ERR); /* an integer to a fenced grant is out of step */
+    CHECK_STR(rl_engine_node_errstr(E, 0), OUT_OF_STEP);
     rl_engine_free(E);
 }
 
@@ -1639,6 +1719,8 @@ int main(void) {
     tails_last_one_node_timeout();
     fenced_acquire_commits_the_highest_granted_counter();
     fenced_commit_refused_is_not_held();
+    fenced_tokens_exact_past_2_53();
+    fenced_grant_bad_counter_is_a_failed_vote();
     acquire_timeout_counts_no_late_reply();
     noscript_release_falls_back_to_eval();
     noscript_extend_eval_then_noscript_fails();

@@ -46,6 +46,7 @@ local result = ffi_new("rl_result")
 local errbuf = ffi_new("char[?]", C.RL_ERR_LEN)
 local until_buf = ffi_new("double[1]")
 local guard_t = ffi.typeof("struct { int id; }")  -- a kept lock's finalizer rides on one of these
+local int64_t = ffi.typeof("int64_t")
 
 local defaults = {}  -- set by redlock.configure, used by redlock.default
 local RETRY_UNTIL_WAIT = retry.forever()  -- `wait` without `retry`: try until wait runs out
@@ -520,7 +521,18 @@ local function prune_held(d)
     d.held_prune_at = n * 2 > HELD_PRUNE_MIN and n * 2 or HELD_PRUNE_MIN
 end
 
+-- A fenced lock's token as an int64_t cdata of its own (exact up to 2^63-1,
+-- where a Lua number stops at 2^53; made int64_t, not the struct field's
+-- long long, so that string.format's %d takes it too), and its decimal
+-- text; nil, nil for an unfenced lock.
+local function token_of(r)
+    if r.token == 0 then return nil, nil end
+    local t = int64_t(r.token)
+    return t, ("%d"):format(t)
+end
+
 local function new_lock(self, resource, ttl, started, r)
+    local token, token_string = token_of(r)
     local lk = setmetatable({
         dlm = self,
         resource = resource,
@@ -528,7 +540,8 @@ local function new_lock(self, resource, ttl, started, r)
         ttl = ttl,
         validity = r.validity_ms,
         votes = r.ok,         -- nodes that had granted it when quorum was reached
-        token = r.token ~= 0 and tonumber(r.token) or nil, -- a fenced lock's fencing token
+        token = token,        -- a fenced lock's fencing token (int64_t cdata), else nil
+        token_string = token_string, -- the same in decimal (for JSON, headers, the environment)
         valid_until = started + r.validity_ms,
         extensions = 0,
         released = false,

@@ -18,10 +18,13 @@ local resp = require "helpers.resp"
 
 local M = {}
 
+-- Tokens are compared as decimal strings (by length, then bytes: exact for
+-- positive integers without leading zeros, where tonumber is not past 2^53).
 M.SCRIPT = [[
-local t = tonumber(ARGV[2])
-local hi = tonumber(redis.call('GET', 'fence:hi') or '-1')
-if t < hi then
+local t = ARGV[2]
+local hi = redis.call('GET', 'fence:hi') or ''
+local function below(a, b) return #a < #b or (#a == #b and a < b) end
+if below(t, hi) then
   if ARGV[1] == 'read' then
     redis.call('INCR', 'fence:refused_reads')
   else
@@ -29,7 +32,7 @@ if t < hi then
   end
   return redis.error_reply('STALE token ' .. ARGV[2] .. ' < ' .. hi)
 end
-if t > hi then redis.call('SET', 'fence:hi', ARGV[2]) end
+if below(hi, t) then redis.call('SET', 'fence:hi', t) end
 if ARGV[1] == 'read' then
   redis.call('SET', 'fence:reader', ARGV[3])
   return redis.call('GET', 'fence:value') or '0'
@@ -45,8 +48,10 @@ redis.call('SET', 'plain:reader', ARGV[1])
 return redis.call('GET', 'plain:value') or '0'
 ]]
 
+--- A lock's token (an int64_t cdata) as the store takes it: decimal text.
 local function token_text(token)
-  assert(type(token) == "number" and token % 1 == 0, "token must be an integer number, got " .. tostring(token))
+  assert(type(token) == "cdata" and token >= 1, "token must be a lock's token (int64_t cdata), got "
+    .. tostring(token) .. " (" .. type(token) .. ")")
   return ("%d"):format(token)
 end
 

@@ -61,13 +61,13 @@ while not io.open(stopfile, "rb") do
   if not lock then
     failed = failed + 1
     note("lock:" .. tostring(err))
-  elseif fence and type(lock.token) ~= "number" then
+  elseif fence and not (type(lock.token) == "cdata" and type(lock.token_string) == "string") then
     -- Without a token there is nothing to fence with: stop here.
     note("no token: lock.token is " .. tostring(lock.token))
     lock:unlock()
     break
   else
-    if grants then grants:write(("grant %d %d %d\n"):format(proc.now_us(), lock.token or 0, pid)) end
+    if grants then grants:write(("grant %d %s %d\n"):format(proc.now_us(), lock.token_string or "0", pid)) end
     if hlog then hlog:enter() end
     local v, rerr
     if fence then

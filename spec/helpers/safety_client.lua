@@ -89,7 +89,7 @@ else
     os.exit(1)
   end
   log:enter()
-  note("acquired=1 token=%s enter_us=%d", tostring(lock.token), proc.now_us())
+  note("acquired=1 token=%s enter_us=%d", tostring(lock.token_string), proc.now_us())
   local v, rerr, wrote = "none", nil, "none"
   if conn then
     if mode == "fenced" then

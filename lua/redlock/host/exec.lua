@@ -80,7 +80,8 @@ its own while the lock is kept extended, release it when COMMAND exits, and
 exit with COMMAND's status. COMMAND's environment has REDLOCK_RESOURCE,
 REDLOCK_VALUE (this holder's lock value) and REDLOCK_VALIDITY_MS, and with
 --fence REDLOCK_TOKEN: a fencing token greater than every token granted for
-RESOURCE before, for COMMAND to hand to the resource it writes.
+RESOURCE before (a decimal integer up to 2^63-1: compare it as one, not as
+a double), for COMMAND to hand to the resource it writes.
 
 If the lock is lost while COMMAND runs (its keys are taken over, or too few
 nodes answer extensions), COMMAND's process group gets SIGTERM and, after the
@@ -246,7 +247,7 @@ function _M.run(opts, argv, k)
   sys.setenv("REDLOCK_RESOURCE", resource)
   sys.setenv("REDLOCK_VALUE", lock.value)
   sys.setenv("REDLOCK_VALIDITY_MS", math.floor(lock.validity or ttl))
-  if lock.token then sys.setenv("REDLOCK_TOKEN", ("%d"):format(lock.token)) end
+  if lock.token then sys.setenv("REDLOCK_TOKEN", lock.token_string) end
   local pid, serr, errno = sys.spawn(command,
     sys.NEWPGRP + sys.SUPERVISE + sys.FOREGROUND + sys.DIE_WITH_HOST + sys.WATCHDOG, grace)
   if not pid then
