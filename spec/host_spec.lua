@@ -833,6 +833,76 @@ echo end >> %s
       for _, pid in ipairs(proc.live_in_group(pgrp)) do proc.kill(pid, "KILL") end
     end)
 
+    -- Before: the host's signal self-pipe was not close-on-exec. Every command
+    -- inherited it (fds 3 and 4 when redlock starts with only 0-2), and could
+    -- fake a signal by writing a signal number into it; started with fds 0-2
+    -- closed, the pipe took their place and became the command's stdin.
+    local CLOSEFDS = ROOT .. "/spec/helpers/closefds.lua"
+
+    --- `redlock ARGS` started with every fd from `first` on closed (ended after 60 s).
+    local function redlock_closed(first, args, env)
+      return sh(("cd %s && env %s timeout 60 luajit %s %d %s %s"):format(q(TMP), env or "", q(CLOSEFDS), first,
+        q(BIN), args))
+    end
+
+    --- The fd numbers in a listing of /proc/PID/fd (`ls` or `ls -l`), sorted; and fd -> target.
+    local function fds(listing)
+      local list, target = {}, {}
+      for line in listing:gmatch("[^\n]+") do
+        local fd, to = line:match("(%d+) %-> (.+)$")
+        fd = fd or line:match("^(%d+)$")
+        if fd then
+          list[#list + 1] = tonumber(fd)
+          target[tonumber(fd)] = to
+        end
+      end
+      table.sort(list)
+      return list, target
+    end
+
+    it("a command, an os.execute or io.popen command inherits no file descriptor of redlock's, only 0-2", function()
+      local out, rc = redlock_closed(3, "exec --ttl 5000 fds:exec -- sh -c 'ls -l /proc/$$/fd; exit 0'", ENV)
+      assert.are.equal(0, rc, out)
+      assert.are.same({ 0, 1, 2 }, (fds(out)), out)
+      local name = script("fds.lua", [[
+        local lock = assert(require("redlock").default():lock("fds:run", { ttl = 5000 }))
+        os.execute('sh -c "ls -l /proc/\\$PPID/fd > fds.execute"; exit 0') -- lists the outer shell
+        local p = io.popen("ls -l /proc/$$/fd; exit 0")
+        local listing = p:read("*a")
+        p:close()
+        print(listing)
+        assert(lock:unlock())
+      ]])
+      out, rc = redlock_closed(3, "run " .. name, ENV)
+      assert.are.equal(0, rc, out)
+      assert.are.same({ 0, 1, 2 }, (fds(out)), "io.popen:\n" .. out)
+      local listing = read_file(TMP .. "/fds.execute") or ""
+      assert.are.same({ 0, 1, 2 }, (fds(listing)), "os.execute:\n" .. listing)
+    end)
+
+    it("a command cannot fake a signal to redlock (printf to fd 4 exits 0, survived)", function()
+      local out, rc = redlock_closed(3,
+        [[exec -v --ttl 2000 fds:fake -- sh -c 'printf "\017" >&4; sleep 3; echo survived']], ENV)
+      assert.are.equal(0, rc, out)
+      assert.matches("survived", out, 1, true)
+      assert.is_true(gone_everywhere("fds:fake"))
+    end)
+
+    it("started with fds 0-2 closed, gives the command /dev/null as 0-2 and nothing else", function()
+      -- the listing is the command's, a shell without redirections of its own (an inner shell lists it)
+      -- the listing is of the command: a shell with no redirection of its own (an inner one lists it)
+      local out, rc = redlock_closed(0, "exec --ttl 5000 fds:closed -- sh -c "
+        .. q([[sh -c "ls -l /proc/\$PPID/fd > closed.fds"; if read x; then echo read; else echo eof; fi > closed.stdin; exit 5]]),
+        ENV)
+      assert.are.equal(5, rc, out)
+      local listing = read_file(TMP .. "/closed.fds") or ""
+      local list, target = fds(listing)
+      assert.are.same({ 0, 1, 2 }, list, listing)
+      for fd = 0, 2 do assert.are.equal("/dev/null", target[fd], listing) end
+      assert.are.equal("eof\n", read_file(TMP .. "/closed.stdin"))
+      assert.is_true(gone_everywhere("fds:closed"))
+    end)
+
     -- Ctrl-Z on a terminal stops only the command's process group (the
     -- terminal's foreground): redlock stops with it, so the shell gets its
     -- job back (checked by hand in a terminal: a spec has no job-control
