@@ -833,6 +833,184 @@ echo end >> %s
       for _, pid in ipairs(proc.live_in_group(pgrp)) do proc.kill(pid, "KILL") end
     end)
 
+    -- Before: exec released the lock as soon as the command itself exited,
+    -- while what it had left running in its process group (`cmd &`) went on
+    -- unprotected: the keys were gone at once and exec exited 0.
+    it("keeps the lock, extended past the ttl, until the command's whole process group has exited;"
+      .. " then releases it and exits with the command's status", function()
+      local job = bg([[exec --ttl 2000 group:keep -- sh -c 'echo $REDLOCK_VALUE > keep.value; ]]
+        .. [[sleep 7 & echo $! > keep.pid; exit 0']], ENV)
+      local value, sleeper
+      assert.is_true(eventually(function()
+        value = (read_file(TMP .. "/keep.value") or ""):match("%x+")
+        sleeper = tonumber(read_file(TMP .. "/keep.pid") or "")
+        return value and sleeper
+      end), job.output())
+      finally(function() proc.kill(sleeper, "KILL") end)
+      local t0 = proc.now_ms()
+      local held_for -- ms after t0 at which a quorum was last seen holding our value while sleep ran
+      while proc.alive(sleeper) do
+        local done = read_file(TMP .. "/bg" .. bg_count .. ".rc")
+        local n = 0
+        for _, v in ipairs(holders("group:keep")) do if v == value then n = n + 1 end end
+        if proc.alive(sleeper) then -- so it ran while both were read
+          assert.is_nil(done, "exec exited while the command's background sleep still ran:\n" .. job.output())
+          assert.is_true(n >= 3, ("%d nodes hold our value %d ms after the start, while the command's "
+            .. "background sleep still runs"):format(n, proc.now_ms() - t0))
+          held_for = proc.now_ms() - t0
+        end
+        sleep_ms(100)
+      end
+      -- without extensions the keys would be gone 2000 ms after they were set
+      assert.is_true(held_for ~= nil and held_for > 3000, "last seen held " .. tostring(held_for) .. " ms after the start")
+      local rc, out = job:wait(10000)
+      assert.are.equal(0, rc, out)
+      assert.is_true(gone_everywhere("group:keep"))
+    end)
+
+    it("with --kill-group, stops what the command left in its process group (SIGTERM, then SIGKILL"
+      .. " after the grace period), then releases and exits with the command's status", function()
+      local tag = tostring(wall_ms() % 100000)
+      local marks = TMP .. "/killgroup2.marks"
+      -- a member that obeys SIGTERM, and one that ignores it and says so every 10 ms
+      write_file(TMP .. "/killgroup2.sh", ([[
+echo $$ > killgroup2.pgid
+sleep 31.%s &
+( trap 'echo TERM >> %s' TERM; while :; do sleep 0.01; echo tick >> %s; done ) &
+exit 3
+]]):format(tag, q(marks), q(marks)))
+      local job = bg("exec -v --kill-group --grace 300 --ttl 2000 group:kill -- sh killgroup2.sh", ENV)
+      local rc, out = job:wait(10000)
+      local pgrp = tonumber(read_file(TMP .. "/killgroup2.pgid") or "")
+      finally(function()
+        for _, pid in ipairs(pgrp and proc.live_in_group(pgrp) or {}) do proc.kill(pid, "KILL") end
+      end)
+      assert.are.equal(3, rc, out)
+      assert.matches("stopping the rest of its process group", out, 1, true)
+      assert.are.equal(0, #proc.live_in_group(pgrp), "part of the group outlived exec")
+      assert.are.equal(0, #proc.live_with_arg("31." .. tag))
+      local m = read_file(marks) or ""
+      local after_term = m:match("TERM\n(.*)$")
+      assert.is_not_nil(after_term, "the member that ignores SIGTERM got none:\n" .. m)
+      assert.matches("tick", after_term, 1, true) -- it ran on after SIGTERM, until SIGKILL
+      assert.is_true(gone_everywhere("group:kill"))
+    end)
+
+    -- While exec waits for the rest of the group: a signal to redlock stops
+    -- the group before the lock is free, as for the command; so does a lost
+    -- lock (exit 75), and a SIGKILLed redlock's watcher.
+    for _, case in ipairs {
+      { what = "SIGTERM to redlock", rc = 143 },
+      { what = "a lost lock", rc = 75 },
+      { what = "SIGKILL to redlock", rc = 137 },
+    } do
+      it(case.what .. " while exec waits for the command's group stops the group; exit " .. case.rc, function()
+        local tag = ("%d%d"):format(wall_ms() % 100000, case.rc)
+        local key = "group:stop:" .. case.rc
+        local job = bg(("exec --ttl 2000 --grace 300 %s -- sh -c 'sleep 32.%s & echo $! > %s.pid; exit 0'")
+          :format(key, tag, key), ENV)
+        local sleeper
+        assert.is_true(eventually(function()
+          sleeper = tonumber(read_file(TMP .. "/" .. key .. ".pid") or "")
+          return sleeper
+        end), job.output())
+        finally(function() proc.kill(sleeper, "KILL") end)
+        sleep_ms(300)
+        assert.is_nil(job:wait(0), "exec exited while the command's background sleep still ran")
+        assert.is_true(proc.alive(sleeper))
+        if case.rc == 143 then
+          job:signal("TERM")
+        elseif case.rc == 137 then
+          job:signal("KILL")
+        else
+          for i = 1, 3 do cl:cli(i, "SET", key, "thief", "PX", "10000") end
+        end
+        local rc, out = job:wait(5000)
+        assert.are.equal(case.rc, rc, out)
+        if case.rc == 75 then
+          assert.matches(("lock on '%s' lost; stopping what sh %%(pid %%d+, exited 0%%) left in its process group")
+            :format(key:gsub("%p", "%%%0")), out)
+          for i = 1, 3 do assert.are.equal("thief", get(i, key)) end
+        end
+        if case.rc == 137 then -- the watcher stops the group after redlock has died
+          assert.is_true(proc.wait_gone(sleeper, 5000), "the group outlived a SIGKILLed redlock")
+        else -- redlock stops the group before it releases and exits
+          assert.is_false(proc.alive(sleeper), "the group outlived exec")
+          if case.rc == 143 then assert.is_true(gone_everywhere(key)) end
+        end
+      end)
+    end
+
+    -- Before: the host's signal self-pipe was not close-on-exec. Every command
+    -- inherited it (fds 3 and 4 when redlock starts with only 0-2), and could
+    -- fake a signal by writing a signal number into it; started with fds 0-2
+    -- closed, the pipe took their place and became the command's stdin.
+    local CLOSEFDS = ROOT .. "/spec/helpers/closefds.lua"
+
+    --- `redlock ARGS` started with every fd from `first` on closed (ended after 60 s).
+    local function redlock_closed(first, args, env)
+      return sh(("cd %s && env %s timeout 60 luajit %s %d %s %s"):format(q(TMP), env or "", q(CLOSEFDS), first,
+        q(BIN), args))
+    end
+
+    --- The fd numbers in a listing of /proc/PID/fd (`ls` or `ls -l`), sorted; and fd -> target.
+    local function fds(listing)
+      local list, target = {}, {}
+      for line in listing:gmatch("[^\n]+") do
+        local fd, to = line:match("(%d+) %-> (.+)$")
+        fd = fd or line:match("^(%d+)$")
+        if fd then
+          list[#list + 1] = tonumber(fd)
+          target[tonumber(fd)] = to
+        end
+      end
+      table.sort(list)
+      return list, target
+    end
+
+    it("a command, an os.execute or io.popen command inherits no file descriptor of redlock's, only 0-2", function()
+      local out, rc = redlock_closed(3, "exec --ttl 5000 fds:exec -- sh -c 'ls -l /proc/$$/fd; exit 0'", ENV)
+      assert.are.equal(0, rc, out)
+      assert.are.same({ 0, 1, 2 }, (fds(out)), out)
+      local name = script("fds.lua", [[
+        local lock = assert(require("redlock").default():lock("fds:run", { ttl = 5000 }))
+        os.execute('sh -c "ls -l /proc/\\$PPID/fd > fds.execute"; exit 0') -- lists the outer shell
+        local p = io.popen("ls -l /proc/$$/fd; exit 0")
+        local listing = p:read("*a")
+        p:close()
+        print(listing)
+        assert(lock:unlock())
+      ]])
+      out, rc = redlock_closed(3, "run " .. name, ENV)
+      assert.are.equal(0, rc, out)
+      assert.are.same({ 0, 1, 2 }, (fds(out)), "io.popen:\n" .. out)
+      local listing = read_file(TMP .. "/fds.execute") or ""
+      assert.are.same({ 0, 1, 2 }, (fds(listing)), "os.execute:\n" .. listing)
+    end)
+
+    it("a command cannot fake a signal to redlock (printf to fd 4 exits 0, survived)", function()
+      local out, rc = redlock_closed(3,
+        [[exec -v --ttl 2000 fds:fake -- sh -c 'printf "\017" >&4; sleep 3; echo survived']], ENV)
+      assert.are.equal(0, rc, out)
+      assert.matches("survived", out, 1, true)
+      assert.is_true(gone_everywhere("fds:fake"))
+    end)
+
+    it("started with fds 0-2 closed, gives the command /dev/null as 0-2 and nothing else", function()
+      -- the listing is the command's, a shell without redirections of its own (an inner shell lists it)
+      -- the listing is of the command: a shell with no redirection of its own (an inner one lists it)
+      local out, rc = redlock_closed(0, "exec --ttl 5000 fds:closed -- sh -c "
+        .. q([[sh -c "ls -l /proc/\$PPID/fd > closed.fds"; if read x; then echo read; else echo eof; fi > closed.stdin; exit 5]]),
+        ENV)
+      assert.are.equal(5, rc, out)
+      local listing = read_file(TMP .. "/closed.fds") or ""
+      local list, target = fds(listing)
+      assert.are.same({ 0, 1, 2 }, list, listing)
+      for fd = 0, 2 do assert.are.equal("/dev/null", target[fd], listing) end
+      assert.are.equal("eof\n", read_file(TMP .. "/closed.stdin"))
+      assert.is_true(gone_everywhere("fds:closed"))
+    end)
+
     -- Ctrl-Z on a terminal stops only the command's process group (the
     -- terminal's foreground): redlock stops with it, so the shell gets its
     -- job back (checked by hand in a terminal: a spec has no job-control

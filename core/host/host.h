@@ -85,10 +85,20 @@ int rl_host_spawn(const char *const *argv, int flags, int grace_ms, int *errnum)
 /* Reap pid if it has ended. Return 0 while it runs (or, with
  * RL_HOST_WAIT_BLOCK in block, wait), 1 when it ended, with *code its exit
  * status or 128+signal, or -1 with *code = errno (ECHILD: already reaped
- * elsewhere). Forgets a supervised pid. With RL_HOST_WAIT_STOPS, also return
- * 2 when it has stopped, with *code the signal that stopped it. */
+ * elsewhere). Forgets a supervised pid, except one that led its own process
+ * group (RL_HOST_NEWPGRP) while that group still has live members: the group
+ * stays supervised (a signal to the host stops it; the watcher watches it)
+ * until rl_host_forget, the terminal is the host's again, and the host
+ * ignores SIGTSTP meanwhile. With RL_HOST_WAIT_STOPS, also return 2 when it
+ * has stopped, with *code the signal that stopped it. */
 enum { RL_HOST_WAIT_BLOCK = 1, RL_HOST_WAIT_STOPS = 2 };
 int rl_host_wait(int pid, int block, int *code);
+
+/* Stop supervising pid (reaped) and the rest of its process group: disarm
+ * the watcher, give the terminal back, SIGTSTP as it was. Call it once the
+ * group has ended or been stopped. Never returns once a signal is ending the
+ * host (the signal thread stops the group, releases and exits). */
+void rl_host_forget(int pid);
 
 /* The supervised child pid stopped with sig. A job-control stop (SIGTSTP,
  * SIGTTIN, SIGTTOU) on a terminal, Ctrl-Z: stop the host with it, so that
@@ -103,7 +113,9 @@ int rl_host_stop_self(int pid, int sig);
  * or -1 (errno ESRCH: nobody left). */
 int rl_host_kill(int pid, int sig, int group);
 
-/* True while pid's process group still has a member that is not a zombie. */
+/* True while pid's process group still has a member that is not a zombie
+ * (kill(-pid, 0), then /proc, starting with the member found last time). A
+ * process that left the group (setsid, setpgid) no longer counts. */
 int rl_host_group_alive(int pid);
 
 /* os.execute for the host: /bin/sh -c cmd in a process group of its own

@@ -12,9 +12,11 @@
  * os.exit, SIGINT/SIGTERM/SIGHUP) releases the locks still kept first.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "host.h"
 #include "lauxlib.h"
@@ -130,7 +132,27 @@ static int pmain(lua_State *L) {
     return 0;
 }
 
+/* Open /dev/null on whichever of fds 0-2 is closed, before anything else
+ * opens a file: otherwise the host's own pipes and sockets would take those
+ * numbers, its messages would go into a node's socket, and a command would
+ * get one of them as its standard input or output. Return 0, or -1 if a
+ * closed one cannot be filled. */
+static int fill_std_fds(void) {
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+        int null = open("/dev/null", O_RDWR); /* the lowest free number: fd itself */
+        if (null < 0) return -1;
+        if (null != fd) {
+            int ok = dup2(null, fd) == fd;
+            close(null);
+            if (!ok) return -1;
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (fill_std_fds() != 0) return EXIT_FAILURE;
     if (rl_host_signals_start() != 0) {
         fprintf(stderr, "%s: cannot set up signal handling: %s\n", progname, strerror(errno));
         return EXIT_FAILURE;

@@ -335,6 +335,7 @@ int rl_host_probe(const char *url, const char *key, size_t keylen, int timeout_m
     p.c = u.kind == RL_URL_UNIX ? redisConnectUnixWithTimeout(u.path, tv)
                                 : redisConnectWithTimeout(u.host, u.port, tv);
     if (p.c == NULL) return fail(out, RL_HOST_PROBE_ENODE, "out of memory");
+    if (p.c->fd >= 0) fcntl(p.c->fd, F_SETFD, FD_CLOEXEC); /* hiredis opens it inheritable */
     int rc;
     if (p.c->err) rc = fail(out, RL_HOST_PROBE_ENODE, "connect: %s", p.c->errstr);
     else if (redisSetTimeout(p.c, tv) != REDIS_OK) rc = fail_io(&p, "connect");

@@ -48,7 +48,10 @@ static struct {
     int terminal;  /* we made its group the terminal's foreground */
     int watch_fd;  /* > 0: the write end of the watcher's pipe */
     pid_t watcher;
+    int leader_gone; /* pid is reaped; its group, still running, is what is supervised */
+    int tstp_ignored; /* the host ignores SIGTSTP meanwhile (tstp_saved: as it was) */
 } sup;
+static struct sigaction tstp_saved;
 
 /* Set once a signal is ending the host: a child that ends from then on was
  * stopped by the signal thread, which still waits for the rest of its group
@@ -125,10 +128,37 @@ static void forget(pid_t pid) {
     pthread_mutex_lock(&sup_lock);
     if (sup.pid == pid && pid != 0) {
         if (sup.terminal) reclaim_terminal();
+        if (sup.tstp_ignored) sigaction(SIGTSTP, &tstp_saved, NULL);
         disarm_watcher(1);
         memset(&sup, 0, sizeof(sup));
     }
     pthread_mutex_unlock(&sup_lock);
+}
+
+/* pid has been reaped by rl_host_wait. If it is the supervised child and led
+ * a process group that still has live members, that group stays supervised
+ * (a signal to the host stops it, the watcher still watches it) until
+ * rl_host_forget; the terminal comes back to the host meanwhile, so that
+ * Ctrl-C reaches the host, which stops the group, and the host ignores
+ * SIGTSTP: Ctrl-Z would stop the host alone and let the lock run out under
+ * the group. Otherwise forget pid. */
+static void reaped(pid_t pid) {
+    pthread_mutex_lock(&sup_lock);
+    int keep = sup.pid == pid && pid != 0 && sup.group && rl_host_group_alive(pid);
+    if (keep && !sup.leader_gone) {
+        sup.leader_gone = 1;
+        if (sup.terminal) {
+            struct sigaction ign;
+            memset(&ign, 0, sizeof(ign));
+            ign.sa_handler = SIG_IGN;
+            sigemptyset(&ign.sa_mask);
+            reclaim_terminal();
+            sup.terminal = 0;
+            sup.tstp_ignored = sigaction(SIGTSTP, &ign, &tstp_saved) == 0;
+        }
+    }
+    pthread_mutex_unlock(&sup_lock);
+    if (!keep) forget(pid);
 }
 
 /* The watcher, a forked copy of the host between fork and _exit (so
@@ -336,9 +366,14 @@ int rl_host_wait(int pid, int block, int *code) {
         if (errno == ECHILD) forget(pid);
         return -1;
     }
-    forget(pid);
+    reaped(pid);
     *code = decode(st);
     return 1;
+}
+
+void rl_host_forget(int pid) {
+    forget(pid);
+    if (atomic_load(&stopping)) wait_for_exit();
 }
 
 int rl_host_stop_self(int pid, int sig) {
@@ -370,32 +405,47 @@ int rl_host_kill(int pid, int sig, int group) {
     return kill(group ? -pid : pid, sig);
 }
 
+/* True if /proc/NAME/stat shows a live (not zombie) member of process group pgrp. */
+static int live_member(const char *name, pid_t pgrp) {
+    char path[300], buf[512];
+    snprintf(path, sizeof(path), "/proc/%s/stat", name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    /* pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses */
+    char *rp = strrchr(buf, ')');
+    char state;
+    int ppid, group;
+    return rp && sscanf(rp + 1, " %c %d %d", &state, &ppid, &group) == 3 && group == pgrp &&
+           state != 'Z' && state != 'X';
+}
+
+/* The last live member rl_host_group_alive found: checked first next time, so
+ * that polling a group that keeps running reads one file, not all of /proc. */
+static atomic_int member_hint;
+
 /* A zombie still counts for kill(-pgrp, 0), and an orphaned zombie may never
  * be reaped (a container's init may not wait), so read /proc instead. */
 int rl_host_group_alive(int pid) {
     if (pid <= 0) return 0;
     if (kill(-pid, 0) != 0 && errno == ESRCH) return 0;
+    char name[24];
+    int hint = atomic_load(&member_hint);
+    snprintf(name, sizeof(name), "%d", hint);
+    if (hint > 0 && live_member(name, pid)) return 1;
     DIR *d = opendir("/proc");
     if (d == NULL) return 1;
     int alive = 0;
     struct dirent *de;
     while (!alive && (de = readdir(d)) != NULL) {
-        char path[300], buf[512];
         if (de->d_name[0] < '0' || de->d_name[0] > '9') continue;
-        snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) continue;
-        ssize_t n = read(fd, buf, sizeof(buf) - 1);
-        close(fd);
-        if (n <= 0) continue;
-        buf[n] = '\0';
-        /* pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses */
-        char *rp = strrchr(buf, ')');
-        char state;
-        int ppid, pgrp;
-        if (rp && sscanf(rp + 1, " %c %d %d", &state, &ppid, &pgrp) == 3 && pgrp == pid &&
-            state != 'Z' && state != 'X')
+        if (live_member(de->d_name, pid)) {
             alive = 1;
+            atomic_store(&member_hint, atoi(de->d_name));
+        }
     }
     closedir(d);
     return alive;

@@ -25,6 +25,7 @@
  * exit never begins.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -154,7 +155,11 @@ int rl_host_signals_start(void) {
     struct sigaction sa;
     sigset_t all, old;
     pthread_t tid;
-    if (pipe(pipe_fd) != 0) return -1;
+    /* Close-on-exec: a command must not inherit the pipe (a byte written to it
+     * would fake a signal). Non-blocking write end: a handler never blocks on
+     * a full pipe. */
+    if (pipe2(pipe_fd, O_CLOEXEC) != 0) return -1;
+    if (fcntl(pipe_fd[1], F_SETFL, O_NONBLOCK) != 0) return -1;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

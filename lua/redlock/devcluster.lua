@@ -47,7 +47,7 @@ if not pcall(ffi.typeof, "rl_devcluster_sockaddr_in") then
   ]]
 end
 
-local AF_INET, SOCK_STREAM = 2, 1
+local AF_INET, SOCK_STREAM, SOCK_CLOEXEC = 2, 1, 0x80000
 local CLOCK_MONOTONIC = 1
 local ESRCH = 3
 
@@ -133,7 +133,7 @@ local function free_ports(n)
   local fds, ports = {}, {}
   local ok, err = pcall(function()
     for i = 1, n do
-      local fd = C.rl_devcluster_socket(AF_INET, SOCK_STREAM, 0)
+      local fd = C.rl_devcluster_socket(AF_INET, bit.bor(SOCK_STREAM, SOCK_CLOEXEC), 0)
       if fd < 0 then error("socket: " .. strerror(ffi.errno())) end
       fds[i] = fd
       local sa = ffi.new("rl_devcluster_sockaddr_in")

@@ -14,6 +14,14 @@
 -- the lock counts as lost. Without --grace, the grace period is DEFAULT_GRACE
 -- or, when that does not fit, the most that does (max_grace); the shortest
 -- ttl is the one where that is 0.
+--
+-- COMMAND's end: what it left running in its process group (`cmd &`) is still
+-- protected by the lock. By default the lock is kept, extended, until every
+-- member of the group has ended (checked every GROUP_POLL_MS), as flock(1)'s
+-- lock stays while a child holds its file open; with --kill-group the rest of
+-- the group gets SIGTERM, then SIGKILL after the grace period, first. Either
+-- way the lock is released only once the group is gone (a lost lock stops it
+-- as above), and redlock exits with COMMAND's own status.
 
 local host = require "redlock.host"
 local args = require "redlock.host.args"
@@ -24,6 +32,7 @@ local EXIT = host.EXIT
 local _M = {}
 
 local POLL_MS = 10
+local GROUP_POLL_MS = 50 -- how often to look whether COMMAND's group has ended
 local DEFAULT_TTL = 10000
 local DEFAULT_GRACE = 2000
 local MIN_SAFETY = 20
@@ -56,7 +65,10 @@ local SPEC = config.spec {
   { name = "policy", long = "policy", arg = "FILE.lua",
     help = "retry policy: a Lua file returning function(attempt, last) -> delay_ms|nil" },
   { name = "grace", long = "grace", arg = "MS", check = "ms0",
-    help = ("lock lost: SIGTERM, then SIGKILL after MS (%d, less for a short --ttl)"):format(DEFAULT_GRACE) },
+    help = ("lock lost, --kill-group: SIGTERM, then SIGKILL after MS (%d, less for a short --ttl)")
+      :format(DEFAULT_GRACE) },
+  { name = "kill_group", long = "kill-group",
+    help = "when COMMAND exits, stop the rest of its process group instead of waiting for it" },
   { name = "fence", long = "fence",
     help = "take a fencing token with the lock, in COMMAND's environment as REDLOCK_TOKEN" },
   { name = "quiet", short = "q", long = "quiet", help = "no message when RESOURCE is held elsewhere" },
@@ -76,19 +88,29 @@ function _M.help()
 usage: redlock exec [OPTIONS] RESOURCE [--] COMMAND [ARGS...]
 
 Acquire RESOURCE on a quorum of the servers, run COMMAND in a process group of
-its own while the lock is kept extended, release it when COMMAND exits, and
-exit with COMMAND's status. COMMAND's environment has REDLOCK_RESOURCE,
+its own while the lock is kept extended, release it once that group has
+exited, and exit with COMMAND's status. COMMAND's environment has REDLOCK_RESOURCE,
 REDLOCK_VALUE (this holder's lock value) and REDLOCK_VALIDITY_MS, and with
 --fence REDLOCK_TOKEN: a fencing token greater than every token granted for
 RESOURCE before (a decimal integer up to 2^63-1: compare it as one, not as
 a double), for COMMAND to hand to the resource it writes.
 
-If the lock is lost while COMMAND runs (its keys are taken over, or too few
-nodes answer extensions), COMMAND's process group gets SIGTERM and, after the
-grace period, SIGKILL - before the lock's validity runs out - and redlock
-exits with 75. Without -n or -w, redlock waits for RESOURCE as long as it takes;
-while too few nodes can be reached, it says so on stderr, node by node, after
-%d s and then every %d s.
+When COMMAND exits, what it left running in its process group (`cmd &`) is
+still protected: redlock keeps the lock, extended, until every process of the
+group has exited, then releases it and exits with COMMAND's status. With
+--kill-group, it sends the rest of the group SIGTERM and, after the grace
+period, SIGKILL instead, then releases. A process that left the group (setsid,
+setpgid: a daemon) is out of reach of both: the lock does not cover it. While
+redlock waits for the group, the terminal is redlock's again: Ctrl-C or any
+SIGINT/SIGTERM/SIGHUP stops the group before the lock is released, and Ctrl-Z
+is ignored (stopping redlock alone would let the lock run out under the group).
+
+If the lock is lost while COMMAND or its group runs (its keys are taken over,
+or too few nodes answer extensions), COMMAND's process group gets SIGTERM and,
+after the grace period, SIGKILL - before the lock's validity runs out - and
+redlock exits with 75. Without -n or -w, redlock waits for RESOURCE as long as
+it takes; while too few nodes can be reached, it says so on stderr, node by
+node, after %d s and then every %d s.
 
 The lock is extended every ttl/3. SIGKILL comes a safety margin (ttl/20, at
 least %d ms) before the validity ends, and grace + safety must fit in half
@@ -121,9 +143,9 @@ local function load_policy(path)
 end
 
 --- Stop the child's process group: SIGTERM, then SIGKILL after grace_ms.
--- Return the child's status (nil if reaped elsewhere).
-local function stop_child(pid, grace_ms)
-  local status
+-- status: the child's exit status if it has been reaped already. Return the
+-- child's status (false if reaped elsewhere).
+local function stop_child(pid, grace_ms, status)
   sys.kill(pid, sys.SIGTERM, true)
   sys.kill(pid, sys.SIGCONT, true)
   local deadline = sys.now_ms() + grace_ms
@@ -258,29 +280,59 @@ function _M.run(opts, argv, k)
     return host.fail(EXIT.NOEXEC, "%s: %s", command[1], serr)
   end
 
+  local status -- COMMAND's exit status, once it has exited
+  local next_group_check = 0
+  local function finish(code)
+    sys.forget(pid)
+    config.release(lock)
+    if opts.verbose then io.stderr:write(("redlock: released '%s'\n"):format(resource)) end
+    return code
+  end
   while true do
-    local what, code = sys.wait(pid, false, true)
-    if what == "stopped" then
-      -- Ctrl-Z on a terminal: stop with the command, so that the shell gets
-      -- its job back; once continued, continue the command unless the lock
-      -- was lost meanwhile (then it is stopped below, SIGCONT included). Any
-      -- other stop is the command's: its lock is kept meanwhile.
-      if sys.stop_self(pid, code) and not (config.lost(lock) or config.remaining(lock) <= grace + POLL_MS) then
-        sys.kill(pid, sys.SIGCONT, true)
+    if status == nil then
+      local what, code = sys.wait(pid, false, true)
+      if what == "stopped" then
+        -- Ctrl-Z on a terminal: stop with the command, so that the shell gets
+        -- its job back; once continued, continue the command unless the lock
+        -- was lost meanwhile (then it is stopped below, SIGCONT included). Any
+        -- other stop is the command's: its lock is kept meanwhile.
+        if sys.stop_self(pid, code) and not (config.lost(lock) or config.remaining(lock) <= grace + POLL_MS) then
+          sys.kill(pid, sys.SIGCONT, true)
+        end
+      elseif what == "exited" then
+        status = code
+        if sys.group_alive(pid) then
+          if opts.kill_group then
+            if opts.verbose then
+              io.stderr:write(("redlock: %s exited (%d); stopping the rest of its process group %d:"
+                .. " SIGTERM, SIGKILL after %d ms\n"):format(command[1], code, pid, grace))
+            end
+            stop_child(pid, grace, status)
+          elseif opts.verbose then
+            io.stderr:write(("redlock: %s exited (%d); keeping '%s' until the rest of its process group %d"
+              .. " has exited\n"):format(command[1], code, resource, pid))
+          end
+        end
+      elseif what == "gone" then
+        -- reaped by the signal thread: it is ending the process
+        config.release(lock)
+        return EXIT.FAIL
       end
-    elseif what == "exited" then
-      config.release(lock)
-      if opts.verbose then io.stderr:write(("redlock: released '%s'\n"):format(resource)) end
-      return code
-    elseif what == "gone" then
-      -- reaped by the signal thread: it is ending the process
-      config.release(lock)
-      return EXIT.FAIL
+    end
+    if status ~= nil and sys.now_ms() >= next_group_check then
+      if not sys.group_alive(pid) then return finish(status) end
+      next_group_check = sys.now_ms() + GROUP_POLL_MS
     end
     if config.lost(lock) or config.remaining(lock) <= grace + POLL_MS then
-      host.fail(EXIT.LOST, "lock on '%s' lost; stopping %s (pid %d): SIGTERM, SIGKILL after %d ms",
-        resource, command[1], pid, grace)
-      stop_child(pid, grace)
+      if status == nil then
+        host.fail(EXIT.LOST, "lock on '%s' lost; stopping %s (pid %d): SIGTERM, SIGKILL after %d ms",
+          resource, command[1], pid, grace)
+      else
+        host.fail(EXIT.LOST, "lock on '%s' lost; stopping what %s (pid %d, exited %d) left in its"
+          .. " process group: SIGTERM, SIGKILL after %d ms", resource, command[1], pid, status, grace)
+      end
+      stop_child(pid, grace, status)
+      sys.forget(pid)
       config.release(lock)
       return EXIT.LOST
     end

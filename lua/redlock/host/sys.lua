@@ -14,6 +14,7 @@ if not pcall(ffi.typeof, "rl_host_timespec") then
     typedef struct { long tv_sec; long tv_nsec; } rl_host_timespec;
     int rl_host_spawn(const char *const *argv, int flags, int grace_ms, int *errnum);
     int rl_host_wait(int pid, int block, int *code);
+    void rl_host_forget(int pid);
     int rl_host_kill(int pid, int sig, int group);
     int rl_host_stop_self(int pid, int sig);
     int rl_host_group_alive(int pid);
@@ -108,6 +109,12 @@ function _M.wait(pid, block, stops)
   if r == 1 then return "exited", code_box[0] end
   if r == 2 then return "stopped", code_box[0] end
   return "gone", code_box[0]
+end
+
+--- Stop supervising pid, reaped, and what was left of its process group
+-- (rl_host_forget): once the group has ended or been stopped.
+function _M.forget(pid)
+  C.rl_host_forget(pid)
 end
 
 --- pid (supervised) stopped with sig: if that is job control on a terminal,
