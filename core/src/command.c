@@ -53,6 +53,30 @@ const char rl_commit_script[] =
 const char rl_release_sha[] = "be077799191632fc6ea6490e3c099c5976889961";
 const char rl_extend_sha[] = "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10";
 
+/* Byte i of prefix .. resource (i < plen + len). */
+static char key_byte(const char *prefix, size_t plen, const char *resource, size_t i) {
+    return i < plen ? prefix[i] : resource[i - plen];
+}
+
+int rl_key_in_namespace(const char *prefix, size_t plen, const char *resource, size_t len) {
+    static const char ns[] = RL_RESERVED_PREFIX;
+    if (plen + len < sizeof(ns) - 1) return 0;
+    for (size_t i = 0; i < sizeof(ns) - 1; i++)
+        if (key_byte(prefix, plen, resource, i) != ns[i]) return 0;
+    return 1;
+}
+
+const char *rl_reserved_key(const char *prefix, size_t prefix_len, const char *resource, size_t len) {
+    static const char fence[] = RL_FENCE_SUFFIX;
+    size_t n = prefix_len + len, f = sizeof(fence) - 1;
+    if (rl_key_in_namespace(prefix, prefix_len, resource, len))
+        return "its key (prefix + resource) starts with \"" RL_RESERVED_PREFIX "\", where redlock keeps its own keys";
+    if (n < f) return NULL;
+    for (size_t i = 0; i < f; i++)
+        if (key_byte(prefix, prefix_len, resource, n - f + i) != fence[i]) return NULL;
+    return "its key (prefix + resource) ends with \"" RL_FENCE_SUFFIX "\", as a fenced lock's counter does";
+}
+
 #define LIT(s) s, sizeof(s) - 1
 #define SHA_LEN 40
 #define HEADER_MAX 24 /* "$" + 20 digits + CRLF, rounded up */

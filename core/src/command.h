@@ -22,6 +22,10 @@ extern const char rl_extend_script[];
 extern const char rl_release_sha[];
 extern const char rl_extend_sha[];
 
+/* The namespace of our own keys and channels: no lock's key starts with it
+ * (rl_reserved_key), so none is one of ours. */
+#define RL_RESERVED_PREFIX "redlock:"
+
 /* Hand-off's queue of waiters (a list of waiter ids) for a key, and the
  * channel that wakes one of them: prefix .. key, and prefix .. id .. ":" .. key. */
 #define RL_QUEUE_PREFIX "redlock:queue:"
@@ -31,7 +35,8 @@ extern const char rl_extend_sha[];
  * (left on a grant); answered like SET. Sent whole (EVAL), like the fenced scripts. */
 extern const char rl_acquire_queued_script[];
 
-/* A fenced lock's counter: the lock's key with this appended. */
+/* A fenced lock's counter: the lock's key with this appended (no lock's key
+ * ends with it: rl_reserved_key). */
 #define RL_FENCE_SUFFIX ":fence"
 
 /* A fenced lock's two rounds (DESIGN.md, "Fencing tokens"): SET NX PX and,
@@ -39,6 +44,9 @@ extern const char rl_acquire_queued_script[];
  * the key still holds our value, raise the counter to the token (1), else 0. */
 extern const char rl_acquire_fenced_script[];
 extern const char rl_commit_script[];
+
+/* 1 if prefix .. resource starts with RL_RESERVED_PREFIX, else 0. */
+int rl_key_in_namespace(const char *prefix, size_t plen, const char *resource, size_t len);
 
 /* Encode into b (replacing its content); each returns 0, or -1 when out of memory.
  *   acquire: SET key value NX PX ttl
