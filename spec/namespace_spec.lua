@@ -5,7 +5,8 @@
 -- "redlock:queue:zz" from 600 s to 60 s (its holder's remaining() still said
 -- 593 s). Such resources are refused in every call, at the caller's line,
 -- naming the argument; the C begin functions refuse them too (so does the
--- engine inside nginx), and `redlock exec` says so as a usage error.
+-- engine inside nginx), and `redlock exec` says so as a usage error. A
+-- queue key that holds something else is left alone by the waiters.
 
 local ffi = require "ffi"
 local redlock = require "redlock"
@@ -109,10 +110,37 @@ describe("keys of our own", function()
     assert.is_false(reserved("", "x:fenc"))
   end)
 
-  it("the issue's case: a holder of redlock:queue:zz is refused", function()
-    local queue = "redlock:queue:zz"
+  it("the issue's case: a holder of redlock:queue:zz is refused, and a waiter on zz cuts no foreign key's ttl", function()
+    local zz = res("zz")
+    local queue = "redlock:queue:" .. zz
     -- our holder of that name: refused at its call
     misuse(here(), function() dlm:lock(queue, { ttl = 600000 }) end, { "bad argument #1 to 'lock'", STARTS })
+    -- another Redlock client's holder of it (600 s), and a holder of zz
+    for i = 1, cl.n do assert.is_true(cluster.set_nx(cl, i, queue, "foreign-holder", 600000)) end
+    local holder = redlock.new { servers = cl.urls }
+    local waiter = redlock.new { servers = cl.urls }
+    local ok, err = pcall(function()
+      local lk = assert(holder:lock(zz, { ttl = 1000 }))
+      assert(cluster.await_value(cl, zz, lk.value, 5000, nil, holder))
+      -- a waiter's refused attempts, then its lock once zz's holder is gone
+      local out = ffi.new("rl_result")
+      for _ = 1, 3 do
+        assert.equal(0, lib.rl_acquire_queued(waiter.client, zz, #zz, 10000, out))
+        assert.equal(lib.RL_STATUS_BUSY, out.status)
+      end
+      local got, why, detail = waiter:lock(zz, { wait = 10000 })
+      assert.is_not_nil(got, tostring(why) .. " " .. cluster.show(detail))
+      assert.is_true(got:unlock())
+      -- the foreign lock kept its value and its 600 s (before: 60 s)
+      assert(cluster.await_all(cl, function(i)
+        local v, pttl = cluster.get(cl, i, queue), cluster.pttl(cl, i, queue)
+        return v == "foreign-holder" and pttl > 590000, ("value %s, pttl %s"):format(tostring(v), tostring(pttl))
+      end, 5000, nil, waiter))
+    end)
+    for i = 1, cl.n do cluster.del(cl, i, queue) end
+    holder:close()
+    waiter:close()
+    assert(ok, err)
   end)
 
   it("the :fence case: a lock named after a fenced lock's counter is refused, the counter untouched", function()

@@ -293,7 +293,10 @@ int rl_extend(rl_client *c, const char *resource, size_t len, const char *value,
  *     own channel "redlock:wake:" .. id .. ":" .. key. A queued waiter that
  *     no longer listens there (gone, or given up) is dropped and the next
  *     one tried, at most 8 per release. The queue expires a minute after
- *     the last refused attempt of a waiter.
+ *     the last refused attempt of a waiter in it. It takes at most 1024
+ *     waiters: a waiter that finds it full, longer (written by others) or
+ *     not a list is not queued, touches nothing, and hears the broadcast
+ *     below; the lock works the same whatever the queue's key holds.
  *   - with no queued waiter woken (none queued, or 8 that no longer
  *     listen), every client listening on the channel
  *         "redlock:released:" .. key

@@ -34,14 +34,26 @@ const char rl_extend_script[] =
 /* A waiter's acquire: SET NX PX; granted, the waiter leaves the queue;
  * refused, it joins the queue's end unless it is in it already (LPOS; a
  * node without LPOS, before Redis 6.0.6, moves it to the end). The queue
- * lives a minute past the last refused attempt. */
+ * lives a minute past the last refused attempt of a waiter in it. The work
+ * is bounded whatever the key holds: LLEN first, and a queue longer than
+ * RL_QUEUE_MAX (only others' writes make one), or a key of another type, is
+ * left alone (not scanned, not joined, its expiry not renewed); a full one
+ * (RL_QUEUE_MAX) takes nobody more. A waiter left out hears the broadcast
+ * (a release that wakes no queued waiter) or polls; SET NX decides the
+ * lock either way. */
+#define STR_(x) #x
+#define STR(x) STR_(x)
 const char rl_acquire_queued_script[] =
     "local q = \"" RL_QUEUE_PREFIX "\"..KEYS[1] "
-    "if redis.call(\"set\",KEYS[1],ARGV[1],\"NX\",\"PX\",ARGV[2]) then redis.pcall(\"lrem\",q,0,ARGV[3]) "
+    "if redis.call(\"set\",KEYS[1],ARGV[1],\"NX\",\"PX\",ARGV[2]) then local n = redis.pcall(\"llen\",q) "
+    "if type(n) == \"number\" and n > 0 and n <= " STR(RL_QUEUE_MAX) " then redis.pcall(\"lrem\",q,0,ARGV[3]) end "
     "return redis.status_reply(\"OK\") end "
+    "local n = redis.pcall(\"llen\",q) "
+    "if type(n) ~= \"number\" or n > " STR(RL_QUEUE_MAX) " then return false end "
     "local p = redis.pcall(\"lpos\",q,ARGV[3]) "
-    "if type(p) == \"table\" then redis.pcall(\"lrem\",q,0,ARGV[3]) p = false end "
-    "if not p then redis.pcall(\"rpush\",q,ARGV[3]) end "
+    "if type(p) == \"table\" then local k = redis.pcall(\"lrem\",q,0,ARGV[3]) "
+    "if type(k) == \"number\" then n = n - k end p = false end "
+    "if not p then if n >= " STR(RL_QUEUE_MAX) " then return false end redis.pcall(\"rpush\",q,ARGV[3]) end "
     "redis.pcall(\"pexpire\",q,60000) return false";
 const char rl_acquire_fenced_script[] =
     "if redis.call(\"set\",KEYS[1],ARGV[1],\"NX\",\"PX\",ARGV[2]) then return redis.call(\"incr\",KEYS[2]) "

@@ -31,6 +31,10 @@ extern const char rl_extend_sha[];
 #define RL_QUEUE_PREFIX "redlock:queue:"
 #define RL_WAKE_PREFIX "redlock:wake:"
 
+/* The most waiters a queue takes: a refused attempt finds its place in at
+ * most this many entries. */
+#define RL_QUEUE_MAX 1024
+
 /* A waiter's acquire: SET NX PX, and the queue of waiters joined on refusal
  * (left on a grant); answered like SET. Sent whole (EVAL), like the fenced scripts. */
 extern const char rl_acquire_queued_script[];
