@@ -211,6 +211,119 @@ describe("hand-off to waiters", function()
     assert(ok, err)
   end)
 
+  -- Anyone who may write to the nodes can fill a queue: with 2,000,000
+  -- entries a waiter's script scanned it twice (LPOS refused, LREM granted),
+  -- ~40-120 ms each, beyond the node timeout, so a free lock stayed
+  -- "unavailable" to the waiter; and every refused attempt renewed the
+  -- queue's minute. Now a queue longer than 1024 is left alone: not
+  -- scanned, not joined, its expiry not renewed; the waiter goes by the
+  -- broadcast and its polls.
+  it("still locks for a waiter, promptly, with 2,000,000 entries pushed into the queue by others", function()
+    local ffi = require "ffi"
+    local lib = require("redlock.cdefs").lib
+    local out = ffi.new("rl_result")
+    local r = res("huge")
+    local channel, queue = "redlock:released:" .. r, "redlock:queue:" .. r
+    local N = 2000000
+    local fill = "local t = {} for i = 1, 1000 do t[i] = i end "
+      .. "for j = 1, tonumber(ARGV[1]) do redis.call('rpush', KEYS[1], unpack(t)) end return redis.call('llen', KEYS[1])"
+    for node = 1, cl.n do
+      for _ = 1, 10 do cl:cli(node, "EVAL", fill, "1", queue, tostring(N / 10000)) end
+      assert.equal(tostring(N), cl:cli(node, "LLEN", queue))
+      assert.equal("-1", cl:cli(node, "PTTL", queue))
+    end
+    local function queue_is(len)
+      assert(cluster.await_all(cl, function(node)
+        local n, pttl = cl:cli(node, "LLEN", queue), cl:cli(node, "PTTL", queue)
+        -- never joined nor renewed (before: N + 1 entries, a minute to live)
+        return n == tostring(len) and pttl == "-1", ("llen %s, pttl %s"):format(n, pttl)
+      end, 5000))
+    end
+    local holder = redlock.new { servers = cl.urls }
+    -- a node timeout below the scan's time, so that a scan shows (the
+    -- lock waits up to 10 s: an attempt that times out by load is retried)
+    local waiter = redlock.new { servers = cl.urls, node_timeout = 20 }
+    local listener = redlock.new { servers = cl.urls }
+    local ok, err = pcall(function()
+      -- a lock's waiter: refused while the holder's 1.5 s run, then granted
+      local lk = assert(holder:lock(r, { ttl = 1500 }))
+      assert(cluster.await_value(cl, r, lk.value, 5000, nil, holder))
+      local got, why, detail = waiter:lock(r, { wait = 10000 })
+      assert.is_not_nil(got, tostring(why) .. " " .. cluster.show(detail))
+      queue_is(N)
+      assert.is_true(got:unlock()) -- its release drops 8 entries (nobody listens for them)
+      queue_is(N - 8)
+      -- a release still wakes a waiter (popping 8 of the entries, then the
+      -- broadcast), and the woken waiter's attempt gets the lock
+      lk = assert(holder:lock(r))
+      assert(cluster.await_value(cl, r, lk.value, 5000, nil, holder))
+      assert.equal(0, lib.rl_watch(listener.client, r, #r))
+      await_subscribers(channel, { listener })
+      assert.equal(0, lib.rl_acquire_queued(listener.client, r, #r, 10000, out))
+      assert.equal(lib.RL_STATUS_BUSY, out.status)
+      local heard = lib.rl_heard(listener.client, r, #r)
+      assert.is_true(lk:unlock())
+      assert.equal(1, lib.rl_sleep_until(listener.client, r, #r, heard, 5000))
+      assert.equal(0, lib.rl_acquire_queued(listener.client, r, #r, 10000, out))
+      assert.equal(lib.RL_STATUS_OK, out.status)
+      local value = ffi.string(out.value)
+      assert(cluster.await_value(cl, r, value, 5000, nil, listener))
+      assert.equal(0, lib.rl_release(listener.client, r, #r, value, out))
+      lib.rl_unwatch(listener.client, r, #r)
+      queue_is(N - 24)
+    end)
+    for node = 1, cl.n do cl:cli(node, "UNLINK", queue) end
+    listener:close()
+    waiter:close()
+    holder:close()
+    assert(ok, err)
+  end)
+
+  it("takes at most 1024 waiters in a queue: a waiter that finds it full is not queued", function()
+    local ffi = require "ffi"
+    local lib = require("redlock.cdefs").lib
+    local out = ffi.new("rl_result")
+    local r = res("full")
+    local queue = "redlock:queue:" .. r
+    local holder = redlock.new { servers = cl.urls }
+    local w = redlock.new { servers = cl.urls }
+    local fill = "for i = 1, tonumber(ARGV[1]) do redis.call('rpush', KEYS[1], string.format('%016x', i)) end"
+    local function attempt_then(len, pttl_ok)
+      assert.equal(0, lib.rl_acquire_queued(w.client, r, #r, 10000, out))
+      assert.equal(lib.RL_STATUS_BUSY, out.status)
+      assert(cluster.await_all(cl, function(node)
+        local n = cl:cli(node, "LLEN", queue)
+        local pttl = tonumber((cl:cli(node, "PTTL", queue)))
+        return n == tostring(len) and pttl_ok(pttl), ("llen %s, pttl %s"):format(n, pttl)
+      end, 5000, nil, w))
+    end
+    local ok, err = pcall(function()
+      local lk = assert(holder:lock(r))
+      assert(cluster.await_value(cl, r, lk.value, 5000, nil, holder))
+      for node = 1, cl.n do cl:cli(node, "EVAL", fill, "1", queue, "1024") end
+      -- full: not joined, its expiry (none) not renewed
+      attempt_then(1024, function(pttl) return pttl == -1 end)
+      -- one place left: joined at the end, the queue lives a minute
+      for node = 1, cl.n do cl:cli(node, "RPOP", queue) end
+      attempt_then(1024, function(pttl) return pttl > 0 and pttl <= 60000 end)
+      local id
+      for node = 1, cl.n do
+        local last = cl:cli(node, "LINDEX", queue, "-1")
+        assert.matches("^%x+$", last)
+        assert.are_not.equal(("%016x"):format(1024), last)
+        id = id or last
+        assert.equal(id, last)
+      end
+      -- in it, a refused attempt keeps its place (not a second entry)
+      attempt_then(1024, function(pttl) return pttl > 0 and pttl <= 60000 end)
+      assert.is_true(lk:unlock())
+    end)
+    for node = 1, cl.n do cl:cli(node, "DEL", queue) end
+    w:close()
+    holder:close()
+    assert(ok, err)
+  end)
+
   it("wakes nobody with a failed acquire's cleanup", function()
     -- A cleanup deletes a loser's key on a minority of nodes while the lock
     -- is held elsewhere (or by nobody, after a split vote): a waiter woken

@@ -119,7 +119,8 @@ typedef struct rl_options {
                                 a stream that lost a reply cannot resynchronise any other way */
     int quorum;              /* votes needed; 0 means N/2+1; never below N/2+1, never above N */
     double drift_factor;     /* clock drift allowance, fraction of ttl (default 0.01) */
-    const char *prefix;      /* prepended to every resource name to form the key (default "") */
+    const char *prefix;      /* prepended to every resource name to form the key (default ""; not
+                                starting with "redlock:": see rl_reserved_key) */
     size_t prefix_len;       /* length of prefix in bytes */
     rl_tls_options tls;      /* for rediss:// nodes (default: verify against the system's CAs) */
 } rl_options;
@@ -194,7 +195,8 @@ const char *rl_client_errstr(const rl_client *c);
 /*
  * Start an operation; return its id (>= 0), or RL_ERR with the reason in
  * rl_client_errstr (resource empty, or longer than RL_MAX_KEY_LEN with the
- * prefix, ttl <= 0, value not RL_VALUE_LEN long, out of memory), or
+ * prefix, or reserved: see rl_reserved_key; ttl <= 0, value not
+ * RL_VALUE_LEN long, out of memory), or
  * RL_ERR_FULL when RL_ID_SLOTS operations are already in flight on this
  * client (the blocking forms below return it too).
  * The command is queued; it goes out when the client's loop next runs
@@ -209,6 +211,21 @@ const char *rl_client_errstr(const rl_client *c);
  * index a table of your own.
  */
 int rl_begin_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms);
+
+/*
+ * Keys that are ours: a lock's key (prefix + resource) is the key other
+ * Redlock clients use for the same lock, so our other keys and channels
+ * must be names that no lock's key can be. Every begin refuses (RL_ERR) a
+ * resource whose key
+ *   - starts with "redlock:": hand-off's queues ("redlock:queue:" .. key)
+ *     and channels live there (rl_client_new refuses such a prefix);
+ *   - ends with ":fence": a fenced lock's counter is its key .. ":fence".
+ * Return NULL if prefix .. resource may name a lock, else why not (a
+ * static text). The prefix counts: "redlock" + ":queue:x" is refused, and
+ * "app:" + "redlock:queue:x" is not.
+ */
+const char *rl_reserved_key(const char *prefix, size_t prefix_len, const char *resource, size_t len);
+
 int rl_begin_release(rl_client *c, const char *resource, size_t len, const char *value);
 int rl_begin_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms);
 
@@ -295,7 +312,10 @@ int rl_extend(rl_client *c, const char *resource, size_t len, const char *value,
  *     own channel "redlock:wake:" .. id .. ":" .. key. A queued waiter that
  *     no longer listens there (gone, or given up) is dropped and the next
  *     one tried, at most 8 per release. The queue expires a minute after
- *     the last refused attempt of a waiter.
+ *     the last refused attempt of a waiter in it. It takes at most 1024
+ *     waiters: a waiter that finds it full, longer (written by others) or
+ *     not a list is not queued, touches nothing, and hears the broadcast
+ *     below; the lock works the same whatever the queue's key holds.
  *   - with no queued waiter woken (none queued, or 8 that no longer
  *     listen), every client listening on the channel
  *         "redlock:released:" .. key

@@ -34,14 +34,26 @@ const char rl_extend_script[] =
 /* A waiter's acquire: SET NX PX; granted, the waiter leaves the queue;
  * refused, it joins the queue's end unless it is in it already (LPOS; a
  * node without LPOS, before Redis 6.0.6, moves it to the end). The queue
- * lives a minute past the last refused attempt. */
+ * lives a minute past the last refused attempt of a waiter in it. The work
+ * is bounded whatever the key holds: LLEN first, and a queue longer than
+ * RL_QUEUE_MAX (only others' writes make one), or a key of another type, is
+ * left alone (not scanned, not joined, its expiry not renewed); a full one
+ * (RL_QUEUE_MAX) takes nobody more. A waiter left out hears the broadcast
+ * (a release that wakes no queued waiter) or polls; SET NX decides the
+ * lock either way. */
+#define STR_(x) #x
+#define STR(x) STR_(x)
 const char rl_acquire_queued_script[] =
     "local q = \"" RL_QUEUE_PREFIX "\"..KEYS[1] "
-    "if redis.call(\"set\",KEYS[1],ARGV[1],\"NX\",\"PX\",ARGV[2]) then redis.pcall(\"lrem\",q,0,ARGV[3]) "
+    "if redis.call(\"set\",KEYS[1],ARGV[1],\"NX\",\"PX\",ARGV[2]) then local n = redis.pcall(\"llen\",q) "
+    "if type(n) == \"number\" and n > 0 and n <= " STR(RL_QUEUE_MAX) " then redis.pcall(\"lrem\",q,0,ARGV[3]) end "
     "return redis.status_reply(\"OK\") end "
+    "local n = redis.pcall(\"llen\",q) "
+    "if type(n) ~= \"number\" or n > " STR(RL_QUEUE_MAX) " then return false end "
     "local p = redis.pcall(\"lpos\",q,ARGV[3]) "
-    "if type(p) == \"table\" then redis.pcall(\"lrem\",q,0,ARGV[3]) p = false end "
-    "if not p then redis.pcall(\"rpush\",q,ARGV[3]) end "
+    "if type(p) == \"table\" then local k = redis.pcall(\"lrem\",q,0,ARGV[3]) "
+    "if type(k) == \"number\" then n = n - k end p = false end "
+    "if not p then if n >= " STR(RL_QUEUE_MAX) " then return false end redis.pcall(\"rpush\",q,ARGV[3]) end "
     "redis.pcall(\"pexpire\",q,60000) return false";
 /* A fenced lock's scripts start by checking the counter, before anything
  * is written (Redis does not undo a script's writes when it fails later):
@@ -76,6 +88,30 @@ const char rl_commit_script[] =
     "if not c or #c < #t or (#c == #t and c < t) then redis.call(\"set\",KEYS[2],t) end return 1";
 const char rl_release_sha[] = "be077799191632fc6ea6490e3c099c5976889961";
 const char rl_extend_sha[] = "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10";
+
+/* Byte i of prefix .. resource (i < plen + len). */
+static char key_byte(const char *prefix, size_t plen, const char *resource, size_t i) {
+    return i < plen ? prefix[i] : resource[i - plen];
+}
+
+int rl_key_in_namespace(const char *prefix, size_t plen, const char *resource, size_t len) {
+    static const char ns[] = RL_RESERVED_PREFIX;
+    if (plen + len < sizeof(ns) - 1) return 0;
+    for (size_t i = 0; i < sizeof(ns) - 1; i++)
+        if (key_byte(prefix, plen, resource, i) != ns[i]) return 0;
+    return 1;
+}
+
+const char *rl_reserved_key(const char *prefix, size_t prefix_len, const char *resource, size_t len) {
+    static const char fence[] = RL_FENCE_SUFFIX;
+    size_t n = prefix_len + len, f = sizeof(fence) - 1;
+    if (rl_key_in_namespace(prefix, prefix_len, resource, len))
+        return "its key (prefix + resource) starts with \"" RL_RESERVED_PREFIX "\", where redlock keeps its own keys";
+    if (n < f) return NULL;
+    for (size_t i = 0; i < f; i++)
+        if (key_byte(prefix, prefix_len, resource, n - f + i) != fence[i]) return NULL;
+    return "its key (prefix + resource) ends with \"" RL_FENCE_SUFFIX "\", as a fenced lock's counter does";
+}
 
 #define LIT(s) s, sizeof(s) - 1
 #define SHA_LEN 40

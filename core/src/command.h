@@ -22,16 +22,25 @@ extern const char rl_extend_script[];
 extern const char rl_release_sha[];
 extern const char rl_extend_sha[];
 
+/* The namespace of our own keys and channels: no lock's key starts with it
+ * (rl_reserved_key), so none is one of ours. */
+#define RL_RESERVED_PREFIX "redlock:"
+
 /* Hand-off's queue of waiters (a list of waiter ids) for a key, and the
  * channel that wakes one of them: prefix .. key, and prefix .. id .. ":" .. key. */
 #define RL_QUEUE_PREFIX "redlock:queue:"
 #define RL_WAKE_PREFIX "redlock:wake:"
 
+/* The most waiters a queue takes: a refused attempt finds its place in at
+ * most this many entries. */
+#define RL_QUEUE_MAX 1024
+
 /* A waiter's acquire: SET NX PX, and the queue of waiters joined on refusal
  * (left on a grant); answered like SET. Sent whole (EVAL), like the fenced scripts. */
 extern const char rl_acquire_queued_script[];
 
-/* A fenced lock's counter: the lock's key with this appended. */
+/* A fenced lock's counter: the lock's key with this appended (no lock's key
+ * ends with it: rl_reserved_key). */
 #define RL_FENCE_SUFFIX ":fence"
 
 /* A fenced lock's two rounds (DESIGN.md, "Fencing tokens"): SET NX PX and,
@@ -43,6 +52,9 @@ extern const char rl_acquire_queued_script[];
  * 2^63-1, the end of INCR's range; the error names the counter key. */
 extern const char rl_acquire_fenced_script[];
 extern const char rl_commit_script[];
+
+/* 1 if prefix .. resource starts with RL_RESERVED_PREFIX, else 0. */
+int rl_key_in_namespace(const char *prefix, size_t plen, const char *resource, size_t len);
 
 /* Encode into b (replacing its content); each returns 0, or -1 when out of memory.
  *   acquire: SET key value NX PX ttl

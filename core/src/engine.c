@@ -125,6 +125,8 @@ static int check_options(const rl_options *o, int n, char *err, size_t errlen) {
         return snprintf(err, errlen, "quorum must be between %d (a majority of %d) and %d", majority, n, n), -1;
     if (o->prefix_len > 0 && o->prefix == NULL) return snprintf(err, errlen, "prefix is NULL"), -1;
     if (o->prefix_len > RL_MAX_KEY_LEN) return snprintf(err, errlen, "prefix is longer than a key may be"), -1;
+    if (rl_key_in_namespace(o->prefix, o->prefix_len, "", 0))
+        return snprintf(err, errlen, "prefix starts with \"" RL_RESERVED_PREFIX "\", where redlock keeps its own keys"), -1;
     return 0;
 }
 
@@ -513,6 +515,8 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
         return snprintf(e->errstr, sizeof(e->errstr), "resource must be a non-empty string"), RL_ERR;
     if (len > RL_MAX_KEY_LEN - e->opts.prefix_len)
         return snprintf(e->errstr, sizeof(e->errstr), "resource is longer than a key may be (512 MB with the prefix)"), RL_ERR;
+    const char *reserved = rl_reserved_key(e->prefix, e->opts.prefix_len, resource, len);
+    if (reserved) return snprintf(e->errstr, sizeof(e->errstr), "resource is reserved: %s", reserved), RL_ERR;
     if (kind != RL_OP_RELEASE && ttl_ms <= 0)
         return snprintf(e->errstr, sizeof(e->errstr), "ttl must be > 0 ms (got %d)", ttl_ms), RL_ERR;
     if (kind != RL_OP_ACQUIRE && (value == NULL || strnlen(value, RL_VALUE_LEN + 1) != RL_VALUE_LEN))

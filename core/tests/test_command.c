@@ -71,6 +71,25 @@ static void encodes_large_keys_and_ttls(void) {
     rl_buf_free(&b);
 }
 
+/* prefix .. resource decides, whichever part the reserved bytes fall in */
+static void knows_which_keys_are_ours(void) {
+    CHECK(rl_reserved_key("", 0, "redlock:queue:zz", 16) != NULL);
+    CHECK(rl_reserved_key("redlock:", 8, "x", 1) != NULL);
+    CHECK(rl_reserved_key("red", 3, "lock:x", 6) != NULL);
+    CHECK(rl_reserved_key("redlock", 7, ":", 1) != NULL);
+    CHECK(rl_reserved_key("", 0, "x:fence", 7) != NULL);
+    CHECK(rl_reserved_key("x:fe", 4, "nce", 3) != NULL);
+    CHECK(rl_reserved_key("", 0, ":fence", 6) != NULL);
+    CHECK(rl_reserved_key("app:", 4, "redlock:queue:zz", 16) == NULL);
+    CHECK(rl_reserved_key("", 0, "redlock", 7) == NULL);
+    CHECK(rl_reserved_key("", 0, "redlock\0:", 9) == NULL);
+    CHECK(rl_reserved_key("", 0, "x:fenced", 8) == NULL);
+    CHECK(rl_reserved_key("", 0, "fence", 5) == NULL);
+    CHECK(rl_reserved_key("fence:", 6, "x", 1) == NULL);
+    CHECK_INT(rl_key_in_namespace("redlock:", 8, "", 0), 1);
+    CHECK_INT(rl_key_in_namespace("redlock", 7, "", 0), 0);
+}
+
 static void values_are_hex_and_distinct(void) {
     char a[RL_VALUE_LEN + 1], b[RL_VALUE_LEN + 1];
     CHECK_INT(rl_value_generate(a), 0);
@@ -88,6 +107,7 @@ int main(void) {
     encodes_a_waiters_acquire_whole();
     encodes_any_command_after_what_is_queued();
     encodes_large_keys_and_ttls();
+    knows_which_keys_are_ours();
     values_are_hex_and_distinct();
     return check_report("test_command");
 }

@@ -1700,7 +1700,35 @@ static void waiter_id_per_process(void) {
     rl_engine_free(E);
 }
 
+/* A key of ours (redlock.h, rl_reserved_key) is refused by every begin,
+ * nothing queued for any node; a prefix in our namespace by rl_engine_new. */
+static void reserved_keys_are_refused(void) {
+    rl_options o;
+    rl_options_init(&o);
+    o.prefix = "red";
+    o.prefix_len = 3;
+    E = engine(urls5, 3, &o);
+    const char *r = "lock:queue:zz";
+    size_t n = strlen(r);
+    CHECK_INT(rl_engine_begin_acquire(E, r, n, 1000, 0), RL_ERR);
+    CHECK(strstr(rl_engine_errstr(E), "resource is reserved: its key (prefix + resource) starts with") != NULL);
+    CHECK_INT(rl_engine_begin_acquire_queued(E, r, n, 1000, 0), RL_ERR);
+    CHECK_INT(rl_engine_begin_acquire_fenced(E, "x:fence", 7, 1000, 0), RL_ERR);
+    CHECK(strstr(rl_engine_errstr(E), "ends with \":fence\"") != NULL);
+    CHECK_INT(rl_engine_begin_release(E, r, n, VALUE, 0), RL_ERR);
+    CHECK_INT(rl_engine_begin_extend(E, r, n, VALUE, 1000, 0), RL_ERR);
+    CHECK_INT(rl_engine_inflight(E), 0);
+    CHECK(rl_engine_begin_acquire(E, "lock", 4, 1000, 0) >= 0); /* "redlock": not in the namespace */
+    rl_engine_free(E);
+    o.prefix = "redlock:app:";
+    o.prefix_len = strlen(o.prefix);
+    char err[RL_ERR_LEN] = "";
+    CHECK(rl_engine_new(urls5, 3, &o, err, sizeof(err)) == NULL);
+    CHECK_STR(err, "prefix starts with \"redlock:\", where redlock keeps its own keys");
+}
+
 int main(void) {
+    reserved_keys_are_refused();
     release_heard_by_waiters();
     quiet_release_stays_quiet();
     acquire_on_three_reaches_quorum();

@@ -101,6 +101,7 @@ const char *rl_client_node_name(const rl_client *c, int i);
 int rl_client_quorum(const rl_client *c);
 const char *rl_client_errstr(const rl_client *c);
 int rl_begin_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms);
+const char *rl_reserved_key(const char *prefix, size_t prefix_len, const char *resource, size_t len);
 int rl_begin_release(rl_client *c, const char *resource, size_t len, const char *value);
 int rl_begin_release_quiet(rl_client *c, const char *resource, size_t len, const char *value);
 int rl_begin_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms);

@@ -117,11 +117,22 @@ local function check_self(v, mt, fname, what, how)
     end
 end
 
-local function check_resource(pos, fname, resource)
+-- Why the key of resource (prefix .. resource) is one of ours and may not
+-- be locked (redlock.h, rl_reserved_key: it starts with "redlock:" or ends
+-- with ":fence"), or nil.
+local function reserved(self, resource)
+    local prefix = self.prefix or ""
+    local why = C.rl_reserved_key(prefix, #prefix, resource, #resource)
+    return why ~= nil and ffi_string(why) or nil
+end
+
+local function check_resource(self, pos, fname, resource, name)
     if type(resource) ~= "string" or #resource == 0 then
-        argerror(pos, fname, "resource must be a non-empty string, got " ..
-            (resource == "" and "an empty string" or show(resource)))
+        argerror(pos, fname, ("%s must be a non-empty string, got %s")
+            :format(name or "resource", resource == "" and "an empty string" or show(resource)))
     end
+    local why = reserved(self, resource)
+    if why then argerror(pos, fname, ("%s %s is reserved: %s"):format(name or "resource", show(resource), why)) end
 end
 
 local function check_ms(pos, fname, name, v)
@@ -610,7 +621,7 @@ end
 -- Check every option of a lock call before anything is sent; returns what
 -- the call needs.
 local function lock_options(self, fname, resource, opts)
-    check_resource(1, fname, resource)
+    check_resource(self, 1, fname, resource)
     opts = check_opts(2, fname, opts, LOCK_KEYS)
     local ttl, wait, policy, keepalive, margin, fence = self.ttl, nil, self.retry, self.keepalive, nil, false
     if opts then
@@ -1131,10 +1142,7 @@ function dlm:lock_many(resources, opts)
     local seen = {}
     for i = 1, #resources do
         local r = resources[i]
-        if type(r) ~= "string" or #r == 0 then
-            argerror(1, "lock_many", ("resources[%d] must be a non-empty string, got %s")
-                :format(i, r == "" and "an empty string" or show(r)))
-        end
+        check_resource(self, 1, "lock_many", r, ("resources[%d]"):format(i))
         if seen[r] then argerror(1, "lock_many", ("resources[%d] repeats resources[%d]"):format(i, seen[r])) end
         seen[r] = i
     end
@@ -1226,6 +1234,11 @@ function dlm:with_lock(resource, opts, fn, ...)
     lk:unlock()
     if not out[1] then error(out[2], 0) end
     return unpack(out, 2, out.n)
+end
+
+--- For a host: why dlm may not lock resource (its key is one of ours), or nil.
+function _M._reserved(dlm, resource)
+    return reserved(dlm, resource)
 end
 
 --- For a host that must not end while a lock is being acquired (its

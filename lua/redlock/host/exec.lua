@@ -220,6 +220,11 @@ function _M.run(opts, argv, k)
 
   local dlm, err = config.client(opts)
   if not dlm then return host.fail(EXIT.USAGE, "%s", err) end
+  local reserved = require("redlock")._reserved(dlm, resource)
+  if reserved then
+    dlm:close()
+    return host.usage_error("exec", ("RESOURCE '%s' is reserved: %s"):format(resource, reserved))
+  end
 
   -- Waiting for a lock held elsewhere is silent; failing to reach a quorum of
   -- the nodes is not: say so after UNREACHABLE_FIRST_MS, then every
