@@ -23,8 +23,10 @@
 -- the worker's hub: a client made per request costs no connection. The hub
 -- starts with the first call; with nothing in flight, no tail and no call
 -- for HUB_IDLE_MS it ends its timer and closes its connections (the next
--- call starts it again); when the worker exits it serves what is in flight
--- for at most a node timeout, then stops. client:free() never stops a hub.
+-- call starts it again); when the worker exits it serves the operations
+-- begun until decided, tails for at most a node timeout, and kept locks for
+-- as long as they are kept, then stops. client:free() never stops a hub. It
+-- also extends the worker's kept locks (see "kept locks").
 -- rediss:// nodes: the connections speak TLS (see "TLS" below).
 
 local ffi = require "ffi"
@@ -47,6 +49,7 @@ local HUB_SLICE_MS = 500       -- the longest the hub sleeps without looking at 
 local READ_TIMEOUT_MS = 3600000 -- a reader waits this long for bytes, then again (the engine times replies)
 local WAIT_MARGIN_MS = 2000    -- a call's safety timeout: node + connect timeout + this
 local STALE_MS = 10000         -- a result nobody took for this long is dropped (its call is gone)
+local EXIT_GC_MS = 5000        -- an exiting worker's hub that keeps locks collects garbage this often
 -- Each connect costs the timer's request a little memory that nginx frees
 -- only when the timer ends: after this many, the hub starts a fresh timer at
 -- its first quiet moment (nothing in flight, no tail).
@@ -74,7 +77,9 @@ end
 local out_ptr = ffi_new("const char *[1]")
 
 ---------------------------------------------------------------------------
--- waiters: what a call waits on (its semaphore, a copy of its result)
+-- waiters: what a call waits on (its semaphore, a copy of its result), and
+-- who it is (the coroutine that began it, the resource of an acquire: see
+-- "calls that are gone")
 
 local free_waiters, nfree = {}, 0
 
@@ -85,7 +90,8 @@ local function take_waiter()
         free_waiters[nfree] = nil
         nfree = nfree - 1
     else
-        w = { sema = semaphore.new(0), res = ffi_new("rl_result"), done = false, done_at = 0, err = nil, id = -1 }
+        w = { sema = semaphore.new(0), res = ffi_new("rl_result"), done = false, done_at = 0, err = nil, id = -1,
+              co = nil, resource = nil, waiting = false, abandoned = false }
     end
     return w
 end
@@ -93,7 +99,7 @@ end
 -- Only a waiter whose semaphore holds nothing (it was waited on to the end,
 -- or never posted) goes back to the list.
 local function give_waiter(w)
-    w.done, w.err, w.id = false, nil, -1
+    w.done, w.err, w.id, w.co, w.resource, w.abandoned = false, nil, -1, nil, nil, false
     if w.sema:count() ~= 0 then return end
     nfree = nfree + 1
     free_waiters[nfree] = w
@@ -110,26 +116,308 @@ local function wake(hub)
     if sema and sema:count() < 1 then sema:post(1) end
 end
 
--- Hand every finished operation to the call waiting for it. Pure engine
--- work, no I/O: any coroutine of the worker may do it.
-local function deliver(hub)
-    local e, res, waiters = hub.e, hub.res, hub.waiters
-    while C.rl_engine_collect(e, res) == 1 do
-        local w = waiters[res.id]
-        if w ~= nil and not w.done then
-            ffi_copy(w.res, res, RESULT_SIZE)
-            w.done, w.done_at = true, hub.now
-            w.sema:post(1)
+---------------------------------------------------------------------------
+-- kept locks: keep-alive on the hub's own timer
+--
+-- Kept locks are extended by the hub, not by an ngx.timer each: nginx
+-- allows lua_max_pending_timers of those per worker, and one left pending
+-- after an unlock counts until it fires. As rl_keeper does it (keeper.c):
+-- every kept lock that is held sits in a binary min-heap (hub.kept, entries
+-- 1 .. n) keyed by its next deadline: when its extension is due or, with an
+-- extension in flight (or one that would come too late), when it turns
+-- lost. The hub's loop sleeps no longer than the earliest deadline and, at
+-- most once a tick, begins the extensions due as ordinary engine rounds
+-- (they go out with whatever else was begun in that turn). Unlocking takes
+-- the entry out at once.
+
+local KEEP_HELD, KEEP_LOST = C.RL_KEEP_HELD, C.RL_KEEP_LOST
+local KEEP_GONE = 0            -- removed, dropped or freed: a late result is ignored
+local KEEP_TICK_MS = 10        -- extensions due are begun at most once a tick, together
+local STATUS_OK, STATUS_NOT_HELD = C.RL_STATUS_OK, C.RL_STATUS_NOT_HELD
+local OP_ACQUIRE, ERR_FULL = C.RL_OP_ACQUIRE, C.RL_ERR_FULL
+local floor, min, max = math.floor, math.min, math.max
+
+-- The heap h: h[1 .. h.n], each entry knowing its place (e.hi) and key (e.at).
+local function sift_up(h, i)
+    local e = h[i]
+    while i > 1 do
+        local p = floor(i / 2)
+        local pe = h[p]
+        if pe.at <= e.at then break end
+        h[i], pe.hi = pe, i
+        i = p
+    end
+    h[i], e.hi = e, i
+end
+
+local function sift_down(h, i)
+    local n, e = h.n, h[i]
+    while true do
+        local c = i * 2
+        if c > n then break end
+        if c < n and h[c + 1].at < h[c].at then c = c + 1 end
+        local ce = h[c]
+        if ce.at >= e.at then break end
+        h[i], ce.hi = ce, i
+        i = c
+    end
+    h[i], e.hi = e, i
+end
+
+-- File entry e at deadline at: insert it, or move it.
+local function heap_set(h, e, at)
+    local i = e.hi
+    local old = e.at
+    e.at = at
+    if i == nil then
+        i = h.n + 1
+        h.n, h[i], e.hi = i, e, i
+        return sift_up(h, i)
+    end
+    if at < old then sift_up(h, i) else sift_down(h, i) end
+end
+
+-- Take entry e out of the heap (no-op if it is not in it).
+local function heap_remove(h, e)
+    local i = e.hi
+    if i == nil then return end
+    e.hi = nil
+    local n = h.n
+    local last = h[n]
+    h[n], h.n = nil, n - 1
+    if i == n then return end
+    h[i], last.hi = last, i
+    if last.at < e.at then sift_up(h, i) else sift_down(h, i) end
+end
+
+-- The moment kept lock e turns lost without a successful extension.
+local function lost_at(e)
+    return e.valid_until - e.margin
+end
+
+-- How long after a successful extension e is extended again: a third of
+-- what its ttl leaves above the margin (two more tries fit before it would
+-- be called lost).
+local function period(e)
+    return max((e.ttl - e.margin) / 3, 1)
+end
+
+-- When the hub must look at e next: its extension, unless one is in flight
+-- or it would come after e is lost.
+local function deadline_of(e)
+    local lost = lost_at(e)
+    if e.op >= 0 or e.next_due >= lost then return lost end
+    return e.next_due
+end
+
+local function schedule(hub, e)
+    if e.unowned then return end -- see forget_unowned
+    heap_set(hub.kept, e, deadline_of(e))
+end
+
+-- e stops being held (lost, or gone from the keeper).
+local function unkeep(hub, e, state)
+    heap_remove(hub.kept, e)
+    hub.owners[e] = nil
+    e.state = state
+end
+
+-- The worker exits: a kept lock whose owner (the request or timer that kept
+-- it, by its ngx.ctx, which nginx lets go of when it ends) has ended and
+-- been collected is not extended any more, so that it cannot hold the
+-- worker up (one left in a module-level table, say). It is not released
+-- either: it stays held until its validity less the margin runs out, then
+-- lost.
+local function forget_unowned(hub)
+    local h, owners, list = hub.kept, hub.owners, {}
+    for i = 1, h.n do
+        if owners[h[i]] == nil then list[#list + 1] = h[i] end
+    end
+    for k = 1, #list do
+        list[k].unowned = true
+        heap_remove(h, list[k])
+    end
+end
+
+local function lost_if_out_of_time(hub, e, now)
+    if e.state == KEEP_HELD and now >= lost_at(e) then unkeep(hub, e, KEEP_LOST) end
+end
+
+-- Begin extending e (with the ttl it has now). An engine with every
+-- operation slot taken gets it again a tick later.
+local function start_extension(hub, e, now)
+    local started = now_ms()
+    e.extend_start, e.extend_ttl = started, e.ttl
+    local id = C.rl_engine_begin_extend(hub.e, e.resource, #e.resource, e.value, e.ttl, started)
+    if id >= 0 then
+        e.op = id
+        hub.keeps[id] = e
+    else
+        e.next_due = now + KEEP_TICK_MS
+    end
+    schedule(hub, e)
+end
+
+-- Every entry whose deadline has come: lost ones turn lost, due ones begin
+-- their extension.
+local function start_due(hub, now)
+    local h = hub.kept
+    while h.n > 0 and h[1].at <= now do
+        local e = h[1]
+        if e.state ~= KEEP_HELD then heap_remove(h, e) -- dropped from a finalizer meanwhile
+        elseif now >= lost_at(e) then unkeep(hub, e, KEEP_LOST)
+        else start_extension(hub, e, now) end
+    end
+end
+
+-- The result r of e's extension.
+local function kept_result(hub, e, r)
+    if e.op ~= r.id then return end -- removed or dropped meanwhile
+    e.op = -1
+    if e.state ~= KEEP_HELD then return end
+    local now = now_ms()
+    if r.status == STATUS_OK and e.extend_ttl ~= e.ttl then
+        -- the owner extended to another ttl meanwhile (keeper:update): nodes
+        -- may hold either; count the shorter validity, extend again at once
+        local until_ = e.extend_start + r.validity_ms
+        if until_ < e.valid_until then e.valid_until = until_ end
+        e.next_due = now
+    elseif r.status == STATUS_OK then
+        e.valid_until = e.extend_start + r.validity_ms
+        e.next_due = now + period(e)
+    elseif r.status == STATUS_NOT_HELD then
+        return unkeep(hub, e, KEEP_LOST)
+    else
+        -- unavailable / timeout: again soon, until the validity runs out
+        e.next_due = now + min(e.ttl / 10, 100)
+        lost_if_out_of_time(hub, e, now)
+        if e.state ~= KEEP_HELD then return end
+    end
+    schedule(hub, e)
+end
+
+-- Release resource's lock of value from the hub, for nobody (a grant whose
+-- request is gone, a kept lock dropped): its result is dropped. An engine
+-- with every slot taken gets it again on the loop's next turn.
+local function release_orphan(hub, resource, value)
+    local id = C.rl_engine_begin_release(hub.e, resource, #resource, value, now_ms())
+    if id == ERR_FULL then
+        local o = hub.orphans
+        o[#o + 1] = { resource, value }
+    end
+    wake(hub)
+end
+
+local function retry_orphans(hub)
+    local list = hub.orphans
+    hub.orphans = {}
+    for k = 1, #list do release_orphan(hub, list[k][1], list[k][2]) end
+end
+
+-- Kept locks dropped by their finalizers (keeper:drop) since the last turn:
+-- out of the schedule, released. The finalizer only lists them: it may run
+-- in the middle of anything, a heap operation included.
+local function take_drops(hub)
+    local list = hub.dropped
+    hub.dropped = {}
+    for k = 1, #list do
+        local e = list[k]
+        heap_remove(hub.kept, e)
+        hub.owners[e] = nil
+        e.op = -1 -- an extension in flight is ignored; the release follows it on each connection
+        release_orphan(hub, e.resource, e.value)
+    end
+end
+
+-- Kept locks the hub must run for: held ones, and releases not begun yet.
+local function keeping(hub)
+    return hub.kept.n > 0 or hub.dropped[1] ~= nil or hub.orphans[1] ~= nil
+end
+
+---------------------------------------------------------------------------
+-- results, and calls that are gone
+--
+-- A request killed while it waits for a result (a client abort with
+-- lua_check_client_abort on, an ngx.exit from another thread) never takes
+-- it: ngx_lua takes its coroutine off the semaphore, so the semaphore's
+-- count, -1 while it waits, is 0 again with nobody resumed. A lock such a
+-- result grants is released by the hub, as is one granted after its caller
+-- gave up waiting (w.abandoned) or left untaken until swept.
+
+local gone_cos = setmetatable({}, { __mode = "k" }) -- coroutines found killed while they waited
+
+local function granted(r)
+    return r.op == OP_ACQUIRE and r.status == STATUS_OK
+end
+
+-- Nobody will take r, the result of w's operation.
+local function orphaned(hub, w, r)
+    if granted(r) and w.resource then release_orphan(hub, w.resource, ffi_string(r.value)) end
+end
+
+-- The request of coroutine co is gone: results of its other operations
+-- that came in before and are not taken never will be.
+local function forsake(hub, co)
+    local waiters = hub.waiters
+    for id, w in pairs(waiters) do
+        if w.co == co and w.done then
+            waiters[id] = nil
+            if w.err == nil then orphaned(hub, w, w.res) end
         end
-        -- else: its caller gave up (safety timeout) or is gone; the result is dropped
+    end
+end
+
+-- Is w's caller gone (w not done)?
+local function gone(hub, w)
+    if w.abandoned then return true end
+    if w.waiting then
+        if w.sema:count() < 0 then return false end
+        local co = w.co
+        if co and not gone_cos[co] then
+            gone_cos[co] = true
+            forsake(hub, co)
+        end
+        return true
+    end
+    return w.co ~= nil and gone_cos[w.co] ~= nil
+end
+
+-- Hand every finished operation to the call waiting for it (or, a kept
+-- lock's extension, to its entry). Pure engine work, no I/O: any coroutine
+-- of the worker may do it.
+local function deliver(hub)
+    local e, res, waiters, keeps = hub.e, hub.res, hub.waiters, hub.keeps
+    while C.rl_engine_collect(e, res) == 1 do
+        local id = res.id
+        local kept = keeps[id]
+        if kept ~= nil then
+            keeps[id] = nil
+            kept_result(hub, kept, res)
+        else
+            local w = waiters[id]
+            if w ~= nil and not w.done then
+                if gone(hub, w) then
+                    -- dropped, not reused: a caller that timed out may still look at it
+                    waiters[id] = nil
+                    orphaned(hub, w, res)
+                else
+                    ffi_copy(w.res, res, RESULT_SIZE)
+                    w.done, w.done_at = true, hub.now
+                    w.sema:post(1)
+                end
+            end
+            -- else: the hub's own release, or a result swept; dropped
+        end
     end
 end
 
 -- Fail every call still waiting (the hub is stopping or broke); one whose
 -- result is in takes it as it is.
 local function fail_waiters(hub, why)
-    for _, w in pairs(hub.waiters) do
-        if not w.done then
+    for id, w in pairs(hub.waiters) do
+        if not w.done and gone(hub, w) then
+            hub.waiters[id] = nil
+        elseif not w.done then
             w.err, w.done, w.done_at = why, true, hub.now
             w.sema:post(1)
         end
@@ -461,12 +749,16 @@ local function service(hub)
     end
 end
 
--- Results whose call is gone (killed while it waited: a client abort, an
--- ngx.exit from another thread) are dropped after a while.
+-- Results whose call is gone (killed while it waited, and not seen to be:
+-- say, between its wake-up and its turn to run) are dropped after a while;
+-- a lock one grants is released.
 local function sweep(hub, now)
     local waiters = hub.waiters
     for id, w in pairs(waiters) do
-        if w.done and now - w.done_at > STALE_MS then waiters[id] = nil end
+        if w.done and now - w.done_at > STALE_MS then
+            waiters[id] = nil
+            if w.err == nil then orphaned(hub, w, w.res) end
+        end
     end
 end
 
@@ -757,13 +1049,20 @@ local function busy(e)
 end
 
 -- The hub's loop: one turn per wake-up (work posted, a reader fed replies)
--- or engine deadline.
+-- or engine deadline (or a kept lock's).
 local function loop(hub, premature)
-    local e, work = hub.e, hub.work
+    local e, work, kept = hub.e, hub.work, hub.kept
     local exit_by = premature and now_ms() + hub.node_timeout or nil
     local sweep_at = now_ms() + STALE_MS
+    local keep_at, gc_at = 0, 0 -- the next tick kept locks may begin extensions; the next collection (exiting)
     while true do
         local now = now_ms()
+        if hub.dropped[1] ~= nil then take_drops(hub) end
+        if hub.orphans[1] ~= nil then retry_orphans(hub) end
+        if kept.n > 0 and kept[1].at <= now and now >= keep_at then
+            start_due(hub, now)
+            keep_at = now + KEEP_TICK_MS
+        end
         C.rl_engine_advance(e, now)
         service(hub)
         hub.now = now_ms()
@@ -778,21 +1077,38 @@ local function loop(hub, premature)
         if hub.sub_dirty then sync_subscribers(hub) end
         if exit_by == nil and ngx.worker.exiting() then exit_by = now + hub.node_timeout end
         if exit_by ~= nil then
-            -- the worker exits: serve what is in flight for a node timeout at most
-            if not busy(e) or now >= exit_by then return "the nginx worker is exiting" end
+            -- the worker exits. Kept locks keep the hub extending them: the
+            -- requests holding them run on, and nginx waits for those anyway
+            -- (a lock object dropped without unlock is released once it is
+            -- collected, one whose owner ended is left to lapse: so collect).
+            -- Operations begun are served until decided (the engine bounds
+            -- that), tails for a node timeout.
+            if keeping(hub) then
+                if now >= gc_at then
+                    collectgarbage()
+                    forget_unowned(hub)
+                    gc_at = now + EXIT_GC_MS
+                end
+            elseif C.rl_engine_inflight(e) == 0 and (not busy(e) or now >= exit_by) then
+                return "the nginx worker is exiting"
+            end
         elseif not busy(e) then
-            -- idle: no call for idle_ms, nobody sleeping on a watched channel
-            if now - hub.last_call >= _M.idle_ms and now >= hub.sleep_horizon then return nil end
+            -- idle: no call for idle_ms, nobody sleeping on a watched channel, no kept lock
+            if now - hub.last_call >= _M.idle_ms and now >= hub.sleep_horizon and not keeping(hub) then return nil end
             if hub.connects >= _M.rotate_connects then return nil, true end
         end
         local at = C.rl_engine_deadline(e)
         local wait_ms = HUB_SLICE_MS
-        if exit_by == nil and not busy(e) then
+        if exit_by == nil and not busy(e) and not keeping(hub) then
             local idle_left = math.max(hub.last_call + _M.idle_ms, hub.sleep_horizon) - now
             if idle_left < wait_ms then wait_ms = idle_left end
         end
         if at >= 0 and at - now < wait_ms then wait_ms = at - now end
-        if exit_by ~= nil and exit_by - now < wait_ms then wait_ms = exit_by - now end
+        if exit_by ~= nil and now < exit_by and exit_by - now < wait_ms then wait_ms = exit_by - now end
+        if kept.n > 0 then
+            local due = max(kept[1].at, keep_at) - now
+            if due < wait_ms then wait_ms = due end
+        end
         -- nginx's timers count whole milliseconds: never ask for less than one
         if wait_ms > 0 then work:wait(wait_ms < 1 and 0.001 or wait_ms / 1000) end
     end
@@ -813,8 +1129,15 @@ local function hub_main(premature, hub, token)
     reap(hub)
     if not rotate then forget_watches(hub) end
     hub.running = false
-    -- a fresh timer (its calls start it anyway if this fails)
-    if rotate then start(hub) end
+    -- a fresh timer (its calls start it anyway if this fails; kept locks
+    -- would go unextended until then); also when a lock object dropped
+    -- while it stopped left a release to do
+    if rotate or (ok and keeping(hub)) then
+        local err = start(hub)
+        if err and keeping(hub) then
+            ngx.log(ngx.ERR, "redlock: kept locks are not extended until the next lock call: ", err)
+        end
+    end
 end
 
 -- How long a started hub timer may take to run before it counts as dropped
@@ -861,6 +1184,8 @@ local function new_hub(e, n, opts, tls)
         subs = {}, auths = {}, reconnect_min = opts.reconnect_min_ms, reconnect_max = opts.reconnect_max_ms,
         prefix = (opts.prefix ~= nil and opts.prefix_len > 0) and ffi_string(opts.prefix, opts.prefix_len) or "",
         e = e, n = n, res = ffi_new("rl_result"), waiters = {},
+        kept = { n = 0 }, keeps = {}, dropped = {}, orphans = {}, -- kept locks (see "kept locks")
+        owners = setmetatable({}, { __mode = "v" }),             -- kept lock -> ngx.ctx of who kept it
         socks = {}, readers = {}, gen = {}, up = {}, hosts = {}, ports = {}, names = {},
         work = nil, running = false, started_at = nil, token = nil, last_call = 0, now = 0, connects = 0, ended = {},
         node_timeout = opts.node_timeout_ms, connect_timeout = opts.connect_timeout_ms,
@@ -910,7 +1235,11 @@ function client:begin(kind, resource, len, value, ttl)
         return id
     end
     local w = take_waiter()
-    w.id = id
+    w.id, w.co = id, co_running()
+    -- an acquire's resource: the hub releases a grant whose caller is gone
+    if kind ~= 2 and kind ~= 3 then
+        w.resource = (type(resource) == "string" and len == #resource) and resource or ffi_string(resource, len)
+    end
     hub.waiters[id] = w
     hub.last_call = now
     wake(hub)
@@ -930,12 +1259,15 @@ function client:wait(id, out)
         return RL_ERR
     end
     if not w.done then
+        -- (waiting: should this request be killed here, the hub can tell)
+        w.waiting = true
         local ok = w.sema:wait(self.wait_s)
+        w.waiting = false
         if not ok and not w.done then
-            -- the hub never answered: give up on it (a later result is dropped)
-            hub.waiters[id] = nil
+            -- the hub never answered: give up on it (the hub drops a later
+            -- result, and releases a lock it grants)
+            w.abandoned = true
             self.err = ("no result from redlock's hub within %.0f ms"):format(self.wait_s * 1000)
-            give_waiter(w)
             return RL_ERR
         end
     end
@@ -1162,146 +1494,141 @@ function _M.client_new(urls, n, opts, errbuf, errlen)
 end
 
 ---------------------------------------------------------------------------
--- keep-alive: ngx.timer callbacks extend kept locks (rl_keeper's methods)
-
-local KEEP_HELD, KEEP_LOST = C.RL_KEEP_HELD, C.RL_KEEP_LOST
-local STATUS_OK, STATUS_NOT_HELD = C.RL_STATUS_OK, C.RL_STATUS_NOT_HELD
+-- keep-alive: rl_keeper's methods, on the hub's schedule (see "kept locks")
+--
+-- A keeper (one per redlock client) names its kept locks by id; the hub of
+-- its client extends them, together with every other keeper's of the same
+-- configuration, for as long as the worker runs. When the worker exits
+-- (reload, stop), the hub keeps extending them while their requests run on:
+-- nothing is released under a request, and nothing lapses unseen.
 
 local keeper = {}
 local keeper_mt = { __index = keeper }
 
-local tick
+local function ctx() return ngx.ctx end
 
--- Extend again in delay ms, on a timer of its own (a timer is a request of
--- its own, with cosockets, that outlives the request that kept the lock).
-local function schedule(k, id, delay)
-    local ok, err = ngx.timer.at(delay / 1000, tick, k, id)
-    if not ok then
-        local entry = k.entries[id]
-        if entry then entry.state = KEEP_LOST end
-    end
-    return err
+-- The request or timer running: its ngx.ctx (nil where there is none).
+local function owner()
+    local ok, t = pcall(ctx)
+    return ok and t or nil
 end
 
--- How long after a successful extension an entry is extended again, as
--- rl_keeper does it: a third of what its ttl leaves above the margin.
-local function period(entry)
-    return math.max((entry.ttl - entry.margin) / 3, 1)
-end
-
--- One extension of kept lock id, as rl_keeper does it: every period; after a
--- failure, again soon, until the validity (less the margin) runs out; lost
--- when not held.
-tick = function(premature, k, id)
-    local entry = k.entries[id]
-    if entry == nil or entry.state ~= KEEP_HELD or k.stopped then return end
-    -- the worker is exiting (reload, stop): its requests run on and may still
-    -- hold the lock, so it is not released under them; unextended, it is
-    -- lost once its validity less the margin runs out
-    if premature then return end
-    local out = k.result
-    local started = now_ms()
-    local rc = k.client:extend(entry.resource, #entry.resource, entry.value, entry.ttl, out)
-    entry = k.entries[id]
-    if entry == nil or entry.state ~= KEEP_HELD then return end
-    if rc == RL_OK and out.status == STATUS_OK then
-        entry.valid_until = started + out.validity_ms
-        return schedule(k, id, period(entry))
-    end
-    if rc == RL_OK and out.status == STATUS_NOT_HELD then
-        entry.state = KEEP_LOST
-        return
-    end
-    local left = entry.valid_until - entry.margin - now_ms()
-    if left <= 0 then
-        entry.state = KEEP_LOST
-        return
-    end
-    schedule(k, id, math.min(left / 2, entry.ttl / 10))
+-- Make sure the hub runs, from wherever a kept lock is let go (a finalizer:
+-- errors are ignored; the hub's next start finds it).
+local function poke(hub)
+    if start(hub) == nil then wake(hub) end
 end
 
 function keeper:add(resource, len, value, ttl, valid_until, margin, errbuf, errlen)
-    local id = self.next_id
-    self.next_id = id + 1
-    self.entries[id] = { resource = ffi_string(resource, len), value = ffi_string(value), ttl = ttl,
-                         valid_until = valid_until, margin = margin, state = KEEP_HELD }
-    local err = schedule(self, id, period(self.entries[id]))
-    if self.entries[id].state ~= KEEP_HELD then
-        self.entries[id] = nil
-        ffi.copy(errbuf, ("cannot start an ngx.timer: " .. tostring(err)):sub(1, errlen - 1))
+    local hub = self.hub
+    local why = start(hub)
+    if why then
+        ffi.copy(errbuf, why:sub(1, errlen - 1))
         return RL_ERR
     end
+    local id = self.next_id
+    self.next_id = id + 1
+    local e = { resource = ffi_string(resource, len), value = ffi_string(value), ttl = ttl, margin = margin,
+                valid_until = valid_until, next_due = 0, extend_start = 0, extend_ttl = ttl, op = -1,
+                state = KEEP_HELD, at = 0 }
+    e.next_due = now_ms() + period(e)
+    self.entries[id] = e
+    hub.owners[e] = owner()
+    schedule(hub, e)
+    if e.hi == 1 then wake(hub) end -- the hub may sleep past it
     return id
 end
 
 function keeper:state(id, until_buf)
-    local entry = self.entries[id]
-    if entry == nil then return RL_ERR end
+    local e = self.entries[id]
+    if e == nil then return RL_ERR end
     -- as rl_keeper: lost once the validity (less the margin) has run out,
     -- whether or not an extension has failed yet
-    if entry.state == KEEP_HELD and now_ms() >= entry.valid_until - entry.margin then entry.state = KEEP_LOST end
-    if until_buf ~= nil then until_buf[0] = entry.valid_until end
-    return entry.state
+    lost_if_out_of_time(self.hub, e, now_ms())
+    if until_buf ~= nil then until_buf[0] = e.valid_until end
+    return e.state
 end
 
+-- The owner extended lock id itself, begun at started, to ttl, leaving
+-- validity until valid_until (rl_keeper_update): the hub extends with ttl
+-- from now on. If one of its own extensions overlapped the owner's (in
+-- flight, or begun after the owner's began), nodes may hold either ttl: it
+-- counts the shorter validity and extends again at once.
 function keeper:update(id, ttl, started, valid_until)
-    local entry = self.entries[id]
-    if entry == nil or entry.state ~= KEEP_HELD or ttl <= entry.margin then return RL_ERR end
-    entry.ttl = ttl
-    entry.valid_until = valid_until
+    local e = self.entries[id]
+    if ttl <= 0 or valid_until ~= valid_until then return RL_ERR end
+    if e == nil or e.state ~= KEEP_HELD or ttl <= e.margin then return RL_ERR end
+    local now = now_ms()
+    e.ttl = ttl
+    if e.op >= 0 or e.extend_start >= started then
+        if valid_until < e.valid_until then e.valid_until = valid_until end
+        e.next_due = now
+    else
+        e.valid_until = valid_until
+        e.next_due = now + period(e)
+    end
+    schedule(self.hub, e)
+    wake(self.hub)
     return RL_OK
 end
 
 function keeper:remove(id)
-    if self.entries[id] == nil then return RL_ERR end
+    local e = self.entries[id]
+    if e == nil then return RL_ERR end
     self.entries[id] = nil
+    unkeep(self.hub, e, KEEP_GONE)
     return RL_OK
 end
 
--- Release entry id from a timer (a finalizer, or a phase without cosockets,
--- cannot do it where it runs).
-local function release_later(premature, k, resource, value)
-    local _ = premature
-    k.client:release(resource, #resource, value, k.result)
-end
-
+-- Release entry id, here if this phase has cosockets, else from the hub.
+-- 1 if a quorum released it here, else 0.
 function keeper:release_entry(id)
-    local entry = self.entries[id]
-    if entry == nil then return 0 end
+    local e = self.entries[id]
+    if e == nil then return 0 end
     self.entries[id] = nil
+    local hub = self.hub
+    unkeep(hub, e, KEEP_GONE)
     if phase_refusal() then
-        ngx.timer.at(0, release_later, self, entry.resource, entry.value)
+        release_orphan(hub, e.resource, e.value)
+        pcall(poke, hub)
         return 0
     end
-    local rc = self.client:release(entry.resource, #entry.resource, entry.value, self.result)
+    local rc = self.client:release(e.resource, #e.resource, e.value, self.result)
     return (rc == RL_OK and self.result.status == STATUS_OK) and 1 or 0
 end
 
+-- Lock id's object was collected without unlock (a finalizer calls this,
+-- wherever it runs): the hub releases it. It is only listed here: the
+-- hub's loop takes it out of the schedule.
 function keeper:drop(id)
-    local entry = self.entries[id]
-    if entry == nil then return RL_ERR end
+    local e = self.entries[id]
+    if e == nil then return RL_ERR end
     self.entries[id] = nil
-    -- called from a finalizer, which may run where timers are refused: the
-    -- lock then expires after its ttl, as it would without keep-alive
-    pcall(ngx.timer.at, 0, release_later, self, entry.resource, entry.value)
+    e.state = KEEP_GONE
+    local hub = self.hub
+    local list = hub.dropped
+    list[#list + 1] = e
+    pcall(poke, hub)
     return RL_OK
 end
 
 function keeper:release(_)
-    local n = 0
-    for id in pairs(self.entries) do n = n + self:release_entry(id) end
+    -- the ids first: a release yields, and a lock kept meanwhile would change the table under pairs()
+    local ids, n = {}, 0
+    for id in pairs(self.entries) do ids[#ids + 1] = id end
+    for k = 1, #ids do n = n + self:release_entry(ids[k]) end
     return n
 end
 
 function keeper:free()
-    self.stopped = true
+    for _, e in pairs(self.entries) do unkeep(self.hub, e, KEEP_GONE) end
     self.entries = {}
 end
 
---- The keeper of client d (a redlock.new table): kept locks are extended by
---- ngx.timer callbacks on d's own client while the worker runs.
+--- The keeper of client d (a redlock.new table): its kept locks are
+--- extended by the hub of d's client while the worker runs.
 function _M.keeper_new(d)
-    return setmetatable({ client = d.client, entries = {}, next_id = 0, stopped = false,
+    return setmetatable({ client = d.client, hub = d.client.hub, entries = {}, next_id = 0,
                           result = ffi_new("rl_result") }, keeper_mt)
 end
 

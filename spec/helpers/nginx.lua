@@ -23,6 +23,8 @@
 --   local status, body, ms = srv:get("/ping")  -- nil, err, ms on a transport failure
 --   local rs = srv:get_many({ "/a", { path = "/b", after_ms = 100 } }, 8)
 --       -- rs[i] = { path, status, body, headers, err, elapsed_ms, started_ms, finished_ms }
+--   local w = srv:wrk("/path", { threads = 2, connections = 300, seconds = 5 })
+--       -- w = { requests, non2xx, socket_errors, rps, out } (nil, why when wrk is missing or failed)
 --   srv:error_log()  srv:worker_pids()  srv:alive()  srv:stop{ graceful = false }
 --   nginx.stop_all()                           -- every server started here
 --   nginx.free_port()  nginx.request(port, path)  nginx.request_many(port, reqs, conc)
@@ -480,6 +482,24 @@ function srv:get(path, opts) return M.request(self.port, path, opts) end
 
 function srv:get_many(reqs, concurrency, opts)
   return M.request_many(self.port, reqs, concurrency, opts)
+end
+
+--- Load srv's path with wrk (threads, connections, seconds: -t -c -d; timeout
+-- seconds: --timeout, default 10). Returns { requests, non2xx, socket_errors
+-- (connect + read + write + timeout), rps, out (wrk's report) }, or nil and
+-- why (no wrk, or no report).
+function srv:wrk(path, o)
+  o = o or {}
+  local url = ("http://127.0.0.1:%d%s"):format(self.port, path)
+  local out, rc = proc.sh(("wrk -t%d -c%d -d%ds --timeout %ds %s"):format(o.threads or 2, o.connections or 100,
+    o.seconds or 5, o.timeout or 10, proc.quote(url)))
+  local requests = tonumber(out:match("(%d+) requests in"))
+  if rc ~= 0 or not requests then return nil, ("wrk exited %s: %s"):format(tostring(rc), out) end
+  local errors = 0
+  local c, r, w, t = out:match("Socket errors: connect (%d+), read (%d+), write (%d+), timeout (%d+)")
+  if c then errors = tonumber(c) + tonumber(r) + tonumber(w) + tonumber(t) end
+  return { requests = requests, non2xx = tonumber(out:match("Non%-2xx or 3xx responses: (%d+)")) or 0,
+           socket_errors = errors, rps = tonumber(out:match("Requests/sec:%s*([%d.]+)")), out = out }
 end
 
 --- Stop nginx: SIGTERM (fast shutdown; opts.graceful: SIGQUIT) to the master,
