@@ -185,23 +185,38 @@ describe("redlock inside nginx over TLS", function()
     end
   end)
 
-  it("refuses to make a client whose certificate cannot be read, naming the file", function()
-    srv = start {
-      workers = 1,
-      lua_ssl_trusted_certificate = pki.ca,
-      init = INIT,
-      locations = { PING, ([[
-        location = /bad {
+  -- Before: a directory as keyfile said "tls.keyfile '...' is empty", a
+  -- missing file "cannot read tls.certfile: <path>: No such file...".
+  it("refuses to make a client whose certificate or key cannot be read, naming the option, the file and why", function()
+    local missing, empty = pki.dir .. "/missing.crt", pki.dir .. "/empty.key"
+    proc.write_file(empty, "")
+    local cases = {
+      { ("certfile = %q, keyfile = %q"):format(missing, pki.client_key),
+        ("tls.certfile '%s': No such file or directory"):format(missing) },
+      { ("certfile = %q, keyfile = %q"):format(pki.dir, pki.client_key),
+        ("tls.certfile '%s': is a directory"):format(pki.dir) },
+      { ("certfile = %q, keyfile = %q"):format(pki.client_cert, pki.dir),
+        ("tls.keyfile '%s': is a directory"):format(pki.dir) },
+      { ("certfile = %q, keyfile = %q"):format(pki.client_cert, pki.dir .. "/missing.key"),
+        ("tls.keyfile '%s': No such file or directory"):format(pki.dir .. "/missing.key") },
+      { ("certfile = %q, keyfile = %q"):format(pki.client_cert, empty), ("tls.keyfile '%s': empty"):format(empty) },
+    }
+    local locations = { PING }
+    for k, case in ipairs(cases) do
+      locations[#locations + 1] = ([[
+        location = /bad%d {
           content_by_lua_block {
             local ok, err = pcall(function() return %s end)
             ngx.say(ok and "made" or tostring(err))
           }
-        }]]):format(client(mcl.urls, nil, ("certfile = %q, keyfile = %q"):format(
-          pki.dir .. "/missing.crt", pki.client_key))) },
-    }
-    local body = get("/bad")
-    assert.matches("cannot read tls.certfile", body, nil, true)
-    assert.matches("missing.crt", body, nil, true)
+        }]]):format(k, client(mcl.urls, nil, case[1]))
+    end
+    srv = start { workers = 1, lua_ssl_trusted_certificate = pki.ca, init = INIT, locations = locations }
+    for k, case in ipairs(cases) do
+      local body = get("/bad" .. k)
+      assert.matches("^bad argument #1 to 'new' %(server 1: 'rediss://[^']+': ", body, nil, false)
+      assert.matches(case[2] .. ")\n", body, nil, true)
+    end
   end)
 
   it("refuses an IP-address node with verification on and no server_name (names only inside nginx)", function()

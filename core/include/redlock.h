@@ -167,8 +167,9 @@ void rl_options_init(rl_options *opts);
  * without blocking; AUTH and SELECT follow each connect (for rediss:// nodes,
  * after the TLS handshake, which connect_timeout_ms also bounds). opts may be
  * NULL for the defaults. On error (bad URL, a node listed twice, no nodes, bad
- * options, a TLS file named in opts->tls that cannot be used: "tls.cafile:
- * ...") NULL is returned, err holds the reason and nothing is left allocated.
+ * options, a TLS file named in opts->tls that cannot be used: "tls.cafile
+ * '<path>': <why>") NULL is returned, err holds the reason and nothing is
+ * left allocated.
  */
 rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *opts,
                          char *err, size_t errlen);

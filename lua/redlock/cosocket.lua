@@ -226,12 +226,29 @@ local function tls_config(t)
     return c
 end
 
+local PEM_MAX = 1048576 -- a certificate chain or key file is far smaller (and /dev/zero never ends)
+
+-- The text of file path (tls.<what>), or nil and "tls.<what> '<path>': why".
 local function read_file(path, what)
     local f, err = io.open(path, "rb")
-    if not f then return nil, ("cannot read tls.%s: %s"):format(what, tostring(err)) end
-    local s = f:read("*a")
-    f:close()
-    if not s or s == "" then return nil, ("tls.%s '%s' is empty"):format(what, path) end
+    local s
+    if f then
+        s, err = f:read(PEM_MAX + 1)
+        f:close()
+    end
+    local why
+    if not f then
+        why = tostring(err)
+        if why:sub(1, #path + 2) == path .. ": " then why = why:sub(#path + 3) end -- io.open's "path: reason"
+    elseif not s and err then
+        why = tostring(err)
+    elseif not s or s == "" then
+        why = "empty"
+    elseif #s > PEM_MAX then
+        why = "larger than 1 MB: not a certificate or key file"
+    end
+    if why == "Is a directory" then why = "is a directory" end
+    if why then return nil, ("tls.%s '%s': %s"):format(what, path, why) end
     return s
 end
 
