@@ -317,7 +317,7 @@ end
 -- engine keeps RL_NODE_ERR_LEN bytes of it.
 local function handshake_reason(hub, i, err)
     err = tostring(err)
-    if err == "timeout" then return "TLS handshake timed out" end
+    if err == "timeout" then return ("TLS handshake timed out after %d ms"):format(hub.connect_timeout) end
     if err == "certificate host mismatch" then
         return ("certificate verify failed: not for '%s'"):format(hub.snis[i])
     end
@@ -343,8 +343,10 @@ end
 
 -- Connect sock to node i and, for a rediss:// node, do the TLS handshake
 -- within what is left of connect_timeout. true, or nil and why (the node's
--- reason). Used by the command connections and the subscribers alike.
-local function open(hub, i, sock)
+-- reason). Used by the command connections and the subscribers alike;
+-- engine: the command connection, whose handshake the engine is told of
+-- (its connect deadline then says the handshake timed out, as ours does).
+local function open(hub, i, sock, engine)
     local t0 = now_ms()
     sock:settimeouts(hub.connect_timeout, hub.node_timeout, READ_TIMEOUT_MS)
     local ok, err
@@ -353,10 +355,12 @@ local function open(hub, i, sock)
     else
         ok, err = sock:connect(hub.hosts[i], hub.ports[i])
     end
+    if not ok and err == "timeout" then return nil, ("connect timed out after %d ms"):format(hub.connect_timeout) end
     if not ok then return nil, "connect failed: " .. tostring(err) end
     if not hub.tlss[i] then return true end
+    if engine then C.rl_engine_node_handshaking(hub.e, i) end
     local left = math.floor(hub.connect_timeout - (now_ms() - t0))
-    if left < 1 then return nil, "TLS handshake timed out" end
+    if left < 1 then return nil, ("TLS handshake timed out after %d ms"):format(hub.connect_timeout) end
     sock:settimeouts(left, hub.node_timeout, READ_TIMEOUT_MS) -- ngx_lua times the handshake with it
     local tls = hub.tls
     if tls.cert then
@@ -390,7 +394,7 @@ local function read_node(hub, i, gen)
     local e = hub.e
     local sock = ngx.socket.tcp()
     hub.socks[i] = sock
-    local ok, err = open(hub, i, sock)
+    local ok, err = open(hub, i, sock, true)
     if hub.gen[i] ~= gen then return end
     if not ok then return lost_node(hub, i, err) end
     if C.rl_engine_node_connected(e, i, 1, now_ms()) ~= RL_OK then
