@@ -190,10 +190,10 @@ describe("input", function()
       { mode = "readonly", state = "error", text = "READONLY" },
       { mode = "oom", state = "error", text = "OOM" },
       { mode = "loading", state = "error", text = "LOADING" },
-      -- silent: a round times out; the cleanup after it then drops the
-      -- connection, whose setup was never answered, so the next round finds
-      -- the node reconnecting and says why
-      { mode = "silent", state = "timeout", or_error = "no answer to its setup" },
+      -- silent: a round times out; the connection, whose setup was never
+      -- answered, lives on until its connect timeout (1000 ms), after which
+      -- the node is down a while and says why
+      { mode = "silent", state = "timeout", or_error = "AUTH/SELECT/INFO timed out after 1000 ms" },
     }
     for _, case in ipairs(cases) do
       describe(("a node that answers '%s'"):format(case.mode), function()

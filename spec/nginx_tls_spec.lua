@@ -10,6 +10,7 @@
 
 local nginx = require "helpers.nginx"
 local cluster = require "helpers.cluster"
+local faults = require "helpers.faults"
 local history = require "helpers.history"
 local proc = require "helpers.proc"
 local tls = require "helpers.tls"
@@ -185,23 +186,38 @@ describe("redlock inside nginx over TLS", function()
     end
   end)
 
-  it("refuses to make a client whose certificate cannot be read, naming the file", function()
-    srv = start {
-      workers = 1,
-      lua_ssl_trusted_certificate = pki.ca,
-      init = INIT,
-      locations = { PING, ([[
-        location = /bad {
+  -- Before: a directory as keyfile said "tls.keyfile '...' is empty", a
+  -- missing file "cannot read tls.certfile: <path>: No such file...".
+  it("refuses to make a client whose certificate or key cannot be read, naming the option, the file and why", function()
+    local missing, empty = pki.dir .. "/missing.crt", pki.dir .. "/empty.key"
+    proc.write_file(empty, "")
+    local cases = {
+      { ("certfile = %q, keyfile = %q"):format(missing, pki.client_key),
+        ("tls.certfile '%s': No such file or directory"):format(missing) },
+      { ("certfile = %q, keyfile = %q"):format(pki.dir, pki.client_key),
+        ("tls.certfile '%s': is a directory"):format(pki.dir) },
+      { ("certfile = %q, keyfile = %q"):format(pki.client_cert, pki.dir),
+        ("tls.keyfile '%s': is a directory"):format(pki.dir) },
+      { ("certfile = %q, keyfile = %q"):format(pki.client_cert, pki.dir .. "/missing.key"),
+        ("tls.keyfile '%s': No such file or directory"):format(pki.dir .. "/missing.key") },
+      { ("certfile = %q, keyfile = %q"):format(pki.client_cert, empty), ("tls.keyfile '%s': empty"):format(empty) },
+    }
+    local locations = { PING }
+    for k, case in ipairs(cases) do
+      locations[#locations + 1] = ([[
+        location = /bad%d {
           content_by_lua_block {
             local ok, err = pcall(function() return %s end)
             ngx.say(ok and "made" or tostring(err))
           }
-        }]]):format(client(mcl.urls, nil, ("certfile = %q, keyfile = %q"):format(
-          pki.dir .. "/missing.crt", pki.client_key))) },
-    }
-    local body = get("/bad")
-    assert.matches("cannot read tls.certfile", body, nil, true)
-    assert.matches("missing.crt", body, nil, true)
+        }]]):format(k, client(mcl.urls, nil, case[1]))
+    end
+    srv = start { workers = 1, lua_ssl_trusted_certificate = pki.ca, init = INIT, locations = locations }
+    for k, case in ipairs(cases) do
+      local body = get("/bad" .. k)
+      assert.matches("^bad argument #1 to 'new' %(server 1: 'rediss://[^']+': ", body, nil, false)
+      assert.matches(case[2] .. ")\n", body, nil, true)
+    end
   end)
 
   it("refuses an IP-address node with verification on and no server_name (names only inside nginx)", function()
@@ -342,6 +358,76 @@ describe("redlock inside nginx over TLS", function()
     scl:kill(1, "CONT")
     scl:stop()
     assert(ok, tostring(err))
+  end)
+
+  -- A TLS handshake that never finishes, inside nginx: a rediss:// URL to a
+  -- plain redis port, a server that accepts and never answers, a
+  -- ServerHello cut off after 20 bytes (the fault proxy in front of a TLS
+  -- node). As outside nginx (tls_spec), the hub's connection lives out its
+  -- connect timeout across the requests that fail meanwhile ("TLS handshake
+  -- under way, ..."), then says "TLS handshake timed out". Before, each
+  -- failed request's cleanup had the hub close it and connect again: a new
+  -- connection for nearly every request, and the timeout never came.
+  describe("handshakes that never finish", function()
+    local CT = 600 -- connect_timeout
+
+    local function check(tool)
+      srv = start {
+        workers = 1,
+        lua_ssl_trusted_certificate = pki.ca,
+        init = INIT .. ("DLM = redlock.new { servers = { 'rediss://127.0.0.1:%d' }, node_timeout = 50, "
+          .. "connect_timeout = %d, tls = { server_name = 'localhost' } }"):format(tool.port, CT),
+        locations = { PING, LOCK_UNLOCK },
+      }
+      local t0, seen = proc.now_ms(), {}
+      for k = 1, 10 do
+        local at = proc.now_ms() - t0
+        seen[k] = { at = at, body = get("/lock?r=" .. res("never")):gsub("\n$", "") }
+        proc.sleep_ms(100)
+      end
+      local accepts = tool:accepts()
+      local ms = proc.now_ms() - t0
+      local lines = {}
+      for k, a in ipairs(seen) do lines[k] = ("%5.0f ms %s"):format(a.at, a.body) end
+      local text = ("%d connections in %.0f ms:\n%s"):format(accepts, ms, table.concat(lines, "\n")) .. log()
+      -- every connection but the last lived out its connect timeout
+      assert.is_true(accepts >= 1 and accepts <= math.floor(ms / CT) + 1, text)
+      local late = 0
+      for _, a in ipairs(seen) do
+        assert.matches("^fail unavailable ", a.body, nil, false)
+        if a.at < CT - 150 then
+          assert.matches("timeout TLS handshake under way, %d+ of " .. CT .. " ms$", a.body, nil, false)
+        elseif a.at > CT + 100 then
+          late = late + 1
+          assert.matches("TLS handshake timed out after " .. CT .. " ms", a.body, 1, true)
+        end
+      end
+      assert.is_true(late >= 2, text)
+      print(("    [tls] %d connection(s) in %.0f ms; last request: %s"):format(accepts, ms, seen[#seen].body))
+    end
+
+    it("rediss:// to a plain redis port", function()
+      local pcl = cluster.start(1)
+      local px = faults.proxy(pcl.ports[1])
+      local ok, err = pcall(check, px)
+      px:stop()
+      pcl:stop()
+      assert(ok, err)
+    end)
+
+    it("a server that accepts and never answers", function()
+      local fake = faults.fakeserver("silent")
+      local ok, err = pcall(check, fake)
+      fake:stop()
+      assert(ok, err)
+    end)
+
+    it("a ServerHello cut off after 20 bytes", function()
+      local px = faults.proxy(tcl.ports[1], "cut 20")
+      local ok, err = pcall(check, px)
+      px:stop()
+      assert(ok, err)
+    end)
   end)
 
   -- A timer (another request) holds r for 150 ms; the request waits for it

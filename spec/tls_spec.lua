@@ -6,6 +6,7 @@
 
 local redlock = require "redlock"
 local cluster = require "helpers.cluster"
+local faults = require "helpers.faults"
 local history = require "helpers.history"
 local proc = require "helpers.proc"
 local tls = require "helpers.tls"
@@ -26,8 +27,8 @@ local PASSWORD = "tls-s3cret-pw"
 -- the first matching error, or every error seen joined by " | ") and
 -- whether every pattern matched, and the last failed attempt's err.
 -- drive_ms: between attempts, run the client's loop this long (rl_sleep)
--- rather than sleep, so that connects and handshakes go on meanwhile (a
--- failed acquire's cleanup resets a connection still in its handshake).
+-- rather than sleep, so that connects and handshakes go on meanwhile (and
+-- time out) without waiting for the next attempt.
 -- need: how many of the wanted nodes must match (default all). Nodes that
 -- are down vote at once, in server order, and the round is decided when
 -- quorum is impossible: the last node may never get to say anything.
@@ -408,25 +409,50 @@ describe("TLS (libev driver)", function()
       dlm:close()
     end)
 
-    it("bad option files are an error at creation naming the option", function()
-      local function new(t) return redlock.new { servers = tcl.urls, tls = t } end
-      assert.has_error(function() new { cafile = pki.dir .. "/missing.pem" } end,
-        "bad argument #1 to 'new' (tls.cafile: cannot read '" .. pki.dir .. "/missing.pem': No such file or directory)")
-      assert.has_error(function() new { capath = pki.ca } end,
-        "bad argument #1 to 'new' (tls.capath: '" .. pki.ca .. "' is not a directory)")
-      local ok, e = pcall(new, { cafile = pki.ca, certfile = pki.client_cert, keyfile = pki.server_key })
-      assert.is_false(ok)
-      assert.matches("tls.keyfile: the key in '" .. pki.server_key .. "' does not match tls.certfile", e, 1, true)
-      ok, e = pcall(new, { cafile = pki.ca, certfile = pki.client_cert, keyfile = pki.dir .. "/nokey" })
-      assert.is_false(ok)
-      assert.matches("tls.keyfile: cannot load a private key", e, 1, true)
-      ok, e = pcall(new, { cafile = pki.ca, certfile = pki.dir .. "/nocert" })
-      assert.is_false(ok)
-      assert.matches("tls.certfile: cannot load a certificate", e, 1, true)
+    -- Files are loaded when the client is made: redlock.new raises naming
+    -- the option, the file and the real reason. Before: /dev/zero said "No
+    -- such file or directory" (a stale errno), a missing keyfile "system
+    -- lib", a directory as keyfile "PEM lib".
+    it("bad option files are an error at creation naming the option, the file and why", function()
+      local function why(t, servers)
+        local ok, e = pcall(redlock.new, { servers = servers or tcl.urls, tls = t })
+        local named = {}
+        for k, v in pairs(t) do named[#named + 1] = k .. "=" .. tostring(v) end
+        assert.is_false(ok, "made a client with " .. table.concat(named, " "))
+        return (tostring(e):gsub("^bad argument #1 to 'new' %((.*)%)$", "%1"))
+      end
+      local dir = pki.dir
+      local text, empty, encrypted = dir .. "/text.pem", dir .. "/empty.pem", dir .. "/encrypted.key"
+      proc.write_file(text, "not a certificate\n")
+      proc.write_file(empty, "")
+      local out, rc = proc.sh(("openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -aes256 -pass pass:pw -out %s")
+        :format(q(encrypted)))
+      assert.equal(0, rc, out)
+      local cert = { cafile = pki.ca, certfile = pki.client_cert }
+      local function with(t) for k, v in pairs(cert) do t[k] = t[k] or v end return t end
+      local cases = {
+        { { cafile = "/dev/zero" }, "tls.cafile '/dev/zero': not a regular file" },
+        { { cafile = dir .. "/missing.pem" }, "tls.cafile '" .. dir .. "/missing.pem': No such file or directory" },
+        { { cafile = dir }, "tls.cafile '" .. dir .. "': is a directory" },
+        { { cafile = text }, "tls.cafile '" .. text .. "': no certificate in it" },
+        { { cafile = empty }, "tls.cafile '" .. empty .. "': no certificate in it" },
+        { { capath = pki.ca }, "tls.capath '" .. pki.ca .. "': not a directory" },
+        { { capath = dir .. "/missing" }, "tls.capath '" .. dir .. "/missing': No such file or directory" },
+        { { certfile = dir .. "/nocert" }, "tls.certfile '" .. dir .. "/nocert': No such file or directory" },
+        { { certfile = dir }, "tls.certfile '" .. dir .. "': is a directory" },
+        { { certfile = pki.client_key }, "tls.certfile '" .. pki.client_key .. "': no certificate in it" },
+        { { certfile = pki.client_cert }, "tls.certfile '" .. pki.client_cert .. "': no private key in it (and no tls.keyfile)" },
+        { with { keyfile = dir .. "/nokey" }, "tls.keyfile '" .. dir .. "/nokey': No such file or directory" },
+        { with { keyfile = "/tmp" }, "tls.keyfile '/tmp': is a directory" },
+        { with { keyfile = "/dev/null" }, "tls.keyfile '/dev/null': not a regular file" },
+        { with { keyfile = pki.client_cert }, "tls.keyfile '" .. pki.client_cert .. "': no private key in it" },
+        { with { keyfile = encrypted }, "tls.keyfile '" .. encrypted .. "': the key is encrypted (a passphrase cannot be given)" },
+        { with { keyfile = pki.server_key }, "tls.keyfile '" .. pki.server_key .. "': the key does not match tls.certfile" },
+      }
+      for _, case in ipairs(cases) do assert.equal(case[2], why(case[1])) end
       -- named files are checked with plain redis:// servers too
-      ok, e = pcall(redlock.new, { servers = pcl.urls, tls = { cafile = pki.dir .. "/missing.pem" } })
-      assert.is_false(ok)
-      assert.matches("tls.cafile: cannot read", e, 1, true)
+      assert.equal("tls.cafile '" .. dir .. "/missing.pem': No such file or directory",
+        why({ cafile = dir .. "/missing.pem" }, pcl.urls))
     end)
 
     it("misuse of the tls table raises at the call site", function()
@@ -438,6 +464,102 @@ describe("TLS (libev driver)", function()
       assert.has_error(new { verify = "no" }, "bad argument #1 to 'new' (tls.verify must be a boolean, got string \"no\")")
       assert.has_error(new { ca = pki.ca }, "bad argument #1 to 'new' (unknown option 'tls.ca')")
       assert.has_error(new { keyfile = pki.client_key }, "bad argument #1 to 'new' (tls.keyfile needs tls.certfile)")
+    end)
+  end)
+
+  -- A TLS handshake that never finishes: a rediss:// URL to a plain port
+  -- (redis-server reads a ClientHello as an inline command that never ends
+  -- and says nothing), a server that accepts and never answers, a server
+  -- whose ServerHello stops after 20 bytes (the fault proxy in front of a
+  -- TLS node, cutting its replies). The connection lives out its connect
+  -- timeout, across the rounds that fail meanwhile, then is closed and says
+  -- "TLS handshake timed out". Before, each failed attempt's cleanup reset
+  -- it: every attempt said "no reply within 50 ms" or "no answer to its
+  -- setup", each made a new connection, and the timeout never came.
+  describe("handshakes that never finish", function()
+    local CT = 800 -- connect_timeout
+
+    -- 10 attempts (try_lock, then the client's loop driven 50 ms) at the
+    -- one node behind tool (a fake server or a proxy, counting accepts):
+    -- connections made, ms taken from the client's creation, and each
+    -- attempt's start (ms since creation) and node error.
+    local function ten_attempts(tool)
+      local lib = require("redlock.cdefs").lib
+      local t0 = proc.now_ms()
+      local dlm = redlock.new { servers = { "rediss://127.0.0.1:" .. tool.port }, tls = { cafile = pki.ca },
+                                connect_timeout = CT, node_timeout = 50 }
+      local seen = {}
+      for k = 1, 10 do
+        local at = proc.now_ms() - t0
+        local lk, err, detail = dlm:try_lock(res("never"))
+        assert.is_nil(lk)
+        assert.equal("unavailable", err)
+        seen[k] = { at = at, error = tostring(detail[1].error), state = detail[1].state }
+        lib.rl_sleep(dlm.client, 50)
+      end
+      local accepts = tool:accepts()
+      local ms = proc.now_ms() - t0
+      dlm:close()
+      return accepts, ms, seen
+    end
+
+    local function check(tool)
+      local accepts, ms, seen = ten_attempts(tool)
+      local lines = {}
+      for k, a in ipairs(seen) do lines[k] = ("%5.0f ms %s: %s"):format(a.at, a.state, a.error) end
+      local text = ("%d connections in %.0f ms:\n%s"):format(accepts, ms, table.concat(lines, "\n"))
+      -- every connection but the last lived out its connect timeout
+      assert.is_true(accepts >= 1 and accepts <= math.floor(ms / CT) + 1, text)
+      local late = 0
+      for _, a in ipairs(seen) do
+        if a.at < CT - 100 then
+          -- the first connection, still at it: a failed vote that says so
+          assert.equal("timeout", a.state, text)
+          assert.matches("^TLS handshake under way, %d+ of " .. CT .. " ms$", a.error, nil, false)
+        elseif a.at > CT + 100 then
+          late = late + 1
+          assert.matches("TLS handshake timed out after " .. CT .. " ms", a.error, 1, true)
+        end
+      end
+      assert.is_true(late >= 2, text)
+      print(("    [tls] %d connection(s) in %.0f ms; last attempt: %s"):format(accepts, ms, seen[#seen].error))
+    end
+
+    it("rediss:// to a plain redis port", function()
+      local px = faults.proxy(pcl.ports[1])
+      local ok, err = pcall(check, px)
+      px:stop()
+      assert(ok, err)
+    end)
+
+    it("a server that accepts and never answers", function()
+      local fake = faults.fakeserver("silent")
+      local ok, err = pcall(check, fake)
+      fake:stop()
+      assert(ok, err)
+    end)
+
+    it("a ServerHello cut off after 20 bytes", function()
+      local px = faults.proxy(tcl.ports[1], "cut 20")
+      local ok, err = pcall(check, px)
+      px:stop()
+      assert(ok, err)
+    end)
+
+    it("a server that answers the ClientHello with garbage fails at once with OpenSSL's reason", function()
+      local fake = faults.fakeserver("garbage")
+      local ok, err = pcall(function()
+        local dlm = redlock.new { servers = { "rediss://127.0.0.1:" .. fake.port }, tls = { cafile = pki.ca },
+                                  connect_timeout = 5000, node_timeout = 1000 }
+        local _, lerr, detail = dlm:try_lock(res("garbage"))
+        dlm:close()
+        assert.equal("unavailable", lerr)
+        assert.equal("error", detail[1].state, cluster.show(detail))
+        assert.matches("^TLS handshake failed: ", detail[1].error, nil, false)
+        assert.is_true(detail.elapsed < 1000, cluster.show(detail))
+      end)
+      fake:stop()
+      assert(ok, err)
     end)
   end)
 
@@ -532,7 +654,7 @@ describe("TLS (libev driver)", function()
       out, rc = host(("exec -n --cacert %s --servers %s %s -- echo no"):format(
         q(dir .. "/none.pem"), q(table.concat(tcl.urls, ",")), q(res("nofile"))))
       assert.equal(64, rc, out)
-      assert.matches("--cacert: cannot read", out, 1, true)
+      assert.matches("--cacert '" .. dir .. "/none.pem': No such file or directory", out, 1, true)
       assert.not_matches(PASSWORD, out, 1, true)
     end)
 

@@ -110,13 +110,15 @@ typedef struct rl_tls_options {
 /* Client options. Fill with rl_options_init, then change what you need. */
 typedef struct rl_options {
     int node_timeout_ms;     /* longest wait for one node's reply in a round (default 50) */
-    int connect_timeout_ms;  /* longest wait for a TCP/unix connect (and TLS handshake) to
-                                complete, and for the host name lookups of rl_client_new
-                                (default 1000) */
+    int connect_timeout_ms;  /* longest wait for a TCP/unix connect with its TLS handshake, and
+                                then for the AUTH/SELECT/INFO setup on it, however many rounds
+                                time out meanwhile; and for the host name lookups of
+                                rl_client_new (default 1000) */
     int reconnect_min_ms;    /* first delay before reconnecting a lost node (default 50) */
     int reconnect_max_ms;    /* cap of the doubling reconnect delay (default 1000) */
     int stall_reset_ms;      /* reconnect a node silent this long with commands unanswered (default 500):
-                                a stream that lost a reply cannot resynchronise any other way */
+                                a stream that lost a reply cannot resynchronise any other way
+                                (a connection still in its setup is connect_timeout_ms's) */
     int quorum;              /* votes needed; 0 means N/2+1; never below N/2+1, never above N */
     double drift_factor;     /* clock drift allowance, fraction of ttl (default 0.01) */
     const char *prefix;      /* prepended to every resource name to form the key (default ""; not
@@ -169,8 +171,9 @@ void rl_options_init(rl_options *opts);
  * without blocking; AUTH and SELECT follow each connect (for rediss:// nodes,
  * after the TLS handshake, which connect_timeout_ms also bounds). opts may be
  * NULL for the defaults. On error (bad URL, a node listed twice, no nodes, bad
- * options, a TLS file named in opts->tls that cannot be used: "tls.cafile:
- * ...") NULL is returned, err holds the reason and nothing is left allocated.
+ * options, a TLS file named in opts->tls that cannot be used: "tls.cafile
+ * '<path>': <why>") NULL is returned, err holds the reason and nothing is
+ * left allocated.
  */
 rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *opts,
                          char *err, size_t errlen);
@@ -492,7 +495,7 @@ int rl_engine_node_connected(rl_engine *e, int node, int fresh, double now_ms);
 /* The connection asked for is made and its TLS handshake (rediss://) begun:
  * report rl_engine_node_connected once it is done. The connect timeout
  * covers the handshake; when it passes now, the reason says the handshake
- * timed out. */
+ * timed out, and rounds that time out meanwhile say it is under way. */
 void rl_engine_node_handshaking(rl_engine *e, int node);
 
 /* The node's connection failed or ended; why says how ("connect failed:

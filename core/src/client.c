@@ -525,9 +525,9 @@ void rl_sleep(rl_client *c, int ms) {
  * through a large batch takes the rest as it reads. That ends, because the
  * node takes the bytes, or takes none for stall_reset_ms and its connection
  * is reset by the stall watchdog (the release is then kept for the node's
- * next connection), or it is still being set up and its connection is
- * dropped at the cleanup's node timeout (neither the SET nor the release
- * went out). */
+ * next connection), or it is still being set up and what waits behind its
+ * setup is taken back at the cleanup's node timeout (neither the SET nor
+ * the release went out; the connection goes on with its setup). */
 static void write_cleanup(rl_client *c, int id) {
     while (rl_engine_cleanup_unwritten(c->engine, id)) {
         flush_all(c);

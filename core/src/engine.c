@@ -424,9 +424,13 @@ static void on_node_reply(void *owner, int node, rl_ticket t, const rl_reply *re
         resend_as_eval(e, op, node, t) == 0)
         return;
     op->owed &= ~(1u << node);
-    /* The cleanup's connection ended before the cleanup was written: keep it
-     * for the node's next connection. */
-    if (!reply && t.unsent && op->phase == OP_CLEANUP) redo_cleanup(e, op, node);
+    /* The cleanup's connection ended, or its setup was given up on, before
+     * the cleanup was written: keep it for the node's next connection (if
+     * the SET may have run), and wait no more for its bytes to go out. */
+    if (!reply && t.unsent && op->phase == OP_CLEANUP) {
+        op->cleanup_sent &= ~(1u << node);
+        redo_cleanup(e, op, node);
+    }
     if (op->phase == OP_ROUND) {
         int decided;
         if (is_noscript(reply) && t.eval) {
@@ -454,23 +458,35 @@ static int cleanup_out(rl_engine *e, const rl_op *op) {
     return 1;
 }
 
+/* The round's node timeout passed: every node yet to vote times out. One
+ * whose connection is still being made or set up says so (and how long it
+ * has been at it); the connection goes on until its connect deadline. */
+static void op_expire_round(rl_engine *e, rl_op *op) {
+    char why[RL_NODE_ERR_LEN];
+    for (int i = 0; i < e->nnodes; i++) {
+        if (op->res.node[i].state != RL_NODE_PENDING || !rl_stream_setup_text(&e->nodes[i], e->now, why, sizeof(why)))
+            continue;
+        if (rl_round_vote(&op->round, i, RL_NODE_TIMEOUT, why, e->now)) break;
+    }
+    rl_round_expire(&op->round, e->timeout_text, e->now);
+    op_round_decided(e, op, 1);
+}
+
 static void op_timeout(rl_engine *e, rl_op *op) {
     if (op->phase == OP_ROUND) {
-        rl_round_expire(&op->round, e->timeout_text, e->now);
-        op_round_decided(e, op, 1);
+        op_expire_round(e, op);
     } else if (op->phase == OP_TAIL) {
         check_late_nodes(e, op);
         op_quiet(e, op);
     } else if (op->phase == OP_CLEANUP) {
-        /* A connection still waiting for its setup has sent neither the SET
-         * nor the cleanup: drop it rather than wait, so neither goes out
-         * later while nobody drives the engine. Its tickets are answered at
-         * once, which may complete this operation. */
+        /* A connection whose setup is still under way has sent neither the
+         * SET nor the cleanup: take back what waits behind its setup, so
+         * neither goes out later while nobody drives the engine. The
+         * connection itself lives on until its connect deadline. The
+         * tickets are answered at once, which may complete this operation. */
         unsigned gen = op->gen;
         for (int i = 0; i < e->nnodes; i++)
-            if (op->cleanup_sent & (1u << i))
-                rl_stream_drop_if_unready(&e->nodes[i], "connection reset: no answer to its setup (AUTH/SELECT/INFO) in time",
-                                          e->now);
+            if (op->cleanup_sent & (1u << i)) rl_stream_withdraw_held(&e->nodes[i], e->now);
         if (op->phase != OP_CLEANUP || op->gen != gen) return;
         if (cleanup_out(e, op)) op_quiet(e, op);
         else start_timer(e, op); /* still in our buffer: a socket that was full */

@@ -96,6 +96,7 @@ static void answer_all(rl_stream *s, const char *why, long long written) {
  * socket and is asked to close it. */
 static void drop(rl_stream *s, const char *why, int close_it, double now_ms) {
     if (why != s->errstr) snprintf(s->errstr, sizeof(s->errstr), "%s", why);
+    memcpy(s->lost, s->errstr, sizeof(s->lost));
     if (close_it) s->wants |= RL_WANT_CLOSE;
     s->wants &= ~RL_WANT_CONNECT;
     long long written = s->written_total;
@@ -108,6 +109,12 @@ static int connected_or_connecting(const rl_stream *s) {
     return s->state == RL_STREAM_UP || s->state == RL_STREAM_CONNECTING;
 }
 
+/* The connection is being made, or its TLS handshake or its setup
+ * (AUTH/SELECT/INFO) is unanswered: nothing queued behind it has gone out. */
+static int in_setup(const rl_stream *s) {
+    return s->state == RL_STREAM_CONNECTING || (s->state == RL_STREAM_UP && s->holding);
+}
+
 void rl_stream_reset(rl_stream *s, const char *why, double now_ms) {
     if (connected_or_connecting(s)) drop(s, why, 1, now_ms);
 }
@@ -116,8 +123,44 @@ void rl_stream_down(rl_stream *s, const char *why, double now_ms) {
     if (connected_or_connecting(s)) drop(s, why && *why ? why : "connection lost", 0, now_ms);
 }
 
-void rl_stream_drop_if_unready(rl_stream *s, const char *why, double now_ms) {
-    if (connected_or_connecting(s) && (s->state == RL_STREAM_CONNECTING || s->holding)) drop(s, why, 1, now_ms);
+int rl_stream_setup_text(const rl_stream *s, double now_ms, char *buf, size_t len) {
+    if (!in_setup(s)) return 0;
+    const char *what = s->state == RL_STREAM_UP ? "AUTH/SELECT/INFO unanswered"
+                       : s->handshaking         ? "TLS handshake under way"
+                                                : "still connecting";
+    double since = now_ms - (s->connect_by_ms - s->opts->connect_timeout_ms);
+    int n = snprintf(buf, len, "%s, %.0f of %d ms", what, since > 0 ? since : 0, s->opts->connect_timeout_ms);
+    if (s->lost[0] && n >= 0 && (size_t)n < len) snprintf(buf + n, len - (size_t)n, " (last: %s)", s->lost);
+    return 1;
+}
+
+void rl_stream_withdraw_held(rl_stream *s, double now_ms) {
+    char why[RL_NODE_ERR_LEN];
+    if (!rl_stream_setup_text(s, now_ms, why, sizeof(why))) return;
+    /* The held commands are the newest tickets: those that end after the
+     * setup (position 0). Copied out first: answering them may queue more. */
+    unsigned k = 0;
+    while (k < s->ring_count && s->ring[(s->ring_head + s->ring_count - 1 - k) % s->ring_cap].end > 0) k++;
+    if (k == 0) return;
+    rl_ticket *held = malloc(k * sizeof(*held));
+    if (held == NULL) {
+        drop(s, "connection reset: out of memory", 1, now_ms);
+        return;
+    }
+    for (unsigned i = 0; i < k; i++) {
+        held[i] = s->ring[(s->ring_head + s->ring_count - k + i) % s->ring_cap];
+        if (held[i].kind == CHECK_ECHO) s->step_check = 0;
+        if (held[i].kind == LOAD_SCRIPT) s->scripts_loading = 0;
+    }
+    s->ring_count -= k;
+    s->out.len = s->hold_at; /* the setup's bytes, written or not, stay */
+    if (s->out_off == s->out.len) s->out.len = s->out_off = s->hold_at = 0;
+    s->queued_total = 0;
+    for (unsigned i = 0; i < k; i++) {
+        held[i].unsent = 1;
+        if (held[i].kind > 0) s->on_reply(s->owner, s->index, held[i], NULL, why);
+    }
+    free(held);
 }
 
 int rl_stream_detach(rl_stream *s, double now_ms) {
@@ -326,6 +369,9 @@ int rl_stream_connected(rl_stream *s, int fresh, double now_ms) {
         return 0;
     }
     s->state = RL_STREAM_UP;
+    /* The setup gets a connect timeout of its own, from now: the connect
+     * may have finished long ago while nobody drove the engine. */
+    if (fresh) s->connect_by_ms = now_ms + s->opts->connect_timeout_ms;
     s->read_ms = s->acked_ms = now_ms;
     s->acked = s->written_total;
     s->head_end = -1;
@@ -380,6 +426,7 @@ static void setup_done(rl_stream *s, double now_ms) {
     }
     memcpy(s->run_id, s->seen_id, sizeof(s->run_id));
     s->backoff_ms = s->opts->reconnect_min_ms;
+    s->lost[0] = '\0';
     s->holding = 0;
     flush_redo(s, now_ms);
 }
@@ -474,7 +521,7 @@ double rl_stream_deadline(const rl_stream *s) {
     switch (s->state) {
     case RL_STREAM_DOWN: return s->retry_at_ms;
     case RL_STREAM_CONNECTING: return s->connect_by_ms;
-    case RL_STREAM_UP: return s->watch_at_ms;
+    case RL_STREAM_UP: return s->holding ? s->connect_by_ms : s->watch_at_ms;
     default: return 0;
     }
 }
@@ -484,8 +531,9 @@ void rl_stream_advance(rl_stream *s, double now_ms) {
     if (due == 0 || now_ms < due) return;
     if (s->state == RL_STREAM_DOWN) {
         rl_stream_open(s, now_ms); /* reconnect in the background */
-    } else if (s->state == RL_STREAM_CONNECTING) {
-        snprintf(s->errstr, sizeof(s->errstr), "%s timed out after %d ms", s->handshaking ? "TLS handshake" : "connect",
+    } else if (in_setup(s)) {
+        snprintf(s->errstr, sizeof(s->errstr), "%s timed out after %d ms",
+                 s->state == RL_STREAM_UP ? "AUTH/SELECT/INFO" : s->handshaking ? "TLS handshake" : "connect",
                  s->opts->connect_timeout_ms);
         drop(s, s->errstr, 1, now_ms);
     } else {
@@ -527,7 +575,7 @@ int rl_stream_wanting(const rl_stream *s) {
 }
 
 void rl_stream_check_step(rl_stream *s, double now_ms) {
-    if (!connected_or_connecting(s) || s->step_check) return;
+    if (!connected_or_connecting(s) || in_setup(s) || s->step_check) return;
     char nonce[32], cmd[64];
     int nlen = step_nonce(s, nonce, sizeof(nonce));
     int len = snprintf(cmd, sizeof(cmd), "*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n", nlen, nonce);

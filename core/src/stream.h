@@ -7,7 +7,8 @@
  *     until they have succeeded; SCRIPT LOAD of our scripts after them;
  *   - INFO's run_id: a server that already votes through another node of
  *     the same engine (its peers) is refused like a failed AUTH;
- *   - the connect deadline, and reconnecting with doubling backoff;
+ *   - the connect deadline, which bounds the connect with its TLS
+ *     handshake, and then the setup, and reconnecting with doubling backoff;
  *   - the step check (ECHO of a nonce) of a stream whose replies may no
  *     longer pair with its commands, and the stall watchdog.
  * A driver learns what the stream wants (rl_stream_take_wants) and reports
@@ -80,6 +81,7 @@ typedef struct rl_stream {
     long long head_end;      /* the oldest unanswered command (its end) seen wholly taken, */
     double head_ms;               /* and when it was first seen so */
     char errstr[RL_NODE_ERR_LEN]; /* why the node is down (or the last connection ended) */
+    char lost[RL_NODE_ERR_LEN];   /* why the last connection ended, if none was set up since ("" if one was) */
 
     rl_buf out;              /* bytes not written yet: out.data[out_off .. out.len) */
     size_t out_off;
@@ -176,9 +178,22 @@ void rl_stream_advance(rl_stream *s, double now_ms);
  * it, and the stream reconnects after its backoff. Safe inside on_reply. */
 void rl_stream_reset(rl_stream *s, const char *why, double now_ms);
 
-/* Drop the connection if its setup is still unanswered: nothing queued
- * behind the setup has been sent, so nothing of it has run. */
-void rl_stream_drop_if_unready(rl_stream *s, const char *why, double now_ms);
+/* While the connection is being made, in its TLS handshake, or its setup
+ * (AUTH/SELECT/INFO) is unanswered: write what it is doing, for how long of
+ * the connect timeout, and why the last connection ended if none has been
+ * set up since, into buf ("TLS handshake under way, 120 of 1000 ms (last:
+ * TLS handshake timed out after 1000 ms)") and return 1. Otherwise 0. Such
+ * a connection lives until its connect deadline (connect_timeout_ms from
+ * when it was asked for; for the setup, from when the driver reported it
+ * connected): rounds that time out meanwhile neither reset nor step-check
+ * it. */
+int rl_stream_setup_text(const rl_stream *s, double now_ms, char *buf, size_t len);
+
+/* While the connection's setup is under way (see rl_stream_setup_text):
+ * take back every command queued behind the setup, none of which has gone
+ * out, answering each (unsent) with that text. The connection goes on with
+ * its setup; releases kept for it (rl_stream_redo) stay kept. */
+void rl_stream_withdraw_held(rl_stream *s, double now_ms);
 
 /* Keep a pre-encoded release (of a failed acquire whose SET may have run)
  * that could not go out on the connection its SET went out on: it is
@@ -194,8 +209,9 @@ int rl_stream_redo(rl_stream *s, const char *cmd, size_t len, double now_ms);
 void rl_stream_load_scripts(rl_stream *s, double now_ms);
 
 /* Check that s's replies are in step with its commands: queue an ECHO of a
- * nonce (unless one is in flight, or s has no connection); a reply that is
- * not that nonce means a reply was lost, and the connection is reset. */
+ * nonce (unless one is in flight, or s has no connection, or its setup is
+ * under way: nothing behind the setup has gone out); a reply that is not
+ * that nonce means a reply was lost, and the connection is reset. */
 void rl_stream_check_step(rl_stream *s, double now_ms);
 
 /* The driver's connection is made and its TLS handshake begun: a connect

@@ -6,6 +6,7 @@
  * dispositions are not ours to change. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -165,16 +167,71 @@ static int no_client_cert(SSL *ssl, X509 **x509, EVP_PKEY **pkey) {
     return 0;
 }
 
-/* err = "tls.<option>: <what> '<path>': <OpenSSL's reason>". */
-static void option_error(char *err, size_t errlen, const char *option, const char *what, const char *path) {
-    unsigned long code = take_error();
-    if (err) snprintf(err, errlen, "tls.%s: %s '%s'%s%s", option, what, path, code ? ": " : "", code ? last_reason(code) : "");
+#ifndef ERR_SYSTEM_ERROR /* OpenSSL 1.1 */
+#define ERR_SYSTEM_ERROR(e) (ERR_GET_LIB(e) == ERR_LIB_SYS)
+#endif
+
+/* OpenSSL asks for a passphrase (an encrypted key): there is nobody to
+ * ask, and its default would read the terminal. No passphrase; *asked (if
+ * arg is set) says it was wanted. */
+static int no_passphrase(char *buf, int size, int rwflag, void *arg) {
+    (void)buf;
+    (void)size;
+    (void)rwflag;
+    if (arg) *(int *)arg = 1;
+    return 0;
 }
 
-static int readable_file(const char *path, int dir) {
+/* err = "tls.<option> '<path>': <why>". */
+static void file_error(char *err, size_t errlen, const char *option, const char *path, const char *why) {
+    if (err) snprintf(err, errlen, "tls.%s '%s': %s", option, path, why);
+}
+
+/* Check path before OpenSSL reads it, for a plain reason: it exists, it is
+ * a regular file (dir: a directory), and it can be opened. Return 0, or -1
+ * with err saying what is wrong. A device or a pipe is refused: OpenSSL
+ * would read /dev/zero forever. */
+static int check_file(const char *option, const char *path, int dir, char *err, size_t errlen) {
     struct stat st;
-    if (stat(path, &st) != 0) return 0;
-    return dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode);
+    const char *why = NULL;
+    int fd = -1;
+    if (stat(path, &st) != 0) why = strerror(errno);
+    else if (dir && !S_ISDIR(st.st_mode)) why = "not a directory";
+    else if (!dir && S_ISDIR(st.st_mode)) why = "is a directory";
+    else if (!dir && !S_ISREG(st.st_mode)) why = "not a regular file";
+    else if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) why = strerror(errno);
+    if (fd >= 0) close(fd);
+    if (why == NULL) return 0;
+    file_error(err, errlen, option, path, why);
+    return -1;
+}
+
+/* err = why OpenSSL could not load path (option's file), from its error
+ * queue, which is emptied: the first error queued is the cause, the ones
+ * after it only say which call failed ("PEM lib", "system lib"). missing:
+ * what the file lacked when OpenSSL found nothing it could use in it. */
+static void load_error(char *err, size_t errlen, const char *option, const char *path, const char *missing) {
+    unsigned long first = 0, e;
+    while ((e = ERR_get_error()) != 0)
+        if (first == 0) first = e;
+    char why[200];
+    int lib = ERR_GET_LIB(first), reason = ERR_GET_REASON(first);
+    if (first == 0) {
+        snprintf(why, sizeof(why), "%s", missing); /* failed without saying why: it found nothing */
+    } else if (ERR_SYSTEM_ERROR(first)) {
+        snprintf(why, sizeof(why), "%s", strerror(reason));
+    } else if ((lib == ERR_LIB_PEM && reason == PEM_R_NO_START_LINE) ||
+               (lib == ERR_LIB_X509 && reason == X509_R_NO_CERTIFICATE_OR_CRL_FOUND) ||
+#ifdef ERR_LIB_OSSL_DECODER
+               (lib == ERR_LIB_OSSL_DECODER && reason == ERR_R_UNSUPPORTED) ||
+#endif
+               0) {
+        snprintf(why, sizeof(why), "%s", missing);
+    } else {
+        const char *from = ERR_lib_error_string(first);
+        snprintf(why, sizeof(why), "%s%s%s%s", last_reason(first), from ? " (" : "", from ? from : "", from ? ")" : "");
+    }
+    file_error(err, errlen, option, path, why);
 }
 
 rl_tls *rl_tls_new(const rl_tls_options *o, char *err, size_t errlen) {
@@ -197,50 +254,56 @@ rl_tls *rl_tls_new(const rl_tls_options *o, char *err, size_t errlen) {
      * what it read beyond one record waits in OpenSSL: rl_tls_pending. */
     SSL_CTX_set_read_ahead(ctx, 1);
     SSL_CTX_set_verify(ctx, t->verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
+    SSL_CTX_set_default_passwd_cb(ctx, no_passphrase);
 
-    if (o->cafile && !readable_file(o->cafile, 0)) {
-        if (err) snprintf(err, errlen, "tls.cafile: cannot read '%s': %s", o->cafile, errno ? strerror(errno) : "not a file");
-        goto fail;
-    }
-    if (o->capath && !readable_file(o->capath, 1)) {
-        if (err) snprintf(err, errlen, "tls.capath: '%s' is not a directory", o->capath);
-        goto fail;
-    }
-    if (o->cafile || o->capath) {
-        if (o->cafile && SSL_CTX_load_verify_locations(ctx, o->cafile, NULL) != 1) {
-            option_error(err, errlen, "cafile", "no CA certificates in", o->cafile);
-            goto fail;
-        }
-        if (o->capath && SSL_CTX_load_verify_locations(ctx, NULL, o->capath) != 1) {
-            option_error(err, errlen, "capath", "cannot use", o->capath);
-            goto fail;
-        }
-    } else if (t->verify && SSL_CTX_set_default_verify_paths(ctx) != 1) {
-        option_error(err, errlen, "cafile", "cannot load the system's CAs from", X509_get_default_cert_file());
-        goto fail;
-    }
     if (o->keyfile && !o->certfile) {
         if (err) snprintf(err, errlen, "tls.keyfile: needs tls.certfile");
         goto fail;
     }
+    const char *key = o->keyfile ? o->keyfile : o->certfile;
+    const char *key_option = o->keyfile ? "keyfile" : "certfile";
+    if ((o->cafile && check_file("cafile", o->cafile, 0, err, errlen) != 0) ||
+        (o->capath && check_file("capath", o->capath, 1, err, errlen) != 0) ||
+        (o->certfile && check_file("certfile", o->certfile, 0, err, errlen) != 0) ||
+        (o->keyfile && check_file("keyfile", o->keyfile, 0, err, errlen) != 0))
+        goto fail;
+    if (o->cafile && SSL_CTX_load_verify_locations(ctx, o->cafile, NULL) != 1) {
+        load_error(err, errlen, "cafile", o->cafile, "no certificate in it");
+        goto fail;
+    }
+    if (o->capath && SSL_CTX_load_verify_locations(ctx, NULL, o->capath) != 1) {
+        load_error(err, errlen, "capath", o->capath, "no certificates found");
+        goto fail;
+    }
+    if (!o->cafile && !o->capath && t->verify && SSL_CTX_set_default_verify_paths(ctx) != 1) {
+        load_error(err, errlen, "cafile", X509_get_default_cert_file(), "cannot load the system's CAs");
+        goto fail;
+    }
     if (o->certfile) {
-        const char *key = o->keyfile ? o->keyfile : o->certfile;
         if (SSL_CTX_use_certificate_chain_file(ctx, o->certfile) != 1) {
-            option_error(err, errlen, "certfile", "cannot load a certificate from", o->certfile);
+            load_error(err, errlen, "certfile", o->certfile, "no certificate in it");
             goto fail;
         }
-        if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
-            if (ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH) {
+        int asked = 0;
+        SSL_CTX_set_default_passwd_cb_userdata(ctx, &asked);
+        int used = SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM);
+        SSL_CTX_set_default_passwd_cb_userdata(ctx, NULL);
+        if (used != 1) {
+            if (asked) {
                 take_error();
-                if (err) snprintf(err, errlen, "tls.keyfile: the key in '%s' does not match tls.certfile", key);
+                file_error(err, errlen, key_option, key, "the key is encrypted (a passphrase cannot be given)");
+            } else if (ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH) {
+                take_error();
+                file_error(err, errlen, key_option, key, "the key does not match tls.certfile");
             } else {
-                option_error(err, errlen, o->keyfile ? "keyfile" : "certfile", "cannot load a private key from", key);
+                load_error(err, errlen, key_option, key,
+                           o->keyfile ? "no private key in it" : "no private key in it (and no tls.keyfile)");
             }
             goto fail;
         }
         if (SSL_CTX_check_private_key(ctx) != 1) {
             take_error();
-            if (err) snprintf(err, errlen, "tls.keyfile: the key in '%s' does not match tls.certfile", key);
+            file_error(err, errlen, key_option, key, "the key does not match tls.certfile");
             goto fail;
         }
         t->has_cert = 1;

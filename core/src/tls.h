@@ -30,8 +30,13 @@ typedef struct rl_tls_session {
     int got_data;            /* a read returned bytes: the server accepted the connection */
 } rl_tls_session;
 
-/* A context for o (CA, client certificate, verification). On error NULL,
- * with the reason in err naming the option ("tls.cafile: ..."). */
+/* A context for o (CA, client certificate, verification). Each file is
+ * checked (it exists, is a regular file or, for capath, a directory, and
+ * opens) before OpenSSL loads it; an encrypted key is refused, never asked
+ * a passphrase for. On error NULL, with the reason in err naming the
+ * option and the file: "tls.keyfile '/x/y': No such file or directory",
+ * "tls.cafile '/dev/zero': not a regular file", "tls.certfile '...': no
+ * certificate in it", or OpenSSL's first queued reason. */
 rl_tls *rl_tls_new(const rl_tls_options *o, char *err, size_t errlen);
 
 /* Free the context. NULL is ignored. Sessions made from it must be gone. */

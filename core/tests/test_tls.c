@@ -127,11 +127,30 @@ static void bad_options(void) {
     snprintf(path, sizeof(path), "%s/none.pem", dir);
     o.tls.cafile = path;
     CHECK(rl_client_new(url_list, NODES, &o, err, sizeof(err)) == NULL);
-    CHECK(strncmp(err, "tls.cafile: cannot read", 23) == 0);
+    char want[512];
+    snprintf(want, sizeof(want), "tls.cafile '%s': No such file or directory", path);
+    CHECK_STR(err, want);
     rl_options_init(&o);
     o.tls.capath = ca;
     CHECK(rl_client_new(url_list, NODES, &o, err, sizeof(err)) == NULL);
-    CHECK(strncmp(err, "tls.capath:", 11) == 0);
+    snprintf(want, sizeof(want), "tls.capath '%s': not a directory", ca);
+    CHECK_STR(err, want);
+    /* a device is no file: before, /dev/zero said "No such file or directory" */
+    rl_options_init(&o);
+    o.tls.cafile = "/dev/zero";
+    CHECK(rl_client_new(url_list, NODES, &o, err, sizeof(err)) == NULL);
+    CHECK_STR(err, "tls.cafile '/dev/zero': not a regular file");
+    /* a directory as the key: before, "PEM lib"; a missing key: "system lib" */
+    rl_options_init(&o);
+    o.tls.certfile = crt;
+    o.tls.keyfile = dir;
+    CHECK(rl_client_new(url_list, NODES, &o, err, sizeof(err)) == NULL);
+    snprintf(want, sizeof(want), "tls.keyfile '%s': is a directory", dir);
+    CHECK_STR(err, want);
+    o.tls.keyfile = path;
+    CHECK(rl_client_new(url_list, NODES, &o, err, sizeof(err)) == NULL);
+    snprintf(want, sizeof(want), "tls.keyfile '%s': No such file or directory", path);
+    CHECK_STR(err, want);
     rl_options_init(&o);
     o.tls.cafile = ca;
     o.tls.certfile = crt;

@@ -514,12 +514,29 @@ local function tls_config(t)
     return c
 end
 
+local PEM_MAX = 1048576 -- a certificate chain or key file is far smaller (and /dev/zero never ends)
+
+-- The text of file path (tls.<what>), or nil and "tls.<what> '<path>': why".
 local function read_file(path, what)
     local f, err = io.open(path, "rb")
-    if not f then return nil, ("cannot read tls.%s: %s"):format(what, tostring(err)) end
-    local s = f:read("*a")
-    f:close()
-    if not s or s == "" then return nil, ("tls.%s '%s' is empty"):format(what, path) end
+    local s
+    if f then
+        s, err = f:read(PEM_MAX + 1)
+        f:close()
+    end
+    local why
+    if not f then
+        why = tostring(err)
+        if why:sub(1, #path + 2) == path .. ": " then why = why:sub(#path + 3) end -- io.open's "path: reason"
+    elseif not s and err then
+        why = tostring(err)
+    elseif not s or s == "" then
+        why = "empty"
+    elseif #s > PEM_MAX then
+        why = "larger than 1 MB: not a certificate or key file"
+    end
+    if why == "Is a directory" then why = "is a directory" end
+    if why then return nil, ("tls.%s '%s': %s"):format(what, path, why) end
     return s
 end
 
@@ -588,7 +605,7 @@ end
 -- engine keeps RL_NODE_ERR_LEN bytes of it.
 local function handshake_reason(hub, i, err)
     err = tostring(err)
-    if err == "timeout" then return "TLS handshake timed out" end
+    if err == "timeout" then return ("TLS handshake timed out after %d ms"):format(hub.connect_timeout) end
     if err == "certificate host mismatch" then
         return ("certificate verify failed: not for '%s'"):format(hub.snis[i])
     end
@@ -614,8 +631,10 @@ end
 
 -- Connect sock to node i and, for a rediss:// node, do the TLS handshake
 -- within what is left of connect_timeout. true, or nil and why (the node's
--- reason). Used by the command connections and the subscribers alike.
-local function open(hub, i, sock)
+-- reason). Used by the command connections and the subscribers alike;
+-- engine: the command connection, whose handshake the engine is told of
+-- (its connect deadline then says the handshake timed out, as ours does).
+local function open(hub, i, sock, engine)
     local t0 = now_ms()
     sock:settimeouts(hub.connect_timeout, hub.node_timeout, READ_TIMEOUT_MS)
     local ok, err
@@ -624,10 +643,12 @@ local function open(hub, i, sock)
     else
         ok, err = sock:connect(hub.hosts[i], hub.ports[i])
     end
+    if not ok and err == "timeout" then return nil, ("connect timed out after %d ms"):format(hub.connect_timeout) end
     if not ok then return nil, "connect failed: " .. tostring(err) end
     if not hub.tlss[i] then return true end
+    if engine then C.rl_engine_node_handshaking(hub.e, i) end
     local left = math.floor(hub.connect_timeout - (now_ms() - t0))
-    if left < 1 then return nil, "TLS handshake timed out" end
+    if left < 1 then return nil, ("TLS handshake timed out after %d ms"):format(hub.connect_timeout) end
     sock:settimeouts(left, hub.node_timeout, READ_TIMEOUT_MS) -- ngx_lua times the handshake with it
     local tls = hub.tls
     if tls.cert then
@@ -661,7 +682,7 @@ local function read_node(hub, i, gen)
     local e = hub.e
     local sock = ngx.socket.tcp()
     hub.socks[i] = sock
-    local ok, err = open(hub, i, sock)
+    local ok, err = open(hub, i, sock, true)
     if hub.gen[i] ~= gen then return end
     if not ok then return lost_node(hub, i, err) end
     if C.rl_engine_node_connected(e, i, 1, now_ms()) ~= RL_OK then

@@ -43,8 +43,8 @@ function Proc:alive()
 end
 
 --- Change the proxy's mode ("pass", "delay MS", "stall", "blackhole", "drop",
--- "reset") or the fake DNS server's ("deaf", "answer ADDR") and wait long
--- enough for the tool to have read it.
+-- "reset", "throttle N", "cut N") or the fake DNS server's ("deaf", "answer
+-- ADDR") and wait long enough for the tool to have read it.
 function Proc:set(mode)
   assert(self.control, "this tool has no modes")
   proc.write_file(self.control, mode .. "\n")
@@ -54,6 +54,11 @@ end
 --- What the tool printed (stdout and stderr).
 function Proc:log()
   return proc.read_file(self.dir .. "/out.log") or ""
+end
+
+--- How many connections the fake server or the proxy has accepted so far.
+function Proc:accepts()
+  return select(2, self:log():gsub("%f[^\n%z]accept\n", ""))
 end
 
 local function start(argv_tail_fn, name)
@@ -100,7 +105,8 @@ function M.fakedns()
   return self
 end
 
---- A proxy in front of 127.0.0.1:upstream_port, initially in mode "pass".
+--- A proxy in front of 127.0.0.1:upstream_port, initially in mode "pass"
+-- (or mode: see Proc:set).
 function M.proxy(upstream_port, mode)
   return start(function(self, portfile)
     self.control = self.dir .. "/control"

@@ -22,7 +22,8 @@
  * Commands are counted by parsing RESP arrays (and inline commands), so a
  * pipeline of k commands gets exactly k replies. Every command is logged on
  * stdout as a line "cmd NAME" (its first word, upper-cased), so a spec can
- * count what the node was sent. Exits on SIGTERM/SIGINT.
+ * count what the node was sent; every connection accepted is a line
+ * "accept", so a spec can count connections. Exits on SIGTERM/SIGINT.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -237,6 +238,8 @@ int main(int argc, char **argv) {
         if (pfds[0].revents & POLLIN) {
             int fd = accept(lfd, NULL, NULL);
             if (fd < 0) continue;
+            printf("accept\n");
+            fflush(stdout);
             if (m == M_RESET || nconns == MAX_CONNS) {
                 reset_close(fd);
                 continue;

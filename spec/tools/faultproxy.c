@@ -19,8 +19,14 @@
  *   reset       close every connection with a RST, and each new one at once
  *   throttle N  forward requests at N bytes per millisecond, replies at once
  *               (a slow link: a large command takes a while to get through)
+ *   cut N       forward requests, and only the first N bytes of replies on
+ *               each connection; discard the rest, keeping the connection
+ *               (a server that stops halfway through its first answer: a
+ *               TLS ServerHello half sent)
  *
- * Byte order per direction is always preserved. Exits on SIGTERM/SIGINT.
+ * Byte order per direction is always preserved. Every connection accepted
+ * is a line "accept" on stdout, so a spec can count connections. Exits on
+ * SIGTERM/SIGINT.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -43,7 +49,7 @@
 #define CHUNK 16384
 #define TICK_MS 2
 
-enum mode { M_PASS, M_DELAY, M_STALL, M_BLACKHOLE, M_DROP, M_RESET, M_THROTTLE };
+enum mode { M_PASS, M_DELAY, M_STALL, M_BLACKHOLE, M_DROP, M_RESET, M_THROTTLE, M_CUT };
 
 /* A chunk of bytes waiting to be forwarded, due at a time (ms). */
 struct chunk {
@@ -62,10 +68,11 @@ struct pair {
     int client, upstream;
     struct pipe_dir up;   /* client -> upstream (requests) */
     struct pipe_dir down; /* upstream -> client (replies) */
+    long replied;         /* reply bytes forwarded (or queued) so far */
 };
 
 static enum mode mode = M_PASS;
-static int delay_ms;      /* delay: the delay; throttle: bytes per ms */
+static int delay_ms;      /* delay: the delay; throttle: bytes per ms; cut: reply bytes per connection */
 static double budget;     /* throttle: request bytes that may be read now */
 static double budget_at;  /* when budget was last topped up */
 
@@ -154,8 +161,9 @@ static int read_control(const char *path) {
         else if (strcmp(word, "drop") == 0) m = M_DROP;
         else if (strcmp(word, "reset") == 0) m = M_RESET;
         else if (strcmp(word, "throttle") == 0) m = M_THROTTLE;
+        else if (strcmp(word, "cut") == 0) m = M_CUT;
         else m = M_PASS;
-        if (m != M_DELAY && m != M_THROTTLE) d = 0;
+        if (m != M_DELAY && m != M_THROTTLE && m != M_CUT) d = 0;
         if (m == M_THROTTLE && d < 1) d = 1;
         if (d < 0) d = 0;
     }
@@ -175,6 +183,7 @@ static double due_for(int replies, double now) {
     case M_DROP: return replies ? -1 : now;
     case M_RESET: return -1;
     case M_THROTTLE: return now;
+    case M_CUT: return now;
     }
     return now;
 }
@@ -199,17 +208,25 @@ static size_t request_room(void) {
     return budget < 1 ? 0 : budget < CHUNK ? (size_t)budget : CHUNK;
 }
 
-/* Read what src has into d; return -1 when the pair should close. */
-static int pump(int src, struct pipe_dir *d, int replies, double now) {
+/* Read what src has into d (the replies of p, or its requests); return -1
+ * when the pair should close. */
+static int pump(struct pair *p, int replies, double now) {
     char buf[CHUNK];
+    int src = replies ? p->upstream : p->client;
+    struct pipe_dir *d = replies ? &p->down : &p->up;
     size_t room = replies ? CHUNK : request_room();
     if (room == 0) return 0;
     ssize_t r = recv(src, buf, room, 0);
     if (r < 0) return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? 0 : -1;
     if (r == 0) return -1;
     if (!replies && mode == M_THROTTLE) budget -= (double)r;
+    if (replies && mode == M_CUT) {
+        long left = delay_ms - p->replied;
+        if (left < r) r = left > 0 ? left : 0;
+    }
+    if (replies) p->replied += r;
     double due = due_for(replies, now);
-    if (due >= 0) dir_push(d, buf, (size_t)r, due);
+    if (due >= 0 && r > 0) dir_push(d, buf, (size_t)r, due);
     return 0;
 }
 
@@ -319,9 +336,8 @@ int main(int argc, char **argv) {
             struct pair *p = &pairs[i];
             short cr = pfds[1 + 2 * i].revents, ur = pfds[2 + 2 * i].revents;
             int bad = 0;
-            if (cr & (POLLIN | POLLHUP | POLLERR)) bad |= pump(p->client, &p->up, 0, now) < 0;
-            if (!bad && (ur & (POLLIN | POLLHUP | POLLERR)))
-                bad |= pump(p->upstream, &p->down, 1, now) < 0;
+            if (cr & (POLLIN | POLLHUP | POLLERR)) bad |= pump(p, 0, now) < 0;
+            if (!bad && (ur & (POLLIN | POLLHUP | POLLERR))) bad |= pump(p, 1, now) < 0;
             if (bad) {
                 /* Deliver what is already due before closing, like a real peer. */
                 dir_flush(&p->down, p->client, now);
@@ -333,6 +349,8 @@ int main(int argc, char **argv) {
         if (pfds[0].revents & POLLIN) {
             int fd = accept(lfd, NULL, NULL);
             if (fd < 0) continue;
+            printf("accept\n");
+            fflush(stdout);
             if (mode == M_RESET || npairs == MAX_PAIRS) {
                 reset_close(fd);
                 continue;

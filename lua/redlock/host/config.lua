@@ -215,13 +215,17 @@ function _M.install(opts)
   return redlock
 end
 
--- "tls.<option>:" said as "--<flag>:", for error messages.
+-- "tls.<option>" said as "--<flag>", for error messages.
 local FLAG_OF_TLS_OPTION = {}
-for flag, option in pairs(TLS_FLAGS) do FLAG_OF_TLS_OPTION[option] = "--" .. flag .. ":" end
+for flag, option in pairs(TLS_FLAGS) do FLAG_OF_TLS_OPTION[option] = "--" .. flag end
 
---- msg with a leading "tls.<option>:" said as the flag that sets it.
+--- msg with a leading "tls.<option>:" or "tls.<option> '<file>'" said as
+--- the flag that sets it.
 function _M.flag_message(msg)
-  return (msg:gsub("^tls%.([%w_]+):", FLAG_OF_TLS_OPTION))
+  return (msg:gsub("^tls%.([%w_]+)([: ])", function(option, sep)
+    local flag = FLAG_OF_TLS_OPTION[option]
+    return flag and flag .. sep
+  end))
 end
 
 --- A client from the host configuration, or nil and a message.
