@@ -1,4 +1,4 @@
--- Only the public API is exported (DESIGN.md, C API). The rl_* symbols in the
+-- Only the public API is exported (docs/c-api.md). The rl_* symbols in the
 -- dynamic symbol table of redlock_core.so are exactly the functions
 -- core/include/redlock.h declares; the host executable exports those and the
 -- rl_host_* functions the Lua side declares for the FFI, nothing else named

@@ -1,4 +1,4 @@
--- Fencing tokens (DESIGN.md, "Fencing tokens"), against real redis-server
+-- Fencing tokens (docs/design.md, "Fencing tokens"), against real redis-server
 -- nodes that keep their data on disk (appendonly, appendfsync always) and are
 -- SIGKILLed and restarted with it.
 --

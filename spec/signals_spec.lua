@@ -1,4 +1,4 @@
--- The library leaves signal dispositions as it found them (DESIGN.md, C API):
+-- The library leaves signal dispositions as it found them (docs/c-api.md):
 -- a client that has locked and unlocked leaves SIGPIPE at SIG_DFL in the
 -- process and in every child the process starts afterwards. A write to a node
 -- that has closed its socket fails with EPIPE (send with MSG_NOSIGNAL); it

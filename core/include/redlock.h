@@ -245,7 +245,7 @@ int rl_begin_extend(rl_client *c, const char *resource, size_t len, const char *
 int rl_begin_release_quiet(rl_client *c, const char *resource, size_t len, const char *value);
 
 /*
- * A fenced acquire (DESIGN.md, "Fencing tokens"): the same lock, plus a
+ * A fenced acquire (docs/design.md, "Fencing tokens"): the same lock, plus a
  * token in rl_result.token, strictly greater than every token granted for
  * the resource before this grant began, as long as the nodes keep their
  * data. Two rounds: SET NX PX with an INCR of the counter key (the lock's

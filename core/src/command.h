@@ -43,7 +43,7 @@ extern const char rl_acquire_queued_script[];
  * ends with it: rl_reserved_key). */
 #define RL_FENCE_SUFFIX ":fence"
 
-/* A fenced lock's two rounds (DESIGN.md, "Fencing tokens"): SET NX PX and,
+/* A fenced lock's two rounds (docs/design.md, "Fencing tokens"): SET NX PX and,
  * if set, INCR of the counter, returning it as a bulk string of decimal
  * digits (else nil); and the commit: if the key still holds our value, raise
  * the counter to the token (1), else 0. Both answer an error reply, having

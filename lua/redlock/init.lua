@@ -162,6 +162,17 @@ local TLS_KEYS = { cafile = true, capath = true, certfile = true, keyfile = true
 local TLS_STRINGS = { "cafile", "capath", "certfile", "keyfile", "server_name" }
 local LOCK_KEYS = { ttl = true, wait = true, retry = true, keepalive = true, margin = true, fence = true }
 
+-- The option names the checks above accept, sorted: new()'s, its tls table's
+-- and the lock calls'. Read by spec/docs_spec.lua, which checks that
+-- docs/lua-api.md names each one.
+local function sorted_names(set)
+    local list = {}
+    for k in pairs(set) do list[#list + 1] = k end
+    table.sort(list)
+    return list
+end
+_M._OPTIONS = { new = sorted_names(NEW_KEYS), tls = sorted_names(TLS_KEYS), lock = sorted_names(LOCK_KEYS) }
+
 ---------------------------------------------------------------------------
 -- results
 
@@ -288,7 +299,7 @@ local function client_options(fname, opts, nservers)
     return copts, ttl
 end
 
---- Create a client. See the README for the options; misuse raises.
+--- Create a client. See docs/lua-api.md for the options; misuse raises.
 function _M.new(opts)
     if opts == _M then argerror(1, "new", "options table expected, got the module (call redlock.new{...} with a dot)") end
     if type(opts) ~= "table" then argerror(1, "new", "options table expected, got " .. show(opts)) end
