@@ -283,11 +283,19 @@ function _M.remaining(lock)
     return lock:remaining()
 end
 
+-- A node state as a message says it: "pending" alone means nothing to
+-- someone who has not read about tails.
+local STATE_SAID = { pending = "pending (no reply yet when the round was decided)" }
+
 --- Per-node lines for a failure's detail.
 function _M.describe_detail(detail)
     local lines = {}
     for i, node in ipairs(detail) do
-        lines[#lines + 1] = ("  node %d %s: %s%s"):format(i, node.server or "?", node.state or "?",
+        local state = node.state or "?"
+        if detail.message and state == "pending" then
+            state = "not asked" -- refused before anything was sent (detail.message says why)
+        end
+        lines[#lines + 1] = ("  node %d %s: %s%s"):format(i, node.server or "?", STATE_SAID[state] or state,
             node.error and (" (" .. node.error .. ")") or "")
     end
     return table.concat(lines, "\n")

@@ -30,7 +30,7 @@ _M.SPEC = SPEC
 
 function _M.help()
     return ([[
-usage: redlock demo [OPTIONS]
+Usage: redlock demo [OPTIONS]
 
 Without configuration: start a throwaway cluster of redis-server nodes, run
 worker processes that contend for one resource and do an unsafe

@@ -16,7 +16,7 @@ _M.SPEC = SPEC
 
 function _M.help()
     return ([[
-usage: redlock dev [OPTIONS] [N]
+Usage: redlock dev [OPTIONS] [N]
 
 Start N (default 5) throwaway redis-server nodes on free loopback ports, with
 no persistence, print the REDLOCK_SERVERS line to use, and keep them running

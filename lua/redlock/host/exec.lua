@@ -53,20 +53,22 @@ local MIN_TTL = 2 * MIN_SAFETY -- the shortest ttl with max_grace(ttl) >= 0
 assert(max_grace(MIN_TTL) == 0 and max_grace(MIN_TTL - 1) < 0)
 
 local SPEC = config.spec {
-    { name = "ttl", long = "ttl", arg = "MS", check = "ms",
-        help = ("lock time-to-live; kept extended every ttl/3 (%d)"):format(DEFAULT_TTL) },
-    { name = "wait", short = "w", long = "wait", arg = "MS", check = "ms0",
-        help = "give up after waiting MS for the lock (default: wait forever)" },
-    { name = "timeout", long = "timeout", arg = "MS", check = "ms0" }, -- flock's spelling of -w
+    { name = "ttl", long = "ttl", arg = "TIME", check = "ms", warn_bare = true,
+        help = ("lock time-to-live, kept extended every ttl/3 (default %ds; bare number: ms)")
+            :format(DEFAULT_TTL / 1000) },
+    { name = "wait", short = "w", long = "wait", arg = "TIME", check = "ms0", warn_bare = true,
+        help = "give up after waiting TIME for the lock (default: forever; bare number: ms)" },
+    -- flock's spelling of -w
+    { name = "timeout", long = "timeout", arg = "TIME", check = "ms0", warn_bare = true },
     { name = "nonblock", short = "n", long = "nonblock",
         help = "fail at once if RESOURCE is held elsewhere" },
     { name = "conflict", short = "E", long = "conflict-exit-code", arg = "N", check = "status",
         help = "exit status when RESOURCE stays held elsewhere (1)" },
     { name = "policy", long = "policy", arg = "FILE.lua",
         help = "retry policy: a Lua file returning function(attempt, last) -> delay_ms|nil" },
-    { name = "grace", long = "grace", arg = "MS", check = "ms0",
-        help = ("lock lost, --kill-group: SIGTERM, then SIGKILL after MS (%d, less for a short --ttl)")
-            :format(DEFAULT_GRACE) },
+    { name = "grace", long = "grace", arg = "TIME", check = "ms0",
+        help = ("lock lost, --kill-group: SIGTERM, then SIGKILL after TIME (default %ds,"
+            .. " less for a short --ttl; bare number: ms)"):format(DEFAULT_GRACE / 1000) },
     { name = "kill_group", long = "kill-group",
         help = "when COMMAND exits, stop the rest of its process group instead of waiting for it" },
     { name = "fence", long = "fence",
@@ -85,11 +87,13 @@ end
 
 function _M.help()
     return ([[
-usage: redlock exec [OPTIONS] RESOURCE [--] COMMAND [ARGS...]
+Usage: redlock exec [OPTIONS] RESOURCE [--] COMMAND [ARGS...]
 
 Acquire RESOURCE on a quorum of the servers, run COMMAND in a process group of
 its own while the lock is kept extended, release it once that group has
-exited, and exit with COMMAND's status. COMMAND's environment has REDLOCK_RESOURCE,
+exited, and exit with COMMAND's status. COMMAND is run as given, without a
+shell: for a shell command line, give `sh -c 'CMD'` as COMMAND (where
+flock(1) takes -c 'CMD'). COMMAND's environment has REDLOCK_RESOURCE,
 REDLOCK_VALUE (this holder's lock value) and REDLOCK_VALIDITY_MS, and with
 --fence REDLOCK_TOKEN: a fencing token greater than every token granted for
 RESOURCE before (a decimal integer up to 2^63-1: compare it as one, not as
@@ -115,17 +119,39 @@ node, after %d s and then every %d s.
 The lock is extended every ttl/3. SIGKILL comes a safety margin (ttl/20, at
 least %d ms) before the validity ends, and grace + safety must fit in half
 the ttl. Without --grace, the grace period is %d ms or, for a short --ttl,
-the most that fits: ttl/2 - safety (--ttl 1000: %d ms; %d ms from --ttl %d
+the most that fits: ttl/2 - safety (--ttl 1s: %d ms; %d ms from --ttl %dms
 on). The shortest --ttl is %d ms (grace 0). A --grace that does not fit is a
 usage error.
 
 Options:
 %s
 
+TIME is a number with a unit: 500ms, 10s, 1.5s, 2m, 1h. A bare number is
+milliseconds (--ttl 10000 is 10s); a --ttl, -w or --timeout of 1 to 999
+without a unit gets a warning, as it was most likely meant in seconds.
+
 %s
 ]]):format(UNREACHABLE_FIRST_MS / 1000, UNREACHABLE_EVERY_MS / 1000,
         MIN_SAFETY, DEFAULT_GRACE, max_grace(1000), DEFAULT_GRACE, full_grace_ttl(), MIN_TTL,
         args.describe(SPEC), host.EXIT_STATUS_HELP)
+end
+
+local function shell_quote(text)
+    if text:match("^[%w%%+,./:=@_-]+$") then return text end
+    return "'" .. text:gsub("'", [['\'']]) .. "'"
+end
+
+-- flock(1) habits: `flock FILE -c CMD` runs CMD with a shell; exec takes
+-- the command itself.
+local SHELL_FLAGS = { ["-c"] = true, ["--command"] = true }
+local SHELL_HINT = "exec takes the command itself, not -c: write `redlock exec RESOURCE -- sh -c 'CMD'`"
+
+--- A usage message with the flock -c habit answered (for a parse error).
+function _M.hint(msg)
+    if msg == "unknown option -c" or msg == "unknown option --command" then
+        return msg .. "; " .. SHELL_HINT
+    end
+    return msg
 end
 
 --- Load a --policy file: a Lua chunk that returns the policy function.
@@ -179,6 +205,13 @@ function _M.run(opts, argv, k)
     for j = k, #argv do command[#command + 1] = argv[j] end
     if #command == 0 then
         return host.usage_error("exec", "missing COMMAND (redlock exec RESOURCE -- COMMAND [ARGS...])")
+    end
+    if SHELL_FLAGS[command[1]] then
+        local line = {}
+        for j = 2, #command do line[#line + 1] = command[j] end
+        if #line == 0 then return host.usage_error("exec", SHELL_HINT) end
+        return host.usage_error("exec", ("exec takes the command itself, not %s: write `redlock exec %s -- sh -c %s`")
+            :format(command[1], shell_quote(resource), shell_quote(table.concat(line, " "))))
     end
 
     local ttl = opts.ttl or DEFAULT_TTL

@@ -69,7 +69,7 @@ Exit status:
 
 local function usage()
     return ([[
-usage: redlock COMMAND [OPTIONS] [ARGS...]
+Usage: redlock COMMAND [OPTIONS] [ARGS...]
 
 Distributed locks (the Redlock algorithm) over N independent Redis nodes,
 and a LuaJIT host for lock-protected work.
@@ -92,6 +92,9 @@ Servers (for run, exec, status, demo):
        --insecure; or REDLOCK_CACERT, REDLOCK_CACERTDIR, REDLOCK_CERT,
        REDLOCK_KEY, REDLOCK_SNI, REDLOCK_INSECURE=1 (the flags win)
   No servers yet? 'redlock dev' starts some; 'redlock demo' needs none.
+
+Times (exec --ttl, -w, --grace): a number with a unit, 500ms, 10s, 1.5s, 2m,
+1h; a bare number is milliseconds.
 
 'redlock COMMAND --help' shows a command's options; 'redlock --version'.
 
@@ -148,8 +151,11 @@ function _M.main(arg)
         end
         return _M.usage_error(nil, ("unknown command '%s'"):format(first))
     end
-    local opts, k = require("redlock.host.args").parse(argv, 2, cmd.SPEC)
-    if not opts then return _M.usage_error(first, k) end
+    local opts, k, warnings = require("redlock.host.args").parse(argv, 2, cmd.SPEC)
+    if not opts then
+        return _M.usage_error(first, cmd.hint and cmd.hint(k) or k)
+    end
+    for _, w in ipairs(warnings) do _M.fail(nil, "warning: %s", w) end
     if opts.help then
         io.stdout:write(cmd.help())
         return _M.EXIT.OK

@@ -27,7 +27,7 @@ _M.SPEC = SPEC
 
 function _M.help()
     return ([[
-usage: redlock run [OPTIONS] SCRIPT.lua [ARGS...]
+Usage: redlock run [OPTIONS] SCRIPT.lua [ARGS...]
 
 Run a Lua job script under LuaJIT. Inside it:
   local redlock = require "redlock"

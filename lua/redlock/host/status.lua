@@ -20,7 +20,7 @@ _M.SPEC = SPEC
 
 function _M.help()
     return ([[
-usage: redlock status [OPTIONS] RESOURCE
+Usage: redlock status [OPTIONS] RESOURCE
 
 Show, node by node, whether RESOURCE's key exists, the first characters of its
 value (the holder's lock value), and its remaining time to live; then whether
