@@ -549,11 +549,11 @@ local function new_lock(self, resource, ttl, started, r)
         resource = resource,
         value = ffi_string(r.value, VALUE_LEN),
         ttl = ttl,
-        validity = r.validity_ms,
+        validity = floor(r.validity_ms), -- whole ms: a fraction less, never more
         votes = r.ok,         -- nodes that had granted it when quorum was reached
         token = token,        -- a fenced lock's fencing token (int64_t cdata), else nil
         token_string = token_string, -- the same in decimal (for JSON, headers, the environment)
-        valid_until = started + r.validity_ms,
+        valid_until = started + floor(r.validity_ms),
         extensions = 0,
         released = false,
         kept = nil,
@@ -1032,8 +1032,8 @@ function lock:extend(ttl)
     end
     self.extensions = self.extensions + 1
     self.ttl = ttl
-    self.validity = result.validity_ms
-    self.valid_until = started + result.validity_ms
+    self.validity = floor(result.validity_ms)
+    self.valid_until = started + self.validity
     if self.kept ~= nil and self.dlm.keeper ~= nil then
         -- the keeper goes on with this ttl, not the one it was handed
         self.dlm.keeper:update(self.kept, ttl, started, self.valid_until)
