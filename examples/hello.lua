@@ -21,7 +21,7 @@ local ok, err = pcall(function()
   local none, why, detail = dlm:try_lock("hello")
   assert(none == nil)
   print("second try_lock: " .. why)
-  for i, node in ipairs(detail) do
+  for _, node in ipairs(detail) do
     print(("  %s: %s"):format(node.server, node.state))
   end
 

@@ -235,7 +235,8 @@ describe("TLS (libev driver)", function()
     it("redlock.default() takes REDLOCK_SERVERS and the REDLOCK_* TLS variables", function()
       local cmd = ("cd %s && env REDLOCK_SERVERS=%s REDLOCK_CACERT=%s LUA_PATH=%s LUA_CPATH=%s luajit -e %s 2>&1"):format(
         q(proc.root), q(table.concat(tcl.urls, ",")), q(pki.ca), q(package.path), q(package.cpath),
-        q([[local lk, err = require("redlock").default():lock("spec:tls:default"); print(lk and "locked" or err); if lk then lk:unlock() end]]))
+        q([[local lk, err = require("redlock").default():lock("spec:tls:default"); ]]
+          .. [[print(lk and "locked" or err); if lk then lk:unlock() end]]))
       local out = proc.sh(cmd)
       assert.equal("locked\n", out)
     end)

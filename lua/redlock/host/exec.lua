@@ -251,8 +251,8 @@ function _M.run(opts, argv, k)
     end
     local conflict = opts.conflict or EXIT.FAIL
 
-    local dlm, err = config.client(opts)
-    if not dlm then return host.fail(EXIT.USAGE, "%s", err) end
+    local dlm, cerr = config.client(opts)
+    if not dlm then return host.fail(EXIT.USAGE, "%s", cerr) end
     local reserved = require("redlock")._reserved(dlm, resource)
     if reserved then
         dlm:close()

@@ -99,9 +99,8 @@ function _M.run(opts, argv, k)
     if not chunk then return host.fail(EXIT.FAIL, "%s", err) end
 
     -- arg the standard way: the script at 0, its arguments from 1, the rest below.
-    local sarg, n = {}, 0
+    local sarg, n = {}, math.max(#argv - k, 0)
     for j = 0, #argv do sarg[j - k] = argv[j] end
-    for j = k + 1, #argv do n = n + 1 end
     if n > MAX_ARGS then
         return host.usage_error("run", ("too many arguments for %s: %d (at most %d); pass a list in a file "
             .. "or on stdin"):format(script, n, MAX_ARGS))
