@@ -232,7 +232,7 @@ describe("the redlock host", function()
       assert.are.equal(0, rc, out)
       assert.matches("^Usage: redlock exec %[OPTIONS%] RESOURCE", out)
       assert.matches("\nOptions:\n", out)
-      for _, flag in ipairs { "--ttl TIME", "-w, --wait TIME", "--grace TIME" } do
+      for _, flag in ipairs { "--ttl TIME", "-w, --wait TIME", "--timeout TIME", "--grace TIME" } do
         local line = out:match("\n%s*" .. flag:gsub("%p", "%%%0") .. "[^\n]*")
         assert.is_truthy(line, flag .. " is missing: " .. out)
         assert.matches("bare number: ms", line, 1, true)

@@ -58,8 +58,8 @@ local SPEC = config.spec {
             :format(DEFAULT_TTL / 1000) },
     { name = "wait", short = "w", long = "wait", arg = "TIME", check = "ms0", warn_bare = true,
         help = "give up after waiting TIME for the lock (default: forever; bare number: ms)" },
-    -- flock's spelling of -w
-    { name = "timeout", long = "timeout", arg = "TIME", check = "ms0", warn_bare = true },
+    { name = "timeout", long = "timeout", arg = "TIME", check = "ms0", warn_bare = true,
+        help = "the same as --wait (flock's name for it; bare number: ms)" },
     { name = "nonblock", short = "n", long = "nonblock",
         help = "fail at once if RESOURCE is held elsewhere" },
     { name = "conflict", short = "E", long = "conflict-exit-code", arg = "N", check = "status",
