@@ -21,7 +21,8 @@ local function short(fn)
 end
 
 local function load(file, inclusive)
-    local p = io.popen(("callgrind_annotate --auto=no --inclusive=%s --threshold=100 %q 2>/dev/null"):format(inclusive and "yes" or "no", file))
+    local p = io.popen(("callgrind_annotate --auto=no --inclusive=%s --threshold=100 %q 2>/dev/null")
+        :format(inclusive and "yes" or "no", file))
     local t, total = {}, nil
     for line in p:lines() do
         local num, rest = line:match("^%s*([%d,]+)%s+%([%s%d%.]+%%%)%s+(.*)$")

@@ -52,7 +52,8 @@ assert(dlm.keepalive, "keep-alive is not on: run this under the redlock host (bu
 C.rl_sleep(dlm.client, 100)
 local rss_before = status_kb("VmRSS")
 
-local prefix = ("rb:%s:%d:ka:"):format(os.getenv("RB_LABEL") or "redlock-keepalive", tonumber(read("/proc/self/stat"):match("^(%d+)")))
+local prefix = ("rb:%s:%d:ka:"):format(os.getenv("RB_LABEL") or "redlock-keepalive",
+    tonumber(read("/proc/self/stat"):match("^(%d+)")))
 local locks = {}
 local t_acq = C.rl_now_ms()
 for i = 1, NLOCKS do

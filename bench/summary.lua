@@ -375,11 +375,6 @@ do
 end
 
 -- targets
-local function verdict(xs, ok)
-    local m = median(xs)
-    if not m then return "not measured" end
-    return ok(m) and "**met**" or "**not met**"
-end
 local function lowest(...)
     local all = {}
     for _, xs in ipairs { ... } do for _, x in ipairs(xs) do all[#all + 1] = x end end
@@ -390,7 +385,6 @@ print()
 print("| target | redlock-c | redlock-lua | verdict |")
 print("|---|---|---|---|")
 local function trow(name, xc, xl, ok, d)
-    local both = {}
     local mc, ml = median(xc), median(xl)
     local v
     if not mc and not ml then v = "not measured"

@@ -12,35 +12,35 @@ local devcluster = require "redlock.devcluster"
 local cluster = devcluster.start { n = 3 }
 
 local ok, err = pcall(function()
-  local dlm = redlock.new { servers = cluster.urls, ttl = 5000 }
+    local dlm = redlock.new { servers = cluster.urls, ttl = 5000 }
 
-  local lock = assert(dlm:lock("hello", { wait = 2000 }))
-  print(("locked %q: value %s, valid for %.0f ms"):format(lock.resource, lock.value, lock.validity))
+    local lock = assert(dlm:lock("hello", { wait = 2000 }))
+    print(("locked %q: value %s, valid for %.0f ms"):format(lock.resource, lock.value, lock.validity))
 
-  -- While we hold it, another attempt is refused; detail says what each node did.
-  local none, why, detail = dlm:try_lock("hello")
-  assert(none == nil)
-  print("second try_lock: " .. why)
-  for i, node in ipairs(detail) do
-    print(("  %s: %s"):format(node.server, node.state))
-  end
+    -- While we hold it, another attempt is refused; detail says what each node did.
+    local none, why, detail = dlm:try_lock("hello")
+    assert(none == nil)
+    print("second try_lock: " .. why)
+    for _, node in ipairs(detail) do
+        print(("  %s: %s"):format(node.server, node.state))
+    end
 
-  assert(lock:extend(10000))
-  print(("extended: %.0f ms left"):format(lock:remaining()))
-  assert(lock:unlock())
-  print("unlocked")
+    assert(lock:extend(10000))
+    print(("extended: %.0f ms left"):format(lock:remaining()))
+    assert(lock:unlock())
+    print("unlocked")
 
-  -- with_lock always releases, and returns what the function returns.
-  local sum = dlm:with_lock("hello", { wait = 2000 }, function(l, a, b)
-    assert(l:valid())
-    return a + b
-  end, 20, 22)
-  print("with_lock returned " .. tostring(sum))
-  dlm:close()
+    -- with_lock always releases, and returns what the function returns.
+    local sum = dlm:with_lock("hello", { wait = 2000 }, function(l, a, b)
+        assert(l:valid())
+        return a + b
+    end, 20, 22)
+    print("with_lock returned " .. tostring(sum))
+    dlm:close()
 end)
 
 cluster:stop()
 if not ok then
-  io.stderr:write("hello: ", tostring(err), "\n")
-  os.exit(1)
+    io.stderr:write("hello: ", tostring(err), "\n")
+    os.exit(1)
 end

@@ -223,9 +223,12 @@ describe("a kept lock of a client whose prefix was built at run time", function(
     local tag = tostring(proc.getpid())
     local dlm = redlock.new { servers = cl.urls, prefix = "pfx:" .. tag .. ":" .. ("x"):rep(3) .. ":" }
     for _ = 1, 3 do collectgarbage() end
-    local junk = {}
-    for i = 1, 20000 do junk[i] = ("junk %d %s"):format(i, ("y"):rep(i % 64)) end
-    junk = nil
+    local function junk(n) -- n strings alive at once, garbage on return
+      local t = {}
+      for i = 1, n do t[i] = ("junk %d %s"):format(i, ("y"):rep(i % 64)) end
+      return #t
+    end
+    junk(20000)
     for _ = 1, 3 do collectgarbage() end
     for i = 1, 20000 do local _ = ("more junk %d %s"):format(i, ("z"):rep(i % 40)) end
 

@@ -185,6 +185,21 @@ describe("redlock against real nodes", function()
         assert(lock:unlock())
       end)
 
+      -- Before: lock.validity was the core's double, printed as 2965.9064170001.
+      it("gives lock.validity in whole ms, after an extend too, and remaining() within it", function()
+        for round = 1, 5 do
+          local lock = assert(dlm:try_lock(res("whole" .. round), { ttl = 3000 }))
+          assert.are.equal(math.floor(lock.validity), lock.validity)
+          assert.is_true(lock.validity > 2000 and lock.validity <= 3000 - (3000 * DRIFT + 2), tostring(lock.validity))
+          assert.is_true(lock:remaining() <= lock.validity)
+          assert(lock:extend(5000))
+          assert.are.equal(math.floor(lock.validity), lock.validity)
+          assert.is_true(lock.validity > 4000 and lock.validity <= 5000 - (5000 * DRIFT + 2), tostring(lock.validity))
+          assert.is_true(lock:remaining() <= lock.validity)
+          assert(lock:unlock())
+        end
+      end)
+
       it("expires when not extended: keys vanish and another client gets the lock", function()
         local r = res("exp")
         local lock = assert(dlm:try_lock(r, { ttl = 300 }))

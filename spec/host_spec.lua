@@ -117,11 +117,11 @@ describe("the redlock host", function()
     it("prints help and version and exits 0", function()
       local out, rc = redlock("--help")
       assert.are.equal(0, rc)
-      assert.matches("usage: redlock COMMAND", out, 1, true)
+      assert.matches("Usage: redlock COMMAND", out, 1, true)
       for _, cmd in ipairs { "run", "exec", "status", "dev", "demo" } do
         out, rc = redlock(cmd .. " --help")
         assert.are.equal(0, rc, cmd .. ": " .. out)
-        assert.matches("usage: redlock " .. cmd, out, 1, true)
+        assert.matches("Usage: redlock " .. cmd, out, 1, true)
       end
       out, rc = redlock("--version")
       assert.are.equal(0, rc)
@@ -137,15 +137,20 @@ describe("the redlock host", function()
       assert.matches("unknown option --bogus", out, 1, true)
       out, rc = redlock("exec --ttl abc r -- true", ENV)
       assert.are.equal(64, rc)
-      assert.matches("--ttl expects a number of milliseconds from 1 to 2147483647, got 'abc'", out, 1, true)
+      assert.matches("--ttl expects a time from 1 ms to 2147483647 ms (500ms, 10s, 1.5s, 2m, 1h; a bare number is ms),"
+        .. " got 'abc'", out, 1, true)
     end)
 
     it("a number out of range is a usage error (64) naming the flag, never a traceback", function()
       for _, case in ipairs {
-        { "exec --ttl 99999999999 r -- true", "--ttl expects a number of milliseconds from 1 to 2147483647, got '99999999999'" },
+        { "exec --ttl 99999999999 r -- true", "--ttl expects a time from 1 ms to 2147483647 ms" },
+        { "exec --ttl 99999999999 r -- true", "got '99999999999'" },
         { "exec --grace 99999999999999999999 r -- true",
-          "--grace expects a number of milliseconds from 0 to 2147483647, got '99999999999999999999'" },
-        { "exec -w 2147483648 r -- true", "-w expects a number of milliseconds from 0 to 2147483647" },
+          "--grace expects a time from 0 ms to 2147483647 ms (500ms, 10s, 1.5s, 2m, 1h; a bare number is ms),"
+            .. " got '99999999999999999999'" },
+        { "exec -w 2147483648 r -- true", "-w expects a time from 0 ms to 2147483647 ms" },
+        { "exec -w 2147484s r -- true", "-w expects a time from 0 ms to 2147483647 ms" },
+        { "exec --ttl 596524h r -- true", "--ttl expects a time from 1 ms to 2147483647 ms" },
         { "status --servers redis://127.0.0.1:99999 r", "port must be a number from 1 to 65535" },
       } do
         local out, rc = redlock(case[1], ENV)
@@ -154,6 +159,120 @@ describe("the redlock host", function()
         assert.is_nil(out:find("traceback", 1, true), out)
         assert.is_nil(out:find("-9223372036854775808", 1, true), out)
       end
+    end)
+
+    -- Before: a time was a bare number of ms only; `-w 10s` was a usage error.
+    it("takes times with a unit (500ms, 10s, 1.5s, 2m, 1h); a bare number is ms", function()
+      local function validity(args)
+        local out, rc = redlock("exec " .. args .. " units:r -- sh -c 'echo valid=$REDLOCK_VALIDITY_MS'", ENV)
+        assert.are.equal(0, rc, args .. ": " .. out)
+        assert.is_nil(out:find("warning", 1, true), args .. ": " .. out)
+        return tonumber(out:match("valid=(%d+)")), out
+      end
+      for _, case in ipairs {
+        { "--ttl 1.5s", 1500 }, { "--ttl 1500ms", 1500 }, { "--ttl 1500", 1500 }, { "--ttl=3s", 3000 },
+        { "--ttl 2m", 120000 }, { "--ttl 0.1h", 360000 }, { "--ttl 2.25s", 2250 },
+      } do
+        local v, out = validity(case[1])
+        -- validity: the ttl less the round and the drift (ttl/100 + 2 ms)
+        assert.is_true(v and v <= case[2] and v > case[2] * 0.98 - 200, case[1] .. ": " .. out)
+      end
+      -- -w with a unit: gives up after that long, not before
+      local holder = bg("exec units:held -- sleep 4", ENV)
+      assert.is_true(eventually(function() return get(1, "units:held") ~= nil end))
+      local out, rc, took = redlock("exec -w 1.2s units:held -- echo ran", ENV)
+      assert.are.equal(1, rc, out)
+      assert.is_true(took >= 1200, "took " .. took .. " ms")
+      assert.is_nil(out:find("ran", 1, true), out)
+      assert.are.equal(0, (holder:wait(10000)))
+    end)
+
+    it("rejects a time that is not one with a usage error (64) naming the flag and the units", function()
+      for _, case in ipairs {
+        { "--ttl 10x", "--ttl", "10x" }, { "--ttl 1.5", "--ttl", "1.5" }, { "--ttl s", "--ttl", "s" },
+        { "--ttl 1.0005s", "--ttl", "1.0005s" }, { "--ttl 0.5ms", "--ttl", "0.5ms" }, { "--ttl 10.s", "--ttl", "10.s" },
+        { "--ttl 10S", "--ttl", "10S" }, { "--ttl ' 10s'", "--ttl", " 10s" }, { "--ttl 0s", "--ttl", "0s" },
+        { "-w -1s", "-w", "-1s" }, { "--wait 1e3", "--wait", "1e3" },
+        { "--timeout 5sec", "--timeout", "5sec" },
+      } do
+        local out, rc = redlock("exec " .. case[1] .. " units:bad -- echo ran", ENV)
+        assert.are.equal(64, rc, case[1] .. ": " .. out)
+        assert.matches(("redlock: %s expects a time from "):format(case[2]), out, 1, true)
+        assert.matches("(500ms, 10s, 1.5s, 2m, 1h; a bare number is ms), got '" .. case[3] .. "'", out, 1, true)
+        assert.is_nil(out:find("ran", 1, true), out)
+      end
+    end)
+
+    -- Before: `--ttl 60` ran with 60 ms and `-w 10` gave up after 10 ms, silently.
+    it("warns on stderr when a bare --ttl, -w or --timeout under 1000 was likely meant in seconds", function()
+      for _, case in ipairs {
+        { "--ttl 600", "--ttl 600 means 600 ms; did you mean 600s? (write 600ms to keep ms)" },
+        { "--ttl=999", "--ttl 999 means 999 ms; did you mean 999s?" },
+        { "-w 10", "-w 10 means 10 ms; did you mean 10s?" },
+        { "-w10", "-w 10 means 10 ms; did you mean 10s?" },
+        { "--wait 5", "--wait 5 means 5 ms; did you mean 5s?" },
+        { "--timeout 30", "--timeout 30 means 30 ms; did you mean 30s?" },
+      } do
+        local out, rc = redlock("exec " .. case[1] .. " units:warn -- echo ran", ENV)
+        assert.are.equal(0, rc, case[1] .. ": " .. out)
+        assert.matches("redlock: warning: " .. case[2], out, 1, true)
+        assert.matches("ran\n", out, 1, true) -- a warning, not an error: the command ran
+      end
+      -- a unit says it was meant; 0 and 1000 on are plausible ms
+      for _, args in ipairs { "--ttl 600ms", "--ttl 1000", "--ttl 20000", "-w 0", "-w 10ms", "-w 1000", "--timeout 0.5s",
+        "--grace 5 --ttl 10s" } do
+        local out, rc = redlock("exec " .. args .. " units:nowarn -- echo ran", ENV)
+        assert.are.equal(0, rc, args .. ": " .. out)
+        assert.are.equal("ran\n", out, args)
+      end
+    end)
+
+    it("--help says, for every time flag, that a bare number is ms", function()
+      local out, rc = redlock("exec --help")
+      assert.are.equal(0, rc, out)
+      assert.matches("^Usage: redlock exec %[OPTIONS%] RESOURCE", out)
+      assert.matches("\nOptions:\n", out)
+      for _, flag in ipairs { "--ttl TIME", "-w, --wait TIME", "--timeout TIME", "--grace TIME" } do
+        local line = out:match("\n%s*" .. flag:gsub("%p", "%%%0") .. "[^\n]*")
+        assert.is_truthy(line, flag .. " is missing: " .. out)
+        assert.matches("bare number: ms", line, 1, true)
+      end
+      assert.matches("TIME is a number with a unit: 500ms, 10s, 1.5s, 2m, 1h. A bare number is\nmilliseconds", out, 1, true)
+      out = redlock("--help")
+      assert.matches("a bare number is milliseconds", out, 1, true)
+    end)
+
+    -- Before: `redlock exec R -c CMD` ran "-c": "redlock: -c: command not found" (127).
+    it("answers flock's -c with the command to write instead (64)", function()
+      local out, rc = redlock("exec units:c -c 'echo ran; echo it' ", ENV)
+      assert.are.equal(64, rc, out)
+      assert.matches("exec takes the command itself, not -c: write `redlock exec units:c -- sh -c 'echo ran; echo it'`",
+        out, 1, true)
+      out, rc = redlock("exec units:c --command date", ENV)
+      assert.are.equal(64, rc, out)
+      assert.matches("write `redlock exec units:c -- sh -c date`", out, 1, true)
+      out, rc = redlock("exec -c 'echo ran' units:c", ENV)
+      assert.are.equal(64, rc, out)
+      assert.matches("unknown option -c; exec takes the command itself, not -c: write `redlock exec RESOURCE -- sh -c 'CMD'`",
+        out, 1, true)
+      out, rc = redlock("exec units:c -c", ENV)
+      assert.are.equal(64, rc, out)
+      assert.matches("sh -c 'CMD'", out, 1, true)
+      assert.is_nil(out:find("command not found", 1, true), out)
+      assert.is_true(gone_everywhere("units:c"))
+    end)
+
+    -- Before: a node that had not answered when the round was decided was
+    -- shown as a bare "pending" next to the others' reasons.
+    it("says what pending means in an unavailable message", function()
+      local silent = faults.fakeserver("silent")
+      finally(function() silent:stop() end)
+      local servers = "redis://127.0.0.1:1,redis://127.0.0.1:2," .. silent.url
+      local out, rc = redlock("exec -n --servers " .. servers .. " units:pending -- echo ran", "")
+      assert.are.equal(69, rc, out)
+      assert.matches("cannot lock 'units:pending': unavailable", out, 1, true)
+      assert.matches("node 1 redis://127.0.0.1:1: error (connect failed", out, 1, true)
+      assert.matches("node 3 " .. silent.url .. ": pending (no reply yet when the round was decided)\n", out, 1, true)
     end)
 
     -- before: the policy's string reached rl_sleep; a traceback and exit 1
@@ -609,10 +728,10 @@ sh -c 'sleep %s; echo late > %s'
       assert.is_nil(out:find("ran", 1, true))
       assert.matches("held elsewhere", out, 1, true)
       assert.is_true(took < 500, "took " .. took .. " ms")
-      _, rc = redlock("exec -n -E 42 held:r -- true", ENV)
-      assert.are.equal(42, rc)
-      _, rc, took = redlock("exec -w 400 --conflict-exit-code 9 held:r -- true", ENV)
-      assert.are.equal(9, rc)
+      out, rc = redlock("exec -n -E 42 held:r -- true", ENV)
+      assert.are.equal(42, rc, out)
+      out, rc, took = redlock("exec -w 400 --conflict-exit-code 9 held:r -- true", ENV)
+      assert.are.equal(9, rc, out)
       assert.is_true(took >= 400 and took < 1500, "took " .. took .. " ms")
       assert.are.equal(0, (holder:wait(10000)))
     end)
@@ -680,7 +799,8 @@ sh -c 'sleep %s; echo late > %s'
     end)
 
     it("keeps the lock while a command runs 3x longer than the ttl", function()
-      local job = bg("exec --ttl 600 --grace 100 long:r -- sh -c 'echo $REDLOCK_VALUE > long.value; sleep 1.8; echo > long.done'", ENV)
+      local job = bg("exec --ttl 600ms --grace 100 long:r"
+        .. " -- sh -c 'echo $REDLOCK_VALUE > long.value; sleep 1.8; echo > long.done'", ENV)
       assert.is_true(eventually(function() return (read_file(TMP .. "/long.value") or ""):match("%x+") end))
       local value = read_file(TMP .. "/long.value"):match("%x+")
       local started = proc.now_ms()

@@ -156,7 +156,8 @@ describe("keys of our own", function()
     assert.is_true(again:unlock())
   end)
 
-  it("`redlock exec` refuses such a RESOURCE as a usage error (64), a --prefix in the namespace too; `run` at the script's line", function()
+  it("`redlock exec` refuses such a RESOURCE as a usage error (64), a --prefix in the namespace too;"
+    .. " `run` at the script's line", function()
     local bin = os.getenv("REDLOCK_HOST") or (proc.build .. "/redlock")
     if bin:sub(1, 1) ~= "/" then bin = proc.root .. "/" .. bin end
     local env = "REDLOCK_SERVERS=" .. table.concat(cl.urls, ",")

@@ -129,7 +129,7 @@ describe("redlock inside nginx over TLS", function()
       assert(ok, out)
     end
     proc.sleep_ms(100)
-    local deadline, body = proc.now_ms() + 3000, nil
+    local deadline, body = proc.now_ms() + 3000
     repeat
       body = get("/lock?r=" .. r)
     until body:find("^ok ") and not body:find("error") or proc.now_ms() > deadline
@@ -348,7 +348,7 @@ describe("redlock inside nginx over TLS", function()
       end
       -- going on, the node is reached again
       scl:kill(1, "CONT")
-      local deadline, body = proc.now_ms() + 3000, nil
+      local deadline, body = proc.now_ms() + 3000
       repeat
         proc.sleep_ms(50)
         body = get("/lock?r=" .. r)

@@ -18,7 +18,6 @@
 local devcluster = require "redlock.devcluster"
 local cluster = require "helpers.cluster"
 local proc = require "helpers.proc"
-local resp = require "helpers.resp"
 local store = require "helpers.fence_store"
 local history = require "helpers.history"
 local safety = require "helpers.safety"

@@ -182,7 +182,7 @@ describe("safety: lost replies on acquire, as a history", function()
     -- a majority. (A minority node can keep a last release's key until its
     -- ttl: a tail still waiting behind that node's connection setup when the
     -- client closed is not sent; it blocks no one.)
-    local deadline, holding = proc.now_ms() + 2000, nil
+    local deadline, holding = proc.now_ms() + 2000
     repeat
       holding = {}
       for i = 1, cl.n do

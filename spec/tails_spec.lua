@@ -71,7 +71,7 @@ local function needs_node(dlm, cl, i)
   for j = 1, cl.n do
     if j ~= i and #others < 2 then others[#others + 1] = j end
   end
-  local deadline, last = proc.now_ms() + AWAIT_MS, nil
+  local deadline, last = proc.now_ms() + AWAIT_MS
   repeat
     local r = res("needs" .. i)
     for _, j in ipairs(others) do assert.is_true(cluster.set_nx(cl, j, r, "other", 30000)) end

@@ -236,7 +236,8 @@ describe("TLS (libev driver)", function()
     it("redlock.default() takes REDLOCK_SERVERS and the REDLOCK_* TLS variables", function()
       local cmd = ("cd %s && env REDLOCK_SERVERS=%s REDLOCK_CACERT=%s LUA_PATH=%s LUA_CPATH=%s luajit -e %s 2>&1"):format(
         q(proc.root), q(table.concat(tcl.urls, ",")), q(pki.ca), q(package.path), q(package.cpath),
-        q([[local lk, err = require("redlock").default():lock("spec:tls:default"); print(lk and "locked" or err); if lk then lk:unlock() end]]))
+        q([[local lk, err = require("redlock").default():lock("spec:tls:default"); ]]
+          .. [[print(lk and "locked" or err); if lk then lk:unlock() end]]))
       local out = proc.sh(cmd)
       assert.equal("locked\n", out)
     end)
@@ -446,7 +447,8 @@ describe("TLS (libev driver)", function()
         { with { keyfile = "/tmp" }, "tls.keyfile '/tmp': is a directory" },
         { with { keyfile = "/dev/null" }, "tls.keyfile '/dev/null': not a regular file" },
         { with { keyfile = pki.client_cert }, "tls.keyfile '" .. pki.client_cert .. "': no private key in it" },
-        { with { keyfile = encrypted }, "tls.keyfile '" .. encrypted .. "': the key is encrypted (a passphrase cannot be given)" },
+        { with { keyfile = encrypted },
+          "tls.keyfile '" .. encrypted .. "': the key is encrypted (a passphrase cannot be given)" },
         { with { keyfile = pki.server_key }, "tls.keyfile '" .. pki.server_key .. "': the key does not match tls.certfile" },
       }
       for _, case in ipairs(cases) do assert.equal(case[2], why(case[1])) end

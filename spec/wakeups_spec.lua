@@ -11,7 +11,6 @@
 --     instead of being buffered whole; it is opened again, and the waiter
 --     still gets the lock.
 
-local ffi = require "ffi"
 local redlock = require "redlock"
 local lib = require("redlock.cdefs").lib
 local cluster = require "helpers.cluster"

@@ -13,8 +13,8 @@ local retry = require("redlock").retry
 local backoff = retry.exponential { base = 20, cap = 2000, attempts = 40 }
 
 return function(attempt, last_err)
-  if last_err == "unavailable" and attempt >= 5 then
-    return nil -- the cluster itself is in trouble: give up early
-  end
-  return backoff(attempt, last_err)
+    if last_err == "unavailable" and attempt >= 5 then
+        return nil -- the cluster itself is in trouble: give up early
+    end
+    return backoff(attempt, last_err)
 end

@@ -18,5 +18,5 @@ while clock() < stop do x = x + 1 end -- no call into redlock here
 
 assert(not lock:lost(), "the lock was lost")
 print(("computed %d iterations over %d s while holding a 1 s lock; %d ms of validity left")
-  :format(x, seconds, lock:remaining()))
+    :format(x, seconds, lock:remaining()))
 assert(lock:unlock())

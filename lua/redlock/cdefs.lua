@@ -180,7 +180,8 @@ enum {
 
 rl_keeper *rl_keeper_new(const char *const *urls, int nurls, const rl_options *opts, char *err, size_t errlen);
 void rl_keeper_free(rl_keeper *k);
-int rl_keeper_add(rl_keeper *k, const char *resource, size_t len, const char *value, int ttl_ms, double valid_until_ms, int margin_ms, char *err, size_t errlen);
+int rl_keeper_add(rl_keeper *k, const char *resource, size_t len, const char *value, int ttl_ms,
+                  double valid_until_ms, int margin_ms, char *err, size_t errlen);
 int rl_keeper_state(rl_keeper *k, int id, double *valid_until_ms);
 int rl_keeper_update(rl_keeper *k, int id, int ttl_ms, double started_ms, double valid_until_ms);
 int rl_keeper_remove(rl_keeper *k, int id);

@@ -934,7 +934,7 @@ local function sub_session(hub, s, i)
     wake(hub)
     local confirmed, buf = false, ""
     while true do
-        local data, err = sock:receiveany(READ_CHUNK)
+        local data, rerr = sock:receiveany(READ_CHUNK)
         if s.sock ~= sock then break end -- the loop closed it (a failed send)
         if data then
             buf = buf .. data -- what is left of the last read: part of one frame, under the cap
@@ -961,7 +961,7 @@ local function sub_session(hub, s, i)
             end
             if buf == nil then break end
             buf = buf:sub(pos)
-        elseif err ~= "timeout" then
+        elseif rerr ~= "timeout" then
             break
         end
     end
@@ -1244,7 +1244,8 @@ function client:begin(kind, resource, len, value, ttl)
     local hub = self.hub
     why = start(hub)
     if why then self.err = why; return RL_ERR end
-    local e, now, id = hub.e, now_ms(), nil
+    local e, now = hub.e, now_ms()
+    local id
     if kind == 1 then id = C.rl_engine_begin_acquire(e, resource, len, ttl, now)
     elseif kind == 2 then id = C.rl_engine_begin_release(e, resource, len, value, now)
     elseif kind == 4 then id = C.rl_engine_begin_acquire_fenced(e, resource, len, ttl, now)
@@ -1325,7 +1326,7 @@ function client:extend(resource, len, value, ttl, out)
     return blocking(self, self:begin(3, resource, len, value, ttl), out)
 end
 
-function client:sleep(ms)
+function client:sleep(ms) -- luacheck: ignore 212/self
     if phase_refusal() == nil then ngx.sleep(ms / 1000) end
 end
 
@@ -1469,7 +1470,7 @@ function client:quorum() return self.hub.quorum end
 
 -- The hub is the worker's, shared with every client of the same
 -- configuration: closing one client leaves it running (it stops when idle).
-function client:free() end
+function client:free() end -- luacheck: ignore 212/self
 
 --- A client for the nodes (rl_client_new's arguments; nothing is connected
 --- until a call needs it): a handle on the worker's hub for this

@@ -149,7 +149,8 @@ local function check_opts(pos, fname, opts, known)
     end
     for k in next, opts do
         if not known[k] then
-            argerror(pos, fname, ("unknown option %s"):format(type(k) == "string" and ("'" .. k .. "'") or ("[" .. show(k) .. "]")))
+            argerror(pos, fname, ("unknown option %s")
+                :format(type(k) == "string" and ("'" .. k .. "'") or ("[" .. show(k) .. "]")))
         end
     end
     return opts
@@ -209,7 +210,9 @@ local function options_struct(fname, o, nservers)
     local opts = ffi_new("rl_options")
     C.rl_options_init(opts)
     if o.node_timeout ~= nil then check_ms(1, fname, "node_timeout", o.node_timeout); opts.node_timeout_ms = o.node_timeout end
-    if o.connect_timeout ~= nil then check_ms(1, fname, "connect_timeout", o.connect_timeout); opts.connect_timeout_ms = o.connect_timeout end
+    if o.connect_timeout ~= nil then
+        check_ms(1, fname, "connect_timeout", o.connect_timeout); opts.connect_timeout_ms = o.connect_timeout
+    end
     if o.quorum ~= nil and nservers ~= nil then
         local majority = floor(nservers / 2) + 1
         if not is_int(o.quorum, majority, nservers) then
@@ -234,7 +237,8 @@ local function options_struct(fname, o, nservers)
         if type(tls) ~= "table" then argerror(1, fname, "tls must be a table, got " .. show(tls)) end
         for k in next, tls do
             if not TLS_KEYS[k] then
-                argerror(1, fname, ("unknown option %s"):format(type(k) == "string" and ("'tls." .. k .. "'") or ("tls[" .. show(k) .. "]")))
+                argerror(1, fname, ("unknown option %s")
+                    :format(type(k) == "string" and ("'tls." .. k .. "'") or ("tls[" .. show(k) .. "]")))
             end
         end
         for _, k in ipairs(TLS_STRINGS) do
@@ -270,7 +274,9 @@ local function server_list(fname, servers)
     end
     local urls = ffi_new("const char *[?]", #servers)
     for i = 1, #servers do
-        if type(servers[i]) ~= "string" then argerror(1, fname, ("servers[%d] must be a URL string, got %s"):format(i, show(servers[i]))) end
+        if type(servers[i]) ~= "string" then
+            argerror(1, fname, ("servers[%d] must be a URL string, got %s"):format(i, show(servers[i])))
+        end
         -- the core reads a C string: a NUL would cut the URL short unseen
         if servers[i]:find("\0", 1, true) then argerror(1, fname, ("servers[%d] holds a NUL byte"):format(i)) end
         urls[i - 1] = servers[i]
@@ -286,9 +292,12 @@ local function client_options(fname, opts, nservers)
     local copts = options_struct(fname, opts, nservers)
     local ttl = opts.ttl or 10000
     check_ms(1, fname, "ttl", ttl)
-    if opts.retry ~= nil and type(opts.retry) ~= "function" then argerror(1, fname, "retry must be a function, got " .. show(opts.retry)) end
+    if opts.retry ~= nil and type(opts.retry) ~= "function" then
+        argerror(1, fname, "retry must be a function, got " .. show(opts.retry))
+    end
     if opts.max_extensions ~= nil and not is_int(opts.max_extensions, 0, MAX_MS) then
-        argerror(1, fname, ("max_extensions must be a whole number from 0 to %d, got %s"):format(MAX_MS, show(opts.max_extensions)))
+        argerror(1, fname, ("max_extensions must be a whole number from 0 to %d, got %s")
+            :format(MAX_MS, show(opts.max_extensions)))
     end
     if opts.keepalive ~= nil and type(opts.keepalive) ~= "boolean" then
         argerror(1, fname, "keepalive must be a boolean, got " .. show(opts.keepalive))
@@ -560,11 +569,11 @@ local function new_lock(self, resource, ttl, started, r)
         resource = resource,
         value = ffi_string(r.value, VALUE_LEN),
         ttl = ttl,
-        validity = r.validity_ms,
+        validity = floor(r.validity_ms), -- whole ms: a fraction less, never more
         votes = r.ok,         -- nodes that had granted it when quorum was reached
         token = token,        -- a fenced lock's fencing token (int64_t cdata), else nil
         token_string = token_string, -- the same in decimal (for JSON, headers, the environment)
-        valid_until = started + r.validity_ms,
+        valid_until = started + floor(r.validity_ms),
         extensions = 0,
         released = false,
         kept = nil,
@@ -650,7 +659,9 @@ local function lock_options(self, fname, resource, opts)
             policy = opts.retry
         end
         if opts.keepalive ~= nil then
-            if type(opts.keepalive) ~= "boolean" then argerror(2, fname, "keepalive must be a boolean, got " .. show(opts.keepalive)) end
+            if type(opts.keepalive) ~= "boolean" then
+                argerror(2, fname, "keepalive must be a boolean, got " .. show(opts.keepalive))
+            end
             keepalive = opts.keepalive
         end
         if opts.margin ~= nil then
@@ -751,28 +762,28 @@ end
 -- it, ~100% with it. Without waiters a release is not marked, and costs nothing.
 local HEAD_START_MS = 2 * WAKE_JITTER_MS
 
-local function mark_head_start(dlm, resource)
-    local marks, now = dlm.head_starts, C.rl_now_ms()
-    if dlm.head_start_n >= 64 then -- forget the marks that ran out (resources not locked again)
+local function mark_head_start(self, resource)
+    local marks, now = self.head_starts, C.rl_now_ms()
+    if self.head_start_n >= 64 then -- forget the marks that ran out (resources not locked again)
         local n = 0
         for r, until_ms in pairs(marks) do
             if until_ms <= now then marks[r] = nil else n = n + 1 end
         end
-        dlm.head_start_n = n
+        self.head_start_n = n
     end
-    if marks[resource] == nil then dlm.head_start_n = dlm.head_start_n + 1 end
+    if marks[resource] == nil then self.head_start_n = self.head_start_n + 1 end
     marks[resource] = now + HEAD_START_MS
 end
 
 -- The latest head start that a (list of) resource(s) still owes; its marks go.
-local function head_start_owed(dlm, a)
-    if dlm.head_start_n == 0 then return 0 end
-    local marks, until_ms = dlm.head_starts, 0
+local function head_start_owed(self, a)
+    if self.head_start_n == 0 then return 0 end
+    local marks, until_ms = self.head_starts, 0
     for i = 1, type(a) == "string" and 1 or #a do
         local r = type(a) == "string" and a or a[i]
         local u = marks[r]
         if u then
-            marks[r], dlm.head_start_n = nil, dlm.head_start_n - 1
+            marks[r], self.head_start_n = nil, self.head_start_n - 1
             if u > until_ms then until_ms = u end
         end
     end
@@ -845,7 +856,8 @@ local function retries(self, client, policy, deadline, try, a, b, err, detail, o
                 delay = floor(wake_by - C.rl_now_ms())
                 if not woke or delay <= 0 then break end
                 extra = extra + 1
-                got, err, detail = try(self, client, a, b)
+                -- (a failure here is superseded by the policy's attempt below)
+                got = try(self, client, a, b)
                 if got then return got end
             end
         else
@@ -1043,8 +1055,8 @@ function lock:extend(ttl)
     end
     self.extensions = self.extensions + 1
     self.ttl = ttl
-    self.validity = result.validity_ms
-    self.valid_until = started + result.validity_ms
+    self.validity = floor(result.validity_ms)
+    self.valid_until = started + self.validity
     if self.kept ~= nil and self.dlm.keeper ~= nil then
         -- the keeper goes on with this ttl, not the one it was handed
         self.dlm.keeper:update(self.kept, ttl, started, self.valid_until)
@@ -1069,7 +1081,9 @@ function lock:unlock()
     stop_keeping(self)
     local client = live_client(self.dlm, "unlock")
     local rc = client:release(self.resource, #self.resource, self.value, result)
-    if rc ~= RL_OK then again_when_full(self.dlm, client, rc, client.release, self.resource, #self.resource, self.value, result) end
+    if rc ~= RL_OK then
+        again_when_full(self.dlm, client, rc, client.release, self.resource, #self.resource, self.value, result)
+    end
     if result.status == OK then
         self.released = true
         forget(self)
@@ -1247,9 +1261,9 @@ function dlm:with_lock(resource, opts, fn, ...)
     return unpack(out, 2, out.n)
 end
 
---- For a host: why dlm may not lock resource (its key is one of ours), or nil.
-function _M._reserved(dlm, resource)
-    return reserved(dlm, resource)
+--- For a host: why the client self may not lock resource (its key is one of ours), or nil.
+function _M._reserved(self, resource)
+    return reserved(self, resource)
 end
 
 --- For a host that must not end while a lock is being acquired (its

@@ -52,7 +52,7 @@ function Run:client(name, o)
 end
 
 --- Wait until c holds its lock (raises with its output if it did not).
-function Run:ready(c, timeout_ms)
+function Run:ready(c, timeout_ms) -- luacheck: ignore 212/self
   local deadline = proc.now_ms() + (timeout_ms or 20000)
   while not proc.read_file(c.ready) do
     if not proc.alive(c.pid) or proc.now_ms() > deadline then
@@ -64,7 +64,7 @@ end
 
 --- Wait until c has exited; its summary line parsed into a table of
 -- key = value (numbers where they are numbers). Raises if it printed none.
-function Run:result(c, timeout_ms)
+function Run:result(c, timeout_ms) -- luacheck: ignore 212/self
   assert(proc.wait_gone(c.pid, timeout_ms or 30000), c.name .. " did not exit")
   local text = proc.read_file(c.out) or ""
   local line = text:match("(acquired=[^\n]*)")

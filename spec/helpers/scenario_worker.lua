@@ -60,7 +60,7 @@ local function client(servers)
 end
 
 -- try(): one attempt; returns a lock or nil, err.
-local clients, try = {}, nil
+local clients, try = {}
 if mode == "redlock" then
   clients[1] = client(urls)
   try = function() return clients[1]:try_lock(resource) end

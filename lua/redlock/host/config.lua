@@ -5,111 +5,111 @@
 local _M = {}
 
 _M.OPTIONS = {
-  { name = "servers", long = "servers", arg = "URL,...",
-    help = "the Redis nodes (default: $REDLOCK_SERVERS)" },
-  { name = "servers_file", long = "servers-file", arg = "FILE",
-    help = "read the nodes from FILE, one URL a line, # comments (keeps passwords out of argv)" },
-  { name = "cacert", long = "cacert", arg = "FILE",
-    help = "rediss://: verify nodes with the CAs in FILE (default: $REDLOCK_CACERT, else the system's)" },
-  { name = "cacertdir", long = "cacertdir", arg = "DIR",
-    help = "rediss://: ... and with the hashed CA certificates in DIR ($REDLOCK_CACERTDIR)" },
-  { name = "cert", long = "cert", arg = "FILE",
-    help = "rediss://: client certificate for mutual TLS ($REDLOCK_CERT)" },
-  { name = "key", long = "key", arg = "FILE",
-    help = "rediss://: its private key ($REDLOCK_KEY)" },
-  { name = "sni", long = "sni", arg = "NAME",
-    help = "rediss://: server name to send and verify instead of each URL's host ($REDLOCK_SNI)" },
-  { name = "insecure", long = "insecure",
-    help = "rediss://: do not verify the nodes' certificates ($REDLOCK_INSECURE=1)" },
-  { name = "prefix", long = "prefix", arg = "PREFIX",
-    help = "prepended to RESOURCE to form the key (default: $REDLOCK_PREFIX)" },
+    { name = "servers", long = "servers", arg = "URL,...",
+        help = "the Redis nodes (default: $REDLOCK_SERVERS)" },
+    { name = "servers_file", long = "servers-file", arg = "FILE",
+        help = "read the nodes from FILE, one URL a line, # comments (keeps passwords out of argv)" },
+    { name = "cacert", long = "cacert", arg = "FILE",
+        help = "rediss://: verify nodes with the CAs in FILE (default: $REDLOCK_CACERT, else the system's)" },
+    { name = "cacertdir", long = "cacertdir", arg = "DIR",
+        help = "rediss://: ... and with the hashed CA certificates in DIR ($REDLOCK_CACERTDIR)" },
+    { name = "cert", long = "cert", arg = "FILE",
+        help = "rediss://: client certificate for mutual TLS ($REDLOCK_CERT)" },
+    { name = "key", long = "key", arg = "FILE",
+        help = "rediss://: its private key ($REDLOCK_KEY)" },
+    { name = "sni", long = "sni", arg = "NAME",
+        help = "rediss://: server name to send and verify instead of each URL's host ($REDLOCK_SNI)" },
+    { name = "insecure", long = "insecure",
+        help = "rediss://: do not verify the nodes' certificates ($REDLOCK_INSECURE=1)" },
+    { name = "prefix", long = "prefix", arg = "PREFIX",
+        help = "prepended to RESOURCE to form the key (default: $REDLOCK_PREFIX)" },
 }
 
 --- A command's option spec: its own options, then the server options and --help.
 function _M.spec(own)
-  local spec = {}
-  for _, o in ipairs(own) do spec[#spec + 1] = o end
-  for _, o in ipairs(_M.OPTIONS) do spec[#spec + 1] = o end
-  spec[#spec + 1] = require("redlock.host.args").HELP
-  return spec
+    local spec = {}
+    for _, o in ipairs(own) do spec[#spec + 1] = o end
+    for _, o in ipairs(_M.OPTIONS) do spec[#spec + 1] = o end
+    spec[#spec + 1] = require("redlock.host.args").HELP
+    return spec
 end
 
 local NO_SERVERS = "no servers configured: pass --servers URL,URL,... or set REDLOCK_SERVERS"
-  .. " (`redlock dev` starts a throwaway local cluster and prints the line to use)"
+    .. " (`redlock dev` starts a throwaway local cluster and prints the line to use)"
 
 --- Split "a, b,c" into a list.
 function _M.split(text)
-  local list = {}
-  for url in text:gmatch("[^,%s]+") do list[#list + 1] = url end
-  return list
+    local list = {}
+    for url in text:gmatch("[^,%s]+") do list[#list + 1] = url end
+    return list
 end
 
 --- The URLs in a servers file: one a line (commas too), blank lines and
 -- # comments skipped. nil and a message (never the file's text) on error.
 local function read_servers_file(path)
-  local f, err = io.open(path, "rb")
-  if not f then return nil, "--servers-file: cannot read " .. tostring(err) end
-  local text, rerr = f:read("*a")
-  f:close()
-  if not text then
-    return nil, ("--servers-file: cannot read %s: %s"):format(path, tostring(rerr))
-  end
-  text = text:gsub("#[^\n]*", "")
-  if not text:find("[^,%s]") then return nil, "--servers-file " .. path .. " names no servers" end
-  return text
+    local f, err = io.open(path, "rb")
+    if not f then return nil, "--servers-file: cannot read " .. tostring(err) end
+    local text, rerr = f:read("*a")
+    f:close()
+    if not text then
+        return nil, ("--servers-file: cannot read %s: %s"):format(path, tostring(rerr))
+    end
+    text = text:gsub("#[^\n]*", "")
+    if not text:find("[^,%s]") then return nil, "--servers-file " .. path .. " names no servers" end
+    return text
 end
 
 --- The server list from opts.servers, opts.servers_file or REDLOCK_SERVERS;
 -- nil and a message if none.
 function _M.servers(opts)
-  local text = opts.servers
-  local from = "--servers"
-  if text ~= nil and opts.servers_file ~= nil then
-    return nil, "--servers and --servers-file: give one of them"
-  end
-  if text == nil and opts.servers_file ~= nil then
-    local err
-    text, err = read_servers_file(opts.servers_file)
-    if not text then return nil, err end
-    from = "--servers-file"
-  end
-  if text == nil then
-    text = os.getenv("REDLOCK_SERVERS")
-    from = "REDLOCK_SERVERS"
-  end
-  if text == nil or text:match("^[,%s]*$") then
-    if text ~= nil then return nil, from .. " is empty; " .. NO_SERVERS end
-    return nil, NO_SERVERS
-  end
-  return _M.split(text)
+    local text = opts.servers
+    local from = "--servers"
+    if text ~= nil and opts.servers_file ~= nil then
+        return nil, "--servers and --servers-file: give one of them"
+    end
+    if text == nil and opts.servers_file ~= nil then
+        local err
+        text, err = read_servers_file(opts.servers_file)
+        if not text then return nil, err end
+        from = "--servers-file"
+    end
+    if text == nil then
+        text = os.getenv("REDLOCK_SERVERS")
+        from = "REDLOCK_SERVERS"
+    end
+    if text == nil or text:match("^[,%s]*$") then
+        if text ~= nil then return nil, from .. " is empty; " .. NO_SERVERS end
+        return nil, NO_SERVERS
+    end
+    return _M.split(text)
 end
 
 --- The servers' URLs as the core reads them, without looking anything up
 -- or connecting: true, or nil and why (a bad URL, a server named twice, which
 -- would vote twice).
 function _M.check_servers(servers)
-  local ffi = require "ffi"
-  local C = require("redlock.cdefs").lib
-  local urls = ffi.new("const char *[?]", #servers)
-  for i = 1, #servers do urls[i - 1] = servers[i] end
-  local errbuf = ffi.new("char[?]", C.RL_ERR_LEN)
-  local e = C.rl_engine_new(urls, #servers, nil, errbuf, C.RL_ERR_LEN)
-  if e == nil then return nil, ffi.string(errbuf) end
-  C.rl_engine_free(e)
-  return true
+    local ffi = require "ffi"
+    local C = require("redlock.cdefs").lib
+    local urls = ffi.new("const char *[?]", #servers)
+    for i = 1, #servers do urls[i - 1] = servers[i] end
+    local errbuf = ffi.new("char[?]", C.RL_ERR_LEN)
+    local e = C.rl_engine_new(urls, #servers, nil, errbuf, C.RL_ERR_LEN)
+    if e == nil then return nil, ffi.string(errbuf) end
+    C.rl_engine_free(e)
+    return true
 end
 
 local function env(name)
-  local v = os.getenv(name)
-  if v == "" then return nil end
-  return v
+    local v = os.getenv(name)
+    if v == "" then return nil end
+    return v
 end
 
 local FALSE_WORDS = { ["0"] = true, no = true, ["false"] = true, off = true }
 
 -- REDLOCK_INSECURE=1 (or yes, true, ...): anything set but 0, no, false, off.
 local function truthy(v)
-  return v ~= nil and not FALSE_WORDS[v:lower():match("^%s*(.-)%s*$")]
+    return v ~= nil and not FALSE_WORDS[v:lower():match("^%s*(.-)%s*$")]
 end
 
 local warned_insecure = false
@@ -121,30 +121,30 @@ local TLS_FLAGS = { cacert = "cafile", cacertdir = "capath", cert = "certfile", 
 --- The tls option table from the flags, else the REDLOCK_* variables (nil
 -- when nothing is set). --insecure warns on stderr, once.
 function _M.tls_options(opts)
-  local t = require("redlock").tls_from_env() or {}
-  for flag, option in pairs(TLS_FLAGS) do
-    if opts[flag] then t[option] = opts[flag] end
-  end
-  local insecure = opts.insecure or truthy(env("REDLOCK_INSECURE"))
-  if insecure then
-    t.verify = false
-    if not warned_insecure then
-      warned_insecure = true
-      io.stderr:write("redlock: warning: TLS certificate verification is off (",
-        opts.insecure and "--insecure" or "REDLOCK_INSECURE", "): anyone on the path can pose as a node\n")
+    local t = require("redlock").tls_from_env() or {}
+    for flag, option in pairs(TLS_FLAGS) do
+        if opts[flag] then t[option] = opts[flag] end
     end
-  end
-  if next(t) == nil then return nil end
-  return t
+    local insecure = opts.insecure or truthy(env("REDLOCK_INSECURE"))
+    if insecure then
+        t.verify = false
+        if not warned_insecure then
+            warned_insecure = true
+            io.stderr:write("redlock: warning: TLS certificate verification is off (",
+                opts.insecure and "--insecure" or "REDLOCK_INSECURE", "): anyone on the path can pose as a node\n")
+        end
+    end
+    if next(t) == nil then return nil end
+    return t
 end
 
 --- Client options from the command line and environment (nil, err without servers).
 function _M.client_options(opts)
-  local servers, err = _M.servers(opts)
-  if not servers then return nil, err end
-  local prefix = opts.prefix or os.getenv("REDLOCK_PREFIX")
-  return { servers = servers, prefix = prefix ~= "" and prefix or nil, keepalive = true,
-    tls = _M.tls_options(opts) }
+    local servers, err = _M.servers(opts)
+    if not servers then return nil, err end
+    local prefix = opts.prefix or os.getenv("REDLOCK_PREFIX")
+    return { servers = servers, prefix = prefix ~= "" and prefix or nil, keepalive = true,
+        tls = _M.tls_options(opts) }
 end
 
 -- An error that is the user's configuration, not the script: `redlock run`
@@ -152,7 +152,7 @@ end
 local USAGE_MT = { __tostring = function(e) return e.msg end }
 
 function _M.is_usage_error(e)
-  return type(e) == "table" and getmetatable(e) == USAGE_MT
+    return type(e) == "table" and getmetatable(e) == USAGE_MT
 end
 
 -- Signals while a lock is being acquired (see rl_host_acquire_begin in
@@ -168,51 +168,51 @@ end
 -- rounds with a fencing token, on connections still being made), the
 -- releases after a failed one, and a second to spare.
 local function acquire_bound(dlm)
-  local o = type(dlm) == "table" and dlm.options
-  if type(o) ~= "cdata" then return 0 end -- misuse: the library raises before sending
-  return 2 * (o.node_timeout_ms + o.connect_timeout_ms) + 1000
+    local o = type(dlm) == "table" and dlm.options
+    if type(o) ~= "cdata" then return 0 end -- misuse: the library raises before sending
+    return 2 * (o.node_timeout_ms + o.connect_timeout_ms) + 1000
 end
 
 local function guard_acquisitions()
-  local sys = require "redlock.host.sys"
-  local bound = 0 -- the acquisition's under way, for its attempts after a sleep
-  require("redlock")._guard_acquisitions(function(dlm)
-    bound = acquire_bound(dlm)
-    sys.acquire_begin(bound)
-  end, sys.acquire_end, sys.acquire_end, function() sys.acquire_begin(bound) end)
+    local sys = require "redlock.host.sys"
+    local bound = 0 -- the acquisition's under way, for its attempts after a sleep
+    require("redlock")._guard_acquisitions(function(dlm)
+        bound = acquire_bound(dlm)
+        sys.acquire_begin(bound)
+    end, sys.acquire_end, sys.acquire_end, function() sys.acquire_begin(bound) end)
 end
 
 --- Make redlock.default() return a client built from the host configuration,
 -- and make keep-alive the default for every client created in the host (so
 -- that the signal thread's rl_keeper_release_all covers every held lock).
 function _M.install(opts)
-  local redlock = require "redlock"
-  guard_acquisitions()
-  local copts, err = _M.client_options(opts)
-  if copts then
-    redlock.configure(copts)
-  elseif not redlock._host_default then
-    local default = redlock.default
-    redlock._host_default = default
-    redlock.default = function()
-      if _M.servers({}) then return default() end -- REDLOCK_SERVERS set by the script
-      error(setmetatable({ msg = err }, USAGE_MT), 2)
+    local redlock = require "redlock"
+    guard_acquisitions()
+    local copts, err = _M.client_options(opts)
+    if copts then
+        redlock.configure(copts)
+    elseif not redlock._host_default then
+        local default = redlock.default
+        redlock._host_default = default
+        redlock.default = function()
+            if _M.servers({}) then return default() end -- REDLOCK_SERVERS set by the script
+            error(setmetatable({ msg = err }, USAGE_MT), 2)
+        end
     end
-  end
-  if not redlock._host_new then
-    local new = redlock.new
-    redlock._host_new = new
-    redlock.new = function(o)
-      if type(o) == "table" and o.keepalive == nil then
-        local copy = {}
-        for k, v in pairs(o) do copy[k] = v end
-        copy.keepalive = true
-        o = copy
-      end
-      return new(o)
+    if not redlock._host_new then
+        local new = redlock.new
+        redlock._host_new = new
+        redlock.new = function(o)
+            if type(o) == "table" and o.keepalive == nil then
+                local copy = {}
+                for k, v in pairs(o) do copy[k] = v end
+                copy.keepalive = true
+                o = copy
+            end
+            return new(o)
+        end
     end
-  end
-  return redlock
+    return redlock
 end
 
 -- "tls.<option>" said as "--<flag>", for error messages.
@@ -222,24 +222,24 @@ for flag, option in pairs(TLS_FLAGS) do FLAG_OF_TLS_OPTION[option] = "--" .. fla
 --- msg with a leading "tls.<option>:" or "tls.<option> '<file>'" said as
 --- the flag that sets it.
 function _M.flag_message(msg)
-  return (msg:gsub("^tls%.([%w_]+)([: ])", function(option, sep)
-    local flag = FLAG_OF_TLS_OPTION[option]
-    return flag and flag .. sep
-  end))
+    return (msg:gsub("^tls%.([%w_]+)([: ])", function(option, sep)
+        local flag = FLAG_OF_TLS_OPTION[option]
+        return flag and flag .. sep
+    end))
 end
 
 --- A client from the host configuration, or nil and a message.
 function _M.client(opts)
-  local copts, err = _M.client_options(opts)
-  if not copts then return nil, err end
-  guard_acquisitions()
-  local redlock = require "redlock"
-  local ok, dlm = pcall(redlock.new, copts)
-  if not ok then
-    local msg = tostring(dlm):gsub("^bad argument #1 to 'new' %((.*)%)$", "%1")
-    return nil, _M.flag_message(msg)
-  end
-  return dlm
+    local copts, err = _M.client_options(opts)
+    if not copts then return nil, err end
+    guard_acquisitions()
+    local redlock = require "redlock"
+    local ok, dlm = pcall(redlock.new, copts)
+    if not ok then
+        local msg = tostring(dlm):gsub("^bad argument #1 to 'new' %((.*)%)$", "%1")
+        return nil, _M.flag_message(msg)
+    end
+    return dlm
 end
 
 --- Acquire resource with keep-alive. o: ttl, margin, policy, nonblock, wait,
@@ -247,54 +247,62 @@ end
 -- attempt that was not "busy", with how long the attempts have failed that
 -- way. Without nonblock, wait or policy, waits as long as it takes.
 function _M.lock(dlm, resource, o)
-  local sys = require "redlock.host.sys"
-  local lopts = { ttl = o.ttl, keepalive = true, margin = o.margin, fence = o.fence or false }
-  if o.nonblock then return dlm:try_lock(resource, lopts) end
-  local policy = o.policy or require("redlock").retry.forever()
-  local since -- when the attempts began failing for another reason than busy
-  lopts.wait = o.wait
-  lopts.retry = function(attempt, err, detail)
-    if err == "busy" then
-      since = nil
-    elseif o.unreachable then
-      since = since or sys.now_ms()
-      o.unreachable(err, detail, sys.now_ms() - since)
+    local sys = require "redlock.host.sys"
+    local lopts = { ttl = o.ttl, keepalive = true, margin = o.margin, fence = o.fence or false }
+    if o.nonblock then return dlm:try_lock(resource, lopts) end
+    local policy = o.policy or require("redlock").retry.forever()
+    local since -- when the attempts began failing for another reason than busy
+    lopts.wait = o.wait
+    lopts.retry = function(attempt, err, detail)
+        if err == "busy" then
+            since = nil
+        elseif o.unreachable then
+            since = since or sys.now_ms()
+            o.unreachable(err, detail, sys.now_ms() - since)
+        end
+        return policy(attempt, err, detail)
     end
-    return policy(attempt, err, detail)
-  end
-  return dlm:lock(resource, lopts)
+    return dlm:lock(resource, lopts)
 end
 
 --- Sleep ms while serving dlm's connections (late replies, reconnects), so
 -- that an idle client is never mistaken for a stalled node.
 function _M.sleep(dlm, ms)
-  if dlm.client ~= nil then
-    require("redlock.cdefs").lib.rl_sleep(dlm.client, ms)
-  else
-    require("redlock.host.sys").sleep_ms(ms)
-  end
+    if dlm.client ~= nil then
+        require("redlock.cdefs").lib.rl_sleep(dlm.client, ms)
+    else
+        require("redlock.host.sys").sleep_ms(ms)
+    end
 end
 
 function _M.release(lock)
-  return lock:unlock()
+    return lock:unlock()
 end
 
 function _M.lost(lock)
-  return lock:lost()
+    return lock:lost()
 end
 
 function _M.remaining(lock)
-  return lock:remaining()
+    return lock:remaining()
 end
+
+-- A node state as a message says it: "pending" alone means nothing to
+-- someone who has not read about tails.
+local STATE_SAID = { pending = "pending (no reply yet when the round was decided)" }
 
 --- Per-node lines for a failure's detail.
 function _M.describe_detail(detail)
-  local lines = {}
-  for i, node in ipairs(detail) do
-    lines[#lines + 1] = ("  node %d %s: %s%s"):format(i, node.server or "?", node.state or "?",
-      node.error and (" (" .. node.error .. ")") or "")
-  end
-  return table.concat(lines, "\n")
+    local lines = {}
+    for i, node in ipairs(detail) do
+        local state = node.state or "?"
+        if detail.message and state == "pending" then
+            state = "not asked" -- refused before anything was sent (detail.message says why)
+        end
+        lines[#lines + 1] = ("  node %d %s: %s%s"):format(i, node.server or "?", STATE_SAID[state] or state,
+            node.error and (" (" .. node.error .. ")") or "")
+    end
+    return table.concat(lines, "\n")
 end
 
 return _M

@@ -41,55 +41,59 @@ local UNREACHABLE_EVERY_MS = 10000 -- and again after each such period
 
 --- The validity kept in hand after SIGKILL: ttl/20, at least MIN_SAFETY ms.
 local function safety_for(ttl)
-  return math.max(MIN_SAFETY, math.floor(ttl / 20))
+    return math.max(MIN_SAFETY, math.floor(ttl / 20))
 end
 
 --- The longest grace period that fits ttl (negative when none does).
 local function max_grace(ttl)
-  return math.floor(ttl / 2) - safety_for(ttl)
+    return math.floor(ttl / 2) - safety_for(ttl)
 end
 
 local MIN_TTL = 2 * MIN_SAFETY -- the shortest ttl with max_grace(ttl) >= 0
 assert(max_grace(MIN_TTL) == 0 and max_grace(MIN_TTL - 1) < 0)
 
 local SPEC = config.spec {
-  { name = "ttl", long = "ttl", arg = "MS", check = "ms",
-    help = ("lock time-to-live; kept extended every ttl/3 (%d)"):format(DEFAULT_TTL) },
-  { name = "wait", short = "w", long = "wait", arg = "MS", check = "ms0",
-    help = "give up after waiting MS for the lock (default: wait forever)" },
-  { name = "timeout", long = "timeout", arg = "MS", check = "ms0" }, -- flock's spelling of -w
-  { name = "nonblock", short = "n", long = "nonblock",
-    help = "fail at once if RESOURCE is held elsewhere" },
-  { name = "conflict", short = "E", long = "conflict-exit-code", arg = "N", check = "status",
-    help = "exit status when RESOURCE stays held elsewhere (1)" },
-  { name = "policy", long = "policy", arg = "FILE.lua",
-    help = "retry policy: a Lua file returning function(attempt, last) -> delay_ms|nil" },
-  { name = "grace", long = "grace", arg = "MS", check = "ms0",
-    help = ("lock lost, --kill-group: SIGTERM, then SIGKILL after MS (%d, less for a short --ttl)")
-      :format(DEFAULT_GRACE) },
-  { name = "kill_group", long = "kill-group",
-    help = "when COMMAND exits, stop the rest of its process group instead of waiting for it" },
-  { name = "fence", long = "fence",
-    help = "take a fencing token with the lock, in COMMAND's environment as REDLOCK_TOKEN" },
-  { name = "quiet", short = "q", long = "quiet", help = "no message when RESOURCE is held elsewhere" },
-  { name = "verbose", short = "v", long = "verbose", help = "say when the lock is acquired and released" },
+    { name = "ttl", long = "ttl", arg = "TIME", check = "ms", warn_bare = true,
+        help = ("lock time-to-live, kept extended every ttl/3 (default %ds; bare number: ms)")
+            :format(DEFAULT_TTL / 1000) },
+    { name = "wait", short = "w", long = "wait", arg = "TIME", check = "ms0", warn_bare = true,
+        help = "give up after waiting TIME for the lock (default: forever; bare number: ms)" },
+    { name = "timeout", long = "timeout", arg = "TIME", check = "ms0", warn_bare = true,
+        help = "the same as --wait (flock's name for it; bare number: ms)" },
+    { name = "nonblock", short = "n", long = "nonblock",
+        help = "fail at once if RESOURCE is held elsewhere" },
+    { name = "conflict", short = "E", long = "conflict-exit-code", arg = "N", check = "status",
+        help = "exit status when RESOURCE stays held elsewhere (1)" },
+    { name = "policy", long = "policy", arg = "FILE.lua",
+        help = "retry policy: a Lua file returning function(attempt, last) -> delay_ms|nil" },
+    { name = "grace", long = "grace", arg = "TIME", check = "ms0",
+        help = ("lock lost, --kill-group: SIGTERM, then SIGKILL after TIME (default %ds,"
+            .. " less for a short --ttl; bare number: ms)"):format(DEFAULT_GRACE / 1000) },
+    { name = "kill_group", long = "kill-group",
+        help = "when COMMAND exits, stop the rest of its process group instead of waiting for it" },
+    { name = "fence", long = "fence",
+        help = "take a fencing token with the lock, in COMMAND's environment as REDLOCK_TOKEN" },
+    { name = "quiet", short = "q", long = "quiet", help = "no message when RESOURCE is held elsewhere" },
+    { name = "verbose", short = "v", long = "verbose", help = "say when the lock is acquired and released" },
 }
 _M.SPEC = SPEC
 
 --- The shortest ttl that DEFAULT_GRACE fits.
 local function full_grace_ttl()
-  local ttl = MIN_TTL
-  while max_grace(ttl) < DEFAULT_GRACE do ttl = ttl + 1 end
-  return ttl
+    local ttl = MIN_TTL
+    while max_grace(ttl) < DEFAULT_GRACE do ttl = ttl + 1 end
+    return ttl
 end
 
 function _M.help()
-  return ([[
-usage: redlock exec [OPTIONS] RESOURCE [--] COMMAND [ARGS...]
+    return ([[
+Usage: redlock exec [OPTIONS] RESOURCE [--] COMMAND [ARGS...]
 
 Acquire RESOURCE on a quorum of the servers, run COMMAND in a process group of
 its own while the lock is kept extended, release it once that group has
-exited, and exit with COMMAND's status. COMMAND's environment has REDLOCK_RESOURCE,
+exited, and exit with COMMAND's status. COMMAND is run as given, without a
+shell: for a shell command line, give `sh -c 'CMD'` as COMMAND (where
+flock(1) takes -c 'CMD'). COMMAND's environment has REDLOCK_RESOURCE,
 REDLOCK_VALUE (this holder's lock value) and REDLOCK_VALIDITY_MS, and with
 --fence REDLOCK_TOKEN: a fencing token greater than every token granted for
 RESOURCE before (a decimal integer up to 2^63-1: compare it as one, not as
@@ -115,234 +119,263 @@ node, after %d s and then every %d s.
 The lock is extended every ttl/3. SIGKILL comes a safety margin (ttl/20, at
 least %d ms) before the validity ends, and grace + safety must fit in half
 the ttl. Without --grace, the grace period is %d ms or, for a short --ttl,
-the most that fits: ttl/2 - safety (--ttl 1000: %d ms; %d ms from --ttl %d
+the most that fits: ttl/2 - safety (--ttl 1s: %d ms; %d ms from --ttl %dms
 on). The shortest --ttl is %d ms (grace 0). A --grace that does not fit is a
 usage error.
 
 Options:
 %s
 
+TIME is a number with a unit: 500ms, 10s, 1.5s, 2m, 1h. A bare number is
+milliseconds (--ttl 10000 is 10s); a --ttl, -w or --timeout of 1 to 999
+without a unit gets a warning, as it was most likely meant in seconds.
+
 %s
 ]]):format(UNREACHABLE_FIRST_MS / 1000, UNREACHABLE_EVERY_MS / 1000,
-    MIN_SAFETY, DEFAULT_GRACE, max_grace(1000), DEFAULT_GRACE, full_grace_ttl(), MIN_TTL,
-    args.describe(SPEC), host.EXIT_STATUS_HELP)
+        MIN_SAFETY, DEFAULT_GRACE, max_grace(1000), DEFAULT_GRACE, full_grace_ttl(), MIN_TTL,
+        args.describe(SPEC), host.EXIT_STATUS_HELP)
+end
+
+local function shell_quote(text)
+    if text:match("^[%w%%+,./:=@_-]+$") then return text end
+    return "'" .. text:gsub("'", [['\'']]) .. "'"
+end
+
+-- flock(1) habits: `flock FILE -c CMD` runs CMD with a shell; exec takes
+-- the command itself.
+local SHELL_FLAGS = { ["-c"] = true, ["--command"] = true }
+local SHELL_HINT = "exec takes the command itself, not -c: write `redlock exec RESOURCE -- sh -c 'CMD'`"
+
+--- A usage message with the flock -c habit answered (for a parse error).
+function _M.hint(msg)
+    if msg == "unknown option -c" or msg == "unknown option --command" then
+        return msg .. "; " .. SHELL_HINT
+    end
+    return msg
 end
 
 --- Load a --policy file: a Lua chunk that returns the policy function.
 local function load_policy(path)
-  local chunk, err = loadfile(path)
-  if not chunk then return nil, ("--policy %s: %s"):format(path, err) end
-  local ok, policy = pcall(chunk)
-  if not ok then return nil, ("--policy %s: %s"):format(path, tostring(policy)) end
-  local mt = type(policy) == "table" and getmetatable(policy)
-  if type(policy) ~= "function" and not (mt and mt.__call) then
-    return nil, ("--policy %s must return a function(attempt, last) -> delay_ms or nil, got %s")
-      :format(path, type(policy))
-  end
-  return policy
+    local chunk, err = loadfile(path)
+    if not chunk then return nil, ("--policy %s: %s"):format(path, err) end
+    local ok, policy = pcall(chunk)
+    if not ok then return nil, ("--policy %s: %s"):format(path, tostring(policy)) end
+    local mt = type(policy) == "table" and getmetatable(policy)
+    if type(policy) ~= "function" and not (mt and mt.__call) then
+        return nil, ("--policy %s must return a function(attempt, last) -> delay_ms or nil, got %s")
+            :format(path, type(policy))
+    end
+    return policy
 end
 
 --- Stop the child's process group: SIGTERM, then SIGKILL after grace_ms.
 -- status: the child's exit status if it has been reaped already. Return the
 -- child's status (false if reaped elsewhere).
 local function stop_child(pid, grace_ms, status)
-  sys.kill(pid, sys.SIGTERM, true)
-  sys.kill(pid, sys.SIGCONT, true)
-  local deadline = sys.now_ms() + grace_ms
-  local function reap()
-    if status == nil then
-      local what, code = sys.wait(pid, false)
-      if what == "exited" then status = code elseif what == "gone" then status = false end
+    sys.kill(pid, sys.SIGTERM, true)
+    sys.kill(pid, sys.SIGCONT, true)
+    local deadline = sys.now_ms() + grace_ms
+    local function reap()
+        if status == nil then
+            local what, code = sys.wait(pid, false)
+            if what == "exited" then status = code elseif what == "gone" then status = false end
+        end
     end
-  end
-  while sys.now_ms() < deadline do
-    reap()
-    if status ~= nil and not sys.group_alive(pid) then return status end
-    sys.sleep_ms(POLL_MS)
-  end
-  sys.kill(pid, sys.SIGKILL, true)
-  while status == nil do
-    local what, code = sys.wait(pid, true)
-    status = what == "exited" and code or false
-  end
-  return status
+    while sys.now_ms() < deadline do
+        reap()
+        if status ~= nil and not sys.group_alive(pid) then return status end
+        sys.sleep_ms(POLL_MS)
+    end
+    sys.kill(pid, sys.SIGKILL, true)
+    while status == nil do
+        local what, code = sys.wait(pid, true)
+        status = what == "exited" and code or false
+    end
+    return status
 end
 
 function _M.run(opts, argv, k)
-  local resource = argv[k]
-  if resource == nil or resource == "" then
-    return host.usage_error("exec", "missing RESOURCE")
-  end
-  k = k + 1
-  if argv[k] == "--" then k = k + 1 end
-  local command = {}
-  for j = k, #argv do command[#command + 1] = argv[j] end
-  if #command == 0 then
-    return host.usage_error("exec", "missing COMMAND (redlock exec RESOURCE -- COMMAND [ARGS...])")
-  end
-
-  local ttl = opts.ttl or DEFAULT_TTL
-  if ttl < MIN_TTL then
-    return host.usage_error("exec", ("--ttl %d ms is too short: exec needs at least %d ms"
-      .. " (a safety margin of %d ms, kept within half the ttl)"):format(ttl, MIN_TTL, MIN_SAFETY))
-  end
-  local safety = safety_for(ttl)
-  local grace = opts.grace or math.min(DEFAULT_GRACE, max_grace(ttl))
-  if grace > max_grace(ttl) then
-    return host.usage_error("exec", ("--grace %d ms is too long for --ttl %d ms: grace + %d ms of safety "
-      .. "must fit in half the ttl (--grace %d at most)"):format(grace, ttl, safety, max_grace(ttl)))
-  end
-  local margin = grace + safety
-  if opts.nonblock and (opts.wait or opts.timeout) then
-    return host.usage_error("exec", "-n and -w exclude each other")
-  end
-  local policy
-  if opts.policy then
-    local err
-    policy, err = load_policy(opts.policy)
-    if not policy then return host.fail(EXIT.USAGE, "%s", err) end
-  end
-  -- A policy that raises is the user's file too: its error is told, as a
-  -- usage error, once the library has given up the attempts.
-  local POLICY_RAISED, policy_error = {}, nil
-  if policy then
-    local user_policy = policy
-    policy = function(...)
-      local ok, delay = pcall(user_policy, ...)
-      if not ok then
-        policy_error = delay
-        error(POLICY_RAISED, 0)
-      end
-      return delay
+    local resource = argv[k]
+    if resource == nil or resource == "" then
+        return host.usage_error("exec", "missing RESOURCE")
     end
-  end
-  local conflict = opts.conflict or EXIT.FAIL
-
-  local dlm, err = config.client(opts)
-  if not dlm then return host.fail(EXIT.USAGE, "%s", err) end
-  local reserved = require("redlock")._reserved(dlm, resource)
-  if reserved then
-    dlm:close()
-    return host.usage_error("exec", ("RESOURCE '%s' is reserved: %s"):format(resource, reserved))
-  end
-
-  -- Waiting for a lock held elsewhere is silent; failing to reach a quorum of
-  -- the nodes is not: say so after UNREACHABLE_FIRST_MS, then every
-  -- UNREACHABLE_EVERY_MS, node by node.
-  local next_report = UNREACHABLE_FIRST_MS
-  local function unreachable(err, detail, ms)
-    if ms < next_report then return end
-    next_report = ms + UNREACHABLE_EVERY_MS
-    host.fail(EXIT.UNAVAILABLE, "cannot lock '%s' for %d s: %s; still trying%s", resource,
-      math.floor(ms / 1000), tostring(err), detail and ("\n" .. config.describe_detail(detail)) or "")
-  end
-  local locked, lock, why, detail = pcall(config.lock, dlm, resource, {
-    ttl = ttl, margin = margin, policy = policy,
-    nonblock = opts.nonblock, wait = opts.wait or opts.timeout, unreachable = unreachable, fence = opts.fence,
-  })
-  if not locked then
-    if lock == POLICY_RAISED then
-      local e = policy_error
-      if type(e) ~= "string" then
-        local mt = getmetatable(e)
-        e = (mt and mt.__tostring) and tostring(e) or ("(error object is a %s value)"):format(type(e))
-      end
-      return host.fail(EXIT.USAGE, "--policy %s: the policy failed: %s", opts.policy, e)
+    k = k + 1
+    if argv[k] == "--" then k = k + 1 end
+    local command = {}
+    for j = k, #argv do command[#command + 1] = argv[j] end
+    if #command == 0 then
+        return host.usage_error("exec", "missing COMMAND (redlock exec RESOURCE -- COMMAND [ARGS...])")
     end
-    -- a --policy that returned what is not a delay: the user's file, so a usage error
-    local msg = tostring(lock)
-    local bad = opts.policy and msg:match("(bad retry policy:.*)$")
-    if not bad then error(lock, 0) end
-    return host.fail(EXIT.USAGE, "--policy %s: %s", opts.policy, bad)
-  end
-  if not lock then
-    if why == "busy" then
-      if not opts.quiet then
-        host.fail(conflict, "'%s' is held elsewhere%s", resource,
-          opts.nonblock and "" or " (gave up waiting)")
-      end
-      return conflict
+    if SHELL_FLAGS[command[1]] then
+        local line = {}
+        for j = 2, #command do line[#line + 1] = command[j] end
+        if #line == 0 then return host.usage_error("exec", SHELL_HINT) end
+        return host.usage_error("exec", ("exec takes the command itself, not %s: write `redlock exec %s -- sh -c %s`")
+            :format(command[1], shell_quote(resource), shell_quote(table.concat(line, " "))))
     end
-    return host.fail(EXIT.UNAVAILABLE, "cannot lock '%s': %s%s", resource, tostring(why),
-      detail and ("\n" .. config.describe_detail(detail)) or "")
-  end
-  if opts.verbose then
-    io.stderr:write(("redlock: locked '%s' (value %s, valid %d ms)\n")
-      :format(resource, lock.value:sub(1, 8), math.floor(lock.validity or ttl)))
-  end
 
-  sys.setenv("REDLOCK_RESOURCE", resource)
-  sys.setenv("REDLOCK_VALUE", lock.value)
-  sys.setenv("REDLOCK_VALIDITY_MS", math.floor(lock.validity or ttl))
-  if lock.token then sys.setenv("REDLOCK_TOKEN", lock.token_string) end
-  local pid, serr, errno = sys.spawn(command,
-    sys.NEWPGRP + sys.SUPERVISE + sys.FOREGROUND + sys.DIE_WITH_HOST + sys.WATCHDOG, grace)
-  if not pid then
-    config.release(lock)
-    if errno == sys.ENOENT then
-      return host.fail(EXIT.NOTFOUND, "%s: command not found", command[1])
+    local ttl = opts.ttl or DEFAULT_TTL
+    if ttl < MIN_TTL then
+        return host.usage_error("exec", ("--ttl %d ms is too short: exec needs at least %d ms"
+            .. " (a safety margin of %d ms, kept within half the ttl)"):format(ttl, MIN_TTL, MIN_SAFETY))
     end
-    return host.fail(EXIT.NOEXEC, "%s: %s", command[1], serr)
-  end
-
-  local status -- COMMAND's exit status, once it has exited
-  local next_group_check = 0
-  local function finish(code)
-    sys.forget(pid)
-    config.release(lock)
-    if opts.verbose then io.stderr:write(("redlock: released '%s'\n"):format(resource)) end
-    return code
-  end
-  while true do
-    if status == nil then
-      local what, code = sys.wait(pid, false, true)
-      if what == "stopped" then
-        -- Ctrl-Z on a terminal: stop with the command, so that the shell gets
-        -- its job back; once continued, continue the command unless the lock
-        -- was lost meanwhile (then it is stopped below, SIGCONT included). Any
-        -- other stop is the command's: its lock is kept meanwhile.
-        if sys.stop_self(pid, code) and not (config.lost(lock) or config.remaining(lock) <= grace + POLL_MS) then
-          sys.kill(pid, sys.SIGCONT, true)
+    local safety = safety_for(ttl)
+    local grace = opts.grace or math.min(DEFAULT_GRACE, max_grace(ttl))
+    if grace > max_grace(ttl) then
+        return host.usage_error("exec", ("--grace %d ms is too long for --ttl %d ms: grace + %d ms of safety "
+            .. "must fit in half the ttl (--grace %d at most)"):format(grace, ttl, safety, max_grace(ttl)))
+    end
+    local margin = grace + safety
+    if opts.nonblock and (opts.wait or opts.timeout) then
+        return host.usage_error("exec", "-n and -w exclude each other")
+    end
+    local policy
+    if opts.policy then
+        local err
+        policy, err = load_policy(opts.policy)
+        if not policy then return host.fail(EXIT.USAGE, "%s", err) end
+    end
+    -- A policy that raises is the user's file too: its error is told, as a
+    -- usage error, once the library has given up the attempts.
+    local POLICY_RAISED, policy_error = {}, nil
+    if policy then
+        local user_policy = policy
+        policy = function(...)
+            local ok, delay = pcall(user_policy, ...)
+            if not ok then
+                policy_error = delay
+                error(POLICY_RAISED, 0)
+            end
+            return delay
         end
-      elseif what == "exited" then
-        status = code
-        if sys.group_alive(pid) then
-          if opts.kill_group then
-            if opts.verbose then
-              io.stderr:write(("redlock: %s exited (%d); stopping the rest of its process group %d:"
-                .. " SIGTERM, SIGKILL after %d ms\n"):format(command[1], code, pid, grace))
+    end
+    local conflict = opts.conflict or EXIT.FAIL
+
+    local dlm, cerr = config.client(opts)
+    if not dlm then return host.fail(EXIT.USAGE, "%s", cerr) end
+    local reserved = require("redlock")._reserved(dlm, resource)
+    if reserved then
+        dlm:close()
+        return host.usage_error("exec", ("RESOURCE '%s' is reserved: %s"):format(resource, reserved))
+    end
+
+    -- Waiting for a lock held elsewhere is silent; failing to reach a quorum of
+    -- the nodes is not: say so after UNREACHABLE_FIRST_MS, then every
+    -- UNREACHABLE_EVERY_MS, node by node.
+    local next_report = UNREACHABLE_FIRST_MS
+    local function unreachable(err, detail, ms)
+        if ms < next_report then return end
+        next_report = ms + UNREACHABLE_EVERY_MS
+        host.fail(EXIT.UNAVAILABLE, "cannot lock '%s' for %d s: %s; still trying%s", resource,
+            math.floor(ms / 1000), tostring(err), detail and ("\n" .. config.describe_detail(detail)) or "")
+    end
+    local locked, lock, why, detail = pcall(config.lock, dlm, resource, {
+        ttl = ttl, margin = margin, policy = policy,
+        nonblock = opts.nonblock, wait = opts.wait or opts.timeout, unreachable = unreachable, fence = opts.fence,
+    })
+    if not locked then
+        if lock == POLICY_RAISED then
+            local e = policy_error
+            if type(e) ~= "string" then
+                local mt = getmetatable(e)
+                e = (mt and mt.__tostring) and tostring(e) or ("(error object is a %s value)"):format(type(e))
+            end
+            return host.fail(EXIT.USAGE, "--policy %s: the policy failed: %s", opts.policy, e)
+        end
+        -- a --policy that returned what is not a delay: the user's file, so a usage error
+        local msg = tostring(lock)
+        local bad = opts.policy and msg:match("(bad retry policy:.*)$")
+        if not bad then error(lock, 0) end
+        return host.fail(EXIT.USAGE, "--policy %s: %s", opts.policy, bad)
+    end
+    if not lock then
+        if why == "busy" then
+            if not opts.quiet then
+                host.fail(conflict, "'%s' is held elsewhere%s", resource,
+                    opts.nonblock and "" or " (gave up waiting)")
+            end
+            return conflict
+        end
+        return host.fail(EXIT.UNAVAILABLE, "cannot lock '%s': %s%s", resource, tostring(why),
+            detail and ("\n" .. config.describe_detail(detail)) or "")
+    end
+    if opts.verbose then
+        io.stderr:write(("redlock: locked '%s' (value %s, valid %d ms)\n")
+            :format(resource, lock.value:sub(1, 8), math.floor(lock.validity or ttl)))
+    end
+
+    sys.setenv("REDLOCK_RESOURCE", resource)
+    sys.setenv("REDLOCK_VALUE", lock.value)
+    sys.setenv("REDLOCK_VALIDITY_MS", math.floor(lock.validity or ttl))
+    if lock.token then sys.setenv("REDLOCK_TOKEN", lock.token_string) end
+    local pid, serr, errno = sys.spawn(command,
+        sys.NEWPGRP + sys.SUPERVISE + sys.FOREGROUND + sys.DIE_WITH_HOST + sys.WATCHDOG, grace)
+    if not pid then
+        config.release(lock)
+        if errno == sys.ENOENT then
+            return host.fail(EXIT.NOTFOUND, "%s: command not found", command[1])
+        end
+        return host.fail(EXIT.NOEXEC, "%s: %s", command[1], serr)
+    end
+
+    local status -- COMMAND's exit status, once it has exited
+    local next_group_check = 0
+    local function finish(code)
+        sys.forget(pid)
+        config.release(lock)
+        if opts.verbose then io.stderr:write(("redlock: released '%s'\n"):format(resource)) end
+        return code
+    end
+    while true do
+        if status == nil then
+            local what, code = sys.wait(pid, false, true)
+            if what == "stopped" then
+                -- Ctrl-Z on a terminal: stop with the command, so that the shell gets
+                -- its job back; once continued, continue the command unless the lock
+                -- was lost meanwhile (then it is stopped below, SIGCONT included). Any
+                -- other stop is the command's: its lock is kept meanwhile.
+                if sys.stop_self(pid, code) and not (config.lost(lock) or config.remaining(lock) <= grace + POLL_MS) then
+                    sys.kill(pid, sys.SIGCONT, true)
+                end
+            elseif what == "exited" then
+                status = code
+                if sys.group_alive(pid) then
+                    if opts.kill_group then
+                        if opts.verbose then
+                            io.stderr:write(("redlock: %s exited (%d); stopping the rest of its process group %d:"
+                                .. " SIGTERM, SIGKILL after %d ms\n"):format(command[1], code, pid, grace))
+                        end
+                        stop_child(pid, grace, status)
+                    elseif opts.verbose then
+                        io.stderr:write(("redlock: %s exited (%d); keeping '%s' until the rest of its process group %d"
+                            .. " has exited\n"):format(command[1], code, resource, pid))
+                    end
+                end
+            elseif what == "gone" then
+                -- reaped by the signal thread: it is ending the process
+                config.release(lock)
+                return EXIT.FAIL
+            end
+        end
+        if status ~= nil and sys.now_ms() >= next_group_check then
+            if not sys.group_alive(pid) then return finish(status) end
+            next_group_check = sys.now_ms() + GROUP_POLL_MS
+        end
+        if config.lost(lock) or config.remaining(lock) <= grace + POLL_MS then
+            if status == nil then
+                host.fail(EXIT.LOST, "lock on '%s' lost; stopping %s (pid %d): SIGTERM, SIGKILL after %d ms",
+                    resource, command[1], pid, grace)
+            else
+                host.fail(EXIT.LOST, "lock on '%s' lost; stopping what %s (pid %d, exited %d) left in its"
+                    .. " process group: SIGTERM, SIGKILL after %d ms", resource, command[1], pid, status, grace)
             end
             stop_child(pid, grace, status)
-          elseif opts.verbose then
-            io.stderr:write(("redlock: %s exited (%d); keeping '%s' until the rest of its process group %d"
-              .. " has exited\n"):format(command[1], code, resource, pid))
-          end
+            sys.forget(pid)
+            config.release(lock)
+            return EXIT.LOST
         end
-      elseif what == "gone" then
-        -- reaped by the signal thread: it is ending the process
-        config.release(lock)
-        return EXIT.FAIL
-      end
+        config.sleep(dlm, POLL_MS)
     end
-    if status ~= nil and sys.now_ms() >= next_group_check then
-      if not sys.group_alive(pid) then return finish(status) end
-      next_group_check = sys.now_ms() + GROUP_POLL_MS
-    end
-    if config.lost(lock) or config.remaining(lock) <= grace + POLL_MS then
-      if status == nil then
-        host.fail(EXIT.LOST, "lock on '%s' lost; stopping %s (pid %d): SIGTERM, SIGKILL after %d ms",
-          resource, command[1], pid, grace)
-      else
-        host.fail(EXIT.LOST, "lock on '%s' lost; stopping what %s (pid %d, exited %d) left in its"
-          .. " process group: SIGTERM, SIGKILL after %d ms", resource, command[1], pid, status, grace)
-      end
-      stop_child(pid, grace, status)
-      sys.forget(pid)
-      config.release(lock)
-      return EXIT.LOST
-    end
-    config.sleep(dlm, POLL_MS)
-  end
 end
 
 return _M

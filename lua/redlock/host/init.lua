@@ -6,19 +6,19 @@ local _M = {}
 
 --- Exit statuses every subcommand shares (documented in `redlock --help`).
 _M.EXIT = {
-  OK = 0,
-  FAIL = 1,          -- script error; exec's default conflict status; status: not held
-  USAGE = 64,        -- bad option or argument, no servers configured, bad --policy file
-  UNAVAILABLE = 69,  -- too few nodes answered to decide
-  LOST = 75,         -- exec: the lock was lost while the command ran (it was stopped)
-  NOEXEC = 126,      -- exec: the command cannot be executed
-  NOTFOUND = 127,    -- exec: the command was not found
+    OK = 0,
+    FAIL = 1,          -- script error; exec's default conflict status; status: not held
+    USAGE = 64,        -- bad option or argument, no servers configured, bad --policy file
+    UNAVAILABLE = 69,  -- too few nodes answered to decide
+    LOST = 75,         -- exec: the lock was lost while the command ran (it was stopped)
+    NOEXEC = 126,      -- exec: the command cannot be executed
+    NOTFOUND = 127,    -- exec: the command was not found
 }
 
 _M.COMMANDS = { "run", "exec", "status", "dev", "demo" }
 
 local function self_info()
-  return package.loaded["redlock.host.self"] or {}
+    return package.loaded["redlock.host.self"] or {}
 end
 
 -- A URL cut short before its '@' (a password with a comma, a space or a '#'
@@ -27,32 +27,32 @@ end
 -- that ends a sentence or a label: "...:6379:", and the word "port" of the
 -- usage messages).
 local function redact_cut(scheme, user, rest)
-  if rest:sub(1, 3) == "***" then return nil end
-  if user ~= "" and (user:sub(1, 1) == "[" or rest == "port" or rest:match("^%d+[:.;]?$") or rest:match("^%d+[/?)%]]")) then
-    return nil
-  end
-  return scheme .. user .. ":***"
+    if rest:sub(1, 3) == "***" then return nil end
+    if user ~= "" and (user:sub(1, 1) == "[" or rest == "port" or rest:match("^%d+[:.;]?$") or rest:match("^%d+[/?)%]]")) then
+        return nil
+    end
+    return scheme .. user .. ":***"
 end
 
 --- text with the password of every URL in it replaced by ***
 -- (scheme://user:secret@... -> scheme://user:***@...), also of a URL cut
 -- before its '@' (scheme://user:secret -> scheme://user:***).
 function _M.redact(text)
-  text = text:gsub("(%a[%w+.-]*://[^:/@%s'\",]*:)[^@%s'\",]*@", "%1***@")
-  return (text:gsub("(%a[%w+.-]*://)([^:/@%s'\",]*):([^@%s'\",]*)", redact_cut))
+    text = text:gsub("(%a[%w+.-]*://[^:/@%s'\",]*:)[^@%s'\",]*@", "%1***@")
+    return (text:gsub("(%a[%w+.-]*://)([^:/@%s'\",]*):([^@%s'\",]*)", redact_cut))
 end
 
 --- Print "redlock: message" on stderr, never with a password from a URL; return code.
 function _M.fail(code, fmt, ...)
-  local msg = select("#", ...) > 0 and fmt:format(...) or fmt
-  io.stderr:write("redlock: ", _M.redact(msg), "\n")
-  io.stderr:flush()
-  return code
+    local msg = select("#", ...) > 0 and fmt:format(...) or fmt
+    io.stderr:write("redlock: ", _M.redact(msg), "\n")
+    io.stderr:flush()
+    return code
 end
 
 --- A usage error: the message, then where to look.
 function _M.usage_error(cmd, msg)
-  return _M.fail(_M.EXIT.USAGE, "%s\nTry 'redlock %s--help'.", msg, cmd and (cmd .. " ") or "")
+    return _M.fail(_M.EXIT.USAGE, "%s\nTry 'redlock %s--help'.", msg, cmd and (cmd .. " ") or "")
 end
 
 local EXIT_STATUS_HELP = [[
@@ -68,8 +68,8 @@ Exit status:
            locks first and exit 130 and 143]]
 
 local function usage()
-  return ([[
-usage: redlock COMMAND [OPTIONS] [ARGS...]
+    return ([[
+Usage: redlock COMMAND [OPTIONS] [ARGS...]
 
 Distributed locks (the Redlock algorithm) over N independent Redis nodes,
 and a LuaJIT host for lock-protected work.
@@ -93,6 +93,9 @@ Servers (for run, exec, status, demo):
        REDLOCK_KEY, REDLOCK_SNI, REDLOCK_INSECURE=1 (the flags win)
   No servers yet? 'redlock dev' starts some; 'redlock demo' needs none.
 
+Times (exec --ttl, -w, --grace): a number with a unit, 500ms, 10s, 1.5s, 2m,
+1h; a bare number is milliseconds.
+
 'redlock COMMAND --help' shows a command's options; 'redlock --version'.
 
 %s
@@ -102,59 +105,62 @@ end
 _M.EXIT_STATUS_HELP = EXIT_STATUS_HELP
 
 function _M.version()
-  local s = self_info()
-  return ("redlock %s (%s)"):format(s.version or "?", s.luajit or jit.version)
+    local s = self_info()
+    return ("redlock %s (%s)"):format(s.version or "?", s.luajit or jit.version)
 end
 
 local function load_command(name)
-  for _, c in ipairs(_M.COMMANDS) do
-    if c == name then return require("redlock.host." .. name) end
-  end
-  if name == "demo-worker" then return require("redlock.host.demo").worker end
-  return nil
+    for _, c in ipairs(_M.COMMANDS) do
+        if c == name then return require("redlock.host." .. name) end
+    end
+    if name == "demo-worker" then return require("redlock.host.demo").worker end
+    return nil
 end
 
 --- Run the command line arg (arg[1..]); return the exit status.
 function _M.main(arg)
-  local argv = {}
-  for i = 1, #arg do argv[i] = arg[i] end
-  local first = argv[1]
-  if first == nil then
-    io.stderr:write(usage())
-    return _M.EXIT.USAGE
-  end
-  if first == "--help" or first == "-h" or first == "help" then
-    if first == "help" and argv[2] then
-      local cmd = load_command(argv[2])
-      if not cmd then return _M.usage_error(nil, ("unknown command '%s'"):format(argv[2])) end
-      io.stdout:write(cmd.help())
-      return _M.EXIT.OK
+    local argv = {}
+    for i = 1, #arg do argv[i] = arg[i] end
+    local first = argv[1]
+    if first == nil then
+        io.stderr:write(usage())
+        return _M.EXIT.USAGE
     end
-    io.stdout:write(usage())
-    return _M.EXIT.OK
-  end
-  if first == "--version" or first == "-V" or first == "version" then
-    io.stdout:write(_M.version(), "\n")
-    return _M.EXIT.OK
-  end
-  local cmd = load_command(first)
-  if not cmd then
-    if first:sub(1, 1) == "-" then
-      return _M.usage_error(nil, ("unknown option '%s' (options follow the command)"):format(first))
+    if first == "--help" or first == "-h" or first == "help" then
+        if first == "help" and argv[2] then
+            local cmd = load_command(argv[2])
+            if not cmd then return _M.usage_error(nil, ("unknown command '%s'"):format(argv[2])) end
+            io.stdout:write(cmd.help())
+            return _M.EXIT.OK
+        end
+        io.stdout:write(usage())
+        return _M.EXIT.OK
     end
-    if first:match("%.lua$") then
-      return _M.usage_error(nil, ("unknown command '%s' (did you mean 'redlock run %s'?)")
-        :format(first, first))
+    if first == "--version" or first == "-V" or first == "version" then
+        io.stdout:write(_M.version(), "\n")
+        return _M.EXIT.OK
     end
-    return _M.usage_error(nil, ("unknown command '%s'"):format(first))
-  end
-  local opts, k = require("redlock.host.args").parse(argv, 2, cmd.SPEC)
-  if not opts then return _M.usage_error(first, k) end
-  if opts.help then
-    io.stdout:write(cmd.help())
-    return _M.EXIT.OK
-  end
-  return cmd.run(opts, argv, k)
+    local cmd = load_command(first)
+    if not cmd then
+        if first:sub(1, 1) == "-" then
+            return _M.usage_error(nil, ("unknown option '%s' (options follow the command)"):format(first))
+        end
+        if first:match("%.lua$") then
+            return _M.usage_error(nil, ("unknown command '%s' (did you mean 'redlock run %s'?)")
+                :format(first, first))
+        end
+        return _M.usage_error(nil, ("unknown command '%s'"):format(first))
+    end
+    local opts, k, warnings = require("redlock.host.args").parse(argv, 2, cmd.SPEC)
+    if not opts then
+        return _M.usage_error(first, cmd.hint and cmd.hint(k) or k)
+    end
+    for _, w in ipairs(warnings) do _M.fail(nil, "warning: %s", w) end
+    if opts.help then
+        io.stdout:write(cmd.help())
+        return _M.EXIT.OK
+    end
+    return cmd.run(opts, argv, k)
 end
 
 return _M

@@ -26,8 +26,8 @@ local SPEC = config.spec {}
 _M.SPEC = SPEC
 
 function _M.help()
-  return ([[
-usage: redlock run [OPTIONS] SCRIPT.lua [ARGS...]
+    return ([[
+Usage: redlock run [OPTIONS] SCRIPT.lua [ARGS...]
 
 Run a Lua job script under LuaJIT. Inside it:
   local redlock = require "redlock"
@@ -51,77 +51,76 @@ end
 -- Drop the host's own frames from the bottom of a traceback; the message
 -- (everything before "stack traceback:") stays whole, whatever it says.
 local function trim_traceback(tb)
-  local at, from = nil, 1
-  while true do -- the last one: the message may hold the words too
-    local i = tb:find("\nstack traceback:\n", from, true)
-    if not i then break end
-    at, from = i, i + 1
-  end
-  if not at then return tb end
-  local out = { tb:sub(1, at - 1), "stack traceback:" }
-  local frames = tb:sub(at + #"\nstack traceback:\n")
-  for line in frames:gmatch("[^\n]+") do
-    if line:find("[C]: in function 'xpcall'", 1, true)
-      or line:find("redlock/host/run.lua:", 1, true) or line:find("redlock/host/init.lua:", 1, true) then
-      break
+    local at, from = nil, 1
+    while true do -- the last one: the message may hold the words too
+        local i = tb:find("\nstack traceback:\n", from, true)
+        if not i then break end
+        at, from = i, i + 1
     end
-    out[#out + 1] = line
-  end
-  while #out > 2 and out[#out]:match("^%s*%[C%]: %?$") do out[#out] = nil end
-  if #out == 2 then out[2] = nil end
-  return table.concat(out, "\n")
+    if not at then return tb end
+    local out = { tb:sub(1, at - 1), "stack traceback:" }
+    local frames = tb:sub(at + #"\nstack traceback:\n")
+    for line in frames:gmatch("[^\n]+") do
+        if line:find("[C]: in function 'xpcall'", 1, true)
+            or line:find("redlock/host/run.lua:", 1, true) or line:find("redlock/host/init.lua:", 1, true) then
+            break
+        end
+        out[#out + 1] = line
+    end
+    while #out > 2 and out[#out]:match("^%s*%[C%]: %?$") do out[#out] = nil end
+    if #out == 2 then out[2] = nil end
+    return table.concat(out, "\n")
 end
 
 local function handler(e)
-  if config.is_usage_error(e) then return e end
-  local msg = e
-  if type(e) ~= "string" then
-    local mt = getmetatable(e)
-    msg = (mt and mt.__tostring) and tostring(e) or ("(error object is a %s value)"):format(type(e))
-  end
-  return trim_traceback(debug.traceback(msg, 2))
+    if config.is_usage_error(e) then return e end
+    local msg = e
+    if type(e) ~= "string" then
+        local mt = getmetatable(e)
+        msg = (mt and mt.__tostring) and tostring(e) or ("(error object is a %s value)"):format(type(e))
+    end
+    return trim_traceback(debug.traceback(msg, 2))
 end
 
 function _M.run(opts, argv, k)
-  local script = argv[k]
-  if script == nil then return host.usage_error("run", "missing SCRIPT.lua") end
-  -- Servers given are checked now, as exec and status do (bad URL, a
-  -- server named twice): a usage error, not the script's.
-  local servers, serr = config.servers(opts)
-  if not servers and (opts.servers or opts.servers_file) then return host.fail(EXIT.USAGE, "%s", serr) end
-  if servers then
-    local ok, err = config.check_servers(servers)
-    if not ok then return host.fail(EXIT.USAGE, "%s", err) end
-  end
-  config.install(opts)
+    local script = argv[k]
+    if script == nil then return host.usage_error("run", "missing SCRIPT.lua") end
+    -- Servers given are checked now, as exec and status do (bad URL, a
+    -- server named twice): a usage error, not the script's.
+    local servers, serr = config.servers(opts)
+    if not servers and (opts.servers or opts.servers_file) then return host.fail(EXIT.USAGE, "%s", serr) end
+    if servers then
+        local ok, err = config.check_servers(servers)
+        if not ok then return host.fail(EXIT.USAGE, "%s", err) end
+    end
+    config.install(opts)
 
-  local chunk, err = loadfile(script ~= "-" and script or nil)
-  if not chunk then return host.fail(EXIT.FAIL, "%s", err) end
+    local chunk, err = loadfile(script ~= "-" and script or nil)
+    if not chunk then return host.fail(EXIT.FAIL, "%s", err) end
 
-  -- arg the standard way: the script at 0, its arguments from 1, the rest below.
-  local sarg, n = {}, 0
-  for j = 0, #argv do sarg[j - k] = argv[j] end
-  for j = k + 1, #argv do n = n + 1 end
-  if n > MAX_ARGS then
-    return host.usage_error("run", ("too many arguments for %s: %d (at most %d); pass a list in a file "
-      .. "or on stdin"):format(script, n, MAX_ARGS))
-  end
-  _G.arg = sarg
+    -- arg the standard way: the script at 0, its arguments from 1, the rest below.
+    local sarg, n = {}, math.max(#argv - k, 0)
+    for j = 0, #argv do sarg[j - k] = argv[j] end
+    if n > MAX_ARGS then
+        return host.usage_error("run", ("too many arguments for %s: %d (at most %d); pass a list in a file "
+            .. "or on stdin"):format(script, n, MAX_ARGS))
+    end
+    _G.arg = sarg
 
-  local res = { xpcall(function() return chunk(unpack(sarg, 1, n)) end, handler) }
-  io.stdout:flush()
-  if not res[1] then
-    if config.is_usage_error(res[2]) then return host.fail(EXIT.USAGE, "%s", tostring(res[2])) end
-    return host.fail(EXIT.FAIL, "%s", res[2])
-  end
-  local r = res[2]
-  if type(r) == "number" then
-    if r % 1 == 0 and r >= 0 and r <= 255 then return r end
-    return host.fail(EXIT.FAIL, "%s returned %s: an exit status is a whole number from 0 to 255",
-      script, tostring(r))
-  end
-  if r == false then return EXIT.FAIL end
-  return EXIT.OK
+    local res = { xpcall(function() return chunk(unpack(sarg, 1, n)) end, handler) }
+    io.stdout:flush()
+    if not res[1] then
+        if config.is_usage_error(res[2]) then return host.fail(EXIT.USAGE, "%s", tostring(res[2])) end
+        return host.fail(EXIT.FAIL, "%s", res[2])
+    end
+    local r = res[2]
+    if type(r) == "number" then
+        if r % 1 == 0 and r >= 0 and r <= 255 then return r end
+        return host.fail(EXIT.FAIL, "%s returned %s: an exit status is a whole number from 0 to 255",
+            script, tostring(r))
+    end
+    if r == false then return EXIT.FAIL end
+    return EXIT.OK
 end
 
 return _M

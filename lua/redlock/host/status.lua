@@ -19,8 +19,8 @@ local SPEC = config.spec {}
 _M.SPEC = SPEC
 
 function _M.help()
-  return ([[
-usage: redlock status [OPTIONS] RESOURCE
+    return ([[
+Usage: redlock status [OPTIONS] RESOURCE
 
 Show, node by node, whether RESOURCE's key exists, the first characters of its
 value (the holder's lock value), and its remaining time to live; then whether
@@ -38,75 +38,75 @@ Exit status: 0 held by a quorum, 1 not held by a quorum, 64 usage,
 end
 
 local function show_pttl(pttl)
-  if pttl >= 0 then return pttl .. " ms" end
-  if pttl == -1 then return "none (no expiry!)" end
-  return "-"
+    if pttl >= 0 then return pttl .. " ms" end
+    if pttl == -1 then return "none (no expiry!)" end
+    return "-"
 end
 
 function _M.run(opts, argv, k)
-  local resource = argv[k]
-  if resource == nil or resource == "" then return host.usage_error("status", "missing RESOURCE") end
-  if argv[k + 1] ~= nil then return host.usage_error("status", "one RESOURCE at a time") end
-  local servers, err = config.servers(opts)
-  if not servers then return host.fail(EXIT.USAGE, "%s", err) end
-  -- a bad URL, or one named twice (it would count twice toward the quorum),
-  -- is a usage error
-  local ok, cerr = config.check_servers(servers)
-  if not ok then return host.fail(EXIT.USAGE, "%s", cerr) end
-  local key = (opts.prefix or os.getenv("REDLOCK_PREFIX") or "") .. resource
-  local n = #servers
-  local quorum = math.floor(n / 2) + 1
+    local resource = argv[k]
+    if resource == nil or resource == "" then return host.usage_error("status", "missing RESOURCE") end
+    if argv[k + 1] ~= nil then return host.usage_error("status", "one RESOURCE at a time") end
+    local servers, err = config.servers(opts)
+    if not servers then return host.fail(EXIT.USAGE, "%s", err) end
+    -- a bad URL, or one named twice (it would count twice toward the quorum),
+    -- is a usage error
+    local ok, cerr = config.check_servers(servers)
+    if not ok then return host.fail(EXIT.USAGE, "%s", cerr) end
+    local key = (opts.prefix or os.getenv("REDLOCK_PREFIX") or "") .. resource
+    local n = #servers
+    local quorum = math.floor(n / 2) + 1
 
-  local tls = config.tls_options(opts)
-  local rows, votes, answered = {}, {}, 0
-  for idx, url in ipairs(servers) do
-    local r, perr, kind, name = sys.probe(url, key, TIMEOUT_MS, tls)
-    if not r and kind == sys.PROBE_EINVAL then return host.fail(EXIT.USAGE, "%s", config.flag_message(perr)) end
-    local row = { name = r and r.name or name }
-    if not r then
-      row.state, row.info = "error", perr
-    else
-      answered = answered + 1
-      if r.exists then
-        -- a value longer than what the probe keeps is told apart by its length too
-        local id = #r.value == r.value_len and r.value or (r.value .. "\0" .. r.value_len)
-        votes[id] = (votes[id] or 0) + 1
-        row.state = "held"
-        local shown = r.value:sub(1, 12) .. (r.value_len > 12 and "..." or "")
-        row.info = ("%-15s pttl %s"):format(shown, show_pttl(r.pttl))
-      else
-        row.state, row.info = "free", ""
-      end
+    local tls = config.tls_options(opts)
+    local rows, votes, answered = {}, {}, 0
+    for idx, url in ipairs(servers) do
+        local r, perr, kind, name = sys.probe(url, key, TIMEOUT_MS, tls)
+        if not r and kind == sys.PROBE_EINVAL then return host.fail(EXIT.USAGE, "%s", config.flag_message(perr)) end
+        local row = { name = r and r.name or name }
+        if not r then
+            row.state, row.info = "error", perr
+        else
+            answered = answered + 1
+            if r.exists then
+                -- a value longer than what the probe keeps is told apart by its length too
+                local id = #r.value == r.value_len and r.value or (r.value .. "\0" .. r.value_len)
+                votes[id] = (votes[id] or 0) + 1
+                row.state = "held"
+                local shown = r.value:sub(1, 12) .. (r.value_len > 12 and "..." or "")
+                row.info = ("%-15s pttl %s"):format(shown, show_pttl(r.pttl))
+            else
+                row.state, row.info = "free", ""
+            end
+        end
+        rows[idx] = row
     end
-    rows[idx] = row
-  end
 
-  local width = 4
-  for _, row in ipairs(rows) do width = math.max(width, #row.name) end
-  print(("resource '%s'%s on %d nodes, quorum %d"):format(resource,
-    key ~= resource and (" (key '" .. key .. "')") or "", n, quorum))
-  for idx, row in ipairs(rows) do
-    print((("  %2d  %-" .. width .. "s  %-5s  %s"):format(idx, row.name, row.state, row.info)
-      :gsub("%s+$", "")))
-  end
-  local best, count = nil, 0
-  for v, c in pairs(votes) do
-    if c > count then best, count = v, c end
-  end
-  if best and count >= quorum then
-    print(("held: value %s... on %d of %d nodes (quorum %d)"):format(best:sub(1, 12), count, n, quorum))
-    return EXIT.OK
-  end
-  if answered < quorum then
-    print(("unknown: only %d of %d nodes answered (quorum %d)"):format(answered, n, quorum))
-    return EXIT.UNAVAILABLE
-  end
-  if best then
-    print(("not held: at most %d of %d nodes agree on a value (quorum %d)"):format(count, n, quorum))
-  else
-    print(("free: no node holds '%s'"):format(key))
-  end
-  return EXIT.FAIL
+    local width = 4
+    for _, row in ipairs(rows) do width = math.max(width, #row.name) end
+    print(("resource '%s'%s on %d nodes, quorum %d"):format(resource,
+        key ~= resource and (" (key '" .. key .. "')") or "", n, quorum))
+    for idx, row in ipairs(rows) do
+        print((("  %2d  %-" .. width .. "s  %-5s  %s"):format(idx, row.name, row.state, row.info)
+            :gsub("%s+$", "")))
+    end
+    local best, count = nil, 0
+    for v, c in pairs(votes) do
+        if c > count then best, count = v, c end
+    end
+    if best and count >= quorum then
+        print(("held: value %s... on %d of %d nodes (quorum %d)"):format(best:sub(1, 12), count, n, quorum))
+        return EXIT.OK
+    end
+    if answered < quorum then
+        print(("unknown: only %d of %d nodes answered (quorum %d)"):format(answered, n, quorum))
+        return EXIT.UNAVAILABLE
+    end
+    if best then
+        print(("not held: at most %d of %d nodes agree on a value (quorum %d)"):format(count, n, quorum))
+    else
+        print(("free: no node holds '%s'"):format(key))
+    end
+    return EXIT.FAIL
 end
 
 return _M

@@ -10,7 +10,7 @@ local _M = {}
 -- libc functions are renamed with asm("...") so these declarations never
 -- clash with another module's declarations of the same functions.
 if not pcall(ffi.typeof, "rl_host_timespec") then
-  ffi.cdef [[
+    ffi.cdef [[
     typedef struct { long tv_sec; long tv_nsec; } rl_host_timespec;
     int rl_host_spawn(const char *const *argv, int flags, int grace_ms, int *errnum);
     int rl_host_wait(int pid, int block, int *code);
@@ -58,78 +58,78 @@ local code_box = ffi.new("int[1]")
 
 --- Monotonic clock in milliseconds (the same clock as rl_now_ms).
 function _M.now_ms()
-  C.rl_host_libc_clock_gettime(1, ts)
-  return tonumber(ts.tv_sec) * 1000 + tonumber(ts.tv_nsec) / 1e6
+    C.rl_host_libc_clock_gettime(1, ts)
+    return tonumber(ts.tv_sec) * 1000 + tonumber(ts.tv_nsec) / 1e6
 end
 
 function _M.sleep_ms(ms)
-  C.rl_host_sleep_ms(math.max(0, math.floor(ms)))
+    C.rl_host_sleep_ms(math.max(0, math.floor(ms)))
 end
 
 function _M.strerror(e)
-  return ffi.string(C.rl_host_libc_strerror(e))
+    return ffi.string(C.rl_host_libc_strerror(e))
 end
 
 function _M.getpid()
-  return C.rl_host_libc_getpid()
+    return C.rl_host_libc_getpid()
 end
 
 function _M.isatty(fd)
-  return C.rl_host_libc_isatty(fd) == 1
+    return C.rl_host_libc_isatty(fd) == 1
 end
 
 function _M.setenv(name, value)
-  if value == nil then
-    C.rl_host_libc_unsetenv(name)
-  else
-    C.rl_host_libc_setenv(name, tostring(value), 1)
-  end
+    if value == nil then
+        C.rl_host_libc_unsetenv(name)
+    else
+        C.rl_host_libc_setenv(name, tostring(value), 1)
+    end
 end
 
 --- Start argv (a list of strings; argv[1] searched in PATH).
 -- Return the pid, or nil, a message and the errno.
 function _M.spawn(argv, flags, grace_ms)
-  local n = #argv
-  local cargv = ffi.new("const char *[?]", n + 1)
-  for i = 1, n do cargv[i - 1] = argv[i] end -- argv keeps the strings alive
-  local pid = C.rl_host_spawn(cargv, flags or 0, grace_ms or 0, code_box)
-  if pid < 0 then
-    local e = code_box[0]
-    return nil, _M.strerror(e), e
-  end
-  return pid
+    local n = #argv
+    local cargv = ffi.new("const char *[?]", n + 1)
+    for i = 1, n do cargv[i - 1] = argv[i] end -- argv keeps the strings alive
+    local pid = C.rl_host_spawn(cargv, flags or 0, grace_ms or 0, code_box)
+    if pid < 0 then
+        local e = code_box[0]
+        return nil, _M.strerror(e), e
+    end
+    return pid
 end
 
 --- Reap pid. Return "running"; or "exited" and its status (128+signal when
 -- killed); or "gone" and the errno when it was reaped elsewhere; with stops,
 -- also "stopped" and the signal that stopped it.
 function _M.wait(pid, block, stops)
-  local r = C.rl_host_wait(pid, (block and 1 or 0) + (stops and 2 or 0), code_box)
-  if r == 0 then return "running" end
-  if r == 1 then return "exited", code_box[0] end
-  if r == 2 then return "stopped", code_box[0] end
-  return "gone", code_box[0]
+    local r = C.rl_host_wait(pid, (block and 1 or 0) + (stops and 2 or 0), code_box)
+    if r == 0 then return "running" end
+    if r == 1 then return "exited", code_box[0] end
+    if r == 2 then return "stopped", code_box[0] end
+    return "gone", code_box[0]
 end
 
 --- Stop supervising pid, reaped, and what was left of its process group
 -- (rl_host_forget): once the group has ended or been stopped.
 function _M.forget(pid)
-  C.rl_host_forget(pid)
+    C.rl_host_forget(pid)
 end
 
 --- pid (supervised) stopped with sig: if that is job control on a terminal,
 -- stop the host the same way until it is continued, and return true
 -- (rl_host_stop_self); any other stop is the child's alone.
 function _M.stop_self(pid, sig)
-  return C.rl_host_stop_self(pid, sig) == 1
+    return C.rl_host_stop_self(pid, sig) == 1
 end
 
 function _M.kill(pid, sig, group)
-  return C.rl_host_kill(pid, sig, group and 1 or 0) == 0
+    return C.rl_host_kill(pid, sig, group and 1 or 0) == 0
 end
 
 function _M.group_alive(pid)
-  return C.rl_host_group_alive(pid) ~= 0
+    return C.rl_host_group_alive(pid) ~= 0
 end
 
 local probe_result = ffi.new("rl_host_probe_result")
@@ -143,46 +143,46 @@ local probe_result = ffi.new("rl_host_probe_result")
 local probe_tls = ffi.new("rl_host_tls")
 
 function _M.probe(url, key, timeout_ms, tls)
-  local r = probe_result
-  if tls then -- its strings, pointed to here, stay alive in tls through the call
-    local t = probe_tls
-    t.cafile, t.capath, t.certfile = tls.cafile, tls.capath, tls.certfile
-    t.keyfile, t.server_name = tls.keyfile, tls.server_name
-    t.verify = tls.verify == false and 0 or 1
-  end
-  local rc = C.rl_host_probe(url, key, #key, timeout_ms, tls and probe_tls or nil, r)
-  if rc ~= 0 then
-    return nil, ffi.string(r.errstr), r.err, ffi.string(r.name)
-  end
-  local len = tonumber(r.value_len)
-  return {
-    name = ffi.string(r.name),
-    exists = r.exists ~= 0,
-    value = r.exists ~= 0 and ffi.string(r.value, math.min(len, ffi.sizeof(r.value) - 1)) or nil,
-    value_len = len,
-    pttl = tonumber(r.pttl),
-  }
+    local r = probe_result
+    if tls then -- its strings, pointed to here, stay alive in tls through the call
+        local t = probe_tls
+        t.cafile, t.capath, t.certfile = tls.cafile, tls.capath, tls.certfile
+        t.keyfile, t.server_name = tls.keyfile, tls.server_name
+        t.verify = tls.verify == false and 0 or 1
+    end
+    local rc = C.rl_host_probe(url, key, #key, timeout_ms, tls and probe_tls or nil, r)
+    if rc ~= 0 then
+        return nil, ffi.string(r.errstr), r.err, ffi.string(r.name)
+    end
+    local len = tonumber(r.value_len)
+    return {
+        name = ffi.string(r.name),
+        exists = r.exists ~= 0,
+        value = r.exists ~= 0 and ffi.string(r.value, math.min(len, ffi.sizeof(r.value) - 1)) or nil,
+        value_len = len,
+        pttl = tonumber(r.pttl),
+    }
 end
 
 --- With on true, SIGINT/SIGTERM/SIGHUP are only recorded; poll pending_signal().
 function _M.defer_signals(on)
-  C.rl_host_defer_signals(on and 1 or 0)
+    C.rl_host_defer_signals(on and 1 or 0)
 end
 
 --- Around an acquisition (see rl_host_acquire_begin in core/host/host.h):
 -- a signal waits for acquire_end, at most bound_ms; once one is ending the
 -- host, neither returns.
 function _M.acquire_begin(bound_ms)
-  C.rl_host_acquire_begin(math.max(0, math.floor(bound_ms)))
+    C.rl_host_acquire_begin(math.max(0, math.floor(bound_ms)))
 end
 
 function _M.acquire_end()
-  C.rl_host_acquire_end()
+    C.rl_host_acquire_end()
 end
 
 function _M.pending_signal()
-  local s = C.rl_host_pending_signal()
-  return s ~= 0 and s or nil
+    local s = C.rl_host_pending_signal()
+    return s ~= 0 and s or nil
 end
 
 return _M
