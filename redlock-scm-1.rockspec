@@ -4,7 +4,7 @@ version = "scm-1"
 
 -- The scm rockspec is for `luarocks make` in a checkout:
 --   luarocks --lua-version=5.1 make redlock-scm-1.rockspec
--- Release rockspecs (with a real source.url and tag) live in rocks/.
+-- Release rockspecs live in rocks/ (scripts/pack-rock packs one into a .src.rock).
 source = {
   url = "git+file://.",
 }
@@ -18,6 +18,7 @@ non-blocking connections. The C core (hiredis async + libev) runs the rounds;
 the Lua module (require "redlock", LuaJIT FFI) holds retry policies, lock
 objects, lock_many and with_lock.
 ]],
+  license = "MIT",
   labels = { "redis", "lock", "redlock", "distributed", "luajit", "ffi" },
 }
 
@@ -40,8 +41,10 @@ build = {
     -- Install where LuaRocks wants the files (CMakeLists.txt honours these).
     INSTALL_LUA_DIR = "$(LUADIR)",
     INSTALL_LIB_DIR = "$(LIBDIR)",
-    -- Only the module and the Lua files: no C tests, no host executable.
+    -- Only the module and the Lua files: no C tests, no host executable, no
+    -- C library for C programs.
     BUILD_TESTING = "OFF",
     REDLOCK_BUILD_HOST = "OFF",
+    REDLOCK_C_LIBRARY = "OFF",
   },
 }

@@ -1,5 +1,5 @@
 -- Only the public API is exported (docs/c-api.md). The rl_* symbols in the
--- dynamic symbol table of redlock_core.so are exactly the functions
+-- dynamic symbol table of redlock_core.so and libredlock.so are exactly the functions
 -- core/include/redlock.h declares; the host executable exports those and the
 -- rl_host_* functions the Lua side declares for the FFI, nothing else named
 -- rl_*. Internals (rl_node_*, rl_round_*, the script texts, ...) stay inside.
@@ -78,26 +78,34 @@ describe("exported symbols", function()
     assert.is_nil(ffi_host.rl_host_redisFree) -- an asm("...") alias
   end)
 
-  describe("of redlock_core.so", function()
+  -- The Lua module's redlock_core.so and the C programs' libredlock.so: one
+  -- set of objects, linked twice.
+  local function library(name, path)
+    describe("of " .. name, function()
+      local syms
+
+      setup(function() syms = exported(path()) end)
+
+      it("include every function of redlock.h", function()
+        assert.are.same({}, sorted_keys(api, function(n) return not syms[n] end))
+      end)
+
+      it("include no other rl_* symbol", function()
+        assert.are.same({}, sorted_keys(syms, function(n) return is_rl(n) and not api[n] end))
+      end)
+
+      it("include nothing else but linker markers", function()
+        local markers = { _init = true, _fini = true, _edata = true, _end = true, __bss_start = true }
+        assert.are.same({}, sorted_keys(syms, function(n) return not is_rl(n) and not markers[n] end))
+      end)
+    end)
+  end
+
+  library("redlock_core.so", function()
     local path = require("redlock.cdefs").path
-    if not path:match("%.so$") then path = ROOT .. "/build/redlock_core.so" end
-    local syms
-
-    setup(function() syms = exported(path) end)
-
-    it("include every function of redlock.h", function()
-      assert.are.same({}, sorted_keys(api, function(n) return not syms[n] end))
-    end)
-
-    it("include no other rl_* symbol", function()
-      assert.are.same({}, sorted_keys(syms, function(n) return is_rl(n) and not api[n] end))
-    end)
-
-    it("include nothing else but linker markers", function()
-      local markers = { _init = true, _fini = true, _edata = true, _end = true, __bss_start = true }
-      assert.are.same({}, sorted_keys(syms, function(n) return not is_rl(n) and not markers[n] end))
-    end)
+    return path:match("%.so$") and path or (ROOT .. "/build/redlock_core.so")
   end)
+  library("libredlock.so", function() return ROOT .. "/build/libredlock.so" end)
 
   describe("of the redlock host executable", function()
     local syms

@@ -1,5 +1,8 @@
 -- `luarocks make` installs a module that `require "redlock"` loads with
 -- nothing but the target tree on the path: not the checkout's lua/, not build/.
+-- `cmake --install` of the build tree puts the host, the modules, the C
+-- library and a man page that renders cleanly under any prefix. (The
+-- packages made from the checkout are tried by spec/package_spec.lua.)
 
 local proc = require "helpers.proc"
 local q, sh = proc.quote, proc.sh
@@ -76,5 +79,86 @@ describe("luarocks make redlock-scm-1.rockspec", function()
     end
     assert.is_true(mapped > 0, "redlock_core.so not mapped:\n" .. out)
     assert.is_nil(out:find(" [^ \n]*/build/", 1), "the build tree leaked onto the path:\n" .. out)
+  end)
+end)
+
+describe("cmake --install", function()
+  local tmp, prefix
+  local VERSION = assert(proc.read_file(proc.root .. "/CMakeLists.txt"))
+    :match("\nproject%(redlock VERSION (%d+%.%d+%.%d+)")
+  local major, minor = VERSION:match("^(%d+)%.(%d+)")
+
+  setup(function()
+    tmp = proc.tmpdir()
+    prefix = tmp .. "/prefix"
+  end)
+
+  teardown(function()
+    proc.rmdir(tmp)
+  end)
+
+  it("installs the host, the modules, the C library, redlock.pc and the man page under a prefix", function()
+    local out, rc = sh(("cmake --install %s --prefix %s"):format(q(proc.build), q(prefix)))
+    assert.are.equal(0, rc, "cmake --install failed:\n" .. out)
+    -- The build tree's own layout (prefix /usr/local at configure time: lib/, not lib/<triplet>/).
+    local libdir = exists(prefix .. "/lib/libredlock.so") and "/lib" or
+      ("/" .. assert(out:match("/prefix/(lib/[^/\n]*)/libredlock%.so"), out))
+    for _, file in ipairs { "/bin/redlock", "/share/lua/5.1/redlock/init.lua", "/share/man/man1/redlock.1.gz",
+                            "/include/redlock.h", libdir .. "/libredlock.so",
+                            libdir .. "/libredlock.so." .. major .. "." .. minor,
+                            libdir .. "/pkgconfig/redlock.pc",
+                            "/share/doc/redlock/LICENSE", "/share/doc/redlock/CHANGELOG.md",
+                            "/share/doc/redlock/README.md" } do
+      assert.is_true(exists(prefix .. file), "not installed: " .. file .. "\n" .. out)
+    end
+    -- Debian's doc files are the package's alone.
+    assert.is_false(exists(prefix .. "/share/doc/redlock/copyright"))
+    assert.is_false(exists(prefix .. "/share/doc/redlock/changelog.Debian.gz"))
+  end)
+
+  it("gives a host that finds its modules from any directory", function()
+    local out, rc = sh(("cd %s && env -u LUA_PATH -u LUA_CPATH %s --version")
+      :format(q(tmp), q(prefix .. "/bin/redlock")))
+    assert.are.equal(0, rc, out)
+    assert.is_truthy(out:find("redlock " .. VERSION .. " ", 1, true), out)
+  end)
+
+  describe("a man page, redlock(1),", function()
+    local page
+    setup(function()
+      page = sh(("gzip -dc %s"):format(q(prefix .. "/share/man/man1/redlock.1.gz")))
+    end)
+
+    it("that renders without a warning", function()
+      local f = assert(io.open(tmp .. "/redlock.1", "w"))
+      f:write(page)
+      f:close()
+      local out, rc = sh(("groff -ww -z -man %s"):format(q(tmp .. "/redlock.1")))
+      assert.are.equal(0, rc, out)
+      assert.are.equal("", out)
+      out, rc = sh(("LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -E UTF-8 -l %s >/dev/null"):format(q(tmp .. "/redlock.1")))
+      assert.are.equal(0, rc, out)
+      assert.are.equal("", out)
+    end)
+
+    it("with a section for every command of redlock --help", function()
+      local help = sh(q(proc.build .. "/redlock") .. " --help")
+      local block = assert(help:match("\nCommands:\n(.-)\n\n"), help)
+      local n = 0
+      for line in ("\n" .. block):gmatch("\n([^\n]*)") do
+        local cmd = line:match("^  ([a-z][a-z-]*)")
+        if cmd then
+          n = n + 1
+          assert.is_truthy(page:find("\n.SH \"?REDLOCK " .. cmd:upper()), "no section for " .. cmd)
+          -- Every flag its own --help names.
+          local opts = sh(q(proc.build .. "/redlock") .. " " .. cmd .. " --help")
+          for flag in opts:gmatch("%-%-([a-z][a-z-]+)") do
+            local roff = "\\-\\-" .. flag:gsub("%-", "\\-")
+            assert.is_truthy(page:find(roff, 1, true), cmd .. ": --" .. flag .. " missing")
+          end
+        end
+      end
+      assert.is_true(n >= 3, block)
+    end)
   end)
 end)

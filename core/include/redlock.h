@@ -58,6 +58,15 @@
 extern "C" {
 #endif
 
+/* The version of this header: MAJOR.MINOR.PATCH, the same as rl_version()
+ * of the library built from this tree and as the packages. Before 1.0 a new
+ * minor version may change the API and the ABI (the shared library's soname
+ * is libredlock.so.MAJOR.MINOR); a patch version changes neither. */
+#define RL_VERSION "0.3.0"
+#define RL_VERSION_MAJOR 0
+#define RL_VERSION_MINOR 3
+#define RL_VERSION_PATCH 0
+
 #define RL_OK 0
 #define RL_ERR -1
 #define RL_ERR_FULL -2 /* RL_ID_SLOTS operations in flight: nothing was sent; try again once some end */
@@ -666,7 +675,8 @@ double rl_random(void);
 const char *rl_status_word(int status);
 const char *rl_node_state_word(int state);
 
-/* Library version, "MAJOR.MINOR.PATCH". */
+/* The version of the library that is running, "MAJOR.MINOR.PATCH": compare
+ * it with RL_VERSION to know the library is the one a program was built for. */
 const char *rl_version(void);
 
 #ifdef __cplusplus

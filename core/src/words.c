@@ -1,10 +1,6 @@
 /* words.c — the stable short words for statuses and node states, and the version. */
 #include "redlock.h"
 
-#ifndef REDLOCK_VERSION
-#define REDLOCK_VERSION "0.0.0"
-#endif
-
 /* Return the word for an RL_STATUS_* code; "invalid" for anything else. */
 const char *rl_status_word(int status) {
     switch (status) {
@@ -30,7 +26,8 @@ const char *rl_node_state_word(int state) {
     }
 }
 
-/* Return the library version string. */
+/* Return the library version string: the header's (CMakeLists.txt checks it
+ * is the project's). */
 const char *rl_version(void) {
-    return REDLOCK_VERSION;
+    return RL_VERSION;
 }

@@ -23,7 +23,7 @@
 local ffi = require "ffi"
 local C = ffi.C
 
-local _M = { _VERSION = "0.2.0" }
+local _M = { _VERSION = "0.3.0" }
 local mt = { __index = {} }
 local cluster = mt.__index
 

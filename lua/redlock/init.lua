@@ -23,7 +23,7 @@ local ffi_string, ffi_new, ffi_gc = ffi.string, ffi.new, ffi.gc
 local type, error, setmetatable, tostring, select = type, error, setmetatable, tostring, select
 local pcall, unpack = pcall, unpack
 
-local _M = { _VERSION = "0.2.0", retry = retry }
+local _M = { _VERSION = "0.3.0", retry = retry }
 _M.core_version = ffi_string(C.rl_version())
 
 local dlm = {}
