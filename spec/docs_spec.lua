@@ -177,15 +177,11 @@ local function anchors(text)
   return set
 end
 
--- Pages other work in progress writes; a link to one is pending, not
--- broken, until it exists.
-local ELSEWHERE = { ["docs/install.md"] = true }
-
 describe("links in README.md and docs/", function()
   it("reach files of the checkout and headings that exist", function()
     local pages = { "README.md" }
     for name in io.popen("cd " .. proc.quote(ROOT) .. " && ls docs/*.md"):lines() do pages[#pages + 1] = name end
-    local broken, pending_ones, checked = {}, {}, 0
+    local broken, checked = {}, 0
     for _, page in ipairs(pages) do
       local dir = page:match("^(.*)/") or "."
       local text = read(page):gsub("```.-```", "")
@@ -198,8 +194,7 @@ describe("links in README.md and docs/", function()
           path = path:gsub("^%./", "")
           local f = io.open(ROOT .. "/" .. path, "rb")
           if not f then
-            if ELSEWHERE[path] then pending_ones[path] = true
-            else broken[#broken + 1] = page .. ": " .. target .. " (no " .. path .. ")" end
+            broken[#broken + 1] = page .. ": " .. target .. " (no " .. path .. ")"
           else
             local body = f:read("*a")
             f:close()
@@ -212,7 +207,6 @@ describe("links in README.md and docs/", function()
     end
     assert.is_true(checked > 40, "only " .. checked .. " links found")
     assert.same({}, broken)
-    for path in pairs(pending_ones) do pending(path .. " is linked but not in this tree yet") end
   end)
 
   it("would see a link to a missing file or heading", function()
