@@ -120,7 +120,8 @@ describe("the Debian package", function()
   end)
 
   it("puts redlock on the PATH, and redlock --version says the version", function()
-    local out, rc = sh(("cd %s && env -u LUA_PATH -u LUA_CPATH -u LUA_INIT PATH=/usr/bin:/bin sh -c 'command -v redlock && redlock --version'")
+    local out, rc = sh(("cd %s && env -u LUA_PATH -u LUA_CPATH -u LUA_INIT PATH=/usr/bin:/bin "
+      .. "sh -c 'command -v redlock && redlock --version'")
       :format(q(tmp)))
     assert.are.equal(0, rc, out)
     assert.are.equal("/usr/bin/redlock", out:match("^(%S+)\n"), out)
@@ -272,7 +273,8 @@ describe("the source rock", function()
   end)
 
   it("installs with luarocks into a fresh tree, offline", function()
-    local out, rc = sh(("cd %s && env -u LUA_PATH -u LUA_CPATH -u LUA_INIT timeout 600 luarocks --lua-version=5.1 --tree %s install %s")
+    local out, rc = sh(("cd %s && env -u LUA_PATH -u LUA_CPATH -u LUA_INIT "
+      .. "timeout 600 luarocks --lua-version=5.1 --tree %s install %s")
       :format(q(tmp), q(tree), q(ROCK)))
     assert.are.equal(0, rc, "luarocks install failed:\n" .. out)
     assert.is_truthy(out:find("redlock " .. VERSION .. "-1 is now installed", 1, true), out)
