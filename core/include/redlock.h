@@ -583,18 +583,19 @@ int rl_engine_unwritten(const rl_engine *e);
  *   - It is extended (to its ttl) every third of ttl - margin, counted from
  *     the last successful extension's answer (from the add, at first); its
  *     validity is then the extension's, from when the extension began.
- *     Extensions that fall due within 10 ms of each other go out together.
+ *     Extensions are begun at most once every 10 ms: those falling due in
+ *     between go out together, at most 10 ms late.
  *   - An extension that fails (unavailable, timeout) is tried again after
  *     min(ttl / 10, 100) ms, until the lock is lost.
  *   - The lock is *lost* when an extension finds our value gone from
  *     enough nodes (not held), or once valid_until - margin has passed
  *     without a successful extension (in flight or not).
  *   - The owner extended it itself (update: an extension to ttl begun at
- *     started): from then on the keeper extends to that ttl. If one of the
- *     keeper's own extensions was in flight then, or began after the
+ *     started): from then on keep-alive extends it to that ttl. If one of
+ *     keep-alive's own extensions was in flight then, or began after the
  *     owner's did, nodes may hold either ttl: the shorter validity counts,
- *     and the lock is extended again at once (an extension of the keeper's
- *     that comes back with the old ttl does the same).
+ *     and the lock is extended again at once (one of keep-alive's that
+ *     comes back with the old ttl does the same).
  *   - A dropped lock (its owner let go of it without releasing it) is
  *     released by the engine; releases of kept locks are at most 256 in
  *     flight at once, the rest wait their turn.
