@@ -585,24 +585,106 @@ int rl_engine_tails(const rl_engine *e);
 int rl_engine_unwritten(const rl_engine *e);
 
 /*
- * Keep-alive. A keeper owns a thread with its own connections to the same
- * nodes; it extends the locks handed to it without any help from the calling
- * thread (which may be busy in a long computation or a blocking call).
- * All rl_keeper_* functions are thread-safe.
- *
- * Each kept lock is extended every ttl/3. If an extension fails, the keeper
- * retries until the lock's validity would run out; a lock is *lost* when an
- * extension finds our value gone from enough nodes (not held), or when its
- * validity minus margin_ms has passed without a successful extension.
+ * Keep-alive: the rules, decided by the engine and nowhere else (the keeper
+ * below and lua/redlock inside nginx only drive an engine that keeps locks).
+ * A kept lock has a ttl, a margin (0 to ttl - 1 ms) and the end of its
+ * validity (valid_until, on the driver's clock).
+ *   - It is extended (to its ttl) every third of ttl - margin, counted from
+ *     the last successful extension's answer (from the add, at first); its
+ *     validity is then the extension's, from when the extension began.
+ *     Extensions are begun at most once every 10 ms: those falling due in
+ *     between go out together, at most 10 ms late.
+ *   - An extension that fails (unavailable, timeout) is tried again after
+ *     min(ttl / 10, 100) ms, until the lock is lost.
+ *   - The lock is *lost* when an extension finds our value gone from
+ *     enough nodes (not held), or once valid_until - margin has passed
+ *     without a successful extension (in flight or not).
+ *   - The owner extended it itself (update: an extension to ttl begun at
+ *     started): from then on keep-alive extends it to that ttl. If one of
+ *     keep-alive's own extensions was in flight then, or began after the
+ *     owner's did, nodes may hold either ttl: the shorter validity counts,
+ *     and the lock is extended again at once (one of keep-alive's that
+ *     comes back with the old ttl does the same).
+ *   - A dropped lock (its owner let go of it without releasing it) is
+ *     released by the engine; releases of kept locks are at most 256 in
+ *     flight at once, the rest wait their turn.
+ * The engine's extensions and releases are ordinary rounds: rl_engine_advance
+ * begins them when due (rl_engine_deadline counts them), they go out with
+ * everything else, and their results update the schedule inside the engine:
+ * rl_engine_collect and rl_engine_take never hand them out.
  */
-typedef struct rl_keeper rl_keeper;
 
-/* Keep-alive states (rl_keeper_state). */
+/* Keep-alive states (rl_engine_keep_state, rl_keeper_state). */
 enum {
     RL_KEEP_HELD = 1,      /* extended on schedule; valid_until is in the future */
     RL_KEEP_LOST = 2,      /* not held any more, or validity ran out */
-    RL_KEEP_RELEASED = 3   /* released through the keeper */
+    RL_KEEP_RELEASED = 3   /* released through the keeper (rl_engine_keep_release_all) */
 };
+
+/* Keep a held lock from now_ms on. valid_until_ms: when its validity ends
+ * (the clock reading before the acquire + validity_ms). Return an id (>= 0;
+ * the id of a lock removed or dropped may be handed out again) or RL_ERR
+ * with the reason in rl_engine_errstr (resource empty, value not
+ * RL_VALUE_LEN long, ttl <= 0, margin not from 0 to ttl - 1, valid_until
+ * not finite, out of memory). */
+int rl_engine_keep_add(rl_engine *e, const char *resource, size_t len, const char *value, int ttl_ms,
+                       double valid_until_ms, int margin_ms, double now_ms);
+
+/* The state of kept lock id at now_ms (RL_KEEP_*); *valid_until_ms (may be
+ * NULL) gets the end of its current validity. RL_ERR for an id removed or
+ * dropped. */
+int rl_engine_keep_state(rl_engine *e, int id, double *valid_until_ms, double now_ms);
+
+/* The owner extended lock id itself: an extension to ttl_ms begun at
+ * started_ms that left validity until valid_until_ms (see the rules).
+ * RL_ERR for an unknown id, a lock not held, a ttl_ms not above the lock's
+ * margin, or a valid_until_ms not finite. */
+int rl_engine_keep_update(rl_engine *e, int id, int ttl_ms, double started_ms, double valid_until_ms,
+                          double now_ms);
+
+/* Stop extending lock id and forget it (its owner releases it). RL_OK, or
+ * RL_ERR for an unknown id. */
+int rl_engine_keep_remove(rl_engine *e, int id);
+
+/* The owner let go of lock id without releasing it: stop extending it,
+ * forget the id, and release the lock (begun by the next rl_engine_advance,
+ * due at now_ms). It touches nothing but the schedule (what
+ * rl_engine_node_output handed out stays valid), so a finalizer may call it
+ * between any two engine calls. RL_OK, or RL_ERR for an unknown id. */
+int rl_engine_keep_drop(rl_engine *e, int id, double now_ms);
+
+/* Stop extending lock id without releasing it: it stays HELD until
+ * valid_until - margin, then turns LOST; rl_engine_keeping no longer counts
+ * it (an exiting nginx worker lets the locks of requests that are gone
+ * lapse). RL_OK, or RL_ERR for an unknown id. */
+int rl_engine_keep_lapse(rl_engine *e, int id);
+
+/* Release every kept lock (held, lost, or dropped and not yet released);
+ * they are RELEASED from now on, their releases begun by rl_engine_advance
+ * in turn. Return the number of releases this counts (see below). */
+int rl_engine_keep_release_all(rl_engine *e, double now_ms);
+
+/* Releases counted by the last rl_engine_keep_release_all still undecided;
+ * *released (may be NULL): those of them a quorum confirmed. */
+int rl_engine_keep_releasing(const rl_engine *e, int *released);
+
+/* Kept locks a driver must keep running for: those still extended, and
+ * releases not yet decided. */
+int rl_engine_keeping(const rl_engine *e);
+
+/* Forget every kept lock: nothing more is extended or released (rounds in
+ * flight end unheard). For a driver about to stop. */
+void rl_engine_keep_clear(rl_engine *e);
+
+/*
+ * Keep-alive in a thread. A keeper owns a thread with its own connections
+ * to the same nodes (an rl_client, whose engine keeps the locks by the rules
+ * above); it extends the locks handed to it without any help from the
+ * calling thread (which may be busy in a long computation or a blocking
+ * call). All rl_keeper_* functions are thread-safe; what a kept lock's
+ * state is, they read from the engine, under the keeper's mutex.
+ */
+typedef struct rl_keeper rl_keeper;
 
 /* Start a keeper for the same nodes and options as a client would use.
  * Return NULL with err filled on failure. */
@@ -614,10 +696,9 @@ rl_keeper *rl_keeper_new(const char *const *urls, int nurls, const rl_options *o
  * NULL is ignored. */
 void rl_keeper_free(rl_keeper *k);
 
-/* Hand a held lock to the keeper. valid_until_ms is rl_now_ms() + validity at
- * acquisition. The lock counts as lost margin_ms (0 to ttl_ms - 1) before
- * its validity would run out, and is extended every third of ttl_ms -
- * margin_ms. Return an id (>= 0) or RL_ERR with the reason in err. */
+/* Hand a held lock to the keeper (rl_engine_keep_add, on rl_now_ms()):
+ * valid_until_ms is rl_now_ms() before the acquire + its validity. Return an
+ * id (>= 0) or RL_ERR with the reason in err. */
 int rl_keeper_add(rl_keeper *k, const char *resource, size_t len, const char *value,
                   int ttl_ms, double valid_until_ms, int margin_ms, char *err, size_t errlen);
 
@@ -628,11 +709,9 @@ int rl_keeper_state(rl_keeper *k, int id, double *valid_until_ms);
 
 /* The caller extended lock id itself (say, to change its ttl): an extension
  * begun at started_ms (rl_now_ms) to ttl_ms that left validity until
- * valid_until_ms. The keeper extends with ttl_ms from now on. If one of its
- * own extensions overlapped the caller's, nodes may hold either ttl: it then
- * counts the shorter validity and extends again at once. Return RL_OK, or
- * RL_ERR for an unknown id, a lock that is not held, or a ttl_ms not above
- * the lock's margin. */
+ * valid_until_ms (rl_engine_keep_update). Return RL_OK, or RL_ERR for an
+ * unknown id, a lock that is not held, or a ttl_ms not above the lock's
+ * margin. */
 int rl_keeper_update(rl_keeper *k, int id, int ttl_ms, double started_ms, double valid_until_ms);
 
 /* Stop extending lock id and forget it (the caller releases it).
@@ -648,9 +727,10 @@ int rl_keeper_drop(rl_keeper *k, int id);
 
 /* Release every lock k still keeps (held, lost, or dropped and not yet
  * released), waiting at most about timeout_ms (never without bound); they
- * are RELEASED from then on. For a keeper about to be freed with locks
- * nobody will release otherwise. Return the number of locks a quorum
- * released. NULL is ignored (0). */
+ * are RELEASED from then on (releases not decided by then go on while the
+ * keeper lives). For a keeper about to be freed with locks nobody will
+ * release otherwise. Return the number of locks a quorum released by then.
+ * NULL is ignored (0). */
 int rl_keeper_release(rl_keeper *k, int timeout_ms);
 
 /* rl_keeper_release for every keeper in this process, all at once and

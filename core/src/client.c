@@ -25,6 +25,7 @@
 
 #include <ev.h>
 
+#include "client.h"
 #include "conn.h"
 #include "engine.h"
 #include "notify.h"
@@ -56,6 +57,9 @@ struct rl_client {
     int reconnect_max_ms;
     rl_notify *notify;       /* the subscriber connections (connected on the first rl_watch) */
     rl_tls *tls;             /* one TLS context for every rediss:// node (NULL: none) */
+    void (*unlock)(void *);  /* rl_client_share: around the loop's waits */
+    void (*lock)(void *);
+    void *lock_arg;
 };
 
 static void service(rl_client *c);
@@ -414,6 +418,10 @@ static void finish_tails(rl_client *c) {
     flush_all(c);
 }
 
+void rl_client_run_while(rl_client *c, int (*busy)(const rl_engine *), int ms) {
+    run_while(c, busy, ms);
+}
+
 void rl_client_free(rl_client *c) {
     if (c == NULL) return;
     finish_tails(c);
@@ -625,4 +633,28 @@ int rl_sleep_until(rl_client *c, const char *resource, size_t len, unsigned hear
 
 int rl_client_listening(const rl_client *c) {
     return rl_notify_up(c->notify);
+}
+
+/* ---- the keeper's share of the engine (client.h) ---- */
+
+rl_engine *rl_client_engine(rl_client *c) {
+    return c->engine;
+}
+
+static void loop_releases(struct ev_loop *loop) EV_NOEXCEPT {
+    rl_client *c = ev_userdata(loop);
+    c->unlock(c->lock_arg);
+}
+
+static void loop_acquires(struct ev_loop *loop) EV_NOEXCEPT {
+    rl_client *c = ev_userdata(loop);
+    c->lock(c->lock_arg);
+}
+
+void rl_client_share(rl_client *c, void (*unlock)(void *), void (*lock)(void *), void *arg) {
+    c->unlock = unlock;
+    c->lock = lock;
+    c->lock_arg = arg;
+    ev_set_userdata(c->loop, c);
+    ev_set_loop_release_cb(c->loop, loop_releases, loop_acquires);
 }

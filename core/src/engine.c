@@ -24,7 +24,9 @@
  * A slot is freed once its result is taken and it is QUIET. Each phase
  * change bumps the slot's generation; a reply carries the generation it was
  * sent under (its ticket), so a late reply can never vote in a later phase
- * or a later operation. Each phase's deadline sits in a heap keyed by slot. */
+ * or a later operation. Each phase's deadline sits in a heap keyed by slot.
+ * The keep-alive schedule (keep.c) begins rounds of its own here: their
+ * results go back to it, never to the driver. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +52,7 @@ typedef struct rl_op {
     int ttl_ms;              /* acquire/extend: the ttl asked for */
     int quiet;               /* a release that wakes nobody (rl_engine_begin_release_quiet) */
     long long token;         /* a fenced acquire: the token its commit raises the counters to */
+    rl_keep_ref kept;        /* a round of the keep-alive schedule: its lock (entry -1: the driver's) */
     unsigned sent;           /* bit i: the first round's command went to node i (not if its connection ended first) */
     unsigned owed;           /* bit i: node i still owes a reply to this phase's command */
     unsigned cleanup_sent;   /* bit i: node i was sent the cleanup */
@@ -96,6 +99,7 @@ struct rl_engine {
     rl_op *done_head, *done_tail;
     int ndone, inflight, tails;
     rl_deadlines deadlines;  /* the current phase's deadline of every op in ROUND, TAIL or CLEANUP */
+    rl_keep keep;            /* the keep-alive schedule (keep.c) */
 };
 
 void rl_options_init(rl_options *o) {
@@ -180,6 +184,7 @@ rl_engine *rl_engine_new(const char *const *urls, int nurls, const rl_options *o
     snprintf(e->timeout_text, sizeof(e->timeout_text), "no reply within %d ms", opts->node_timeout_ms);
     for (int i = 0; i < nurls; i++)
         rl_stream_init(&e->nodes[i], &e->urls[i], i, &e->opts, on_node_reply, e, e->nodes, nurls);
+    rl_keep_init(&e->keep);
     return e;
 }
 
@@ -193,6 +198,7 @@ void rl_engine_free(rl_engine *e) {
     }
     free(e->ops);
     rl_deadlines_free(&e->deadlines);
+    rl_keep_free(&e->keep);
     rl_buf_free(&e->scratch);
     free(e->prefix);
     free(e);
@@ -275,9 +281,15 @@ static void start_timer(rl_engine *e, rl_op *op) {
     rl_deadlines_set(&e->deadlines, op->slot, e->now + e->opts.node_timeout_ms);
 }
 
-/* The round is decided: its result goes on the done list for the caller. */
+/* The round is decided: its result goes on the done list for the caller
+ * (a keep-alive round's, to the schedule). */
 static void op_publish(rl_engine *e, rl_op *op) {
     op->res.token = op->round.kind == RL_ROUND_COMMIT && op->res.status == RL_STATUS_OK ? op->token : 0;
+    if (op->kept.entry >= 0) {
+        e->inflight--;
+        rl_keep_result(&e->keep, op->kept, &op->res, e->now);
+        return;
+    }
     op->prev = e->done_tail;
     op->next = NULL;
     if (e->done_tail) e->done_tail->next = op;
@@ -526,7 +538,7 @@ static void send_round(rl_engine *e, rl_op *op, int kind, double start_ms, int f
 enum { PLAIN, FENCED, QUEUED, QUIET };
 
 static int begin(rl_engine *e, int kind, int variant, const char *resource, size_t len, const char *value, int ttl_ms,
-                 double now_ms) {
+                 const rl_keep_ref *kept, double now_ms) {
     if (resource == NULL || len == 0)
         return snprintf(e->errstr, sizeof(e->errstr), "resource must be a non-empty string"), RL_ERR;
     if (len > RL_MAX_KEY_LEN - e->opts.prefix_len)
@@ -579,7 +591,8 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
     double now = clock_at(e, now_ms);
     op->uses++;
     op->res.id = rl_opid_make(op->uses, op->slot);
-    op->taken = 0;
+    op->kept = kept ? *kept : (rl_keep_ref){-1, 0};
+    op->taken = kept != NULL; /* nobody takes a keep-alive round's result */
     op->sent = 0;
     op->ttl_ms = ttl_ms;
     op->quiet = variant == QUIET;
@@ -594,29 +607,46 @@ oom:
 }
 
 int rl_engine_begin_acquire(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms) {
-    return begin(e, RL_OP_ACQUIRE, PLAIN, resource, len, NULL, ttl_ms, now_ms);
+    return begin(e, RL_OP_ACQUIRE, PLAIN, resource, len, NULL, ttl_ms, NULL, now_ms);
 }
 
 int rl_engine_begin_acquire_fenced(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms) {
-    return begin(e, RL_OP_ACQUIRE, FENCED, resource, len, NULL, ttl_ms, now_ms);
+    return begin(e, RL_OP_ACQUIRE, FENCED, resource, len, NULL, ttl_ms, NULL, now_ms);
 }
 
 int rl_engine_begin_acquire_queued(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms) {
-    return begin(e, RL_OP_ACQUIRE, QUEUED, resource, len, NULL, ttl_ms, now_ms);
+    return begin(e, RL_OP_ACQUIRE, QUEUED, resource, len, NULL, ttl_ms, NULL, now_ms);
 }
 
 int rl_engine_begin_release(rl_engine *e, const char *resource, size_t len, const char *value, double now_ms) {
-    return begin(e, RL_OP_RELEASE, PLAIN, resource, len, value, 0, now_ms);
+    return begin(e, RL_OP_RELEASE, PLAIN, resource, len, value, 0, NULL, now_ms);
 }
 
 int rl_engine_begin_release_quiet(rl_engine *e, const char *resource, size_t len, const char *value,
                                   double now_ms) {
-    return begin(e, RL_OP_RELEASE, QUIET, resource, len, value, 0, now_ms);
+    return begin(e, RL_OP_RELEASE, QUIET, resource, len, value, 0, NULL, now_ms);
 }
 
 int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const char *value, int ttl_ms,
                            double now_ms) {
-    return begin(e, RL_OP_EXTEND, PLAIN, resource, len, value, ttl_ms, now_ms);
+    return begin(e, RL_OP_EXTEND, PLAIN, resource, len, value, ttl_ms, NULL, now_ms);
+}
+
+int rl_engine_begin_kept(rl_engine *e, int kind, const char *resource, size_t len, const char *value, int ttl_ms,
+                         rl_keep_ref ref, double now_ms) {
+    return begin(e, kind, PLAIN, resource, len, value, ttl_ms, &ref, now_ms);
+}
+
+rl_keep *rl_engine_keeps(rl_engine *e) {
+    return &e->keep;
+}
+
+double rl_engine_clock(rl_engine *e, double now_ms) {
+    return clock_at(e, now_ms);
+}
+
+void rl_engine_fail(rl_engine *e, const char *why) {
+    snprintf(e->errstr, sizeof(e->errstr), "%s", why);
 }
 
 const char *rl_engine_waiter_id(const rl_engine *e) {
@@ -714,6 +744,8 @@ double rl_engine_deadline(const rl_engine *e) {
         d = rl_stream_deadline(&e->nodes[i]);
         if (d > 0 && (at < 0 || d < at)) at = d;
     }
+    d = rl_keep_deadline(&e->keep);
+    if (d >= 0 && (at < 0 || d < at)) at = d;
     return at;
 }
 
@@ -722,6 +754,7 @@ void rl_engine_advance(rl_engine *e, double now_ms) {
     for (int i = 0; i < e->nnodes; i++) rl_stream_advance(&e->nodes[i], now);
     int slot;
     while ((slot = rl_deadlines_first(&e->deadlines, &at)) >= 0 && at <= now) op_timeout(e, e->ops[slot]);
+    rl_keep_advance(e, &e->keep, now);
 }
 
 /* ---- collecting ---- */

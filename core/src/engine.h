@@ -3,6 +3,7 @@
 #ifndef RL_ENGINE_H
 #define RL_ENGINE_H
 
+#include "keep.h"
 #include "redlock.h"
 #include "url.h"
 
@@ -30,5 +31,22 @@ int rl_engine_cleanup_unwritten(rl_engine *e, int id);
 /* The id of the oldest finished operation (the one rl_engine_collect would
  * hand back), or -1 if none. */
 int rl_engine_first_done(const rl_engine *e);
+
+/* The keep-alive schedule of e (keep.c). */
+rl_keep *rl_engine_keeps(rl_engine *e);
+
+/* e's clock at now_ms: never before the time an earlier call gave. */
+double rl_engine_clock(rl_engine *e, double now_ms);
+
+/* Set the text rl_engine_errstr reports. */
+void rl_engine_fail(rl_engine *e, const char *why);
+
+/* Begin a round of the keep-alive schedule: an extension (kind
+ * RL_OP_EXTEND) or a release (RL_OP_RELEASE) of the kept lock ref names.
+ * Its result goes to rl_keep_result (at once, if the round is decided while
+ * it begins), never to rl_engine_collect or rl_engine_take. Return its id,
+ * or RL_ERR / RL_ERR_FULL as rl_engine_begin_* do. */
+int rl_engine_begin_kept(rl_engine *e, int kind, const char *resource, size_t len, const char *value, int ttl_ms,
+                         rl_keep_ref ref, double now_ms);
 
 #endif

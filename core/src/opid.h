@@ -1,7 +1,6 @@
 /* opid.h — operation ids: a slot in the low bits, the slot's use count in the
  * high bits, so an id that outlived its operation names no other one (until
- * the same slot has been used 2^15 times more). Shared by the client, which
- * makes them, and the keeper, which files its extensions by slot. */
+ * the same slot has been used 2^15 times more). The engine makes them. */
 #ifndef RL_OPID_H
 #define RL_OPID_H
 

@@ -170,14 +170,24 @@ int rl_engine_inflight(const rl_engine *e);
 int rl_engine_tails(const rl_engine *e);
 int rl_engine_unwritten(const rl_engine *e);
 
-typedef struct rl_keeper rl_keeper;
-
 enum {
     RL_KEEP_HELD = 1,
     RL_KEEP_LOST = 2,
     RL_KEEP_RELEASED = 3
 };
+int rl_engine_keep_add(rl_engine *e, const char *resource, size_t len, const char *value, int ttl_ms,
+                       double valid_until_ms, int margin_ms, double now_ms);
+int rl_engine_keep_state(rl_engine *e, int id, double *valid_until_ms, double now_ms);
+int rl_engine_keep_update(rl_engine *e, int id, int ttl_ms, double started_ms, double valid_until_ms, double now_ms);
+int rl_engine_keep_remove(rl_engine *e, int id);
+int rl_engine_keep_drop(rl_engine *e, int id, double now_ms);
+int rl_engine_keep_lapse(rl_engine *e, int id);
+int rl_engine_keep_release_all(rl_engine *e, double now_ms);
+int rl_engine_keep_releasing(const rl_engine *e, int *released);
+int rl_engine_keeping(const rl_engine *e);
+void rl_engine_keep_clear(rl_engine *e);
 
+typedef struct rl_keeper rl_keeper;
 rl_keeper *rl_keeper_new(const char *const *urls, int nurls, const rl_options *opts, char *err, size_t errlen);
 void rl_keeper_free(rl_keeper *k);
 int rl_keeper_add(rl_keeper *k, const char *resource, size_t len, const char *value, int ttl_ms,

@@ -117,188 +117,39 @@ local function wake(hub)
 end
 
 ---------------------------------------------------------------------------
--- kept locks: keep-alive on the hub's own timer
+-- kept locks: keep-alive on the hub's engine
 --
 -- Kept locks are extended by the hub, not by an ngx.timer each: nginx
 -- allows lua_max_pending_timers of those per worker, and one left pending
--- after an unlock counts until it fires. As rl_keeper does it (keeper.c):
--- every kept lock that is held sits in a binary min-heap (hub.kept, entries
--- 1 .. n) keyed by its next deadline: when its extension is due or, with an
--- extension in flight (or one that would come too late), when it turns
--- lost. The hub's loop sleeps no longer than the earliest deadline and, at
--- most once a tick, begins the extensions due as ordinary engine rounds
--- (they go out with whatever else was begun in that turn). Unlocking takes
--- the entry out at once.
+-- after an unlock counts until it fires. The schedule is the engine's
+-- (rl_engine_keep_*, redlock.h's "Keep-alive": the same rules as
+-- rl_keeper's): rl_engine_deadline counts it, rl_engine_advance begins the
+-- extensions due as ordinary rounds (they go out with whatever else was
+-- begun in that turn), and their results stay in the engine. The hub runs
+-- while the engine keeps locks (rl_engine_keeping), and knows which request
+-- or timer kept each one (hub.owners), for an exiting worker.
 
-local KEEP_HELD, KEEP_LOST = C.RL_KEEP_HELD, C.RL_KEEP_LOST
-local KEEP_GONE = 0            -- removed, dropped or freed: a late result is ignored
-local KEEP_TICK_MS = 10        -- extensions due are begun at most once a tick, together
-local STATUS_OK, STATUS_NOT_HELD = C.RL_STATUS_OK, C.RL_STATUS_NOT_HELD
-local OP_ACQUIRE, ERR_FULL = C.RL_OP_ACQUIRE, C.RL_ERR_FULL
-local floor, min, max = math.floor, math.min, math.max
-
--- The heap h: h[1 .. h.n], each entry knowing its place (e.hi) and key (e.at).
-local function sift_up(h, i)
-    local e = h[i]
-    while i > 1 do
-        local p = floor(i / 2)
-        local pe = h[p]
-        if pe.at <= e.at then break end
-        h[i], pe.hi = pe, i
-        i = p
-    end
-    h[i], e.hi = e, i
-end
-
-local function sift_down(h, i)
-    local n, e = h.n, h[i]
-    while true do
-        local c = i * 2
-        if c > n then break end
-        if c < n and h[c + 1].at < h[c].at then c = c + 1 end
-        local ce = h[c]
-        if ce.at >= e.at then break end
-        h[i], ce.hi = ce, i
-        i = c
-    end
-    h[i], e.hi = e, i
-end
-
--- File entry e at deadline at: insert it, or move it.
-local function heap_set(h, e, at)
-    local i = e.hi
-    local old = e.at
-    e.at = at
-    if i == nil then
-        i = h.n + 1
-        h.n, h[i], e.hi = i, e, i
-        return sift_up(h, i)
-    end
-    if at < old then sift_up(h, i) else sift_down(h, i) end
-end
-
--- Take entry e out of the heap (no-op if it is not in it).
-local function heap_remove(h, e)
-    local i = e.hi
-    if i == nil then return end
-    e.hi = nil
-    local n = h.n
-    local last = h[n]
-    h[n], h.n = nil, n - 1
-    if i == n then return end
-    h[i], last.hi = last, i
-    if last.at < e.at then sift_up(h, i) else sift_down(h, i) end
-end
-
--- The moment kept lock e turns lost without a successful extension.
-local function lost_at(e)
-    return e.valid_until - e.margin
-end
-
--- How long after a successful extension e is extended again: a third of
--- what its ttl leaves above the margin (two more tries fit before it would
--- be called lost).
-local function period(e)
-    return max((e.ttl - e.margin) / 3, 1)
-end
-
--- When the hub must look at e next: its extension, unless one is in flight
--- or it would come after e is lost.
-local function deadline_of(e)
-    local lost = lost_at(e)
-    if e.op >= 0 or e.next_due >= lost then return lost end
-    return e.next_due
-end
-
-local function schedule(hub, e)
-    if e.unowned then return end -- see forget_unowned
-    heap_set(hub.kept, e, deadline_of(e))
-end
-
--- e stops being held (lost, or gone from the keeper).
-local function unkeep(hub, e, state)
-    heap_remove(hub.kept, e)
-    hub.owners[e] = nil
-    e.state = state
-end
+local OP_ACQUIRE, ERR_FULL, STATUS_OK = C.RL_OP_ACQUIRE, C.RL_ERR_FULL, C.RL_STATUS_OK
 
 -- The worker exits: a kept lock whose owner (the request or timer that kept
 -- it, by its ngx.ctx, which nginx lets go of when it ends) has ended and
 -- been collected is not extended any more, so that it cannot hold the
 -- worker up (one left in a module-level table, say). It is not released
 -- either: it stays held until its validity less the margin runs out, then
--- lost.
+-- lost (rl_engine_keep_lapse).
 local function forget_unowned(hub)
-    local h, owners, list = hub.kept, hub.owners, {}
-    for i = 1, h.n do
-        if owners[h[i]] == nil then list[#list + 1] = h[i] end
+    local kept, owners = hub.kept, hub.owners
+    for id in pairs(kept) do
+        if owners[id] == nil then
+            kept[id] = nil
+            C.rl_engine_keep_lapse(hub.e, id)
+        end
     end
-    for k = 1, #list do
-        list[k].unowned = true
-        heap_remove(h, list[k])
-    end
-end
-
-local function lost_if_out_of_time(hub, e, now)
-    if e.state == KEEP_HELD and now >= lost_at(e) then unkeep(hub, e, KEEP_LOST) end
-end
-
--- Begin extending e (with the ttl it has now). An engine with every
--- operation slot taken gets it again a tick later.
-local function start_extension(hub, e, now)
-    local started = now_ms()
-    e.extend_start, e.extend_ttl = started, e.ttl
-    local id = C.rl_engine_begin_extend(hub.e, e.resource, #e.resource, e.value, e.ttl, started)
-    if id >= 0 then
-        e.op = id
-        hub.keeps[id] = e
-    else
-        e.next_due = now + KEEP_TICK_MS
-    end
-    schedule(hub, e)
-end
-
--- Every entry whose deadline has come: lost ones turn lost, due ones begin
--- their extension.
-local function start_due(hub, now)
-    local h = hub.kept
-    while h.n > 0 and h[1].at <= now do
-        local e = h[1]
-        if e.state ~= KEEP_HELD then heap_remove(h, e) -- dropped from a finalizer meanwhile
-        elseif now >= lost_at(e) then unkeep(hub, e, KEEP_LOST)
-        else start_extension(hub, e, now) end
-    end
-end
-
--- The result r of e's extension.
-local function kept_result(hub, e, r)
-    if e.op ~= r.id then return end -- removed or dropped meanwhile
-    e.op = -1
-    if e.state ~= KEEP_HELD then return end
-    local now = now_ms()
-    if r.status == STATUS_OK and e.extend_ttl ~= e.ttl then
-        -- the owner extended to another ttl meanwhile (keeper:update): nodes
-        -- may hold either; count the shorter validity, extend again at once
-        local until_ = e.extend_start + r.validity_ms
-        if until_ < e.valid_until then e.valid_until = until_ end
-        e.next_due = now
-    elseif r.status == STATUS_OK then
-        e.valid_until = e.extend_start + r.validity_ms
-        e.next_due = now + period(e)
-    elseif r.status == STATUS_NOT_HELD then
-        return unkeep(hub, e, KEEP_LOST)
-    else
-        -- unavailable / timeout: again soon, until the validity runs out
-        e.next_due = now + min(e.ttl / 10, 100)
-        lost_if_out_of_time(hub, e, now)
-        if e.state ~= KEEP_HELD then return end
-    end
-    schedule(hub, e)
 end
 
 -- Release resource's lock of value from the hub, for nobody (a grant whose
--- request is gone, a kept lock dropped): its result is dropped. An engine
--- with every slot taken gets it again on the loop's next turn.
+-- request is gone): its result is dropped. An engine with every slot taken
+-- gets it again on the loop's next turn.
 local function release_orphan(hub, resource, value)
     local id = C.rl_engine_begin_release(hub.e, resource, #resource, value, now_ms())
     if id == ERR_FULL then
@@ -314,24 +165,10 @@ local function retry_orphans(hub)
     for k = 1, #list do release_orphan(hub, list[k][1], list[k][2]) end
 end
 
--- Kept locks dropped by their finalizers (keeper:drop) since the last turn:
--- out of the schedule, released. The finalizer only lists them: it may run
--- in the middle of anything, a heap operation included.
-local function take_drops(hub)
-    local list = hub.dropped
-    hub.dropped = {}
-    for k = 1, #list do
-        local e = list[k]
-        heap_remove(hub.kept, e)
-        hub.owners[e] = nil
-        e.op = -1 -- an extension in flight is ignored; the release follows it on each connection
-        release_orphan(hub, e.resource, e.value)
-    end
-end
-
--- Kept locks the hub must run for: held ones, and releases not begun yet.
+-- Kept locks the hub must run for (extended, or releases not decided), and
+-- releases of orphans not begun yet.
 local function keeping(hub)
-    return hub.kept.n > 0 or hub.dropped[1] ~= nil or hub.orphans[1] ~= nil
+    return C.rl_engine_keeping(hub.e) > 0 or hub.orphans[1] ~= nil
 end
 
 ---------------------------------------------------------------------------
@@ -382,32 +219,24 @@ local function gone(hub, w)
     return w.co ~= nil and gone_cos[w.co] ~= nil
 end
 
--- Hand every finished operation to the call waiting for it (or, a kept
--- lock's extension, to its entry). Pure engine work, no I/O: any coroutine
--- of the worker may do it.
+-- Hand every finished operation to the call waiting for it. Pure engine
+-- work, no I/O: any coroutine of the worker may do it.
 local function deliver(hub)
-    local e, res, waiters, keeps = hub.e, hub.res, hub.waiters, hub.keeps
+    local e, res, waiters = hub.e, hub.res, hub.waiters
     while C.rl_engine_collect(e, res) == 1 do
-        local id = res.id
-        local kept = keeps[id]
-        if kept ~= nil then
-            keeps[id] = nil
-            kept_result(hub, kept, res)
-        else
-            local w = waiters[id]
-            if w ~= nil and not w.done then
-                if gone(hub, w) then
-                    -- dropped, not reused: a caller that timed out may still look at it
-                    waiters[id] = nil
-                    orphaned(hub, w, res)
-                else
-                    ffi_copy(w.res, res, RESULT_SIZE)
-                    w.done, w.done_at = true, hub.now
-                    w.sema:post(1)
-                end
+        local w = waiters[res.id]
+        if w ~= nil and not w.done then
+            if gone(hub, w) then
+                -- dropped, not reused: a caller that timed out may still look at it
+                waiters[res.id] = nil
+                orphaned(hub, w, res)
+            else
+                ffi_copy(w.res, res, RESULT_SIZE)
+                w.done, w.done_at = true, hub.now
+                w.sema:post(1)
             end
-            -- else: the hub's own release, or a result swept; dropped
         end
+        -- else: the hub's own release, or a result swept; dropped
     end
 end
 
@@ -1070,20 +899,15 @@ local function busy(e)
 end
 
 -- The hub's loop: one turn per wake-up (work posted, a reader fed replies)
--- or engine deadline (or a kept lock's).
+-- or engine deadline (kept locks' included).
 local function loop(hub, premature)
-    local e, work, kept = hub.e, hub.work, hub.kept
+    local e, work = hub.e, hub.work
     local exit_by = premature and now_ms() + hub.node_timeout or nil
     local sweep_at = now_ms() + STALE_MS
-    local keep_at, gc_at = 0, 0 -- the next tick kept locks may begin extensions; the next collection (exiting)
+    local gc_at = 0 -- the next collection (exiting)
     while true do
         local now = now_ms()
-        if hub.dropped[1] ~= nil then take_drops(hub) end
         if hub.orphans[1] ~= nil then retry_orphans(hub) end
-        if kept.n > 0 and kept[1].at <= now and now >= keep_at then
-            start_due(hub, now)
-            keep_at = now + KEEP_TICK_MS
-        end
         C.rl_engine_advance(e, now)
         service(hub)
         hub.now = now_ms()
@@ -1126,10 +950,6 @@ local function loop(hub, premature)
         end
         if at >= 0 and at - now < wait_ms then wait_ms = at - now end
         if exit_by ~= nil and now < exit_by and exit_by - now < wait_ms then wait_ms = exit_by - now end
-        if kept.n > 0 then
-            local due = max(kept[1].at, keep_at) - now
-            if due < wait_ms then wait_ms = due end
-        end
         -- nginx's timers count whole milliseconds: never ask for less than one
         if wait_ms > 0 then work:wait(wait_ms < 1 and 0.001 or wait_ms / 1000) end
     end
@@ -1205,8 +1025,8 @@ local function new_hub(e, n, opts, tls)
         subs = {}, auths = {}, reconnect_min = opts.reconnect_min_ms, reconnect_max = opts.reconnect_max_ms,
         prefix = (opts.prefix ~= nil and opts.prefix_len > 0) and ffi_string(opts.prefix, opts.prefix_len) or "",
         e = e, n = n, res = ffi_new("rl_result"), waiters = {},
-        kept = { n = 0 }, keeps = {}, dropped = {}, orphans = {}, -- kept locks (see "kept locks")
-        owners = setmetatable({}, { __mode = "v" }),             -- kept lock -> ngx.ctx of who kept it
+        kept = {}, orphans = {},                      -- ids of kept locks still extended (see "kept locks")
+        owners = setmetatable({}, { __mode = "v" }),  -- kept lock's id -> ngx.ctx of who kept it
         socks = {}, readers = {}, gen = {}, up = {}, hosts = {}, ports = {}, names = {},
         work = nil, running = false, started_at = nil, token = nil, last_call = 0, now = 0, connects = 0, ended = {},
         node_timeout = opts.node_timeout_ms, connect_timeout = opts.connect_timeout_ms,
@@ -1548,90 +1368,73 @@ function keeper:add(resource, len, value, ttl, valid_until, margin, errbuf, errl
         ffi.copy(errbuf, why:sub(1, errlen - 1))
         return RL_ERR
     end
-    local id = self.next_id
-    self.next_id = id + 1
-    local e = { resource = ffi_string(resource, len), value = ffi_string(value), ttl = ttl, margin = margin,
-                valid_until = valid_until, next_due = 0, extend_start = 0, extend_ttl = ttl, op = -1,
-                state = KEEP_HELD, at = 0 }
-    e.next_due = now_ms() + period(e)
-    self.entries[id] = e
-    hub.owners[e] = owner()
-    schedule(hub, e)
-    if e.hi == 1 then wake(hub) end -- the hub may sleep past it
+    local e = hub.e
+    local before = C.rl_engine_deadline(e)
+    local id = C.rl_engine_keep_add(e, resource, len, value, ttl, valid_until, margin, now_ms())
+    if id < 0 then
+        ffi.copy(errbuf, ffi_string(C.rl_engine_errstr(e)):sub(1, errlen - 1))
+        return RL_ERR
+    end
+    -- the strings: for release_entry (interned already: the lock object has them)
+    self.entries[id] = (type(resource) == "string" and len == #resource) and resource or ffi_string(resource, len)
+    self.values[id] = type(value) == "string" and value or ffi_string(value)
+    hub.kept[id], hub.owners[id] = true, owner()
+    local at = C.rl_engine_deadline(e)
+    if before < 0 or at < before then wake(hub) end -- the hub may sleep past it
     return id
 end
 
 function keeper:state(id, until_buf)
-    local e = self.entries[id]
-    if e == nil then return RL_ERR end
-    -- as rl_keeper: lost once the validity (less the margin) has run out,
-    -- whether or not an extension has failed yet
-    lost_if_out_of_time(self.hub, e, now_ms())
-    if until_buf ~= nil then until_buf[0] = e.valid_until end
-    return e.state
+    if not self.entries[id] then return RL_ERR end
+    return C.rl_engine_keep_state(self.hub.e, id, until_buf, now_ms())
 end
 
--- The owner extended lock id itself, begun at started, to ttl, leaving
--- validity until valid_until (rl_keeper_update): the hub extends with ttl
--- from now on. If one of its own extensions overlapped the owner's (in
--- flight, or begun after the owner's began), nodes may hold either ttl: it
--- counts the shorter validity and extends again at once.
+-- The owner extended lock id itself (rl_engine_keep_update has the rules).
 function keeper:update(id, ttl, started, valid_until)
-    local e = self.entries[id]
-    if ttl <= 0 or valid_until ~= valid_until then return RL_ERR end
-    if e == nil or e.state ~= KEEP_HELD or ttl <= e.margin then return RL_ERR end
-    local now = now_ms()
-    e.ttl = ttl
-    if e.op >= 0 or e.extend_start >= started then
-        if valid_until < e.valid_until then e.valid_until = valid_until end
-        e.next_due = now
-    else
-        e.valid_until = valid_until
-        e.next_due = now + period(e)
-    end
-    schedule(self.hub, e)
-    wake(self.hub)
-    return RL_OK
+    if not self.entries[id] then return RL_ERR end
+    local rc = C.rl_engine_keep_update(self.hub.e, id, ttl, started, valid_until, now_ms())
+    if rc == RL_OK then wake(self.hub) end
+    return rc
+end
+
+-- Forget entry id (ours), for the engine and the hub.
+local function forget(self, id)
+    local hub = self.hub
+    self.entries[id], self.values[id] = nil, nil
+    hub.kept[id], hub.owners[id] = nil, nil
 end
 
 function keeper:remove(id)
-    local e = self.entries[id]
-    if e == nil then return RL_ERR end
-    self.entries[id] = nil
-    unkeep(self.hub, e, KEEP_GONE)
-    return RL_OK
+    if not self.entries[id] then return RL_ERR end
+    forget(self, id)
+    return C.rl_engine_keep_remove(self.hub.e, id)
+end
+
+-- Lock id's object was collected without unlock (a finalizer calls this,
+-- wherever it runs): the engine releases it, as rl_keeper_drop does. That
+-- only changes the engine's schedule, never a stream: safe whatever the
+-- hub was doing when the finalizer ran.
+function keeper:drop(id)
+    if not self.entries[id] then return RL_ERR end
+    forget(self, id)
+    local hub = self.hub
+    local rc = C.rl_engine_keep_drop(hub.e, id, now_ms())
+    pcall(poke, hub)
+    return rc
 end
 
 -- Release entry id, here if this phase has cosockets, else from the hub.
 -- 1 if a quorum released it here, else 0.
 function keeper:release_entry(id)
-    local e = self.entries[id]
-    if e == nil then return 0 end
-    self.entries[id] = nil
-    local hub = self.hub
-    unkeep(hub, e, KEEP_GONE)
+    if not self.entries[id] then return 0 end
     if phase_refusal() then
-        release_orphan(hub, e.resource, e.value)
-        pcall(poke, hub)
+        self:drop(id)
         return 0
     end
-    local rc = self.client:release(e.resource, #e.resource, e.value, self.result)
+    local resource, value = self.entries[id], self.values[id]
+    self:remove(id)
+    local rc = self.client:release(resource, #resource, value, self.result)
     return (rc == RL_OK and self.result.status == STATUS_OK) and 1 or 0
-end
-
--- Lock id's object was collected without unlock (a finalizer calls this,
--- wherever it runs): the hub releases it. It is only listed here: the
--- hub's loop takes it out of the schedule.
-function keeper:drop(id)
-    local e = self.entries[id]
-    if e == nil then return RL_ERR end
-    self.entries[id] = nil
-    e.state = KEEP_GONE
-    local hub = self.hub
-    local list = hub.dropped
-    list[#list + 1] = e
-    pcall(poke, hub)
-    return RL_OK
 end
 
 function keeper:release(_)
@@ -1643,14 +1446,13 @@ function keeper:release(_)
 end
 
 function keeper:free()
-    for _, e in pairs(self.entries) do unkeep(self.hub, e, KEEP_GONE) end
-    self.entries = {}
+    for id in pairs(self.entries) do self:remove(id) end
 end
 
 --- The keeper of client d (a redlock.new table): its kept locks are
 --- extended by the hub of d's client while the worker runs.
 function _M.keeper_new(d)
-    return setmetatable({ client = d.client, hub = d.client.hub, entries = {}, next_id = 0,
+    return setmetatable({ client = d.client, hub = d.client.hub, entries = {}, values = {},
                           result = ffi_new("rl_result") }, keeper_mt)
 end
 

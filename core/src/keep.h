@@ -1,0 +1,48 @@
+/* keep.h — the keep-alive schedule inside the engine (keep.c): which kept
+ * lock is extended when, when one turns lost, when a failed extension is
+ * tried again, and the releases of dropped locks. No I/O and no clock: the
+ * engine hands it the time, begins its rounds and gives it their results.
+ * The public face is redlock.h's rl_engine_keep_* functions. */
+#ifndef RL_KEEP_H
+#define RL_KEEP_H
+
+#include "deadlines.h"
+#include "redlock.h"
+
+/* Which kept lock a round of the schedule is for: the entry, and the
+ * entry's round count when it began (a result of an older round, or of an
+ * entry since freed, is ignored). Carried by the engine's operation. */
+typedef struct rl_keep_ref {
+    int entry;
+    unsigned seq;
+} rl_keep_ref;
+
+struct rl_kept;
+
+typedef struct rl_keep {
+    struct rl_kept *entries;  /* by id */
+    int n, cap;               /* entries used (free ones included), allocated */
+    int free_head;            /* a free entry below n, or -1 */
+    rl_deadlines deadlines;   /* every HELD entry still extended: its next look */
+    int pending_head, pending_tail; /* releases not begun yet, oldest first (-1: none) */
+    int npending;
+    int releases;             /* releases in flight */
+    double retry_at;          /* no release begins before (the engine was full) */
+    int releasing, released;  /* rl_engine_keep_release_all's tally */
+    double next_sweep;        /* extensions due are begun at most once a tick */
+} rl_keep;
+
+void rl_keep_init(rl_keep *k);
+void rl_keep_free(rl_keep *k);
+
+/* The earliest moment rl_keep_advance has something to do; -1 if never. */
+double rl_keep_deadline(const rl_keep *k);
+
+/* Begin what is due by now: extensions, and releases of dropped locks, as
+ * rounds of e (rl_engine_begin_kept). */
+void rl_keep_advance(rl_engine *e, rl_keep *k, double now);
+
+/* The result of a round the schedule began (decided at now). */
+void rl_keep_result(rl_keep *k, rl_keep_ref ref, const rl_result *r, double now);
+
+#endif

@@ -1,0 +1,307 @@
+-- Keep-alive, one table of scenarios run on both transports: a plain LuaJIT
+-- process (its keeper's thread extends the lock while the process sleeps)
+-- and a request inside nginx (the worker's hub extends it while the request
+-- sleeps). The rules are the engine's on both (redlock.h, "Keep-alive"), so
+-- each scenario is written once, with one expectation:
+--   - the owner's extend overlapping one of keep-alive's (replies delayed
+--     350 ms by a proxy): the shorter validity counts and the lock is
+--     extended again at once, with the owner's ttl;
+--   - an extension failing while 3 of 5 nodes are stopped is tried again
+--     every min(ttl / 10, 100) ms after its node timeout, and the lock is
+--     still held once they continue;
+--   - the key deleted: the next extension finds it gone, lost() says so
+--     and check() raises;
+--   - 2 of 3 nodes killed: the lock turns lost once its validity less the
+--     margin has passed, not before;
+--   - a kept lock whose object is collected without unlock() is released
+--     by keep-alive while the holder goes on running.
+
+local cluster = require "helpers.cluster"
+local faults = require "helpers.faults"
+local nginx = require "helpers.nginx"
+local proc = require "helpers.proc"
+
+local res = cluster.names("keepalive_table")
+
+-- A (list of strings and numbers, or a table of those and lists) as Lua source.
+local function literal(v)
+  if type(v) == "string" then return ("%q"):format(v) end
+  if type(v) == "number" or type(v) == "boolean" then return tostring(v) end
+  local parts = {}
+  for k, x in pairs(v) do
+    parts[#parts + 1] = (type(k) == "number" and "" or (k .. " = ")) .. literal(x)
+  end
+  return "{" .. table.concat(parts, ", ") .. "}"
+end
+
+-- The scenarios. setup(ctx) returns the holder's arguments A; holder is the
+-- holder's code (a function(T, A), see helpers/keep_holder.lua); drive(ctx,
+-- dir) runs in the spec while the holder does; check(result, ctx) judges
+-- what the holder returned; teardown(ctx) always runs.
+local SCENARIOS = {
+  {
+    name = "extends again at once when the owner's extend overlaps one in flight (the shorter validity counts)",
+    -- Every reply is held 350 ms: the owner's extend to 18 s (begun at
+    -- 1325 ms) and keep-alive's own to 4.5 s (due at 1500 ms) are in flight
+    -- together. Taking keep-alive's answer as the validity would leave the
+    -- lock to lapse at about 6 s, lost.
+    setup = function(ctx)
+      ctx.pxs = {}
+      local urls = {}
+      for i = 1, ctx.cl.n do
+        ctx.pxs[i] = faults.proxy(ctx.cl.ports[i], "delay 350")
+        urls[i] = ctx.pxs[i].url
+      end
+      return { urls = urls, r = res("overlap") }
+    end,
+    holder = [[
+      return function(T, A)
+        local dlm = require("redlock").new { servers = A.urls, node_timeout = 2000 }
+        local lock, err = dlm:lock(A.r, { ttl = 4500, keepalive = true })
+        if not lock then return "not held " .. tostring(err) end
+        local t0 = T.now()
+        T.sleep(1325)
+        local ok, eerr = lock:extend(18000)
+        T.sleep(math.max(0, t0 + 6500 - T.now()))
+        local out = ("extend=%s lost=%s remaining=%.0f"):format(tostring(ok or eerr), tostring(lock:lost()), lock:remaining())
+        lock:unlock()
+        dlm:close()
+        return out
+      end]],
+    check = function(out)
+      local extended, lost, left = out:match("^extend=(%a+) lost=(%a+) remaining=(%-?%d+)")
+      assert.equal("true", extended, out)
+      assert.equal("false", lost, out)
+      assert.is_true(tonumber(left) > 6000, out)
+    end,
+    teardown = function(ctx) for _, px in ipairs(ctx.pxs or {}) do px:stop() end end,
+  },
+  {
+    name = "tries a failed extension again until the stopped nodes continue, and keeps the lock",
+    -- ttl 6000: extended every 2 s. Nodes 1-3 stopped from 1.5 s to 2.7 s:
+    -- the extension due at 2 s fails at its node timeout (50 ms) and is
+    -- tried again 100 ms later, again and again; node 4 counts the tries.
+    setup = function(ctx) return { urls = ctx.cl.urls, r = res("retry") } end,
+    holder = [[
+      return function(T, A)
+        local dlm = require("redlock").new { servers = A.urls }
+        local lock = dlm:lock(A.r, { ttl = 6000, keepalive = true })
+        if not lock then return "not held" end
+        T.mark("held")
+        local t0 = T.now()
+        while not lock:lost() and T.now() - t0 < 7000 do T.sleep(20) end
+        local out = ("lost=%s after=%.0f remaining=%.0f"):format(tostring(lock:lost()), T.now() - t0, lock:remaining())
+        lock:unlock()
+        dlm:close()
+        return out
+      end]],
+    drive = function(ctx, dir)
+      assert(proc.wait_file(dir .. "/held", 10000))
+      local t0 = proc.now_ms()
+      proc.sleep_ms(1500)
+      local before = cluster.calls(ctx.cl, "evalsha", 4)
+      ctx.stopped = {}
+      for i = 1, 3 do assert(ctx.cl:kill(i, "STOP")); ctx.stopped[i] = true end
+      proc.sleep_ms(math.max(0, t0 + 2700 - proc.now_ms()))
+      ctx.tries = cluster.calls(ctx.cl, "evalsha", 4) - before
+      for i = 1, 3 do ctx.cl:kill(i, "CONT"); ctx.stopped[i] = nil end
+    end,
+    check = function(out, ctx)
+      local left = tonumber(out:match("^lost=false after=%d+ remaining=(%d+)"))
+      assert(left, "lost, or no answer: " .. out)
+      assert.is_true(left > 1000, out)
+      -- one extension in 1.2 s without retries; 1 + 4 in the 700 ms after it at 100 ms each
+      assert.is_true(ctx.tries >= 3, "extensions node 4 saw while nodes 1-3 were stopped: " .. ctx.tries)
+      return ("%d extensions seen by node 4 while nodes 1-3 were stopped"):format(ctx.tries)
+    end,
+    teardown = function(ctx) for i in pairs(ctx.stopped or {}) do ctx.cl:kill(i, "CONT") end end,
+  },
+  {
+    name = "turns a kept lock lost when an extension finds its key gone: lost() and check() say so",
+    -- ttl 900: extended every 300 ms; the key deleted on every node
+    setup = function(ctx) return { urls = ctx.cl.urls, r = res("gone") } end,
+    holder = [[
+      return function(T, A)
+        local dlm = require("redlock").new { servers = A.urls }
+        local lock = dlm:lock(A.r, { ttl = 900, keepalive = true })
+        if not lock then return "not held" end
+        local before = lock:lost()
+        T.mark("held")
+        T.await("deleted")
+        local t0 = T.now()
+        while not lock:lost() and T.now() - t0 < 3000 do T.sleep(10) end
+        local ok, why = pcall(lock.check, lock)
+        local out = ("before=%s lost=%s after=%.0f check=%s"):format(tostring(before), tostring(lock:lost()),
+          T.now() - t0, ok and "ok" or tostring(why))
+        lock:unlock()
+        dlm:close()
+        return out
+      end]],
+    drive = function(ctx, dir)
+      assert(proc.wait_file(dir .. "/held", 10000))
+      for i = 1, ctx.cl.n do cluster.del(ctx.cl, i, ctx.args.r) end
+      proc.write_file(dir .. "/deleted", "1")
+    end,
+    check = function(out, ctx)
+      local after = tonumber(out:match("^before=false lost=true after=(%d+) check="))
+      assert(after, "never turned lost: " .. out)
+      assert.is_true(after < 800, out) -- by the next extension's answer, before the ttl would say it
+      assert.truthy(out:find(("check=lost: the lock on '%s' is no longer held"):format(ctx.args.r), 1, true), out)
+    end,
+  },
+  {
+    name = "turns a kept lock lost once its validity less the margin has passed with 2 of 3 nodes killed",
+    -- ttl 1500, margin 300: extended every 400 ms, none of them can reach a
+    -- quorum; lost at about 1.18 s after the acquire began (validity 1483
+    -- less 300), tried until then
+    setup = function(ctx)
+      ctx.own = cluster.start(3)
+      return { urls = ctx.own.urls, r = res("killed") }
+    end,
+    holder = [[
+      return function(T, A)
+        local dlm = require("redlock").new { servers = A.urls }
+        local lock = dlm:lock(A.r, { ttl = 1500, margin = 300, keepalive = true })
+        if not lock then return "not held" end
+        local t0 = T.now()
+        T.mark("held")
+        while not lock:lost() and T.now() - t0 < 5000 do T.sleep(5) end
+        local ok, why = pcall(lock.check, lock)
+        local out = ("lost=%s after=%.0f remaining=%.0f check=%s"):format(tostring(lock:lost()),
+          T.now() - t0, lock:remaining(), ok and "ok" or tostring(why))
+        dlm:close()
+        return out
+      end]],
+    drive = function(ctx, dir)
+      assert(proc.wait_file(dir .. "/held", 10000))
+      assert(ctx.own:kill(2, "KILL"))
+      assert(ctx.own:kill(3, "KILL"))
+    end,
+    check = function(out, ctx)
+      local after, remaining = out:match("^lost=true after=(%d+) remaining=(%-?%d+) check=")
+      assert(after, "never turned lost: " .. out)
+      after, remaining = tonumber(after), tonumber(remaining)
+      -- at the margin (the holder looks every 5 ms, give or take a busy machine), not at the end of validity
+      assert.is_true(remaining <= 300 and remaining > 50, out)
+      assert.is_true(after >= 900 and after < 3000, out)
+      assert.truthy(out:find(("check=lost: the lock on '%s' is no longer held"):format(ctx.args.r), 1, true), out)
+    end,
+    teardown = function(ctx) if ctx.own then ctx.own:stop() end end,
+  },
+  {
+    name = "releases a kept lock whose object was collected without unlock(), while the holder runs on",
+    setup = function(ctx) return { urls = ctx.cl.urls, r = res("dropped") } end,
+    holder = [[
+      return function(T, A)
+        local dlm = require("redlock").new { servers = A.urls }
+        do
+          local lock = dlm:lock(A.r, { ttl = 30000, keepalive = true })
+          if not lock then return "not held" end
+          T.mark("held")
+          T.await("seen")
+        end
+        collectgarbage()
+        collectgarbage()
+        T.mark("dropped")
+        T.await("gone", 10000) -- alive until the spec saw the key go: exiting releases too
+        dlm:close()
+        return "done"
+      end]],
+    drive = function(ctx, dir)
+      assert(proc.wait_file(dir .. "/held", 10000))
+      assert(cluster.await_all(ctx.cl, function(i) return cluster.pttl(ctx.cl, i, ctx.args.r) > 25000 end, 3000))
+      proc.write_file(dir .. "/seen", "1")
+      assert(proc.wait_file(dir .. "/dropped", 10000))
+      local gone, why = cluster.await_value(ctx.cl, ctx.args.r, nil, 5000) -- well within the 30 s ttl
+      proc.write_file(dir .. "/gone", "1")
+      assert(gone, why)
+    end,
+    check = function(out) assert.equal("done", out) end,
+  },
+}
+
+-- The transports: start(ctx) once, then run(dir) starts one holder and
+-- returns a function that waits for it to end.
+local TRANSPORTS = {
+  {
+    name = "plain LuaJIT",
+    start = function() end,
+    run = function(_, dir)
+      local code = ('require("helpers.keep_holder").run(%q, require("helpers.proc").sleep_ms)'):format(dir)
+      local pid = proc.spawn_luajit({ "luajit", "-e", code }, dir .. "/log")
+      return function()
+        local gone = proc.wait_gone(pid, 30000)
+        proc.stop(pid)
+        return gone, proc.read_file(dir .. "/log")
+      end
+    end,
+  },
+  {
+    name = "nginx",
+    start = function(t)
+      t.srv = nginx.start {
+        workers = 1,
+        package_path = nginx.root .. "/lua/?.lua;" .. nginx.root .. "/lua/?/init.lua;" .. nginx.root .. "/spec/?.lua",
+        package_cpath = nginx.build .. "/?.so",
+        locations = { nginx.PING, [[
+          location = /holder {
+            content_by_lua_block {
+              require("helpers.keep_holder").run(ngx.var.arg_dir, function(ms) ngx.sleep(ms / 1000) end)
+              ngx.say("done")
+            }
+          }]] },
+      }
+    end,
+    run = function(t, dir)
+      local code = ([[local s, b = require("helpers.nginx").request(%d, %q, { timeout_ms = 30000 })
+        io.write(tostring(s), " ", tostring(b))]]):format(t.srv.port, "/holder?dir=" .. dir)
+      local pid = proc.spawn_luajit({ "luajit", "-e", code }, dir .. "/log")
+      return function()
+        local gone = proc.wait_gone(pid, 35000)
+        proc.stop(pid)
+        return gone, (proc.read_file(dir .. "/log") or "") .. "\nnginx error log:\n" .. t.srv:error_log():sub(-3000)
+      end
+    end,
+  },
+}
+
+describe("keep-alive, the same on both transports:", function()
+  local cl
+
+  lazy_setup(function() cl = cluster.start(5) end)
+  teardown(function()
+    nginx.stop_all()
+    faults.stop_all()
+    cluster.stop_all()
+  end)
+
+  for _, transport in ipairs(TRANSPORTS) do
+    describe(transport.name, function()
+      lazy_setup(function() transport.start(transport) end)
+
+      for _, sc in ipairs(SCENARIOS) do
+        it(sc.name, function()
+          local ctx = { cl = cl }
+          local dir = proc.tmpdir()
+          local ok, err = pcall(function()
+            ctx.args = sc.setup(ctx)
+            proc.write_file(dir .. "/args.lua", "return " .. literal(ctx.args))
+            proc.write_file(dir .. "/scenario.lua", sc.holder)
+            local finish = transport.run(transport, dir)
+            local driven, why = true, nil
+            if sc.drive then driven, why = pcall(sc.drive, ctx, dir) end
+            local ended, log = finish()
+            local out = proc.read_file(dir .. "/result") or ("no result; holder's output: " .. tostring(log))
+            assert(driven, tostring(why) .. "\nholder: " .. out)
+            assert(ended, "the holder did not end: " .. tostring(log))
+            local note = sc.check(out, ctx)
+            print(("    [%s] %s%s"):format(transport.name, out, note and ("; " .. note) or ""))
+          end)
+          if sc.teardown then sc.teardown(ctx) end
+          proc.rmdir(dir)
+          assert(ok, err)
+        end)
+      end
+    end)
+  end
+end)
