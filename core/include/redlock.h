@@ -334,9 +334,12 @@ int rl_extend(rl_client *c, const char *resource, size_t len, const char *value,
  * from the command connections, opened on the first rl_watch (AUTH, with the
  * URL's user, when the URL has a password), then kept open for the client's
  * life, unsubscribed from a resource once nobody watches it. A subscriber
- * connection that fails or is lost is opened again after the reconnect
- * backoff (reconnect_min_ms doubling to reconnect_max_ms); meanwhile that
- * node sends no wake-ups, and nothing ever waits for it. Messages are read
+ * connection that fails or is lost is opened again, while anything is
+ * watched, after the reconnect backoff (reconnect_min_ms doubling to
+ * reconnect_max_ms, started over by a confirmed SUBSCRIBE); meanwhile that
+ * node sends no wake-ups, and nothing ever waits for it. The engine decides
+ * all of this (rl_engine_watch, the subscriber links): the libev client
+ * and the nginx hub only move the bytes. Messages are read
  * whenever the client's loop runs (any call that drives it). Only a
  * message of the release's form counts: on the resource's channel a
  * positive decimal number (1 to 9 digits, no leading zero), on the wake
@@ -548,12 +551,6 @@ int rl_engine_node_unanswered(const rl_engine *e, int node);
 
 /* Why node is down, or its last connection ended. */
 const char *rl_engine_node_errstr(const rl_engine *e, int node);
-
-/* The AUTH command (RESP bytes in *data, valid until the next call on e)
- * that a connection to node the engine does not drive (a driver's pub/sub
- * subscriber) must send first, as the node's URL asks; 0 when the URL has
- * no password. */
-size_t rl_engine_node_auth(rl_engine *e, int node, const char **data);
 
 /* Hand-off through the engine (see "Hand-off"; rl_watch and the like are
  * these on rl_client's engine). rl_engine_watch: one more waiter of

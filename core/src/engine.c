@@ -739,14 +739,6 @@ int rl_engine_node_unanswered(const rl_engine *e, int node) {
     return node >= 0 && node < e->nnodes ? (int)e->nodes[node].ring_count : 0;
 }
 
-size_t rl_engine_node_auth(rl_engine *e, int node, const char **data) {
-    if (node < 0 || node >= e->nnodes || data == NULL) return 0;
-    e->scratch.len = 0;
-    if (rl_cmd_auth(&e->scratch, e->urls[node].user, e->urls[node].password) != 1) return 0;
-    *data = e->scratch.data;
-    return e->scratch.len;
-}
-
 const char *rl_engine_node_errstr(const rl_engine *e, int node) {
     int j = sub_of(e, node);
     return node >= 0 && node < e->nnodes ? e->nodes[node].errstr : j >= 0 ? e->subs.nodes[j].errstr : NULL;

@@ -160,7 +160,6 @@ int rl_engine_node_feed(rl_engine *e, int node, const char *data, size_t len, do
 void rl_engine_node_unsent(rl_engine *e, int node, long long bytes);
 int rl_engine_node_unanswered(const rl_engine *e, int node);
 const char *rl_engine_node_errstr(const rl_engine *e, int node);
-size_t rl_engine_node_auth(rl_engine *e, int node, const char **data);
 int rl_engine_watch(rl_engine *e, const char *resource, size_t len, double now_ms);
 void rl_engine_unwatch(rl_engine *e, const char *resource, size_t len, double now_ms);
 unsigned rl_engine_heard(const rl_engine *e, const char *resource, size_t len);
