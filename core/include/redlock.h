@@ -343,9 +343,12 @@ int rl_extend(rl_client *c, const char *resource, size_t len, const char *value,
  * from the command connections, opened on the first rl_watch (AUTH, with the
  * URL's user, when the URL has a password), then kept open for the client's
  * life, unsubscribed from a resource once nobody watches it. A subscriber
- * connection that fails or is lost is opened again after the reconnect
- * backoff (reconnect_min_ms doubling to reconnect_max_ms); meanwhile that
- * node sends no wake-ups, and nothing ever waits for it. Messages are read
+ * connection that fails or is lost is opened again, while anything is
+ * watched, after the reconnect backoff (reconnect_min_ms doubling to
+ * reconnect_max_ms, started over by a confirmed SUBSCRIBE); meanwhile that
+ * node sends no wake-ups, and nothing ever waits for it. The engine decides
+ * all of this (rl_engine_watch, the subscriber links): the libev client
+ * and the nginx hub only move the bytes. Messages are read
  * whenever the client's loop runs (any call that drives it). Only a
  * message of the release's form counts: on the resource's channel a
  * positive decimal number (1 to 9 digits, no leading zero), on the wake
@@ -409,25 +412,40 @@ int rl_client_listening(const rl_client *c);
  * stream (the commands awaiting replies, the bytes to send, the reply
  * parser, AUTH/SELECT/INFO on a fresh connection, the NOSCRIPT fallback, the
  * check of a stream whose replies fell out of step, the stall watchdog,
- * connect deadlines and reconnect backoff). A *driver* owns the sockets and
+ * connect deadlines and reconnect backoff), and hand-off's subscriptions
+ * (what is watched, per node a subscriber stream: AUTH, SUBSCRIBE and
+ * UNSUBSCRIBE as watches come and go, the messages parsed and counted, its
+ * reconnect backoff; see "Hand-off"). A *driver* owns the sockets and
  * the clock; every call that can change anything takes now_ms, a reading of
  * a monotonic clock in milliseconds (rl_now_ms, or ngx.now() * 1000), and
  * the engine never calls back into the driver. rl_client is the engine with
  * a libev driver; inside nginx, lua/redlock drives one over cosockets.
  *
+ * Links: the engine asks for up to two connections per node, each a *link*.
+ * With N = rl_engine_nodes(), link i (0 .. N-1) is node i's command
+ * connection, link N + i its subscriber connection (asked for once
+ * something is watched: rl_engine_watch). Every rl_engine_node_* call below
+ * that takes "node" takes a link; both kinds are driven alike. A
+ * subscriber link is always a fresh connection (the engine sends AUTH
+ * first), is never clean to detach, has no unanswered commands and ignores
+ * rl_engine_node_unsent; read it whenever it is open.
+ *
  * A driver's loop:
- *   - after every call into the engine, for each node whose bit is set in
+ *   - after every call into the engine, for each link whose bit is set in
  *     rl_engine_wanting(), take rl_engine_node_wants(): on RL_WANT_CLOSE close
- *     the node's socket (its commands are already answered); on
+ *     the link's socket (its commands are already answered); on
  *     RL_WANT_CONNECT open a connection and report rl_engine_node_connected or
  *     rl_engine_node_down; on RL_WANT_WRITE write rl_engine_node_output and
  *     report rl_engine_node_wrote (writing everything wanted before waiting
  *     for I/O sends each node one write for all commands begun meanwhile);
- *   - feed what a node sends to rl_engine_node_feed; report a connection that
+ *   - feed what a link sends to rl_engine_node_feed; report a connection that
  *     fails or ends with rl_engine_node_down;
  *   - wait for I/O no later than rl_engine_deadline(), then call
  *     rl_engine_advance (after feeding what has arrived);
- *   - collect finished operations with rl_engine_collect or rl_engine_take.
+ *   - collect finished operations with rl_engine_collect or rl_engine_take;
+ *   - a driver that wakes sleepers on a heard release (rather than looking
+ *     at rl_engine_heard after every feed) takes rl_engine_heard_next after
+ *     feeding a subscriber link.
  * Node indexes are 0 .. rl_engine_nodes()-1 in server order. An engine is not
  * thread-safe.
  */
@@ -451,7 +469,7 @@ void rl_engine_free(rl_engine *e);
 
 /* Number of nodes; node i's name (its URL without password); where to
  * connect: the host (or, for unix:// nodes, the socket path) and the TCP
- * port (0 for a unix socket). */
+ * port (0 for a unix socket). i may be a link: its node's. */
 int rl_engine_nodes(const rl_engine *e);
 const char *rl_engine_node_name(const rl_engine *e, int i);
 const char *rl_engine_node_host(const rl_engine *e, int i);
@@ -483,7 +501,7 @@ int rl_engine_begin_release_quiet(rl_engine *e, const char *resource, size_t len
 int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const char *value,
                            int ttl_ms, double now_ms);
 
-/* Bit i set: node i wants something of the driver (rl_engine_node_wants). */
+/* Bit k set: link k wants something of the driver (rl_engine_node_wants). */
 unsigned rl_engine_wanting(const rl_engine *e);
 
 /* What node wants: RL_WANT_* bits. CONNECT and CLOSE are handed out once
@@ -543,11 +561,28 @@ int rl_engine_node_unanswered(const rl_engine *e, int node);
 /* Why node is down, or its last connection ended. */
 const char *rl_engine_node_errstr(const rl_engine *e, int node);
 
-/* The AUTH command (RESP bytes in *data, valid until the next call on e)
- * that a connection to node the engine does not drive (a driver's pub/sub
- * subscriber) must send first, as the node's URL asks; 0 when the URL has
- * no password. */
-size_t rl_engine_node_auth(rl_engine *e, int node, const char **data);
+/* Hand-off through the engine (see "Hand-off"; rl_watch and the like are
+ * these on rl_client's engine). rl_engine_watch: one more waiter of
+ * resource (watches nest); the first subscribes on every node, asking for
+ * the subscriber links that are not up. Return the watch id (>= 0, the same
+ * for every waiter of resource while it is watched), or RL_ERR (empty or too
+ * long, out of memory). rl_engine_unwatch undoes one; the last unsubscribes
+ * and forgets what was heard. rl_engine_heard and rl_engine_heard_listeners
+ * are rl_heard and rl_heard_listeners. rl_engine_listening: subscriber
+ * links up. */
+int rl_engine_watch(rl_engine *e, const char *resource, size_t len, double now_ms);
+void rl_engine_unwatch(rl_engine *e, const char *resource, size_t len, double now_ms);
+unsigned rl_engine_heard(const rl_engine *e, const char *resource, size_t len);
+int rl_engine_heard_listeners(const rl_engine *e, const char *resource, size_t len);
+int rl_engine_listening(const rl_engine *e);
+
+/* The id of a watch that heard a release since it was last handed out here
+ * (each watch once, whatever it heard meanwhile), or -1 if none has: for a
+ * driver that wakes the sleepers of a resource when its release is heard.
+ * *broadcast (may be NULL): 1 if a message came on the resource's channel
+ * (every waiter competes: wake them all), 0 if only on this client's wake
+ * channel (a queue picked this client: wake one). */
+int rl_engine_heard_next(rl_engine *e, int *broadcast);
 
 /* The earliest moment rl_engine_advance has something to do (an operation's
  * node timeout, a connect deadline, a reconnect, a watchdog look), on the

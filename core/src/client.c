@@ -1,52 +1,32 @@
 /* client.c — rl_client: the engine (engine.c) driven over non-blocking
- * sockets (conn.c) on a libev loop of its own.
+ * sockets on a libev loop of its own, one holder per engine link
+ * (evsock.c): each node's command connection and its subscriber
+ * connection, driven alike.
  *
  * The engine decides; this file moves bytes and reads the clock. After
  * every call into the engine, service() does what it asks (close, connect)
  * and re-arms one timer for the engine's next deadline. Writes wait for the
  * loop's prepare watcher (and the end of every rl_run / rl_wait / rl_sleep),
- * so everything begun in one loop iteration goes out in one write per node.
- * A failed acquire is handed back (rl_wait, rl_collect) only once its
- * cleanup is written, even if that means driving the loop while a node with
- * a full socket reads (write_cleanup).
- *
- * A rediss:// node is reported connected only when its TLS handshake is
- * done, so the engine's connect timeout covers the handshake too. Over TLS
- * a read may need the socket writable and a write may need it readable;
- * each link remembers which of its calls waits for the other direction. */
-#include <errno.h>
-#include <poll.h>
-#include <stdio.h>
+ * so everything begun in one loop iteration goes out in one write per node;
+ * a watch's SUBSCRIBE goes out at once. A failed acquire is handed back
+ * (rl_wait, rl_collect) only once its cleanup is written, even if that
+ * means driving the loop while a node with a full socket reads
+ * (write_cleanup). */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <ev.h>
 
 #include "client.h"
-#include "conn.h"
 #include "engine.h"
-#include "notify.h"
-#include "text.h"
-
-
-typedef struct rl_link {
-    rl_conn conn;
-    ev_io readable;          /* while connected: replies to read; a handshake waiting to read */
-    ev_io writable;          /* while connecting, or while output (or a TLS step) waits for room */
-    struct rl_client *client;
-    int index;
-    int read_wants_write;    /* TLS: the last read waits for the socket to be writable */
-    int write_wants_read;    /* TLS: the last write waits for the socket to be readable */
-} rl_link;
+#include "evsock.h"
 
 struct rl_client {
     rl_engine *engine;
     int nnodes;
     struct ev_loop *loop;
-    rl_link links[RL_MAX_NODES];
+    rl_evsock links[2 * RL_MAX_NODES]; /* by link: the nodes' command connections, then their subscribers */
     ev_prepare flusher;      /* before the loop polls: write what was queued */
     ev_timer deadline;       /* the engine's next deadline */
     double armed_at;         /* when the deadline timer fires (0: not armed) */
@@ -55,7 +35,6 @@ struct rl_client {
     int node_timeout_ms;     /* bounds the tails served by rl_client_free */
     int connect_timeout_ms;  /* with reconnect_max_ms, bounds the unwritten commands served by rl_client_free */
     int reconnect_max_ms;
-    rl_notify *notify;       /* the subscriber connections (connected on the first rl_watch) */
     rl_tls *tls;             /* one TLS context for every rediss:// node (NULL: none) */
     void (*unlock)(void *);  /* rl_client_share: around the loop's waits */
     void (*lock)(void *);
@@ -64,165 +43,8 @@ struct rl_client {
 
 static void service(rl_client *c);
 
-/* ---- sockets ---- */
-
-static void link_close(rl_link *l) {
-    rl_client *c = l->client;
-    ev_io_stop(c->loop, &l->readable);
-    ev_io_stop(c->loop, &l->writable);
-    rl_conn_close(&l->conn);
-    l->read_wants_write = l->write_wants_read = 0;
-}
-
-/* The engine wants a connection: begin one, or say at once why there is none. */
-static void link_connect(rl_link *l) {
-    rl_client *c = l->client;
-    link_close(l);
-    if (rl_conn_open(&l->conn) != 0) {
-        rl_engine_node_down(c->engine, l->index, l->conn.errstr, rl_now_ms());
-        return;
-    }
-    ev_io_set(&l->readable, l->conn.fd, EV_READ);
-    ev_io_set(&l->writable, l->conn.fd, EV_WRITE);
-    ev_io_start(c->loop, &l->writable);
-}
-
-/* The socket failed or ended: close it and tell the engine why. */
-static void link_lost(rl_link *l, const char *prefix, const char *text) {
-    char why[RL_NODE_ERR_LEN];
-    rl_text_join(why, sizeof(why), prefix, text);
-    link_close(l);
-    rl_engine_node_down(l->client->engine, l->index, why, rl_now_ms());
-}
-
-/* Write what the engine has for the node, in one send when the socket has
- * room; what does not fit waits for the socket to be writable. */
-static void link_flush(rl_link *l) {
-    rl_client *c = l->client;
-    if (l->conn.fd < 0 || l->conn.connecting || l->conn.handshaking) return;
-    l->write_wants_read = 0;
-    for (;;) {
-        const char *data;
-        size_t len = rl_engine_node_output(c->engine, l->index, &data);
-        if (len == 0) {
-            if (!l->read_wants_write) ev_io_stop(c->loop, &l->writable);
-            return;
-        }
-        ssize_t w = rl_conn_write(&l->conn, data, len);
-        if (w > 0) {
-            rl_engine_node_wrote(c->engine, l->index, (size_t)w, rl_now_ms());
-        } else if (w == RL_CONN_AGAIN) {
-            if (l->conn.want == RL_TLS_WANT_READ) l->write_wants_read = 1; /* readable is on */
-            else ev_io_start(c->loop, &l->writable);
-            return;
-        } else {
-            link_lost(l, "connection lost: ", l->conn.errstr);
-            return;
-        }
-    }
-}
-
-/* Wait for the direction the TLS handshake asked for. */
-static void link_await(rl_link *l, int want) {
-    rl_client *c = l->client;
-    if (want == RL_TLS_WANT_READ) {
-        ev_io_stop(c->loop, &l->writable);
-        ev_io_start(c->loop, &l->readable);
-    } else {
-        ev_io_stop(c->loop, &l->readable);
-        ev_io_start(c->loop, &l->writable);
-    }
-}
-
-/* Take the handshake a step; when it is done, the connection is up. */
-static void link_handshake(rl_link *l) {
-    rl_client *c = l->client;
-    int rc = rl_conn_handshake(&l->conn);
-    if (rc == RL_CONN_AGAIN) {
-        link_await(l, l->conn.want);
-        return;
-    }
-    if (rc == RL_CONN_FAIL) {
-        link_close(l);
-        rl_engine_node_down(c->engine, l->index, l->conn.errstr, rl_now_ms());
-        return;
-    }
-    ev_io_stop(c->loop, &l->readable);
-    ev_io_stop(c->loop, &l->writable);
-    if (rl_engine_node_connected(c->engine, l->index, 1, rl_now_ms()) != RL_OK) {
-        link_close(l);
-        return;
-    }
-    ev_io_start(c->loop, &l->readable);
-    link_flush(l);
-}
-
-static void link_connected(rl_link *l) {
-    rl_client *c = l->client;
-    ev_io_stop(c->loop, &l->writable);
-    if (rl_conn_finish_connect(&l->conn) != 0) {
-        rl_engine_node_down(c->engine, l->index, l->conn.errstr, rl_now_ms());
-        return;
-    }
-    if (l->conn.handshaking) {
-        rl_engine_node_handshaking(c->engine, l->index);
-        link_handshake(l);
-        return;
-    }
-    if (rl_engine_node_connected(c->engine, l->index, 1, rl_now_ms()) != RL_OK) {
-        link_close(l);
-        return;
-    }
-    ev_io_start(c->loop, &l->readable);
-    link_flush(l);
-}
-
-/* Bytes read from node l, to the engine; nonzero when it has dropped the connection. */
-static int feed_engine(void *arg, const char *data, size_t len) {
-    rl_link *l = arg;
-    return rl_engine_node_feed(l->client->engine, l->index, data, len, rl_now_ms()) != RL_OK;
-}
-
-/* Read and feed everything the socket has. */
-static void link_read(rl_link *l) {
-    l->read_wants_write = 0;
-    int rc = rl_conn_drain(&l->conn, feed_engine, l);
-    if (rc == RL_CONN_FAIL) {
-        link_lost(l, "connection lost: ", l->conn.errstr);
-    } else if (rc == RL_CONN_AGAIN && l->conn.want == RL_TLS_WANT_WRITE) {
-        l->read_wants_write = 1;
-        ev_io_start(l->client->loop, &l->writable);
-    }
-}
-
-static void on_readable(EV_P_ ev_io *w, int revents) {
-    (void)loop;
-    (void)revents;
-    rl_link *l = w->data;
-    if (l->conn.handshaking) {
-        link_handshake(l);
-    } else {
-        link_read(l);
-        if (l->write_wants_read && l->conn.fd >= 0) link_flush(l);
-    }
-    service(l->client);
-}
-
-static void on_writable(EV_P_ ev_io *w, int revents) {
-    (void)loop;
-    (void)revents;
-    rl_link *l = w->data;
-    if (l->conn.connecting) {
-        link_connected(l);
-    } else if (l->conn.handshaking) {
-        link_handshake(l);
-    } else {
-        int read_too = l->read_wants_write;
-        l->read_wants_write = 0;
-        link_flush(l);
-        if (read_too && l->conn.fd >= 0) link_read(l);
-    }
-    service(l->client);
+static void after_event(void *owner) {
+    service(owner);
 }
 
 /* ---- what the engine asks for ---- */
@@ -247,23 +69,31 @@ static void service(rl_client *c) {
     int asked = 1;
     while (asked && (bits = rl_engine_wanting(c->engine)) != 0) {
         asked = 0;
-        for (int i = 0; i < c->nnodes; i++) {
+        for (int i = 0; i < 2 * c->nnodes; i++) {
             if (!(bits & (1u << i))) continue;
             int w = rl_engine_node_wants(c->engine, i);
-            if (w & RL_WANT_CLOSE) link_close(&c->links[i]);
-            if (w & RL_WANT_CONNECT) link_connect(&c->links[i]);
+            if (w & RL_WANT_CLOSE) rl_evsock_close(&c->links[i]);
+            if (w & RL_WANT_CONNECT) rl_evsock_connect(&c->links[i]);
             asked |= w & (RL_WANT_CLOSE | RL_WANT_CONNECT);
         }
     }
     arm_deadline(c);
 }
 
-/* Write what every node has queued: one write per node for all the commands
- * begun or re-sent since the last flush. */
+/* Write what every link has queued: one write per node for all the
+ * commands begun or re-sent since the last flush. */
 static void flush_all(rl_client *c) {
     unsigned bits = rl_engine_wanting(c->engine);
-    for (int i = 0; i < c->nnodes; i++)
-        if (bits & (1u << i)) link_flush(&c->links[i]);
+    for (int i = 0; i < 2 * c->nnodes; i++)
+        if (bits & (1u << i)) rl_evsock_flush(&c->links[i]);
+    service(c);
+}
+
+/* Write what the subscriber links have queued (a watch's SUBSCRIBE). */
+static void flush_subscribers(rl_client *c) {
+    unsigned bits = rl_engine_wanting(c->engine);
+    for (int i = c->nnodes; i < 2 * c->nnodes; i++)
+        if (bits & (1u << i)) rl_evsock_flush(&c->links[i]);
     service(c);
 }
 
@@ -276,38 +106,12 @@ static void on_prepare(EV_P_ ev_prepare *w, int revents) {
 /* libev runs an overdue timer before I/O that arrived in the same loop
  * iteration. Before the engine judges anyone late, take what the sockets
  * already have: finished connects, handshake steps and replies. */
-static void take_ready(rl_client *c) {
-    struct pollfd p[RL_MAX_NODES];
-    int idx[RL_MAX_NODES], n = 0;
-    for (int i = 0; i < c->nnodes; i++) {
-        rl_link *l = &c->links[i];
-        if (l->conn.fd < 0) continue;
-        short ev = l->conn.connecting ? POLLOUT : POLLIN;
-        if (l->conn.handshaking && l->conn.want == RL_TLS_WANT_WRITE) ev = POLLOUT;
-        p[n] = (struct pollfd){.fd = l->conn.fd, .events = ev};
-        idx[n++] = i;
-    }
-    int ready = n > 0 && poll(p, (nfds_t)n, 0) > 0;
-    for (int k = 0; ready && k < n; k++) {
-        rl_link *l = &c->links[idx[k]];
-        if (!p[k].revents || l->conn.fd != p[k].fd) continue;
-        if (l->conn.connecting) link_connected(l);
-        else if (l->conn.handshaking) link_handshake(l);
-        else link_read(l);
-    }
-    for (int i = 0; i < c->nnodes; i++) {
-        rl_link *l = &c->links[i];
-        if (l->conn.fd >= 0 && !l->conn.connecting && !l->conn.handshaking)
-            rl_engine_node_unsent(c->engine, i, rl_conn_unsent(&l->conn));
-    }
-}
-
 static void on_deadline(EV_P_ ev_timer *w, int revents) {
     (void)loop;
     (void)revents;
     rl_client *c = w->data;
     c->armed_at = 0;
-    take_ready(c);
+    rl_evsock_take_ready(c->links, 2 * c->nnodes);
     rl_engine_advance(c->engine, rl_now_ms());
     service(c);
 }
@@ -369,26 +173,11 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
     c->node_timeout_ms = opts->node_timeout_ms;
     c->connect_timeout_ms = opts->connect_timeout_ms;
     c->reconnect_max_ms = opts->reconnect_max_ms;
-    c->notify = rl_notify_new(c->loop, e, opts, tls);
-    if (c->notify == NULL) {
-        if (err) snprintf(err, errlen, "out of memory");
-        ev_ref(c->loop);
-        ev_prepare_stop(c->loop, &c->flusher);
-        ev_loop_destroy(c->loop);
-        free(c);
-        rl_tls_free(tls);
-        rl_engine_free(e);
-        return NULL;
-    }
-    for (int i = 0; i < nurls; i++) {
-        rl_link *l = &c->links[i];
-        l->client = c;
-        l->index = i;
-        rl_conn_init(&l->conn, rl_engine_node_url(e, i), rl_engine_node_tls(e, i) ? tls : NULL);
-        ev_io_init(&l->readable, on_readable, -1, EV_READ);
-        ev_io_init(&l->writable, on_writable, -1, EV_WRITE);
-        l->readable.data = l->writable.data = l;
-    }
+    /* a subscriber link looks its name up when first asked to connect */
+    for (int i = 0; i < 2 * nurls; i++)
+        rl_evsock_init(&c->links[i], c->loop, e, i, rl_engine_node_url(e, i % nurls),
+                       rl_engine_node_tls(e, i) ? tls : NULL, after_event, c);
+    for (int i = 0; i < nurls; i++) rl_evsock_lookup(&c->links[i]);
     double deadline = rl_now_ms() + opts->connect_timeout_ms;
     for (int i = 0; i < nurls; i++) rl_conn_wait_lookup(&c->links[i].conn, deadline, opts->connect_timeout_ms);
     for (int i = 0; i < nurls; i++) rl_engine_node_open(e, i, rl_now_ms());
@@ -425,11 +214,7 @@ void rl_client_run_while(rl_client *c, int (*busy)(const rl_engine *), int ms) {
 void rl_client_free(rl_client *c) {
     if (c == NULL) return;
     finish_tails(c);
-    for (int i = 0; i < c->nnodes; i++) {
-        link_close(&c->links[i]);
-        rl_conn_free(&c->links[i].conn);
-    }
-    rl_notify_free(c->notify);
+    for (int i = 0; i < 2 * c->nnodes; i++) rl_evsock_free(&c->links[i]);
     ev_timer_stop(c->loop, &c->run_timer);
     ev_timer_stop(c->loop, &c->deadline);
     ev_ref(c->loop);
@@ -603,20 +388,22 @@ int rl_extend(rl_client *c, const char *resource, size_t len, const char *value,
 /* ---- hand-off: waiting for a release ---- */
 
 int rl_watch(rl_client *c, const char *resource, size_t len) {
-    if (resource == NULL || len == 0) return RL_ERR;
-    return rl_notify_watch(c->notify, resource, len);
+    int id = rl_engine_watch(c->engine, resource, len, rl_now_ms());
+    flush_subscribers(c);
+    return id >= 0 ? RL_OK : RL_ERR;
 }
 
 void rl_unwatch(rl_client *c, const char *resource, size_t len) {
-    if (resource != NULL) rl_notify_unwatch(c->notify, resource, len);
+    rl_engine_unwatch(c->engine, resource, len, rl_now_ms());
+    flush_subscribers(c);
 }
 
 unsigned rl_heard(const rl_client *c, const char *resource, size_t len) {
-    return rl_notify_heard(c->notify, resource, len);
+    return rl_engine_heard(c->engine, resource, len);
 }
 
 int rl_heard_listeners(const rl_client *c, const char *resource, size_t len) {
-    return rl_notify_listeners(c->notify, resource, len);
+    return rl_engine_heard_listeners(c->engine, resource, len);
 }
 
 int rl_sleep_until(rl_client *c, const char *resource, size_t len, unsigned heard, int ms) {
@@ -632,7 +419,7 @@ int rl_sleep_until(rl_client *c, const char *resource, size_t len, unsigned hear
 }
 
 int rl_client_listening(const rl_client *c) {
-    return rl_notify_up(c->notify);
+    return rl_engine_listening(c->engine);
 }
 
 /* ---- the keeper's share of the engine (client.h) ---- */

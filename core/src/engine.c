@@ -26,7 +26,9 @@
  * sent under (its ticket), so a late reply can never vote in a later phase
  * or a later operation. Each phase's deadline sits in a heap keyed by slot.
  * The keep-alive schedule (keep.c) begins rounds of its own here: their
- * results go back to it, never to the driver. */
+ * results go back to it, never to the driver. Hand-off's subscriptions are
+ * substream.c's: the engine hands it the links N .. 2N-1 (a node's
+ * subscriber connection) and its part of the time. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +39,7 @@
 #include "opid.h"
 #include "round.h"
 #include "stream.h"
+#include "substream.h"
 #include "value.h"
 
 enum { OP_FREE = 0, OP_ROUND, OP_TAIL, OP_CLEANUP, OP_QUIET };
@@ -89,6 +92,7 @@ struct rl_engine {
     double now;              /* the latest time a caller gave (time never goes back) */
     rl_url urls[RL_MAX_NODES];
     rl_stream nodes[RL_MAX_NODES];
+    rl_subs subs;            /* hand-off: the resources watched, and the subscriber links */
     char timeout_text[64];   /* "no reply within N ms" */
     rl_waiter waiter;        /* this client in the queues of waiters (hand-off) */
     rl_buf scratch;          /* EVAL fallback commands */
@@ -185,12 +189,17 @@ rl_engine *rl_engine_new(const char *const *urls, int nurls, const rl_options *o
     for (int i = 0; i < nurls; i++)
         rl_stream_init(&e->nodes[i], &e->urls[i], i, &e->opts, on_node_reply, e, e->nodes, nurls);
     rl_keep_init(&e->keep);
+    if (rl_subs_init(&e->subs, e->urls, nurls, &e->opts) != 0) {
+        rl_engine_free(e);
+        return snprintf(err, errlen, "out of memory"), NULL;
+    }
     return e;
 }
 
 void rl_engine_free(rl_engine *e) {
     if (e == NULL) return;
     for (int i = 0; i < e->nnodes; i++) rl_stream_free(&e->nodes[i]);
+    rl_subs_free(&e->subs);
     for (int i = 0; i < e->nops; i++) {
         rl_buf_free(&e->ops[i]->key);
         rl_buf_free(&e->ops[i]->cmd);
@@ -208,25 +217,36 @@ int rl_engine_nodes(const rl_engine *e) {
     return e->nnodes;
 }
 
+/* The node of link k (k, or k - N for a subscriber link), or -1. */
+static int node_at(const rl_engine *e, int k) {
+    return k >= 0 && k < e->nnodes ? k : k >= e->nnodes && k < 2 * e->nnodes ? k - e->nnodes : -1;
+}
+
 const char *rl_engine_node_name(const rl_engine *e, int i) {
-    return i >= 0 && i < e->nnodes ? e->urls[i].name : NULL;
+    return (i = node_at(e, i)) >= 0 ? e->urls[i].name : NULL;
 }
 
 const char *rl_engine_node_host(const rl_engine *e, int i) {
-    if (i < 0 || i >= e->nnodes) return NULL;
+    if ((i = node_at(e, i)) < 0) return NULL;
     return e->urls[i].kind == RL_URL_UNIX ? e->urls[i].path : e->urls[i].host;
 }
 
 int rl_engine_node_tls(const rl_engine *e, int i) {
-    return i >= 0 && i < e->nnodes && e->urls[i].kind == RL_URL_TCP && e->urls[i].tls;
+    return (i = node_at(e, i)) >= 0 && e->urls[i].kind == RL_URL_TCP && e->urls[i].tls;
 }
 
 int rl_engine_node_port(const rl_engine *e, int i) {
-    return i >= 0 && i < e->nnodes && e->urls[i].kind == RL_URL_TCP ? e->urls[i].port : 0;
+    return (i = node_at(e, i)) >= 0 && e->urls[i].kind == RL_URL_TCP ? e->urls[i].port : 0;
 }
 
 const rl_url *rl_engine_node_url(const rl_engine *e, int i) {
     return &e->urls[i];
+}
+
+rl_subs *rl_engine_subs(const rl_engine *e, double *now_ms) {
+    rl_engine *m = (rl_engine *)e; /* engines live on the heap: the const may go */
+    if (now_ms) *now_ms = clock_at(m, *now_ms);
+    return &m->subs;
 }
 
 int rl_engine_quorum(const rl_engine *e) {
@@ -662,57 +682,81 @@ static rl_stream *node_of(rl_engine *e, int node) {
     return node >= 0 && node < e->nnodes ? &e->nodes[node] : NULL;
 }
 
+/* The node whose subscriber link is link k, or -1 if k is no subscriber link. */
+static int sub_of(const rl_engine *e, int k) {
+    return k >= e->nnodes && k < 2 * e->nnodes ? k - e->nnodes : -1;
+}
+
 unsigned rl_engine_wanting(const rl_engine *e) {
     unsigned bits = 0;
-    for (int i = 0; i < e->nnodes; i++)
+    for (int i = 0; i < e->nnodes; i++) {
         if (rl_stream_wanting(&e->nodes[i])) bits |= 1u << i;
+        if (rl_subs_wanting(&e->subs, i)) bits |= 1u << (e->nnodes + i);
+    }
     return bits;
 }
 
 int rl_engine_node_wants(rl_engine *e, int node) {
     rl_stream *s = node_of(e, node);
-    return s ? rl_stream_take_wants(s) : 0;
+    int j = sub_of(e, node);
+    return s ? rl_stream_take_wants(s) : j >= 0 ? rl_subs_take_wants(&e->subs, j) : 0;
 }
 
 void rl_engine_node_open(rl_engine *e, int node, double now_ms) {
     rl_stream *s = node_of(e, node);
+    int j = sub_of(e, node);
     if (s) rl_stream_open(s, clock_at(e, now_ms));
+    else if (j >= 0) rl_subs_open(&e->subs, j, clock_at(e, now_ms));
 }
 
 int rl_engine_node_connected(rl_engine *e, int node, int fresh, double now_ms) {
     rl_stream *s = node_of(e, node);
+    int j = sub_of(e, node);
+    if (j >= 0) return rl_subs_connected(&e->subs, j, clock_at(e, now_ms)) == 0 ? RL_OK : RL_ERR;
     if (s == NULL || rl_stream_connected(s, fresh, clock_at(e, now_ms)) != 0) return RL_ERR;
     return RL_OK;
 }
 
 void rl_engine_node_handshaking(rl_engine *e, int node) {
     rl_stream *s = node_of(e, node);
+    int j = sub_of(e, node);
     if (s) rl_stream_handshaking(s);
+    else if (j >= 0) rl_subs_handshaking(&e->subs, j);
 }
 
 void rl_engine_node_down(rl_engine *e, int node, const char *why, double now_ms) {
     rl_stream *s = node_of(e, node);
+    int j = sub_of(e, node);
     if (s) rl_stream_down(s, why, clock_at(e, now_ms));
+    else if (j >= 0) rl_subs_down(&e->subs, j, why, clock_at(e, now_ms));
 }
 
 int rl_engine_node_detach(rl_engine *e, int node, double now_ms) {
     rl_stream *s = node_of(e, node);
+    int j = sub_of(e, node);
+    if (j >= 0) return rl_subs_detach(&e->subs, j, clock_at(e, now_ms));
     return s ? rl_stream_detach(s, clock_at(e, now_ms)) : 0;
 }
 
 size_t rl_engine_node_output(rl_engine *e, int node, const char **data) {
     rl_stream *s = node_of(e, node);
-    return s && data ? rl_stream_output(s, data) : 0;
+    int j = sub_of(e, node);
+    if (data == NULL) return 0;
+    return s ? rl_stream_output(s, data) : j >= 0 ? rl_subs_output(&e->subs, j, data) : 0;
 }
 
 void rl_engine_node_wrote(rl_engine *e, int node, size_t n, double now_ms) {
     rl_stream *s = node_of(e, node);
+    int j = sub_of(e, node);
     if (s) rl_stream_wrote(s, n, clock_at(e, now_ms));
+    else if (j >= 0) rl_subs_wrote(&e->subs, j, n);
 }
 
 int rl_engine_node_feed(rl_engine *e, int node, const char *data, size_t len, double now_ms) {
     rl_stream *s = node_of(e, node);
-    if (s == NULL || (data == NULL && len > 0)) return RL_ERR;
+    int j = sub_of(e, node);
+    if ((s == NULL && j < 0) || (data == NULL && len > 0)) return RL_ERR;
+    if (j >= 0) return rl_subs_feed(&e->subs, j, data, len, clock_at(e, now_ms)) == 0 ? RL_OK : RL_ERR;
     return rl_stream_feed(s, data, len, clock_at(e, now_ms)) == 0 ? RL_OK : RL_ERR;
 }
 
@@ -725,23 +769,16 @@ int rl_engine_node_unanswered(const rl_engine *e, int node) {
     return node >= 0 && node < e->nnodes ? (int)e->nodes[node].ring_count : 0;
 }
 
-size_t rl_engine_node_auth(rl_engine *e, int node, const char **data) {
-    if (node < 0 || node >= e->nnodes || data == NULL) return 0;
-    e->scratch.len = 0;
-    if (rl_cmd_auth(&e->scratch, e->urls[node].user, e->urls[node].password) != 1) return 0;
-    *data = e->scratch.data;
-    return e->scratch.len;
-}
-
 const char *rl_engine_node_errstr(const rl_engine *e, int node) {
-    return node >= 0 && node < e->nnodes ? e->nodes[node].errstr : NULL;
+    int j = sub_of(e, node);
+    return node >= 0 && node < e->nnodes ? e->nodes[node].errstr : j >= 0 ? e->subs.nodes[j].errstr : NULL;
 }
 
 double rl_engine_deadline(const rl_engine *e) {
     double at = -1, d;
     if (rl_deadlines_first(&e->deadlines, &d) >= 0) at = d;
-    for (int i = 0; i < e->nnodes; i++) {
-        d = rl_stream_deadline(&e->nodes[i]);
+    for (int i = 0; i <= e->nnodes; i++) {
+        d = i < e->nnodes ? rl_stream_deadline(&e->nodes[i]) : rl_subs_deadline(&e->subs);
         if (d > 0 && (at < 0 || d < at)) at = d;
     }
     d = rl_keep_deadline(&e->keep);
@@ -752,6 +789,7 @@ double rl_engine_deadline(const rl_engine *e) {
 void rl_engine_advance(rl_engine *e, double now_ms) {
     double now = clock_at(e, now_ms), at;
     for (int i = 0; i < e->nnodes; i++) rl_stream_advance(&e->nodes[i], now);
+    rl_subs_advance(&e->subs, now);
     int slot;
     while ((slot = rl_deadlines_first(&e->deadlines, &at)) >= 0 && at <= now) op_timeout(e, e->ops[slot]);
     rl_keep_advance(e, &e->keep, now);

@@ -5,10 +5,16 @@
 
 #include "keep.h"
 #include "redlock.h"
+#include "substream.h"
 #include "url.h"
 
 /* The parsed URL of node i (0 <= i < rl_engine_nodes). */
 const rl_url *rl_engine_node_url(const rl_engine *e, int i);
+
+/* The engine's subscriptions, for substream.c's rl_engine_watch and the
+ * like (not for drivers). now_ms not NULL: the engine's clock moves to it
+ * (never back), and *now_ms becomes the engine's time. */
+rl_subs *rl_engine_subs(const rl_engine *e, double *now_ms);
 
 /* For a finished operation id: the latest moment worth keeping the driver
  * running so that a command of it still held behind the setup of a

@@ -29,9 +29,22 @@ typedef int array_len;
  * reader treats NULL as out of memory), never dereferenced. */
 static char nested;
 
+/* The limits of rd (reply.h): the longest string, and the most bytes
+ * buffered or run without CRLF. */
+static size_t max_string(const rl_reader *rd) {
+    return rd->max_string ? rd->max_string : RL_REPLY_MAX_STRING;
+}
+
+static size_t max_buffered(const rl_reader *rd) {
+    return rd->max_string ? 2 * rd->max_string : RL_REPLY_MAX_BUFFERED;
+}
+
 static rl_reply *top(const redisReadTask *task) {
     if (task->parent != NULL) return NULL;
-    rl_reply *r = &((rl_reader *)task->privdata)->slot;
+    rl_reader *rd = task->privdata;
+    rd->nkept = 0;
+    rd->kept.len = 0;
+    rl_reply *r = &rd->slot;
     r->type = task->type;
     r->integer = 0;
     r->len = 0;
@@ -74,17 +87,32 @@ static int is_string(int type) {
     return type == REDIS_REPLY_STRING;
 }
 
+/* An element of a top-level array, kept if rd keeps elements: its bytes
+ * (a string's), or its absence. Return 0, or -1 when out of memory. */
+static int keep_element(rl_reader *rd, const redisReadTask *task, const char *str, size_t len) {
+    if (!rd->keep || task->parent->parent != NULL || task->idx != rd->nkept || rd->nkept >= RL_REPLY_KEPT) return 0;
+    int i = rd->nkept++;
+    rd->kept_str[i] = str != NULL;
+    rd->kept_at[i] = rd->kept.len;
+    rd->kept_len[i] = len;
+    if (str == NULL || len == 0) return 0;
+    if (rl_buf_reserve(&rd->kept, len) != 0) return -1;
+    memcpy(rd->kept.data + rd->kept.len, str, len);
+    rd->kept.len += len;
+    return 0;
+}
+
 static void *create_string(const redisReadTask *task, char *str, size_t len) {
-    if (is_string(task->type) && len > RL_REPLY_MAX_STRING) {
+    rl_reader *rd = task->privdata;
+    if (is_string(task->type) && len > max_string(rd)) {
         /* over_limits refuses it from its header when the bytes come in
          * pieces; refuse it alike when they came at once */
-        rl_reader *rd = task->privdata;
-        snprintf(rd->err, sizeof(rd->err), "reply too large: a string of %zu bytes (at most %d)", len,
-                 RL_REPLY_MAX_STRING);
+        snprintf(rd->err, sizeof(rd->err), "reply too large: a string of %zu bytes (at most %zu)", len,
+                 max_string(rd));
         return NULL; /* the reader stops with an error */
     }
     rl_reply *r = top(task);
-    if (r == NULL) return &nested;
+    if (r == NULL) return keep_element(rd, task, is_string(task->type) ? str : NULL, len) == 0 ? &nested : NULL;
     size_t keep = len < sizeof(r->str) - 1 ? len : sizeof(r->str) - 1;
     memcpy(r->str, str, keep);
     r->str[keep] = '\0';
@@ -94,28 +122,28 @@ static void *create_string(const redisReadTask *task, char *str, size_t len) {
 }
 
 static void *create_array(const redisReadTask *task, array_len elements) {
+    rl_reader *rd = task->privdata;
     if ((long long)elements > RL_REPLY_MAX_ELEMENTS) {
-        rl_reader *rd = task->privdata;
         snprintf(rd->err, sizeof(rd->err), "reply too large: an array of %lld elements (at most %d)",
                  (long long)elements, RL_REPLY_MAX_ELEMENTS);
         return NULL; /* the reader stops with an error */
     }
     rl_reply *r = top(task);
-    if (r == NULL) return &nested;
+    if (r == NULL) return keep_element(rd, task, NULL, 0) == 0 ? &nested : NULL;
     r->integer = (long long)elements;
     return r;
 }
 
 static void *create_integer(const redisReadTask *task, long long value) {
     rl_reply *r = top(task);
-    if (r == NULL) return &nested;
+    if (r == NULL) return keep_element(task->privdata, task, NULL, 0) == 0 ? &nested : NULL;
     r->integer = value;
     return r;
 }
 
 static void *create_nil(const redisReadTask *task) {
     rl_reply *r = top(task);
-    if (r == NULL) return &nested;
+    if (r == NULL) return keep_element(task->privdata, task, NULL, 0) == 0 ? &nested : NULL;
     r->type = RL_REPLY_NIL;  /* a nil array, too */
     return r;
 }
@@ -163,24 +191,27 @@ int rl_reader_reset(rl_reader *rd) {
 void rl_reader_free(rl_reader *rd) {
     if (rd->reader) redisReaderFree(rd->reader);
     rd->reader = NULL;
+    rl_buf_free(&rd->kept);
+    rd->nkept = 0;
 }
 
-/* Note where the stream first runs longer than RL_REPLY_MAX_BUFFERED
- * bytes without CRLF. Jumps from '\n' to '\n' (every reply passes here). */
+/* Note where the stream first runs longer than max_buffered bytes
+ * without CRLF. Jumps from '\n' to '\n' (every reply passes here). */
 static void scan_lines(rl_reader *rd, const char *buf, size_t len) {
+    const size_t most = max_buffered(rd);
     size_t i = 0;
     while (rd->long_at == ULLONG_MAX && i < len) {
         const char *nl = memchr(buf + i, '\n', len - i);
         size_t end = nl ? (size_t)(nl - buf) : len, n = end - i; /* buf[i .. end) holds no '\n' */
-        if (rd->run + n > RL_REPLY_MAX_BUFFERED) {
-            rd->long_at = rd->fed + i + (RL_REPLY_MAX_BUFFERED - rd->run);
+        if (rd->run + n > most) {
+            rd->long_at = rd->fed + i + (most - rd->run);
             return;
         }
         rd->run += n;
         if (n > 0) rd->after_cr = buf[end - 1] == '\r';
         if (nl == NULL) return;
         if (rd->after_cr) rd->run = 0; /* a CRLF ends the run */
-        else if (++rd->run > RL_REPLY_MAX_BUFFERED) rd->long_at = rd->fed + end;
+        else if (++rd->run > most) rd->long_at = rd->fed + end;
         rd->after_cr = 0;
         i = end + 1;
     }
@@ -202,7 +233,7 @@ static int holds_long_run(rl_reader *rd, int complete) {
      * ended before long_at or were refused). */
     unsigned long long read_to = rd->fed - (unsigned long long)(rd->reader->len - rd->reader->pos);
     if (complete && read_to <= rd->long_at) return 0;
-    snprintf(rd->err, sizeof(rd->err), "reply too large: more than %d bytes without CRLF", RL_REPLY_MAX_BUFFERED);
+    snprintf(rd->err, sizeof(rd->err), "reply too large: more than %zu bytes without CRLF", max_buffered(rd));
     return 1;
 }
 
@@ -224,21 +255,22 @@ static int over_limits(rl_reader *rd) {
     const char *p = r->buf + r->pos;
     size_t unparsed = r->len - r->pos;
     int type = current_type(r);
+    const long long most = (long long)max_string(rd);
     if (is_string(type) && memchr(p, '\r', unparsed) != NULL) {
         long long declared = 0;
-        for (size_t i = 0; i < unparsed && p[i] >= '0' && p[i] <= '9' && declared <= RL_REPLY_MAX_STRING; i++)
+        for (size_t i = 0; i < unparsed && p[i] >= '0' && p[i] <= '9' && declared <= most; i++)
             declared = declared * 10 + (p[i] - '0');
-        if (declared > RL_REPLY_MAX_STRING) {
+        if (declared > most) {
             size_t n = 0;
             while (n < unparsed && n < 20 && p[n] != '\r') n++;
-            snprintf(rd->err, sizeof(rd->err), "reply too large: a string of %.*s bytes (at most %d)", (int)n, p,
-                     RL_REPLY_MAX_STRING);
+            snprintf(rd->err, sizeof(rd->err), "reply too large: a string of %.*s bytes (at most %lld)", (int)n, p,
+                     most);
             return 1;
         }
     }
-    if (unparsed > RL_REPLY_MAX_BUFFERED) {
-        snprintf(rd->err, sizeof(rd->err), "reply too large: %zu bytes and not complete (at most %d)", unparsed,
-                 RL_REPLY_MAX_BUFFERED);
+    if (unparsed > max_buffered(rd)) {
+        snprintf(rd->err, sizeof(rd->err), "reply too large: %zu bytes and not complete (at most %zu)", unparsed,
+                 max_buffered(rd));
         return 1;
     }
     return 0;
@@ -256,4 +288,14 @@ int rl_reader_next(rl_reader *rd, const rl_reply **out) {
 const char *rl_reader_error(const rl_reader *rd) {
     if (rd->err[0]) return rd->err;
     return rd->reader && rd->reader->errstr[0] ? rd->reader->errstr : "protocol error";
+}
+
+const char *rl_reader_element(const rl_reader *rd, int i, size_t *len) {
+    if (i < 0 || i >= rd->nkept || !rd->kept_str[i]) return NULL;
+    *len = rd->kept_len[i];
+    return rd->kept_len[i] ? rd->kept.data + rd->kept_at[i] : "";
+}
+
+unsigned long long rl_reader_consumed(const rl_reader *rd) {
+    return rd->reader ? rd->fed - (unsigned long long)(rd->reader->len - rd->reader->pos) : rd->fed;
 }

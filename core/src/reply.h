@@ -10,6 +10,8 @@
 
 #include <hiredis/read.h>
 
+#include "command.h"
+
 #define RL_REPLY_TEXT_LEN 96
 
 /* What a node may send us. Every reply to our commands is small (the largest
@@ -19,6 +21,10 @@
 #define RL_REPLY_MAX_STRING 65536
 #define RL_REPLY_MAX_ELEMENTS 1024
 #define RL_REPLY_MAX_BUFFERED (2 * RL_REPLY_MAX_STRING)
+
+/* How many string elements of an array reply a reader keeps (rl_reader.keep):
+ * a pub/sub message's kind, channel and payload. */
+#define RL_REPLY_KEPT 3
 
 /* A server's run_id: 40 hex characters. */
 #define RL_RUN_ID_LEN 40
@@ -48,7 +54,11 @@ typedef struct rl_reply {
  * RL_REPLY_MAX_STRING is refused whether its bytes are all in or not; a run
  * of more than RL_REPLY_MAX_BUFFERED bytes without CRLF (a line no reply of
  * ours has, since every string is shorter) is refused in the reply that
- * holds it, whether that reply is complete or not. */
+ * holds it, whether that reply is complete or not. A subscriber's reader
+ * raises the string limit to its frame cap (max_string; the buffered and
+ * the line limits are then twice that), and keeps the first RL_REPLY_KEPT
+ * string elements of an array (keep), which a message is made of. Both are
+ * the owner's to set, before feeding; rl_reader_reset leaves them. */
 typedef struct rl_reader {
     redisReader *reader;
     rl_reply slot;                 /* the reply rl_reader_next last returned */
@@ -58,6 +68,12 @@ typedef struct rl_reader {
                                       or ULLONG_MAX */
     size_t run;                    /* bytes since the last CRLF */
     int after_cr;                  /* the last byte fed was '\r' */
+    size_t max_string;             /* longest string accepted; 0: RL_REPLY_MAX_STRING */
+    int keep;                      /* 1: keep the string elements of an array reply (rl_reader_element) */
+    rl_buf kept;                   /* their bytes, back to back */
+    size_t kept_at[RL_REPLY_KEPT], kept_len[RL_REPLY_KEPT];
+    int nkept;                     /* elements kept (a non-string element is kept as absent) */
+    char kept_str[RL_REPLY_KEPT];  /* kept_str[i]: element i is a string */
 } rl_reader;
 
 /* Prepare (or, on a reader in use, restart: buffered bytes are dropped).
@@ -77,5 +93,15 @@ int rl_reader_feed(rl_reader *rd, const char *buf, size_t len);
 int rl_reader_next(rl_reader *rd, const rl_reply **out);
 
 const char *rl_reader_error(const rl_reader *rd);
+
+/* With keep set: string element i (0 .. RL_REPLY_KEPT-1) of the array reply
+ * rl_reader_next last returned, its length in *len; NULL when that reply is
+ * no array, has no element i, or element i is not a string. Valid until the
+ * next call on rd. */
+const char *rl_reader_element(const rl_reader *rd, int i, size_t *len);
+
+/* Bytes of the stream the replies handed out so far have taken (where the
+ * next reply begins): a subscriber measures its frames with it. */
+unsigned long long rl_reader_consumed(const rl_reader *rd);
 
 #endif

@@ -1443,14 +1443,6 @@ static void setup_auth_and_select_refused(void) {
         CHECK_INT(rl_engine_node_wants(E, i), RL_WANT_CONNECT);
         CHECK_INT(rl_engine_node_connected(E, i, 1, 0), RL_OK);
     }
-    /* the AUTH a connection outside the engine sends (a subscriber): the same bytes */
-    const char *auth = NULL, *auth0 = "*2\r\n$4\r\nAUTH\r\n$6\r\nsecret\r\n",
-               *auth1 = "*3\r\n$4\r\nAUTH\r\n$5\r\nalice\r\n$2\r\npw\r\n";
-    CHECK_INT(rl_engine_node_auth(E, 0, &auth), strlen(auth0));
-    CHECK(auth && strncmp(auth, auth0, strlen(auth0)) == 0);
-    CHECK_INT(rl_engine_node_auth(E, 1, &auth), strlen(auth1));
-    CHECK(strncmp(auth, auth1, strlen(auth1)) == 0);
-    CHECK_INT(rl_engine_node_auth(E, 2, &auth), 0);
     snprintf(want, sizeof(want), "*2\r\n$4\r\nAUTH\r\n$6\r\nsecret\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n2\r\n%s", plain_setup());
     CHECK_STR(drain(0, 0), want);
     snprintf(want, sizeof(want), "*3\r\n$4\r\nAUTH\r\n$5\r\nalice\r\n$2\r\npw\r\n%s", plain_setup());

@@ -1,5 +1,6 @@
 /* test_failures.c — the core when the C library fails it: every allocation
- * in turn fails once (client, connection setup, rounds, cleanup, keeper), and
+ * in turn fails once (client, connection setup, rounds, cleanup, hand-off's
+ * watches and subscriber connection, keeper), and
  * getrandom is unavailable. Linked with -Wl,--wrap for malloc, calloc,
  * realloc and getrandom, so the core's own calls come here first. Run under
  * ASan+UBSan in CI, where a half-queued command (a memcpy from NULL), a leak
@@ -88,6 +89,12 @@ static void every_client_allocation_fails_once(void) {
         rl_client *c = rl_client_new(urls, 1, NULL, err, sizeof(err));
         if (c) {
             lock_cycle(c, r);
+            /* hand-off: a watch, its subscriber connection and SUBSCRIBE, a second watch, the unwatches */
+            if (rl_watch(c, "w", 1) == RL_OK) {
+                rl_sleep(c, 20);
+                if (rl_watch(c, "v", 1) == RL_OK) rl_unwatch(c, "v", 1);
+                rl_unwatch(c, "w", 1);
+            }
             int id = rl_begin_acquire(c, "abandoned", 9, 1000); /* freed with it in flight */
             (void)id;
             rl_client_free(c);
@@ -110,6 +117,10 @@ static void every_client_allocation_fails_once(void) {
         }
         CHECK(ok);
         rl_release(c, "after", 5, r->value, r);
+        CHECK_INT(rl_watch(c, "w", 1), RL_OK);
+        for (int tries = 0; tries < 200 && rl_client_listening(c) < 1; tries++) rl_sleep(c, 10);
+        CHECK_INT(rl_client_listening(c), 1);
+        rl_unwatch(c, "w", 1);
         rl_client_free(c);
     }
     free(r);

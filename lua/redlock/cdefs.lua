@@ -160,7 +160,12 @@ int rl_engine_node_feed(rl_engine *e, int node, const char *data, size_t len, do
 void rl_engine_node_unsent(rl_engine *e, int node, long long bytes);
 int rl_engine_node_unanswered(const rl_engine *e, int node);
 const char *rl_engine_node_errstr(const rl_engine *e, int node);
-size_t rl_engine_node_auth(rl_engine *e, int node, const char **data);
+int rl_engine_watch(rl_engine *e, const char *resource, size_t len, double now_ms);
+void rl_engine_unwatch(rl_engine *e, const char *resource, size_t len, double now_ms);
+unsigned rl_engine_heard(const rl_engine *e, const char *resource, size_t len);
+int rl_engine_heard_listeners(const rl_engine *e, const char *resource, size_t len);
+int rl_engine_listening(const rl_engine *e);
+int rl_engine_heard_next(rl_engine *e, int *broadcast);
 double rl_engine_deadline(const rl_engine *e);
 void rl_engine_advance(rl_engine *e, double now_ms);
 int rl_engine_collect(rl_engine *e, rl_result *out);

@@ -5,14 +5,16 @@
 -- bytes, reads the clock and sleeps.
 --
 -- One driver per worker and configuration: the hub. A hub owns one engine
--- and one connection per node, and runs in a long-lived ngx.timer callback
--- (a timer is a request of its own, so its cosockets live as long as it
--- runs). In it, one light thread per node connects and reads, feeding what
--- arrives to the engine; the timer's main loop waits on a semaphore ("work
--- posted") or until the engine's next deadline, then does what the engine
--- wants (close, connect, write), advances it, and hands every finished
--- result to the request waiting for it. Everything begun since the last turn
--- goes to each node in one send: that is where the throughput comes from.
+-- and its links (per node a command connection and, once something is
+-- watched, a subscriber connection: redlock.h, "Links"), and runs in a
+-- long-lived ngx.timer callback (a timer is a request of its own, so its
+-- cosockets live as long as it runs). In it, one light thread per link
+-- connects and reads, feeding what arrives to the engine; the timer's main
+-- loop waits on a semaphore ("work posted") or until the engine's next
+-- deadline, then does what the engine wants (close, connect, write),
+-- advances it, and hands every finished result to the request waiting for
+-- it. Everything begun since the last turn goes to each node in one send:
+-- that is where the throughput comes from.
 --
 -- A lock call never touches a socket: it begins its operation on the hub's
 -- engine (pure C), posts the hub's semaphore and waits on a semaphore of its
@@ -75,6 +77,7 @@ local function phase_refusal()
 end
 
 local out_ptr = ffi_new("const char *[1]")
+local int_out = ffi_new("int[1]")
 
 ---------------------------------------------------------------------------
 -- waiters: what a call waits on (its semaphore, a copy of its result), and
@@ -109,7 +112,7 @@ end
 -- the hub
 
 local hubs = {}  -- configuration key -> hub, for this worker
-local lost_reason -- lost_reason(hub, i, err): why node i's connection ended (defined with the TLS code)
+local lost_reason -- lost_reason(hub, i, err): why link i's connection ended (defined with the TLS code)
 
 local function wake(hub)
     local sema = hub.work
@@ -253,7 +256,7 @@ local function fail_waiters(hub, why)
     end
 end
 
--- Close node i's socket. Its reader, if any, is killed first: only the
+-- Close link i's socket. Its reader, if any, is killed first: only the
 -- coroutine that spawned it (the hub's loop) may, and only the loop calls
 -- this while readers run.
 local function close_node(hub, i)
@@ -268,9 +271,15 @@ local function close_node(hub, i)
     if sock then sock:close() end
 end
 
--- Node i's connection failed or ended, seen by its own reader: forget the
--- socket (the reader is about to return) and tell the engine.
+-- Link i's connection failed or ended, seen by its own reader: forget the
+-- socket (the reader is about to return) and tell the engine. A subscriber
+-- link's reason goes to the error log, once per reason (not once per retry):
+-- it costs wake-ups, which nothing else would show.
 local function lost_node(hub, i, why)
+    if i >= hub.n and hub.said[i] ~= why then
+        ngx.log(ngx.WARN, "redlock: subscriber of ", hub.names[i], ": ", why)
+    end
+    hub.said[i] = why
     hub.gen[i] = hub.gen[i] + 1
     hub.up[i] = false
     hub.readers[i] = nil
@@ -281,7 +290,7 @@ local function lost_node(hub, i, why)
     wake(hub)
 end
 
--- Write what the engine has for node i (everything queued since the last
+-- Write what the engine has for link i (everything queued since the last
 -- turn, in one send), and what was queued while that send yielded.
 local function write_node(hub, i)
     local e, gen = hub.e, hub.gen[i]
@@ -460,10 +469,9 @@ end
 
 -- Connect sock to node i and, for a rediss:// node, do the TLS handshake
 -- within what is left of connect_timeout. true, or nil and why (the node's
--- reason). Used by the command connections and the subscribers alike;
--- engine: the command connection, whose handshake the engine is told of
--- (its connect deadline then says the handshake timed out, as ours does).
-local function open(hub, i, sock, engine)
+-- reason). The engine is told of the handshake (its connect deadline then
+-- says the handshake timed out, as ours does).
+local function open(hub, i, sock)
     local t0 = now_ms()
     sock:settimeouts(hub.connect_timeout, hub.node_timeout, READ_TIMEOUT_MS)
     local ok, err
@@ -475,7 +483,7 @@ local function open(hub, i, sock, engine)
     if not ok and err == "timeout" then return nil, ("connect timed out after %d ms"):format(hub.connect_timeout) end
     if not ok then return nil, "connect failed: " .. tostring(err) end
     if not hub.tlss[i] then return true end
-    if engine then C.rl_engine_node_handshaking(hub.e, i) end
+    C.rl_engine_node_handshaking(hub.e, i)
     local left = math.floor(hub.connect_timeout - (now_ms() - t0))
     if left < 1 then return nil, ("TLS handshake timed out after %d ms"):format(hub.connect_timeout) end
     sock:settimeouts(left, hub.node_timeout, READ_TIMEOUT_MS) -- ngx_lua times the handshake with it
@@ -504,14 +512,16 @@ local function tls_notes(hub)
     end
 end
 
--- Node i's light thread: connect (a new connection: the engine sends
--- AUTH/SELECT/INFO first), then read and feed until the connection ends or
--- the loop closes it.
+local post_heard -- post_heard(hub): wake the requests asleep on watches that heard a release (see "hand-off")
+
+-- Link i's light thread: connect (a new connection: the engine sends
+-- AUTH/SELECT/INFO first, or a subscriber's AUTH and SUBSCRIBE), then read
+-- and feed until the connection ends or the loop closes it.
 local function read_node(hub, i, gen)
     local e = hub.e
     local sock = ngx.socket.tcp()
     hub.socks[i] = sock
-    local ok, err = open(hub, i, sock, true)
+    local ok, err = open(hub, i, sock)
     if hub.gen[i] ~= gen then return end
     if not ok then return lost_node(hub, i, err) end
     if C.rl_engine_node_connected(e, i, 1, now_ms()) ~= RL_OK then
@@ -521,8 +531,9 @@ local function read_node(hub, i, gen)
         sock:close()
         return wake(hub)
     end
-    hub.up[i], hub.fed[i] = true, false
+    hub.up[i], hub.fed[i], hub.said[i] = true, false, nil
     wake(hub)
+    local subscriber = i >= hub.n
     while true do
         local data, rerr = sock:receiveany(READ_CHUNK)
         if hub.gen[i] ~= gen then return end
@@ -538,9 +549,13 @@ local function read_node(hub, i, gen)
                 deliver(hub)
                 return wake(hub)
             end
-            hub.now = now_ms()
-            deliver(hub)
-            wake(hub)
+            if subscriber then
+                post_heard(hub)
+            else
+                hub.now = now_ms()
+                deliver(hub)
+                wake(hub)
+            end
         elseif rerr ~= "timeout" then
             return lost_node(hub, i, lost_reason(hub, i, rerr))
         end
@@ -577,17 +592,17 @@ local function connect_node(hub, i)
     end
 end
 
--- Do what the engine asks: close, connect (a reader per node), write; until
+-- Do what the engine asks: close, connect (a reader per link), write; until
 -- it asks no more closes or connects (a connect that fails at once answers
 -- commands, and that may ask for more).
 local function service(hub)
-    local e, n = hub.e, hub.n
+    local e, links = hub.e, 2 * hub.n
     local asked = true
     while asked do
         asked = false
         local bits = C.rl_engine_wanting(e)
         if bits == 0 then return end
-        for i = 0, n - 1 do
+        for i = 0, links - 1 do
             if band(bits, lshift(1, i)) ~= 0 then
                 local w = C.rl_engine_node_wants(e, i)
                 if band(w, WANT_CLOSE) ~= 0 then close_node(hub, i) end
@@ -613,96 +628,25 @@ local function sweep(hub, now)
 end
 
 ---------------------------------------------------------------------------
--- hand-off: one subscriber connection per node, for the whole hub
+-- hand-off: the engine's subscriber links, for the whole hub
 --
--- A release publishes on CHANNEL .. key (key = prefix .. resource). Calls
--- that wait for a lock watch their channels (refcounted per hub); the hub's
--- loop keeps every node's subscriber connection subscribed to the channels
--- watched, and each node's subscriber thread counts the messages it reads
--- per channel and posts the semaphores of the calls sleeping on it. Only a
--- release's message counts: on a resource's channel a positive decimal
--- number (the listeners), on a wake channel "1"; any other is ignored. A
--- node down, refusing AUTH or SUBSCRIBE, or sending a frame longer than
--- FRAME_MAX plus the longest channel name watched (a PUBLISH of megabytes:
--- dropped as soon as that many of its bytes are in, never buffered whole)
--- costs its wake-ups only: its thread tries again after a doubling backoff
--- (reconnect_min_ms .. reconnect_max_ms), and waiters poll as the retry
--- policy says.
+-- Calls that wait for a lock watch their resource on the hub's engine
+-- (refcounted per hub: the engine subscribes on every node, over the
+-- subscriber links the loop drives like any other, and counts the release
+-- messages it hears; redlock.h, "Hand-off"). Each call sleeps on a
+-- semaphore of its own; after every read of a subscriber link, the watches
+-- that heard a release post the semaphores of the calls asleep on them. A
+-- node down, refusing AUTH or SUBSCRIBE, or sending what the engine drops
+-- costs its wake-ups only: the engine connects again after its backoff, and
+-- waiters poll as the retry policy says.
 
-local CHANNEL = "redlock:released:"
-local WAKE = "redlock:wake:"   -- .. waiter id .. ":" .. key: the hub's own, from the queues of waiters
-local FRAME_MAX = 65536        -- as the engine caps a command connection's reply (core/src/reply.h)
-
--- RESP: a command as an array of bulk strings.
-local function resp_command(args)
-    local parts = { "*" .. #args .. "\r\n" }
-    for k = 1, #args do
-        local a = args[k]
-        parts[#parts + 1] = "$" .. #a .. "\r\n" .. a .. "\r\n"
-    end
-    return table.concat(parts)
-end
-
-local NULL = {}           -- a null bulk string or array
-local GARBAGE = -1        -- parse's position when the bytes are no RESP
-
--- One RESP value of buf at pos: value, the position after it; nil, nil when
--- buf holds only part of it; nil, GARBAGE when it is no RESP. Errors come as
--- { err = text }.
-local function parse(buf, pos)
-    local t = buf:byte(pos)
-    if t == nil then return nil, nil end
-    local eol = buf:find("\r\n", pos + 1, true)
-    if eol == nil then return nil, nil end
-    local line = buf:sub(pos + 1, eol - 1)
-    if t == 43 then return line, eol + 2                -- +simple
-    elseif t == 45 then return { err = line }, eol + 2  -- -error
-    elseif t == 58 then                                 -- :integer
-        local n = tonumber(line)
-        if n == nil then return nil, GARBAGE end
-        return n, eol + 2
-    elseif t == 36 then                                 -- $bulk
-        local n = tonumber(line)
-        if n == nil then return nil, GARBAGE end
-        if n < 0 then return NULL, eol + 2 end
-        local last = eol + 1 + n
-        if #buf < last + 2 then return nil, nil end
-        if buf:sub(last + 1, last + 2) ~= "\r\n" then return nil, GARBAGE end
-        return buf:sub(eol + 2, last), last + 3
-    elseif t == 42 or t == 62 then                      -- *array (>push: RESP3)
-        local n = tonumber(line)
-        if n == nil then return nil, GARBAGE end
-        if n < 0 then return NULL, eol + 2 end
-        local arr, p = {}, eol + 2
-        for k = 1, n do
-            local v, np = parse(buf, p)
-            if np == nil or np == GARBAGE then return nil, np end
-            arr[k], p = v, np
-        end
-        return arr, p
-    end
-    return nil, GARBAGE
-end
-
--- A message on channel ch: if it is a release's, count it and wake whoever
--- sleeps on it. On a resource's channel its text is the number of
--- connections that listened (this worker's is one); with the requests
--- asleep here, that is how many waiters compete. On the hub's wake channel for a resource
--- (the hub was the oldest in a node's queue), one request is woken, alone.
-local function heard_message(hub, ch, text)
-    local c, direct = hub.chans[ch], false
-    if c == nil then
-        local b = hub.wakes[ch]
-        c, direct = b and hub.chans[b], true
-    end
-    if c == nil then return end -- no longer watched
-    -- a release's message, or none of ours (ignored): "1" on a wake
-    -- channel, the listeners (1 to 9 digits, no leading 0) on a resource's
-    if type(text) ~= "string" or (direct and text ~= "1") or
-        (not direct and (#text > 9 or not text:find("^[1-9]%d*$"))) then
-        return
-    end
-    c.heard = c.heard + 1
+-- Watch c heard a release: wake whoever sleeps on it. broadcast: on the
+-- resource's channel, whose message is the number of connections that
+-- listened (this worker's is one); with the requests asleep here, that is
+-- how many waiters compete, and all are woken. Otherwise only on the hub's
+-- wake channel (the hub was the oldest in a node's queue): one request is
+-- woken, alone, whichever node's message comes first.
+local function wake_sleepers(hub, c, broadcast)
     -- sleepers[sema]: true while its request waits on it (count -1),
     -- "posted" once a message woke it (count 0 until it resumes); a
     -- semaphore nobody waits on any more belongs to a request that was
@@ -713,11 +657,11 @@ local function heard_message(hub, ch, text)
         local count = sema:count()
         if count < 0 then
             asleep = asleep + 1
-            if direct then
-                first = first or sema
-            else
+            if broadcast then
                 sema:post(1)
                 sleepers[sema] = "posted"
+            else
+                first = first or sema
             end
         elseif state == "posted" and count == 0 then
             asleep, pending = asleep + 1, true
@@ -725,8 +669,7 @@ local function heard_message(hub, ch, text)
             sleepers[sema] = nil
         end
     end
-    if direct then
-        -- one request per release, whichever node's message comes first
+    if not broadcast then
         if first and not pending then
             first:post(1)
             sleepers[first] = "posted"
@@ -734,153 +677,33 @@ local function heard_message(hub, ch, text)
         c.listeners = 1
         return
     end
-    c.listeners = tonumber(text) - 1 + math.max(asleep, 1)
+    local said = C.rl_engine_heard_listeners(hub.e, c.resource, #c.resource)
+    c.listeners = said - 1 + math.max(asleep, 1)
 end
 
--- Node i's subscriber connection, read until it ends; true once a SUBSCRIBE
--- was confirmed on it (the backoff starts over).
-local function sub_session(hub, s, i)
-    local sock = ngx.socket.tcp()
-    local ok, err = open(hub, i, sock)
-    hub.connects = hub.connects + 1
-    if not ok then
-        if s.why ~= err then
-            -- said once per reason, not once per retry
-            ngx.log(ngx.WARN, "redlock: subscriber of ", hub.names[i], ": ", err)
-        end
-        s.why = err
-        sock:close()
-        return false
-    end
-    s.why = nil
-    local auth = hub.auths[i]
-    if auth and not sock:send(auth) then
-        sock:close()
-        return false
-    end
-    s.sock, s.sent = sock, {}
-    hub.sub_dirty = true -- the loop subscribes it to every channel watched
-    wake(hub)
-    local confirmed, buf = false, ""
+post_heard = function(hub)
+    local e, watches = hub.e, hub.watches
     while true do
-        local data, rerr = sock:receiveany(READ_CHUNK)
-        if s.sock ~= sock then break end -- the loop closed it (a failed send)
-        if data then
-            buf = buf .. data -- what is left of the last read: part of one frame, under the cap
-            local pos, cap = 1, FRAME_MAX + (hub.longest_chan or 0)
-            while true do
-                local v, np = parse(buf, pos)
-                if np == GARBAGE then v = { err = "garbage" } end
-                -- a frame over the cap, complete or not: the connection ends
-                if (np or #buf + 1) - pos > cap then v, np = { err = "frame too large" }, GARBAGE end
-                if np == nil then break end
-                pos = np
-                if type(v) == "table" and v.err then
-                    -- a refused AUTH or SUBSCRIBE (an ACL), or garbage
-                    buf = nil
-                    break
-                end
-                if type(v) == "table" and type(v[1]) == "string" then
-                    if v[1] == "message" and type(v[2]) == "string" then
-                        heard_message(hub, v[2], v[3])
-                    elseif v[1] == "subscribe" then
-                        confirmed = true
-                    end
-                end
-            end
-            if buf == nil then break end
-            buf = buf:sub(pos)
-        elseif rerr ~= "timeout" then
-            break
-        end
-    end
-    if s.sock == sock then s.sock, s.sent = nil, {} end
-    sock:close()
-    return confirmed
-end
-
--- Node i's subscriber thread: connect, read; when the connection ends or
--- fails, again after the backoff. It runs until the hub stops (killed then).
-local function subscriber(hub, i)
-    local s = hub.subs[i]
-    local backoff = 0
-    while true do
-        local ok, confirmed = pcall(sub_session, hub, s, i)
-        if not ok then
-            ngx.log(ngx.ERR, "redlock: subscriber of ", hub.names[i], " failed: ", tostring(confirmed))
-            if s.sock then s.sock:close() end
-            s.sock, s.sent = nil, {}
-            confirmed = false
-        end
-        if confirmed then backoff = 0 end
-        backoff = backoff == 0 and hub.reconnect_min or math.min(backoff * 2, hub.reconnect_max)
-        ngx.sleep(backoff / 1000)
-    end
-end
-
--- Start the subscriber threads that do not run (the first watch, a fresh
--- timer, a thread that died on an error).
-local function start_subscribers(hub)
-    for i = 0, hub.n - 1 do
-        local s = hub.subs[i]
-        if s.th == nil or co_status(s.th) == "dead" then
-            if s.th then ngx.thread.wait(s.th) end
-            s.sock, s.sent = nil, {}
-            local th = ngx.thread.spawn(subscriber, hub, i)
-            s.th = th
-        end
-    end
-end
-
-local function stop_subscribers(hub)
-    for i = 0, hub.n - 1 do
-        local s = hub.subs[i]
-        local th, sock = s.th, s.sock
-        s.th, s.sock, s.sent = nil, nil, {}
-        if th and co_status(th) ~= "dead" then ngx.thread.kill(th) end
-        if sock then sock:close() end
-    end
-end
-
--- Bring every connected subscriber in line with the channels watched.
-local function sync_subscribers(hub)
-    hub.sub_dirty = false
-    local chans = hub.chans
-    for i = 0, hub.n - 1 do
-        local s = hub.subs[i]
-        local sock, sent = s.sock, s.sent
-        if sock then
-            local sub, unsub = { "SUBSCRIBE" }, { "UNSUBSCRIBE" }
-            for ch, c in pairs(chans) do
-                if not sent[ch] then sub[#sub + 1] = ch; sent[ch] = true end
-                if not sent[c.wake] then sub[#sub + 1] = c.wake; sent[c.wake] = true end
-            end
-            for ch in pairs(sent) do
-                if chans[ch] == nil and hub.wakes[ch] == nil then unsub[#unsub + 1] = ch; sent[ch] = nil end
-            end
-            local out = ""
-            if #sub > 1 then out = resp_command(sub) end
-            if #unsub > 1 then out = out .. resp_command(unsub) end
-            if out ~= "" and not sock:send(out) then
-                -- its thread sees it closed and starts over
-                if s.sock == sock then s.sock, s.sent = nil, {} end
-                sock:close()
-            end
-        end
+        local id = C.rl_engine_heard_next(e, int_out)
+        if id < 0 then return end
+        local c = watches[id]
+        if c then wake_sleepers(hub, c, int_out[0] ~= 0) end
     end
 end
 
 -- The hub stopped for good (idle, the worker exiting): whatever was still
 -- watched is forgotten (a call killed while it waited never unwatches).
 local function forget_watches(hub)
-    hub.chans, hub.wakes, hub.nwatched, hub.epoch = {}, {}, 0, hub.epoch + 1
+    local e, now = hub.e, now_ms()
+    for resource in pairs(hub.chans) do C.rl_engine_unwatch(e, resource, #resource, now) end
+    hub.chans, hub.watches, hub.epoch = {}, {}, hub.epoch + 1
 end
 
 -- Close every connection (the engine forgets them) and fail what still waits.
 local function shut(hub, why)
     local now = now_ms()
     hub.now = now
-    for i = 0, hub.n - 1 do
+    for i = 0, 2 * hub.n - 1 do
         local up, connecting = hub.up[i], hub.socks[i] ~= nil
         close_node(hub, i)
         if up then
@@ -889,7 +712,6 @@ local function shut(hub, why)
             C.rl_engine_node_down(hub.e, i, "connect abandoned: the hub stopped", now)
         end
     end
-    stop_subscribers(hub)
     deliver(hub)
     fail_waiters(hub, why)
 end
@@ -918,8 +740,6 @@ local function loop(hub, premature)
             sweep_at = now + STALE_MS
         end
         if hub.ended[1] ~= nil then reap(hub) end
-        if hub.nwatched > 0 and exit_by == nil then start_subscribers(hub) end
-        if hub.sub_dirty then sync_subscribers(hub) end
         if exit_by == nil and ngx.worker.exiting() then exit_by = now + hub.node_timeout end
         if exit_by ~= nil then
             -- the worker exits. Kept locks keep the hub extending them: the
@@ -1020,10 +840,8 @@ end
 
 local function new_hub(e, n, opts, tls)
     local hub = {
-        tls = tls, tlss = {}, snis = {}, sessions = {}, fed = {},
-        chans = {}, wakes = {}, nwatched = 0, epoch = 0, sleep_horizon = 0, sub_dirty = false,
-        subs = {}, auths = {}, reconnect_min = opts.reconnect_min_ms, reconnect_max = opts.reconnect_max_ms,
-        prefix = (opts.prefix ~= nil and opts.prefix_len > 0) and ffi_string(opts.prefix, opts.prefix_len) or "",
+        tls = tls, tlss = {}, snis = {}, sessions = {}, fed = {}, said = {},
+        chans = {}, watches = {}, epoch = 0, sleep_horizon = 0, -- hand-off: resource -> watch, id -> watch
         e = e, n = n, res = ffi_new("rl_result"), waiters = {},
         kept = {}, orphans = {},                      -- ids of kept locks still extended (see "kept locks")
         owners = setmetatable({}, { __mode = "v" }),  -- kept lock's id -> ngx.ctx of who kept it
@@ -1032,20 +850,16 @@ local function new_hub(e, n, opts, tls)
         node_timeout = opts.node_timeout_ms, connect_timeout = opts.connect_timeout_ms,
         quorum = C.rl_engine_quorum(e),
     }
-    for i = 0, n - 1 do
+    for i = 0, 2 * n - 1 do -- every link: the nodes' command connections, then their subscribers
         hub.hosts[i] = ffi_string(C.rl_engine_node_host(e, i))
         hub.ports[i] = C.rl_engine_node_port(e, i)
         hub.names[i] = ffi_string(C.rl_engine_node_name(e, i))
         hub.gen[i], hub.up[i] = 0, false
-        hub.subs[i] = { th = nil, sock = nil, sent = {}, why = nil }
         hub.tlss[i] = C.rl_engine_node_tls(e, i) ~= 0
         if hub.tlss[i] then
             local host = hub.hosts[i]
             hub.snis[i] = tls.server_name or ((hub.ports[i] ~= 0 and not ip_literal(host)) and host or nil)
         end
-        -- what the subscriber sends first (the engine reads the URL); never logged
-        local len = tonumber(C.rl_engine_node_auth(e, i, out_ptr))
-        hub.auths[i] = len > 0 and ffi_string(out_ptr[0], len) or nil
     end
     return hub
 end
@@ -1150,19 +964,18 @@ function client:sleep(ms) -- luacheck: ignore 212/self
     if phase_refusal() == nil then ngx.sleep(ms / 1000) end
 end
 
--- Hand-off: a waiter watches its resource's channel on the hub (the hub
--- subscribes on every node), reads how many releases of it were heard, and
--- sleeps on a semaphore of its own that a heard release posts. Resource nil
--- (lock_many): every channel this client watches, counted together.
+-- Hand-off: a waiter watches its resource on the hub (the engine subscribes
+-- on every node), reads how many releases of it were heard, and sleeps on a
+-- semaphore of its own that a heard release posts. Resource nil (lock_many):
+-- every resource this client watches, counted together.
 
 local free_semas = {}
 
-local function channel(self, resource, len)
-    if len ~= #resource then resource = resource:sub(1, len) end
-    return CHANNEL .. self.hub.prefix .. resource
+local function name_of(resource, len)
+    return len ~= #resource and resource:sub(1, len) or resource
 end
 
--- This client's watches (channel -> count), as of the hub's epoch: a hub
+-- This client's watches (resource -> count), as of the hub's epoch: a hub
 -- that stopped for good forgot every watch, and so does the client.
 local function watching(self)
     local hub = self.hub
@@ -1175,56 +988,45 @@ function client:watch(resource, len)
     local hub = self.hub
     if start(hub) then return 0 end -- no timer: the waiter polls
     local mine = watching(self)
-    local ch = channel(self, resource, len)
-    local c = hub.chans[ch]
+    local r = name_of(resource, len)
+    local c = hub.chans[r]
     if c == nil then
-        -- the id is read here, in the worker: an engine made before the fork draws its own there
-        local id = ffi_string(C.rl_engine_waiter_id(hub.e), C.RL_WAITER_ID_LEN)
-        c = { refs = 0, heard = 0, listeners = 0, sleepers = {}, wake = WAKE .. id .. ":" .. ch:sub(#CHANNEL + 1) }
-        hub.chans[ch] = c
-        -- the longest channel name watched so far: a frame may hold that much more (sub_session)
-        if #c.wake > (hub.longest_chan or 0) then hub.longest_chan = #c.wake end
-        hub.wakes[c.wake] = ch
-        hub.sub_dirty = true
-        wake(hub)
+        local id = C.rl_engine_watch(hub.e, r, #r, now_ms())
+        if id < 0 then return 0 end -- out of memory: the waiter polls
+        c = { id = id, resource = r, refs = 0, listeners = 0, sleepers = {} }
+        hub.chans[r], hub.watches[id] = c, c
+        wake(hub) -- the loop subscribes (and connects the subscriber links)
     end
     c.refs = c.refs + 1
-    hub.nwatched = hub.nwatched + 1
-    mine[ch] = (mine[ch] or 0) + 1
+    mine[r] = (mine[r] or 0) + 1
     return 0
 end
 
 function client:unwatch(resource, len)
     local hub = self.hub
     local mine = watching(self)
-    local ch = channel(self, resource, len)
-    local k = mine[ch]
+    local r = name_of(resource, len)
+    local k = mine[r]
     if k == nil then return end
-    mine[ch] = k > 1 and k - 1 or nil
-    local c = hub.chans[ch]
+    mine[r] = k > 1 and k - 1 or nil
+    local c = hub.chans[r]
     if c == nil then return end
     c.refs = c.refs - 1
-    hub.nwatched = hub.nwatched - 1
     if c.refs <= 0 then
-        hub.chans[ch] = nil
-        hub.wakes[c.wake] = nil
-        hub.sub_dirty = true
+        hub.chans[r], hub.watches[c.id] = nil, nil
+        C.rl_engine_unwatch(hub.e, r, #r, now_ms())
         wake(hub)
     end
 end
 
 function client:heard(resource, len)
-    local chans = self.hub.chans
+    local e = self.hub.e
     if resource == nil then
         local total = 0
-        for ch in pairs(watching(self)) do
-            local c = chans[ch]
-            if c then total = total + c.heard end
-        end
+        for r in pairs(watching(self)) do total = total + C.rl_engine_heard(e, r, #r) end
         return total
     end
-    local c = chans[channel(self, resource, len)]
-    return c and c.heard or 0
+    return C.rl_engine_heard(e, resource, len)
 end
 
 -- The waiters that competed for the last release heard of resource (nil:
@@ -1233,13 +1035,13 @@ function client:listeners(resource, len)
     local chans = self.hub.chans
     if resource == nil then
         local most = 0
-        for ch in pairs(watching(self)) do
-            local c = chans[ch]
+        for r in pairs(watching(self)) do
+            local c = chans[r]
             if c and c.listeners > most then most = c.listeners end
         end
         return most
     end
-    local c = chans[channel(self, resource, len)]
+    local c = chans[name_of(resource, len)]
     return c and c.listeners or 0
 end
 
@@ -1253,9 +1055,9 @@ function client:sleep_until(resource, len, seen, ms)
     local list
     if resource == nil then
         list = {}
-        for ch in pairs(watching(self)) do list[#list + 1] = hub.chans[ch] end
+        for r in pairs(watching(self)) do list[#list + 1] = hub.chans[r] end
     else
-        list = { hub.chans[channel(self, resource, len)] }
+        list = { hub.chans[name_of(resource, len)] }
     end
     if list[1] == nil then
         -- nothing watched (the hub could not start): a plain sleep
@@ -1277,11 +1079,7 @@ function client:sleep_until(resource, len, seen, ms)
 end
 
 function client:listening()
-    local n = 0
-    for i = 0, self.hub.n - 1 do
-        if self.hub.subs[i].sock then n = n + 1 end
-    end
-    return n
+    return C.rl_engine_listening(self.hub.e)
 end
 
 function client:errstr() return self.err end

@@ -1,0 +1,297 @@
+/* substream.c — the subscriber streams, one per node (see substream.h;
+ * the resources watched are watches.c's). Commands are encoded straight
+ * into a node's output buffer, which only ever grows, so a watch costs no
+ * allocation beyond its names. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stream.h"
+#include "substream.h"
+#include "text.h"
+
+int rl_subs_init(rl_subs *s, const rl_url *urls, int n, const rl_options *opts) {
+    memset(s, 0, sizeof(*s));
+    s->opts = opts;
+    s->nnodes = n;
+    size_t plen = strlen(RL_CHANNEL_PREFIX);
+    s->head_len = plen + opts->prefix_len;
+    s->head = malloc(s->head_len + 1);
+    if (s->head == NULL) return -1;
+    memcpy(s->head, RL_CHANNEL_PREFIX, plen);
+    if (opts->prefix_len) memcpy(s->head + plen, opts->prefix, opts->prefix_len);
+    s->head[s->head_len] = '\0';
+    for (int i = 0; i < n; i++) {
+        rl_substream *node = &s->nodes[i];
+        node->url = &urls[i];
+        node->state = RL_STREAM_IDLE;
+        node->reader.keep = 1;
+        snprintf(node->errstr, sizeof(node->errstr), "not connected");
+    }
+    return 0;
+}
+
+void rl_subs_free(rl_subs *s) {
+    for (int i = 0; i < s->nnodes; i++) {
+        rl_buf_free(&s->nodes[i].out);
+        rl_reader_free(&s->nodes[i].reader);
+    }
+    for (int id = 0; id < s->nw; id++) {
+        free(s->w[id].channel);
+        free(s->w[id].wake);
+    }
+    free(s->w);
+    free(s->news);
+    free(s->head);
+    memset(s, 0, sizeof(*s));
+}
+
+/* ---- a node's connection ---- */
+
+/* The most bytes one frame may take: a command connection's longest reply
+ * string (reply.h), plus the longest channel name, which a message repeats. */
+static size_t frame_cap(const rl_subs *s) {
+    return RL_REPLY_MAX_STRING + s->longest;
+}
+
+static int has_output(const rl_substream *n) {
+    return n->state == RL_STREAM_UP && n->out_off < n->out.len;
+}
+
+static void connect_now(const rl_subs *s, rl_substream *n, double now_ms) {
+    n->state = RL_STREAM_CONNECTING;
+    n->handshaking = 0;
+    n->connect_by_ms = now_ms + s->opts->connect_timeout_ms;
+    n->wants |= RL_WANT_CONNECT;
+    snprintf(n->errstr, sizeof(n->errstr), "connecting");
+}
+
+/* Forget what the connection had queued or half-read. */
+static void clear(rl_substream *n) {
+    n->out.len = n->out_off = 0;
+    rl_reader_free(&n->reader);
+    n->frame_start = 0;
+    n->handshaking = 0;
+}
+
+/* The connection failed, or is dropped (close_it: the driver still has the
+ * socket and is asked to close it): down until the backoff has passed. */
+static void fail(const rl_subs *s, rl_substream *n, const char *why, int close_it, double now_ms) {
+    if (why != n->errstr) snprintf(n->errstr, sizeof(n->errstr), "%s", why);
+    if (close_it) n->wants |= RL_WANT_CLOSE;
+    n->wants &= ~RL_WANT_CONNECT;
+    clear(n);
+    n->backoff_ms = n->backoff_ms ? rl_backoff_next(n->backoff_ms, s->opts->reconnect_max_ms)
+                                  : s->opts->reconnect_min_ms;
+    n->state = RL_STREAM_DOWN;
+    n->retry_at_ms = now_ms + n->backoff_ms;
+}
+
+/* Append one bulk string to b. Return 0, or -1 when out of memory. */
+static int put_word(rl_buf *b, const char *p, size_t len) {
+    char head[32];
+    int h = snprintf(head, sizeof(head), "$%zu\r\n", len);
+    if (rl_buf_reserve(b, (size_t)h + len + 2) != 0) return -1;
+    memcpy(b->data + b->len, head, (size_t)h);
+    memcpy(b->data + b->len + h, p, len);
+    memcpy(b->data + b->len + h + len, "\r\n", 2);
+    b->len += (size_t)h + len + 2;
+    return 0;
+}
+
+/* Queue verb with the two channels of watch w, or of every watch (w NULL:
+ * nothing when none is watched) on node n; out of memory drops the
+ * connection (it starts over after the backoff). Return 0, or -1 then. */
+static int put_command(const rl_subs *s, rl_substream *n, const char *verb, const rl_watched *w, double now_ms) {
+    int count = w ? 1 : s->used;
+    if (count == 0) return 0;
+    char head[32];
+    int h = snprintf(head, sizeof(head), "*%d\r\n", 1 + 2 * count);
+    int rc = rl_buf_reserve(&n->out, (size_t)h);
+    if (rc == 0) {
+        memcpy(n->out.data + n->out.len, head, (size_t)h);
+        n->out.len += (size_t)h;
+        rc = put_word(&n->out, verb, strlen(verb));
+    }
+    for (int id = 0; rc == 0 && id < (w ? 1 : s->nw); id++) {
+        const rl_watched *x = w ? w : &s->w[id];
+        if (w == NULL && x->waiters == 0) continue;
+        rc = put_word(&n->out, x->channel, x->len);
+        if (rc == 0) rc = put_word(&n->out, x->wake, x->wake_len);
+    }
+    if (rc != 0) fail(s, n, "connection reset: out of memory", 1, now_ms);
+    return rc;
+}
+
+/* One reply: a release's message counts; confirmations and AUTH's OK pass
+ * (a confirmed SUBSCRIBE starts the backoff over); an error reply (a refused
+ * AUTH or SUBSCRIBE) drops the connection. Return -1 then, else 0. */
+static int on_reply(rl_subs *s, rl_substream *n, const rl_reply *r, double now_ms) {
+    if (r->type == RL_REPLY_ERROR) {
+        rl_text_join(n->errstr, sizeof(n->errstr), "refused: ", r->str);
+        fail(s, n, n->errstr, 1, now_ms);
+        return -1;
+    }
+    size_t klen = 0, clen = 0, plen = 0;
+    const char *kind = rl_reader_element(&n->reader, 0, &klen);
+    const char *ch = rl_reader_element(&n->reader, 1, &clen);
+    if (r->type != RL_REPLY_ARRAY || r->integer != 3 || kind == NULL || ch == NULL) return 0;
+    if (klen == 7 && memcmp(kind, "message", 7) == 0) {
+        const char *payload = rl_reader_element(&n->reader, 2, &plen);
+        rl_subs_message(s, ch, clen, payload, plen);
+    } else if (klen == 9 && memcmp(kind, "subscribe", 9) == 0) {
+        n->backoff_ms = 0;
+    }
+    return 0;
+}
+
+/* ---- what the driver reports, and what it is asked ---- */
+
+int rl_subs_take_wants(rl_subs *s, int i) {
+    rl_substream *n = &s->nodes[i];
+    int w = n->wants;
+    n->wants = 0;
+    return has_output(n) ? w | RL_WANT_WRITE : w;
+}
+
+int rl_subs_wanting(const rl_subs *s, int i) {
+    return s->nodes[i].wants != 0 || has_output(&s->nodes[i]);
+}
+
+void rl_subs_open(rl_subs *s, int i, double now_ms) {
+    rl_substream *n = &s->nodes[i];
+    if (s->used > 0 && n->state != RL_STREAM_UP && n->state != RL_STREAM_CONNECTING) connect_now(s, n, now_ms);
+}
+
+int rl_subs_connected(rl_subs *s, int i, double now_ms) {
+    rl_substream *n = &s->nodes[i];
+    if (n->state != RL_STREAM_CONNECTING) return -1;
+    n->wants &= ~RL_WANT_CONNECT;
+    clear(n);
+    n->reader.max_string = frame_cap(s);
+    if (rl_reader_reset(&n->reader) != 0 || rl_cmd_auth(&n->out, n->url->user, n->url->password) < 0) {
+        fail(s, n, "connect failed: out of memory", 1, now_ms);
+        return 0;
+    }
+    n->state = RL_STREAM_UP;
+    n->errstr[0] = '\0';
+    put_command(s, n, "SUBSCRIBE", NULL, now_ms);
+    return 0;
+}
+
+void rl_subs_handshaking(rl_subs *s, int i) {
+    if (s->nodes[i].state == RL_STREAM_CONNECTING) s->nodes[i].handshaking = 1;
+}
+
+void rl_subs_down(rl_subs *s, int i, const char *why, double now_ms) {
+    rl_substream *n = &s->nodes[i];
+    if (n->state == RL_STREAM_UP || n->state == RL_STREAM_CONNECTING)
+        fail(s, n, why && *why ? why : "connection lost", 0, now_ms);
+}
+
+int rl_subs_detach(rl_subs *s, int i, double now_ms) {
+    rl_substream *n = &s->nodes[i];
+    if (n->state != RL_STREAM_UP && n->state != RL_STREAM_CONNECTING) return 0;
+    n->wants &= ~(RL_WANT_CONNECT | RL_WANT_CLOSE);
+    clear(n);
+    n->state = RL_STREAM_IDLE;
+    snprintf(n->errstr, sizeof(n->errstr), "connection detached");
+    rl_subs_open(s, i, now_ms);
+    return 0;
+}
+
+size_t rl_subs_output(const rl_subs *s, int i, const char **data) {
+    const rl_substream *n = &s->nodes[i];
+    if (n->state != RL_STREAM_UP) return 0;
+    *data = n->out.data + n->out_off;
+    return n->out.len - n->out_off;
+}
+
+void rl_subs_wrote(rl_subs *s, int i, size_t len) {
+    rl_substream *n = &s->nodes[i];
+    if (n->state != RL_STREAM_UP) return;
+    n->out_off += len < n->out.len - n->out_off ? len : n->out.len - n->out_off;
+    if (n->out_off == n->out.len) n->out.len = n->out_off = 0;
+}
+
+int rl_subs_feed(rl_subs *s, int i, const char *data, size_t len, double now_ms) {
+    rl_substream *n = &s->nodes[i];
+    if (n->state != RL_STREAM_UP) return -1;
+    size_t cap = frame_cap(s);
+    n->reader.max_string = cap; /* the cap grows with the names watched */
+    if (rl_reader_feed(&n->reader, data, len) != 0) {
+        fail(s, n, "connection lost: out of memory", 1, now_ms);
+        return -1;
+    }
+    for (;;) {
+        const rl_reply *r = NULL;
+        int got = rl_reader_next(&n->reader, &r);
+        if (got < 0) {
+            rl_text_join(n->errstr, sizeof(n->errstr), "connection reset: ", rl_reader_error(&n->reader));
+            fail(s, n, n->errstr, 1, now_ms);
+            return -1;
+        }
+        /* where the frame ends: complete, where the reader stopped; not yet,
+         * every byte fed so far is in it (so it is refused as soon as the
+         * cap is passed, never buffered whole) */
+        unsigned long long end = got ? rl_reader_consumed(&n->reader) : n->reader.fed;
+        if (end - n->frame_start > cap) {
+            snprintf(n->errstr, sizeof(n->errstr), "connection reset: a frame over %zu bytes", cap);
+            fail(s, n, n->errstr, 1, now_ms);
+            return -1;
+        }
+        if (got == 0) return 0;
+        n->frame_start = end;
+        if (on_reply(s, n, r, now_ms) != 0) return -1;
+    }
+}
+
+static double node_deadline(const rl_substream *n) {
+    return n->state == RL_STREAM_DOWN ? n->retry_at_ms : n->state == RL_STREAM_CONNECTING ? n->connect_by_ms : 0;
+}
+
+double rl_subs_deadline(const rl_subs *s) {
+    double at = 0;
+    for (int i = 0; i < s->nnodes; i++) {
+        double d = node_deadline(&s->nodes[i]);
+        if (d > 0 && (at == 0 || d < at)) at = d;
+    }
+    return at;
+}
+
+void rl_subs_advance(rl_subs *s, double now_ms) {
+    for (int i = 0; i < s->nnodes; i++) {
+        rl_substream *n = &s->nodes[i];
+        double due = node_deadline(n);
+        if (due == 0 || now_ms < due) continue;
+        if (n->state == RL_STREAM_DOWN) {
+            n->state = RL_STREAM_IDLE; /* reconnect, if anything is watched */
+            rl_subs_open(s, i, now_ms);
+        } else {
+            snprintf(n->errstr, sizeof(n->errstr), "%s timed out after %d ms",
+                     n->handshaking ? "TLS handshake" : "connect", s->opts->connect_timeout_ms);
+            fail(s, n, n->errstr, 1, now_ms);
+        }
+    }
+}
+
+void rl_subs_changed(rl_subs *s, const rl_watched *w, int subscribe, double now_ms) {
+    for (int i = 0; i < s->nnodes; i++) {
+        rl_substream *n = &s->nodes[i];
+        if (n->state == RL_STREAM_UP) {
+            put_command(s, n, subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE", w, now_ms);
+        } else if (subscribe && n->state == RL_STREAM_IDLE) {
+            connect_now(s, n, now_ms);
+        } else if (!subscribe && s->used == 0 && n->state == RL_STREAM_CONNECTING && (n->wants & RL_WANT_CONNECT)) {
+            n->wants &= ~RL_WANT_CONNECT; /* nothing watched: a connection not begun is not needed */
+            n->state = RL_STREAM_IDLE;
+        }
+    }
+}
+
+int rl_subs_listening(const rl_subs *s) {
+    int up = 0;
+    for (int i = 0; i < s->nnodes; i++) up += s->nodes[i].state == RL_STREAM_UP;
+    return up;
+}
+

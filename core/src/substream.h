@@ -1,0 +1,134 @@
+/* substream.h — hand-off's subscriptions, free of I/O: the resources
+ * watched and what was heard for each (watches.c), and per node the
+ * subscriber connection's stream (substream.c; the engine's links
+ * N .. 2N-1, redlock.h).
+ *
+ * A watched resource listens on two channels, both published by the release
+ * script: the resource's (RL_CHANNEL_PREFIX .. prefix .. resource) and this
+ * engine's wake channel for it (RL_WAKE_PREFIX .. waiter id .. ":" .. prefix
+ * .. resource). Only a release's message counts: on the resource's channel a
+ * positive decimal number (the listeners), on the wake channel "1"; any
+ * other message is ignored.
+ *
+ * Per node the stream decides everything but moving bytes and reading the
+ * clock: a connection is asked for on the first watch (and while anything
+ * is watched after a failure, after a backoff doubling from
+ * reconnect_min_ms to reconnect_max_ms, started over by a confirmed
+ * SUBSCRIBE); on a fresh connection AUTH (when the URL has a password) and
+ * one SUBSCRIBE of every channel watched; then SUBSCRIBE and UNSUBSCRIBE as
+ * watches come and go. Replies are parsed by the command streams' reader
+ * (reply.c). A frame (a message, a confirmation) longer than
+ * RL_REPLY_MAX_STRING plus the longest channel name watched so far ends the
+ * connection as soon as that many of its bytes are in (it is never
+ * buffered whole), as do garbage, an error reply (a refused AUTH or
+ * SUBSCRIBE) and the connect timeout. Connections stay open once opened,
+ * unsubscribed when nobody watches. */
+#ifndef RL_SUBSTREAM_H
+#define RL_SUBSTREAM_H
+
+#include "command.h"
+#include "redlock.h"
+#include "reply.h"
+#include "url.h"
+
+#define RL_CHANNEL_PREFIX "redlock:released:"
+
+/* One watched resource (a slot; waiters 0: free). */
+typedef struct rl_watched {
+    int waiters;             /* rl_subs_watch calls not undone */
+    char *channel;           /* RL_CHANNEL_PREFIX prefix resource: every listener */
+    size_t len;
+    char *wake;              /* RL_WAKE_PREFIX id ":" prefix resource: this engine, from the queue */
+    size_t wake_len;
+    unsigned heard;          /* release messages heard while watched */
+    int listeners;           /* what the last one said (1 on the wake channel); 0: none yet */
+    int news;                /* heard since rl_subs_news last handed it out: 1, | 2 if on the resource's channel */
+} rl_watched;
+
+/* One node's subscriber connection. */
+typedef struct rl_substream {
+    const rl_url *url;
+    int state;               /* RL_STREAM_* (stream.h) */
+    int wants;               /* RL_WANT_CONNECT / RL_WANT_CLOSE not yet taken by the driver */
+    int handshaking;         /* CONNECTING: connected, the TLS handshake under way */
+    int backoff_ms;          /* the last reconnect delay (0: the next failure waits reconnect_min_ms) */
+    double retry_at_ms;      /* DOWN: when to connect again (if anything is watched then) */
+    double connect_by_ms;    /* CONNECTING: the connect deadline */
+    rl_buf out;              /* bytes not written yet: out.data[out_off .. out.len) */
+    size_t out_off;
+    rl_reader reader;
+    unsigned long long frame_start; /* where the frame being read began in the stream */
+    char errstr[RL_NODE_ERR_LEN];   /* why the connection is down, or the last one ended */
+} rl_substream;
+
+typedef struct rl_subs {
+    const rl_options *opts;  /* the engine's (its prefix too) */
+    int nnodes;
+    char *head;              /* RL_CHANNEL_PREFIX prefix */
+    size_t head_len;
+    rl_watched *w;             /* slots, by watch id */
+    int nw, capw, used;      /* slots made, room, slots watched */
+    int *news;               /* ids whose news is not handed out yet (each at most once) */
+    int nnews;
+    size_t longest;          /* the longest channel name watched so far */
+    unsigned total;          /* release messages heard, every resource */
+    rl_substream nodes[RL_MAX_NODES];
+} rl_subs;
+
+/* Prepare s for nodes urls[0 .. n-1] with opts (kept, with its prefix, for
+ * s's life). Return 0, or -1 when out of memory. */
+int rl_subs_init(rl_subs *s, const rl_url *urls, int n, const rl_options *opts);
+void rl_subs_free(rl_subs *s);
+
+/* One more waiter of resource (its channels named with waiter, this
+ * engine's id); the first subscribes on every node, asking for the
+ * connections that are not up. Return the watch id (>= 0, the same for
+ * every waiter of resource), or -1 (empty or too long, out of memory). */
+int rl_subs_watch(rl_subs *s, const char *resource, size_t len, const char *waiter, double now_ms);
+
+/* One waiter fewer; at none the channels are unsubscribed and what was heard
+ * is forgotten. A resource not watched is ignored. */
+void rl_subs_unwatch(rl_subs *s, const char *resource, size_t len, double now_ms);
+
+/* What was heard for resource while watched (0 if not watched; resource
+ * NULL: for every resource, ever), and what the last message said (the
+ * listeners; resource NULL: the most over every watch; 0: nothing heard). */
+unsigned rl_subs_heard(const rl_subs *s, const char *resource, size_t len);
+int rl_subs_listeners(const rl_subs *s, const char *resource, size_t len);
+
+/* The id of a watch that heard something since it was last handed out
+ * here (and *broadcast: whether on the resource's channel), or -1. */
+int rl_subs_news(rl_subs *s, int *broadcast);
+
+/* Subscriber connections up. */
+int rl_subs_listening(const rl_subs *s);
+
+/* Between the two halves. rl_subs_message: a message on channel ch, from
+ * any node, counted for the watch it belongs to if it is a release's (that
+ * watch then has news). rl_subs_changed: watch w was added (subscribe 1) or
+ * is going (0; s->used already counts it out): SUBSCRIBE or UNSUBSCRIBE
+ * its channels on every node up; a watch asks idle nodes for a connection,
+ * and with nothing watched any more a connection not yet begun is not
+ * needed. */
+void rl_subs_message(rl_subs *s, const char *ch, size_t len, const char *payload, size_t plen);
+void rl_subs_changed(rl_subs *s, const rl_watched *w, int subscribe, double now_ms);
+
+/* Node i's stream, as the command streams' rl_stream_* (stream.h): the
+ * driver's wishes, what it reports, the bytes to write, the bytes read. */
+int rl_subs_take_wants(rl_subs *s, int i);
+int rl_subs_wanting(const rl_subs *s, int i);
+void rl_subs_open(rl_subs *s, int i, double now_ms);
+int rl_subs_connected(rl_subs *s, int i, double now_ms);
+void rl_subs_handshaking(rl_subs *s, int i);
+void rl_subs_down(rl_subs *s, int i, const char *why, double now_ms);
+int rl_subs_detach(rl_subs *s, int i, double now_ms);
+size_t rl_subs_output(const rl_subs *s, int i, const char **data);
+void rl_subs_wrote(rl_subs *s, int i, size_t n);
+int rl_subs_feed(rl_subs *s, int i, const char *data, size_t len, double now_ms);
+
+/* The earliest moment rl_subs_advance has work on any node (a reconnect, a
+ * connect deadline), or 0 for none; and doing it. */
+double rl_subs_deadline(const rl_subs *s);
+void rl_subs_advance(rl_subs *s, double now_ms);
+
+#endif

@@ -1,0 +1,182 @@
+/* watches.c — hand-off's watches (see substream.h): the resources watched,
+ * each in a slot that keeps its index (the watch id) while watched, with
+ * its channel names (made once per watch) and what was heard on them; and
+ * redlock.h's rl_engine_watch and the like. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "substream.h"
+
+/* a .. b .. c (b binary-safe), its length in *len; NULL when out of memory. */
+static char *join(const char *a, size_t alen, const char *b, size_t blen, const char *c, size_t clen, size_t *len) {
+    *len = alen + blen + clen;
+    char *p = malloc(*len + 1);
+    if (p == NULL) return NULL;
+    memcpy(p, a, alen);
+    if (blen) memcpy(p + alen, b, blen);
+    if (clen) memcpy(p + alen + blen, c, clen);
+    p[*len] = '\0';
+    return p;
+}
+
+/* What a message says if it is a release's: on a resource's channel the
+ * clients that listened, a positive decimal number (no sign, no leading
+ * zero, at most 9 digits); on a wake channel "1", which says 1. 0: it is
+ * not a release's message. */
+static int release_says(const char *p, size_t len, int wake) {
+    if (p == NULL || len == 0 || len > 9 || p[0] == '0') return 0;
+    if (wake) return len == 1 && p[0] == '1';
+    int v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] < '0' || p[i] > '9') return 0;
+        v = v * 10 + (p[i] - '0');
+    }
+    return v;
+}
+
+void rl_subs_message(rl_subs *s, const char *ch, size_t len, const char *payload, size_t plen) {
+    for (int id = 0; id < s->nw; id++) {
+        rl_watched *w = &s->w[id];
+        if (w->waiters == 0) continue;
+        int wake = w->wake_len == len && memcmp(w->wake, ch, len) == 0;
+        if (!wake && !(w->len == len && memcmp(w->channel, ch, len) == 0)) continue;
+        int says = release_says(payload, plen, wake);
+        if (says == 0) return;
+        w->heard++;
+        s->total++;
+        w->listeners = says;
+        if (w->news == 0) s->news[s->nnews++] = id;
+        w->news |= wake ? 1 : 3;
+        return;
+    }
+}
+
+/* The id of resource's watch, or -1 (always for a name no key could hold). */
+static int find(const rl_subs *s, const char *resource, size_t len) {
+    if (resource == NULL || len > RL_MAX_KEY_LEN) return -1;
+    size_t need = s->head_len + len;
+    for (int id = 0; id < s->nw; id++) {
+        const rl_watched *w = &s->w[id];
+        if (w->waiters > 0 && w->len == need && (len == 0 || memcmp(w->channel + s->head_len, resource, len) == 0))
+            return id;
+    }
+    return -1;
+}
+
+/* A free slot (made if need be), or -1 when out of memory. */
+static int free_slot(rl_subs *s) {
+    for (int id = 0; id < s->nw; id++)
+        if (s->w[id].waiters == 0) return id;
+    if (s->nw == s->capw) {
+        int cap = s->capw ? s->capw * 2 : 8;
+        rl_watched *w = realloc(s->w, (size_t)cap * sizeof(*w));
+        if (w == NULL) return -1;
+        s->w = w;
+        int *news = realloc(s->news, (size_t)cap * sizeof(*news));
+        if (news == NULL) return -1;
+        s->news = news;
+        s->capw = cap;
+    }
+    memset(&s->w[s->nw], 0, sizeof(s->w[0]));
+    return s->nw++;
+}
+
+int rl_subs_watch(rl_subs *s, const char *resource, size_t len, const char *waiter, double now_ms) {
+    if (resource == NULL || len == 0 || len > RL_MAX_KEY_LEN - s->opts->prefix_len) return -1;
+    int id = find(s, resource, len);
+    if (id >= 0) {
+        s->w[id].waiters++;
+        return id;
+    }
+    id = free_slot(s);
+    if (id < 0) return -1;
+    char wake[sizeof(RL_WAKE_PREFIX) + RL_WAITER_ID_LEN + 2];
+    int wlen = snprintf(wake, sizeof(wake), "%s%.*s:", RL_WAKE_PREFIX, RL_WAITER_ID_LEN, waiter);
+    rl_watched *w = &s->w[id];
+    w->channel = join(s->head, s->head_len, resource, len, "", 0, &w->len);
+    w->wake = join(wake, (size_t)wlen, s->opts->prefix, s->opts->prefix_len, resource, len, &w->wake_len);
+    if (w->channel == NULL || w->wake == NULL) {
+        free(w->channel);
+        free(w->wake);
+        memset(w, 0, sizeof(*w));
+        return -1;
+    }
+    w->waiters = 1;
+    s->used++;
+    if (w->len > s->longest) s->longest = w->len;
+    if (w->wake_len > s->longest) s->longest = w->wake_len;
+    rl_subs_changed(s, w, 1, now_ms);
+    return id;
+}
+
+void rl_subs_unwatch(rl_subs *s, const char *resource, size_t len, double now_ms) {
+    int id = find(s, resource, len);
+    if (id < 0 || --s->w[id].waiters > 0) return;
+    rl_watched *w = &s->w[id];
+    s->used--;
+    rl_subs_changed(s, w, 0, now_ms);
+    for (int k = 0; w->news && k < s->nnews; k++)
+        if (s->news[k] == id) {
+            s->news[k] = s->news[--s->nnews];
+            break;
+        }
+    free(w->channel);
+    free(w->wake);
+    memset(w, 0, sizeof(*w));
+}
+
+unsigned rl_subs_heard(const rl_subs *s, const char *resource, size_t len) {
+    if (resource == NULL) return s->total;
+    int id = find(s, resource, len);
+    return id >= 0 ? s->w[id].heard : 0;
+}
+
+int rl_subs_listeners(const rl_subs *s, const char *resource, size_t len) {
+    if (resource != NULL) {
+        int id = find(s, resource, len);
+        return id >= 0 ? s->w[id].listeners : 0;
+    }
+    int most = 0;
+    for (int id = 0; id < s->nw; id++)
+        if (s->w[id].waiters > 0 && s->w[id].listeners > most) most = s->w[id].listeners;
+    return most;
+}
+
+int rl_subs_news(rl_subs *s, int *broadcast) {
+    if (s->nnews == 0) return -1;
+    int id = s->news[--s->nnews];
+    if (broadcast) *broadcast = (s->w[id].news & 2) != 0;
+    s->w[id].news = 0;
+    return id;
+}
+
+/* ---- redlock.h's rl_engine_watch and the like ---- */
+
+int rl_engine_watch(rl_engine *e, const char *resource, size_t len, double now_ms) {
+    rl_subs *s = rl_engine_subs(e, &now_ms);
+    int id = rl_subs_watch(s, resource, len, rl_engine_waiter_id(e), now_ms);
+    return id >= 0 ? id : RL_ERR;
+}
+
+void rl_engine_unwatch(rl_engine *e, const char *resource, size_t len, double now_ms) {
+    rl_subs *s = rl_engine_subs(e, &now_ms);
+    rl_subs_unwatch(s, resource, len, now_ms);
+}
+
+unsigned rl_engine_heard(const rl_engine *e, const char *resource, size_t len) {
+    return rl_subs_heard(rl_engine_subs(e, NULL), resource, len);
+}
+
+int rl_engine_heard_listeners(const rl_engine *e, const char *resource, size_t len) {
+    return rl_subs_listeners(rl_engine_subs(e, NULL), resource, len);
+}
+
+int rl_engine_heard_next(rl_engine *e, int *broadcast) {
+    return rl_subs_news(rl_engine_subs(e, NULL), broadcast);
+}
+
+int rl_engine_listening(const rl_engine *e) {
+    return rl_subs_listening(rl_engine_subs(e, NULL));
+}
