@@ -22,10 +22,15 @@
 --   keeper_new(d, errbuf, bound_ms)
 --                         the keep-alive of client d (a redlock.new table:
 --                         d.urls, d.servers, d.options, d.client,
---                         d.keeper_live), or nil with errbuf filled. A
---                         keeper collected with locks still kept clears
---                         d.keeper_live.on first (kept locks' finalizers
---                         check it), then releases them within bound_ms.
+--                         d.keeper_live), or nil with errbuf filled. Kept
+--                         locks' finalizers call keeper:drop only while
+--                         d.keeper_live.on (the library sets it when the
+--                         keeper starts and clears it at close()): a keeper
+--                         that can be finalized itself, as libev's, clears
+--                         it first (lua_close runs finalizers in any order)
+--                         and releases what it still keeps within bound_ms;
+--                         cosocket's is a handle on the worker's hub, which
+--                         outlives it, and needs no finalizer.
 --   phase_refusal()       optional: nil, or why no call can do I/O here (an
 --                         nginx phase without cosockets); asked before a
 --                         call changes any state
