@@ -23,7 +23,7 @@ local lua_list = nginx.lua_list
 -- Attempts a waiting lock() makes with retry.fixed(1000, 3), the policy
 -- counting 3 (the first attempt, and the one after each of two delays):
 -- plus the waiter's first queued attempt, and at most 4 on wake-ups per
--- delay (init.lua's WAKE_ATTEMPTS).
+-- delay (redlock/wait.lua's WAKE_ATTEMPTS).
 local COUNTED = 3
 local QUIET_MAX = COUNTED + 1
 local FLOOD_MAX = QUIET_MAX + 2 * 4

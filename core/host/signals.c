@@ -19,7 +19,7 @@
  * flight ends within its node and connect timeouts and either releases what
  * it got (no quorum) or hands the lock to the keeper. Between attempts the
  * library ends the acquisition while it sleeps and begins it again after
- * (redlock._around_sleeps), so a signal then never waits. rl_host_acquire_end then never
+ * (its sleeping and awake hooks, redlock.hooks), so a signal then never waits. rl_host_acquire_end then never
  * returns, and the signal thread releases every kept lock and exits as usual.
  * An acquisition that would begin once the signal thread has taken over the
  * exit never begins.

@@ -865,7 +865,7 @@ local function new_hub(e, n, opts, tls)
 end
 
 ---------------------------------------------------------------------------
--- the client: the methods init.lua calls (those of rl_client)
+-- the client: the methods of the transport contract (backend.lua; those of rl_client)
 
 local client = {}
 local client_mt = { __index = client }

@@ -1,7 +1,9 @@
 -- redlock.libev: the transport outside nginx. The C core's rl_client (the
 -- engine driven over non-blocking sockets on a libev loop of its own) and
 -- rl_keeper (a thread that extends kept locks), with their functions as
--- methods, so init.lua calls client:acquire(...) whichever transport runs.
+-- methods: the contract of redlock.backend (backend.lua), which cosocket.lua
+-- implements inside nginx, so the library calls client:acquire(...)
+-- whichever transport runs.
 
 local ffi = require "ffi"
 local C = require("redlock.cdefs").lib

@@ -157,12 +157,13 @@ end
 
 -- Signals while a lock is being acquired (see rl_host_acquire_begin in
 -- core/host/host.h). Every lock, try_lock and lock_many of the host runs
--- between sys.acquire_begin and sys.acquire_end (the library's
--- _guard_acquisitions), so a SIGTERM then waits for the acquisition to be
+-- between sys.acquire_begin and sys.acquire_end (the library's acquiring and
+-- acquired hooks), so a SIGTERM then waits for the acquisition to be
 -- over (the lock is the keeper's, which releases it, or the library released
 -- what it got) instead of leaving its SETs on the nodes for the whole ttl.
--- The sleeps between attempts are outside it: nothing is in flight then, so
--- a signal ends the host at once, and the next attempt never begins.
+-- The sleeps between attempts are outside it (the sleeping and awake
+-- hooks): nothing is in flight then, so a signal ends the host at once, and
+-- the next attempt never begins.
 
 -- How long an acquisition may take once a signal came: an attempt (two
 -- rounds with a fencing token, on connections still being made), the
@@ -176,10 +177,15 @@ end
 local function guard_acquisitions()
     local sys = require "redlock.host.sys"
     local bound = 0 -- the acquisition's under way, for its attempts after a sleep
-    require("redlock")._guard_acquisitions(function(dlm)
-        bound = acquire_bound(dlm)
-        sys.acquire_begin(bound)
-    end, sys.acquire_end, sys.acquire_end, function() sys.acquire_begin(bound) end)
+    require("redlock").hooks {
+        acquiring = function(dlm)
+            bound = acquire_bound(dlm)
+            sys.acquire_begin(bound)
+        end,
+        acquired = sys.acquire_end,
+        sleeping = sys.acquire_end,
+        awake = function() sys.acquire_begin(bound) end,
+    }
 end
 
 --- Make redlock.default() return a client built from the host configuration,
@@ -191,26 +197,18 @@ function _M.install(opts)
     local copts, err = _M.client_options(opts)
     if copts then
         redlock.configure(copts)
-    elseif not redlock._host_default then
-        local default = redlock.default
-        redlock._host_default = default
-        redlock.default = function()
-            if _M.servers({}) then return default() end -- REDLOCK_SERVERS set by the script
-            error(setmetatable({ msg = err }, USAGE_MT), 2)
-        end
-    end
-    if not redlock._host_new then
-        local new = redlock.new
-        redlock._host_new = new
-        redlock.new = function(o)
-            if type(o) == "table" and o.keepalive == nil then
-                local copy = {}
-                for k, v in pairs(o) do copy[k] = v end
-                copy.keepalive = true
-                o = copy
-            end
-            return new(o)
-        end
+        redlock.hooks { client_defaults = { keepalive = true } }
+    else
+        -- no servers in the flags: the script may still set REDLOCK_SERVERS
+        -- (or call configure) before its first redlock.default()
+        redlock.hooks {
+            client_defaults = { keepalive = true },
+            default_servers = function()
+                local servers = _M.servers({})
+                if servers then return servers end
+                error(setmetatable({ msg = err }, USAGE_MT), 2)
+            end,
+        }
     end
     return redlock
 end

@@ -1,0 +1,85 @@
+-- redlock.backend: the transport this process uses, and the contract every
+-- transport implements. require "redlock.backend" returns the module of
+-- redlock.cosocket inside nginx (the engine driven over cosockets: a lock
+-- call must never block the worker) and of redlock.libev everywhere else
+-- (the core's rl_client over its own libev sockets, rl_keeper's thread).
+--
+-- The contract. Everything the library asks of a transport is below; the
+-- C functions named are the reference (core/include/redlock.h has their
+-- whole contracts), and a transport's methods take the same arguments and
+-- return the same values, whatever they do underneath.
+--
+-- The module:
+--   name                  "libev" or "cosocket" (for messages and tests)
+--   handoff               true when waiters can hear releases and queue
+--                         (watch, sleep_until, acquire_queued below); false
+--                         or nil: waiters poll on their policy's delays
+--   client_new(urls, n, opts, errbuf, errlen)
+--                         a client for n nodes (urls: const char *[n]; opts:
+--                         an rl_options) as rl_client_new; nil with errbuf
+--                         filled (bad arguments). Nothing needs to be
+--                         connected yet.
+--   keeper_new(d, errbuf, bound_ms)
+--                         the keep-alive of client d (a redlock.new table:
+--                         d.urls, d.servers, d.options, d.client,
+--                         d.keeper_live), or nil with errbuf filled. Kept
+--                         locks' finalizers call keeper:drop only while
+--                         d.keeper_live.on (the library sets it when the
+--                         keeper starts and clears it at close()): a keeper
+--                         that can be finalized itself, as libev's, clears
+--                         it first (lua_close runs finalizers in any order)
+--                         and releases what it still keeps within bound_ms;
+--                         cosocket's is a handle on the worker's hub, which
+--                         outlives it, and needs no finalizer.
+--   phase_refusal()       optional: nil, or why no call can do I/O here (an
+--                         nginx phase without cosockets); asked before a
+--                         call changes any state
+--
+-- A client (the methods of rl_client; resource, len: a binary-safe name and
+-- its length; value: a lock's RL_VALUE_LEN bytes; out: an rl_result):
+--   begin_acquire(resource, len, ttl), begin_acquire_fenced(resource, len, ttl),
+--   begin_release(resource, len, value), begin_release_quiet(resource, len, value)
+--                         start an operation: its id (>= 0), RL_ERR (reason
+--                         in errstr()) or RL_ERR_FULL (every operation slot
+--                         taken, nothing sent: try again once some end)
+--   wait(id, out)         its result into out (out may be nil): RL_OK, or
+--                         RL_ERR when none came (reason in errstr()); a
+--                         failed acquire's cleanup is written first
+--   acquire(resource, len, ttl, out), acquire_fenced(...), acquire_queued(...),
+--   release(resource, len, value, out), extend(resource, len, value, ttl, out)
+--                         begin, then wait: RL_OK with the verdict in
+--                         out.status, or RL_ERR / RL_ERR_FULL when it could
+--                         not start (out untouched)
+--   sleep(ms)             sleep, serving connections meanwhile
+--   watch(resource, len), unwatch(resource, len)
+--                         listen for releases of resource (nested), and stop
+--   heard(resource, len)  releases heard while watched (resource nil: every
+--                         watched resource together); compare, never order
+--   listeners(resource, len)
+--                         the waiters that listened for the last release
+--                         heard (nil: the most over what is watched); 0 unknown
+--   sleep_until(resource, len, seen, ms)
+--                         sleep up to ms: 1 as soon as heard() ~= seen
+--                         (at once if it already is), else 0
+--   listening()           subscriber connections up (for tests and tools)
+--   errstr()              the reason of the last RL_ERR (a C string or a Lua string)
+--   node_name(i)          node i's name (0-based; no password)
+--   quorum()              the votes a decision needs
+--   free()                close what this client owns; safe once its
+--                         operations are collected
+--
+-- A keeper (the methods of rl_keeper; ids name kept locks):
+--   add(resource, len, value, ttl, valid_until, margin, errbuf, errlen)
+--                         keep a held lock: its id, or RL_ERR with errbuf filled
+--   state(id, until_buf)  RL_KEEP_HELD / LOST / RELEASED with until_buf[0]
+--                         the end of its validity, or RL_ERR for an unknown id
+--   update(id, ttl, started, valid_until)
+--                         the owner extended it itself (rl_keeper_update)
+--   remove(id)            stop keeping it; the owner releases it
+--   drop(id)              its object was collected: release it, without
+--                         blocking (a finalizer calls this)
+--   release(bound_ms)     release every lock still kept, within about bound_ms
+--   free()                stop; what is still kept is neither extended nor released
+
+local in_nginx = type(ngx) == "table" and type(ngx.socket) == "table" and type(ngx.get_phase) == "function"
+return require(in_nginx and "redlock.cosocket" or "redlock.libev")

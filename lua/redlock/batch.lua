@@ -1,0 +1,77 @@
+-- redlock.batch: operations in flight together, and room for them. A
+-- client takes RL_ID_SLOTS operations in flight at most; a call that finds
+-- every slot taken (RL_ERR_FULL: nothing was sent) makes room by taking the
+-- results it began itself, or else lets the tails of earlier operations end.
+
+local ffi = require "ffi"
+local C = require("redlock.cdefs").lib
+local check = require "redlock.check"
+local results = require "redlock.results"
+check.ours()
+
+local ffi_string = ffi.string
+local RL_OK, RL_ERR_FULL = C.RL_OK, C.RL_ERR_FULL
+local result = results.result
+local raise = check.raise
+
+local _M = {}
+
+-- The longest a call waits for room in a full client: as long as the tails
+-- of earlier operations may take to end (a node timeout, a connect).
+local function room_deadline(d)
+    return C.rl_now_ms() + d.options.node_timeout_ms + d.options.connect_timeout_ms
+end
+
+--- A blocking form op(client, ...) returned rc, not RL_OK: while that is
+--- RL_ERR_FULL, let earlier tails end and call op again, within
+--- room_deadline; any other failure raises.
+function _M.again_when_full(d, client, rc, op, ...)
+    local deadline = room_deadline(d)
+    while rc == RL_ERR_FULL and C.rl_now_ms() < deadline do
+        client:sleep(1)
+        rc = op(client, ...)
+    end
+    if rc ~= RL_OK then raise("redlock: " .. ffi_string(client:errstr())) end
+end
+
+--- A done() for results nobody reads.
+function _M.ignore() end
+
+--- n operations in flight together: begin(i) starts the i-th (its id; a
+--- negative number when it cannot start; nil when there is nothing to
+--- start), done(i, got) takes its result from results.result (got false:
+--- none came, the reason is client:errstr()). While the client is full, the
+--- operations begun so far are taken to make room, else earlier tails are
+--- let end, all within one room_deadline. stop(), if given, says when to
+--- begin no more; a begin that fails then ends the beginning too. Returns
+--- nil, or why the first operation that could not start failed.
+function _M.run(d, client, n, begin, done, stop)
+    local ids, begun, taken, deadline, why = {}, 0, 0, nil, nil
+    local function take()
+        for i = taken + 1, begun do
+            if ids[i] then done(i, client:wait(ids[i], result) == RL_OK) end
+        end
+        taken = begun
+    end
+    for i = 1, n do
+        if stop and (why or stop()) then break end
+        local id = begin(i)
+        while id == RL_ERR_FULL do
+            if taken < begun then
+                take()
+            else
+                deadline = deadline or room_deadline(d)
+                if C.rl_now_ms() >= deadline then break end
+                client:sleep(1)
+            end
+            id = begin(i)
+        end
+        if id and id < 0 then why = why or ffi_string(client:errstr()) end
+        ids[i] = id and id >= 0 and id
+        begun = i
+    end
+    take()
+    return why
+end
+
+return _M

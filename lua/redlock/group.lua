@@ -1,0 +1,150 @@
+-- redlock.group: many locks at once (lock_many). One all-or-nothing
+-- attempt with every acquire in flight together, and the group it makes: a
+-- list of locks with unlock, extend and valid of its own.
+
+local ffi = require "ffi"
+local C = require("redlock.cdefs").lib
+local check = require "redlock.check"
+local results = require "redlock.results"
+local batch = require "redlock.batch"
+local held = require "redlock.held"
+local keep = require "redlock.keep"
+local lock = require "redlock.lock"
+local wait = require "redlock.wait"
+check.ours()
+
+local ffi_string = ffi.string
+local setmetatable = setmetatable
+local OK = C.RL_STATUS_OK
+local result = results.result
+local failure, refusal = results.failure, results.refusal
+local run, ignore = batch.run, batch.ignore
+local forget = held.forget
+local stop_keeping = keep.stop
+local new_lock = lock.new
+local mark_head_start = wait.mark_head_start
+local check_self, raise, live_client, check_phase = check.self, check.raise, check.live_client, check.phase
+
+local _M = {}
+
+local group = {}
+local group_mt = { __index = group }
+_M.mt = group_mt
+
+-- Release the locks of a batch that failed, all in flight together. One
+-- that cannot even begin stays listed for close() (and its ttl). Quietly:
+-- nobody is woken by a lock given back unused, neither the other waiters of
+-- the resource nor this waiter itself, which would otherwise hear its own
+-- releases and try again at once, over and over (redlock.h, "Hand-off").
+local function release_all_started(d, client, locks)
+    run(d, client, #locks, function(i)
+        local lk = locks[i]
+        lk.released = true
+        local id = client:begin_release_quiet(lk.resource, #lk.resource, lk.value)
+        if id >= 0 then forget(lk) end
+        return id
+    end, ignore)
+end
+
+-- One all-or-nothing attempt: every acquire in flight together (begin:
+-- the client's begin_acquire or begin_acquire_fenced). With every operation
+-- slot taken, the acquires begun so far are collected to make room; after a
+-- refusal the rest are not begun.
+local function attempt_many_with(d, client, resources, ttl, begin)
+    local started = C.rl_now_ms()
+    local locks, err, detail, unknown = {}, nil, nil, nil
+    local why = run(d, client, #resources, function(i)
+        return begin(client, resources[i], #resources[i], ttl)
+    end, function(i, got)
+        if not got then
+            -- no result (inside nginx: the hub gave up): not a lock
+            unknown = unknown or ffi_string(client:errstr())
+            err = err or "unavailable"
+        elseif result.status == OK then
+            locks[#locks + 1] = new_lock(d, resources[i], ttl, started, result)
+        elseif not err then
+            local _
+            _, err, detail = failure(d, result)
+            detail.resource = resources[i]
+        end
+    end, function() return err ~= nil end)
+    unknown = why or unknown
+    if unknown then
+        release_all_started(d, client, locks)
+        raise("redlock: " .. unknown)
+    end
+    if err then
+        release_all_started(d, client, locks)
+        return nil, err, detail
+    end
+    return setmetatable(locks, group_mt)
+end
+
+local function attempt_many(d, client, resources, ttl)
+    return attempt_many_with(d, client, resources, ttl, client.begin_acquire)
+end
+
+local function attempt_many_fenced(d, client, resources, ttl)
+    return attempt_many_with(d, client, resources, ttl, client.begin_acquire_fenced)
+end
+
+-- How lock_many attempts (redlock.wait): no queued form.
+_M.PLAIN = { try = attempt_many }
+_M.FENCED = { try = attempt_many_fenced }
+
+--- Release every lock of the group that is not released yet; true, or nil,
+--- err, detail of the first failure. As with one lock: a lock whose release
+--- failed may be unlocked again, and a group already unlocked returns nil,
+--- "invalid", detail.
+function group:unlock()
+    check_self(self, group_mt, "unlock", "a group of locks", "locks:unlock()")
+    local d = self[1].dlm
+    local any = false
+    for i = 1, #self do
+        if not self[i].released then any = true end
+    end
+    if not any then return refusal(d, "invalid", "the locks were already unlocked") end
+    check_phase() -- before keep-alive lets go of them
+    local client = live_client(d, "unlock")
+    local ok, err, detail, missing = true, nil, nil, nil
+    local refused = run(d, client, #self, function(i)
+        local lk = self[i]
+        stop_keeping(lk)
+        if lk.released then return nil end
+        return client:begin_release(lk.resource, #lk.resource, lk.value)
+    end, function(i, got)
+        if not got then
+            missing = missing or ffi_string(client:errstr())
+        elseif result.status == OK then
+            self[i].released = true
+            forget(self[i])
+            if result.heard > 0 then mark_head_start(d, self[i].resource) end
+        elseif ok then
+            ok, err, detail = failure(d, result)
+            detail.resource = self[i].resource
+        end
+    end) or missing
+    if refused then raise("redlock: " .. refused) end
+    return ok, err, detail
+end
+
+--- Extend every lock of the group; true, or the first failure.
+function group:extend(ttl)
+    check_self(self, group_mt, "extend", "a group of locks", "locks:extend(ttl)")
+    for i = 1, #self do
+        local ok, err, detail = self[i]:extend(ttl)
+        if not ok then return nil, err, detail end
+    end
+    return true
+end
+
+--- True while every lock of the group is valid.
+function group:valid()
+    check_self(self, group_mt, "valid", "a group of locks", "locks:valid()")
+    for i = 1, #self do
+        if not self[i]:valid() then return false end
+    end
+    return true
+end
+
+return _M

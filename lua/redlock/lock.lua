@@ -1,0 +1,214 @@
+-- redlock.lock: one lock. The attempts that make one (plain, fenced, or as
+-- a queued waiter), the lock object and its methods (remaining, valid,
+-- lost, check, extend, unlock).
+
+local ffi = require "ffi"
+local C = require("redlock.cdefs").lib
+local check = require "redlock.check"
+local results = require "redlock.results"
+local batch = require "redlock.batch"
+local held = require "redlock.held"
+local keep = require "redlock.keep"
+local wait = require "redlock.wait"
+check.ours()
+
+local ffi_string = ffi.string
+local floor = math.floor
+local setmetatable, error = setmetatable, error
+local now = C.rl_now_ms
+local OK, RL_OK = C.RL_STATUS_OK, C.RL_OK
+local VALUE_LEN = C.RL_VALUE_LEN
+local int64_t = ffi.typeof("int64_t")
+local result = results.result
+local detail_of, failure, refusal = results.detail_of, results.failure, results.refusal
+local again_when_full = batch.again_when_full
+local hold_until, forget = held.hold_until, held.forget
+local kept_state, keep_update, stop_keeping = keep.state, keep.update, keep.stop
+local mark_head_start = wait.mark_head_start
+local check_self, check_ms, argerror, live_client, check_phase =
+    check.self, check.ms, check.argerror, check.live_client, check.phase
+
+local _M = {}
+
+local lock = {}
+local lock_mt = { __index = lock }
+_M.mt = lock_mt
+
+-- A fenced lock's token as an int64_t cdata of its own (exact up to 2^63-1,
+-- where a Lua number stops at 2^53; made int64_t, not the struct field's
+-- long long, so that string.format's %d takes it too), and its decimal
+-- text; nil, nil for an unfenced lock.
+local function token_of(r)
+    if r.token == 0 then return nil, nil end
+    local t = int64_t(r.token)
+    return t, ("%d"):format(t)
+end
+
+--- The lock that round r granted on client d (started: rl_now_ms before it).
+local function new_lock(d, resource, ttl, started, r)
+    local token, token_string = token_of(r)
+    local lk = setmetatable({
+        dlm = d,
+        resource = resource,
+        value = ffi_string(r.value, VALUE_LEN),
+        ttl = ttl,
+        validity = floor(r.validity_ms), -- whole ms: a fraction less, never more
+        votes = r.ok,         -- nodes that had granted it when quorum was reached
+        token = token,        -- a fenced lock's fencing token (int64_t cdata), else nil
+        token_string = token_string, -- the same in decimal (for JSON, headers, the environment)
+        valid_until = started + floor(r.validity_ms),
+        extensions = 0,
+        released = false,
+        kept = nil,
+    }, lock_mt)
+    held.add(lk, started, ttl)
+    return lk
+end
+_M.new = new_lock
+
+-- One attempt with the client's acquire (plain, fenced or queued). Returns a lock,
+-- or nil, err, detail.
+local function attempt_by(d, client, resource, ttl, acquire)
+    local started = now()
+    local rc = acquire(client, resource, #resource, ttl, result)
+    if rc ~= RL_OK then again_when_full(d, client, rc, acquire, resource, #resource, ttl, result) end
+    if result.status == OK then return new_lock(d, resource, ttl, started, result) end
+    return failure(d, result)
+end
+
+local function attempt(d, client, resource, ttl)
+    return attempt_by(d, client, resource, ttl, client.acquire)
+end
+
+-- A fenced lock: the same, with its token committed.
+local function attempt_fenced(d, client, resource, ttl)
+    return attempt_by(d, client, resource, ttl, client.acquire_fenced)
+end
+
+-- A waiter's attempt: the same, and refused, the client joins the nodes'
+-- queues of waiters, so that a release wakes it alone (redlock.h, "Hand-off").
+local function attempt_queued(d, client, resource, ttl)
+    return attempt_by(d, client, resource, ttl, client.acquire_queued)
+end
+
+-- How a lock call attempts (redlock.wait): try(d, client, resource, ttl),
+-- and as a queued waiter when it has a queued form.
+_M.PLAIN = { try = attempt, queued = attempt_queued }
+_M.FENCED = { try = attempt_fenced }
+
+--- Milliseconds of validity left (<= 0 once it has run out).
+function lock:remaining()
+    check_self(self, lock_mt, "remaining", "a lock", "lock:remaining()")
+    if self.released then return 0 end
+    kept_state(self)
+    return self.valid_until - now()
+end
+
+--- True while the lock is held: not unlocked, not lost, validity left.
+function lock:valid()
+    check_self(self, lock_mt, "valid", "a lock", "lock:valid()")
+    return not self.released and not self:lost() and self:remaining() > 0
+end
+
+--- True once the lock is known to be gone: keep-alive failed, or validity ran out.
+function lock:lost()
+    check_self(self, lock_mt, "lost", "a lock", "lock:lost()")
+    if self.released then return false end
+    local state = kept_state(self)
+    if state ~= nil then return state == C.RL_KEEP_LOST end
+    return self.valid_until - now() <= 0
+end
+
+--- Raise "lost: ..." if the lock has been lost; return the lock otherwise.
+function lock:check()
+    check_self(self, lock_mt, "check", "a lock", "lock:check()")
+    if self:lost() then
+        error("lost: the lock on '" .. self.resource .. "' is no longer held", 2)
+    end
+    return self
+end
+
+-- After an extend that was sent and failed, the lock is held no longer
+-- than both what it had and what the round may have left: nodes that took
+-- the new ttl drop the key by started + the new ttl's validity, and "not
+-- held" means our value is gone from too many nodes for a quorum.
+local function after_failed_extend(lk, ttl, started, r)
+    local until_
+    if r.status == C.RL_STATUS_NOT_HELD then
+        until_ = started
+    else
+        local elapsed = now() - started
+        until_ = started + ttl - elapsed - (ttl * lk.dlm.options.drift_factor + 2)
+    end
+    kept_state(lk)  -- a kept lock: start from the keeper's latest validity
+    if until_ < lk.valid_until then lk.valid_until = until_ end
+    -- the keeper goes on with the ttl it had, counting the lower validity
+    keep_update(lk, lk.ttl, started)
+end
+
+--- Extend the lock to ttl ms (default: its ttl) from now. true, nil, detail
+--- or nil, err, detail. Decided at quorum: a node that had not answered by
+--- then is "pending" in detail (it is still extended if it holds our value).
+function lock:extend(ttl)
+    check_self(self, lock_mt, "extend", "a lock", "lock:extend(ttl)")
+    if ttl == nil then ttl = self.ttl else check_ms(1, "extend", "ttl", ttl) end
+    if self.kept ~= nil and ttl <= self.margin then
+        argerror(1, "extend", ("ttl must be above the lock's keep-alive margin (%d ms), got %d"):format(self.margin, ttl))
+    end
+    if self.released then return refusal(self.dlm, "invalid", "the lock was unlocked") end
+    local max = self.dlm.max_extensions
+    if max and self.extensions >= max then
+        return refusal(self.dlm, "invalid", ("extension limit (%d) reached"):format(max))
+    end
+    if self:remaining() <= 0 then return refusal(self.dlm, "expired", "no validity left to extend") end
+    local client = live_client(self.dlm, "extend")
+    local started = now()
+    local rc = client:extend(self.resource, #self.resource, self.value, ttl, result)
+    if rc ~= RL_OK then
+        again_when_full(self.dlm, client, rc, client.extend, self.resource, #self.resource, self.value, ttl, result)
+    end
+    -- nodes that took it keep the key up to the new ttl from here
+    if self.kept == nil then hold_until(self, started, ttl) end
+    if result.status ~= OK then
+        after_failed_extend(self, ttl, started, result)
+        return failure(self.dlm, result)
+    end
+    self.extensions = self.extensions + 1
+    self.ttl = ttl
+    self.validity = floor(result.validity_ms)
+    self.valid_until = started + self.validity
+    -- the keeper goes on with this ttl, not the one it was handed
+    keep_update(self, ttl, started)
+    return true, nil, detail_of(self.dlm, result)
+end
+
+--- Release the lock on every node. true, nil, detail once a quorum deleted
+--- our value, or nil, err, detail ("not held" when our value was no longer
+--- on a quorum: it expired or was taken over). Decided at quorum: a node that
+--- had not answered by then is "pending" in detail, and the client sends it
+--- the rest (a late NOSCRIPT gets its EVAL) on its next calls, or close().
+--- After a failure the lock may be unlocked again (say, once nodes are
+--- back); once it succeeded, unlocking again returns nil, "invalid", detail.
+function lock:unlock()
+    check_self(self, lock_mt, "unlock", "a lock", "lock:unlock()")
+    if self.released then
+        return refusal(self.dlm, "invalid", self.closed and "the lock was released when its client was closed"
+            or "the lock was already unlocked")
+    end
+    if self.kept ~= nil then check_phase() end -- before keep-alive lets go of it (release refuses anyway)
+    stop_keeping(self)
+    local client = live_client(self.dlm, "unlock")
+    local rc = client:release(self.resource, #self.resource, self.value, result)
+    if rc ~= RL_OK then
+        again_when_full(self.dlm, client, rc, client.release, self.resource, #self.resource, self.value, result)
+    end
+    if result.status == OK then
+        self.released = true
+        forget(self)
+        if result.heard > 0 then mark_head_start(self.dlm, self.resource) end
+        return true, nil, detail_of(self.dlm, result)
+    end
+    return failure(self.dlm, result)
+end
+
+return _M

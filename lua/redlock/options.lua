@@ -1,0 +1,216 @@
+-- redlock.options: the options of redlock.new (and configure), of the lock
+-- calls, and what the environment says (REDLOCK_SERVERS, the REDLOCK_* TLS
+-- variables). Every option is checked before anything is connected or sent;
+-- misuse raises at the caller (redlock.check).
+
+local ffi = require "ffi"
+local C = require("redlock.cdefs").lib
+local retry = require "redlock.retry"
+local check = require "redlock.check"
+check.ours()
+
+local ffi_new = ffi.new
+local floor = math.floor
+local type, next, ipairs, pairs = type, next, ipairs, pairs
+local argerror, show, is_int, check_ms, check_opts = check.argerror, check.show, check.is_int, check.ms, check.opts
+local check_resource = check.resource
+local MAX_MS = check.MAX_MS
+
+local _M = {}
+
+local NEW_KEYS = { servers = true, ttl = true, node_timeout = true, connect_timeout = true, quorum = true,
+                   drift_factor = true, prefix = true, retry = true, max_extensions = true, keepalive = true,
+                   notify = true, tls = true }
+local TLS_KEYS = { cafile = true, capath = true, certfile = true, keyfile = true, server_name = true, verify = true }
+local TLS_STRINGS = { "cafile", "capath", "certfile", "keyfile", "server_name" }
+local LOCK_KEYS = { ttl = true, wait = true, retry = true, keepalive = true, margin = true, fence = true }
+local RETRY_UNTIL_WAIT = retry.forever()  -- `wait` without `retry`: try until wait runs out
+
+-- The option names the checks above accept, sorted: new()'s, its tls table's
+-- and the lock calls'. Exported as redlock._OPTIONS and read by
+-- spec/docs_spec.lua, which checks that docs/lua-api.md names each one.
+local function sorted_names(set)
+    local list = {}
+    for k in pairs(set) do list[#list + 1] = k end
+    table.sort(list)
+    return list
+end
+_M.NAMES = { new = sorted_names(NEW_KEYS), tls = sorted_names(TLS_KEYS), lock = sorted_names(LOCK_KEYS) }
+
+local function options_struct(fname, o, nservers)
+    local opts = ffi_new("rl_options")
+    C.rl_options_init(opts)
+    if o.node_timeout ~= nil then check_ms(1, fname, "node_timeout", o.node_timeout); opts.node_timeout_ms = o.node_timeout end
+    if o.connect_timeout ~= nil then
+        check_ms(1, fname, "connect_timeout", o.connect_timeout); opts.connect_timeout_ms = o.connect_timeout
+    end
+    if o.quorum ~= nil and nservers ~= nil then
+        local majority = floor(nservers / 2) + 1
+        if not is_int(o.quorum, majority, nservers) then
+            argerror(1, fname, ("quorum must be a whole number from %d (a majority of %d) to %d, got %s")
+                :format(majority, nservers, nservers, show(o.quorum)))
+        end
+        opts.quorum = o.quorum
+    end
+    if o.drift_factor ~= nil then
+        local d = o.drift_factor
+        if type(d) ~= "number" or not (d >= 0 and d < 1) then
+            argerror(1, fname, "drift_factor must be a number in [0, 1), got " .. show(d))
+        end
+        opts.drift_factor = d
+    end
+    if o.prefix ~= nil then
+        if type(o.prefix) ~= "string" then argerror(1, fname, "prefix must be a string, got " .. show(o.prefix)) end
+        opts.prefix, opts.prefix_len = o.prefix, #o.prefix
+    end
+    local tls = o.tls
+    if tls ~= nil then
+        if type(tls) ~= "table" then argerror(1, fname, "tls must be a table, got " .. show(tls)) end
+        for k in next, tls do
+            if not TLS_KEYS[k] then
+                argerror(1, fname, ("unknown option %s")
+                    :format(type(k) == "string" and ("'tls." .. k .. "'") or ("tls[" .. show(k) .. "]")))
+            end
+        end
+        for _, k in ipairs(TLS_STRINGS) do
+            local v = tls[k]
+            if v ~= nil then
+                if type(v) ~= "string" or v == "" or v:find("\0", 1, true) then
+                    argerror(1, fname, ("tls.%s must be a non-empty string, got %s"):format(k, show(v)))
+                end
+                opts.tls[k] = v -- points into v: the client keeps v (see redlock.new)
+            end
+        end
+        if tls.verify ~= nil then
+            if type(tls.verify) ~= "boolean" then argerror(1, fname, "tls.verify must be a boolean, got " .. show(tls.verify)) end
+            opts.tls.verify = tls.verify and 1 or 0
+        end
+        if tls.keyfile ~= nil and tls.certfile == nil then
+            argerror(1, fname, "tls.keyfile needs tls.certfile")
+        end
+    end
+    return opts
+end
+
+--- The string fields of a tls table, copied (the caller may change it later).
+function _M.copy_tls_strings(t)
+    local c = {}
+    for _, k in ipairs(TLS_STRINGS) do c[k] = t[k] end
+    return c
+end
+
+--- The server list as the core reads it (const char *[n]).
+local function server_list(fname, servers)
+    if type(servers) ~= "table" or #servers == 0 then
+        argerror(1, fname, "servers must be a non-empty list of URLs, got " .. show(servers))
+    end
+    local urls = ffi_new("const char *[?]", #servers)
+    for i = 1, #servers do
+        if type(servers[i]) ~= "string" then
+            argerror(1, fname, ("servers[%d] must be a URL string, got %s"):format(i, show(servers[i])))
+        end
+        -- the core reads a C string: a NUL would cut the URL short unseen
+        if servers[i]:find("\0", 1, true) then argerror(1, fname, ("servers[%d] holds a NUL byte"):format(i)) end
+        urls[i - 1] = servers[i]
+    end
+    return urls
+end
+_M.server_list = server_list
+
+--- Check every option of new() (or configure(): nservers nil while the
+--- servers are not known yet) but the server list; the options struct and
+--- the ttl.
+local function client_options(fname, opts, nservers)
+    check_opts(1, fname, opts, NEW_KEYS)
+    local copts = options_struct(fname, opts, nservers)
+    local ttl = opts.ttl or 10000
+    check_ms(1, fname, "ttl", ttl)
+    if opts.retry ~= nil and type(opts.retry) ~= "function" then
+        argerror(1, fname, "retry must be a function, got " .. show(opts.retry))
+    end
+    if opts.max_extensions ~= nil and not is_int(opts.max_extensions, 0, MAX_MS) then
+        argerror(1, fname, ("max_extensions must be a whole number from 0 to %d, got %s")
+            :format(MAX_MS, show(opts.max_extensions)))
+    end
+    if opts.keepalive ~= nil and type(opts.keepalive) ~= "boolean" then
+        argerror(1, fname, "keepalive must be a boolean, got " .. show(opts.keepalive))
+    end
+    if opts.notify ~= nil and type(opts.notify) ~= "boolean" then
+        argerror(1, fname, "notify must be a boolean, got " .. show(opts.notify))
+    end
+    return copts, ttl
+end
+_M.client_options = client_options
+
+--- Check options as configure() takes them (servers optional).
+function _M.check_client(fname, opts)
+    if opts.servers ~= nil then server_list(fname, opts.servers) end
+    client_options(fname, opts, opts.servers and #opts.servers)
+end
+
+--- REDLOCK_SERVERS as a list (URLs separated by commas or spaces), or nil.
+function _M.servers_from_env()
+    local env = os.getenv("REDLOCK_SERVERS")
+    if not env or env == "" then return nil end
+    local list = {}
+    for url in env:gmatch("[^,%s]+") do list[#list + 1] = url end
+    return list
+end
+
+--- TLS settings from REDLOCK_CACERT, REDLOCK_CACERTDIR, REDLOCK_CERT,
+--- REDLOCK_KEY and REDLOCK_SNI (the host's flags go over them; turning
+--- verification off is the host's --insecure only), or nil when none is set.
+local TLS_ENV = { cafile = "REDLOCK_CACERT", capath = "REDLOCK_CACERTDIR", certfile = "REDLOCK_CERT",
+                  keyfile = "REDLOCK_KEY", server_name = "REDLOCK_SNI" }
+function _M.tls_from_env()
+    local t
+    for k, name in pairs(TLS_ENV) do
+        local v = os.getenv(name)
+        if v and v ~= "" then t = t or {}; t[k] = v end
+    end
+    return t
+end
+
+--- Check every option of a lock call before anything is sent (d: the
+--- client, for its defaults and prefix); returns ttl, wait, policy,
+--- keepalive, margin, fence.
+function _M.lock_options(d, fname, resource, opts)
+    check_resource(d, 1, fname, resource)
+    opts = check_opts(2, fname, opts, LOCK_KEYS)
+    local ttl, wait, policy, keepalive, margin, fence = d.ttl, nil, d.retry, d.keepalive, nil, false
+    if opts then
+        if opts.ttl ~= nil then check_ms(2, fname, "ttl", opts.ttl); ttl = opts.ttl end
+        if opts.wait ~= nil then
+            local w = opts.wait
+            if type(w) ~= "number" or not (w >= 0 and w <= MAX_MS) then
+                argerror(2, fname, ("wait must be a number of ms from 0 to %d, got %s"):format(MAX_MS, show(w)))
+            end
+            wait = w
+            if opts.retry == nil then policy = RETRY_UNTIL_WAIT end
+        end
+        if opts.retry ~= nil then
+            if type(opts.retry) ~= "function" then argerror(2, fname, "retry must be a function, got " .. show(opts.retry)) end
+            policy = opts.retry
+        end
+        if opts.keepalive ~= nil then
+            if type(opts.keepalive) ~= "boolean" then
+                argerror(2, fname, "keepalive must be a boolean, got " .. show(opts.keepalive))
+            end
+            keepalive = opts.keepalive
+        end
+        if opts.margin ~= nil then
+            if not is_int(opts.margin, 0, ttl - 1) then
+                argerror(2, fname, ("margin must be a whole number of ms from 0 to ttl - 1 (%d), got %s")
+                    :format(ttl - 1, show(opts.margin)))
+            end
+            margin = opts.margin
+        end
+        if opts.fence ~= nil then
+            if type(opts.fence) ~= "boolean" then argerror(2, fname, "fence must be a boolean, got " .. show(opts.fence)) end
+            fence = opts.fence
+        end
+    end
+    return ttl, wait, policy, keepalive, margin, fence
+end
+
+return _M

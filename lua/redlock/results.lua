@@ -1,0 +1,53 @@
+-- redlock.results: what a call hands back. The scratch space the core
+-- writes results and errors into, the words for statuses and node states,
+-- and the (nil, err, detail) of a failure.
+
+local ffi = require "ffi"
+local C = require("redlock.cdefs").lib
+require("redlock.check").ours()
+
+local ffi_string, ffi_new = ffi.string, ffi.new
+
+local _M = {}
+
+-- Scratch space reused by every call (calls are synchronous).
+_M.result = ffi_new("rl_result")
+_M.errbuf = ffi_new("char[?]", C.RL_ERR_LEN)
+_M.ERR_LEN = C.RL_ERR_LEN
+
+-- The words come from the core (words.c), read once into tables for the hot path.
+local STATUS_WORDS, NODE_WORDS = {}, {}
+for code = C.RL_STATUS_PENDING, C.RL_STATUS_NOT_HELD do STATUS_WORDS[code] = ffi_string(C.rl_status_word(code)) end
+for code = C.RL_NODE_PENDING, C.RL_NODE_TIMEOUT do NODE_WORDS[code] = ffi_string(C.rl_node_state_word(code)) end
+_M.status_words, _M.node_words = STATUS_WORDS, NODE_WORDS
+
+--- The detail of round r on client d: per node its name, state and error.
+local function detail_of(d, r)
+    local t = { ok = r.ok, quorum = r.quorum, elapsed = r.elapsed_ms, status = STATUS_WORDS[r.status] }
+    for i = 0, r.nodes - 1 do
+        local n = r.node[i]
+        t[i + 1] = {
+            server = d.names[i + 1],
+            state = NODE_WORDS[n.state],
+            error = n.errstr[0] ~= 0 and ffi_string(n.errstr) or nil,
+        }
+    end
+    return t
+end
+_M.detail_of = detail_of
+
+--- nil, err, detail for a round that failed.
+function _M.failure(d, r)
+    return nil, STATUS_WORDS[r.status] or "invalid", detail_of(d, r)
+end
+
+--- nil, word, detail for a call refused before anything was sent (invalid,
+--- expired): the detail has the shape of a round's, no node asked, and says
+--- why in detail.message.
+function _M.refusal(d, word, message)
+    local t = { ok = 0, quorum = d.quorum, elapsed = 0, status = word, message = message }
+    for i = 1, #d.names do t[i] = { server = d.names[i], state = "pending" } end
+    return nil, word, t
+end
+
+return _M
