@@ -6,7 +6,7 @@
 --
 -- old and new are medians over the rounds; new/old is the median of the
 -- per-round ratios (old and new measured back to back in one round), shown
--- with their [min..max]. Then the runs that gave no figure or reported errors,
+-- with their [min..max], and whether that range holds 1.00. Then the runs that gave no figure or reported errors,
 -- violations or lost locks, after a line "problems: N".
 
 local file = arg[1]
@@ -149,7 +149,7 @@ end)
 
 local function f(fmt, v) return v and fmt:format(v) or "-" end
 
-print("| figure | better | old | new | new/old | per round [min..max] | rounds | reading |")
+print("| figure | better | old | new | new/old | per round [min..max] | rounds | 1.00 in range |")
 print("|---|---|---|---|---|---|---|---|")
 for _, g in ipairs(FIG) do
     local o = values(g.peer, g.workload, g.get, "old")
@@ -166,18 +166,20 @@ for _, g in ipairs(FIG) do
         local range, reading = "-", ""
         if #ratios > 0 then range = ("[%.2f..%.2f]"):format(lo_r, hi_r) end
         if #ratios > 1 then
-            if lo_r <= 1 and hi_r >= 1 then reading = "within spread"
-            elseif (lo_r > 1) == (g.better == "higher") then reading = "new better"
-            else reading = "new worse" end
+            if lo_r <= 1 and hi_r >= 1 then reading = "yes"
+            elseif (lo_r > 1) == (g.better == "higher") then reading = "no: new better"
+            else reading = "no: new worse" end
         end
         print(("| %s | %s | %s | %s | %s | %s | %d | %s |"):format(g.label, g.better, f(g.fmt, median(lo)),
             f(g.fmt, median(ln)), mr and ("%.2f"):format(mr) or "-", range, #ratios, reading))
     end
 end
 print()
-print("old, new: medians over the rounds. new/old: the median of the per-round ratios (old and new")
-print("back to back in one round); [min..max]: their range. \"within spread\" when that range holds 1.00,")
-print("\"new better\" / \"new worse\" when every round went the same way (with 2-3 rounds a hint, not a test).")
+print("old, new: medians over the rounds. new/old: the median of the per-round ratios (old and new back")
+print("to back in one round); [min..max]: their range. A ratio whose range holds 1.00 is within the noise")
+print("of this run. With n rounds of pure noise every ratio falls on one side of 1.00 for about one figure")
+print("in 2^(n-1) (1 in 8 with 4 rounds): a \"no\" alone is a lead, not a verdict; see whether it")
+print("comes back in a second run or with more rounds.")
 print()
 
 -- what did not go as it should
