@@ -10,6 +10,7 @@ max_line_length = 130
 -- The module runs inside nginx too, where ngx is a global (OpenResty's).
 files["lua/redlock/backend.lua"] = { read_globals = { "ngx" } }
 files["lua/redlock/cosocket.lua"] = { read_globals = { "ngx" } }
+files["lua/redlock/nginx/*.lua"] = { read_globals = { "ngx" } }
 
 -- Specs run under busted (luacheck gives *_spec.lua files its std already);
 -- their helpers are plain LuaJIT.

@@ -629,7 +629,7 @@ describe("redlock inside nginx", function()
     local base = counts()
     srv = start {
       workers = 1,
-      init = init_code(cl.urls) .. [[ require("redlock.cosocket").idle_ms = 400 ]],
+      init = init_code(cl.urls) .. [[ require("redlock.nginx.hub").idle_ms = 400 ]],
       locations = { PING, LOCK_UNLOCK, PER_REQUEST },
     }
     local reqs = {}
@@ -774,7 +774,7 @@ describe("redlock inside nginx", function()
     local before = made()
     srv = start {
       workers = 1,
-      init = init_code(cl.urls) .. [[ require("redlock.cosocket").rotate_connects = 5 ]],
+      init = init_code(cl.urls) .. [[ require("redlock.nginx.hub").rotate_connects = 5 ]],
       locations = { PING, LOCK_UNLOCK },
     }
     for _ = 1, 20 do

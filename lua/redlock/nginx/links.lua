@@ -1,0 +1,201 @@
+-- redlock.nginx.links: the hub's connections (redlock.h, "Links": per node
+-- a command connection and, once something is watched, a subscriber
+-- connection). One light thread per link connects and reads, feeding what
+-- arrives to the engine; the hub's loop does what the engine wants (close,
+-- connect, write: service) and shuts every link when it stops. Only the
+-- loop's coroutine calls these, and the readers it spawned.
+
+local ffi = require "ffi"
+local bit = require "bit"
+local C = require("redlock.cdefs").lib
+local calls = require "redlock.nginx.calls"
+local tls = require "redlock.nginx.tls"
+local watch = require "redlock.nginx.watch"
+
+local ngx = ngx
+local ffi_string, ffi_new, band, lshift = ffi.string, ffi.new, bit.band, bit.lshift
+local now_ms = C.rl_now_ms
+local co_running, co_status = coroutine.running, coroutine.status
+local tostring, table_remove = tostring, table.remove
+local wake, deliver, fail_waiters = calls.wake, calls.deliver, calls.fail_waiters
+local open, lost_reason, post_heard = tls.open, tls.lost_reason, watch.post_heard
+
+local RL_OK = C.RL_OK
+local WANT_WRITE, WANT_CONNECT, WANT_CLOSE = C.RL_WANT_WRITE, C.RL_WANT_CONNECT, C.RL_WANT_CLOSE
+local READ_CHUNK = 65536
+local READ_TIMEOUT_MS = 3600000 -- a reader waits this long for bytes, then again (the engine times replies)
+
+local out_ptr = ffi_new("const char *[1]")
+
+local _M = {}
+
+-- Close link i's socket. Its reader, if any, is killed first: only the
+-- coroutine that spawned it (the hub's loop) may, and only the loop calls
+-- this while readers run.
+local function close_node(hub, i)
+    hub.gen[i] = hub.gen[i] + 1
+    hub.up[i] = false
+    local r = hub.readers[i]
+    hub.readers[i] = nil
+    -- (one that ended on its own is reaped by the loop: see reader)
+    if r and co_status(r) ~= "dead" and r ~= co_running() then ngx.thread.kill(r) end
+    local sock = hub.socks[i]
+    hub.socks[i] = nil
+    if sock then sock:close() end
+end
+
+-- Link i's connection failed or ended, seen by its own reader: forget the
+-- socket (the reader is about to return) and tell the engine. A subscriber
+-- link's reason goes to the error log, once per reason (not once per retry):
+-- it costs wake-ups, which nothing else would show.
+local function lost_node(hub, i, why)
+    if i >= hub.n and hub.said[i] ~= why then
+        ngx.log(ngx.WARN, "redlock: subscriber of ", hub.names[i], ": ", why)
+    end
+    hub.said[i] = why
+    hub.gen[i] = hub.gen[i] + 1
+    hub.up[i] = false
+    hub.readers[i] = nil
+    local sock = hub.socks[i]
+    hub.socks[i] = nil
+    if sock then sock:close() end
+    C.rl_engine_node_down(hub.e, i, why, now_ms())
+    wake(hub)
+end
+
+-- Write what the engine has for link i (everything queued since the last
+-- turn, in one send), and what was queued while that send yielded.
+local function write_node(hub, i)
+    local e, gen = hub.e, hub.gen[i]
+    while hub.up[i] and hub.gen[i] == gen do
+        local len = tonumber(C.rl_engine_node_output(e, i, out_ptr))
+        if len == 0 then return end
+        local sent, err = hub.socks[i]:send(ffi_string(out_ptr[0], len))
+        if hub.gen[i] ~= gen then return end -- closed while the send yielded
+        if not sent then
+            close_node(hub, i)
+            C.rl_engine_node_down(e, i, lost_reason(hub, i, err), now_ms())
+            return
+        end
+        C.rl_engine_node_wrote(e, i, len, now_ms())
+    end
+end
+
+-- Link i's light thread: connect (a new connection: the engine sends
+-- AUTH/SELECT/INFO first, or a subscriber's AUTH and SUBSCRIBE), then read
+-- and feed until the connection ends or the loop closes it.
+local function read_node(hub, i, gen)
+    local e = hub.e
+    local sock = ngx.socket.tcp()
+    hub.socks[i] = sock
+    local ok, err = open(hub, i, sock, READ_TIMEOUT_MS)
+    if hub.gen[i] ~= gen then return end
+    if not ok then return lost_node(hub, i, err) end
+    if C.rl_engine_node_connected(e, i, 1, now_ms()) ~= RL_OK then
+        -- the engine no longer wants it (it gave up on the connect meanwhile)
+        hub.gen[i] = hub.gen[i] + 1
+        hub.socks[i], hub.readers[i] = nil, nil
+        sock:close()
+        return wake(hub)
+    end
+    hub.up[i], hub.fed[i], hub.said[i] = true, false, nil
+    wake(hub)
+    local subscriber = i >= hub.n
+    while true do
+        local data, rerr = sock:receiveany(READ_CHUNK)
+        if hub.gen[i] ~= gen then return end
+        if data then
+            hub.fed[i] = true
+            if C.rl_engine_node_feed(e, i, data, #data, now_ms()) ~= RL_OK then
+                -- the engine dropped the connection (it asks for a close too)
+                hub.gen[i] = hub.gen[i] + 1
+                hub.up[i] = false
+                hub.socks[i], hub.readers[i] = nil, nil
+                sock:close()
+                hub.now = now_ms()
+                deliver(hub)
+                return wake(hub)
+            end
+            if subscriber then
+                post_heard(hub)
+            else
+                hub.now = now_ms()
+                deliver(hub)
+                wake(hub)
+            end
+        elseif rerr ~= "timeout" then
+            return lost_node(hub, i, lost_reason(hub, i, rerr))
+        end
+    end
+end
+
+-- A light thread that ends on its own stays a zombie until its parent (the
+-- loop) waits for it: it files itself for the loop to reap.
+local function reader(hub, i, gen)
+    read_node(hub, i, gen)
+    hub.ended[#hub.ended + 1] = co_running()
+end
+
+function _M.reap(hub)
+    local ended = hub.ended
+    for k = #ended, 1, -1 do
+        local th = ended[k]
+        if co_status(th) == "dead" then
+            table_remove(ended, k)
+            ngx.thread.wait(th)
+        end
+    end
+end
+
+local function connect_node(hub, i)
+    close_node(hub, i)
+    hub.connects = hub.connects + 1
+    local gen = hub.gen[i]
+    local th, err = ngx.thread.spawn(reader, hub, i, gen)
+    if not th then
+        C.rl_engine_node_down(hub.e, i, "cannot start a light thread: " .. tostring(err), now_ms())
+    elseif co_status(th) ~= "dead" and hub.gen[i] == gen then
+        hub.readers[i] = th
+    end
+end
+
+-- Do what the engine asks: close, connect (a reader per link), write; until
+-- it asks no more closes or connects (a connect that fails at once answers
+-- commands, and that may ask for more).
+function _M.service(hub)
+    local e, links = hub.e, 2 * hub.n
+    local asked = true
+    while asked do
+        asked = false
+        local bits = C.rl_engine_wanting(e)
+        if bits == 0 then return end
+        for i = 0, links - 1 do
+            if band(bits, lshift(1, i)) ~= 0 then
+                local w = C.rl_engine_node_wants(e, i)
+                if band(w, WANT_CLOSE) ~= 0 then close_node(hub, i) end
+                if band(w, WANT_CONNECT) ~= 0 then connect_node(hub, i) end
+                if band(w, WANT_WRITE) ~= 0 then write_node(hub, i) end
+                asked = asked or band(w, WANT_CLOSE + WANT_CONNECT) ~= 0
+            end
+        end
+    end
+end
+
+-- Close every connection (the engine forgets them) and fail what still waits.
+function _M.shut(hub, why)
+    local now = now_ms()
+    hub.now = now
+    for i = 0, 2 * hub.n - 1 do
+        local up, connecting = hub.up[i], hub.socks[i] ~= nil
+        close_node(hub, i)
+        if up then
+            C.rl_engine_node_detach(hub.e, i, now)
+        elseif connecting then
+            C.rl_engine_node_down(hub.e, i, "connect abandoned: the hub stopped", now)
+        end
+    end
+    deliver(hub)
+    fail_waiters(hub, why)
+end
+
+return _M

@@ -1,0 +1,216 @@
+-- redlock.nginx.watch: hand-off on the hub, a thin driver of the engine's
+-- subscriptions (rl_engine_watch and the rest: redlock.h, "Hand-off").
+--
+-- Calls that wait for a lock watch their resource on the hub's engine
+-- (refcounted per hub: the engine subscribes on every node, over the
+-- subscriber links the loop drives like any other, and counts the release
+-- messages it hears). Each call sleeps on a semaphore of its own; after
+-- every read of a subscriber link, the watches that heard a release post the
+-- semaphores of the calls asleep on them. A node down, refusing AUTH or
+-- SUBSCRIBE, or sending what the engine drops costs its wake-ups only: the
+-- engine connects again after its backoff, and waiters poll as the retry
+-- policy says.
+--
+-- Here: the hub's side (post_heard, forget_watches) and the client's
+-- methods of the transport contract that hand-off needs (methods: watch,
+-- unwatch, heard, listeners, sleep_until, listening; redlock.nginx.client
+-- takes them).
+
+local C = require("redlock.cdefs").lib
+local calls = require "redlock.nginx.calls"
+local semaphore = require "ngx.semaphore"
+
+local ffi_new = require("ffi").new
+local now_ms = C.rl_now_ms
+local pairs, math_max = pairs, math.max
+local phase_refusal, start, wake = calls.phase_refusal, calls.start, calls.wake
+
+local int_out = ffi_new("int[1]")
+
+local _M = {}
+
+---------------------------------------------------------------------------
+-- the hub's side
+
+-- Watch c heard a release: wake whoever sleeps on it. broadcast: on the
+-- resource's channel, whose message is the number of connections that
+-- listened (this worker's is one); with the requests asleep here, that is
+-- how many waiters compete, and all are woken. Otherwise only on the hub's
+-- wake channel (the hub was the oldest in a node's queue): one request is
+-- woken, alone, whichever node's message comes first.
+local function wake_sleepers(hub, c, broadcast)
+    -- sleepers[sema]: true while its request waits on it (count -1),
+    -- "posted" once a message woke it (count 0 until it resumes); a
+    -- semaphore nobody waits on any more belongs to a request that was
+    -- killed asleep (client abort, ngx.exit from another thread), and is
+    -- dropped so that it swallows no wake-up
+    local sleepers, first, pending, asleep = c.sleepers, nil, false, 0
+    for sema, state in pairs(sleepers) do
+        local count = sema:count()
+        if count < 0 then
+            asleep = asleep + 1
+            if broadcast then
+                sema:post(1)
+                sleepers[sema] = "posted"
+            else
+                first = first or sema
+            end
+        elseif state == "posted" and count == 0 then
+            asleep, pending = asleep + 1, true
+        else
+            sleepers[sema] = nil
+        end
+    end
+    if not broadcast then
+        if first and not pending then
+            first:post(1)
+            sleepers[first] = "posted"
+        end
+        c.listeners = 1
+        return
+    end
+    local said = C.rl_engine_heard_listeners(hub.e, c.resource, #c.resource)
+    c.listeners = said - 1 + math_max(asleep, 1)
+end
+
+--- After a read of a subscriber link: wake the requests asleep on watches
+--- that heard a release.
+function _M.post_heard(hub)
+    local e, watches = hub.e, hub.watches
+    while true do
+        local id = C.rl_engine_heard_next(e, int_out)
+        if id < 0 then return end
+        local c = watches[id]
+        if c then wake_sleepers(hub, c, int_out[0] ~= 0) end
+    end
+end
+
+--- The hub stopped for good (idle, the worker exiting): whatever was still
+--- watched is forgotten (a call killed while it waited never unwatches).
+function _M.forget_watches(hub)
+    local e, now = hub.e, now_ms()
+    for resource in pairs(hub.chans) do C.rl_engine_unwatch(e, resource, #resource, now) end
+    hub.chans, hub.watches, hub.epoch = {}, {}, hub.epoch + 1
+end
+
+---------------------------------------------------------------------------
+-- the client's side (self: a redlock.nginx.client). Resource nil
+-- (lock_many): every resource this client watches, counted together.
+
+local methods = {}
+_M.methods = methods
+
+local free_semas = {}
+
+local function name_of(resource, len)
+    return len ~= #resource and resource:sub(1, len) or resource
+end
+
+-- This client's watches (resource -> count), as of the hub's epoch: a hub
+-- that stopped for good forgot every watch, and so does the client.
+local function watching(self)
+    local hub = self.hub
+    if self.epoch ~= hub.epoch then self.watching, self.epoch = {}, hub.epoch end
+    return self.watching
+end
+
+function methods:watch(resource, len)
+    if phase_refusal() then return 0 end
+    local hub = self.hub
+    if start(hub) then return 0 end -- no timer: the waiter polls
+    local mine = watching(self)
+    local r = name_of(resource, len)
+    local c = hub.chans[r]
+    if c == nil then
+        local id = C.rl_engine_watch(hub.e, r, #r, now_ms())
+        if id < 0 then return 0 end -- out of memory: the waiter polls
+        c = { id = id, resource = r, refs = 0, listeners = 0, sleepers = {} }
+        hub.chans[r], hub.watches[id] = c, c
+        wake(hub) -- the loop subscribes (and connects the subscriber links)
+    end
+    c.refs = c.refs + 1
+    mine[r] = (mine[r] or 0) + 1
+    return 0
+end
+
+function methods:unwatch(resource, len)
+    local hub = self.hub
+    local mine = watching(self)
+    local r = name_of(resource, len)
+    local k = mine[r]
+    if k == nil then return end
+    mine[r] = k > 1 and k - 1 or nil
+    local c = hub.chans[r]
+    if c == nil then return end
+    c.refs = c.refs - 1
+    if c.refs <= 0 then
+        hub.chans[r], hub.watches[c.id] = nil, nil
+        C.rl_engine_unwatch(hub.e, r, #r, now_ms())
+        wake(hub)
+    end
+end
+
+function methods:heard(resource, len)
+    local e = self.hub.e
+    if resource == nil then
+        local total = 0
+        for r in pairs(watching(self)) do total = total + C.rl_engine_heard(e, r, #r) end
+        return total
+    end
+    return C.rl_engine_heard(e, resource, len)
+end
+
+-- The waiters that competed for the last release heard of resource (nil:
+-- the most over what this client watches); 0 when unknown.
+function methods:listeners(resource, len)
+    local chans = self.hub.chans
+    if resource == nil then
+        local most = 0
+        for r in pairs(watching(self)) do
+            local c = chans[r]
+            if c and c.listeners > most then most = c.listeners end
+        end
+        return most
+    end
+    local c = chans[name_of(resource, len)]
+    return c and c.listeners or 0
+end
+
+-- Sleep up to ms; 1 as soon as heard(resource, len) ~= seen, else 0. Checked
+-- and registered with no yield in between: a release heard after heard()
+-- was read either shows in the count here or posts the semaphore.
+function methods:sleep_until(resource, len, seen, ms)
+    if phase_refusal() then return 0 end
+    if self:heard(resource, len) ~= seen then return 1 end
+    local hub = self.hub
+    local list
+    if resource == nil then
+        list = {}
+        for r in pairs(watching(self)) do list[#list + 1] = hub.chans[r] end
+    else
+        list = { hub.chans[name_of(resource, len)] }
+    end
+    if list[1] == nil then
+        -- nothing watched (the hub could not start): a plain sleep
+        self:sleep(ms)
+        return 0
+    end
+    local n = #free_semas
+    local sema = free_semas[n]
+    if sema then free_semas[n] = nil else sema = semaphore.new(0) end
+    local horizon = now_ms() + ms
+    if horizon > hub.sleep_horizon then hub.sleep_horizon = horizon end
+    for k = 1, #list do list[k].sleepers[sema] = true end
+    sema:wait(ms / 1000)
+    for k = 1, #list do list[k].sleepers[sema] = nil end
+    -- posted as the wait timed out, or by more than one channel: drain it
+    while sema:count() > 0 do sema:wait(0) end
+    free_semas[#free_semas + 1] = sema
+    return self:heard(resource, len) ~= seen and 1 or 0
+end
+
+function methods:listening()
+    return C.rl_engine_listening(self.hub.e)
+end
+
+return _M
