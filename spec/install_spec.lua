@@ -13,6 +13,15 @@ local function exists(path)
   return f ~= nil
 end
 
+-- Every Lua module of the checkout, as a path under share/lua/5.1 (the
+-- transports' modules in subdirectories included: redlock/nginx/...).
+local function lua_modules()
+  local list = {}
+  local out = sh(("cd %s/lua && find redlock -name '*.lua' | sort"):format(q(proc.root)))
+  for path in out:gmatch("[^\n]+") do list[#list + 1] = "/share/lua/5.1/" .. path end
+  assert(#list > 10, out)
+  return list
+end
 
 -- Loads the module and reports where everything came from.
 local PROBE = [[
@@ -55,6 +64,9 @@ describe("luarocks make redlock-scm-1.rockspec", function()
     for _, file in ipairs { "/share/lua/5.1/redlock/init.lua", "/share/lua/5.1/redlock/cdefs.lua",
                             "/lib/lua/5.1/redlock_core.so" } do
       assert.is_true(exists(tree .. file), "not installed: " .. tree .. file .. "\n" .. out)
+    end
+    for _, file in ipairs(lua_modules()) do
+      assert.is_true(exists(tree .. file), "not installed: " .. tree .. file)
     end
   end)
 
@@ -110,6 +122,9 @@ describe("cmake --install", function()
                             "/share/doc/redlock/LICENSE", "/share/doc/redlock/CHANGELOG.md",
                             "/share/doc/redlock/README.md" } do
       assert.is_true(exists(prefix .. file), "not installed: " .. file .. "\n" .. out)
+    end
+    for _, file in ipairs(lua_modules()) do
+      assert.is_true(exists(prefix .. file), "not installed: " .. file)
     end
     -- Debian's doc files are the package's alone.
     assert.is_false(exists(prefix .. "/share/doc/redlock/copyright"))
