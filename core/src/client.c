@@ -11,15 +11,20 @@
  * a watch's SUBSCRIBE goes out at once. A failed acquire is handed back
  * (rl_wait, rl_collect) only once its cleanup is written, even if that
  * means driving the loop while a node with a full socket reads
- * (write_cleanup). */
+ * (write_cleanup).
+ *
+ * Like any driver, it knows the engine through redlock.h's rl_engine_*
+ * calls only: where each node is (rl_engine_node_host/port/tls), and what
+ * a result may wait for before it is handed back (rl_engine_finished,
+ * rl_engine_first_done, rl_engine_cleanup_unwritten, rl_engine_held_until). */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <ev.h>
 
 #include "client.h"
-#include "engine.h"
 #include "evsock.h"
 
 struct rl_client {
@@ -27,6 +32,7 @@ struct rl_client {
     int nnodes;
     struct ev_loop *loop;
     rl_evsock links[2 * RL_MAX_NODES]; /* by link: the nodes' command connections, then their subscribers */
+    rl_url addrs[RL_MAX_NODES];  /* where each node is, as the engine says (both its links connect there) */
     ev_prepare flusher;      /* before the loop polls: write what was queued */
     ev_timer deadline;       /* the engine's next deadline */
     double armed_at;         /* when the deadline timer fires (0: not armed) */
@@ -118,6 +124,20 @@ static void on_deadline(EV_P_ ev_timer *w, int revents) {
 
 /* ---- the client ---- */
 
+/* Where node i is, from what the engine tells every driver: a TCP host
+ * and port (TLS or not), or a unix socket path (port 0). Only the address
+ * matters to a socket; AUTH, SELECT and the rest are the engine's. */
+static void node_address(const rl_engine *e, int i, rl_url *u) {
+    const char *host = rl_engine_node_host(e, i);
+    memset(u, 0, sizeof(*u));
+    u->port = rl_engine_node_port(e, i);
+    u->kind = u->port > 0 ? RL_URL_TCP : RL_URL_UNIX;
+    u->tls = rl_engine_node_tls(e, i);
+    snprintf(u->kind == RL_URL_TCP ? u->host : u->path, u->kind == RL_URL_TCP ? sizeof(u->host) : sizeof(u->path),
+             "%s", host ? host : "");
+    snprintf(u->name, sizeof(u->name), "%s", rl_engine_node_name(e, i));
+}
+
 static void on_run_timer(EV_P_ ev_timer *w, int revents) {
     (void)loop;
     (void)revents;
@@ -174,8 +194,9 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
     c->connect_timeout_ms = opts->connect_timeout_ms;
     c->reconnect_max_ms = opts->reconnect_max_ms;
     /* a subscriber link looks its name up when first asked to connect */
+    for (int i = 0; i < nurls; i++) node_address(e, i, &c->addrs[i]);
     for (int i = 0; i < 2 * nurls; i++)
-        rl_evsock_init(&c->links[i], c->loop, e, i, rl_engine_node_url(e, i % nurls),
+        rl_evsock_init(&c->links[i], c->loop, e, i, &c->addrs[i % nurls],
                        rl_engine_node_tls(e, i) ? tls : NULL, after_event, c);
     for (int i = 0; i < nurls; i++) rl_evsock_lookup(&c->links[i]);
     double deadline = rl_now_ms() + opts->connect_timeout_ms;

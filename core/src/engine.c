@@ -239,10 +239,6 @@ int rl_engine_node_port(const rl_engine *e, int i) {
     return (i = node_at(e, i)) >= 0 && e->urls[i].kind == RL_URL_TCP ? e->urls[i].port : 0;
 }
 
-const rl_url *rl_engine_node_url(const rl_engine *e, int i) {
-    return &e->urls[i];
-}
-
 rl_subs *rl_engine_subs(const rl_engine *e, double *now_ms) {
     rl_engine *m = (rl_engine *)e; /* engines live on the heap: the const may go */
     if (now_ms) *now_ms = clock_at(m, *now_ms);
