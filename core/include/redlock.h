@@ -442,7 +442,10 @@ int rl_client_listening(const rl_client *c);
  *     fails or ends with rl_engine_node_down;
  *   - wait for I/O no later than rl_engine_deadline(), then call
  *     rl_engine_advance (after feeding what has arrived);
- *   - collect finished operations with rl_engine_collect or rl_engine_take;
+ *   - collect finished operations with rl_engine_collect or rl_engine_take
+ *     (rl_client first writes a failed acquire's cleanup and lets held
+ *     commands go out: rl_engine_cleanup_unwritten, rl_engine_held_until;
+ *     any driver can do the same);
  *   - a driver that wakes sleepers on a heard release (rather than looking
  *     at rl_engine_heard after every feed) takes rl_engine_heard_next after
  *     feeding a subscriber link.
@@ -618,6 +621,36 @@ int rl_engine_tails(const rl_engine *e);
  * to stop should first let them go out, for a bounded time (the libev
  * client: the reconnect backoff's cap plus the connect timeout). */
 int rl_engine_unwritten(const rl_engine *e);
+
+/* What a driver asks before it hands a result back, so that it gives the
+ * guarantees rl_client gives (rl_wait, rl_collect):
+ *   - rl_engine_finished: 1 if operation id is decided (rl_engine_take
+ *     would hand it back), 0 if still in flight, RL_ERR if id names no
+ *     operation in flight;
+ *   - rl_engine_first_done: the id of the operation rl_engine_collect would
+ *     hand back next, or -1 if none is finished;
+ *   - rl_engine_cleanup_unwritten: 1 while operation id is a failed acquire
+ *     whose cleanup (the release on the nodes its SET may have reached) is
+ *     not all written: some of it still waits in rl_engine_node_output for a
+ *     connection that is up (its socket full: the node works through a
+ *     backlog) or being set up. 0 otherwise: written, or its connection
+ *     ended (the release is then kept for the node's next connection). A
+ *     driver that hands a failed acquire back only at 0, writing and reading
+ *     meanwhile, never leaves a release in its own output while the SET it
+ *     undoes is on the node, even if its caller stops driving it at once.
+ *     This ends: the node takes the bytes, or takes none for stall_reset_ms
+ *     and the watchdog resets its connection, or the cleanup's node timeout
+ *     takes back what waits behind a connection's setup;
+ *   - rl_engine_held_until: for a decided operation id, the latest moment
+ *     worth driving the engine so that a command of it held behind the
+ *     setup of a connection begun less than a node timeout before still
+ *     goes out (the setup's replies are due by then); 0 if there is none.
+ *     A driver whose blocking call returns once the result is in (and may
+ *     not be called again for long) drives the engine until then first. */
+int rl_engine_finished(const rl_engine *e, int id);
+int rl_engine_first_done(const rl_engine *e);
+int rl_engine_cleanup_unwritten(rl_engine *e, int id);
+double rl_engine_held_until(const rl_engine *e, int id);
 
 /*
  * Keep-alive: the rules, decided by the engine and nowhere else (the keeper

@@ -22,28 +22,6 @@
 
 #define KEEP_TICK_MS 10
 #define KEEP_RELEASE_WINDOW 256
-#define KEEP_DROPPING 100 /* beside the public RL_KEEP_*: the owner let go of it; released, then freed */
-
-typedef struct rl_kept {
-    int state;              /* 0: free; RL_KEEP_HELD, RL_KEEP_LOST, RL_KEEP_RELEASED or KEEP_DROPPING */
-    char *resource;
-    size_t len;
-    char value[RL_VALUE_LEN + 1];
-    int ttl_ms;             /* what the next extension asks for */
-    int margin_ms;
-    double valid_until;     /* end of validity, on the driver's clock */
-    double next_due;        /* when to extend next */
-    double extend_start;    /* when the extension in flight (or the last one) began */
-    int extend_ttl;         /* the ttl that extension asked for */
-    unsigned seq;           /* rounds begun for the entry over all its uses: names the one in flight */
-    unsigned char busy;     /* a round of it (number seq) is in flight */
-    unsigned char release;  /* its release is wanted: queued or in flight */
-    unsigned char queued;   /* in the FIFO of releases to begin */
-    unsigned char counted;  /* rl_engine_keep_release_all's tally counts it */
-    unsigned char lapsed;   /* not extended any more (rl_engine_keep_lapse) */
-    double due;             /* queued: since when */
-    int prev, next;         /* the FIFO's links; next: the free list's too */
-} rl_kept;
 
 void rl_keep_init(rl_keep *k) {
     memset(k, 0, sizeof(*k));

@@ -1,0 +1,48 @@
+/* client_impl.h — the libev client's state, shared by client.c (the loop,
+ * its links and the client's life) and client_calls.c (the calls of
+ * redlock.h's rl_client API). Nothing else includes it. */
+#ifndef RL_CLIENT_IMPL_H
+#define RL_CLIENT_IMPL_H
+
+#include <ev.h>
+
+#include "client.h"
+#include "evsock.h"
+
+struct rl_client {
+    rl_engine *engine;
+    int nnodes;
+    struct ev_loop *loop;
+    rl_evsock links[2 * RL_MAX_NODES]; /* by link: the nodes' command connections, then their subscribers */
+    rl_url addrs[RL_MAX_NODES];  /* where each node is, as the engine says (both its links connect there) */
+    ev_prepare flusher;      /* before the loop polls: write what was queued */
+    ev_timer deadline;       /* the engine's next deadline */
+    double armed_at;         /* when the deadline timer fires (0: not armed) */
+    ev_timer run_timer;      /* bounds rl_run / rl_sleep */
+    int run_expired;
+    int node_timeout_ms;     /* bounds the tails served by rl_client_free */
+    int connect_timeout_ms;  /* with reconnect_max_ms, bounds the unwritten commands served by rl_client_free */
+    int reconnect_max_ms;
+    rl_tls *tls;             /* one TLS context for every rediss:// node (NULL: none) */
+    void (*unlock)(void *);  /* rl_client_share: around the loop's waits */
+    void (*lock)(void *);
+    void *lock_arg;
+};
+
+/* Close and connect what the engine asks to, until it asks nothing more
+ * (a connect that fails at once answers commands, which may ask for more);
+ * writes are left to the flush. Then re-arm the deadline. */
+void rl_client_service(rl_client *c);
+
+/* Write what every link has queued: one write per node for all the
+ * commands begun or re-sent since the last flush. Then service. */
+void rl_client_flush(rl_client *c);
+
+/* Write what the subscriber links have queued (a watch's SUBSCRIBE). Then
+ * service. */
+void rl_client_flush_subscribers(rl_client *c);
+
+/* Bound the loop's run to ms from now: c->run_expired is set then. */
+void rl_client_arm_run_timer(rl_client *c, int ms);
+
+#endif

@@ -1,0 +1,105 @@
+/* engine_impl.h — the engine's own state, shared by the files that make
+ * it up and by nothing else: engine.c (the engine object, its nodes, its
+ * time), links.c (what the driver reports and is asked, link by link),
+ * ops.c (operation slots and their phases), begin.c (beginning
+ * operations) and collect.c (handing results back). Drivers see
+ * redlock.h; the engine's other parts (keep.c, substream.c, watches.c)
+ * see engine.h. */
+#ifndef RL_ENGINE_IMPL_H
+#define RL_ENGINE_IMPL_H
+
+#include "command.h"
+#include "deadlines.h"
+#include "engine.h"
+#include "round.h"
+#include "stream.h"
+#include "substream.h"
+
+enum { OP_FREE = 0, OP_ROUND, OP_TAIL, OP_CLEANUP, OP_QUIET };
+
+typedef struct rl_op {
+    rl_result res;
+    rl_round round;
+    int slot;
+    unsigned uses;           /* operations begun in this slot: the high bits of its id */
+    unsigned gen;
+    int phase;
+    int taken;               /* the result was collected */
+    int ttl_ms;              /* acquire/extend: the ttl asked for */
+    int quiet;               /* a release that wakes nobody (rl_engine_begin_release_quiet) */
+    long long token;         /* a fenced acquire: the token its commit raises the counters to */
+    rl_keep_ref kept;        /* a round of the keep-alive schedule: its lock (entry -1: the driver's) */
+    unsigned sent;           /* bit i: the first round's command went to node i (not if its connection ended first) */
+    unsigned owed;           /* bit i: node i still owes a reply to this phase's command */
+    unsigned cleanup_sent;   /* bit i: node i was sent the cleanup */
+    unsigned set_gen;        /* the generation of the first round (the SETs) */
+    rl_mark cleanup_out[RL_MAX_NODES];  /* where each node's cleanup ends in its output */
+    rl_buf key;              /* prefix + resource */
+    rl_buf cmd;              /* RESP of the current phase's command */
+    struct rl_op *prev, *next;  /* done list (doubly linked) or free list (next only) */
+} rl_op;
+
+/* A client's id in the queues of waiters, drawn again in a forked child (an
+ * engine made before nginx forks its workers serves each of them). */
+typedef struct rl_waiter {
+    unsigned generation;     /* rl_fork_generation() when drawn */
+    char id[RL_WAITER_ID_LEN + 1];
+} rl_waiter;
+
+
+struct rl_engine {
+    char errstr[RL_ERR_LEN];
+    rl_options opts;
+    char *prefix;
+    int nnodes;
+    int quorum;
+    double now;              /* the latest time a caller gave (time never goes back) */
+    rl_url urls[RL_MAX_NODES];
+    rl_stream nodes[RL_MAX_NODES];
+    rl_subs subs;            /* hand-off: the resources watched, and the subscriber links */
+    char timeout_text[64];   /* "no reply within N ms" */
+    rl_waiter waiter;        /* this client in the queues of waiters (hand-off) */
+    rl_buf scratch;          /* EVAL fallback commands */
+
+    rl_op **ops;             /* every slot ever allocated, by slot */
+    int nops, capops;
+    rl_op *free_ops;
+    rl_op *done_head, *done_tail;
+    int ndone, inflight, tails;
+    rl_deadlines deadlines;  /* the current phase's deadline of every op in ROUND, TAIL or CLEANUP */
+    rl_keep keep;            /* the keep-alive schedule (keep.c) */
+};
+
+/* The time of this call: never before the last one. */
+static inline double clock_at(rl_engine *e, double now_ms) {
+    if (now_ms > e->now) e->now = now_ms;
+    return e->now;
+}
+
+/* ops.c */
+
+/* A free slot (reused, or allocated once), or NULL if every slot is taken
+ * (e->nops == RL_OPID_MAX_SLOTS) or memory ran out. */
+rl_op *rl_op_alloc(rl_engine *e);
+
+/* Put op on the free list. */
+void rl_op_free(rl_engine *e, rl_op *op);
+
+/* Start a round of kind with op->cmd on every node, its clock started at
+ * start_ms; a node that cannot take it votes against at once (which may
+ * decide it). first: the operation's first round, whose nodes are the ones
+ * a failed acquire's cleanup goes to. */
+void rl_op_send_round(rl_engine *e, rl_op *op, int kind, double start_ms, int first);
+
+/* A node's reply (or, reply NULL, its failure errstr) to the command
+ * ticket t: every stream's callback (owner: the engine). */
+void rl_op_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, const char *errstr);
+
+/* The deadline of op's current phase passed. */
+void rl_op_timeout(rl_engine *e, rl_op *op);
+
+/* 1 if every node that was sent op's cleanup has been handed its bytes (or
+ * lost the connection), else 0. */
+int rl_op_cleanup_out(rl_engine *e, const rl_op *op);
+
+#endif

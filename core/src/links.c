@@ -1,0 +1,101 @@
+/* links.c — the engine's side of the driver contract, link by link
+ * (redlock.h, "Links"): what the driver reports of each connection and
+ * what each asks of it. Links 0 .. N-1 are the nodes' command streams
+ * (stream.c), links N .. 2N-1 their subscriber streams (substream.c). */
+#include "engine_impl.h"
+
+static rl_stream *node_of(rl_engine *e, int node) {
+    return node >= 0 && node < e->nnodes ? &e->nodes[node] : NULL;
+}
+
+/* The node whose subscriber link is link k, or -1 if k is no subscriber link. */
+static int sub_of(const rl_engine *e, int k) {
+    return k >= e->nnodes && k < 2 * e->nnodes ? k - e->nnodes : -1;
+}
+
+unsigned rl_engine_wanting(const rl_engine *e) {
+    unsigned bits = 0;
+    for (int i = 0; i < e->nnodes; i++) {
+        if (rl_stream_wanting(&e->nodes[i])) bits |= 1u << i;
+        if (rl_subs_wanting(&e->subs, i)) bits |= 1u << (e->nnodes + i);
+    }
+    return bits;
+}
+
+int rl_engine_node_wants(rl_engine *e, int node) {
+    rl_stream *s = node_of(e, node);
+    int j = sub_of(e, node);
+    return s ? rl_stream_take_wants(s) : j >= 0 ? rl_subs_take_wants(&e->subs, j) : 0;
+}
+
+void rl_engine_node_open(rl_engine *e, int node, double now_ms) {
+    rl_stream *s = node_of(e, node);
+    int j = sub_of(e, node);
+    if (s) rl_stream_open(s, clock_at(e, now_ms));
+    else if (j >= 0) rl_subs_open(&e->subs, j, clock_at(e, now_ms));
+}
+
+int rl_engine_node_connected(rl_engine *e, int node, int fresh, double now_ms) {
+    rl_stream *s = node_of(e, node);
+    int j = sub_of(e, node);
+    if (j >= 0) return rl_subs_connected(&e->subs, j, clock_at(e, now_ms)) == 0 ? RL_OK : RL_ERR;
+    if (s == NULL || rl_stream_connected(s, fresh, clock_at(e, now_ms)) != 0) return RL_ERR;
+    return RL_OK;
+}
+
+void rl_engine_node_handshaking(rl_engine *e, int node) {
+    rl_stream *s = node_of(e, node);
+    int j = sub_of(e, node);
+    if (s) rl_stream_handshaking(s);
+    else if (j >= 0) rl_subs_handshaking(&e->subs, j);
+}
+
+void rl_engine_node_down(rl_engine *e, int node, const char *why, double now_ms) {
+    rl_stream *s = node_of(e, node);
+    int j = sub_of(e, node);
+    if (s) rl_stream_down(s, why, clock_at(e, now_ms));
+    else if (j >= 0) rl_subs_down(&e->subs, j, why, clock_at(e, now_ms));
+}
+
+int rl_engine_node_detach(rl_engine *e, int node, double now_ms) {
+    rl_stream *s = node_of(e, node);
+    int j = sub_of(e, node);
+    if (j >= 0) return rl_subs_detach(&e->subs, j, clock_at(e, now_ms));
+    return s ? rl_stream_detach(s, clock_at(e, now_ms)) : 0;
+}
+
+size_t rl_engine_node_output(rl_engine *e, int node, const char **data) {
+    rl_stream *s = node_of(e, node);
+    int j = sub_of(e, node);
+    if (data == NULL) return 0;
+    return s ? rl_stream_output(s, data) : j >= 0 ? rl_subs_output(&e->subs, j, data) : 0;
+}
+
+void rl_engine_node_wrote(rl_engine *e, int node, size_t n, double now_ms) {
+    rl_stream *s = node_of(e, node);
+    int j = sub_of(e, node);
+    if (s) rl_stream_wrote(s, n, clock_at(e, now_ms));
+    else if (j >= 0) rl_subs_wrote(&e->subs, j, n);
+}
+
+int rl_engine_node_feed(rl_engine *e, int node, const char *data, size_t len, double now_ms) {
+    rl_stream *s = node_of(e, node);
+    int j = sub_of(e, node);
+    if ((s == NULL && j < 0) || (data == NULL && len > 0)) return RL_ERR;
+    if (j >= 0) return rl_subs_feed(&e->subs, j, data, len, clock_at(e, now_ms)) == 0 ? RL_OK : RL_ERR;
+    return rl_stream_feed(s, data, len, clock_at(e, now_ms)) == 0 ? RL_OK : RL_ERR;
+}
+
+void rl_engine_node_unsent(rl_engine *e, int node, long long bytes) {
+    rl_stream *s = node_of(e, node);
+    if (s) rl_stream_unsent(s, bytes);
+}
+
+int rl_engine_node_unanswered(const rl_engine *e, int node) {
+    return node >= 0 && node < e->nnodes ? (int)e->nodes[node].ring_count : 0;
+}
+
+const char *rl_engine_node_errstr(const rl_engine *e, int node) {
+    int j = sub_of(e, node);
+    return node >= 0 && node < e->nnodes ? e->nodes[node].errstr : j >= 0 ? e->subs.nodes[j].errstr : NULL;
+}

@@ -1,0 +1,288 @@
+/* ops.c — the engine's operations once begun: their slots, and the
+ * phases each goes through (ROUND, TAIL, CLEANUP, QUIET; see engine.c),
+ * driven by the nodes' replies and by each phase's deadline. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_impl.h"
+#include "opid.h"
+
+rl_op *rl_op_alloc(rl_engine *e) {
+    rl_op *op = e->free_ops;
+    if (op) {
+        e->free_ops = op->next;
+        return op;
+    }
+    if (e->nops == RL_OPID_MAX_SLOTS) return NULL;
+    if (e->nops == e->capops) {
+        int cap = e->capops ? e->capops * 2 : 16;
+        rl_op **ops = realloc(e->ops, (size_t)cap * sizeof(*ops));
+        if (!ops) return NULL;
+        e->ops = ops;
+        e->capops = cap;
+    }
+    if (rl_deadlines_reserve(&e->deadlines, e->nops + 1) != 0) return NULL;
+    op = calloc(1, sizeof(*op));
+    if (!op) return NULL;
+    op->slot = e->nops;
+    e->ops[e->nops++] = op;
+    return op;
+}
+
+void rl_op_free(rl_engine *e, rl_op *op) {
+    op->phase = OP_FREE;
+    op->next = e->free_ops;
+    e->free_ops = op;
+}
+
+/* The current phase must end by a node timeout from now. */
+static void start_timer(rl_engine *e, rl_op *op) {
+    rl_deadlines_set(&e->deadlines, op->slot, e->now + e->opts.node_timeout_ms);
+}
+
+/* The round is decided: its result goes on the done list for the caller
+ * (a keep-alive round's, to the schedule). */
+static void op_publish(rl_engine *e, rl_op *op) {
+    op->res.token = op->round.kind == RL_ROUND_COMMIT && op->res.status == RL_STATUS_OK ? op->token : 0;
+    if (op->kept.entry >= 0) {
+        e->inflight--;
+        rl_keep_result(&e->keep, op->kept, &op->res, e->now);
+        return;
+    }
+    op->prev = e->done_tail;
+    op->next = NULL;
+    if (e->done_tail) e->done_tail->next = op;
+    else e->done_head = op;
+    e->done_tail = op;
+    e->ndone++;
+    e->inflight--;
+}
+
+/* Nothing more is owed to the operation: replies still to come are late,
+ * and are ignored. The slot is freed if its result was taken. */
+static void op_quiet(rl_engine *e, rl_op *op) {
+    rl_deadlines_remove(&e->deadlines, op->slot);
+    if (op->phase == OP_TAIL || op->phase == OP_CLEANUP) e->tails--;
+    op->gen++;
+    op->phase = OP_QUIET;
+    op->owed = 0;
+    if (op->taken) rl_op_free(e, op);
+}
+
+/* The cleanup could not go out to node i on the connection the SET went
+ * out on (that connection ended first, with the SET applied or not): keep
+ * the release for the node's next connection (EVAL, whatever scripts that
+ * node has then). Unless the SET itself never went out. Return 0, or -1 if
+ * it cannot be kept. */
+static int redo_cleanup(rl_engine *e, rl_op *op, int i) {
+    if (!(op->sent & (1u << i))) return 0;
+    if (rl_cmd_release(&e->scratch, 0, op->key.data, op->key.len, op->res.value, 1) != 0) return -1;
+    return rl_stream_redo(&e->nodes[i], e->scratch.data, e->scratch.len, e->now);
+}
+
+/* A failed acquire: release on every node the SET may have reached. A node
+ * that answered "taken" holds another value, never ours, so it is skipped.
+ * A node that is down now (its connection ended after the SET went out)
+ * gets the release on its next connection (redo_cleanup). If the release
+ * cannot even be encoded or kept (out of memory), the result says so on
+ * every node it was meant for: the key stays there until its ttl. */
+static void op_start_cleanup(rl_engine *e, rl_op *op) {
+    op->gen++;
+    op->phase = OP_CLEANUP;
+    op->owed = 0;
+    op->cleanup_sent = 0;
+    int encoded = rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, op->res.value, 1) == 0;
+    rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, e->now, 0, 0, 0};
+    for (int i = 0; i < e->nnodes; i++) {
+        rl_node_result *n = &op->res.node[i];
+        if (!(op->sent & (1u << i)) || n->state == RL_NODE_TAKEN) continue;
+        if (encoded && rl_stream_send(&e->nodes[i], op->cmd.data, op->cmd.len, t, e->now) == 0) {
+            op->owed |= 1u << i;
+            op->cleanup_sent |= 1u << i;
+            op->cleanup_out[i] = rl_stream_mark(&e->nodes[i]);
+        } else if ((!encoded || redo_cleanup(e, op, i) != 0) && n->errstr[0] == '\0') {
+            /* keep a failed vote's own reason; otherwise say why the key may stay */
+            snprintf(n->errstr, sizeof(n->errstr), "%s", encoded ? "cleanup not sent: node down, no room to keep it" : "cleanup not sent: out of memory");
+        }
+    }
+    e->tails++;
+    if (op->owed) start_timer(e, op);
+    else op_quiet(e, op);
+}
+
+/* A healthy node answers within the node timeout. One that did not, to a
+ * command it was sent, may be out of step (a reply lost in flight shifts the
+ * stream for good: each reply then answers the command before its own), may
+ * hang (the stall watchdog resets it), or may be working through a backlog (a
+ * large batch): a step check tells them apart without resetting a backlog,
+ * which would throw away what is queued behind it (the cleanups of failed
+ * acquires) while the commands already sent still run. */
+static void check_late_nodes(rl_engine *e, const rl_op *op) {
+    for (int i = 0; i < e->nnodes; i++)
+        if (op->owed & (1u << i)) rl_stream_check_step(&e->nodes[i], e->now);
+}
+
+/* The round is decided; timed_out: by its node timeout, so the nodes still
+ * owing a reply are late (a late reply will be ignored). Otherwise they are
+ * the tail, served until the same node timeout. A granted fenced acquire
+ * goes on to commit its token (the highest counter a grant returned); a
+ * failed acquire goes on to its cleanup. */
+static void op_round_decided(rl_engine *e, rl_op *op, int timed_out) {
+    if (timed_out) check_late_nodes(e, op);
+    if (op->round.kind == RL_ROUND_ACQUIRE_FENCED && op->res.status == RL_STATUS_OK) {
+        op->token = op->round.top;
+        if (rl_cmd_commit(&op->cmd, op->key.data, op->key.len, op->res.value, op->token) == 0) {
+            rl_op_send_round(e, op, RL_ROUND_COMMIT, op->round.start_ms, 0);
+            return;
+        }
+        op->res.status = RL_STATUS_UNAVAILABLE; /* no memory for the commit: no token, no grant */
+    }
+    op_publish(e, op);
+    if (op->res.op == RL_OP_ACQUIRE && op->res.status != RL_STATUS_OK) {
+        rl_deadlines_remove(&e->deadlines, op->slot);
+        op_start_cleanup(e, op);
+    } else if (op->owed && !timed_out) {
+        op->phase = OP_TAIL; /* the round's deadline stays */
+        e->tails++;
+    } else {
+        op_quiet(e, op);
+    }
+}
+
+static int is_noscript(const rl_reply *r) {
+    return r && r->type == RL_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
+}
+
+/* The node has flushed its scripts: send the script itself (EVAL) instead. */
+static int resend_as_eval(rl_engine *e, rl_op *op, int node, rl_ticket t) {
+    int rc = t.kind == RL_OP_RELEASE
+                 ? rl_cmd_release(&e->scratch, 0, op->key.data, op->key.len, op->res.value,
+                                  op->quiet || op->phase == OP_CLEANUP)
+                 : rl_cmd_extend(&e->scratch, 0, op->key.data, op->key.len, op->res.value, op->ttl_ms);
+    if (rc != 0) return -1;
+    t.sent_ms = e->now;
+    t.eval = 1;
+    return rl_stream_send(&e->nodes[node], e->scratch.data, e->scratch.len, t, e->now);
+}
+
+/* See engine_impl.h. */
+void rl_op_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, const char *errstr) {
+    rl_engine *e = owner;
+    if (t.slot < 0 || t.slot >= e->nops) return;
+    if (reply && !rl_reply_fits(t.kind, reply)) {
+        /* Out of step: this reply answers some other command. Nothing on
+         * this connection can be trusted any more. */
+        rl_stream_reset(&e->nodes[node], RL_OUT_OF_STEP, e->now);
+        reply = NULL;
+        errstr = e->nodes[node].errstr;
+    }
+    rl_op *op = e->ops[t.slot];
+    /* A SET whose connection ended before it was written never ran: no
+     * cleanup needs to reach that node later. */
+    if (!reply && t.unsent && t.gen == op->set_gen) op->sent &= ~(1u << node);
+    if (op->gen != t.gen) {
+        /* A late reply to an earlier phase or operation. A late NOSCRIPT has
+         * no round left to fall back to EVAL for (which would have loaded
+         * the script): load the scripts, for every later command. */
+        if (is_noscript(reply)) rl_stream_load_scripts(&e->nodes[node], e->now);
+        return;
+    }
+    /* A script the node does not know is sent as EVAL, once, in the round
+     * or its tail alike. (NOSCRIPT to a SET is just a failed vote: there is
+     * no script to send; a fenced lock's scripts always go as EVAL.) */
+    if (is_noscript(reply) && (t.kind == RL_OP_RELEASE || t.kind == RL_OP_EXTEND) && !t.eval &&
+        resend_as_eval(e, op, node, t) == 0)
+        return;
+    op->owed &= ~(1u << node);
+    /* The cleanup's connection ended, or its setup was given up on, before
+     * the cleanup was written: keep it for the node's next connection (if
+     * the SET may have run), and wait no more for its bytes to go out. */
+    if (!reply && t.unsent && op->phase == OP_CLEANUP) {
+        op->cleanup_sent &= ~(1u << node);
+        redo_cleanup(e, op, node);
+    }
+    if (op->phase == OP_ROUND) {
+        int decided;
+        if (is_noscript(reply) && t.eval) {
+            /* The script itself was refused as unknown: a node that cannot
+             * run it fails its vote, without another try. */
+            char why[RL_NODE_ERR_LEN];
+            snprintf(why, sizeof(why), "NOSCRIPT after EVAL: %.*s", (int)sizeof(why) - 22, reply->str);
+            decided = rl_round_vote(&op->round, node, RL_NODE_ERROR, why, e->now);
+        } else {
+            decided = rl_round_reply(&op->round, node, reply, errstr, e->now);
+        }
+        if (decided) op_round_decided(e, op, 0);
+    } else if (op->owed == 0) {
+        op_quiet(e, op); /* the tail, or the cleanup, is complete */
+    }
+}
+
+/* Has every node that was sent the cleanup been handed its bytes (or lost
+ * the connection)? A cleanup that times out is done only then: the caller
+ * may stop driving the engine once it has the result, and the release must
+ * not be left in our buffer while the SET it undoes is on the node. */
+int rl_op_cleanup_out(rl_engine *e, const rl_op *op) {
+    for (int i = 0; i < e->nnodes; i++)
+        if ((op->cleanup_sent & (1u << i)) && !rl_stream_passed(&e->nodes[i], op->cleanup_out[i])) return 0;
+    return 1;
+}
+
+/* The round's node timeout passed: every node yet to vote times out. One
+ * whose connection is still being made or set up says so (and how long it
+ * has been at it); the connection goes on until its connect deadline. */
+static void op_expire_round(rl_engine *e, rl_op *op) {
+    char why[RL_NODE_ERR_LEN];
+    for (int i = 0; i < e->nnodes; i++) {
+        if (op->res.node[i].state != RL_NODE_PENDING || !rl_stream_setup_text(&e->nodes[i], e->now, why, sizeof(why)))
+            continue;
+        if (rl_round_vote(&op->round, i, RL_NODE_TIMEOUT, why, e->now)) break;
+    }
+    rl_round_expire(&op->round, e->timeout_text, e->now);
+    op_round_decided(e, op, 1);
+}
+
+/* See engine_impl.h. */
+void rl_op_timeout(rl_engine *e, rl_op *op) {
+    if (op->phase == OP_ROUND) {
+        op_expire_round(e, op);
+    } else if (op->phase == OP_TAIL) {
+        check_late_nodes(e, op);
+        op_quiet(e, op);
+    } else if (op->phase == OP_CLEANUP) {
+        /* A connection whose setup is still under way has sent neither the
+         * SET nor the cleanup: take back what waits behind its setup, so
+         * neither goes out later while nobody drives the engine. The
+         * connection itself lives on until its connect deadline. The
+         * tickets are answered at once, which may complete this operation. */
+        unsigned gen = op->gen;
+        for (int i = 0; i < e->nnodes; i++)
+            if (op->cleanup_sent & (1u << i)) rl_stream_withdraw_held(&e->nodes[i], e->now);
+        if (op->phase != OP_CLEANUP || op->gen != gen) return;
+        if (rl_op_cleanup_out(e, op)) op_quiet(e, op);
+        else start_timer(e, op); /* still in our buffer: a socket that was full */
+    } else {
+        rl_deadlines_remove(&e->deadlines, op->slot);
+    }
+}
+
+/* See engine_impl.h. */
+void rl_op_send_round(rl_engine *e, rl_op *op, int kind, double start_ms, int first) {
+    op->gen++;
+    op->phase = OP_ROUND;
+    op->owed = 0;
+    rl_round_start(&op->round, &op->res, kind, e->nnodes, e->quorum, op->ttl_ms, e->opts.drift_factor, start_ms);
+    start_timer(e, op);
+    unsigned gen = op->gen;
+    if (first) op->set_gen = gen;
+    rl_ticket t = {op->slot, gen, kind, e->now, 0, 0, 0};
+    for (int i = 0; i < e->nnodes && op->gen == gen && op->phase == OP_ROUND; i++) {
+        if (rl_stream_send(&e->nodes[i], op->cmd.data, op->cmd.len, t, e->now) == 0) {
+            if (first) op->sent |= 1u << i;
+            op->owed |= 1u << i;
+        } else if (rl_round_vote(&op->round, i, RL_NODE_ERROR, e->nodes[i].errstr, e->now)) {
+            op_round_decided(e, op, 0);
+        }
+    }
+}

@@ -1,0 +1,274 @@
+/* stream_io.c — one node's command stream (see stream.h): its output and
+ * its replies.
+ *
+ * Commands are appended to one output buffer that the driver writes from,
+ * so everything queued between two writes goes out in one write and a
+ * command costs no allocation; the reply FIFO is the ticket ring. hiredis'
+ * reader parses the replies (reply.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stream_impl.h"
+
+/* ---- the ticket ring ---- */
+
+rl_ticket rl_stream_ring_pop(rl_stream *s) {
+    rl_ticket t = s->ring[s->ring_head];
+    s->ring_head = (s->ring_head + 1) % s->ring_cap;
+    s->ring_count--;
+    return t;
+}
+
+/* Make room for extra more tickets. */
+int rl_stream_ring_reserve(rl_stream *s, unsigned extra) {
+    if (s->ring_count + extra <= s->ring_cap) return 0;
+    unsigned cap = s->ring_cap ? s->ring_cap : 64;
+    while (cap < s->ring_count + extra) cap *= 2;
+    rl_ticket *ring = malloc(cap * sizeof(*ring));
+    if (!ring) return -1;
+    for (unsigned i = 0; i < s->ring_count; i++) ring[i] = s->ring[(s->ring_head + i) % s->ring_cap];
+    free(s->ring);
+    s->ring = ring;
+    s->ring_cap = cap;
+    s->ring_head = 0;
+    return 0;
+}
+
+static int ring_push(rl_stream *s, rl_ticket t) {
+    if (rl_stream_ring_reserve(s, 1) != 0) return -1;
+    s->ring[(s->ring_head + s->ring_count) % s->ring_cap] = t;
+    s->ring_count++;
+    return 0;
+}
+
+/* ---- writing ---- */
+
+/* Where the bytes that may go out now end: until the setup has succeeded,
+ * only the setup commands may. */
+static size_t writable_end(const rl_stream *s) {
+    return s->holding ? s->hold_at : s->out.len;
+}
+
+size_t rl_stream_output(const rl_stream *s, const char **data) {
+    if (s->state != RL_STREAM_UP) return 0;
+    *data = s->out.data + s->out_off;
+    return writable_end(s) - s->out_off;
+}
+
+void rl_stream_wrote(rl_stream *s, size_t n, double now_ms) {
+    (void)now_ms;
+    size_t room = writable_end(s) - s->out_off;
+    if (s->state != RL_STREAM_UP || n > room) n = room;
+    s->out_off += n;
+    s->written_total += (long long)n;
+    if (s->out_off == s->out.len) s->out.len = s->out_off = s->hold_at = 0;
+    if (s->redo_queued && s->written_total >= s->redo_end) {
+        /* the releases kept are written: forget them */
+        size_t bytes = 0;
+        for (unsigned i = 0; i < s->redo_queued; i++) bytes += s->redo_lens[i];
+        memmove(s->redo.data, s->redo.data + bytes, s->redo.len - bytes);
+        s->redo.len -= bytes;
+        memmove(s->redo_lens, s->redo_lens + s->redo_queued, (s->redo_count - s->redo_queued) * sizeof(*s->redo_lens));
+        s->redo_count -= s->redo_queued;
+        s->redo_queued = 0;
+    }
+}
+
+/* The stall watchdog looks every stall_reset/2 while commands are unanswered. */
+void rl_stream_arm_watchdog(rl_stream *s, double now_ms) {
+    if (s->state == RL_STREAM_UP && s->ring_count > 0 && s->watch_at_ms == 0)
+        s->watch_at_ms = now_ms + s->opts->stall_reset_ms / 2.0;
+}
+
+/* Append a command and its ticket, both or neither. */
+int rl_stream_queue(rl_stream *s, const char *cmd, size_t len, rl_ticket t, double now_ms) {
+    t.end = s->queued_total + (long long)len;
+    if (rl_buf_reserve(&s->out, len) != 0 || ring_push(s, t) != 0) {
+        snprintf(s->errstr, sizeof(s->errstr), "out of memory");
+        return -1;
+    }
+    memcpy(s->out.data + s->out.len, cmd, len);
+    s->out.len += len;
+    s->queued_total += (long long)len;
+    rl_stream_arm_watchdog(s, now_ms);
+    return 0;
+}
+
+/* Queue the releases kept (rl_stream_redo) not yet queued on this
+ * connection, which is up and set up. */
+void rl_stream_flush_redo(rl_stream *s, double now_ms) {
+    if (s->state != RL_STREAM_UP || s->holding || s->redo_queued == s->redo_count) return;
+    size_t off = 0;
+    for (unsigned i = 0; i < s->redo_count; i++) {
+        if (i >= s->redo_queued) {
+            rl_ticket t = {-1, 0, REDO, now_ms, 0, 0, 0};
+            if (rl_stream_queue(s, s->redo.data + off, s->redo_lens[i], t, now_ms) != 0) break;
+            s->redo_queued = i + 1;
+            s->redo_end = s->queued_total;
+        }
+        off += s->redo_lens[i];
+    }
+}
+
+int rl_stream_redo(rl_stream *s, const char *cmd, size_t len, double now_ms) {
+    if (s->redo.len + len > RL_REDO_MAX || rl_buf_reserve(&s->redo, len) != 0) return -1;
+    if (s->redo_count == s->redo_cap) {
+        unsigned cap = s->redo_cap ? s->redo_cap * 2 : 8;
+        size_t *lens = realloc(s->redo_lens, cap * sizeof(*lens));
+        if (!lens) return -1;
+        s->redo_lens = lens;
+        s->redo_cap = cap;
+    }
+    memcpy(s->redo.data + s->redo.len, cmd, len);
+    s->redo.len += len;
+    s->redo_lens[s->redo_count++] = len;
+    if (s->state == RL_STREAM_IDLE) rl_stream_open(s, now_ms);
+    rl_stream_flush_redo(s, now_ms);
+    return 0;
+}
+
+/* ---- reading ---- */
+
+/* The nonce the step check asks for: "rl-step-" and a number. */
+static int step_nonce(const rl_stream *s, char *buf, size_t len) {
+    return snprintf(buf, len, "rl-step-%u", s->step_nonce);
+}
+
+/* The reply to a step check must be its own nonce: any other reply answers
+ * some other command, so the replies are out of step with the commands. An
+ * error proves nothing either way (a node may refuse ECHO, or answer errors
+ * to everything: it fails its votes anyway); the next check will tell. */
+static void step_reply(rl_stream *s, const rl_reply *reply, double now_ms) {
+    char nonce[32];
+    size_t len = (size_t)step_nonce(s, nonce, sizeof(nonce));
+    s->step_check = 0;
+    if (reply->type == RL_REPLY_ERROR) return;
+    if (reply->type == RL_REPLY_STRING && reply->len == len && memcmp(reply->str, nonce, len) == 0) return;
+    rl_stream_drop(s, RL_OUT_OF_STEP, 1, now_ms);
+}
+
+/* The peer that already votes for server run_id, or -1. */
+static int voter_of(const rl_stream *s, const char *run_id) {
+    for (int j = 0; j < s->npeers; j++)
+        if (j != s->index && s->peers[j].run_id[0] && strcmp(s->peers[j].run_id, run_id) == 0) return j;
+    return -1;
+}
+
+/* Every setup reply is in and none refused: the node votes for the server
+ * INFO named, unless another node already does. Commands held back may go. */
+static void setup_done(rl_stream *s, double now_ms) {
+    int other = s->seen_id[0] ? voter_of(s, s->seen_id) : -1;
+    if (other >= 0) {
+        snprintf(s->errstr, sizeof(s->errstr), "same server as node %d (run_id %s)", other + 1, s->seen_id);
+        rl_stream_drop(s, s->errstr, 1, now_ms);
+        return;
+    }
+    memcpy(s->run_id, s->seen_id, sizeof(s->run_id));
+    s->backoff_ms = s->opts->reconnect_min_ms;
+    s->lost[0] = '\0';
+    s->holding = 0;
+    rl_stream_flush_redo(s, now_ms);
+}
+
+/* A reply to a step check, a script load, or AUTH, SELECT or INFO. A
+ * refused AUTH or SELECT ends the connection, and every command held behind
+ * it fails with the reason, never having been sent. INFO says which server
+ * this is (a server that will not say is taken as it is). */
+static void internal_reply(rl_stream *s, rl_ticket t, const rl_reply *reply, double now_ms) {
+    if (t.kind == CHECK_ECHO) {
+        step_reply(s, reply, now_ms);
+        return;
+    }
+    if (t.kind == LOAD_SCRIPT) {
+        s->scripts_loading = 0; /* a refusal only means EVALSHA falls back to EVAL */
+        return;
+    }
+    if (t.kind == REDO) return; /* a release sent again: whatever it found */
+    if (t.kind == SETUP_INFO) {
+        memcpy(s->seen_id, reply->run_id, sizeof(s->seen_id));
+    } else if (reply->type == RL_REPLY_ERROR) {
+        set_err(s, t.kind == SETUP_AUTH ? "AUTH refused: " : "SELECT refused: ", reply->str);
+        rl_stream_drop(s, s->errstr, 1, now_ms);
+        return;
+    }
+    if (--s->setup_left == 0) setup_done(s, now_ms);
+}
+
+int rl_stream_feed(rl_stream *s, const char *data, size_t len, double now_ms) {
+    if (s->state != RL_STREAM_UP) return -1;
+    unsigned conn = s->conn;
+    s->read_ms = now_ms;
+    if (rl_reader_feed(&s->reader, data, len) != 0) {
+        rl_stream_drop(s, "connection lost: out of memory", 1, now_ms);
+        return -1;
+    }
+    /* Hand every complete reply to its ticket, until the connection ends. */
+    while (s->conn == conn) {
+        const rl_reply *reply;
+        int got = rl_reader_next(&s->reader, &reply);
+        if (got == 0) break;
+        if (got < 0) {
+            set_err(s, "connection reset: ", rl_reader_error(&s->reader));
+            rl_stream_drop(s, s->errstr, 1, now_ms);
+        } else if (s->ring_count == 0) {
+            rl_stream_drop(s, "connection reset: a reply to no command", 1, now_ms);
+        } else {
+            rl_ticket t = rl_stream_ring_pop(s);
+            if (t.kind > 0) s->on_reply(s->owner, s->index, t, reply, NULL);
+            else internal_reply(s, t, reply, now_ms);
+        }
+    }
+    return s->conn == conn ? 0 : -1;
+}
+
+void rl_stream_unsent(rl_stream *s, long long bytes) {
+    if (s->state == RL_STREAM_UP && bytes >= 0) s->unsent = bytes;
+}
+
+/* ---- the rest of the interface ---- */
+
+/* Bytes wait that may be written now. */
+static int has_output(const rl_stream *s) {
+    return s->state == RL_STREAM_UP && writable_end(s) > s->out_off;
+}
+
+int rl_stream_take_wants(rl_stream *s) {
+    int w = s->wants;
+    s->wants = 0;
+    if (has_output(s)) w |= RL_WANT_WRITE;
+    return w;
+}
+
+int rl_stream_wanting(const rl_stream *s) {
+    return s->wants != 0 || has_output(s);
+}
+
+void rl_stream_check_step(rl_stream *s, double now_ms) {
+    if (!connected_or_connecting(s) || in_setup(s) || s->step_check) return;
+    char nonce[32], cmd[64];
+    int nlen = step_nonce(s, nonce, sizeof(nonce));
+    int len = snprintf(cmd, sizeof(cmd), "*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n", nlen, nonce);
+    rl_ticket t = {-1, 0, CHECK_ECHO, now_ms, 0, 0, 0};
+    if (rl_stream_queue(s, cmd, (size_t)len, t, now_ms) == 0) s->step_check = 1;
+}
+
+int rl_stream_unwritten(const rl_stream *s) {
+    int queued = (s->state == RL_STREAM_CONNECTING || s->state == RL_STREAM_UP) && s->out.len > s->out_off;
+    return s->redo_count > 0 || queued;
+}
+
+double rl_stream_held_since(const rl_stream *s) {
+    int waiting = s->state == RL_STREAM_CONNECTING ? s->out.len > 0
+                                                   : s->state == RL_STREAM_UP && s->holding && s->hold_at < s->out.len;
+    return waiting ? s->setup_ms : 0;
+}
+
+rl_mark rl_stream_mark(const rl_stream *s) {
+    rl_mark m = {s->conn, s->queued_total};
+    return m;
+}
+
+int rl_stream_passed(const rl_stream *s, rl_mark m) {
+    return s->conn != m.conn || s->written_total >= m.end;
+}
