@@ -37,8 +37,12 @@ local _M = { idle_ms = HUB_IDLE_MS, rotate_connects = ROTATE_CONNECTS }
 
 local hubs = {}  -- configuration key -> hub, for this worker
 
+-- Work the hub must stay for: operations in flight, tails, results not
+-- taken, and commands not written yet (a failed acquire's cleanup or a
+-- release held behind a connection still being set up: the engine bounds
+-- that by the connect timeout), as rl_client_free waits for them.
 local function busy(e)
-    return C.rl_engine_inflight(e) + C.rl_engine_tails(e) + C.rl_engine_done(e) > 0
+    return C.rl_engine_inflight(e) + C.rl_engine_tails(e) + C.rl_engine_done(e) + C.rl_engine_unwritten(e) > 0
 end
 
 -- The hub's loop: one turn per wake-up (work posted, a reader fed replies)
