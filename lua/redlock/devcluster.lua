@@ -19,239 +19,26 @@
 -- daemonized node is reparented to an init that may never reap it).
 -- Needs `redis-server` and `redis-cli` on PATH (or REDLOCK_REDIS_SERVER /
 -- REDLOCK_REDIS_CLI naming them). Depends on nothing but LuaJIT's FFI.
+--
+-- This module is the API (start, the options and the cluster's methods);
+-- redlock.devcluster.node has one node's command lines and the wait for its
+-- PONG, redlock.devcluster.sys the clock, signals, ports and shell commands.
 
-local ffi = require "ffi"
-local C = ffi.C
+local sys = require "redlock.devcluster.sys"
+local node = require "redlock.devcluster.node"
+
+local SIGNALS, signal = sys.SIGNALS, sys.kill
+local shell_quote, pid_alive, wait_exit = sys.shell_quote, sys.pid_alive, sys.wait_exit
+local now_ms, sleep_ms, run = sys.now_ms, sys.sleep_ms, sys.run
+local launch, await, cli_prefix = node.launch, node.await, node.cli_prefix
 
 local _M = { _VERSION = "0.3.0" }
 local mt = { __index = {} }
 local cluster = mt.__index
 
--- Every declaration is renamed with asm("...") so this module never clashes
--- with another module's declarations of the same libc functions.
-if not pcall(ffi.typeof, "rl_devcluster_sockaddr_in") then
-    ffi.cdef [[
-    typedef struct {
-      uint16_t family; uint16_t port; uint32_t addr; uint8_t zero[8];
-    } rl_devcluster_sockaddr_in;
-    typedef struct { long tv_sec; long tv_nsec; } rl_devcluster_timespec;
-    int rl_devcluster_socket(int domain, int type, int protocol) asm("socket");
-    int rl_devcluster_bind(int fd, const void *addr, uint32_t len) asm("bind");
-    int rl_devcluster_getsockname(int fd, void *addr, uint32_t *len) asm("getsockname");
-    int rl_devcluster_close(int fd) asm("close");
-    int rl_devcluster_kill(int pid, int sig) asm("kill");
-    int rl_devcluster_poll(void *fds, unsigned long nfds, int timeout) asm("poll");
-    char *rl_devcluster_mkdtemp(char *template) asm("mkdtemp");
-    char *rl_devcluster_strerror(int errnum) asm("strerror");
-    int rl_devcluster_clock_gettime(int clk, rl_devcluster_timespec *ts) asm("clock_gettime");
-  ]]
-end
-
-local AF_INET, SOCK_STREAM, SOCK_CLOEXEC = 2, 1, 0x80000
-local CLOCK_MONOTONIC = 1
-local ESRCH = 3
-
--- Linux signal numbers (x86, arm, arm64, riscv, ppc, s390 agree on these).
-local SIGNALS = {
-    HUP = 1, INT = 2, QUIT = 3, KILL = 9, USR1 = 10, USR2 = 12, TERM = 15,
-    CONT = 18, STOP = 19,
-}
-
 local START_TIMEOUT_MS = 5000 -- a node must answer PING within this
 local STOP_TIMEOUT_MS = 3000  -- a node must exit within this after SIGTERM
 local START_ATTEMPTS = 5      -- fresh ports tried when a port was taken meanwhile
-
-local REDIS_SERVER = os.getenv("REDLOCK_REDIS_SERVER") or "redis-server"
-local REDIS_CLI = os.getenv("REDLOCK_REDIS_CLI") or "redis-cli"
-
-local function now_ms()
-    local ts = ffi.new("rl_devcluster_timespec")
-    C.rl_devcluster_clock_gettime(CLOCK_MONOTONIC, ts)
-    return tonumber(ts.tv_sec) * 1000 + tonumber(ts.tv_nsec) / 1e6
-end
-
-local function sleep_ms(ms)
-    C.rl_devcluster_poll(nil, 0, ms)
-end
-
-local function strerror(e)
-    return ffi.string(C.rl_devcluster_strerror(e))
-end
-
---- Quote one word for /bin/sh.
-local function shell_quote(s)
-    s = tostring(s)
-    if s:find("%z") then
-        error("cannot pass a NUL byte through the shell", 3)
-    end
-    return "'" .. s:gsub("'", [['\'']]) .. "'"
-end
-
-local function read_file(path)
-    local f = io.open(path, "rb")
-    if not f then return nil end
-    local s = f:read("*a")
-    f:close()
-    return s
-end
-
-local function log_tail(path, lines)
-    local s = read_file(path)
-    if not s or s == "" then return "(empty log)" end
-    local all = {}
-    for line in s:gmatch("[^\n]+") do all[#all + 1] = line end
-    return table.concat(all, "\n", math.max(1, #all - (lines or 10) + 1))
-end
-
---- Run a shell command, return its output and whether it exited with 0.
-local function run(cmd)
-    local p = assert(io.popen(cmd .. " 2>&1; echo \"<rc=$?>\""))
-    local out = p:read("*a")
-    p:close()
-    local body, rc = out:match("^(.-)<rc=(%d+)>%s*$")
-    return (body or out), tonumber(rc) == 0
-end
-
---- True if pid names a process that has not exited (zombies count as exited).
-local function pid_alive(pid)
-    if not pid then return false end
-    if C.rl_devcluster_kill(pid, 0) ~= 0 and ffi.errno() == ESRCH then
-        return false
-    end
-    local stat = read_file("/proc/" .. pid .. "/stat")
-    if stat then
-        local state = stat:match("^%d+ %b() (%a)")
-        if state == "Z" or state == "X" then return false end
-    end
-    return true
-end
-
---- Reserve n distinct free TCP ports on 127.0.0.1: bind each to port 0 and
--- read back the port the kernel chose. All sockets stay open until every port
--- is known, so the kernel cannot hand out one port twice.
-local function free_ports(n)
-    local fds, ports = {}, {}
-    local ok, err = pcall(function()
-        for i = 1, n do
-            local fd = C.rl_devcluster_socket(AF_INET, bit.bor(SOCK_STREAM, SOCK_CLOEXEC), 0)
-            if fd < 0 then error("socket: " .. strerror(ffi.errno())) end
-            fds[i] = fd
-            local sa = ffi.new("rl_devcluster_sockaddr_in")
-            sa.family = AF_INET
-            sa.addr = ffi.abi("le") and 0x0100007f or 0x7f000001 -- 127.0.0.1
-            if C.rl_devcluster_bind(fd, sa, ffi.sizeof(sa)) ~= 0 then
-                error("bind 127.0.0.1:0: " .. strerror(ffi.errno()))
-            end
-            local len = ffi.new("uint32_t[1]", ffi.sizeof(sa))
-            if C.rl_devcluster_getsockname(fd, sa, len) ~= 0 then
-                error("getsockname: " .. strerror(ffi.errno()))
-            end
-            local p = sa.port
-            ports[i] = ffi.abi("le") and bit.bor(bit.rshift(p, 8), bit.lshift(bit.band(p, 0xff), 8)) or p
-        end
-    end)
-    for _, fd in ipairs(fds) do C.rl_devcluster_close(fd) end
-    if not ok then error("devcluster: no free port: " .. tostring(err), 0) end
-    return ports
-end
-
-local function make_temp_dir()
-    local base = os.getenv("TMPDIR") or "/tmp"
-    local template = base .. "/redlock-dev.XXXXXX"
-    local buf = ffi.new("char[?]", #template + 1, template)
-    if C.rl_devcluster_mkdtemp(buf) == nil then
-        error("devcluster: mkdtemp " .. template .. ": " .. strerror(ffi.errno()), 0)
-    end
-    return ffi.string(buf)
-end
-
-local function cli_prefix(self, i)
-    local t = { shell_quote(REDIS_CLI), "-h", "127.0.0.1", "-p", tostring(self.ports[i]) }
-    if self.password then
-        t[#t + 1] = "-a " .. shell_quote(self.password) .. " --no-auth-warning"
-    end
-    local tls = self.tls
-    if tls then
-        t[#t + 1] = "--tls --cacert " .. shell_quote(tls.ca)
-        if tls.client_cert then
-            t[#t + 1] = "--cert " .. shell_quote(tls.client_cert)
-                .. " --key " .. shell_quote(tls.client_key)
-        end
-    end
-    return table.concat(t, " ")
-end
-
-local function node_files(self, i)
-    local port = self.ports[i]
-    return self.dir .. "/redis-" .. port .. ".pid", self.dir .. "/redis-" .. port .. ".log"
-end
-
---- Launch node i (daemonized) on self.ports[i]; do not wait.
-local function launch(self, i)
-    local pidfile, logfile = node_files(self, i)
-    os.remove(pidfile) -- a SIGKILLed node leaves its pid file behind
-    local argv = { shell_quote(REDIS_SERVER) }
-    local tls = self.tls
-    if tls then
-        -- The TLS port replaces the plain one: a TLS node has no plain listener.
-        for _, a in ipairs {
-            "--port", "0",
-            "--tls-port", tostring(self.ports[i]),
-            "--tls-cert-file", shell_quote(tls.cert),
-            "--tls-key-file", shell_quote(tls.key),
-            "--tls-ca-cert-file", shell_quote(tls.ca),
-            "--tls-auth-clients", tls.auth_clients,
-        } do argv[#argv + 1] = a end
-    else
-        argv[#argv + 1] = "--port"
-        argv[#argv + 1] = tostring(self.ports[i])
-    end
-    for _, a in ipairs {
-        "--bind", "127.0.0.1",
-        "--save", "''",
-        "--appendonly", "no",
-        "--daemonize", "yes",
-        "--pidfile", shell_quote(pidfile),
-        "--logfile", shell_quote(logfile),
-        "--dir", shell_quote(self.dir),
-    } do argv[#argv + 1] = a end
-    if self.password then
-        argv[#argv + 1] = "--requirepass " .. shell_quote(self.password)
-    end
-    for _, a in ipairs(self.args or {}) do argv[#argv + 1] = shell_quote(a) end
-    -- opts.wrap[i]: words run before redis-server for node i
-    for k, w in ipairs(self.wrap and self.wrap[i] or {}) do table.insert(argv, k, shell_quote(w)) end
-    local out, ok = run(table.concat(argv, " "))
-    if not ok then
-        return nil, "redis-server did not start: " .. out:gsub("%s+$", "")
-    end
-    return true
-end
-
---- Wait until node i has written its pid file and answers PING.
--- Return true, or nil and a reason ("port" when the port was taken).
-local function await(self, i, deadline)
-    local pidfile, logfile = node_files(self, i)
-    local pid
-    while true do
-        if not pid then
-            pid = tonumber(read_file(pidfile) or "")
-            if pid then self.pids[i] = pid end
-        end
-        if pid then
-            if not pid_alive(pid) then break end
-            local out = run(cli_prefix(self, i) .. " PING")
-            if out:match("^%s*PONG%s*$") then return true end
-        end
-        if now_ms() > deadline then break end
-        sleep_ms(10)
-    end
-    local tail = log_tail(logfile)
-    if tail:find("Address already in use", 1, true) then
-        return nil, "port", tail
-    end
-    return nil, "other", tail
-end
 
 local function check_index(self, i, fname)
     if type(i) ~= "number" or i < 1 or i > self.n or i % 1 ~= 0 then
@@ -343,7 +130,7 @@ function _M.start(opts)
         own_dir = opts.dir == nil,
     }, mt)
     if self.own_dir then
-        self.dir = make_temp_dir()
+        self.dir = sys.make_temp_dir()
     else
         os.execute("mkdir -p " .. shell_quote(self.dir))
     end
@@ -359,7 +146,7 @@ function _M.start(opts)
             local todo = {}
             for i = 1, n do if pending[i] then todo[#todo + 1] = i end end
             if #todo == 0 then break end
-            local ports = free_ports(#todo)
+            local ports = sys.free_ports(#todo)
             for k, i in ipairs(todo) do
                 self.ports[i] = ports[k]
                 local launched, why = launch(self, i)
@@ -374,7 +161,7 @@ function _M.start(opts)
                     -- Someone took the port between our probe and redis-server's bind:
                     -- forget this node and try again on a new port.
                     if self.pids[i] and pid_alive(self.pids[i]) then
-                        C.rl_devcluster_kill(self.pids[i], SIGNALS.KILL)
+                        signal(self.pids[i], SIGNALS.KILL)
                     end
                     self.pids[i] = nil
                 else
@@ -401,19 +188,6 @@ function _M.start(opts)
     return self
 end
 
---- Wait until every pid in list has exited; return the ones still alive.
-local function wait_exit(pids, timeout_ms)
-    local deadline = now_ms() + timeout_ms
-    while true do
-        local left = {}
-        for _, pid in ipairs(pids) do
-            if pid_alive(pid) then left[#left + 1] = pid end
-        end
-        if #left == 0 or now_ms() > deadline then return left end
-        sleep_ms(10)
-    end
-end
-
 --- Stop every node (SIGTERM, SIGKILL if it lingers), wait until each has
 -- exited and remove the temporary directory. Idempotent.
 function cluster:stop()
@@ -423,13 +197,13 @@ function cluster:stop()
     for i = 1, self.n do
         local pid = self.pids[i]
         if pid and pid_alive(pid) then
-            C.rl_devcluster_kill(pid, SIGNALS.CONT) -- a stopped node cannot handle TERM
-            C.rl_devcluster_kill(pid, SIGNALS.TERM)
+            signal(pid, SIGNALS.CONT) -- a stopped node cannot handle TERM
+            signal(pid, SIGNALS.TERM)
             pids[#pids + 1] = pid
         end
     end
     local left = wait_exit(pids, STOP_TIMEOUT_MS)
-    for _, pid in ipairs(left) do C.rl_devcluster_kill(pid, SIGNALS.KILL) end
+    for _, pid in ipairs(left) do signal(pid, SIGNALS.KILL) end
     left = wait_exit(left, STOP_TIMEOUT_MS)
     if self.own_dir and self.dir then
         os.execute("rm -rf -- " .. shell_quote(self.dir))
@@ -450,10 +224,7 @@ function cluster:kill(i, sig)
     end
     local pid = self.pids[i]
     if not pid then return nil, "node " .. i .. " has no pid" end
-    if C.rl_devcluster_kill(pid, signo) ~= 0 then
-        return nil, "kill " .. pid .. ": " .. strerror(ffi.errno())
-    end
-    return true
+    return signal(pid, signo)
 end
 
 --- Start node i again on its port (after kill) and wait until it answers
@@ -463,8 +234,8 @@ function cluster:restart(i)
     if self.stopped then error("devcluster: restart after stop", 2) end
     local old = self.pids[i]
     if old and pid_alive(old) then
-        C.rl_devcluster_kill(old, SIGNALS.CONT)
-        C.rl_devcluster_kill(old, SIGNALS.KILL)
+        signal(old, SIGNALS.CONT)
+        signal(old, SIGNALS.KILL)
         wait_exit({ old }, STOP_TIMEOUT_MS)
     end
     self.pids[i] = nil
@@ -505,7 +276,7 @@ end
 --- Log file of node i (for diagnostics).
 function cluster:log(i)
     check_index(self, i, "log")
-    local _, logfile = node_files(self, i)
+    local _, logfile = node.files(self, i)
     return logfile
 end
 
