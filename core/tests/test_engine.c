@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "../src/command.h"
-#include "check.h"
+#include "fake_driver.h"
 #include "redlock.h"
 
 #define OUT_OF_STEP "connection reset: replies out of step with commands (a reply was lost)"
@@ -21,35 +21,6 @@
 static const char *const urls5[] = {"redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003",
                                     "redis://127.0.0.1:7004", "redis://127.0.0.1:7005"};
 
-static rl_engine *E;
-static char out[16384];   /* the last bytes taken from a node */
-static size_t outlen;
-
-/* ---- the driver ---- */
-
-static rl_engine *engine(const char *const *urls, int n, const rl_options *o) {
-    char err[RL_ERR_LEN] = "";
-    rl_engine *e = rl_engine_new(urls, n, o, err, sizeof(err));
-    if (e == NULL) fprintf(stderr, "rl_engine_new: %s\n", err);
-    CHECK(e != NULL);
-    return e;
-}
-
-/* Take everything node i wants written, as written in full at t. */
-static const char *drain(int i, double t) {
-    const char *data = NULL;
-    outlen = rl_engine_node_output(E, i, &data);
-    CHECK(outlen < sizeof(out));
-    if (outlen >= sizeof(out)) outlen = sizeof(out) - 1;
-    if (outlen) memcpy(out, data, outlen);
-    out[outlen] = '\0';
-    if (outlen) rl_engine_node_wrote(E, i, outlen, t);
-    return out;
-}
-
-static int feed(int i, const char *resp, double t) {
-    return rl_engine_node_feed(E, i, resp, strlen(resp), t);
-}
 
 /* A 40-character run_id that differs per n. */
 static const char *run_id(int n) {

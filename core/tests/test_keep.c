@@ -7,7 +7,7 @@
 
 #include "../src/command.h"
 #include "../src/engine.h"
-#include "check.h"
+#include "fake_driver.h"
 #include "redlock.h"
 
 #define RELEASE_SHA "be077799191632fc6ea6490e3c099c5976889961"
@@ -19,25 +19,11 @@
 
 static const char *const urls[] = {"redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"};
 
-static rl_engine *E;
-static char out[4096];
+/* ---- the driver (fake_driver.h) ---- */
 
-/* ---- the driver ---- */
-
-/* Take everything node i wants written, as written in full at t. */
-static const char *drain(int i, double t) {
-    const char *data = NULL;
-    size_t n = rl_engine_node_output(E, i, &data);
-    CHECK(n < sizeof(out));
-    if (n >= sizeof(out)) n = sizeof(out) - 1;
-    if (n) memcpy(out, data, n);
-    out[n] = '\0';
-    if (n) rl_engine_node_wrote(E, i, n, t);
-    return out;
-}
-
-static void feed(int i, const char *resp, double t) {
-    CHECK_INT(rl_engine_node_feed(E, i, resp, strlen(resp), t), RL_OK);
+/* Feed node i at t; the engine must take it. */
+static void feed_ok(int i, const char *resp, double t) {
+    CHECK_INT(feed(i, resp, t), RL_OK);
 }
 
 /* Three nodes, connected and set up at t. */
@@ -52,8 +38,8 @@ static void start(double t) {
         drain(i, t);
         int len = snprintf(body, sizeof(body), "# Server\r\nrun_id:%040x\r\n", 0xa0 + i);
         snprintf(info, sizeof(info), "$%d\r\n%s\r\n", len, body);
-        feed(i, info, t);
-        feed(i, "$40\r\n" RELEASE_SHA "\r\n$40\r\n" EXTEND_SHA "\r\n", t);
+        feed_ok(i, info, t);
+        feed_ok(i, "$40\r\n" RELEASE_SHA "\r\n$40\r\n" EXTEND_SHA "\r\n", t);
     }
 }
 
@@ -77,7 +63,7 @@ static void advance_expect(double t, const char *want) {
 
 /* Every node answers resp at t. */
 static void answer(const char *resp, double t) {
-    for (int i = 0; i < 3; i++) feed(i, resp, t);
+    for (int i = 0; i < 3; i++) feed_ok(i, resp, t);
 }
 
 static int state(int id, double t) {
@@ -168,8 +154,8 @@ static void failed_extension_is_retried(void) {
     for (int i = 0; i < 3; i++) {
         const char *echo = strstr(drain(i, 2160), "ECHO\r\n");
         CHECK(echo != NULL);
-        feed(i, OK1, 2161);
-        if (echo) feed(i, echo + 6, 2161);
+        feed_ok(i, OK1, 2161);
+        if (echo) feed_ok(i, echo + 6, 2161);
     }
     CHECK(until(id, 2161) == 3900);
     advance_expect(2260, script("k", 3000));
@@ -191,11 +177,11 @@ static void lost_when_not_held(void) {
     start(1000);
     int id = rl_engine_keep_add(E, "k", 1, VALUE, 3000, 3900, 0, 1000);
     advance_expect(2000, script("k", 3000));
-    feed(0, GONE, 2005);
-    feed(1, GONE, 2005);
+    feed_ok(0, GONE, 2005);
+    feed_ok(1, GONE, 2005);
     CHECK_INT(state(id, 2005), RL_KEEP_LOST);
     CHECK_INT(rl_engine_keeping(E), 0);
-    feed(2, OK1, 2006);
+    feed_ok(2, OK1, 2006);
     advance_expect(5000, "");
     CHECK_INT(state(id, 5000), RL_KEEP_LOST);
     CHECK_INT(rl_engine_keep_update(E, id, 5000, 4000, 9000, 5000), RL_ERR); /* not held */

@@ -6,37 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "fake_driver.h"
 #include "redlock.h"
 
 static const char *const urls3[] = {"redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"};
 
-static rl_engine *E;
-static char out[262144]; /* the last bytes taken from a link */
-
-static rl_engine *engine(const char *const *urls, int n, const rl_options *o) {
-    char err[RL_ERR_LEN] = "";
-    rl_engine *e = rl_engine_new(urls, n, o, err, sizeof(err));
-    if (e == NULL) fprintf(stderr, "rl_engine_new: %s\n", err);
-    CHECK(e != NULL);
-    return e;
-}
-
-/* Take everything link k wants written, as written in full at t. */
-static const char *drain(int k, double t) {
-    const char *data = NULL;
-    size_t len = rl_engine_node_output(E, k, &data);
-    CHECK(len < sizeof(out));
-    if (len >= sizeof(out)) len = sizeof(out) - 1;
-    if (len) memcpy(out, data, len);
-    out[len] = '\0';
-    if (len) rl_engine_node_wrote(E, k, len, t);
-    return out;
-}
-
-static int feed(int k, const char *resp, double t) {
-    return rl_engine_node_feed(E, k, resp, strlen(resp), t);
-}
 
 /* RESP of a bulk string. */
 static const char *bulk(const char *s, char *buf, size_t len) {

@@ -1,0 +1,44 @@
+/* fake_driver.h — the driver the engine's unit tests play: one engine (E),
+ * the bytes it wants written taken whole, replies fed by hand at times the
+ * test picks. Shared by test_engine.c, test_keep.c and test_substream.c. */
+#ifndef RL_FAKE_DRIVER_H
+#define RL_FAKE_DRIVER_H
+
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "redlock.h"
+
+static rl_engine *E;
+static char out[262144]; /* the last bytes taken from a link */
+static size_t outlen;
+
+/* A new engine for urls, or NULL (a failed check) with the reason printed. */
+static inline rl_engine *engine(const char *const *urls, int n, const rl_options *o) {
+    char err[RL_ERR_LEN] = "";
+    rl_engine *e = rl_engine_new(urls, n, o, err, sizeof(err));
+    if (e == NULL) fprintf(stderr, "rl_engine_new: %s\n", err);
+    CHECK(e != NULL);
+    return e;
+}
+
+/* Take everything link k wants written, as written in full at t; the bytes,
+ * NUL-terminated, in out (outlen of them). */
+static inline const char *drain(int k, double t) {
+    const char *data = NULL;
+    outlen = rl_engine_node_output(E, k, &data);
+    CHECK(outlen < sizeof(out));
+    if (outlen >= sizeof(out)) outlen = sizeof(out) - 1;
+    if (outlen) memcpy(out, data, outlen);
+    out[outlen] = '\0';
+    if (outlen) rl_engine_node_wrote(E, k, outlen, t);
+    return out;
+}
+
+/* Feed link k the RESP text resp at t; rl_engine_node_feed's answer. */
+static inline int feed(int k, const char *resp, double t) {
+    return rl_engine_node_feed(E, k, resp, strlen(resp), t);
+}
+
+#endif
