@@ -302,15 +302,23 @@ void rl_op_send_round(rl_engine *e, rl_op *op, int kind, double start_ms, int fi
     unsigned gen = op->gen;
     if (first) op->set_gen = gen;
     rl_ticket t = {op->slot, gen, kind, e->now, 0, 0, 0};
-    for (int i = 0; i < e->nnodes && op->gen == gen && op->phase == OP_ROUND; i++) {
+    /* Every node that can take the command gets it before any failed vote
+     * is counted: a round decided by its failures (a quorum of nodes down
+     * or suspect) still reaches the others, so a release deletes our value
+     * wherever it can. (Sending calls back nothing.) */
+    unsigned failed = 0;
+    for (int i = 0; i < e->nnodes; i++) {
         if (rl_stream_send(&e->nodes[i], op->cmd.data, op->cmd.len, t, e->now) == 0) {
             if (first) op->sent |= 1u << i;
             op->owed |= 1u << i;
-            continue;
+        } else {
+            failed |= 1u << i;
+            if (rl_stream_suspect(&e->nodes[i])) skip_suspect(e, op, i, first);
         }
-        int silent = rl_stream_suspect(&e->nodes[i]);
-        if (silent) skip_suspect(e, op, i, first);
-        if (rl_round_vote(&op->round, i, silent ? RL_NODE_TIMEOUT : RL_NODE_ERROR, e->nodes[i].errstr, e->now))
-            op_round_decided(e, op, 0);
+    }
+    for (int i = 0; i < e->nnodes && op->gen == gen && op->phase == OP_ROUND; i++) {
+        if (!(failed & (1u << i))) continue;
+        int state = rl_stream_suspect(&e->nodes[i]) ? RL_NODE_TIMEOUT : RL_NODE_ERROR;
+        if (rl_round_vote(&op->round, i, state, e->nodes[i].errstr, e->now)) op_round_decided(e, op, 0);
     }
 }

@@ -275,6 +275,8 @@ static double silent_since(const rl_stream *s) {
 static void become_suspect(rl_stream *s, double silent_ms, double now_ms) {
     s->suspect = 1;
     s->silent_ms = silent_ms;
+    s->probe_every_ms = s->opts->stall_reset_ms / 2;
+    s->probe_at_ms = now_ms + s->probe_every_ms;
     if (in_setup(s)) rl_stream_withdraw_held(s, now_ms); /* nothing waits behind its setup */
     else rl_stream_check_step(s, now_ms);                 /* the probe, unless a check is in flight already */
 }
@@ -309,9 +311,11 @@ static double suspicion_due(const rl_stream *s) {
  *     way). It becomes suspect, and keeps its connection: a stopped process
  *     answers what waits for it once it runs again, and a lost reply shows
  *     when the probe is answered (its nonce pairs with the wrong command).
- *     A suspect node gets another probe each look while fewer than two are
- *     unanswered: two are enough to show a lost reply, and a stopped node
- *     is sent no more.
+ *     A suspect node gets another probe stall_reset_ms / 2 later, and then
+ *     at doubling intervals up to reconnect_max_ms: a probe's answer shows
+ *     a reply lost before it, and a later probe gets through where earlier
+ *     ones were lost on the way (a link that dropped what it carried), while
+ *     a stopped node gets about one small command a second.
  * The driver feeds what has arrived before it advances the stream, so a
  * reply that is there is never mistaken for silence. */
 static void watchdog_look(rl_stream *s, double now_ms) {
@@ -332,7 +336,10 @@ static void watchdog_look(rl_stream *s, double now_ms) {
     if (s->head_end != head->end) s->head_end = head->end, s->head_ms = now_ms;
     since = s->head_ms > s->read_ms ? s->head_ms : s->read_ms;
     if (s->suspect) {
-        if (s->step_check < 2) rl_stream_queue_check(s, now_ms);
+        if (now_ms < s->probe_at_ms) return;
+        rl_stream_queue_check(s, now_ms);
+        s->probe_every_ms = rl_backoff_next(s->probe_every_ms, s->opts->reconnect_max_ms);
+        s->probe_at_ms = now_ms + s->probe_every_ms;
     } else if (now_ms - since >= s->opts->stall_reset_ms) {
         become_suspect(s, silent_since(s), now_ms);
     }

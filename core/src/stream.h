@@ -79,6 +79,9 @@ typedef struct rl_stream {
     int suspect;             /* the node stopped answering: it gets no new commands (rl_stream_suspect) */
     double silent_ms;        /* suspect: since when it has not answered */
     rl_skipped skipped;      /* suspect: values of acquires it was not sent */
+    double peeked_ms;        /* suspect: when the driver was last asked to look at its socket */
+    double probe_at_ms;      /* suspect: when its next probe is due, */
+    int probe_every_ms;      /* and the interval after that one (doubling) */
     int scripts_loading;     /* SCRIPT LOADs are in flight on this connection */
     unsigned step_nonce;     /* its nonce's number; a new one for every connection */
     /* What the stall watchdog measures on this connection: */
@@ -252,8 +255,9 @@ int rl_stream_passed(const rl_stream *s, rl_mark m);
  * meant for it are kept (rl_stream_redo) until it answers. A suspect node
  * whose connection is down fails commands as any node that is down. The connection stays open, quiet:
  * what was queued on it before stays queued, in order, and the step check
- * in flight is the probe: a suspect node is sent nothing else, so at most
- * one probe per connection. The first bytes that come from the node (the
+ * in flight is the probe: a suspect node is sent nothing else but another
+ * probe now and then (at doubling intervals, up to one a second: see the
+ * stall watchdog). The first bytes that come from the node (the
  * probe's answer, or any reply before it) clear the suspicion, and the
  * releases kept go out behind everything queued before them.
  * A node becomes suspect when

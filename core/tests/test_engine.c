@@ -1578,6 +1578,10 @@ static void silent_node_becomes_suspect_and_gets_only_probes(void) {
     char nonce[32], nonce2[32], value[41], want[4096];
     acquire_then_node_2_silent(nonce, value);
     CHECK_INT(rl_engine_wanting(E), 0); /* no close: the connection stays, quiet */
+    /* a driver that reads only while it waits looks at its socket, now and then */
+    CHECK_INT(rl_engine_suspects_due(E, 1100), 4);
+    CHECK_INT(rl_engine_suspects_due(E, 1109), 0);
+    CHECK_INT(rl_engine_suspects_due(E, 1110), 4);
     int id = rl_engine_begin_acquire(E, "q", 1, 10000, 1110);
     CHECK_INT(drain(2, 1110)[0], 0); /* nothing to the suspect */
     for (int i = 0; i < 2; i++) drain(i, 1110), feed(i, "+OK\r\n", 1111);
@@ -1594,19 +1598,27 @@ static void silent_node_becomes_suspect_and_gets_only_probes(void) {
     for (int i = 0; i < 2; i++) drain(i, 1120), feed(i, ":1\r\n", 1121);
     CHECK_INT(take(id).node[2].state, RL_NODE_TIMEOUT);
     CHECK_INT(rl_engine_unwritten(E), 1);
-    /* the watchdog's next look sends a second probe, and no third */
-    CHECK(near(rl_engine_deadline(E), 1250));
-    rl_engine_advance(E, 1250);
-    CHECK(is_echo(drain(2, 1250), nonce2));
-    CHECK(strcmp(nonce, nonce2) != 0);
-    for (double t = 1500; t <= 11250; t += 250) {
+    /* more probes, at doubling intervals up to one a second: the watchdog
+     * looks every 250 ms, and the probes go at 1500, 2000, 3000, 4000 ... */
+    char replies[4096];
+    snprintf(replies, sizeof(replies), "+OK\r\n%s", echo_reply_of(nonce));
+    int probes = 1;
+    double last = 1100;
+    for (double t = 1250; t <= 11250; t += 250) {
         rl_engine_advance(E, t);
-        CHECK_INT(rl_engine_wanting(E), 0);
-        CHECK_INT(drain(2, t)[0], 0);
+        CHECK_INT(rl_engine_node_wants(E, 2) & RL_WANT_CLOSE, 0);
+        const char *bytes = drain(2, t);
+        if (bytes[0] == 0) continue;
+        CHECK(is_echo(bytes, nonce2));
+        CHECK(strcmp(nonce, nonce2) != 0);
+        CHECK(t - last >= (probes == 1 ? 250 : probes == 2 ? 500 : 1000));
+        snprintf(replies + strlen(replies), sizeof(replies) - strlen(replies), "%s", echo_reply_of(nonce2));
+        probes++;
+        last = t;
     }
-    /* it runs again: the SET's reply and both probes come back */
-    snprintf(want, sizeof(want), "+OK\r\n%s", echo_reply_of(nonce));
-    snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s", echo_reply_of(nonce2));
+    CHECK_INT(probes, 1 + 2 + 9); /* 1500, 2000, then 3000 .. 11000 */
+    /* it runs again: the SET's reply and every probe's come back */
+    snprintf(want, sizeof(want), "%s", replies);
     CHECK_INT(feed(2, want, 11400), RL_OK);
     CHECK_STR(drain(2, 11400), cleanup_cmd(0, "r", value));
     CHECK_INT(feed(2, ":1\r\n", 11401), RL_OK);
@@ -1644,10 +1656,11 @@ static void lost_reply_shows_at_the_probe(void) {
     /* the first probe's answer was lost: the second probe's answer pairs with the first */
     acquire_then_node_2_silent(nonce, value);
     CHECK_INT(feed(2, "+OK\r\n", 1200), RL_OK); /* the SET's reply: it rejoins */
-    rl_engine_advance(E, 1250);                  /* silent again with the check in flight: */
-    CHECK(is_echo(drain(2, 1250), nonce2));       /* suspect, and the watchdog's probe */
+    rl_engine_advance(E, 1250);                  /* silent again with the check in flight: suspect */
     CHECK_INT(rl_engine_begin_acquire(E, "q", 1, 10000, 1260) >= 0, 1);
-    CHECK_INT(drain(2, 1260)[0], 0);              /* nothing else is sent */
+    CHECK_INT(drain(2, 1260)[0], 0);              /* nothing is sent */
+    rl_engine_advance(E, 1500);
+    CHECK(is_echo(drain(2, 1500), nonce2));       /* but the next probe */
     CHECK_INT(feed(2, echo_reply_of(nonce2), 1310), RL_ERR);
     CHECK_INT(rl_engine_node_wants(E, 2), RL_WANT_CLOSE);
     CHECK_STR(rl_engine_node_errstr(E, 2), OUT_OF_STEP);
