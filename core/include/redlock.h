@@ -125,8 +125,10 @@ typedef struct rl_options {
                                 rl_client_new (default 1000) */
     int reconnect_min_ms;    /* first delay before reconnecting a lost node (default 50) */
     int reconnect_max_ms;    /* cap of the doubling reconnect delay (default 1000) */
-    int stall_reset_ms;      /* reconnect a node silent this long with commands unanswered (default 500):
-                                a stream that lost a reply cannot resynchronise any other way
+    int stall_reset_ms;      /* the stall watchdog (default 500): a node whose end takes none of our
+                                bytes this long is reset and reconnected; one silent this long with
+                                commands wholly at its end becomes suspect (rl_engine_suspects_due),
+                                probed at stall_reset_ms / 2, then doubling up to reconnect_max_ms
                                 (a connection still in its setup is connect_timeout_ms's) */
     int quorum;              /* votes needed; 0 means N/2+1; never below N/2+1, never above N */
     double drift_factor;     /* clock drift allowance, fraction of ttl (default 0.01) */
@@ -555,6 +557,16 @@ int rl_engine_node_feed(rl_engine *e, int node, const char *data, size_t len, do
  * queue, SIOCOUTQ), so the stall watchdog can tell a slow link from a hung
  * node. A driver that cannot tell never calls it. */
 void rl_engine_node_unsent(rl_engine *e, int node, long long bytes);
+
+/* Nodes (bit i: node i) that have stopped answering (suspect: they are
+ * sent nothing but a probe, and their votes fail at once as timeouts) and
+ * whose sockets are due a look at now_ms: at most once per node_timeout / 5
+ * each. A driver that reads its sockets only while it waits for replies
+ * (rl_client) reads these without waiting before it begins an operation,
+ * so that a node answering again is heard, and votes, even when every
+ * round is decided at once. A driver that always reads (nginx) need not
+ * call it. */
+unsigned rl_engine_suspects_due(rl_engine *e, double now_ms);
 
 /* Commands sent to node whose replies have not come yet (its connection's
  * setup included): a driver that reads only while replies are due stops

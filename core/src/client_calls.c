@@ -19,28 +19,41 @@ static int begun(rl_client *c, int id) {
     return id;
 }
 
+/* The time an operation begins at, after what was due meanwhile (a round
+ * decided at once runs no loop: the probes of nodes that stopped answering
+ * would wait) and a look at the sockets of such nodes
+ * (rl_engine_suspects_due): what they sent since is heard first, so a node
+ * answering again votes in this round. */
+static double now_hearing_suspects(rl_client *c) {
+    double now = rl_now_ms();
+    rl_client_catch_up(c, now);
+    unsigned due = rl_engine_suspects_due(c->engine, now);
+    if (due) rl_evsock_take_ready_of(c->links, c->nnodes, due);
+    return now;
+}
+
 int rl_begin_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms) {
-    return begun(c, rl_engine_begin_acquire(c->engine, resource, len, ttl_ms, rl_now_ms()));
+    return begun(c, rl_engine_begin_acquire(c->engine, resource, len, ttl_ms, now_hearing_suspects(c)));
 }
 
 int rl_begin_acquire_fenced(rl_client *c, const char *resource, size_t len, int ttl_ms) {
-    return begun(c, rl_engine_begin_acquire_fenced(c->engine, resource, len, ttl_ms, rl_now_ms()));
+    return begun(c, rl_engine_begin_acquire_fenced(c->engine, resource, len, ttl_ms, now_hearing_suspects(c)));
 }
 
 int rl_begin_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms) {
-    return begun(c, rl_engine_begin_acquire_queued(c->engine, resource, len, ttl_ms, rl_now_ms()));
+    return begun(c, rl_engine_begin_acquire_queued(c->engine, resource, len, ttl_ms, now_hearing_suspects(c)));
 }
 
 int rl_begin_release(rl_client *c, const char *resource, size_t len, const char *value) {
-    return begun(c, rl_engine_begin_release(c->engine, resource, len, value, rl_now_ms()));
+    return begun(c, rl_engine_begin_release(c->engine, resource, len, value, now_hearing_suspects(c)));
 }
 
 int rl_begin_release_quiet(rl_client *c, const char *resource, size_t len, const char *value) {
-    return begun(c, rl_engine_begin_release_quiet(c->engine, resource, len, value, rl_now_ms()));
+    return begun(c, rl_engine_begin_release_quiet(c->engine, resource, len, value, now_hearing_suspects(c)));
 }
 
 int rl_begin_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms) {
-    return begun(c, rl_engine_begin_extend(c->engine, resource, len, value, ttl_ms, rl_now_ms()));
+    return begun(c, rl_engine_begin_extend(c->engine, resource, len, value, ttl_ms, now_hearing_suspects(c)));
 }
 
 /* ---- driving and collecting ---- */

@@ -158,6 +158,7 @@ size_t rl_engine_node_output(rl_engine *e, int node, const char **data);
 void rl_engine_node_wrote(rl_engine *e, int node, size_t n, double now_ms);
 int rl_engine_node_feed(rl_engine *e, int node, const char *data, size_t len, double now_ms);
 void rl_engine_node_unsent(rl_engine *e, int node, long long bytes);
+unsigned rl_engine_suspects_due(rl_engine *e, double now_ms);
 int rl_engine_node_unanswered(const rl_engine *e, int node);
 const char *rl_engine_node_errstr(const rl_engine *e, int node);
 int rl_engine_watch(rl_engine *e, const char *resource, size_t len, double now_ms);
