@@ -167,10 +167,8 @@ describe("a node that stops answering, inside nginx", function()
   end)
 
   it("is sent nothing but probes by the worker's hub", function()
-    srv = nginx.start {
+    srv = nginx.start_tree {
       workers = 1,
-      package_path = nginx.root .. "/lua/?.lua;" .. nginx.root .. "/lua/?/init.lua;" .. nginx.root .. "/spec/?.lua",
-      package_cpath = nginx.build .. "/?.so",
       init = ([[
         redlock = require "redlock"
         DLM = redlock.new { servers = %s, ttl = 10000, node_timeout = %d }
