@@ -57,6 +57,8 @@ void rl_stream_drop(rl_stream *s, const char *why, int close_it, double now_ms) 
     if (why != s->errstr) snprintf(s->errstr, sizeof(s->errstr), "%s", why);
     memcpy(s->lost, s->errstr, sizeof(s->lost));
     if (close_it) s->wants |= RL_WANT_CLOSE;
+    if (close_it) s->counts.resets++;
+    else s->counts.lost++;
     s->wants &= ~RL_WANT_CONNECT;
     long long written = s->written_total;
     clear_connection(s);
@@ -216,6 +218,8 @@ static int put_setup_first(rl_stream *s, double now_ms) {
 
 void rl_stream_open(rl_stream *s, double now_ms) {
     if (connected_or_connecting(s)) return;
+    s->counts.connects++;
+    if (s->state == RL_STREAM_DOWN) s->counts.reconnects++;
     s->state = RL_STREAM_CONNECTING;
     s->handshaking = 0;
     s->setup_ms = now_ms;

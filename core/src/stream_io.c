@@ -250,7 +250,10 @@ void rl_stream_check_step(rl_stream *s, double now_ms) {
     int nlen = step_nonce(s, nonce, sizeof(nonce));
     int len = snprintf(cmd, sizeof(cmd), "*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n", nlen, nonce);
     rl_ticket t = {-1, 0, CHECK_ECHO, now_ms, 0, 0, 0};
-    if (rl_stream_queue(s, cmd, (size_t)len, t, now_ms) == 0) s->step_check = 1;
+    if (rl_stream_queue(s, cmd, (size_t)len, t, now_ms) == 0) {
+        s->step_check = 1;
+        s->counts.step_checks++;
+    }
 }
 
 int rl_stream_unwritten(const rl_stream *s) {
