@@ -90,7 +90,7 @@ end
 --- In content_by_lua: answer with text(name), as Prometheus reads it.
 function _M.serve(name)
     local body = _M.text(name)
-    ngx.header["Content-Type"] = "text/plain; version=0.0.4"
+    ngx.header["Content-Type"] = "text/plain; version=0.0.4" -- luacheck: ignore 122
     ngx.print(body)
 end
 
