@@ -76,7 +76,7 @@ describe("a real Prometheus server", function()
       { job = "host", target = "127.0.0.1:" .. srv.port, path = "/host-metrics" },
     }
     local q = 'sum(redlock_operations_total{job="%s",kind="acquire",outcome="ok"})'
-    local got, why = {}, nil
+    local got, why = {}
     local deadline = proc.now_ms() + 30000
     repeat
       got.nginx, why = prom:query(q:format("nginx"))
