@@ -7,7 +7,7 @@
 
 local redlock = require "redlock"
 local cluster = require "helpers.cluster"
-local promtool = require "helpers.promtool"
+local prometheus = require "helpers.prometheus"
 local proc = require "helpers.proc"
 
 local res = cluster.names("metrics")
@@ -91,12 +91,15 @@ describe("metrics", function()
   end)
 
   it("passes promtool check metrics, alone and beside another exposition", function()
-    if not promtool.available() then pending("promtool is not installed (scripts/deps installs prometheus)") return end
+    if not prometheus.installed("promtool") then
+      pending("promtool is not installed (scripts/deps installs prometheus)")
+      return
+    end
     local dlm = redlock.new { servers = cl.urls }
     local lk = assert(dlm:lock(res("p"), { ttl = 5000, fence = true }))
     lk:unlock()
     local text = redlock.metrics(dlm)
-    local ok, out = promtool.check(text)
+    local ok, out = prometheus.check(text)
     assert(ok, out)
     local other = table.concat({
       "# HELP nginx_http_requests_total Number of HTTP requests",
@@ -105,10 +108,10 @@ describe("metrics", function()
       "# HELP nginx_metric_errors_total Number of nginx-lua-prometheus errors",
       "# TYPE nginx_metric_errors_total counter",
       "nginx_metric_errors_total 0", "" }, "\n")
-    ok, out = promtool.check(other .. text)
+    ok, out = prometheus.check(other .. text)
     assert(ok, out)
     -- a family shown twice is refused: the check above can fail
-    ok = promtool.check(text .. text)
+    ok = prometheus.check(text .. text)
     assert.is_false(ok)
     -- the names the issue asks for
     for line in text:gmatch("# TYPE ([^\n]+)") do

@@ -8,7 +8,7 @@
 
 local cluster = require "helpers.cluster"
 local nginx = require "helpers.nginx"
-local promtool = require "helpers.promtool"
+local prometheus = require "helpers.prometheus"
 local proc = require "helpers.proc"
 
 local ROOT, BUILD = nginx.root, nginx.build
@@ -92,8 +92,8 @@ describe("nginx /metrics", function()
     assert.equals(2, sample(text, ('redlock_node_connects_total{node="%s"}'):format(cl.urls[1])))
     assert.equals(1, select(2, text:gsub("# TYPE redlock_operations_total counter", "")))
     assert.equals(1, text:find(OTHER, 1, true))
-    if promtool.available() then
-      local ok, out = promtool.check(text)
+    if prometheus.installed("promtool") then
+      local ok, out = prometheus.check(text)
       assert(ok, out)
     end
   end)

@@ -47,7 +47,7 @@ describe("a real Prometheus server", function()
   end)
 
   it("scrapes nginx /metrics and a host job's metrics file, and finds the acquisitions", function()
-    if not prometheus.available() then pending("prometheus is not installed (scripts/deps installs it)") return end
+    if not prometheus.installed("prometheus") then pending("prometheus is not installed (scripts/deps installs it)") return end
     for i = 1, NGINX_LOCKS do
       local status, body = srv:get("/lock?i=" .. i)
       assert.equals(200, status)

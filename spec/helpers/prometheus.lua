@@ -1,8 +1,10 @@
--- Spec helper: a real Prometheus server (Debian's prometheus package), our
--- own process on a free loopback port with its own config and storage in a
--- temporary directory (the package's system service plays no part), and
--- instant queries through its HTTP API.
+-- Spec helper: Debian's prometheus package. `promtool check metrics` on an
+-- exposition text, and a real Prometheus server, our own process on a free
+-- loopback port with its own config and storage in a temporary directory
+-- (the package's system service plays no part), queried through its HTTP API.
 --
+--   prometheus.installed("promtool")                           -- or "prometheus"
+--   local ok, out = prometheus.check(text)                     -- promtool check metrics
 --   local prom = prometheus.start { { job = "nginx", target = "127.0.0.1:8080", path = "/metrics" }, ... }
 --   prom:query('sum(redlock_operations_total{job="nginx"})')  -- number, or nil and why
 --   prom:stop()                                                -- by its pid
@@ -12,10 +14,21 @@ local proc = require "helpers.proc"
 
 local M = {}
 
---- Is the prometheus binary installed?
-function M.available()
-  local _, rc = proc.sh("command -v prometheus")
+--- Is the program (promtool, prometheus) installed?
+function M.installed(program)
+  local _, rc = proc.sh("command -v " .. program)
   return rc == 0
+end
+
+--- Run `promtool check metrics` on text: true if it passes (lint
+--- warnings included), and what it printed.
+function M.check(text)
+  local dir = proc.tmpdir()
+  local path = dir .. "/metrics.txt"
+  proc.write_file(path, text)
+  local out, rc = proc.sh("promtool check metrics < " .. proc.quote(path))
+  proc.rmdir(dir)
+  return rc == 0 and out == "", out
 end
 
 local function urlencode(s)
