@@ -64,6 +64,10 @@ describe("nginx /metrics", function()
             }
           }]],
         [[location = /done { content_by_lua_block { ngx.say(ngx.shared.redlock_metrics:get("spec:done") or 0) } }]],
+        -- a client made here shares its worker's hub, and so its engine and counts
+        [[location = /stats {
+            content_by_lua_block { ngx.say(redlock.new({ servers = URLS }):stats().operations.acquire.ok) }
+          }]],
       },
     }
   end)
@@ -92,6 +96,8 @@ describe("nginx /metrics", function()
     assert.equals(2, sample(text, ('redlock_node_connects_total{node="%s"}'):format(cl.urls[1])))
     assert.equals(1, select(2, text:gsub("# TYPE redlock_operations_total counter", "")))
     assert.equals(1, text:find(OTHER, 1, true))
+    local _, body = srv:get("/stats")
+    assert.equals(EACH .. "\n", body)
     if prometheus.installed("promtool") then
       local ok, out = prometheus.check(text)
       assert(ok, out)
