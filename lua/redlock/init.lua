@@ -21,6 +21,8 @@
 --   redlock.lock     the attempts that make a lock, and the lock object
 --   redlock.group    lock_many's attempt and the group object
 --   redlock.hooks    the host's extension point (redlock.hooks)
+--   redlock.stats    what the engine counted, as a table (dlm:stats())
+--   redlock.metrics  the Prometheus exposition of such tables (redlock.metrics)
 --   redlock.backend  the transport (libev.lua, or cosocket.lua inside nginx) and its contract
 
 local ffi = require "ffi"
