@@ -147,7 +147,8 @@ void rl_host_acquire_end(void);
 /* proc.c: sleep ms milliseconds; a signal does not cut the sleep short. */
 void rl_host_sleep_ms(int ms);
 
-/* probe.c: what one node holds under one key. */
+/* probe.c: what one node holds under one key (key NULL: only whether it
+ * answers a PING, and how fast). */
 
 #define RL_HOST_PROBE_VALUE_LEN 128
 
@@ -165,6 +166,9 @@ typedef struct rl_host_probe_result {
     long long pttl;                       /* PTTL: ms left, -1 no expiry, -2 no key */
     size_t value_len;                     /* the whole value's length */
     char value[RL_HOST_PROBE_VALUE_LEN];  /* its first bytes (all of a lock value), NUL-terminated */
+    int has_fence;                        /* 1 when GET key:fence found a fenced lock's counter */
+    char fence[24];                       /* that counter as the node holds it (up to 23 bytes) */
+    double latency_ms;                    /* the round trip of GET, GET and PTTL (or of PING) */
 } rl_host_probe_result;
 
 /* TLS settings for probing rediss:// nodes (as rl_tls_options; NULL strings

@@ -2,8 +2,9 @@
  * probe.c — what one node holds under one key, for `redlock status`.
  *
  * One blocking hiredis connection per call: connect with a timeout, AUTH and
- * SELECT as the URL says (parsed by the core's own rl_url_parse), then GET
- * and PTTL pipelined in one round trip. Written against hiredis' public API
+ * SELECT as the URL says (parsed by the core's own rl_url_parse), then GET,
+ * GET of the fence counter (key:fence) and PTTL pipelined in one round trip,
+ * or only a PING (no key: `redlock status` without RESOURCE), timed. Written against hiredis' public API
  * only, so the compiler checks every field read here; the Lua side sees
  * nothing of hiredis, only rl_host_probe_result. A reply of the wrong type (a
  * server that answers +OK to everything, something that is not Redis) is an
@@ -247,28 +248,54 @@ static int prepare(probe *p, const rl_url *u) {
     return 0;
 }
 
-/* GET and PTTL key in one round trip. Return 0 with the result filled, or
- * -1 with the probe failed. */
-static int look(probe *p, const char *key, size_t keylen) {
-    rl_host_probe_result *out = p->out;
-    const char *get[2] = {"GET", key}, *pttl[2] = {"PTTL", key};
-    size_t getlens[2] = {3, keylen}, pttllens[2] = {4, keylen};
-    if (append(p, 2, get, getlens) != REDIS_OK || append(p, 2, pttl, pttllens) != REDIS_OK)
-        return fail_io(p, "GET");
-    redisReply *v = take(p, "GET", WANT(REDIS_REPLY_STRING) | WANT(REDIS_REPLY_NIL));
+/* The next reply, a string or nil, into buf (at most size - 1 bytes, NUL
+ * added); *len: its whole length, *found: 1 for a string. Return 0, or -1
+ * with the probe failed. */
+static int take_string(probe *p, const char *what, char *buf, size_t size, size_t *len, int *found) {
+    redisReply *v = take(p, what, WANT(REDIS_REPLY_STRING) | WANT(REDIS_REPLY_NIL));
     if (v == NULL) return -1;
     if (v->type == REDIS_REPLY_STRING) {
-        size_t keep = v->len < sizeof(out->value) - 1 ? v->len : sizeof(out->value) - 1;
-        out->exists = 1;
-        out->value_len = v->len;
-        memcpy(out->value, v->str, keep);
-        out->value[keep] = '\0';
+        size_t keep = v->len < size - 1 ? v->len : size - 1;
+        *found = 1;
+        if (len) *len = v->len;
+        memcpy(buf, v->str, keep);
+        buf[keep] = '\0';
     }
     freeReplyObject(v);
+    return 0;
+}
+
+/* PING alone (key NULL), or GET key, GET key:fence and PTTL key, in one
+ * round trip, timed. Return 0 with the result filled, or -1 with the probe
+ * failed. */
+static int look(probe *p, const char *key, size_t keylen) {
+    rl_host_probe_result *out = p->out;
+    double start = mono_ms();
+    if (key == NULL) {
+        const char *ping[1] = {"PING"};
+        size_t pinglen[1] = {4};
+        int rc = expect_status(p, "PING", 1, ping, pinglen);
+        out->latency_ms = mono_ms() - start;
+        return rc;
+    }
+    rl_buf fk = {0}; /* key:fence */
+    if (rl_buf_reserve(&fk, keylen + 6) != 0) return fail(out, RL_HOST_PROBE_ENODE, "out of memory");
+    memcpy(fk.data, key, keylen);
+    memcpy(fk.data + keylen, ":fence", 6);
+    const char *get[2] = {"GET", key}, *fence[2] = {"GET", fk.data}, *pttl[2] = {"PTTL", key};
+    size_t getlens[2] = {3, keylen}, fencelens[2] = {3, keylen + 6}, pttllens[2] = {4, keylen};
+    int sent = append(p, 2, get, getlens) == REDIS_OK && append(p, 2, fence, fencelens) == REDIS_OK &&
+               append(p, 2, pttl, pttllens) == REDIS_OK;
+    rl_buf_free(&fk);
+    if (!sent) return fail_io(p, "GET");
+    if (take_string(p, "GET", out->value, sizeof(out->value), &out->value_len, &out->exists) != 0 ||
+        take_string(p, "GET fence", out->fence, sizeof(out->fence), NULL, &out->has_fence) != 0)
+        return -1;
     redisReply *t = take(p, "PTTL", WANT(REDIS_REPLY_INTEGER));
     if (t == NULL) return -1;
     out->pttl = t->integer;
     freeReplyObject(t);
+    out->latency_ms = mono_ms() - start;
     return 0;
 }
 
@@ -322,8 +349,8 @@ int rl_host_probe(const char *url, const char *key, size_t keylen, int timeout_m
     rl_url u;
     memset(out, 0, sizeof(*out));
     out->pttl = -2;
-    if (url == NULL || key == NULL || timeout_ms <= 0)
-        return fail(out, RL_HOST_PROBE_EINVAL, "rl_host_probe: NULL url or key, or timeout_ms <= 0");
+    if (url == NULL || timeout_ms <= 0)
+        return fail(out, RL_HOST_PROBE_EINVAL, "rl_host_probe: NULL url, or timeout_ms <= 0");
     if (rl_url_parse(url, &u, out->errstr, sizeof(out->errstr)) != 0) {
         out->err = RL_HOST_PROBE_EINVAL;
         return -1;

@@ -78,6 +78,7 @@ extern "C" {
 #define RL_ID_SLOTS 65536   /* operations in flight on one client: ids % RL_ID_SLOTS differ */
 #define RL_MAX_KEY_LEN 536870912 /* longest key (prefix + resource), Redis' 512 MB limit */
 #define RL_WAITER_ID_LEN 16 /* hex characters of a client's waiter id (hand-off's queue) */
+#define RL_LABEL_MAX 15     /* longest holder label a lock value carries (rl_options.label) */
 
 /* What an operation does. */
 enum {
@@ -136,6 +137,14 @@ typedef struct rl_options {
                                 starting with "redlock:": see rl_reserved_key) */
     size_t prefix_len;       /* length of prefix in bytes */
     rl_tls_options tls;      /* for rediss:// nodes (default: verify against the system's CAs) */
+    const char *label;       /* the holder's label, carried in every lock value this client makes:
+                                "label/" then random hex, RL_VALUE_LEN characters in all (at least 24
+                                hex: 96 random bits). 1 to RL_LABEL_MAX printable ASCII characters,
+                                no '/' and no space; NULL or "" (default): no label, 40 hex. Copied
+                                when the client is created. Other clients see an opaque value;
+                                `redlock status` shows the label (docs/observability.md) */
+    int no_stats;            /* 1: count nothing (rl_engine_stats then reports zeros); default 0:
+                                counting is on. For measuring what counting costs */
 } rl_options;
 
 /* One node's part of a result. */
@@ -821,6 +830,88 @@ int rl_keeper_release(rl_keeper *k, int timeout_ms);
  * second call finds nothing left to release. _exit(), a fatal signal and
  * exit() in a forked child (which has no keeper threads) release nothing. */
 int rl_keeper_release_all(int timeout_ms);
+
+/*
+ * Counting (docs/observability.md). The engine counts what it decides, once,
+ * whatever drives it: operations by kind and outcome, each node's votes,
+ * timeouts and connection events, decision and reply latency as histograms
+ * with fixed buckets, and what keep-alive and hand-off did. Counters only
+ * grow (from the engine's creation); the gauges (int fields) say how things
+ * stand now. Nothing is allocated to count. Resources are never counted
+ * apart: however many there are, the counts take the same room.
+ *
+ * Round kinds (the first index of ops and decision; rl_stats_kind_word):
+ * 1 acquire (plain or queued), 2 release (quiet or not), 3 extend, 4 a
+ * fenced acquire's grant, 5 its commit (a fenced acquire that is granted
+ * counts a grant and a commit; its result is the commit's). Outcomes are
+ * indexed by RL_STATUS_* (rl_status_word), vote states by RL_NODE_* (a vote
+ * still pending when its round was decided counts as pending). The rounds
+ * keep-alive begins (extensions and releases of kept locks) count in
+ * keep_extends and keep_releases, not in ops, and vote like any round.
+ */
+#define RL_STATS_KINDS 6     /* ops[] and decision[] entries: round kinds 1..5, 0 unused */
+#define RL_STATS_OUTCOMES 6  /* indexed by RL_STATUS_* */
+#define RL_STATS_STATES 5    /* indexed by RL_NODE_* */
+#define RL_STATS_BUCKETS 14  /* histogram buckets: 13 upper bounds (rl_stats_bucket_ms), then +Inf */
+
+/* A latency histogram: count[i] is the number of times at most
+ * rl_stats_bucket_ms(i) and above the bound before (not cumulative); the
+ * last bucket has no bound. sum_ms: the sum of every time counted. */
+typedef struct rl_histogram {
+    unsigned long long count[RL_STATS_BUCKETS];
+    double sum_ms;
+} rl_histogram;
+
+/* One node's counts. */
+typedef struct rl_node_stats {
+    unsigned long long votes[RL_STATS_STATES]; /* votes at each round's decision, by RL_NODE_* */
+    unsigned long long timeouts;     /* operations the node left unanswered past the node timeout (in
+                                        the round, its tail, or a failed acquire's cleanup): once each */
+    unsigned long long connects;     /* connections asked for (the first included) */
+    unsigned long long reconnects;   /* of those, asked for after a connection failed or was reset */
+    unsigned long long resets;       /* connections the engine ended (replies out of step, no reply for
+                                        stall_reset_ms, a refused setup, a connect timeout, garbage) */
+    unsigned long long lost;         /* connections the driver reported failed or lost */
+    unsigned long long step_checks;  /* step checks (ECHO of a nonce) sent, suspect nodes' probes included */
+    unsigned long long suspected;    /* times the node was found not answering (it became suspect) */
+    rl_histogram reply;              /* from a command being queued to its reply (rounds, tails, cleanups) */
+    int up;                          /* gauge: 1 while connected and set up */
+    int suspect;                     /* gauge: 1 while suspect (sent nothing but probes) */
+} rl_node_stats;
+
+typedef struct rl_stats {
+    int nodes;                       /* entries used in node[] */
+    unsigned long long ops[RL_STATS_KINDS][RL_STATS_OUTCOMES]; /* rounds decided, by kind and outcome */
+    rl_histogram decision[RL_STATS_KINDS]; /* from a round's start to its decision, by kind */
+    unsigned long long tails;        /* rounds decided before every node answered (the rest is a tail) */
+    unsigned long long cleanups;     /* failed acquires' cleanups begun */
+    unsigned long long wakeups;      /* release messages heard (hand-off) */
+    unsigned long long keep_extends[RL_STATS_OUTCOMES];  /* keep-alive's extensions, by outcome */
+    unsigned long long keep_releases[RL_STATS_OUTCOMES]; /* releases of kept locks (dropped, or release_all) */
+    unsigned long long locks_lost;   /* kept locks that turned RL_KEEP_LOST */
+    int inflight;                    /* gauge: operations not decided (rl_engine_inflight) */
+    int tails_running;               /* gauge: rl_engine_tails */
+    int waiters;                     /* gauge: watches not undone (rl_engine_watch calls), every resource */
+    int kept;                        /* gauge: kept locks still extended */
+    rl_node_stats node[RL_MAX_NODES];
+} rl_stats;
+
+/* Copy e's counts into *out (rl_options.no_stats: zeros, with nodes set). */
+void rl_engine_stats(const rl_engine *e, rl_stats *out);
+
+/* rl_engine_stats of c's engine, and of k's (the keeper's own connections
+ * and rounds: its extensions and releases; thread-safe, under k's mutex). */
+void rl_client_stats(const rl_client *c, rl_stats *out);
+void rl_keeper_stats(rl_keeper *k, rl_stats *out);
+
+/* The upper bound of histogram bucket i in ms (0.5, 1, 2.5, 5, 10, 25, 50,
+ * 100, 250, 500, 1000, 2500, 5000), or -1 for the last (+Inf) and any i out
+ * of range. */
+double rl_stats_bucket_ms(int i);
+
+/* The word for a round kind (1..RL_STATS_KINDS-1: "acquire", "release",
+ * "extend", "fenced", "commit"), or NULL. */
+const char *rl_stats_kind_word(int kind);
 
 /* Monotonic clock in milliseconds (CLOCK_MONOTONIC). */
 double rl_now_ms(void);

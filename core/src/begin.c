@@ -46,7 +46,7 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
 
     int rc;
     if (kind == RL_OP_ACQUIRE) {
-        if (rl_value_generate(op->res.value) != 0) {
+        if (rl_value_generate_labelled(op->res.value, e->label) != 0) {
             snprintf(e->errstr, sizeof(e->errstr), "getrandom failed: no randomness for a lock value");
             rl_op_free(e, op);
             return RL_ERR;
@@ -70,6 +70,7 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
     op->kept = kept ? *kept : (rl_keep_ref){-1, 0};
     op->taken = kept != NULL; /* nobody takes a keep-alive round's result */
     op->sent = 0;
+    op->late = 0;
     op->ttl_ms = ttl_ms;
     op->quiet = variant == QUIET;
     e->inflight++;

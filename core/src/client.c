@@ -243,6 +243,10 @@ int rl_client_quorum(const rl_client *c) {
     return rl_engine_quorum(c->engine);
 }
 
+void rl_client_stats(const rl_client *c, rl_stats *out) {
+    rl_engine_stats(c->engine, out);
+}
+
 const char *rl_client_errstr(const rl_client *c) {
     return rl_engine_errstr(c->engine);
 }

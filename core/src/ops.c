@@ -115,6 +115,7 @@ static void op_start_cleanup(rl_engine *e, rl_op *op) {
         }
     }
     e->tails++;
+    rl_count_cleanup(e);
     if (op->owed) start_timer(e, op);
     else op_quiet(e, op);
 }
@@ -126,9 +127,12 @@ static void op_start_cleanup(rl_engine *e, rl_op *op) {
  * large batch): a step check tells them apart without resetting a backlog,
  * which would throw away what is queued behind it (the cleanups of failed
  * acquires) while the commands already sent still run. */
-static void check_late_nodes(rl_engine *e, const rl_op *op) {
+static void check_late_nodes(rl_engine *e, rl_op *op) {
     for (int i = 0; i < e->nnodes; i++)
-        if (op->owed & (1u << i)) rl_stream_check_step(&e->nodes[i], e->now);
+        if (op->owed & (1u << i)) {
+            rl_count_late(e, op, i);
+            rl_stream_check_step(&e->nodes[i], e->now);
+        }
 }
 
 /* The round is decided; timed_out: by its node timeout, so the nodes still
@@ -137,6 +141,7 @@ static void check_late_nodes(rl_engine *e, const rl_op *op) {
  * goes on to commit its token (the highest counter a grant returned); a
  * failed acquire goes on to its cleanup. */
 static void op_round_decided(rl_engine *e, rl_op *op, int timed_out) {
+    rl_count_decided(e, op);
     if (timed_out) check_late_nodes(e, op);
     if (op->round.kind == RL_ROUND_ACQUIRE_FENCED && op->res.status == RL_STATUS_OK) {
         op->token = op->round.top;
@@ -153,6 +158,7 @@ static void op_round_decided(rl_engine *e, rl_op *op, int timed_out) {
     } else if (op->owed && !timed_out) {
         op->phase = OP_TAIL; /* the round's deadline stays */
         e->tails++;
+        rl_count_tail(e);
     } else {
         op_quiet(e, op);
     }
@@ -186,6 +192,7 @@ void rl_op_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, cons
         errstr = e->nodes[node].errstr;
     }
     rl_op *op = e->ops[t.slot];
+    if (reply) rl_count_reply(e, node, t.sent_ms);
     /* A SET whose connection ended before it was written never ran: no
      * cleanup needs to reach that node later. */
     if (!reply && t.unsent && t.gen == op->set_gen) op->sent &= ~(1u << node);
@@ -269,6 +276,8 @@ void rl_op_timeout(rl_engine *e, rl_op *op) {
          * tickets are answered at once, which may complete this operation. */
         unsigned gen = op->gen;
         for (int i = 0; i < e->nnodes; i++)
+            if (op->owed & (1u << i)) rl_count_late(e, op, i);
+        for (int i = 0; i < e->nnodes; i++)
             if (op->cleanup_sent & (1u << i)) rl_stream_withdraw_held(&e->nodes[i], e->now);
         if (op->phase != OP_CLEANUP || op->gen != gen) return;
         if (rl_op_cleanup_out(e, op)) op_quiet(e, op);
@@ -284,6 +293,7 @@ void rl_op_timeout(rl_engine *e, rl_op *op) {
  * the key may be there (its SET went out before the node stopped). */
 static void skip_suspect(rl_engine *e, rl_op *op, int i, int first) {
     rl_stream *s = &e->nodes[i];
+    rl_count_late(e, op, i); /* its vote is lost to its silence, as a timeout */
     if (op->res.op == RL_OP_ACQUIRE && first) {
         rl_skipped_note(&s->skipped, op->res.value);
     } else if (op->round.kind == RL_OP_RELEASE && !rl_skipped_take(&s->skipped, op->res.value) &&

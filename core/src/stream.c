@@ -58,6 +58,8 @@ void rl_stream_drop(rl_stream *s, const char *why, int close_it, double now_ms) 
     if (why != s->errstr) snprintf(s->errstr, sizeof(s->errstr), "%s", why);
     memcpy(s->lost, s->errstr, sizeof(s->lost));
     if (close_it) s->wants |= RL_WANT_CLOSE;
+    if (close_it) s->counts.resets++;
+    else s->counts.lost++;
     s->wants &= ~RL_WANT_CONNECT;
     long long written = s->written_total;
     clear_connection(s);
@@ -225,6 +227,8 @@ static int put_setup_first(rl_stream *s, double now_ms) {
 
 void rl_stream_open(rl_stream *s, double now_ms) {
     if (connected_or_connecting(s)) return;
+    s->counts.connects++;
+    if (s->state == RL_STREAM_DOWN) s->counts.reconnects++;
     s->state = RL_STREAM_CONNECTING;
     s->handshaking = 0;
     s->setup_ms = now_ms;
@@ -274,6 +278,7 @@ static double silent_since(const rl_stream *s) {
  * rl_stream_suspect), only its probe; silent_ms: since when. */
 static void become_suspect(rl_stream *s, double silent_ms, double now_ms) {
     s->suspect = 1;
+    s->counts.suspected++;
     s->silent_ms = silent_ms;
     s->probe_every_ms = s->opts->stall_reset_ms / 2;
     s->probe_at_ms = now_ms + s->probe_every_ms;

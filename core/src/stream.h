@@ -23,6 +23,7 @@
 #include "redlock.h"
 #include "reply.h"
 #include "skipped.h"
+#include "stats.h"
 #include "url.h"
 
 /* Which operation (slot) and which phase of it (gen) a command belongs to,
@@ -109,6 +110,7 @@ typedef struct rl_stream {
     char run_id[RL_RUN_ID_LEN + 1];   /* the server this node last voted for ("" if it never said);
                                          kept while down, so the server keeps its one voter */
     rl_reader reader;
+    rl_stream_counts counts; /* connection events (stats.h), kept across connections */
 
     rl_ticket *ring;         /* tickets of commands awaiting replies, oldest first */
     unsigned ring_head, ring_count, ring_cap;

@@ -263,6 +263,7 @@ void rl_stream_queue_check(rl_stream *s, double now_ms) {
     if (rl_stream_queue(s, cmd, (size_t)len, t, now_ms) != 0) return;
     s->checks_queued++;
     s->step_check++;
+    s->counts.step_checks++;
     s->check_ms = now_ms;
 }
 

@@ -65,6 +65,8 @@
 --   errstr()              the reason of the last RL_ERR (a C string or a Lua string)
 --   node_name(i)          node i's name (0-based; no password)
 --   quorum()              the votes a decision needs
+--   stats(out)            the engine's counts into out (an rl_stats), as
+--                         rl_client_stats
 --   free()                close what this client owns; safe once its
 --                         operations are collected
 --
@@ -78,6 +80,10 @@
 --   remove(id)            stop keeping it; the owner releases it
 --   drop(id)              its object was collected: release it, without
 --                         blocking (a finalizer calls this)
+--   stats(out)            optional: the counts of a keeper with connections
+--                         and an engine of its own (rl_keeper_stats), which
+--                         dlm:stats() adds to its client's; absent when the
+--                         keeper's locks are kept by the client's engine
 --   release(bound_ms)     release every lock still kept, within about bound_ms
 --   free()                stop; what is still kept is neither extended nor released
 

@@ -21,6 +21,11 @@ enum {
     RL_NODE_ERR_LEN = 96,
     RL_ID_SLOTS = 65536,
     RL_WAITER_ID_LEN = 16,
+    RL_LABEL_MAX = 15,
+    RL_STATS_KINDS = 6,
+    RL_STATS_OUTCOMES = 6,
+    RL_STATS_STATES = 5,
+    RL_STATS_BUCKETS = 14,
     RL_MAX_KEY_LEN = 536870912
 };
 
@@ -67,6 +72,8 @@ typedef struct rl_options {
     const char *prefix;
     size_t prefix_len;
     rl_tls_options tls;
+    const char *label;
+    int no_stats;
 } rl_options;
 
 typedef struct rl_node_result {
@@ -208,6 +215,48 @@ int rl_keeper_remove(rl_keeper *k, int id);
 int rl_keeper_drop(rl_keeper *k, int id);
 int rl_keeper_release(rl_keeper *k, int timeout_ms);
 int rl_keeper_release_all(int timeout_ms);
+
+typedef struct rl_histogram {
+    unsigned long long count[RL_STATS_BUCKETS];
+    double sum_ms;
+} rl_histogram;
+
+typedef struct rl_node_stats {
+    unsigned long long votes[RL_STATS_STATES];
+    unsigned long long timeouts;
+    unsigned long long connects;
+    unsigned long long reconnects;
+    unsigned long long resets;
+    unsigned long long lost;
+    unsigned long long step_checks;
+    unsigned long long suspected;
+    rl_histogram reply;
+    int up;
+    int suspect;
+} rl_node_stats;
+
+typedef struct rl_stats {
+    int nodes;
+    unsigned long long ops[RL_STATS_KINDS][RL_STATS_OUTCOMES];
+    rl_histogram decision[RL_STATS_KINDS];
+    unsigned long long tails;
+    unsigned long long cleanups;
+    unsigned long long wakeups;
+    unsigned long long keep_extends[RL_STATS_OUTCOMES];
+    unsigned long long keep_releases[RL_STATS_OUTCOMES];
+    unsigned long long locks_lost;
+    int inflight;
+    int tails_running;
+    int waiters;
+    int kept;
+    rl_node_stats node[RL_MAX_NODES];
+} rl_stats;
+
+void rl_engine_stats(const rl_engine *e, rl_stats *out);
+void rl_client_stats(const rl_client *c, rl_stats *out);
+void rl_keeper_stats(rl_keeper *k, rl_stats *out);
+double rl_stats_bucket_ms(int i);
+const char *rl_stats_kind_word(int kind);
 
 double rl_now_ms(void);
 double rl_random(void);

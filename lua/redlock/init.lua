@@ -21,6 +21,8 @@
 --   redlock.lock     the attempts that make a lock, and the lock object
 --   redlock.group    lock_many's attempt and the group object
 --   redlock.hooks    the host's extension point (redlock.hooks)
+--   redlock.stats    what the engine counted, as a table (dlm:stats())
+--   redlock.metrics  the Prometheus exposition of such tables (redlock.metrics)
 --   redlock.backend  the transport (libev.lua, or cosocket.lua inside nginx) and its contract
 
 local ffi = require "ffi"
@@ -36,6 +38,8 @@ local wait = require "redlock.wait"
 local lock = require "redlock.lock"
 local group = require "redlock.group"
 local hooks = require "redlock.hooks"
+local stats = require "redlock.stats"
+local metrics = require "redlock.metrics"
 check.ours()
 
 local ffi_string = ffi.string
@@ -89,6 +93,7 @@ function _M.new(opts)
         max_extensions = opts.max_extensions,
         options = copts,      -- kept for the keeper, which dials the same nodes
         prefix = opts.prefix, -- options.prefix points into this string: keep it as long as options
+        label = opts.label,   -- and options.label into this one
         tls = opts.tls and options.copy_tls_strings(opts.tls), -- options.tls's strings point into these
         urls = urls,
         head_starts = {},     -- resource -> until when a waiter that heard our release goes first
@@ -126,6 +131,18 @@ function _M.default()
     return _M._default
 end
 
+--- The Prometheus text exposition of the clients given (closed ones are
+--- left out): docs/observability.md.
+function _M.metrics(...)
+    local tables = {}
+    for i = 1, select("#", ...) do
+        local d = select(i, ...)
+        check_self(d, dlm_mt, "metrics", "a client", "redlock.metrics(dlm, ...)")
+        if d.client ~= nil then tables[#tables + 1] = d:stats() end
+    end
+    return metrics.text(tables)
+end
+
 --- For a host: why the client d may not lock resource (its key is one of ours), or nil.
 function _M._reserved(d, resource)
     return check.reserved(d, resource)
@@ -140,6 +157,23 @@ function dlm:nodes()
     local list = {}
     for i = 1, #self.names do list[i] = self.names[i] end
     return list
+end
+
+local stats_buf = ffi.new("rl_stats")
+
+--- What this client counted (docs/observability.md), as a plain table; with
+--- a keeper thread of its own (outside nginx), the keeper's counts added.
+function dlm:stats()
+    check_self(self, dlm_mt, "stats", "a client", "dlm:stats()")
+    local client = live_client(self, "stats")
+    client:stats(stats_buf)
+    local t = stats.table(stats_buf, self.names)
+    local k = self.keeper
+    if k ~= nil and k.stats then
+        k:stats(stats_buf)
+        stats.add(t, stats.table(stats_buf, self.names))
+    end
+    return t
 end
 
 -- The lock calls, each run between the host's acquiring() and acquired()

@@ -31,6 +31,7 @@ ffi.metatype("struct rl_client", { __index = {
     errstr = C.rl_client_errstr,
     node_name = C.rl_client_node_name,
     quorum = C.rl_client_quorum,
+    stats = C.rl_client_stats,
     free = function(c) C.rl_client_free(ffi.gc(c, nil)) end,
 } })
 
@@ -41,6 +42,7 @@ ffi.metatype("struct rl_keeper", { __index = {
     remove = C.rl_keeper_remove,
     drop = C.rl_keeper_drop,
     release = C.rl_keeper_release,
+    stats = C.rl_keeper_stats,
     free = function(k) C.rl_keeper_free(ffi.gc(k, nil)) end,
 } })
 

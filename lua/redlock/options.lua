@@ -20,7 +20,7 @@ local _M = {}
 
 local NEW_KEYS = { servers = true, ttl = true, node_timeout = true, connect_timeout = true, quorum = true,
                    drift_factor = true, prefix = true, retry = true, max_extensions = true, keepalive = true,
-                   notify = true, tls = true }
+                   notify = true, tls = true, label = true, stats = true }
 local TLS_KEYS = { cafile = true, capath = true, certfile = true, keyfile = true, server_name = true, verify = true }
 local TLS_STRINGS = { "cafile", "capath", "certfile", "keyfile", "server_name" }
 local LOCK_KEYS = { ttl = true, wait = true, retry = true, keepalive = true, margin = true, fence = true }
@@ -62,6 +62,18 @@ local function options_struct(fname, o, nservers)
     if o.prefix ~= nil then
         if type(o.prefix) ~= "string" then argerror(1, fname, "prefix must be a string, got " .. show(o.prefix)) end
         opts.prefix, opts.prefix_len = o.prefix, #o.prefix
+    end
+    if o.label ~= nil then
+        local l = o.label
+        if type(l) ~= "string" or #l < 1 or #l > C.RL_LABEL_MAX or l:find("[^\33-\126]") or l:find("/", 1, true) then
+            argerror(1, fname, ("label must be 1 to %d printable characters without '/' or space, got %s")
+                :format(C.RL_LABEL_MAX, show(l)))
+        end
+        opts.label = l -- points into l: the client keeps l (see redlock.new)
+    end
+    if o.stats ~= nil then
+        if type(o.stats) ~= "boolean" then argerror(1, fname, "stats must be a boolean, got " .. show(o.stats)) end
+        opts.no_stats = o.stats and 0 or 1
     end
     local tls = o.tls
     if tls ~= nil then

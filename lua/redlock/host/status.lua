@@ -1,9 +1,12 @@
---- redlock status RESOURCE: per node, whether the key exists, a prefix of its
--- value and its PTTL; whether one value holds a quorum.
+--- redlock status [RESOURCE]: with RESOURCE, per node whether the key
+-- exists, its value (and the holder's label in it), the fence counter and
+-- its PTTL; whether one value holds a quorum, who holds it and for how long.
+-- Without, per node whether it answers and how fast.
 --
 -- Reads the nodes directly (rl_host_probe in core/host/probe.c, hiredis'
 -- blocking API behind a plain struct), so it shows what is really on each
--- node, whatever client wrote it.
+-- node, whatever client wrote it. It never takes part in a lock: holders
+-- pay nothing for it (the label travels in the value they write anyway).
 
 local host = require "redlock.host"
 local args = require "redlock.host.args"
@@ -20,20 +23,25 @@ _M.SPEC = SPEC
 
 function _M.help()
     return ([[
-Usage: redlock status [OPTIONS] RESOURCE
+Usage: redlock status [OPTIONS] [RESOURCE]
 
-Show, node by node, whether RESOURCE's key exists, the first characters of its
-value (the holder's lock value), and its remaining time to live; then whether
-one value is held by a quorum (N/2+1) of the nodes. A node that has not
-answered within %d ms in all (connect, AUTH, SELECT, GET, PTTL), or answers
-with an error or with something other than what GET and PTTL return, is
-shown as an error and counts as not answering.
+With RESOURCE: show, node by node, whether RESOURCE's key exists, the first
+characters of its value (the holder's lock value), the holder's label carried
+in it (HOST:PID for a holder started by redlock, --label, or a Lua client's
+label option), the fenced lock's counter (the holder's fencing token, for a
+fenced lock) and its remaining time to live; then whether one value is held
+by a quorum (N/2+1) of the nodes, by whom, and how long a quorum still holds
+it. Without RESOURCE: show whether each node answers a PING and how fast,
+and whether a quorum does. A node that has not answered within %d ms in all
+(connect, AUTH, SELECT, the commands), or answers with an error or with
+something other than what they return, is shown as an error and counts as
+not answering.
 
 Options:
 %s
 
-Exit status: 0 held by a quorum, 1 not held by a quorum, 64 usage,
-69 too few nodes answered to tell.
+Exit status: 0 held by a quorum (without RESOURCE: a quorum answers),
+1 not held by a quorum, 64 usage, 69 too few nodes answered to tell.
 ]]):format(TIMEOUT_MS, args.describe(SPEC))
 end
 
@@ -43,58 +51,120 @@ local function show_pttl(pttl)
     return "-"
 end
 
+--- The label a lock value carries ("label/" then hex), or nil.
+local function label_of(value)
+    return value and value:match("^([!-.0-~]+)/%x+$")
+end
+_M.label_of = label_of
+
+-- Probe every node (key nil: PING); rows, the probes that answered, and
+-- their number; or nil and the exit status of a usage error.
+local function probe_all(opts, servers, key)
+    local tls = config.tls_options(opts)
+    local rows, answers, answered = {}, {}, 0
+    for idx, url in ipairs(servers) do
+        local r, perr, kind, name = sys.probe(url, key, TIMEOUT_MS, tls)
+        if not r and kind == sys.PROBE_EINVAL then return nil, host.fail(EXIT.USAGE, "%s", config.flag_message(perr)) end
+        rows[idx] = { name = r and r.name or name, state = "error", info = perr }
+        if r then
+            answered = answered + 1
+            answers[idx] = r
+        end
+    end
+    return rows, answers, answered
+end
+
+local function print_rows(rows)
+    local width = 4
+    for _, row in ipairs(rows) do width = math.max(width, #row.name) end
+    for idx, row in ipairs(rows) do
+        print((("  %2d  %-" .. width .. "s  %-5s  %s"):format(idx, row.name, row.state, row.info)
+            :gsub("%s+$", "")))
+    end
+end
+
+-- redlock status without RESOURCE.
+local function nodes_status(opts, servers, quorum)
+    local rows, answers, answered = probe_all(opts, servers)
+    if not rows then return answers end
+    for idx, r in pairs(answers) do rows[idx].state, rows[idx].info = "up", ("%.1f ms"):format(r.latency_ms) end
+    print(("%d nodes, quorum %d"):format(#servers, quorum))
+    print_rows(rows)
+    print(("%s: %d of %d nodes answer (quorum %d)"):format(answered >= quorum and "up" or "down", answered,
+        #servers, quorum))
+    return answered >= quorum and EXIT.OK or EXIT.UNAVAILABLE
+end
+
+-- How long a quorum still holds value: the quorum-th longest PTTL among the
+-- nodes that hold it (nil if a node holds it without expiry).
+local function quorum_left(answers, value, quorum)
+    local left = {}
+    for _, r in pairs(answers) do
+        if r.exists and r.value == value then left[#left + 1] = r.pttl end
+    end
+    table.sort(left, function(a, b) return a > b end)
+    local v = left[quorum]
+    return v and v >= 0 and v or nil
+end
+
+-- The holder's fencing token: the highest counter among the nodes holding
+-- value (the commit raised it there), if any holds one.
+local function token_of(answers, value)
+    local best
+    for _, r in pairs(answers) do
+        local n = r.exists and r.value == value and r.fence and tonumber(r.fence)
+        if n and (not best or #r.fence > #best or (#r.fence == #best and r.fence > best)) then best = r.fence end
+    end
+    return best
+end
+
 function _M.run(opts, argv, k)
     local resource = argv[k]
-    if resource == nil or resource == "" then return host.usage_error("status", "missing RESOURCE") end
-    if argv[k + 1] ~= nil then return host.usage_error("status", "one RESOURCE at a time") end
+    if resource == "" then return host.usage_error("status", "RESOURCE is empty") end
+    if resource ~= nil and argv[k + 1] ~= nil then return host.usage_error("status", "one RESOURCE at a time") end
     local servers, err = config.servers(opts)
     if not servers then return host.fail(EXIT.USAGE, "%s", err) end
     -- a bad URL, or one named twice (it would count twice toward the quorum),
     -- is a usage error
     local ok, cerr = config.check_servers(servers)
     if not ok then return host.fail(EXIT.USAGE, "%s", cerr) end
-    local key = (opts.prefix or os.getenv("REDLOCK_PREFIX") or "") .. resource
     local n = #servers
     local quorum = math.floor(n / 2) + 1
+    if resource == nil then return nodes_status(opts, servers, quorum) end
+    local key = (opts.prefix or os.getenv("REDLOCK_PREFIX") or "") .. resource
 
-    local tls = config.tls_options(opts)
-    local rows, votes, answered = {}, {}, 0
-    for idx, url in ipairs(servers) do
-        local r, perr, kind, name = sys.probe(url, key, TIMEOUT_MS, tls)
-        if not r and kind == sys.PROBE_EINVAL then return host.fail(EXIT.USAGE, "%s", config.flag_message(perr)) end
-        local row = { name = r and r.name or name }
-        if not r then
-            row.state, row.info = "error", perr
+    local rows, answers, answered = probe_all(opts, servers, key)
+    if not rows then return answers end
+    local votes = {}
+    for idx, r in pairs(answers) do
+        local row = rows[idx]
+        if r.exists then
+            -- a value longer than what the probe keeps is told apart by its length too
+            local id = #r.value == r.value_len and r.value or (r.value .. "\0" .. r.value_len)
+            votes[id] = (votes[id] or 0) + 1
+            local shown = r.value:sub(1, 12) .. (r.value_len > 12 and "..." or "")
+            local label = label_of(r.value)
+            row.state = "held"
+            row.info = ("%-15s pttl %s%s%s"):format(shown, show_pttl(r.pttl), label and ("  label " .. label) or "",
+                r.fence and ("  fence " .. r.fence) or "")
         else
-            answered = answered + 1
-            if r.exists then
-                -- a value longer than what the probe keeps is told apart by its length too
-                local id = #r.value == r.value_len and r.value or (r.value .. "\0" .. r.value_len)
-                votes[id] = (votes[id] or 0) + 1
-                row.state = "held"
-                local shown = r.value:sub(1, 12) .. (r.value_len > 12 and "..." or "")
-                row.info = ("%-15s pttl %s"):format(shown, show_pttl(r.pttl))
-            else
-                row.state, row.info = "free", ""
-            end
+            row.state, row.info = "free", r.fence and ("fence " .. r.fence) or ""
         end
-        rows[idx] = row
     end
 
-    local width = 4
-    for _, row in ipairs(rows) do width = math.max(width, #row.name) end
     print(("resource '%s'%s on %d nodes, quorum %d"):format(resource,
         key ~= resource and (" (key '" .. key .. "')") or "", n, quorum))
-    for idx, row in ipairs(rows) do
-        print((("  %2d  %-" .. width .. "s  %-5s  %s"):format(idx, row.name, row.state, row.info)
-            :gsub("%s+$", "")))
-    end
+    print_rows(rows)
     local best, count = nil, 0
     for v, c in pairs(votes) do
         if c > count then best, count = v, c end
     end
     if best and count >= quorum then
+        local label, token, left = label_of(best), token_of(answers, best), quorum_left(answers, best, quorum)
         print(("held: value %s... on %d of %d nodes (quorum %d)"):format(best:sub(1, 12), count, n, quorum))
+        print(("  holder %s, fencing token %s, quorum held for %s more"):format(
+            label and ("'" .. label .. "'") or "(no label)", token or "none",
+            left and (left .. " ms") or "ever (no expiry!)"))
         return EXIT.OK
     end
     if answered < quorum then

@@ -129,6 +129,8 @@ for name, f in pairs(watch.methods) do client[name] = f end
 function client:errstr() return self.err end
 function client:node_name(i) return self.hub.names[i] end
 function client:quorum() return self.hub.quorum end
+-- the hub's engine: every client of the worker's configuration, and its kept locks
+function client:stats(out) C.rl_engine_stats(self.hub.e, out) end
 
 -- The hub is the worker's, shared with every client of the same
 -- configuration: closing one client leaves it running (it stops when idle).
