@@ -132,6 +132,15 @@ local function med_fmt(xs, d)
     if #xs > 1 and lo ~= hi then return ("%s [%s..%s]"):format(fmt(m, d), fmt(lo, d), fmt(hi, d)) end
     return fmt(m, d)
 end
+-- one target row: each driver's figures (median [min..max], d decimals, 2 by default) and a
+-- verdict on the medians; a driver without a figure does not fail the target (it shows "-")
+local function target_row(name, xc, xl, ok, d)
+    local mc, ml = median(xc), median(xl)
+    local v
+    if not mc and not ml then v = "not measured"
+    else v = ((not mc or ok(mc)) and (not ml or ok(ml))) and "**met**" or "**not met**" end
+    print(("| %s | %s | %s | %s |"):format(name, med_fmt(xc, d or 2), med_fmt(xl, d or 2), v))
+end
 local function best_names(wl)
     local seen, names = {}, {}
     for _, run in ipairs(per_run) do
@@ -301,13 +310,7 @@ if stall_file then
     print()
     print("| target (issue 23) | redlock-c | redlock-lua | verdict |")
     print("|---|---|---|---|")
-    local function target(name, xc, xl, ok)
-        local mc, ml = median(xc), median(xl)
-        local v
-        if not mc and not ml then v = "not measured"
-        else v = ((mc and ok(mc)) and (ml and ok(ml))) and "**met**" or "**not met**" end
-        print(("| %s | %s | %s | %s |"):format(name, med_fmt(xc, 2), med_fmt(xl, 2), v))
-    end
+    local target = target_row
     local function at_least(t) return function(x) return x >= t end end
     target("seq-stall1 >= 0.9x seq (ratio within a round)", ratio_series(C, "seq-stall1", "rate", C, "seq", "rate"),
         ratio_series(LUA, "seq-stall1", "rate", LUA, "seq", "rate"), at_least(0.9))
@@ -417,13 +420,7 @@ do
         print()
         print("| target (issue 14; ratios within each run) | redlock-c | redlock-lua | verdict |")
         print("|---|---|---|---|")
-        local function t2(name, xc, xl, ok)
-            local mc, ml = median(xc), median(xl)
-            local v
-            if not mc and not ml then v = "not measured"
-            else v = ((not mc or ok(mc)) and (not ml or ok(ml))) and "**met**" or "**not met**" end
-            print(("| %s | %s | %s | %s |"):format(name, med_fmt(xc, 2), med_fmt(xl, 2), v))
-        end
+        local t2 = target_row
         t2("seq-stall1 >= 0.9x own seq", ratio_series(C, "seq-stall1", "rate", C, "seq", "rate"),
             ratio_series(LUA, "seq-stall1", "rate", LUA, "seq", "rate"), function(x) return x >= 0.9 end)
         t2("seq-stall1 >= 1.2x best peer's seq-stall1", ratio_series_inf(C, "seq-stall1", "rate", "best", "seq-stall1", "rate"),
@@ -442,13 +439,7 @@ print("## Targets (issue 4), ratios within each run")
 print()
 print("| target | redlock-c | redlock-lua | verdict |")
 print("|---|---|---|---|")
-local function trow(name, xc, xl, ok, d)
-    local mc, ml = median(xc), median(xl)
-    local v
-    if not mc and not ml then v = "not measured"
-    else v = ((not mc or ok(mc)) and (not ml or ok(ml))) and "**met**" or "**not met**" end
-    print(("| %s | %s | %s | %s |"):format(name, med_fmt(xc, d or 2), med_fmt(xl, d or 2), v))
-end
+local trow = target_row
 trow("seq cycles/s >= floor's (ratio >= 1)", ratio_series(C, "seq", "rate", FLOOR, "seq", "rate"),
     ratio_series(LUA, "seq", "rate", FLOOR, "seq", "rate"), function(x) return x >= 1 end)
 trow("seq cycles/s >= 1.3x best peer", ratio_series(C, "seq", "rate", "best", "seq", "rate"),
