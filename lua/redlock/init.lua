@@ -193,6 +193,23 @@ function dlm:lock_many(resources, opts)
     return lock_many_call(self, resources, opts)
 end
 
+local function adopt_call(self, resource, value, opts)
+    check_self(self, dlm_mt, "adopt", "a client", "dlm:adopt(...)")
+    local ttl, keepalive, margin = options.adopt_options(self, "adopt", resource, value, opts)
+    local lk, err, detail = lock.adopt(self, live_client(self, "adopt"), resource, value, ttl)
+    if lk and keepalive then keep_or_release({ lk }, margin) end
+    return lk, err, detail
+end
+
+--- Take over a lock acquired elsewhere (another process handed over its
+--- resource and value): one extension to the ttl, then a lock like any
+--- other. Returns a lock or nil, err, detail ("not held": value is not the
+--- holder of resource on a quorum).
+function dlm:adopt(resource, value, opts)
+    if on.guarded then return guard(adopt_call, self, resource, value, opts) end
+    return adopt_call(self, resource, value, opts)
+end
+
 local function pack(...)
     return { n = select("#", ...), ... }
 end

@@ -96,6 +96,17 @@ end
 _M.PLAIN = { try = attempt, queued = attempt_queued }
 _M.FENCED = { try = attempt_fenced }
 
+--- A lock acquired elsewhere (value: its holder's), taken over by one
+--- extension to ttl: the lock it makes, with the validity that extension
+--- left, or nil, err, detail ("not held" when value is not on a quorum).
+function _M.adopt(d, client, resource, value, ttl)
+    local started = now()
+    local rc = client:extend(resource, #resource, value, ttl, result)
+    if rc ~= RL_OK then again_when_full(d, client, rc, client.extend, resource, #resource, value, ttl, result) end
+    if result.status == OK then return new_lock(d, resource, ttl, started, result) end
+    return failure(d, result)
+end
+
 --- Milliseconds of validity left (<= 0 once it has run out).
 function lock:remaining()
     check_self(self, lock_mt, "remaining", "a lock", "lock:remaining()")

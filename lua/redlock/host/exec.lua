@@ -322,8 +322,15 @@ function _M.run(opts, argv, k)
     local next_group_check = 0
     local function finish(code)
         sys.forget(pid)
-        config.release(lock)
-        if opts.verbose then io.stderr:write(("redlock: released '%s'\n"):format(resource)) end
+        local released, release_err = config.release(lock)
+        if not released and release_err == "not held" then
+            -- COMMAND, or a process it handed the lock to (dlm:adopt with
+            -- REDLOCK_VALUE), released it before the group ended
+            host.fail(code, "'%s' was no longer held when %s's process group ended (released by a process it"
+                .. " was handed to, or expired); exiting with %s's status %d", resource, command[1], command[1], code)
+        elseif opts.verbose then
+            io.stderr:write(("redlock: released '%s'\n"):format(resource))
+        end
         return code
     end
     while true do
