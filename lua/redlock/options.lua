@@ -23,7 +23,8 @@ local NEW_KEYS = { servers = true, ttl = true, node_timeout = true, connect_time
                    notify = true, tls = true }
 local TLS_KEYS = { cafile = true, capath = true, certfile = true, keyfile = true, server_name = true, verify = true }
 local TLS_STRINGS = { "cafile", "capath", "certfile", "keyfile", "server_name" }
-local LOCK_KEYS = { ttl = true, wait = true, retry = true, keepalive = true, margin = true, fence = true }
+local LOCK_KEYS = { ttl = true, wait = true, retry = true, keepalive = true, margin = true, fence = true,
+                    shared = true }
 local ADOPT_KEYS = { ttl = true, keepalive = true, margin = true } -- dlm:adopt's: no attempts, no new token
 local RETRY_UNTIL_WAIT = retry.forever()  -- `wait` without `retry`: try until wait runs out
 
@@ -175,13 +176,13 @@ end
 
 --- Check every option of a lock call before anything is sent (d: the
 --- client, for its defaults and prefix); returns ttl, wait, policy,
---- keepalive, margin, fence. keys: the options fname takes (default: a
+--- keepalive, margin, fence, shared. keys: the options fname takes (default: a
 --- lock call's), at argument pos (default 2).
 local function lock_options(d, fname, resource, opts, keys, pos)
     pos = pos or 2
     check_resource(d, 1, fname, resource)
     opts = check_opts(pos, fname, opts, keys or LOCK_KEYS)
-    local ttl, wait, policy, keepalive, margin, fence = d.ttl, nil, d.retry, d.keepalive, nil, false
+    local ttl, wait, policy, keepalive, margin, fence, shared = d.ttl, nil, d.retry, d.keepalive, nil, false, false
     if opts then
         if opts.ttl ~= nil then check_ms(pos, fname, "ttl", opts.ttl); ttl = opts.ttl end
         if opts.wait ~= nil then
@@ -213,19 +214,28 @@ local function lock_options(d, fname, resource, opts, keys, pos)
             if type(opts.fence) ~= "boolean" then argerror(pos, fname, "fence must be a boolean, got " .. show(opts.fence)) end
             fence = opts.fence
         end
+        if opts.shared ~= nil then
+            if type(opts.shared) ~= "boolean" then argerror(pos, fname, "shared must be a boolean, got " .. show(opts.shared)) end
+            shared = opts.shared
+        end
+        if fence and shared then
+            argerror(pos, fname, "fence and shared exclude each other: a shared hold has no fencing token")
+        end
     end
-    return ttl, wait, policy, keepalive, margin, fence
+    return ttl, wait, policy, keepalive, margin, fence, shared
 end
 _M.lock_options = lock_options
 
--- A lock value as the core makes it: RL_VALUE_LEN hex characters.
-local VALUE_PATTERN = "^" .. ("%x"):rep(C.RL_VALUE_LEN) .. "$"
+-- A lock value as the core makes it: RL_VALUE_LEN hex characters, the
+-- first an 's' for a shared hold.
+local VALUE_PATTERN = "^[%xs]" .. ("%x"):rep(C.RL_VALUE_LEN - 1) .. "$"
 
 --- dlm:adopt's arguments (options at position 3): ttl, keepalive, margin.
 function _M.adopt_options(d, fname, resource, value, opts)
     check_resource(d, 1, fname, resource)
     if type(value) ~= "string" or not value:match(VALUE_PATTERN) then
-        argerror(2, fname, ("value must be a lock value of %d hex characters, got %s"):format(C.RL_VALUE_LEN, show(value)))
+        argerror(2, fname, ("value must be a lock value (%d hex characters, the first an 's' for a shared hold), got %s")
+            :format(C.RL_VALUE_LEN, show(value)))
     end
     local ttl, _, _, keepalive, margin = lock_options(d, fname, resource, opts, ADOPT_KEYS, 3)
     return ttl, keepalive, margin
