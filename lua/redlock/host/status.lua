@@ -14,6 +14,7 @@ local EXIT = host.EXIT
 local _M = {}
 
 local TIMEOUT_MS = 500
+local SHARED_MARK = "redlock:shared" -- a key held by shared holders (core/src/shared.h)
 
 local SPEC = config.spec {}
 _M.SPEC = SPEC
@@ -24,7 +25,10 @@ Usage: redlock status [OPTIONS] RESOURCE
 
 Show, node by node, whether RESOURCE's key exists, the first characters of its
 value (the holder's lock value), and its remaining time to live; then whether
-one value is held by a quorum (N/2+1) of the nodes. A node that has not
+one value is held by a quorum (N/2+1) of the nodes. A resource held shared
+(redlock exec --shared, or { shared = true }) shows "read" and its number of
+shared holders on each node, then each holder: its value's first characters,
+the nodes it is on and its most time left. A node that has not
 answered within %d ms in all (connect, AUTH, SELECT, GET, PTTL), or answers
 with an error or with something other than what GET and PTTL return, is
 shown as an error and counts as not answering.
@@ -35,6 +39,30 @@ Options:
 Exit status: 0 held by a quorum, 1 not held by a quorum, 64 usage,
 69 too few nodes answered to tell.
 ]]):format(TIMEOUT_MS, args.describe(SPEC))
+end
+
+-- The shared holders seen on the nodes (probe results r with r.readers):
+-- one line per holder, with the nodes it is on and the most ms it has left
+-- there; the number of holders on a quorum.
+local function shared_lines(results, quorum)
+    local seen, order = {}, {}
+    for _, r in ipairs(results) do
+        for _, h in ipairs(r.shared or {}) do
+            local s = seen[h.value]
+            if not s then
+                s = { value = h.value, nodes = 0, pttl = 0 }
+                seen[h.value], order[#order + 1] = s, s
+            end
+            s.nodes, s.pttl = s.nodes + 1, math.max(s.pttl, h.pttl)
+        end
+    end
+    local on_quorum = 0
+    if #order > 0 then print("shared holders:") end
+    for _, s in ipairs(order) do
+        if s.nodes >= quorum then on_quorum = on_quorum + 1 end
+        print(("  %s...  on %d node%s, pttl %d ms"):format(s.value:sub(1, 12), s.nodes, s.nodes == 1 and "" or "s", s.pttl))
+    end
+    return on_quorum
 end
 
 local function show_pttl(pttl)
@@ -58,7 +86,7 @@ function _M.run(opts, argv, k)
     local quorum = math.floor(n / 2) + 1
 
     local tls = config.tls_options(opts)
-    local rows, votes, answered = {}, {}, 0
+    local rows, votes, answered, results = {}, {}, 0, {}
     for idx, url in ipairs(servers) do
         local r, perr, kind, name = sys.probe(url, key, TIMEOUT_MS, tls)
         if not r and kind == sys.PROBE_EINVAL then return host.fail(EXIT.USAGE, "%s", config.flag_message(perr)) end
@@ -67,7 +95,12 @@ function _M.run(opts, argv, k)
             row.state, row.info = "error", perr
         else
             answered = answered + 1
-            if r.exists then
+            results[#results + 1] = r
+            if r.exists and r.readers > 0 then
+                votes[SHARED_MARK] = (votes[SHARED_MARK] or 0) + 1
+                row.state = "read"
+                row.info = ("%d shared holder%s, pttl %s"):format(r.readers, r.readers == 1 and "" or "s", show_pttl(r.pttl))
+            elseif r.exists then
                 -- a value longer than what the probe keeps is told apart by its length too
                 local id = #r.value == r.value_len and r.value or (r.value .. "\0" .. r.value_len)
                 votes[id] = (votes[id] or 0) + 1
@@ -92,6 +125,12 @@ function _M.run(opts, argv, k)
     local best, count = nil, 0
     for v, c in pairs(votes) do
         if c > count then best, count = v, c end
+    end
+    local readers = shared_lines(results, quorum)
+    if best == SHARED_MARK and count >= quorum then
+        print(("held shared: %d holder%s on a quorum; the mark on %d of %d nodes (quorum %d)")
+            :format(readers, readers == 1 and "" or "s", count, n, quorum))
+        return EXIT.OK
     end
     if best and count >= quorum then
         print(("held: value %s... on %d of %d nodes (quorum %d)"):format(best:sub(1, 12), count, n, quorum))
