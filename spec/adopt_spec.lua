@@ -109,8 +109,10 @@ describe("dlm:adopt", function()
       assert.matches(pattern, tostring(e))
       assert.matches("adopt_spec.lua:%d+:", tostring(e)) -- raised at the caller's line
     end
-    raises("bad argument #2 to 'adopt' %(value must be a lock value of 40 hex characters, got nil%)", r, nil)
-    raises("bad argument #2 to 'adopt' %(value must be a lock value of 40 hex characters, got string \"abc\"%)", r, "abc")
+    local bad_value = "bad argument #2 to 'adopt' %(value must be a lock value %(40 hex characters, the first an 's'"
+      .. " for a shared hold%), got "
+    raises(bad_value .. "nil%)", r, nil)
+    raises(bad_value .. "string \"abc\"%)", r, "abc")
     raises("bad argument #2 to 'adopt'", r, good:sub(1, 39))
     raises("bad argument #2 to 'adopt'", r, good .. "0")
     raises("bad argument #2 to 'adopt'", r, good:sub(1, 39) .. "g")

@@ -1,5 +1,5 @@
--- redlock.lock: one lock. The attempts that make one (plain, fenced, or as
--- a queued waiter), the lock object and its methods (remaining, valid,
+-- redlock.lock: one lock. The attempts that make one (plain, fenced, shared, or as
+-- a queued waiter; or an adoption), the lock object and its methods (remaining, valid,
 -- lost, check, extend, unlock).
 
 local ffi = require "ffi"

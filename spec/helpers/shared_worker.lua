@@ -25,7 +25,7 @@ for i = 6, #arg do urls[#urls + 1] = arg[i] end
 
 math.randomseed(proc.getpid())
 local logs = { [true] = history.open(dir .. "/readers.log"), [false] = history.open(dir .. "/writers.log") }
-local dlm = redlock.new { servers = urls, ttl = ttl, retry = redlock.retry.jitter(1, 10, 100000) }
+local dlm = redlock.new { servers = urls, ttl = ttl, node_timeout = 200, retry = redlock.retry.jitter(1, 10, 100000) }
 local counts = { [true] = 0, [false] = 0 }
 local failed, late, errors = 0, 0, {}
 
