@@ -61,8 +61,10 @@ describe("redlock exec --shared and redlock status", function()
     local s = spans()
     assert.are.equal(0, rc, out)
     assert.matches("read%s+2 shared holders, pttl %d+ ms", out)
-    assert.matches("shared holders:\n  " .. s.r1.value:sub(1, 12):gsub("%p", "%%%0") .. "...  on 5 nodes, pttl %d+ ms", out)
-    assert.matches(s.r2.value:sub(1, 12) .. "...  on 5 nodes", out, 1, true)
+    assert.matches("\nshared holders:\n  s", out, 1, true)
+    for _, tag in ipairs { "r1", "r2" } do
+      assert.matches("\n  " .. s[tag].value:sub(1, 12):gsub("%p", "%%%0") .. "%.%.%.  on 5 nodes, pttl %d+ ms\n", out)
+    end
     assert.matches("held shared: 2 holders on a quorum; the mark on 5 of 5 nodes (quorum 3)", out, 1, true)
     -- shared values, and the two ran together; the exclusive one after both
     assert.matches("^s%x+$", s.r1.value)
