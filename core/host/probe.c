@@ -31,6 +31,7 @@
 
 #include "command.h"
 #include "host.h"
+#include "shared.h"
 #include "tls.h"
 #include "url.h"
 
@@ -248,6 +249,38 @@ static int prepare(probe *p, const rl_url *u) {
     return 0;
 }
 
+/* The live shared holders of key (its readers' set, pruned of none: only
+ * read): their number, then value and ms left of the first of them. */
+static const char readers_script[] =
+    "local t = redis.call(\"time\") local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+    "local rd, from = \"" RL_READERS_PREFIX "\"..KEYS[1], string.format(\"(%.0f\", now) "
+    "local out = { redis.call(\"zcount\",rd,from,\"+inf\") } "
+    "local z = redis.call(\"zrangebyscore\",rd,from,\"+inf\",\"withscores\",\"limit\",0,ARGV[1]) "
+    "for i = 1, #z, 2 do out[#out + 1] = z[i] out[#out + 1] = math.floor(tonumber(z[i + 1]) - now) end "
+    "return out";
+
+/* Read the shared holders of key into p->out. Return 0, or -1 with the
+ * probe failed. */
+static int look_readers(probe *p, const char *key, size_t keylen) {
+    rl_host_probe_result *out = p->out;
+    char most[16];
+    snprintf(most, sizeof(most), "%d", RL_HOST_PROBE_READERS);
+    const char *argv[5] = {"EVAL", readers_script, "1", key, most};
+    size_t lens[5] = {4, sizeof(readers_script) - 1, 1, keylen, strlen(most)};
+    if (append(p, 5, argv, lens) != REDIS_OK) return fail_io(p, "readers");
+    redisReply *r = take(p, "readers", WANT(REDIS_REPLY_ARRAY));
+    if (r == NULL) return -1;
+    if (r->elements >= 1 && r->element[0]->type == REDIS_REPLY_INTEGER) out->readers = (int)r->element[0]->integer;
+    for (size_t i = 1, n = 0; i + 1 < r->elements && n < RL_HOST_PROBE_READERS; i += 2, n++) {
+        const redisReply *v = r->element[i], *ms = r->element[i + 1];
+        if (v->type != REDIS_REPLY_STRING || ms->type != REDIS_REPLY_INTEGER) break;
+        snprintf(out->reader[n], sizeof(out->reader[n]), "%.*s", (int)v->len, v->str);
+        out->reader_pttl[n] = ms->integer;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
 /* The next reply, a string or nil, into buf (at most size - 1 bytes, NUL
  * added); *len: its whole length, *found: 1 for a string. Return 0, or -1
  * with the probe failed. */
@@ -296,6 +329,7 @@ static int look(probe *p, const char *key, size_t keylen) {
     out->pttl = t->integer;
     freeReplyObject(t);
     out->latency_ms = mono_ms() - start;
+    if (out->exists && strcmp(out->value, RL_SHARED_MARK) == 0) return look_readers(p, key, keylen);
     return 0;
 }
 

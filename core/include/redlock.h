@@ -293,6 +293,24 @@ int rl_begin_acquire_fenced(rl_client *c, const char *resource, size_t len, int 
 int rl_begin_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms);
 
 /*
+ * A shared (read) hold of resource (docs/design.md, "Shared holds"): granted
+ * on a node while no writer holds the resource there and no waiting writer
+ * has marked its intent; any number of shared holds go together, and
+ * exclude every exclusive acquire (rl_begin_acquire and the others, ours or
+ * any Redlock client's SET NX) until the last has ended. Decided at quorum
+ * like any acquire (BUSY: a writer holds it, or one waits). The value
+ * (rl_result.value) ends with 's' (never hex): rl_begin_extend,
+ * rl_begin_release, a failed acquire's cleanup and keep-alive see from it
+ * that it is a shared hold, and run the shared scripts. A shared hold has
+ * no fencing token. Beside the lock's key, a node keeps the readers under
+ * "redlock:readers:" .. key and a waiting writer's mark under
+ * "redlock:writer-intent:" .. key: a writer that waits as a queued waiter
+ * (rl_begin_acquire_queued) sets it, for its ttl, while readers hold, and
+ * new shared holds are refused while it stands; its grant deletes it.
+ */
+int rl_begin_acquire_shared(rl_client *c, const char *resource, size_t len, int ttl_ms);
+
+/*
  * Drive the I/O until at least one operation has finished or timeout_ms has
  * passed (0: do what is ready and return; < 0: no limit). Return the number of
  * finished operations waiting to be collected.
@@ -321,6 +339,7 @@ void rl_sleep(rl_client *c, int ms);
 int rl_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
 int rl_acquire_fenced(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
 int rl_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
+int rl_acquire_shared(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
 int rl_release(rl_client *c, const char *resource, size_t len, const char *value, rl_result *out);
 int rl_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms,
               rl_result *out);
@@ -508,6 +527,7 @@ const char *rl_engine_errstr(const rl_engine *e);
 int rl_engine_begin_acquire(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
 int rl_engine_begin_acquire_fenced(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
 int rl_engine_begin_acquire_queued(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
+int rl_engine_begin_acquire_shared(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
 int rl_engine_begin_release(rl_engine *e, const char *resource, size_t len, const char *value,
                             double now_ms);
 int rl_engine_begin_release_quiet(rl_engine *e, const char *resource, size_t len, const char *value,

@@ -6,12 +6,13 @@
 
 #include "engine_impl.h"
 #include "opid.h"
+#include "shared.h"
 #include "value.h"
 
-/* How an acquire asks: SET NX PX, the fenced script, or a waiter's SET that
- * joins the queue of waiters on refusal; how a release does: waking the
- * waiters (PLAIN) or nobody (QUIET). */
-enum { PLAIN, FENCED, QUEUED, QUIET };
+/* How an acquire asks: SET NX PX, the fenced script, a waiter's SET that
+ * joins the queue of waiters on refusal, or a reader's (shared.h); how a
+ * release does: waking the waiters (PLAIN) or nobody (QUIET). */
+enum { PLAIN, FENCED, QUEUED, QUIET, SHARED };
 
 static int begin(rl_engine *e, int kind, int variant, const char *resource, size_t len, const char *value, int ttl_ms,
                  const rl_keep_ref *kept, double now_ms) {
@@ -51,7 +52,9 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
             rl_op_free(e, op);
             return RL_ERR;
         }
-        rc = variant == FENCED ? rl_cmd_acquire_fenced(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms)
+        if (variant == SHARED) rl_value_make_shared(op->res.value);
+        rc = variant == SHARED ? rl_cmd_shared_acquire(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms)
+             : variant == FENCED ? rl_cmd_acquire_fenced(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms)
              : variant == QUEUED
                  ? rl_cmd_acquire_queued(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms,
                                          rl_engine_waiter_id(e))
@@ -93,6 +96,10 @@ int rl_engine_begin_acquire_fenced(rl_engine *e, const char *resource, size_t le
 
 int rl_engine_begin_acquire_queued(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms) {
     return begin(e, RL_OP_ACQUIRE, QUEUED, resource, len, NULL, ttl_ms, NULL, now_ms);
+}
+
+int rl_engine_begin_acquire_shared(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms) {
+    return begin(e, RL_OP_ACQUIRE, SHARED, resource, len, NULL, ttl_ms, NULL, now_ms);
 }
 
 int rl_engine_begin_release(rl_engine *e, const char *resource, size_t len, const char *value, double now_ms) {

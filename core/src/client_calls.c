@@ -40,6 +40,10 @@ int rl_begin_acquire_fenced(rl_client *c, const char *resource, size_t len, int 
     return begun(c, rl_engine_begin_acquire_fenced(c->engine, resource, len, ttl_ms, now_hearing_suspects(c)));
 }
 
+int rl_begin_acquire_shared(rl_client *c, const char *resource, size_t len, int ttl_ms) {
+    return begun(c, rl_engine_begin_acquire_shared(c->engine, resource, len, ttl_ms, now_hearing_suspects(c)));
+}
+
 int rl_begin_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms) {
     return begun(c, rl_engine_begin_acquire_queued(c->engine, resource, len, ttl_ms, now_hearing_suspects(c)));
 }
@@ -146,6 +150,10 @@ int rl_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_re
 
 int rl_acquire_fenced(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out) {
     return finish(c, rl_begin_acquire_fenced(c, resource, len, ttl_ms), out);
+}
+
+int rl_acquire_shared(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out) {
+    return finish(c, rl_begin_acquire_shared(c, resource, len, ttl_ms), out);
 }
 
 int rl_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out) {

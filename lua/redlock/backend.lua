@@ -38,6 +38,7 @@
 -- A client (the methods of rl_client; resource, len: a binary-safe name and
 -- its length; value: a lock's RL_VALUE_LEN bytes; out: an rl_result):
 --   begin_acquire(resource, len, ttl), begin_acquire_fenced(resource, len, ttl),
+--   begin_acquire_shared(resource, len, ttl),
 --   begin_release(resource, len, value), begin_release_quiet(resource, len, value)
 --                         start an operation: its id (>= 0), RL_ERR (reason
 --                         in errstr()) or RL_ERR_FULL (every operation slot
@@ -46,6 +47,7 @@
 --                         RL_ERR when none came (reason in errstr()); a
 --                         failed acquire's cleanup is written first
 --   acquire(resource, len, ttl, out), acquire_fenced(...), acquire_queued(...),
+--   acquire_shared(...),
 --   release(resource, len, value, out), extend(resource, len, value, ttl, out)
 --                         begin, then wait: RL_OK with the verdict in
 --                         out.status, or RL_ERR / RL_ERR_FULL when it could

@@ -48,7 +48,8 @@ local pcall, unpack, pairs = pcall, unpack, pairs
 local argerror, show, check_self, live_client = check.argerror, check.show, check.self, check.live_client
 local lock_options, keep_or_release, with_retries = options.lock_options, keep.keep_or_release, wait.with_retries
 local guard, on = hooks.guard, hooks.on
-local LOCK_PLAIN, LOCK_FENCED, MANY_PLAIN, MANY_FENCED = lock.PLAIN, lock.FENCED, group.PLAIN, group.FENCED
+local LOCK_PLAIN, LOCK_FENCED, LOCK_SHARED = lock.PLAIN, lock.FENCED, lock.SHARED
+local MANY_PLAIN, MANY_FENCED, MANY_SHARED = group.PLAIN, group.FENCED, group.SHARED
 
 local _M = { _VERSION = "0.3.0", retry = retry }
 _M.core_version = ffi_string(C.rl_version())
@@ -179,20 +180,27 @@ end
 -- The lock calls, each run between the host's acquiring() and acquired()
 -- when it set them (redlock.hooks).
 
+-- How one lock (or lock_many) attempts, by its options.
+local function kind_of(fence, shared, plain, fenced, of_shared)
+    if shared then return of_shared end
+    return fence and fenced or plain
+end
+
 local function lock_call(self, resource, opts)
     check_self(self, dlm_mt, "lock", "a client", "dlm:lock(...)")
-    local ttl, wait_ms, policy, keepalive, margin, fence = lock_options(self, "lock", resource, opts)
+    local ttl, wait_ms, policy, keepalive, margin, fence, shared = lock_options(self, "lock", resource, opts)
     local client = live_client(self, "lock")
-    local lk, err, detail = with_retries(self, client, fence and LOCK_FENCED or LOCK_PLAIN, resource, ttl,
-                                         policy, wait_ms)
+    local lk, err, detail = with_retries(self, client, kind_of(fence, shared, LOCK_PLAIN, LOCK_FENCED, LOCK_SHARED),
+                                         resource, ttl, policy, wait_ms)
     if lk and keepalive then keep_or_release({ lk }, margin) end
     return lk, err, detail
 end
 
 local function try_lock_call(self, resource, opts)
     check_self(self, dlm_mt, "try_lock", "a client", "dlm:try_lock(...)")
-    local ttl, _, _, keepalive, margin, fence = lock_options(self, "try_lock", resource, opts)
-    local lk, err, detail = (fence and LOCK_FENCED or LOCK_PLAIN).try(self, live_client(self, "try_lock"), resource, ttl)
+    local ttl, _, _, keepalive, margin, fence, shared = lock_options(self, "try_lock", resource, opts)
+    local kind = kind_of(fence, shared, LOCK_PLAIN, LOCK_FENCED, LOCK_SHARED)
+    local lk, err, detail = kind.try(self, live_client(self, "try_lock"), resource, ttl)
     if lk and keepalive then keep_or_release({ lk }, margin) end
     return lk, err, detail
 end
@@ -200,10 +208,10 @@ end
 local function lock_many_call(self, resources, opts)
     check_self(self, dlm_mt, "lock_many", "a client", "dlm:lock_many(...)")
     check.resources(self, "lock_many", resources)
-    local ttl, wait_ms, policy, keepalive, margin, fence = lock_options(self, "lock_many", resources[1], opts)
+    local ttl, wait_ms, policy, keepalive, margin, fence, shared = lock_options(self, "lock_many", resources[1], opts)
     local client = live_client(self, "lock_many")
-    local locks, err, detail = with_retries(self, client, fence and MANY_FENCED or MANY_PLAIN, resources, ttl,
-                                            policy, wait_ms)
+    local locks, err, detail = with_retries(self, client, kind_of(fence, shared, MANY_PLAIN, MANY_FENCED, MANY_SHARED),
+                                            resources, ttl, policy, wait_ms)
     if locks and keepalive then keep_or_release(locks, margin) end
     return locks, err, detail
 end
@@ -225,6 +233,23 @@ end
 function dlm:lock_many(resources, opts)
     if on.guarded then return guard(lock_many_call, self, resources, opts) end
     return lock_many_call(self, resources, opts)
+end
+
+local function adopt_call(self, resource, value, opts)
+    check_self(self, dlm_mt, "adopt", "a client", "dlm:adopt(...)")
+    local ttl, keepalive, margin = options.adopt_options(self, "adopt", resource, value, opts)
+    local lk, err, detail = lock.adopt(self, live_client(self, "adopt"), resource, value, ttl)
+    if lk and keepalive then keep_or_release({ lk }, margin) end
+    return lk, err, detail
+end
+
+--- Take over a lock acquired elsewhere (another process handed over its
+--- resource and value): one extension to the ttl, then a lock like any
+--- other. Returns a lock or nil, err, detail ("not held": value is not the
+--- holder of resource on a quorum).
+function dlm:adopt(resource, value, opts)
+    if on.guarded then return guard(adopt_call, self, resource, value, opts) end
+    return adopt_call(self, resource, value, opts)
 end
 
 local function pack(...)

@@ -1,5 +1,5 @@
--- redlock.lock: one lock. The attempts that make one (plain, fenced, or as
--- a queued waiter), the lock object and its methods (remaining, valid,
+-- redlock.lock: one lock. The attempts that make one (plain, fenced, shared, or as
+-- a queued waiter; or an adoption), the lock object and its methods (remaining, valid,
 -- lost, check, extend, unlock).
 
 local ffi = require "ffi"
@@ -19,6 +19,7 @@ local now = C.rl_now_ms
 local OK, RL_OK = C.RL_STATUS_OK, C.RL_OK
 local VALUE_LEN = C.RL_VALUE_LEN
 local int64_t = ffi.typeof("int64_t")
+local SHARED_CHAR = ("s"):byte() -- a shared hold's value ends with it (core/src/shared.h)
 local result = results.result
 local detail_of, failure, refusal = results.detail_of, results.failure, results.refusal
 local again_when_full = batch.again_when_full
@@ -56,6 +57,7 @@ local function new_lock(d, resource, ttl, started, r)
         votes = r.ok,         -- nodes that had granted it when quorum was reached
         token = token,        -- a fenced lock's fencing token (int64_t cdata), else nil
         token_string = token_string, -- the same in decimal (for JSON, headers, the environment)
+        shared = r.value[C.RL_VALUE_LEN - 1] == SHARED_CHAR, -- a shared (read) hold
         valid_until = started + floor(r.validity_ms),
         extensions = 0,
         released = false,
@@ -91,10 +93,28 @@ local function attempt_queued(d, client, resource, ttl)
     return attempt_by(d, client, resource, ttl, client.acquire_queued)
 end
 
+-- A shared (read) hold: no queued form, its waiters hear the broadcast.
+local function attempt_shared(d, client, resource, ttl)
+    return attempt_by(d, client, resource, ttl, client.acquire_shared)
+end
+
 -- How a lock call attempts (redlock.wait): try(d, client, resource, ttl),
--- and as a queued waiter when it has a queued form.
+-- and as a queued waiter when it has a queued form (a writer that waits
+-- that way also marks its intent while readers hold: redlock.h).
 _M.PLAIN = { try = attempt, queued = attempt_queued }
 _M.FENCED = { try = attempt_fenced }
+_M.SHARED = { try = attempt_shared }
+
+--- A lock acquired elsewhere (value: its holder's), taken over by one
+--- extension to ttl: the lock it makes, with the validity that extension
+--- left, or nil, err, detail ("not held" when value is not on a quorum).
+function _M.adopt(d, client, resource, value, ttl)
+    local started = now()
+    local rc = client:extend(resource, #resource, value, ttl, result)
+    if rc ~= RL_OK then again_when_full(d, client, rc, client.extend, resource, #resource, value, ttl, result) end
+    if result.status == OK then return new_lock(d, resource, ttl, started, result) end
+    return failure(d, result)
+end
 
 --- Milliseconds of validity left (<= 0 once it has run out).
 function lock:remaining()

@@ -256,13 +256,14 @@ function _M.client(opts)
     return dlm
 end
 
---- Acquire resource with keep-alive. o: ttl, margin, policy, nonblock, wait,
+--- Acquire resource with keep-alive. o: ttl, margin, policy, nonblock, wait, fence, shared,
 -- and unreachable: function(err, detail, ms) called after each failed
 -- attempt that was not "busy", with how long the attempts have failed that
 -- way. Without nonblock, wait or policy, waits as long as it takes.
 function _M.lock(dlm, resource, o)
     local sys = require "redlock.host.sys"
-    local lopts = { ttl = o.ttl, keepalive = true, margin = o.margin, fence = o.fence or false }
+    local lopts = { ttl = o.ttl, keepalive = true, margin = o.margin, fence = o.fence or false,
+                    shared = o.shared or false }
     if o.nonblock then return dlm:try_lock(resource, lopts) end
     local policy = o.policy or require("redlock").retry.forever()
     local since -- when the attempts began failing for another reason than busy

@@ -17,6 +17,7 @@ local EXIT = host.EXIT
 local _M = {}
 
 local TIMEOUT_MS = 500
+local SHARED_MARK = "redlock:shared" -- a key held by shared holders (core/src/shared.h)
 
 local SPEC = config.spec {}
 _M.SPEC = SPEC
@@ -36,6 +37,9 @@ and whether a quorum does. A node that has not answered within %d ms in all
 (connect, AUTH, SELECT, the commands), or answers with an error or with
 something other than what they return, is shown as an error and counts as
 not answering.
+A resource held shared (redlock exec --shared, or { shared = true }) shows
+"read" and its number of shared holders on each node, then each holder: its
+value's first characters, the nodes it is on and its most time left.
 
 Options:
 %s
@@ -43,6 +47,30 @@ Options:
 Exit status: 0 held by a quorum (without RESOURCE: a quorum answers),
 1 not held by a quorum, 64 usage, 69 too few nodes answered to tell.
 ]]):format(TIMEOUT_MS, args.describe(SPEC))
+end
+
+-- The shared holders seen on the nodes (probe results r with r.readers):
+-- one line per holder, with the nodes it is on and the most ms it has left
+-- there; the number of holders on a quorum.
+local function shared_lines(results, quorum)
+    local seen, order = {}, {}
+    for _, r in ipairs(results) do
+        for _, h in ipairs(r.shared or {}) do
+            local s = seen[h.value]
+            if not s then
+                s = { value = h.value, nodes = 0, pttl = 0 }
+                seen[h.value], order[#order + 1] = s, s
+            end
+            s.nodes, s.pttl = s.nodes + 1, math.max(s.pttl, h.pttl)
+        end
+    end
+    local on_quorum = 0
+    if #order > 0 then print("shared holders:") end
+    for _, s in ipairs(order) do
+        if s.nodes >= quorum then on_quorum = on_quorum + 1 end
+        print(("  %s...  on %d node%s, pttl %d ms"):format(s.value:sub(1, 12), s.nodes, s.nodes == 1 and "" or "s", s.pttl))
+    end
+    return on_quorum
 end
 
 local function show_pttl(pttl)
@@ -135,10 +163,15 @@ function _M.run(opts, argv, k)
 
     local rows, answers, answered = probe_all(opts, servers, key)
     if not rows then return answers end
-    local votes = {}
-    for idx, r in pairs(answers) do
-        local row = rows[idx]
-        if r.exists then
+    local votes, results = {}, {}
+    for idx = 1, n do
+        local r, row = answers[idx], rows[idx]
+        if r then results[#results + 1] = r end
+        if r and r.exists and r.readers > 0 then
+            votes[SHARED_MARK] = (votes[SHARED_MARK] or 0) + 1
+            row.state = "read"
+            row.info = ("%d shared holder%s, pttl %s"):format(r.readers, r.readers == 1 and "" or "s", show_pttl(r.pttl))
+        elseif r and r.exists then
             -- a value longer than what the probe keeps is told apart by its length too
             local id = #r.value == r.value_len and r.value or (r.value .. "\0" .. r.value_len)
             votes[id] = (votes[id] or 0) + 1
@@ -147,7 +180,7 @@ function _M.run(opts, argv, k)
             row.state = "held"
             row.info = ("%-15s pttl %s%s%s"):format(shown, show_pttl(r.pttl), label and ("  label " .. label) or "",
                 r.fence and ("  fence " .. r.fence) or "")
-        else
+        elseif r then
             row.state, row.info = "free", r.fence and ("fence " .. r.fence) or ""
         end
     end
@@ -158,6 +191,12 @@ function _M.run(opts, argv, k)
     local best, count = nil, 0
     for v, c in pairs(votes) do
         if c > count then best, count = v, c end
+    end
+    local readers = shared_lines(results, quorum)
+    if best == SHARED_MARK and count >= quorum then
+        print(("held shared: %d holder%s on a quorum; the mark on %d of %d nodes (quorum %d)")
+            :format(readers, readers == 1 and "" or "s", count, n, quorum))
+        return EXIT.OK
     end
     if best and count >= quorum then
         local label, token, left = label_of(best), token_of(answers, best), quorum_left(answers, best, quorum)

@@ -35,6 +35,9 @@ if not pcall(ffi.typeof, "rl_host_timespec") then
       int has_fence;
       char fence[24];
       double latency_ms;
+      int readers;
+      char reader[16][41];
+      long long reader_pttl[16];
     } rl_host_probe_result;
     typedef struct rl_host_tls {
       const char *cafile, *capath, *certfile, *keyfile, *server_name;
@@ -150,9 +153,11 @@ local probe_result = ffi.new("rl_host_probe_result")
 --- Ask the node at url what it holds under key (rl_host_probe; key nil:
 -- only PING it); tls: the options for a rediss:// node, as redlock.new
 -- takes them (nil: defaults). Return { name =, exists =, value =,
--- value_len =, pttl =, fence =, latency_ms = }, where value is at most the
--- first 127 bytes of the value (value_len is the whole length) and fence
--- the fenced lock's counter (key:fence) or nil; or nil, a message, the kind
+-- value_len =, pttl =, fence =, latency_ms =, readers =, shared = }, where
+-- value is at most the first 127 bytes of the value (value_len is the whole
+-- length), fence the fenced lock's counter (key:fence) or nil, and with the
+-- shared holders' mark in the key, readers is their number and shared a
+-- list of { value =, pttl = } (the first 16); or nil, a message, the kind
 -- of failure (PROBE_EINVAL: bad URL; PROBE_ENODE: the node failed) and the
 -- node's name.
 local probe_tls = ffi.new("rl_host_tls")
@@ -170,7 +175,13 @@ function _M.probe(url, key, timeout_ms, tls)
         return nil, ffi.string(r.errstr), r.err, ffi.string(r.name)
     end
     local len = tonumber(r.value_len)
+    local shared = {}
+    for i = 0, math.min(r.readers, ffi.sizeof(r.reader) / ffi.sizeof(r.reader[0])) - 1 do
+        shared[#shared + 1] = { value = ffi.string(r.reader[i]), pttl = tonumber(r.reader_pttl[i]) }
+    end
     return {
+        readers = r.readers,
+        shared = shared,
         name = ffi.string(r.name),
         exists = r.exists ~= 0,
         value = r.exists ~= 0 and ffi.string(r.value, math.min(len, ffi.sizeof(r.value) - 1)) or nil,

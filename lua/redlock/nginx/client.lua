@@ -43,6 +43,7 @@ function client:begin(kind, resource, len, value, ttl)
     elseif kind == 4 then id = C.rl_engine_begin_acquire_fenced(e, resource, len, ttl, now)
     elseif kind == 5 then id = C.rl_engine_begin_acquire_queued(e, resource, len, ttl, now)
     elseif kind == 6 then id = C.rl_engine_begin_release_quiet(e, resource, len, value, now)
+    elseif kind == 7 then id = C.rl_engine_begin_acquire_shared(e, resource, len, ttl, now)
     else id = C.rl_engine_begin_extend(e, resource, len, value, ttl, now) end
     if id < 0 then
         self.err = ffi_string(C.rl_engine_errstr(e))
@@ -62,6 +63,7 @@ end
 
 function client:begin_acquire(resource, len, ttl) return self:begin(1, resource, len, nil, ttl) end
 function client:begin_acquire_fenced(resource, len, ttl) return self:begin(4, resource, len, nil, ttl) end
+function client:begin_acquire_shared(resource, len, ttl) return self:begin(7, resource, len, nil, ttl) end
 function client:begin_release(resource, len, value) return self:begin(2, resource, len, value) end
 function client:begin_release_quiet(resource, len, value) return self:begin(6, resource, len, value) end
 
@@ -104,6 +106,10 @@ end
 
 function client:acquire(resource, len, ttl, out)
     return blocking(self, self:begin(1, resource, len, nil, ttl), out)
+end
+
+function client:acquire_shared(resource, len, ttl, out)
+    return blocking(self, self:begin(7, resource, len, nil, ttl), out)
 end
 
 function client:acquire_queued(resource, len, ttl, out)
