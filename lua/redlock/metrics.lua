@@ -39,10 +39,12 @@ local FAMILIES = {
     { "redlock_node_reconnects_total", "counter", "Connections asked for after one failed or was reset." },
     { "redlock_node_resets_total", "counter", "Connections the engine ended (out of step, stalled, refused setup, timeout)." },
     { "redlock_node_connections_lost_total", "counter", "Connections that failed or were lost." },
-    { "redlock_node_step_checks_total", "counter", "Step checks sent to a node that answered late, and probes of a suspect node." },
+    { "redlock_node_step_checks_total", "counter",
+      "Step checks sent to a node that answered late, and probes of a suspect node." },
     { "redlock_node_suspected_total", "counter", "Times a node was found not answering (it became suspect)." },
     { "redlock_node_up", "gauge", "Connections to the node that are up (one per client and worker)." },
-    { "redlock_node_suspect", "gauge", "Clients (and workers) that find the node not answering now: it is sent nothing but probes." },
+    { "redlock_node_suspect", "gauge",
+      "Clients (and workers) that find the node not answering now: it is sent nothing but probes." },
 }
 local ORDER = {}
 for i, f in ipairs(FAMILIES) do ORDER[f[1]] = i end
@@ -116,7 +118,8 @@ function _M.samples(t, map)
         put(map, "redlock_node_step_checks_total", "", node, nil, n.step_checks)
         put(map, "redlock_node_suspected_total", "", node, nil, n.suspected)
         put(map, "redlock_node_up", "", node, nil, (n.up == true and 1) or (type(n.up) == "number" and n.up) or 0)
-        put(map, "redlock_node_suspect", "", node, nil, (n.suspect == true and 1) or (type(n.suspect) == "number" and n.suspect) or 0)
+        local suspect = (n.suspect == true and 1) or (type(n.suspect) == "number" and n.suspect) or 0
+        put(map, "redlock_node_suspect", "", node, nil, suspect)
     end
     return map
 end
