@@ -80,6 +80,11 @@ describe("a node that stops answering", function()
     local t0 = proc.now_ms()
     stop()
     local before = cycles_until_suspect(dlm)
+    -- counted, and shown to a scraper
+    local st = dlm:stats().nodes[1]
+    assert.is_true(st.suspect)
+    assert.equal(1, st.suspected)
+    assert.matches('\nredlock_node_suspect{node="[^"]+"} 1\n', redlock.metrics(dlm))
     for k = 1, CYCLES do
       local lock, err, detail = dlm:try_lock(res("cycle"), { ttl = 10000 })
       assert(lock, tostring(err) .. " " .. cluster.show(detail))
