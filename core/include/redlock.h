@@ -589,7 +589,7 @@ void rl_engine_node_unsent(rl_engine *e, int node, long long bytes);
 
 /* Nodes (bit i: node i) that have stopped answering (suspect: they are
  * sent nothing but a probe, and their votes fail at once as timeouts) and
- * whose sockets are due a look at now_ms: at most once per node_timeout / 5
+ * whose sockets are due a look at now_ms: at most once per node_timeout
  * each. A driver that reads its sockets only while it waits for replies
  * (rl_client) reads these without waiting before it begins an operation,
  * so that a node answering again is heard, and votes, even when every

@@ -198,6 +198,11 @@ void rl_evsock_init(rl_evsock *s, struct ev_loop *loop, rl_engine *e, int link, 
 
 void rl_evsock_take_ready(rl_evsock *socks, int n) {
     rl_evsock_take_ready_of(socks, n, ~0u);
+    for (int i = 0; i < n; i++) {
+        rl_evsock *s = &socks[i];
+        if (s->conn.fd >= 0 && !s->conn.connecting && !s->conn.handshaking)
+            rl_engine_node_unsent(s->engine, s->link, rl_conn_unsent(&s->conn));
+    }
 }
 
 void rl_evsock_take_ready_of(rl_evsock *socks, int n, unsigned which) {
@@ -218,12 +223,6 @@ void rl_evsock_take_ready_of(rl_evsock *socks, int n, unsigned which) {
         if (s->conn.connecting) connected(s);
         else if (s->conn.handshaking) handshake(s);
         else drain(s);
-    }
-    for (int i = 0; i < n; i++) {
-        rl_evsock *s = &socks[i];
-        if (i < 32 && !(which & (1u << i))) continue;
-        if (s->conn.fd >= 0 && !s->conn.connecting && !s->conn.handshaking)
-            rl_engine_node_unsent(s->engine, s->link, rl_conn_unsent(&s->conn));
     }
 }
 

@@ -62,7 +62,8 @@ void rl_evsock_flush(rl_evsock *s);
  * late. */
 void rl_evsock_take_ready(rl_evsock *socks, int n);
 
-/* The same for the sockets of socks[i] whose bit i is set in which. */
+/* Take what the sockets of socks[i] whose bit i is set in which already
+ * have, without waiting (the send queues are not asked). */
 void rl_evsock_take_ready_of(rl_evsock *socks, int n, unsigned which);
 
 /* Close, and abandon a name lookup still running. */

@@ -92,7 +92,7 @@ void rl_engine_node_unsent(rl_engine *e, int node, long long bytes) {
 }
 
 unsigned rl_engine_suspects_due(rl_engine *e, double now_ms) {
-    double now = clock_at(e, now_ms), every = e->opts.node_timeout_ms / 5.0;
+    double now = clock_at(e, now_ms), every = e->opts.node_timeout_ms;
     unsigned bits = 0;
     for (int i = 0; i < e->nnodes; i++) {
         rl_stream *s = &e->nodes[i];
