@@ -78,6 +78,7 @@ extern "C" {
 #define RL_ID_SLOTS 65536   /* operations in flight on one client: ids % RL_ID_SLOTS differ */
 #define RL_MAX_KEY_LEN 536870912 /* longest key (prefix + resource), Redis' 512 MB limit */
 #define RL_WAITER_ID_LEN 16 /* hex characters of a client's waiter id (hand-off's queue) */
+#define RL_MAX_LIMIT 1024   /* most slots a semaphore may have */
 
 /* What an operation does. */
 enum {
@@ -159,6 +160,8 @@ typedef struct rl_result {
     int heard;               /* release: nodes (of those counted before the decision) where a waiter
                                 was subscribed to hear it; a releaser about to lock the resource
                                 again should give that waiter a head start */
+    int slot;                /* a semaphore's acquire whose status is OK: the slot held (1 to its
+                                limit); an operation on a slot: that slot; else 0 */
     char value[RL_VALUE_LEN + 1];       /* the lock value (acquire: freshly generated), NUL-terminated */
     rl_node_result node[RL_MAX_NODES];  /* per-node detail, in server order */
 } rl_result;
@@ -282,6 +285,36 @@ int rl_begin_acquire_fenced(rl_client *c, const char *resource, size_t len, int 
 int rl_begin_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms);
 
 /*
+ * Semaphores (docs/semaphore.md; the argument in docs/design.md,
+ * "Semaphores"): at most limit holders of resource at once. Slot k (1 to
+ * limit) of resource is an ordinary lock on the key
+ *     "redlock:slot:" .. k .. ":" .. prefix .. resource
+ * and a holder holds one slot on a quorum. An acquire sends every node the
+ * slots in a random order; each node takes the first one free there (SET
+ * NX PX) and answers its number. The slot that reaches a quorum of votes is
+ * held, with validity as for a lock, and rl_result.slot says which; the
+ * other slots the acquire set are released in its tail. When no slot can
+ * reach a quorum any more, everything set is released (as after a failed
+ * acquire) and status is BUSY (the nodes that refused or chose other slots
+ * leave no slot a quorum) or UNAVAILABLE. queued: a waiter's acquire, which
+ * joins the nodes' queues of waiters of resource on refusal (see
+ * "Hand-off": the queue and the channels are resource's, so a release of
+ * any slot wakes the semaphore's waiters; watch resource). Mixing locks and
+ * semaphores on one resource, or semaphores of different limits, is misuse:
+ * nothing checks it. limit from 1 to RL_MAX_LIMIT; RL_ERR otherwise.
+ */
+int rl_begin_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, int queued);
+
+/*
+ * The release (kind RL_OP_RELEASE; it wakes the semaphore's waiters) or the
+ * extension (RL_OP_EXTEND, to ttl_ms; ignored by a release) of slot of
+ * resource held with value: the lock calls on the slot's key. RL_ERR for a
+ * kind that is neither, or a slot not from 1 to RL_MAX_LIMIT.
+ */
+int rl_begin_on_slot(rl_client *c, int kind, const char *resource, size_t len, int slot, const char *value,
+                     int ttl_ms);
+
+/*
  * Drive the I/O until at least one operation has finished or timeout_ms has
  * passed (0: do what is ready and return; < 0: no limit). Return the number of
  * finished operations waiting to be collected.
@@ -313,6 +346,10 @@ int rl_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms
 int rl_release(rl_client *c, const char *resource, size_t len, const char *value, rl_result *out);
 int rl_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms,
               rl_result *out);
+int rl_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, int queued,
+                    rl_result *out);
+int rl_on_slot(rl_client *c, int kind, const char *resource, size_t len, int slot, const char *value, int ttl_ms,
+               rl_result *out);
 
 /*
  * Hand-off to waiters. A release that deletes the key wakes waiters, from
@@ -501,6 +538,12 @@ int rl_engine_begin_release(rl_engine *e, const char *resource, size_t len, cons
                             double now_ms);
 int rl_engine_begin_release_quiet(rl_engine *e, const char *resource, size_t len, const char *value,
                                   double now_ms);
+/* A semaphore's acquire, and a release or extension of a slot (see
+ * rl_begin_acquire_slot, rl_begin_on_slot). */
+int rl_engine_begin_acquire_slot(rl_engine *e, const char *resource, size_t len, int limit, int ttl_ms, int queued,
+                                 double now_ms);
+int rl_engine_begin_on_slot(rl_engine *e, int kind, const char *resource, size_t len, int slot, const char *value,
+                            int ttl_ms, double now_ms);
 int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const char *value,
                            int ttl_ms, double now_ms);
 
@@ -697,6 +740,10 @@ enum {
  * not finite, out of memory). */
 int rl_engine_keep_add(rl_engine *e, const char *resource, size_t len, const char *value, int ttl_ms,
                        double valid_until_ms, int margin_ms, double now_ms);
+/* The same for a semaphore's slot held (slot 1 to RL_MAX_LIMIT; 0: a lock):
+ * its extensions and release are the slot's (rl_begin_on_slot). */
+int rl_engine_keep_add_slot(rl_engine *e, const char *resource, size_t len, int slot, const char *value, int ttl_ms,
+                            double valid_until_ms, int margin_ms, double now_ms);
 
 /* The state of kept lock id at now_ms (RL_KEEP_*); *valid_until_ms (may be
  * NULL) gets the end of its current validity. RL_ERR for an id removed or
@@ -769,6 +816,9 @@ void rl_keeper_free(rl_keeper *k);
  * id (>= 0) or RL_ERR with the reason in err. */
 int rl_keeper_add(rl_keeper *k, const char *resource, size_t len, const char *value,
                   int ttl_ms, double valid_until_ms, int margin_ms, char *err, size_t errlen);
+/* The same for a semaphore's slot held (rl_engine_keep_add_slot). */
+int rl_keeper_add_slot(rl_keeper *k, const char *resource, size_t len, int slot, const char *value,
+                       int ttl_ms, double valid_until_ms, int margin_ms, char *err, size_t errlen);
 
 /* The state of kept lock id (RL_KEEP_*); *valid_until_ms (may be NULL) gets
  * the end of its current validity on the monotonic clock. RL_ERR for an

@@ -43,6 +43,15 @@ int rl_begin_extend(rl_client *c, const char *resource, size_t len, const char *
     return begun(c, rl_engine_begin_extend(c->engine, resource, len, value, ttl_ms, rl_now_ms()));
 }
 
+int rl_begin_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, int queued) {
+    return begun(c, rl_engine_begin_acquire_slot(c->engine, resource, len, limit, ttl_ms, queued, rl_now_ms()));
+}
+
+int rl_begin_on_slot(rl_client *c, int kind, const char *resource, size_t len, int slot, const char *value,
+                     int ttl_ms) {
+    return begun(c, rl_engine_begin_on_slot(c->engine, kind, resource, len, slot, value, ttl_ms, rl_now_ms()));
+}
+
 /* ---- driving and collecting ---- */
 
 /* Every way of driving the loop ends with a flush, so commands queued by the
@@ -145,6 +154,16 @@ int rl_release(rl_client *c, const char *resource, size_t len, const char *value
 
 int rl_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms, rl_result *out) {
     return finish(c, rl_begin_extend(c, resource, len, value, ttl_ms), out);
+}
+
+int rl_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, int queued,
+                    rl_result *out) {
+    return finish(c, rl_begin_acquire_slot(c, resource, len, limit, ttl_ms, queued), out);
+}
+
+int rl_on_slot(rl_client *c, int kind, const char *resource, size_t len, int slot, const char *value, int ttl_ms,
+               rl_result *out) {
+    return finish(c, rl_begin_on_slot(c, kind, resource, len, slot, value, ttl_ms), out);
 }
 
 /* ---- hand-off: waiting for a release ---- */

@@ -29,6 +29,8 @@ typedef struct rl_op {
     int quiet;               /* a release that wakes nobody (rl_engine_begin_release_quiet) */
     long long token;         /* a fenced acquire: the token its commit raises the counters to */
     rl_keep_ref kept;        /* a round of the keep-alive schedule: its lock (entry -1: the driver's) */
+    int sem_limit;           /* a semaphore's acquire: its limit (key: the semaphore's); else 0 */
+    int sem_slot;            /* a release or extension of a semaphore's slot (key: the slot's); else 0 */
     unsigned sent;           /* bit i: the first round's command went to node i (not if its connection ended first) */
     unsigned owed;           /* bit i: node i still owes a reply to this phase's command */
     unsigned cleanup_sent;   /* bit i: node i was sent the cleanup */
@@ -101,5 +103,22 @@ void rl_op_timeout(rl_engine *e, rl_op *op);
 /* 1 if every node that was sent op's cleanup has been handed its bytes (or
  * lost the connection), else 0. */
 int rl_op_cleanup_out(rl_engine *e, const rl_op *op);
+
+/* slots.c: a semaphore's operations */
+
+/* Encode op's release into b: a slot's (waking the semaphore's waiters) or
+ * a lock's. 0, or -1 when out of memory. */
+int rl_op_release_cmd(const rl_op *op, rl_buf *b, int by_sha, int quiet);
+
+/* Encode into b what undoes a semaphore's acquire op on node: the slot it
+ * voted for, or (its vote unknown) every slot, the slot held excepted.
+ * Return 0, 1 when there is nothing to undo there (it voted for the slot
+ * held), or -1 when out of memory. */
+int rl_slot_cleanup_cmd(rl_engine *e, const rl_op *op, int node, rl_buf *b);
+
+/* A semaphore's acquire op won a slot: send every node that took another
+ * slot, or may have (an error, a timeout, no answer yet), the release of
+ * every slot but the one held; they are owed in the tail. */
+void rl_slot_release_strays(rl_engine *e, rl_op *op);
 
 #endif

@@ -21,6 +21,7 @@ enum {
     RL_NODE_ERR_LEN = 96,
     RL_ID_SLOTS = 65536,
     RL_WAITER_ID_LEN = 16,
+    RL_MAX_LIMIT = 1024,
     RL_MAX_KEY_LEN = 536870912
 };
 
@@ -87,6 +88,7 @@ typedef struct rl_result {
     double validity_ms;
     long long token;
     int heard;
+    int slot;
     char value[RL_VALUE_LEN + 1];
     rl_node_result node[RL_MAX_NODES];
 } rl_result;
@@ -107,6 +109,9 @@ int rl_begin_release_quiet(rl_client *c, const char *resource, size_t len, const
 int rl_begin_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms);
 int rl_begin_acquire_fenced(rl_client *c, const char *resource, size_t len, int ttl_ms);
 int rl_begin_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms);
+int rl_begin_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, int queued);
+int rl_begin_on_slot(rl_client *c, int kind, const char *resource, size_t len, int slot, const char *value,
+                     int ttl_ms);
 int rl_run(rl_client *c, int timeout_ms);
 int rl_collect(rl_client *c, rl_result *out);
 int rl_wait(rl_client *c, int id, rl_result *out);
@@ -116,6 +121,10 @@ int rl_acquire_fenced(rl_client *c, const char *resource, size_t len, int ttl_ms
 int rl_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
 int rl_release(rl_client *c, const char *resource, size_t len, const char *value, rl_result *out);
 int rl_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms, rl_result *out);
+int rl_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, int queued,
+                    rl_result *out);
+int rl_on_slot(rl_client *c, int kind, const char *resource, size_t len, int slot, const char *value, int ttl_ms,
+               rl_result *out);
 int rl_watch(rl_client *c, const char *resource, size_t len);
 void rl_unwatch(rl_client *c, const char *resource, size_t len);
 unsigned rl_heard(const rl_client *c, const char *resource, size_t len);
@@ -146,6 +155,10 @@ int rl_engine_begin_acquire_fenced(rl_engine *e, const char *resource, size_t le
 int rl_engine_begin_acquire_queued(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
 int rl_engine_begin_release(rl_engine *e, const char *resource, size_t len, const char *value, double now_ms);
 int rl_engine_begin_release_quiet(rl_engine *e, const char *resource, size_t len, const char *value, double now_ms);
+int rl_engine_begin_acquire_slot(rl_engine *e, const char *resource, size_t len, int limit, int ttl_ms, int queued,
+                                 double now_ms);
+int rl_engine_begin_on_slot(rl_engine *e, int kind, const char *resource, size_t len, int slot, const char *value,
+                            int ttl_ms, double now_ms);
 int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const char *value, int ttl_ms, double now_ms);
 unsigned rl_engine_wanting(const rl_engine *e);
 int rl_engine_node_wants(rl_engine *e, int node);
@@ -186,6 +199,8 @@ enum {
 };
 int rl_engine_keep_add(rl_engine *e, const char *resource, size_t len, const char *value, int ttl_ms,
                        double valid_until_ms, int margin_ms, double now_ms);
+int rl_engine_keep_add_slot(rl_engine *e, const char *resource, size_t len, int slot, const char *value, int ttl_ms,
+                            double valid_until_ms, int margin_ms, double now_ms);
 int rl_engine_keep_state(rl_engine *e, int id, double *valid_until_ms, double now_ms);
 int rl_engine_keep_update(rl_engine *e, int id, int ttl_ms, double started_ms, double valid_until_ms, double now_ms);
 int rl_engine_keep_remove(rl_engine *e, int id);
@@ -201,6 +216,8 @@ rl_keeper *rl_keeper_new(const char *const *urls, int nurls, const rl_options *o
 void rl_keeper_free(rl_keeper *k);
 int rl_keeper_add(rl_keeper *k, const char *resource, size_t len, const char *value, int ttl_ms,
                   double valid_until_ms, int margin_ms, char *err, size_t errlen);
+int rl_keeper_add_slot(rl_keeper *k, const char *resource, size_t len, int slot, const char *value,
+                       int ttl_ms, double valid_until_ms, int margin_ms, char *err, size_t errlen);
 int rl_keeper_state(rl_keeper *k, int id, double *valid_until_ms);
 int rl_keeper_update(rl_keeper *k, int id, int ttl_ms, double started_ms, double valid_until_ms);
 int rl_keeper_remove(rl_keeper *k, int id);
