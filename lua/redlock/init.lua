@@ -45,6 +45,7 @@ local argerror, show, check_self, live_client = check.argerror, check.show, chec
 local lock_options, keep_or_release, with_retries = options.lock_options, keep.keep_or_release, wait.with_retries
 local guard, on = hooks.guard, hooks.on
 local LOCK_PLAIN, LOCK_FENCED, MANY_PLAIN, MANY_FENCED = lock.PLAIN, lock.FENCED, group.PLAIN, group.FENCED
+local semaphore = lock.semaphore
 
 local _M = { _VERSION = "0.3.0", retry = retry }
 _M.core_version = ffi_string(C.rl_version())
@@ -147,18 +148,19 @@ end
 
 local function lock_call(self, resource, opts)
     check_self(self, dlm_mt, "lock", "a client", "dlm:lock(...)")
-    local ttl, wait_ms, policy, keepalive, margin, fence = lock_options(self, "lock", resource, opts)
+    local ttl, wait_ms, policy, keepalive, margin, fence, limit = lock_options(self, "lock", resource, opts)
     local client = live_client(self, "lock")
-    local lk, err, detail = with_retries(self, client, fence and LOCK_FENCED or LOCK_PLAIN, resource, ttl,
-                                         policy, wait_ms)
+    local kind = limit and semaphore(limit) or fence and LOCK_FENCED or LOCK_PLAIN
+    local lk, err, detail = with_retries(self, client, kind, resource, ttl, policy, wait_ms)
     if lk and keepalive then keep_or_release({ lk }, margin) end
     return lk, err, detail
 end
 
 local function try_lock_call(self, resource, opts)
     check_self(self, dlm_mt, "try_lock", "a client", "dlm:try_lock(...)")
-    local ttl, _, _, keepalive, margin, fence = lock_options(self, "try_lock", resource, opts)
-    local lk, err, detail = (fence and LOCK_FENCED or LOCK_PLAIN).try(self, live_client(self, "try_lock"), resource, ttl)
+    local ttl, _, _, keepalive, margin, fence, limit = lock_options(self, "try_lock", resource, opts)
+    local kind = limit and semaphore(limit) or fence and LOCK_FENCED or LOCK_PLAIN
+    local lk, err, detail = kind.try(self, live_client(self, "try_lock"), resource, ttl)
     if lk and keepalive then keep_or_release({ lk }, margin) end
     return lk, err, detail
 end

@@ -1,6 +1,8 @@
--- redlock.lock: one lock. The attempts that make one (plain, fenced, or as
--- a queued waiter), the lock object and its methods (remaining, valid,
--- lost, check, extend, unlock).
+-- redlock.lock: one lock. The attempts that make one (plain, fenced, as a
+-- queued waiter, or a slot of a semaphore), the lock object and its methods
+-- (remaining, valid, lost, check, extend, unlock). A semaphore's lock is a
+-- lock on its slot's key: lk.slot says which, and its release and
+-- extensions name the slot (client:on_slot).
 
 local ffi = require "ffi"
 local C = require("redlock.cdefs").lib
@@ -17,6 +19,7 @@ local floor = math.floor
 local setmetatable, error = setmetatable, error
 local now = C.rl_now_ms
 local OK, RL_OK = C.RL_STATUS_OK, C.RL_OK
+local RELEASE, EXTEND = C.RL_OP_RELEASE, C.RL_OP_EXTEND
 local VALUE_LEN = C.RL_VALUE_LEN
 local int64_t = ffi.typeof("int64_t")
 local result = results.result
@@ -56,6 +59,7 @@ local function new_lock(d, resource, ttl, started, r)
         votes = r.ok,         -- nodes that had granted it when quorum was reached
         token = token,        -- a fenced lock's fencing token (int64_t cdata), else nil
         token_string = token_string, -- the same in decimal (for JSON, headers, the environment)
+        slot = r.slot ~= 0 and r.slot or nil, -- a semaphore's lock: the slot held (1 to its limit)
         valid_until = started + floor(r.validity_ms),
         extensions = 0,
         released = false,
@@ -95,6 +99,50 @@ end
 -- and as a queued waiter when it has a queued form.
 _M.PLAIN = { try = attempt, queued = attempt_queued }
 _M.FENCED = { try = attempt_fenced }
+
+-- A semaphore of limit slots: one attempt takes one slot (queued: joining
+-- the queue of the semaphore's waiters when none is free).
+local function attempt_slot(d, client, resource, ttl, limit, queued)
+    local started = now()
+    local rc = client:acquire_slot(resource, #resource, limit, ttl, queued, result)
+    if rc ~= RL_OK then
+        again_when_full(d, client, rc, client.acquire_slot, resource, #resource, limit, ttl, queued, result)
+    end
+    if result.status == OK then return new_lock(d, resource, ttl, started, result) end
+    return failure(d, result)
+end
+
+local semaphores = {} -- limit -> how its lock calls attempt (made once per limit)
+
+--- How a lock call on a semaphore of limit slots attempts (as _M.PLAIN).
+function _M.semaphore(limit)
+    local kind = semaphores[limit]
+    if kind == nil then
+        kind = {
+            try = function(d, client, resource, ttl) return attempt_slot(d, client, resource, ttl, limit, 0) end,
+            queued = function(d, client, resource, ttl) return attempt_slot(d, client, resource, ttl, limit, 1) end,
+        }
+        semaphores[limit] = kind
+    end
+    return kind
+end
+
+-- The release (or, ttl given, the extension) of lk's key: its slot's for a
+-- semaphore's lock. The round's rc (its result in results.result).
+local function on_key(lk, client, kind, ttl)
+    local r, slot = lk.resource, lk.slot
+    local rc
+    if slot then
+        rc = client:on_slot(kind, r, #r, slot, lk.value, ttl or 0, result)
+        if rc ~= RL_OK then again_when_full(lk.dlm, client, rc, client.on_slot, kind, r, #r, slot, lk.value, ttl or 0, result) end
+    elseif kind == EXTEND then
+        rc = client:extend(r, #r, lk.value, ttl, result)
+        if rc ~= RL_OK then again_when_full(lk.dlm, client, rc, client.extend, r, #r, lk.value, ttl, result) end
+    else
+        rc = client:release(r, #r, lk.value, result)
+        if rc ~= RL_OK then again_when_full(lk.dlm, client, rc, client.release, r, #r, lk.value, result) end
+    end
+end
 
 --- Milliseconds of validity left (<= 0 once it has run out).
 function lock:remaining()
@@ -163,10 +211,7 @@ function lock:extend(ttl)
     if self:remaining() <= 0 then return refusal(self.dlm, "expired", "no validity left to extend") end
     local client = live_client(self.dlm, "extend")
     local started = now()
-    local rc = client:extend(self.resource, #self.resource, self.value, ttl, result)
-    if rc ~= RL_OK then
-        again_when_full(self.dlm, client, rc, client.extend, self.resource, #self.resource, self.value, ttl, result)
-    end
+    on_key(self, client, EXTEND, ttl)
     -- nodes that took it keep the key up to the new ttl from here
     if self.kept == nil then hold_until(self, started, ttl) end
     if result.status ~= OK then
@@ -198,10 +243,7 @@ function lock:unlock()
     if self.kept ~= nil then check_phase() end -- before keep-alive lets go of it (release refuses anyway)
     stop_keeping(self)
     local client = live_client(self.dlm, "unlock")
-    local rc = client:release(self.resource, #self.resource, self.value, result)
-    if rc ~= RL_OK then
-        again_when_full(self.dlm, client, rc, client.release, self.resource, #self.resource, self.value, result)
-    end
+    on_key(self, client, RELEASE)
     if result.status == OK then
         self.released = true
         forget(self)

@@ -23,7 +23,9 @@ local NEW_KEYS = { servers = true, ttl = true, node_timeout = true, connect_time
                    notify = true, tls = true }
 local TLS_KEYS = { cafile = true, capath = true, certfile = true, keyfile = true, server_name = true, verify = true }
 local TLS_STRINGS = { "cafile", "capath", "certfile", "keyfile", "server_name" }
-local LOCK_KEYS = { ttl = true, wait = true, retry = true, keepalive = true, margin = true, fence = true }
+local LOCK_KEYS = { ttl = true, wait = true, retry = true, keepalive = true, margin = true, fence = true,
+                   limit = true }
+local MAX_LIMIT = C.RL_MAX_LIMIT
 local RETRY_UNTIL_WAIT = retry.forever()  -- `wait` without `retry`: try until wait runs out
 
 -- The option names the checks above accept, sorted: new()'s, its tls table's
@@ -173,11 +175,11 @@ end
 
 --- Check every option of a lock call before anything is sent (d: the
 --- client, for its defaults and prefix); returns ttl, wait, policy,
---- keepalive, margin, fence.
+--- keepalive, margin, fence, limit (a semaphore's, or nil for a lock).
 function _M.lock_options(d, fname, resource, opts)
     check_resource(d, 1, fname, resource)
     opts = check_opts(2, fname, opts, LOCK_KEYS)
-    local ttl, wait, policy, keepalive, margin, fence = d.ttl, nil, d.retry, d.keepalive, nil, false
+    local ttl, wait, policy, keepalive, margin, fence, limit = d.ttl, nil, d.retry, d.keepalive, nil, false, nil
     if opts then
         if opts.ttl ~= nil then check_ms(2, fname, "ttl", opts.ttl); ttl = opts.ttl end
         if opts.wait ~= nil then
@@ -209,8 +211,20 @@ function _M.lock_options(d, fname, resource, opts)
             if type(opts.fence) ~= "boolean" then argerror(2, fname, "fence must be a boolean, got " .. show(opts.fence)) end
             fence = opts.fence
         end
+        if opts.limit ~= nil then
+            if not is_int(opts.limit, 1, MAX_LIMIT) then
+                argerror(2, fname, ("limit must be a whole number from 1 to %d, got %s"):format(MAX_LIMIT, show(opts.limit)))
+            end
+            if fence then
+                argerror(2, fname, "fence cannot go with limit: a semaphore's slots carry no fencing token")
+            end
+            if fname == "lock_many" then
+                argerror(2, fname, "limit cannot go with lock_many: take a semaphore with lock, try_lock or with_lock")
+            end
+            limit = opts.limit
+        end
     end
-    return ttl, wait, policy, keepalive, margin, fence
+    return ttl, wait, policy, keepalive, margin, fence, limit
 end
 
 return _M
