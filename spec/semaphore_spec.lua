@@ -201,6 +201,38 @@ describe("semaphore", function()
     end)
   end)
 
+  it("redlock exec --limit runs COMMAND while fewer than L hold it; status --limit shows the slots", function()
+    local bin = os.getenv("REDLOCK_HOST") or (proc.build .. "/redlock")
+    local r = res("host")
+    local dir = proc.tmpdir()
+    local env = { REDLOCK_SERVERS = table.concat(cl.urls, ",") }
+    local pids = {}
+    for w = 1, 2 do
+      pids[w] = proc.spawn({ bin, "exec", "--limit", "2", r, "--", "sh", "-c", "echo $REDLOCK_SLOT; sleep 3" },
+        { env = env, out = dir .. "/h" .. w })
+    end
+    for w = 1, 2 do assert(proc.wait_file(dir .. "/h" .. w, 20000)) end
+    local function host(cmd)
+      return proc.sh(("REDLOCK_SERVERS=%s %s %s"):format(proc.quote(env.REDLOCK_SERVERS), proc.quote(bin), cmd))
+    end
+    local out, rc = host("exec -n --limit 2 " .. proc.quote(r) .. " -- echo third")
+    assert.are.equal(1, rc, out)
+    assert.matches("is held elsewhere", out)
+    out, rc = host("status --limit 3 " .. proc.quote(r))
+    assert.are.equal(0, rc, out)
+    assert.matches("2 of 3 slots held by a quorum", out)
+    assert.matches("slot 3 +free", out)
+    local slots = (proc.read_file(dir .. "/h1") .. proc.read_file(dir .. "/h2")):gsub("%s", "")
+    assert.is_true(slots == "12" or slots == "21", slots)
+    out, rc = host("exec --limit 2 --fence " .. proc.quote(r) .. " -- true")
+    assert.are.equal(64, rc, out)
+    assert.matches("%-%-limit and %-%-fence exclude each other", out)
+    for w = 1, 2 do assert.is_true(proc.wait_gone(pids[w], 20000)) end
+    out, rc = host("exec -n --limit 2 " .. proc.quote(r) .. " -- echo third")
+    assert.are.equal(0, rc, out)
+    proc.rmdir(dir)
+  end)
+
   it("a release wakes a waiter long before its policy's next attempt", function()
     local r = res("wake")
     local dir = proc.tmpdir()

@@ -119,6 +119,7 @@ function _M.semaphore(limit)
     local kind = semaphores[limit]
     if kind == nil then
         kind = {
+            slots = limit,
             try = function(d, client, resource, ttl) return attempt_slot(d, client, resource, ttl, limit, 0) end,
             queued = function(d, client, resource, ttl) return attempt_slot(d, client, resource, ttl, limit, 1) end,
         }

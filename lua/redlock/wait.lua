@@ -163,11 +163,19 @@ end
 local function retries(w, owed)
     local d, client, a, b = w.d, w.client, w.a, w.b
     local try, err, detail = w.kind.try, w.err, w.detail
+    -- a semaphore's waiters hear the releases of every slot: as many
+    -- wake-ups per slot as a lock's waiters get
+    local wake_attempts = WAKE_ATTEMPTS * (w.kind.slots or 1)
     local n = 1
     local notify = d.notify
     local seen = notify and heard(client, a)
     local got
-    if owed then
+    if owed and w.kind.slots then
+        -- a semaphore: a release heard is another slot's, not a sign that
+        -- the waiter ours woke has taken the slot we gave back
+        nap(client, ceil(owed))
+        seen = heard(client, a)
+    elseif owed then
         if sleep_until(client, a, seen, ceil(owed)) == 1 then wake_jitter(client, a) end
         seen = heard(client, a)
     end
@@ -197,7 +205,7 @@ local function retries(w, owed)
             local wake_by, extra = now() + delay, 0
             while true do
                 local woke = sleep_until(client, a, seen, delay) == 1
-                if woke and extra == WAKE_ATTEMPTS then
+                if woke and extra == wake_attempts then
                     -- this delay's wake-ups are used up: sleep out the rest
                     local left = floor(wake_by - now())
                     if left > 0 then nap(client, left) end

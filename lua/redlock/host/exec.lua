@@ -73,6 +73,8 @@ local SPEC = config.spec {
         help = "when COMMAND exits, stop the rest of its process group instead of waiting for it" },
     { name = "fence", long = "fence",
         help = "take a fencing token with the lock, in COMMAND's environment as REDLOCK_TOKEN" },
+    { name = "limit", long = "limit", arg = "L", check = "count",
+        help = "RESOURCE is a semaphore: run when fewer than L holders run anywhere (1 to 1024); REDLOCK_SLOT says which slot" },
     { name = "quiet", short = "q", long = "quiet", help = "no message when RESOURCE is held elsewhere" },
     { name = "verbose", short = "v", long = "verbose", help = "say when the lock is acquired and released" },
 }
@@ -229,6 +231,9 @@ function _M.run(opts, argv, k)
     if opts.nonblock and (opts.wait or opts.timeout) then
         return host.usage_error("exec", "-n and -w exclude each other")
     end
+    if opts.limit and (opts.limit > 1024 or opts.fence) then
+        return host.usage_error("exec", opts.fence and "--limit and --fence exclude each other" or "--limit must be from 1 to 1024")
+    end
     local policy
     if opts.policy then
         local err
@@ -272,6 +277,7 @@ function _M.run(opts, argv, k)
     local locked, lock, why, detail = pcall(config.lock, dlm, resource, {
         ttl = ttl, margin = margin, policy = policy,
         nonblock = opts.nonblock, wait = opts.wait or opts.timeout, unreachable = unreachable, fence = opts.fence,
+        limit = opts.limit,
     })
     if not locked then
         if lock == POLICY_RAISED then
@@ -308,6 +314,7 @@ function _M.run(opts, argv, k)
     sys.setenv("REDLOCK_VALUE", lock.value)
     sys.setenv("REDLOCK_VALIDITY_MS", math.floor(lock.validity or ttl))
     if lock.token then sys.setenv("REDLOCK_TOKEN", lock.token_string) end
+    if lock.slot then sys.setenv("REDLOCK_SLOT", tostring(lock.slot)) end
     local pid, serr, errno = sys.spawn(command,
         sys.NEWPGRP + sys.SUPERVISE + sys.FOREGROUND + sys.DIE_WITH_HOST + sys.WATCHDOG, grace)
     if not pid then

@@ -15,7 +15,10 @@ local _M = {}
 
 local TIMEOUT_MS = 500
 
-local SPEC = config.spec {}
+local SPEC = config.spec {
+    { name = "limit", long = "limit", arg = "L", check = "count",
+        help = "RESOURCE is a semaphore of L slots: show each slot's holder instead" },
+}
 _M.SPEC = SPEC
 
 function _M.help()
@@ -32,6 +35,11 @@ shown as an error and counts as not answering.
 Options:
 %s
 
+With --limit L, RESOURCE is a semaphore: one line per slot (its key
+redlock:slot:<k>:<key>) saying which value holds it on how many nodes, and
+the number of slots held by a quorum; exit status 0 when a quorum of nodes
+answered, 69 when too few did.
+
 Exit status: 0 held by a quorum, 1 not held by a quorum, 64 usage,
 69 too few nodes answered to tell.
 ]]):format(TIMEOUT_MS, args.describe(SPEC))
@@ -41,6 +49,36 @@ local function show_pttl(pttl)
     if pttl >= 0 then return pttl .. " ms" end
     if pttl == -1 then return "none (no expiry!)" end
     return "-"
+end
+
+-- A semaphore of limit slots on key: per slot, the value most nodes hold
+-- and on how many. Exit status: OK, or UNAVAILABLE when fewer than a
+-- quorum of nodes answered.
+local function show_slots(servers, key, limit, tls, resource)
+    local n = #servers
+    local quorum = math.floor(n / 2) + 1
+    print(("semaphore '%s' of %d slots on %d nodes, quorum %d"):format(resource, limit, n, quorum))
+    local held, worst = 0, n
+    for slot = 1, limit do
+        local votes, answered = {}, 0
+        for _, url in ipairs(servers) do
+            local r = sys.probe(url, ("redlock:slot:%d:%s"):format(slot, key), TIMEOUT_MS, tls)
+            if r then
+                answered = answered + 1
+                if r.exists then votes[r.value] = (votes[r.value] or 0) + 1 end
+            end
+        end
+        if answered < worst then worst = answered end
+        local best, count = nil, 0
+        for v, c in pairs(votes) do
+            if c > count then best, count = v, c end
+        end
+        if best and count >= quorum then held = held + 1 end
+        print(("  slot %-3d %s"):format(slot, best and ("%s... on %d of %d nodes%s"):format(best:sub(1, 12), count, n,
+            count >= quorum and "" or " (no quorum)") or "free"))
+    end
+    print(("%d of %d slots held by a quorum"):format(held, limit))
+    return worst >= quorum and EXIT.OK or EXIT.UNAVAILABLE
 end
 
 function _M.run(opts, argv, k)
@@ -58,6 +96,10 @@ function _M.run(opts, argv, k)
     local quorum = math.floor(n / 2) + 1
 
     local tls = config.tls_options(opts)
+    if opts.limit then
+        if opts.limit > 1024 then return host.usage_error("status", "--limit must be from 1 to 1024") end
+        return show_slots(servers, key, opts.limit, tls, resource)
+    end
     local rows, votes, answered = {}, {}, 0
     for idx, url in ipairs(servers) do
         local r, perr, kind, name = sys.probe(url, key, TIMEOUT_MS, tls)
