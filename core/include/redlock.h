@@ -290,20 +290,26 @@ int rl_begin_acquire_queued(rl_client *c, const char *resource, size_t len, int 
  * limit) of resource is an ordinary lock on the key
  *     "redlock:slot:" .. k .. ":" .. prefix .. resource
  * and a holder holds one slot on a quorum. An acquire sends every node the
- * slots in a random order; each node takes the first one free there (SET
- * NX PX) and answers its number. The slot that reaches a quorum of votes is
+ * slots in a random order; each node takes one free slot (SET NX PX) and
+ * answers its number: the first free in that order, or for a waiter whose
+ * turn it is, the one of its place (docs/design.md, "Semaphores"). The slot that reaches a quorum of votes is
  * held, with validity as for a lock, and rl_result.slot says which; the
  * other slots the acquire set are released in its tail. When no slot can
  * reach a quorum any more, everything set is released (as after a failed
  * acquire) and status is BUSY (the nodes that refused or chose other slots
- * leave no slot a quorum) or UNAVAILABLE. queued: a waiter's acquire, which
- * joins the nodes' queues of waiters of resource on refusal (see
- * "Hand-off": the queue and the channels are resource's, so a release of
- * any slot wakes the semaphore's waiters; watch resource). Mixing locks and
+ * leave no slot a quorum) or UNAVAILABLE. ticket > 0: a waiter's acquire,
+ * which joins the nodes' queues of waiters of resource on refusal (see
+ * "Hand-off": the channels are resource's, so a release of any slot wakes
+ * the waiter of the semaphore whose turn it is; watch resource); ticket is
+ * its place, the same in all its attempts of one wait: rl_wall_ms() when
+ * the wait began. 0: not a waiter. While waiters are queued, a node gives a
+ * free slot only to those whose turn it is, lowest ticket first, and to a
+ * caller outside the queue only when more slots are free than waiters
+ * queued. Mixing locks and
  * semaphores on one resource, or semaphores of different limits, is misuse:
  * nothing checks it. limit from 1 to RL_MAX_LIMIT; RL_ERR otherwise.
  */
-int rl_begin_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, int queued);
+int rl_begin_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, double ticket);
 
 /*
  * The release (kind RL_OP_RELEASE; it wakes the semaphore's waiters) or the
@@ -346,7 +352,7 @@ int rl_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms
 int rl_release(rl_client *c, const char *resource, size_t len, const char *value, rl_result *out);
 int rl_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms,
               rl_result *out);
-int rl_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, int queued,
+int rl_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, double ticket,
                     rl_result *out);
 int rl_on_slot(rl_client *c, int kind, const char *resource, size_t len, int slot, const char *value, int ttl_ms,
                rl_result *out);
@@ -539,9 +545,11 @@ int rl_engine_begin_release(rl_engine *e, const char *resource, size_t len, cons
 int rl_engine_begin_release_quiet(rl_engine *e, const char *resource, size_t len, const char *value,
                                   double now_ms);
 /* A semaphore's acquire, and a release or extension of a slot (see
- * rl_begin_acquire_slot, rl_begin_on_slot). */
-int rl_engine_begin_acquire_slot(rl_engine *e, const char *resource, size_t len, int limit, int ttl_ms, int queued,
-                                 double now_ms);
+ * rl_begin_acquire_slot, rl_begin_on_slot). ticket > 0: a waiter's acquire,
+ * placed in the nodes' queues by ticket (rl_begin_acquire_slot); 0: no
+ * queue. */
+int rl_engine_begin_acquire_slot(rl_engine *e, const char *resource, size_t len, int limit, int ttl_ms,
+                                 double ticket, double now_ms);
 int rl_engine_begin_on_slot(rl_engine *e, int kind, const char *resource, size_t len, int slot, const char *value,
                             int ttl_ms, double now_ms);
 int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const char *value,
@@ -862,6 +870,10 @@ int rl_keeper_release_all(int timeout_ms);
 
 /* Monotonic clock in milliseconds (CLOCK_MONOTONIC). */
 double rl_now_ms(void);
+
+/* The wall clock in milliseconds since the epoch (CLOCK_REALTIME): a
+ * semaphore's waiter's ticket (rl_begin_acquire_slot). */
+double rl_wall_ms(void);
 
 /* A uniform random number in [0, 1), from a per-thread generator seeded by
  * getrandom(2): retry jitter that differs between processes started together. */

@@ -31,8 +31,8 @@ static int acquire_cmd(rl_engine *e, rl_op *op, int variant, int ttl_ms) {
     if (op->sem_limit > 0) {
         int order[RL_MAX_LIMIT];
         draw_order(order, op->sem_limit);
-        return rl_cmd_acquire_slot(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms, waiter, order,
-                                   op->sem_limit);
+        return rl_cmd_acquire_slot(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms, waiter,
+                                   op->sem_ticket, order, op->sem_limit);
     }
     return variant == FENCED ? rl_cmd_acquire_fenced(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms)
            : waiter          ? rl_cmd_acquire_queued(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms, waiter)
@@ -40,9 +40,10 @@ static int acquire_cmd(rl_engine *e, rl_op *op, int variant, int ttl_ms) {
 }
 
 /* Begin an operation of kind. sem: a semaphore's limit (an acquire), or the
- * slot released or extended; 0 for a lock. */
-static int begin(rl_engine *e, int kind, int variant, const char *resource, size_t len, int sem, const char *value,
-                 int ttl_ms, const rl_keep_ref *kept, double now_ms) {
+ * slot released or extended; 0 for a lock. ticket: a semaphore's waiter's
+ * (variant QUEUED). */
+static int begin(rl_engine *e, int kind, int variant, const char *resource, size_t len, int sem, double ticket,
+                 const char *value, int ttl_ms, const rl_keep_ref *kept, double now_ms) {
     if (resource == NULL || len == 0)
         return snprintf(e->errstr, sizeof(e->errstr), "resource must be a non-empty string"), RL_ERR;
     if (len > RL_MAX_KEY_LEN - e->opts.prefix_len)
@@ -76,6 +77,7 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
     op->key.len = plen + len;
     op->sem_limit = kind == RL_OP_ACQUIRE ? sem : 0;
     op->sem_slot = kind == RL_OP_ACQUIRE ? 0 : sem;
+    op->sem_ticket = op->sem_limit > 0 && variant == QUEUED ? ticket : 0;
     op->res.slot = op->sem_slot;
     if (op->sem_slot > 0) { /* the slot's key instead, built in scratch and swapped in */
         if (rl_slot_key(&e->scratch, op->key.data, op->key.len, op->sem_slot) != 0) goto oom;
@@ -121,42 +123,43 @@ oom:
 }
 
 int rl_engine_begin_acquire(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms) {
-    return begin(e, RL_OP_ACQUIRE, PLAIN, resource, len, 0, NULL, ttl_ms, NULL, now_ms);
+    return begin(e, RL_OP_ACQUIRE, PLAIN, resource, len, 0, 0, NULL, ttl_ms, NULL, now_ms);
 }
 
 int rl_engine_begin_acquire_fenced(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms) {
-    return begin(e, RL_OP_ACQUIRE, FENCED, resource, len, 0, NULL, ttl_ms, NULL, now_ms);
+    return begin(e, RL_OP_ACQUIRE, FENCED, resource, len, 0, 0, NULL, ttl_ms, NULL, now_ms);
 }
 
 int rl_engine_begin_acquire_queued(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms) {
-    return begin(e, RL_OP_ACQUIRE, QUEUED, resource, len, 0, NULL, ttl_ms, NULL, now_ms);
+    return begin(e, RL_OP_ACQUIRE, QUEUED, resource, len, 0, 0, NULL, ttl_ms, NULL, now_ms);
 }
 
 int rl_engine_begin_release(rl_engine *e, const char *resource, size_t len, const char *value, double now_ms) {
-    return begin(e, RL_OP_RELEASE, PLAIN, resource, len, 0, value, 0, NULL, now_ms);
+    return begin(e, RL_OP_RELEASE, PLAIN, resource, len, 0, 0, value, 0, NULL, now_ms);
 }
 
 int rl_engine_begin_release_quiet(rl_engine *e, const char *resource, size_t len, const char *value,
                                   double now_ms) {
-    return begin(e, RL_OP_RELEASE, QUIET, resource, len, 0, value, 0, NULL, now_ms);
+    return begin(e, RL_OP_RELEASE, QUIET, resource, len, 0, 0, value, 0, NULL, now_ms);
 }
 
 int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const char *value, int ttl_ms,
                            double now_ms) {
-    return begin(e, RL_OP_EXTEND, PLAIN, resource, len, 0, value, ttl_ms, NULL, now_ms);
+    return begin(e, RL_OP_EXTEND, PLAIN, resource, len, 0, 0, value, ttl_ms, NULL, now_ms);
 }
 
 int rl_engine_begin_kept(rl_engine *e, int kind, const char *resource, size_t len, int slot, const char *value,
                          int ttl_ms, rl_keep_ref ref, double now_ms) {
-    return begin(e, kind, PLAIN, resource, len, slot, value, ttl_ms, &ref, now_ms);
+    return begin(e, kind, PLAIN, resource, len, slot, 0, value, ttl_ms, &ref, now_ms);
 }
 
-int rl_engine_begin_acquire_slot(rl_engine *e, const char *resource, size_t len, int limit, int ttl_ms, int queued,
-                                 double now_ms) {
+int rl_engine_begin_acquire_slot(rl_engine *e, const char *resource, size_t len, int limit, int ttl_ms,
+                                 double ticket, double now_ms) {
     if (limit < 1 || limit > RL_MAX_LIMIT)
         return snprintf(e->errstr, sizeof(e->errstr), "limit must be from 1 to %d (got %d)", RL_MAX_LIMIT, limit),
                RL_ERR;
-    return begin(e, RL_OP_ACQUIRE, queued ? QUEUED : PLAIN, resource, len, limit, NULL, ttl_ms, NULL, now_ms);
+    return begin(e, RL_OP_ACQUIRE, ticket > 0 ? QUEUED : PLAIN, resource, len, limit, ticket, NULL, ttl_ms, NULL,
+                 now_ms);
 }
 
 int rl_engine_begin_on_slot(rl_engine *e, int kind, const char *resource, size_t len, int slot, const char *value,
@@ -167,5 +170,5 @@ int rl_engine_begin_on_slot(rl_engine *e, int kind, const char *resource, size_t
     if (slot < 1 || slot > RL_MAX_LIMIT)
         return snprintf(e->errstr, sizeof(e->errstr), "slot must be from 1 to %d (got %d)", RL_MAX_LIMIT, slot),
                RL_ERR;
-    return begin(e, kind, PLAIN, resource, len, slot, value, ttl_ms, NULL, now_ms);
+    return begin(e, kind, PLAIN, resource, len, slot, 0, value, ttl_ms, NULL, now_ms);
 }

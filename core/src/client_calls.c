@@ -43,8 +43,8 @@ int rl_begin_extend(rl_client *c, const char *resource, size_t len, const char *
     return begun(c, rl_engine_begin_extend(c->engine, resource, len, value, ttl_ms, rl_now_ms()));
 }
 
-int rl_begin_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, int queued) {
-    return begun(c, rl_engine_begin_acquire_slot(c->engine, resource, len, limit, ttl_ms, queued, rl_now_ms()));
+int rl_begin_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, double ticket) {
+    return begun(c, rl_engine_begin_acquire_slot(c->engine, resource, len, limit, ttl_ms, ticket, rl_now_ms()));
 }
 
 int rl_begin_on_slot(rl_client *c, int kind, const char *resource, size_t len, int slot, const char *value,
@@ -156,9 +156,9 @@ int rl_extend(rl_client *c, const char *resource, size_t len, const char *value,
     return finish(c, rl_begin_extend(c, resource, len, value, ttl_ms), out);
 }
 
-int rl_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, int queued,
+int rl_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, double ticket,
                     rl_result *out) {
-    return finish(c, rl_begin_acquire_slot(c, resource, len, limit, ttl_ms, queued), out);
+    return finish(c, rl_begin_acquire_slot(c, resource, len, limit, ttl_ms, ticket), out);
 }
 
 int rl_on_slot(rl_client *c, int kind, const char *resource, size_t len, int slot, const char *value, int ttl_ms,

@@ -8,6 +8,7 @@
 
 #include "command.h"
 #include "redlock.h"
+#include "resp.h"
 
 /* A release that deletes the key tells the waiters (redlock.h, "Hand-off").
  * First the queue: the waiters queued on this node, oldest first, until one
@@ -17,20 +18,17 @@
  * their number, so that a waiter knows how many it competes with; with
  * nobody listening nothing is published. The script answers 2 instead of 1
  * when it published. pcall: a user that may not publish or use the queue
- * (an ACL, a key of another type) still releases, and its waiters poll.
- * KEYS[2], when given, names the waiters instead of KEYS[1]: a semaphore's
- * slot (KEYS[1]) wakes the waiters of the whole semaphore (prefix ..
- * resource), whichever slot is released. */
+ * (an ACL, a key of another type) still releases, and its waiters poll. */
 const char rl_release_script[] =
     "if redis.call(\"get\",KEYS[1]) == ARGV[1] then redis.call(\"del\",KEYS[1]) "
     "if ARGV[2] == \"quiet\" then return 1 end "
-    "local k = KEYS[2] or KEYS[1] local q = \"" RL_QUEUE_PREFIX "\"..k "
+    "local q = \"" RL_QUEUE_PREFIX "\"..KEYS[1] "
     "for i = 1, 8 do local w = redis.pcall(\"lpop\",q) if type(w) ~= \"string\" then break end "
-    "local s = redis.pcall(\"publish\",\"" RL_WAKE_PREFIX "\"..w..\":\"..k,1) "
+    "local s = redis.pcall(\"publish\",\"" RL_WAKE_PREFIX "\"..w..\":\"..KEYS[1],1) "
     "if type(s) == \"number\" and s > 0 then return 2 end end "
-    "local c = \"redlock:released:\"..k local s = redis.pcall(\"pubsub\",\"numsub\",c) "
-    "local n = type(s) == \"table\" and tonumber(s[2]) or 0 "
-    "if n > 0 and type(redis.pcall(\"publish\",c,n)) == \"number\" then return 2 end return 1 "
+    "local c = \"redlock:released:\"..KEYS[1] local s = redis.pcall(\"pubsub\",\"numsub\",c) "
+    "local k = type(s) == \"table\" and tonumber(s[2]) or 0 "
+    "if k > 0 and type(redis.pcall(\"publish\",c,k)) == \"number\" then return 2 end return 1 "
     "else return 0 end";
 const char rl_extend_script[] =
     "if redis.call(\"get\",KEYS[1]) == ARGV[1] then return redis.call(\"pexpire\",KEYS[1],ARGV[2]) else return 0 end";
@@ -44,40 +42,18 @@ const char rl_extend_script[] =
  * (RL_QUEUE_MAX) takes nobody more. A waiter left out hears the broadcast
  * (a release that wakes no queued waiter) or polls; SET NX decides the
  * lock either way. */
-#define STR_(x) #x
-#define STR(x) STR_(x)
-#define RL_QUEUE_LEAVE                                                                                  \
-    "local n = redis.pcall(\"llen\",q) "                                                                   \
-    "if type(n) == \"number\" and n > 0 and n <= " STR(RL_QUEUE_MAX) " then redis.pcall(\"lrem\",q,0,w) end "
-#define RL_QUEUE_JOIN                                                                                   \
-    "local n = redis.pcall(\"llen\",q) "                                                                   \
-    "if type(n) ~= \"number\" or n > " STR(RL_QUEUE_MAX) " then return false end "                         \
-    "local p = redis.pcall(\"lpos\",q,w) "                                                                 \
-    "if type(p) == \"table\" then local k = redis.pcall(\"lrem\",q,0,w) "                                 \
-    "if type(k) == \"number\" then n = n - k end p = false end "                                          \
-    "if not p then if n >= " STR(RL_QUEUE_MAX) " then return false end redis.pcall(\"rpush\",q,w) end "    \
-    "redis.pcall(\"pexpire\",q,60000) return false "
 const char rl_acquire_queued_script[] =
-    "local q, w = \"" RL_QUEUE_PREFIX "\"..KEYS[1], ARGV[3] "
-    "if redis.call(\"set\",KEYS[1],ARGV[1],\"NX\",\"PX\",ARGV[2]) then " RL_QUEUE_LEAVE
-    "return redis.status_reply(\"OK\") end " RL_QUEUE_JOIN;
-/* A semaphore's acquire (docs/design.md, "Semaphores"): KEYS[1..L] are
- * its slots' keys in the order the client drew, KEYS[L+1] the semaphore's
- * own key (prefix .. resource, never written: it names the queue); ARGV[1]
- * the value, ARGV[2] the ttl, ARGV[3] a waiter id or "" (no queue),
- * ARGV[4..L+3] the slots' numbers in the same order. The first slot free is
- * taken (SET NX PX) and its number returned; none free: nil, and a waiter
- * joins the queue as rl_acquire_queued_script's does. */
-const char rl_acquire_slot_script[] =
-    "local l = #KEYS - 1 local q, w = \"" RL_QUEUE_PREFIX "\"..KEYS[l + 1], ARGV[3] "
-    "for i = 1, l do if redis.call(\"set\",KEYS[i],ARGV[1],\"NX\",\"PX\",ARGV[2]) then "
-    "if w ~= \"\" then " RL_QUEUE_LEAVE "end return tonumber(ARGV[3 + i]) end end "
-    "if w == \"\" then return false end " RL_QUEUE_JOIN;
-/* Undo a semaphore's acquire on one node: delete each of KEYS that holds
- * ARGV[1]; wakes nobody. */
-const char rl_release_slots_script[] =
-    "for i = 1, #KEYS do if redis.call(\"get\",KEYS[i]) == ARGV[1] then redis.call(\"del\",KEYS[i]) end end "
-    "return 1";
+    "local q = \"" RL_QUEUE_PREFIX "\"..KEYS[1] "
+    "if redis.call(\"set\",KEYS[1],ARGV[1],\"NX\",\"PX\",ARGV[2]) then local n = redis.pcall(\"llen\",q) "
+    "if type(n) == \"number\" and n > 0 and n <= " STR(RL_QUEUE_MAX) " then redis.pcall(\"lrem\",q,0,ARGV[3]) end "
+    "return redis.status_reply(\"OK\") end "
+    "local n = redis.pcall(\"llen\",q) "
+    "if type(n) ~= \"number\" or n > " STR(RL_QUEUE_MAX) " then return false end "
+    "local p = redis.pcall(\"lpos\",q,ARGV[3]) "
+    "if type(p) == \"table\" then local k = redis.pcall(\"lrem\",q,0,ARGV[3]) "
+    "if type(k) == \"number\" then n = n - k end p = false end "
+    "if not p then if n >= " STR(RL_QUEUE_MAX) " then return false end redis.pcall(\"rpush\",q,ARGV[3]) end "
+    "redis.pcall(\"pexpire\",q,60000) return false";
 /* A fenced lock's scripts start by checking the counter, before anything
  * is written (Redis does not undo a script's writes when it fails later):
  * absent, or a positive integer as INCR keeps it (no sign, no leading zero,
@@ -109,7 +85,7 @@ const char rl_commit_script[] =
     "local why = fault(KEYS[2], false) if why then return redis.error_reply(why) end "
     "local c, t = redis.call(\"get\",KEYS[2]), ARGV[2] "
     "if not c or #c < #t or (#c == #t and c < t) then redis.call(\"set\",KEYS[2],t) end return 1";
-const char rl_release_sha[] = "f67481864ecf150e649e9682daa19409ad96e4b1";
+const char rl_release_sha[] = "be077799191632fc6ea6490e3c099c5976889961";
 const char rl_extend_sha[] = "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10";
 
 /* Byte i of prefix .. resource (i < plen + len). */
@@ -136,10 +112,6 @@ const char *rl_reserved_key(const char *prefix, size_t prefix_len, const char *r
     return "its key (prefix + resource) ends with \"" RL_FENCE_SUFFIX "\", as a fenced lock's counter does";
 }
 
-#define LIT(s) s, sizeof(s) - 1
-#define SHA_LEN 40
-#define HEADER_MAX 24 /* "$" + 20 digits + CRLF, rounded up */
-
 void rl_buf_free(rl_buf *b) {
     free(b->data);
     b->data = NULL;
@@ -156,40 +128,6 @@ int rl_buf_reserve(rl_buf *b, size_t extra) {
     b->data = p;
     b->cap = cap;
     return 0;
-}
-
-static char *put(char *p, const char *s, size_t n) {
-    memcpy(p, s, n);
-    return p + n;
-}
-
-/* v in decimal; 20 digits hold any 64-bit value. */
-static char *put_uint(char *p, unsigned long long v) {
-    char digits[20];
-    int n = 0;
-    do digits[n++] = (char)('0' + v % 10);
-    while (v /= 10);
-    while (n > 0) *p++ = digits[--n];
-    return p;
-}
-
-static char *put_header(char *p, char kind, size_t n) {
-    *p++ = kind;
-    p = put_uint(p, n);
-    return put(p, LIT("\r\n"));
-}
-
-static char *put_bulk(char *p, const char *s, size_t n) {
-    p = put_header(p, '$', n);
-    p = put(p, s, n);
-    return put(p, LIT("\r\n"));
-}
-
-/* The ttl as a bulk string; callers check ttl_ms > 0. */
-static char *put_ttl(char *p, int ttl_ms) {
-    char digits[HEADER_MAX];
-    size_t n = (size_t)(put_uint(digits, (size_t)ttl_ms) - digits);
-    return put_bulk(p, digits, n);
 }
 
 /* Start b over with room for a command of fixed bytes plus keylen. */
@@ -213,40 +151,31 @@ int rl_cmd_acquire(rl_buf *b, const char *key, size_t keylen, const char *value,
 }
 
 /* *argc EVALSHA sha 1 key value   or   *argc EVAL script 1 key value,
- * with room after it for two more arguments (a ttl and a short word); key2
- * not NULL: numkeys 2, key2 after key */
+ * with room after it for two more arguments (a ttl and a short word) */
 static char *script_head(rl_buf *b, char argc, int by_sha, const char *sha, const char *script,
-                         size_t script_len, const char *key, size_t keylen, const char *key2, size_t key2len,
-                         const char *value) {
-    char *p = start(b, 64 + (by_sha ? SHA_LEN : script_len) + RL_VALUE_LEN, keylen + key2len);
+                         size_t script_len, const char *key, size_t keylen, const char *value) {
+    char *p = start(b, 64 + (by_sha ? SHA_LEN : script_len) + RL_VALUE_LEN, keylen);
     if (p == NULL) return NULL;
     *p++ = '*';
     *p++ = argc;
     if (by_sha) {
         p = put(p, LIT("\r\n$7\r\nEVALSHA\r\n$40\r\n"));
         p = put(p, sha, SHA_LEN);
-        p = put(p, LIT("\r\n"));
+        p = put(p, LIT("\r\n$1\r\n1\r\n"));
     } else {
         p = put(p, LIT("\r\n$4\r\nEVAL\r\n"));
         p = put_bulk(p, script, script_len);
+        p = put(p, LIT("$1\r\n1\r\n"));
     }
-    p = key2 ? put(p, LIT("$1\r\n2\r\n")) : put(p, LIT("$1\r\n1\r\n"));
     p = put_bulk(p, key, keylen);
-    if (key2) p = put_bulk(p, key2, key2len);
     p = put(p, LIT("$40\r\n"));
     p = put(p, value, RL_VALUE_LEN);
     return put(p, LIT("\r\n"));
 }
 
 int rl_cmd_release(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value, int quiet) {
-    return rl_cmd_release_waking(b, by_sha, key, keylen, NULL, 0, value, quiet);
-}
-
-int rl_cmd_release_waking(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *waiters,
-                          size_t waiterslen, const char *value, int quiet) {
-    char argc = (char)((quiet ? '6' : '5') + (waiters != NULL));
-    char *p = script_head(b, argc, by_sha, rl_release_sha, rl_release_script, sizeof(rl_release_script) - 1,
-                          key, keylen, waiters, waiterslen, value);
+    char *p = script_head(b, quiet ? '6' : '5', by_sha, rl_release_sha, rl_release_script,
+                          sizeof(rl_release_script) - 1, key, keylen, value);
     if (p == NULL) return -1;
     if (quiet) p = put(p, LIT("$5\r\nquiet\r\n"));
     b->len = (size_t)(p - b->data);
@@ -255,7 +184,7 @@ int rl_cmd_release_waking(rl_buf *b, int by_sha, const char *key, size_t keylen,
 
 int rl_cmd_extend(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value, int ttl_ms) {
     char *p = script_head(b, '6', by_sha, rl_extend_sha, rl_extend_script, sizeof(rl_extend_script) - 1,
-                          key, keylen, NULL, 0, value);
+                          key, keylen, value);
     if (p == NULL) return -1;
     p = put_ttl(p, ttl_ms);
     b->len = (size_t)(p - b->data);
@@ -287,7 +216,7 @@ static int fenced_eval(rl_buf *b, const char *script, size_t script_len, const c
 int rl_cmd_acquire_queued(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms,
                           const char *waiter) {
     char *p = script_head(b, '7', 0, NULL, rl_acquire_queued_script, sizeof(rl_acquire_queued_script) - 1, key,
-                          keylen, NULL, 0, value);
+                          keylen, value);
     if (p == NULL) return -1;
     p = put_ttl(p, ttl_ms);
     p = put_bulk(p, waiter, RL_WAITER_ID_LEN);
@@ -321,84 +250,6 @@ int rl_cmd_append_argv(rl_buf *b, int argc, const char *const *argv, const size_
     if (rl_buf_reserve(b, need) != 0) return -1;
     char *p = put_header(b->data + b->len, '*', (size_t)argc);
     for (int i = 0; i < argc; i++) p = put_bulk(p, argv[i], lens[i]);
-    b->len = (size_t)(p - b->data);
-    return 0;
-}
-
-/* ---- a semaphore's slots ---- */
-
-/* "redlock:slot:<slot>:" into out (room for 32 bytes); its length. The one
- * place where a slot's key name is made: its key is this .. prefix .. resource. */
-static size_t slot_head(char *out, int slot) {
-    char *p = put(out, LIT(RL_SLOT_PREFIX));
-    p = put_uint(p, (unsigned)slot);
-    *p++ = ':';
-    return (size_t)(p - out);
-}
-
-size_t rl_slot_head_len(int slot) {
-    char head[32];
-    return slot_head(head, slot);
-}
-
-int rl_slot_key(rl_buf *b, const char *key, size_t keylen, int slot) {
-    char head[32];
-    size_t h = slot_head(head, slot);
-    b->len = 0;
-    if (rl_buf_reserve(b, h + keylen) != 0) return -1;
-    memcpy(b->data, head, h);
-    memcpy(b->data + h, key, keylen);
-    b->len = h + keylen;
-    return 0;
-}
-
-/* slot's key (slot_head .. key) as a bulk string */
-static char *put_slot_key(char *p, int slot, const char *key, size_t keylen) {
-    char head[32];
-    size_t h = slot_head(head, slot);
-    p = put_header(p, '$', h + keylen);
-    p = put(p, head, h);
-    p = put(p, key, keylen);
-    return put(p, LIT("\r\n"));
-}
-
-/* *argc EVAL script numkeys: the head of a command with numkeys keys and
- * argc words in all, with room for extra more bytes after it. */
-static char *eval_head(rl_buf *b, size_t argc, const char *script, size_t script_len, size_t numkeys,
-                       size_t extra) {
-    b->len = 0;
-    if (extra > SIZE_MAX / 4 || rl_buf_reserve(b, 4 * HEADER_MAX + script_len + extra) != 0) return NULL;
-    char *p = put_header(b->data, '*', argc);
-    p = put(p, LIT("$4\r\nEVAL\r\n"));
-    p = put_bulk(p, script, script_len);
-    return put_ttl(p, (int)numkeys);
-}
-
-int rl_cmd_acquire_slot(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms,
-                        const char *waiter, const int *order, int limit) {
-    size_t l = (size_t)limit, per_key = keylen + 32 + 2 * HEADER_MAX;
-    char *p = eval_head(b, 3 + (l + 1) + 3 + l, rl_acquire_slot_script, sizeof(rl_acquire_slot_script) - 1, l + 1,
-                        (l + 1) * per_key + RL_VALUE_LEN + RL_WAITER_ID_LEN + (l + 3) * 2 * HEADER_MAX);
-    if (p == NULL) return -1;
-    for (size_t i = 0; i < l; i++) p = put_slot_key(p, order[i], key, keylen);
-    p = put_bulk(p, key, keylen);
-    p = put_bulk(p, value, RL_VALUE_LEN);
-    p = put_ttl(p, ttl_ms);
-    p = waiter ? put_bulk(p, waiter, RL_WAITER_ID_LEN) : put(p, LIT("$0\r\n\r\n"));
-    for (size_t i = 0; i < l; i++) p = put_ttl(p, order[i]);
-    b->len = (size_t)(p - b->data);
-    return 0;
-}
-
-int rl_cmd_release_slots(rl_buf *b, const char *key, size_t keylen, const char *value, int limit, int only,
-                         int except) {
-    size_t n = only > 0 ? 1 : (size_t)limit - (except > 0);
-    char *p = eval_head(b, 3 + n + 1, rl_release_slots_script, sizeof(rl_release_slots_script) - 1, n,
-                        n * (keylen + 32 + 2 * HEADER_MAX) + RL_VALUE_LEN + HEADER_MAX);
-    if (p == NULL) return -1;
-    for (int s = 1; s <= limit; s++)
-        if (only > 0 ? s == only : s != except) p = put_slot_key(p, s, key, keylen);
-    p = put_bulk(p, value, RL_VALUE_LEN);
     b->len = (size_t)(p - b->data);
     return 0;
 }

@@ -13,7 +13,7 @@
 #include "redlock.h"
 
 #define OUT_OF_STEP "connection reset: replies out of step with commands (a reply was lost)"
-#define RELEASE_SHA "f67481864ecf150e649e9682daa19409ad96e4b1"
+#define RELEASE_SHA "be077799191632fc6ea6490e3c099c5976889961"
 #define EXTEND_SHA "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10"
 #define VALUE "0123456789abcdef0123456789abcdef01234567"
 #define NOSCRIPT "-NOSCRIPT No matching script. Please use EVAL.\r\n"
@@ -1811,14 +1811,19 @@ static const char *slot_value(const char *bytes) {
     return value;
 }
 
-/* What rl_cmd_release_slots encodes for these arguments. */
-static const char *slots_cleanup(const char *key, const char *value, int limit, int only, int except) {
-    static char buf[2048];
+/* What rl_cmd_release_slots encodes for these arguments (a waiter's: how). */
+static const char *waiter_cleanup(const char *key, const char *value, int limit, int only, int except,
+                                  const char *waiter, double ticket, const char *how) {
+    static char buf[4096];
     rl_buf b = {0};
-    CHECK_INT(rl_cmd_release_slots(&b, key, strlen(key), value, limit, only, except), 0);
+    CHECK_INT(rl_cmd_release_slots(&b, key, strlen(key), value, limit, only, except, waiter, ticket, how), 0);
     snprintf(buf, sizeof(buf), "%.*s", (int)b.len, b.data);
     rl_buf_free(&b);
     return buf;
+}
+
+static const char *slots_cleanup(const char *key, const char *value, int limit, int only, int except) {
+    return waiter_cleanup(key, value, limit, only, except, NULL, 0, "");
 }
 
 /* 5 nodes, limit 3: each node answers the slot it took. Slot 2 reaches a
@@ -1855,7 +1860,7 @@ static void semaphore_holds_the_slot_a_quorum_took(void) {
     CHECK_INT(r.taken, 2);
     CHECK(near(r.validity_ms, 10000 - 3 - (100 + 2)));
     CHECK_STR(drain(1, 3), slots_cleanup("s", value, 3, 1, 2));
-    CHECK(strstr(out, "$16\r\nredlock:slot:1:s\r\n") != NULL && strstr(out, "redlock:slot:2:s") == NULL);
+    CHECK(strstr(out, "$16\r\nredlock:slot:1:s\r\n") != NULL && strstr(out, "$16\r\nredlock:slot:2:s") == NULL);
     for (int i = 0; i < 5; i++)
         if (i != 1) CHECK_INT(drain(i, 3)[0], 0);
     CHECK_INT(feed(1, ":1\r\n", 4), RL_OK);
@@ -1914,15 +1919,67 @@ static void semaphore_split_votes_fail_and_are_undone(void) {
     rl_engine_free(E);
 }
 
+/* A waiter's acquire (a ticket): won, the nodes whose votes went elsewhere
+ * are told to let the waiter leave their queue, a node that refused too
+ * (with no slot to undo there); lost, a node that gave it a slot has the
+ * slot undone and the waiter queued again with its ticket, and a node that
+ * refused is left alone (the waiter keeps its place there). */
+static void semaphore_waiter_leaves_the_queue_or_keeps_its_place(void) {
+    E = engine(urls5, 5, NULL);
+    int id = rl_engine_begin_acquire_slot(E, "s", 1, 3, 10000, 1234.5, 0);
+    bring_up_all(5, 0);
+    char value[41], waiter[RL_WAITER_ID_LEN + 1];
+    snprintf(value, sizeof(value), "%s", slot_value(drain(0, 0)));
+    snprintf(waiter, sizeof(waiter), "%s", rl_engine_waiter_id(E));
+    CHECK(strstr(out, waiter) != NULL);
+    CHECK(strstr(out, "$7\r\n1234500\r\n") != NULL); /* the ticket, in µs */
+    for (int i = 1; i < 5; i++) drain(i, 0);
+    CHECK_INT(feed(0, ":1\r\n", 1), RL_OK);
+    CHECK_INT(feed(1, ":1\r\n", 1), RL_OK);
+    CHECK_INT(feed(2, "$-1\r\n", 1), RL_OK);
+    CHECK_INT(feed(3, ":1\r\n", 1), RL_OK);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    CHECK_INT(r.slot, 1);
+    CHECK_STR(drain(2, 1), waiter_cleanup("s", value, 3, -1, 1, waiter, 1234.5, "leave"));
+    CHECK(strstr(out, "$16\r\nredlock:slot:") == NULL); /* refused: nothing to undo */
+    CHECK_STR(drain(4, 1), waiter_cleanup("s", value, 3, 0, 1, waiter, 1234.5, "leave"));
+    for (int i = 0; i < 4; i++)
+        if (i != 2) CHECK_INT(drain(i, 1)[0], 0);
+    rl_engine_free(E);
+
+    E = engine(urls5, 5, NULL);
+    id = rl_engine_begin_acquire_slot(E, "s", 1, 3, 10000, 1234.5, 0);
+    bring_up_all(5, 0);
+    snprintf(value, sizeof(value), "%s", slot_value(drain(0, 0)));
+    snprintf(waiter, sizeof(waiter), "%s", rl_engine_waiter_id(E));
+    for (int i = 1; i < 5; i++) drain(i, 0);
+    CHECK_INT(feed(0, ":1\r\n", 1), RL_OK);
+    CHECK_INT(feed(1, ":2\r\n", 1), RL_OK);
+    CHECK_INT(feed(2, "$-1\r\n", 1), RL_OK);
+    CHECK_INT(feed(3, "$-1\r\n", 1), RL_OK);
+    CHECK_INT(take(id).status, RL_STATUS_BUSY);
+    CHECK_STR(drain(0, 1), waiter_cleanup("s", value, 3, 1, 0, waiter, 1234.5, "back"));
+    CHECK_STR(drain(1, 1), waiter_cleanup("s", value, 3, 2, 0, waiter, 1234.5, "back"));
+    CHECK_STR(drain(4, 1), waiter_cleanup("s", value, 3, 0, 0, waiter, 1234.5, "back"));
+    CHECK_INT(drain(2, 1)[0], 0);
+    CHECK_INT(drain(3, 1)[0], 0);
+    rl_engine_free(E);
+}
+
 /* A slot held is released and extended as a lock on the slot's key; the
  * release names the semaphore's key too, whose waiters it wakes. */
 static void semaphore_slot_release_and_extend(void) {
     E = engine(urls5, 3, NULL);
     int id = rl_engine_begin_on_slot(E, RL_OP_RELEASE, "s", 1, 2, VALUE, 0, 0);
     bring_up_all(3, 0);
-    char want[512];
-    snprintf(want, sizeof(want), "*6\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n$1\r\n2\r\n$16\r\nredlock:slot:2:s\r\n"
-             "$1\r\ns\r\n$40\r\n%s\r\n", RELEASE_SHA, VALUE);
+    char want[2048];
+    rl_buf b = {0};
+    CHECK_INT(rl_cmd_release_slot(&b, "redlock:slot:2:s", 16, "s", 1, VALUE, 0), 0);
+    snprintf(want, sizeof(want), "%.*s", (int)b.len, b.data);
+    rl_buf_free(&b);
+    CHECK(strstr(want, rl_release_slot_script) != NULL);
+    CHECK(strstr(want, "$1\r\n2\r\n$16\r\nredlock:slot:2:s\r\n$1\r\ns\r\n$40\r\n") != NULL);
     for (int i = 0; i < 3; i++) CHECK_STR(drain(i, 0), want);
     for (int i = 0; i < 2; i++) feed(i, ":2\r\n", 1);
     rl_result r = take(id);
@@ -1986,5 +2043,6 @@ int main(void) {
     semaphore_holds_the_slot_a_quorum_took();
     semaphore_split_votes_fail_and_are_undone();
     semaphore_slot_release_and_extend();
+    semaphore_waiter_leaves_the_queue_or_keeps_its_place();
     return check_report("engine");
 }

@@ -50,8 +50,9 @@
 --                         begin, then wait: RL_OK with the verdict in
 --                         out.status, or RL_ERR / RL_ERR_FULL when it could
 --                         not start (out untouched)
---   acquire_slot(resource, len, limit, ttl, queued, out)
---                         a semaphore's acquire, blocking (queued: 0 or 1)
+--   acquire_slot(resource, len, limit, ttl, ticket, out)
+--                         a semaphore's acquire, blocking (ticket: a waiter's,
+--                         rl_wall_ms() when its wait began, or 0)
 --   begin_on_slot(kind, resource, len, slot, value, ttl),
 --   on_slot(kind, resource, len, slot, value, ttl, out)
 --                         release (kind RL_OP_RELEASE) or extend (RL_OP_EXTEND)

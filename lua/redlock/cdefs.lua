@@ -109,7 +109,7 @@ int rl_begin_release_quiet(rl_client *c, const char *resource, size_t len, const
 int rl_begin_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms);
 int rl_begin_acquire_fenced(rl_client *c, const char *resource, size_t len, int ttl_ms);
 int rl_begin_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms);
-int rl_begin_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, int queued);
+int rl_begin_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, double ticket);
 int rl_begin_on_slot(rl_client *c, int kind, const char *resource, size_t len, int slot, const char *value,
                      int ttl_ms);
 int rl_run(rl_client *c, int timeout_ms);
@@ -121,7 +121,7 @@ int rl_acquire_fenced(rl_client *c, const char *resource, size_t len, int ttl_ms
 int rl_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
 int rl_release(rl_client *c, const char *resource, size_t len, const char *value, rl_result *out);
 int rl_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms, rl_result *out);
-int rl_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, int queued,
+int rl_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, double ticket,
                     rl_result *out);
 int rl_on_slot(rl_client *c, int kind, const char *resource, size_t len, int slot, const char *value, int ttl_ms,
                rl_result *out);
@@ -155,7 +155,8 @@ int rl_engine_begin_acquire_fenced(rl_engine *e, const char *resource, size_t le
 int rl_engine_begin_acquire_queued(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
 int rl_engine_begin_release(rl_engine *e, const char *resource, size_t len, const char *value, double now_ms);
 int rl_engine_begin_release_quiet(rl_engine *e, const char *resource, size_t len, const char *value, double now_ms);
-int rl_engine_begin_acquire_slot(rl_engine *e, const char *resource, size_t len, int limit, int ttl_ms, int queued,
+int rl_engine_begin_acquire_slot(rl_engine *e, const char *resource, size_t len, int limit, int ttl_ms,
+                                 double ticket,
                                  double now_ms);
 int rl_engine_begin_on_slot(rl_engine *e, int kind, const char *resource, size_t len, int slot, const char *value,
                             int ttl_ms, double now_ms);
@@ -226,6 +227,7 @@ int rl_keeper_release(rl_keeper *k, int timeout_ms);
 int rl_keeper_release_all(int timeout_ms);
 
 double rl_now_ms(void);
+double rl_wall_ms(void);
 double rl_random(void);
 const char *rl_status_word(int status);
 const char *rl_node_state_word(int state);

@@ -100,13 +100,14 @@ end
 _M.PLAIN = { try = attempt, queued = attempt_queued }
 _M.FENCED = { try = attempt_fenced }
 
--- A semaphore of limit slots: one attempt takes one slot (queued: joining
--- the queue of the semaphore's waiters when none is free).
-local function attempt_slot(d, client, resource, ttl, limit, queued)
+-- A semaphore of limit slots: one attempt takes one slot (a waiter's, with
+-- its ticket: its place in the queue of the semaphore's waiters, which it
+-- joins when refused; 0: no queue).
+local function attempt_slot(d, client, resource, ttl, limit, ticket)
     local started = now()
-    local rc = client:acquire_slot(resource, #resource, limit, ttl, queued, result)
+    local rc = client:acquire_slot(resource, #resource, limit, ttl, ticket, result)
     if rc ~= RL_OK then
-        again_when_full(d, client, rc, client.acquire_slot, resource, #resource, limit, ttl, queued, result)
+        again_when_full(d, client, rc, client.acquire_slot, resource, #resource, limit, ttl, ticket, result)
     end
     if result.status == OK then return new_lock(d, resource, ttl, started, result) end
     return failure(d, result)
@@ -114,14 +115,17 @@ end
 
 local semaphores = {} -- limit -> how its lock calls attempt (made once per limit)
 
---- How a lock call on a semaphore of limit slots attempts (as _M.PLAIN).
+--- How a lock call on a semaphore of limit slots attempts (as _M.PLAIN; a
+--- waiter's attempts carry the ticket redlock.wait gives them).
 function _M.semaphore(limit)
     local kind = semaphores[limit]
     if kind == nil then
         kind = {
             slots = limit,
             try = function(d, client, resource, ttl) return attempt_slot(d, client, resource, ttl, limit, 0) end,
-            queued = function(d, client, resource, ttl) return attempt_slot(d, client, resource, ttl, limit, 1) end,
+            queued = function(d, client, resource, ttl, ticket)
+                return attempt_slot(d, client, resource, ttl, limit, ticket)
+            end,
         }
         semaphores[limit] = kind
     end
@@ -248,7 +252,9 @@ function lock:unlock()
     if result.status == OK then
         self.released = true
         forget(self)
-        if result.heard > 0 then mark_head_start(self.dlm, self.resource) end
+        -- a semaphore's nodes keep their waiters' turns themselves: a
+        -- releaser that asks again at once is refused while it is not its turn
+        if result.heard > 0 and not self.slot then mark_head_start(self.dlm, self.resource) end
         return true, nil, detail_of(self.dlm, result)
     end
     return failure(self.dlm, result)

@@ -31,8 +31,9 @@ local client_mt = { __index = client }
 -- Begin an operation on the hub's engine and register its waiter; the id,
 -- or RL_ERR with self.err set. kind: 1 acquire, 2 release, 3 extend, 4
 -- fenced, 5 queued, 6 quiet release, 7 a semaphore's acquire (sem: its
--- limit; queued: 0 or 1), 8 and 9 a release and an extension of slot sem.
-function client:begin(kind, resource, len, value, ttl, sem, queued)
+-- limit; ticket: a waiter's, or 0), 8 and 9 a release and an extension of
+-- slot sem.
+function client:begin(kind, resource, len, value, ttl, sem, ticket)
     local why = phase_refusal()
     if why then self.err = why; return RL_ERR end
     local hub = self.hub
@@ -45,7 +46,7 @@ function client:begin(kind, resource, len, value, ttl, sem, queued)
     elseif kind == 4 then id = C.rl_engine_begin_acquire_fenced(e, resource, len, ttl, now)
     elseif kind == 5 then id = C.rl_engine_begin_acquire_queued(e, resource, len, ttl, now)
     elseif kind == 6 then id = C.rl_engine_begin_release_quiet(e, resource, len, value, now)
-    elseif kind == 7 then id = C.rl_engine_begin_acquire_slot(e, resource, len, sem, ttl, queued, now)
+    elseif kind == 7 then id = C.rl_engine_begin_acquire_slot(e, resource, len, sem, ttl, ticket, now)
     elseif kind == 8 then id = C.rl_engine_begin_on_slot(e, C.RL_OP_RELEASE, resource, len, sem, value, 0, now)
     elseif kind == 9 then id = C.rl_engine_begin_on_slot(e, C.RL_OP_EXTEND, resource, len, sem, value, ttl, now)
     else id = C.rl_engine_begin_extend(e, resource, len, value, ttl, now) end
@@ -126,8 +127,8 @@ function client:extend(resource, len, value, ttl, out)
     return blocking(self, self:begin(3, resource, len, value, ttl), out)
 end
 
-function client:acquire_slot(resource, len, limit, ttl, queued, out)
-    return blocking(self, self:begin(7, resource, len, nil, ttl, limit, queued), out)
+function client:acquire_slot(resource, len, limit, ttl, ticket, out)
+    return blocking(self, self:begin(7, resource, len, nil, ttl, limit, ticket), out)
 end
 
 function client:on_slot(kind, resource, len, slot, value, ttl, out)
