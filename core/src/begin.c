@@ -13,27 +13,10 @@
  * waiters (PLAIN) or nobody (QUIET). */
 enum { PLAIN, FENCED, QUEUED, QUIET };
 
-/* A random order of the slots 1 to limit (Fisher-Yates, rl_random). */
-static void draw_order(int *order, int limit) {
-    for (int i = 0; i < limit; i++) order[i] = i + 1;
-    for (int i = limit - 1; i > 0; i--) {
-        int j = (int)(rl_random() * (i + 1));
-        if (j > i) j = i;
-        int t = order[i];
-        order[i] = order[j];
-        order[j] = t;
-    }
-}
-
 /* The acquire's command (op->key: the lock's key, or a semaphore's). */
 static int acquire_cmd(rl_engine *e, rl_op *op, int variant, int ttl_ms) {
     const char *waiter = variant == QUEUED ? rl_engine_waiter_id(e) : NULL;
-    if (op->sem_limit > 0) {
-        int order[RL_MAX_LIMIT];
-        draw_order(order, op->sem_limit);
-        return rl_cmd_acquire_slot(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms, waiter,
-                                   op->sem_ticket, order, op->sem_limit);
-    }
+    if (op->sem_limit > 0) return rl_slot_acquire_cmd(e, op, &op->cmd, 1, ttl_ms);
     return variant == FENCED ? rl_cmd_acquire_fenced(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms)
            : waiter          ? rl_cmd_acquire_queued(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms, waiter)
                              : rl_cmd_acquire(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms);

@@ -62,7 +62,9 @@
  * queue with its ticket (a waiter in it keeps its place) and leaves the
  * limit (RL_LIMIT_PREFIX .. key) for releases to count free slots with. A
  * queue of another type, or of more than RL_QUEUE_MAX entries (only others'
- * writes make one), is ignored: nobody waits in it. */
+ * writes make one), is ignored: nobody waits in it. Sent by its SHA1
+ * (rl_acquire_slot_sha); a node that answers NOSCRIPT while the round is
+ * open gets it whole (EVAL), as a release does. */
 const char rl_acquire_slot_script[] =
     "local l = #KEYS - 1 local k, w = KEYS[l + 1], ARGV[3] local q = \"" RL_SEM_QUEUE_PREFIX "\"..k "
     "local at, free = {}, {} "
@@ -100,7 +102,9 @@ const char rl_acquire_slot_script[] =
 /* KEYS[1] a slot's key, KEYS[2] the semaphore's; ARGV[1] the value,
  * ARGV[2] "quiet" or absent. Compare and delete; then (not quiet) turn(),
  * with the limit the waiters left (none: one slot free assumed). Answers 0
- * not ours, 1 deleted, 2 deleted and a waiter heard it. */
+ * not ours, 1 deleted, 2 deleted and a waiter heard it. Sent by its SHA1
+ * (rl_release_slot_sha): a node that does not know it answers NOSCRIPT, and
+ * the release goes again as EVAL, which teaches the node the script. */
 const char rl_release_slot_script[] =
     RL_SLOT_TURN
     "if redis.call(\"get\",KEYS[1]) ~= ARGV[1] then return 0 end "
@@ -189,11 +193,25 @@ static char *put_ticket(char *p, double ticket_ms) {
     return put_bulk(p, digits, (size_t)(put_uint(digits, us) - digits));
 }
 
-int rl_cmd_acquire_slot(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms,
+/* *argc EVALSHA sha numkeys, with room for extra more bytes after it. */
+static char *sha_head(rl_buf *b, size_t argc, const char *sha, size_t numkeys, size_t extra) {
+    b->len = 0;
+    if (extra > SIZE_MAX / 4 || rl_buf_reserve(b, 4 * HEADER_MAX + SHA_LEN + extra) != 0) return NULL;
+    char *p = put_header(b->data, '*', argc);
+    p = put(p, LIT("$7\r\nEVALSHA\r\n"));
+    p = put_bulk(p, sha, SHA_LEN);
+    return put_ttl(p, (int)numkeys);
+}
+
+const char rl_acquire_slot_sha[] = "f6027bca13731d3b03d25179c4cc4a8a3a020221";
+
+int rl_cmd_acquire_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value, int ttl_ms,
                         const char *waiter, double ticket, const int *order, int limit) {
     size_t l = (size_t)limit, per_key = keylen + 32 + 2 * HEADER_MAX;
-    char *p = eval_head(b, 3 + (l + 1) + 4 + l, rl_acquire_slot_script, sizeof(rl_acquire_slot_script) - 1, l + 1,
-                        (l + 1) * per_key + RL_VALUE_LEN + RL_WAITER_ID_LEN + (l + 4) * 2 * HEADER_MAX);
+    size_t extra = (l + 1) * per_key + RL_VALUE_LEN + RL_WAITER_ID_LEN + (l + 4) * 2 * HEADER_MAX;
+    char *p = by_sha ? sha_head(b, 3 + (l + 1) + 4 + l, rl_acquire_slot_sha, l + 1, extra)
+                     : eval_head(b, 3 + (l + 1) + 4 + l, rl_acquire_slot_script, sizeof(rl_acquire_slot_script) - 1,
+                                 l + 1, extra);
     if (p == NULL) return -1;
     for (size_t i = 0; i < l; i++) p = put_slot_key(p, order[i], key, keylen);
     p = put_bulk(p, key, keylen);
@@ -206,10 +224,13 @@ int rl_cmd_acquire_slot(rl_buf *b, const char *key, size_t keylen, const char *v
     return 0;
 }
 
-int rl_cmd_release_slot(rl_buf *b, const char *key, size_t keylen, const char *sem, size_t semlen,
+const char rl_release_slot_sha[] = "ef9af286921acdb62ca2eb19a26f46316d9336d5";
+
+int rl_cmd_release_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *sem, size_t semlen,
                         const char *value, int quiet) {
-    size_t s = sizeof(rl_release_slot_script) - 1;
-    char *p = eval_head(b, quiet ? 7 : 6, rl_release_slot_script, s, 2, keylen + semlen + RL_VALUE_LEN + 4 * HEADER_MAX);
+    size_t s = sizeof(rl_release_slot_script) - 1, extra = keylen + semlen + RL_VALUE_LEN + 4 * HEADER_MAX;
+    char *p = by_sha ? sha_head(b, quiet ? 7 : 6, rl_release_slot_sha, 2, extra)
+                     : eval_head(b, quiet ? 7 : 6, rl_release_slot_script, s, 2, extra);
     if (p == NULL) return -1;
     p = put_bulk(p, key, keylen);
     p = put_bulk(p, sem, semlen);

@@ -7,10 +7,30 @@
  * round.c's; the phases are ops.c's. */
 #include "engine_impl.h"
 
+/* A random order of the slots 1 to limit (Fisher-Yates, rl_random). */
+static void draw_order(int *order, int limit) {
+    for (int i = 0; i < limit; i++) order[i] = i + 1;
+    for (int i = limit - 1; i > 0; i--) {
+        int j = (int)(rl_random() * (i + 1));
+        if (j > i) j = i;
+        int t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+}
+
+int rl_slot_acquire_cmd(rl_engine *e, const rl_op *op, rl_buf *b, int by_sha, int ttl_ms) {
+    int order[RL_MAX_LIMIT];
+    draw_order(order, op->sem_limit);
+    const char *waiter = op->sem_ticket > 0 ? rl_engine_waiter_id(e) : NULL;
+    return rl_cmd_acquire_slot(b, by_sha, op->key.data, op->key.len, op->res.value, ttl_ms, waiter, op->sem_ticket,
+                               order, op->sem_limit);
+}
+
 int rl_op_release_cmd(const rl_op *op, rl_buf *b, int by_sha, int quiet) {
     if (op->sem_slot == 0) return rl_cmd_release(b, by_sha, op->key.data, op->key.len, op->res.value, quiet);
     size_t head = rl_slot_head_len(op->sem_slot);
-    return rl_cmd_release_slot(b, op->key.data, op->key.len, op->key.data + head, op->key.len - head,
+    return rl_cmd_release_slot(b, by_sha, op->key.data, op->key.len, op->key.data + head, op->key.len - head,
                                op->res.value, quiet);
 }
 
