@@ -263,6 +263,90 @@ describe("semaphore", function()
     proc.rmdir(dir)
   end)
 
+  -- Waiters are served in the order they began waiting, on every node: a
+  -- freed slot is the turn of the first waiter in the nodes' queues, even
+  -- while that waiter cannot take it yet (SIGSTOP), and a try_lock does not
+  -- take it meanwhile; a waiter that died does not keep the turn. Before the
+  -- turns, the try_lock got the slot that a stopped waiter was woken for.
+  it("serves waiters in the order they began waiting; a try_lock cannot take a waiter's turn", function()
+    local r = res("turns")
+    local queue = "redlock:squeue:" .. r
+    local dir = proc.tmpdir()
+    local function waiter(name)
+      local script = ("%s/%s.lua"):format(dir, name)
+      proc.write_file(script, ([[
+        local redlock = require "redlock"
+        local proc = require "helpers.proc"
+        local dlm = redlock.new { servers = { %s } }
+        -- only a wake-up brings an attempt within the spec's time
+        local lk = assert(dlm:lock(%q, { limit = 1, wait = 60000, retry = function() return 30000 end }))
+        proc.write_file(%q, tostring(proc.now_ms()))
+        assert(proc.wait_file(%q, 30000))
+        assert(lk:unlock())
+        dlm:close()
+      ]]):format("'" .. table.concat(cl.urls, "','") .. "'", r, ("%s/%s.got"):format(dir, name),
+        ("%s/%s.release"):format(dir, name)))
+      return proc.spawn_luajit({ "luajit", script }, ("%s/%s.out"):format(dir, name))
+    end
+    -- every node has n waiters queued, in one order
+    local function queued(n)
+      local by = proc.now_ms() + 20000
+      repeat
+        local first, same = nil, true
+        for i = 1, cl.n do
+          local ids = cluster.call(cl, i, "ZRANGE", queue, "0", "-1")
+          local count = select(2, ids:gsub("[^\n]+", ""))
+          if ids == "<nil>" or ids == "" then count = 0 end
+          if count ~= n then same = false end
+          first = first or ids
+          if ids ~= first then same = false end
+        end
+        if same then return true end
+        proc.sleep_ms(20)
+      until proc.now_ms() > by
+      return false
+    end
+    local function out(name) return proc.read_file(("%s/%s.out"):format(dir, name)) or "" end
+    local holder = assert(dlm:lock(r, { limit = 1 }))
+    local w1 = waiter("w1")
+    assert(queued(1), out("w1"))
+    local w2 = waiter("w2")
+    assert(queued(2), out("w2"))
+    proc.kill(w1, "STOP")
+    assert(holder:unlock())
+    -- the slot is free, and it is w1's turn: nobody else gets it
+    local t0 = proc.now_ms()
+    while proc.now_ms() - t0 < 500 do
+      local lk, err = dlm:try_lock(r, { limit = 1 })
+      assert.is_nil(lk, "a try_lock took the turn of a stopped waiter")
+      assert.equal("busy", err)
+      proc.sleep_ms(50)
+    end
+    assert.is_false(proc.exists(dir .. "/w2.got"))
+    proc.kill(w1, "CONT")
+    assert(proc.wait_file(dir .. "/w1.got", 5000), out("w1"))
+    assert.is_false(proc.exists(dir .. "/w2.got"))
+    proc.write_file(dir .. "/w1.release", "1")
+    assert(proc.wait_file(dir .. "/w2.got", 5000), out("w2"))
+    -- a waiter that died keeps no turn: its subscriptions are gone
+    local w3 = waiter("w3")
+    assert(queued(1), out("w3"))
+    proc.kill(w3, "KILL")
+    proc.wait_gone(w3, 5000)
+    proc.write_file(dir .. "/w2.release", "1")
+    assert.is_true(proc.wait_gone(w1, 10000) and proc.wait_gone(w2, 10000))
+    local lk
+    t0 = proc.now_ms()
+    repeat
+      lk = dlm:try_lock(r, { limit = 1 })
+      if not lk then proc.sleep_ms(20) end
+    until lk or proc.now_ms() - t0 > 5000
+    assert(lk, "the slot stayed with a dead waiter")
+    assert(lk:unlock())
+    for _, pid in ipairs({ w1, w2, w3 }) do proc.stop(pid) end
+    proc.rmdir(dir)
+  end)
+
   it("8 processes, limit 3: every process gets a share, never more than 3 hold", function()
     local h, s, text = run_workers(cl.urls, res("fair"), 8, 3, 3000, 5, 5000)
     assert.are.equal(0, h.malformed + h.unfinished)
