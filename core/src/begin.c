@@ -16,7 +16,7 @@ enum { PLAIN, FENCED, QUEUED, QUIET };
 /* The acquire's command (op->key: the lock's key, or a semaphore's). */
 static int acquire_cmd(rl_engine *e, rl_op *op, int variant, int ttl_ms) {
     const char *waiter = variant == QUEUED ? rl_engine_waiter_id(e) : NULL;
-    if (op->sem_limit > 0) return rl_slot_acquire_cmd(e, op, &op->cmd, 1, ttl_ms);
+    if (op->sem_limit > 0) return rl_slot_acquire_cmd(e, op, &op->cmd, ttl_ms);
     return variant == FENCED ? rl_cmd_acquire_fenced(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms)
            : waiter          ? rl_cmd_acquire_queued(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms, waiter)
                              : rl_cmd_acquire(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms);

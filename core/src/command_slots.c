@@ -62,9 +62,9 @@
  * queue with its ticket (a waiter in it keeps its place) and leaves the
  * limit (RL_LIMIT_PREFIX .. key) for releases to count free slots with. A
  * queue of another type, or of more than RL_QUEUE_MAX entries (only others'
- * writes make one), is ignored: nobody waits in it. Sent by its SHA1
- * (rl_acquire_slot_sha); a node that answers NOSCRIPT while the round is
- * open gets it whole (EVAL), as a release does. */
+ * writes make one), is ignored: nobody waits in it. Sent whole (EVAL):
+ * by SHA1, a node that answered NOSCRIPT after the round was decided would
+ * never run it, and the slot would be held on fewer nodes. */
 const char rl_acquire_slot_script[] =
     "local l = #KEYS - 1 local k, w = KEYS[l + 1], ARGV[3] local q = \"" RL_SEM_QUEUE_PREFIX "\"..k "
     "local at, free = {}, {} "
@@ -203,15 +203,12 @@ static char *sha_head(rl_buf *b, size_t argc, const char *sha, size_t numkeys, s
     return put_ttl(p, (int)numkeys);
 }
 
-const char rl_acquire_slot_sha[] = "f6027bca13731d3b03d25179c4cc4a8a3a020221";
-
-int rl_cmd_acquire_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value, int ttl_ms,
+int rl_cmd_acquire_slot(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms,
                         const char *waiter, double ticket, const int *order, int limit) {
     size_t l = (size_t)limit, per_key = keylen + 32 + 2 * HEADER_MAX;
     size_t extra = (l + 1) * per_key + RL_VALUE_LEN + RL_WAITER_ID_LEN + (l + 4) * 2 * HEADER_MAX;
-    char *p = by_sha ? sha_head(b, 3 + (l + 1) + 4 + l, rl_acquire_slot_sha, l + 1, extra)
-                     : eval_head(b, 3 + (l + 1) + 4 + l, rl_acquire_slot_script, sizeof(rl_acquire_slot_script) - 1,
-                                 l + 1, extra);
+    char *p = eval_head(b, 3 + (l + 1) + 4 + l, rl_acquire_slot_script, sizeof(rl_acquire_slot_script) - 1, l + 1,
+                        extra);
     if (p == NULL) return -1;
     for (size_t i = 0; i < l; i++) p = put_slot_key(p, order[i], key, keylen);
     p = put_bulk(p, key, keylen);

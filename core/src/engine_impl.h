@@ -107,9 +107,9 @@ int rl_op_cleanup_out(rl_engine *e, const rl_op *op);
 
 /* slots.c: a semaphore's operations */
 
-/* Encode into b a semaphore's acquire op (its slots in a new random order;
- * by SHA1 or whole). 0, or -1 when out of memory. */
-int rl_slot_acquire_cmd(rl_engine *e, const rl_op *op, rl_buf *b, int by_sha, int ttl_ms);
+/* Encode into b a semaphore's acquire op (its slots in a random order). 0,
+ * or -1 when out of memory. */
+int rl_slot_acquire_cmd(rl_engine *e, const rl_op *op, rl_buf *b, int ttl_ms);
 
 /* Encode op's release into b: a slot's (waking the semaphore's waiters) or
  * a lock's. 0, or -1 when out of memory. */

@@ -163,8 +163,7 @@ static int is_noscript(const rl_reply *r) {
 
 /* The node has flushed its scripts: send the script itself (EVAL) instead. */
 static int resend_as_eval(rl_engine *e, rl_op *op, int node, rl_ticket t) {
-    int rc = t.kind == RL_ROUND_ACQUIRE_SLOT ? rl_slot_acquire_cmd(e, op, &e->scratch, 0, op->ttl_ms)
-             : t.kind == RL_OP_RELEASE
+    int rc = t.kind == RL_OP_RELEASE
                  ? rl_op_release_cmd(op, &e->scratch, 0, op->quiet || op->phase == OP_CLEANUP)
                  : rl_cmd_extend(&e->scratch, 0, op->key.data, op->key.len, op->res.value, op->ttl_ms);
     if (rc != 0) return -1;
@@ -196,12 +195,9 @@ void rl_op_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, cons
         return;
     }
     /* A script the node does not know is sent as EVAL, once, in the round
-     * or its tail alike; a semaphore's acquire only while its round is open
-     * (later, its cleanup is already on the way: the slot it would take
-     * would stay). (NOSCRIPT to a SET is just a failed vote: there is no
-     * script to send; a fenced lock's scripts always go as EVAL.) */
-    if (is_noscript(reply) && !t.eval &&
-        (t.kind == RL_OP_RELEASE || t.kind == RL_OP_EXTEND || (t.kind == RL_ROUND_ACQUIRE_SLOT && op->phase == OP_ROUND)) &&
+     * or its tail alike. (NOSCRIPT to a SET is just a failed vote: there is
+     * no script to send; a fenced lock's scripts always go as EVAL.) */
+    if (is_noscript(reply) && (t.kind == RL_OP_RELEASE || t.kind == RL_OP_EXTEND) && !t.eval &&
         resend_as_eval(e, op, node, t) == 0)
         return;
     op->owed &= ~(1u << node);

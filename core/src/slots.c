@@ -19,11 +19,11 @@ static void draw_order(int *order, int limit) {
     }
 }
 
-int rl_slot_acquire_cmd(rl_engine *e, const rl_op *op, rl_buf *b, int by_sha, int ttl_ms) {
+int rl_slot_acquire_cmd(rl_engine *e, const rl_op *op, rl_buf *b, int ttl_ms) {
     int order[RL_MAX_LIMIT];
     draw_order(order, op->sem_limit);
     const char *waiter = op->sem_ticket > 0 ? rl_engine_waiter_id(e) : NULL;
-    return rl_cmd_acquire_slot(b, by_sha, op->key.data, op->key.len, op->res.value, ttl_ms, waiter, op->sem_ticket,
+    return rl_cmd_acquire_slot(b, op->key.data, op->key.len, op->res.value, ttl_ms, waiter, op->sem_ticket,
                                order, op->sem_limit);
 }
 
