@@ -110,6 +110,9 @@ describe("a semaphore inside nginx (docs/semaphore.md's example)", function()
       assert.is_true(code == "200" or code == "503", "status " .. code .. " answered: " .. stats)
     end
     assert.equal(0, w.socket_errors, w.out)
-    assert.is_nil(srv:error_log():match("%[error%][^\n]*"), srv:error_log():sub(-3000))
+    -- no Lua error anywhere (a socket timing out on a loaded machine is not one)
+    for line in srv:error_log():gmatch("[^\n]*%[error%][^\n]*") do
+      assert.matches("timed out", line, 1, true)
+    end
   end)
 end)

@@ -174,15 +174,21 @@ static char *put_slot_key(char *p, int slot, const char *key, size_t keylen) {
     return put(p, LIT("\r\n"));
 }
 
-/* *argc EVAL script numkeys: the head of a command with numkeys keys and
- * argc words in all, with room for extra more bytes after it. */
-static char *eval_head(rl_buf *b, size_t argc, const char *script, size_t script_len, size_t numkeys,
-                       size_t extra) {
+/* *argc EVAL script numkeys (or, sha not NULL, *argc EVALSHA sha numkeys):
+ * the head of a command with numkeys keys and argc words in all, with room
+ * for extra more bytes after it. */
+static char *eval_head(rl_buf *b, size_t argc, const char *sha, const char *script, size_t script_len,
+                       size_t numkeys, size_t extra) {
     b->len = 0;
     if (extra > SIZE_MAX / 4 || rl_buf_reserve(b, 4 * HEADER_MAX + script_len + extra) != 0) return NULL;
     char *p = put_header(b->data, '*', argc);
-    p = put(p, LIT("$4\r\nEVAL\r\n"));
-    p = put_bulk(p, script, script_len);
+    if (sha) {
+        p = put(p, LIT("$7\r\nEVALSHA\r\n"));
+        p = put_bulk(p, sha, SHA_LEN);
+    } else {
+        p = put(p, LIT("$4\r\nEVAL\r\n"));
+        p = put_bulk(p, script, script_len);
+    }
     return put_ttl(p, (int)numkeys);
 }
 
@@ -193,21 +199,11 @@ static char *put_ticket(char *p, double ticket_ms) {
     return put_bulk(p, digits, (size_t)(put_uint(digits, us) - digits));
 }
 
-/* *argc EVALSHA sha numkeys, with room for extra more bytes after it. */
-static char *sha_head(rl_buf *b, size_t argc, const char *sha, size_t numkeys, size_t extra) {
-    b->len = 0;
-    if (extra > SIZE_MAX / 4 || rl_buf_reserve(b, 4 * HEADER_MAX + SHA_LEN + extra) != 0) return NULL;
-    char *p = put_header(b->data, '*', argc);
-    p = put(p, LIT("$7\r\nEVALSHA\r\n"));
-    p = put_bulk(p, sha, SHA_LEN);
-    return put_ttl(p, (int)numkeys);
-}
-
 int rl_cmd_acquire_slot(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms,
                         const char *waiter, double ticket, const int *order, int limit) {
     size_t l = (size_t)limit, per_key = keylen + 32 + 2 * HEADER_MAX;
     size_t extra = (l + 1) * per_key + RL_VALUE_LEN + RL_WAITER_ID_LEN + (l + 4) * 2 * HEADER_MAX;
-    char *p = eval_head(b, 3 + (l + 1) + 4 + l, rl_acquire_slot_script, sizeof(rl_acquire_slot_script) - 1, l + 1,
+    char *p = eval_head(b, 3 + (l + 1) + 4 + l, NULL, rl_acquire_slot_script, sizeof(rl_acquire_slot_script) - 1, l + 1,
                         extra);
     if (p == NULL) return -1;
     for (size_t i = 0; i < l; i++) p = put_slot_key(p, order[i], key, keylen);
@@ -226,8 +222,7 @@ const char rl_release_slot_sha[] = "ef9af286921acdb62ca2eb19a26f46316d9336d5";
 int rl_cmd_release_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *sem, size_t semlen,
                         const char *value, int quiet) {
     size_t s = sizeof(rl_release_slot_script) - 1, extra = keylen + semlen + RL_VALUE_LEN + 4 * HEADER_MAX;
-    char *p = by_sha ? sha_head(b, quiet ? 7 : 6, rl_release_slot_sha, 2, extra)
-                     : eval_head(b, quiet ? 7 : 6, rl_release_slot_script, s, 2, extra);
+    char *p = eval_head(b, quiet ? 7 : 6, by_sha ? rl_release_slot_sha : NULL, rl_release_slot_script, s, 2, extra);
     if (p == NULL) return -1;
     p = put_bulk(p, key, keylen);
     p = put_bulk(p, sem, semlen);
@@ -240,7 +235,7 @@ int rl_cmd_release_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, c
 int rl_cmd_release_slots(rl_buf *b, const char *key, size_t keylen, const char *value, int limit, int only,
                          int except, const char *waiter, double ticket, const char *how) {
     size_t n = only > 0 ? 1 : only < 0 ? 0 : (size_t)limit - (except > 0), howlen = strlen(how);
-    char *p = eval_head(b, 3 + n + 6, rl_release_slots_script, sizeof(rl_release_slots_script) - 1, n,
+    char *p = eval_head(b, 3 + n + 6, NULL, rl_release_slots_script, sizeof(rl_release_slots_script) - 1, n,
                         (n + 1) * (keylen + 32 + 2 * HEADER_MAX) + RL_VALUE_LEN + RL_WAITER_ID_LEN + howlen +
                             10 * HEADER_MAX);
     if (p == NULL) return -1;
