@@ -156,8 +156,7 @@ int rl_engine_begin_acquire_queued(rl_engine *e, const char *resource, size_t le
 int rl_engine_begin_release(rl_engine *e, const char *resource, size_t len, const char *value, double now_ms);
 int rl_engine_begin_release_quiet(rl_engine *e, const char *resource, size_t len, const char *value, double now_ms);
 int rl_engine_begin_acquire_slot(rl_engine *e, const char *resource, size_t len, int limit, int ttl_ms,
-                                 double ticket,
-                                 double now_ms);
+                                 double ticket, double now_ms);
 int rl_engine_begin_on_slot(rl_engine *e, int kind, const char *resource, size_t len, int slot, const char *value,
                             int ttl_ms, double now_ms);
 int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const char *value, int ttl_ms, double now_ms);
