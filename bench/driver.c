@@ -619,6 +619,9 @@ int main(void) {
     rl_options opts;
     rl_options_init(&opts);
     opts.tls.cafile = cafile;
+    /* RB_STATS=0: counting off (rl_options.no_stats), for measuring what counting costs */
+    const char *stats = getenv("RB_STATS");
+    opts.no_stats = stats && strcmp(stats, "0") == 0;
     char urls[MAXNODES][300];
     const char *up[MAXNODES];
     for (int i = 0; i < nodes; i++) {

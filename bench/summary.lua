@@ -6,6 +6,7 @@
 --   luajit bench/summary.lua --ab AB1.jsonl [AB2.jsonl ...]
 --   luajit bench/summary.lua --far FAR.jsonl [--far-delay MS]
 --   luajit bench/summary.lua --tls TLS.jsonl
+--   luajit bench/summary.lua --stall STALL.jsonl [RUN1.jsonl ...]
 --
 -- Ratios are taken within each run (same nodes, same minute), then the median
 -- over runs is shown with its [min..max]. In FAR.jsonl (bench/run's far-node
@@ -13,10 +14,13 @@
 -- direct), seq-far1 / conc-far1 (node 1 behind the delaying proxy) and
 -- seq-pass1 / conc-pass1 (node 1 behind a proxy that delays nothing). TLS.jsonl
 -- likewise: seq / conc over plain TCP, seq-tls / conc-tls over TLS, same nodes.
+-- STALL.jsonl (bench/run's step 5c) likewise: seq with node 1 healthy (seq),
+-- stopped (seq-stall1) and killed (seq-kill1), and redis-benchmark's PING
+-- lines; the harness runs given beside it supply the peers' seq-stall1.
 
 local runs, scaling_file, keepalive_file, ab = {}, nil, nil, false
 local far_file, far_delay = nil, nil
-local tls_file = nil
+local tls_file, stall_file = nil, nil
 do
     local i = 1
     while arg[i] do
@@ -26,6 +30,7 @@ do
         elseif arg[i] == "--far" then far_file = arg[i + 1]; i = i + 2
         elseif arg[i] == "--far-delay" then far_delay = arg[i + 1]; i = i + 2
         elseif arg[i] == "--tls" then tls_file = arg[i + 1]; i = i + 2
+        elseif arg[i] == "--stall" then stall_file = arg[i + 1]; i = i + 2
         else runs[#runs + 1] = arg[i]; i = i + 1 end
     end
 end
@@ -63,7 +68,7 @@ local function spread(xs)
 end
 
 local NPM_PEERS = { ["node-redlock@4"] = true, ["node-redlock@5b2"] = true, ["sesamecare-redlock"] = true,
-    ["redis-semaphore"] = true }
+    ["redis-semaphore"] = true, ["redlock-universal"] = true }
 local FLOOR, C, LUA = "floor-c-mux", "redlock-c", "redlock-lua"
 
 -- per run: index[peer][workload] = row; best peer per workload (by rate)
@@ -127,6 +132,15 @@ local function med_fmt(xs, d)
     if #xs > 1 and lo ~= hi then return ("%s [%s..%s]"):format(fmt(m, d), fmt(lo, d), fmt(hi, d)) end
     return fmt(m, d)
 end
+-- one target row: each driver's figures (median [min..max], d decimals, 2 by default) and a
+-- verdict on the medians; a driver without a figure does not fail the target (it shows "-")
+local function target_row(name, xc, xl, ok, d)
+    local mc, ml = median(xc), median(xl)
+    local v
+    if not mc and not ml then v = "not measured"
+    else v = ((not mc or ok(mc)) and (not ml or ok(ml))) and "**met**" or "**not met**" end
+    print(("| %s | %s | %s | %s |"):format(name, med_fmt(xc, d or 2), med_fmt(xl, d or 2), v))
+end
 local function best_names(wl)
     local seen, names = {}, {}
     for _, run in ipairs(per_run) do
@@ -136,10 +150,11 @@ local function best_names(wl)
     return #names > 0 and table.concat(names, "/") or "-"
 end
 
-if far_file then
-    -- far node: rounds of (redlock-c, redlock-lua) x (direct, far, plain proxy)
-    local rounds, order = {}, {}
-    for _, r in ipairs(load(far_file)) do
+-- the rows of a file of rounds (bench/run's steps 5, 5b, 5c: each row has "round"), as a
+-- list of runs in round order, the shape per_run has
+local function load_rounds(file)
+    local rounds, order, list = {}, {}, {}
+    for _, r in ipairs(load(file)) do
         local k = r.round or 1
         if not rounds[k] then rounds[k] = { idx = {}, best = {} }; order[#order + 1] = k end
         local idx = rounds[k].idx
@@ -147,7 +162,13 @@ if far_file then
         idx[r.peer][r.workload] = r
     end
     table.sort(order)
-    for _, k in ipairs(order) do per_run[#per_run + 1] = rounds[k] end
+    for _, k in ipairs(order) do list[#list + 1] = rounds[k] end
+    return list
+end
+
+if far_file then
+    -- far node: rounds of (redlock-c, redlock-lua) x (direct, far, plain proxy)
+    per_run = load_rounds(far_file)
     local nr, d = #per_run, far_delay or "5"
     local has_pass = #series(C, "seq-pass1", "rate") + #series(LUA, "seq-pass1", "rate") > 0
     print(("## Far node: node 1 of 5 behind rl-faultproxy, every reply +%s ms (%d round%s; C and Lua, direct / far%s in rotating order on one cluster)"):format(
@@ -199,16 +220,7 @@ end
 
 if tls_file then
     -- TLS beside plain: rounds of (redlock-c, redlock-lua) x (plain, TLS) on the same nodes
-    local rounds, order = {}, {}
-    for _, r in ipairs(load(tls_file)) do
-        local k = r.round or 1
-        if not rounds[k] then rounds[k] = { idx = {}, best = {} }; order[#order + 1] = k end
-        local idx = rounds[k].idx
-        idx[r.peer] = idx[r.peer] or {}
-        idx[r.peer][r.workload] = r
-    end
-    table.sort(order)
-    for _, k in ipairs(order) do per_run[#per_run + 1] = rounds[k] end
+    per_run = load_rounds(tls_file)
     local nr = #per_run
     print(("## TLS beside plain TCP: 5 nodes serving both (%d round%s; C and Lua, plain / TLS in rotating order)"):format(
         nr, nr == 1 and "" or "s"))
@@ -238,6 +250,85 @@ if tls_file then
     print(("| seq over TLS beside seq over plain TCP (no target) | %s | %s | reported |"):format(
         med_fmt(ratio_series(C, "seq-tls", "rate", C, "seq", "rate"), 2),
         med_fmt(ratio_series(LUA, "seq-tls", "rate", LUA, "seq", "rate"), 2)))
+    print()
+    os.exit(0)
+end
+
+if stall_file then
+    -- node 1 healthy / stopped / killed: rounds of (redlock-c, redlock-lua) x 3 on one cluster;
+    -- the harness runs (if given) supply the best peer's seq-stall1 and its own within-run ratio
+    local h_best = series("best", "seq-stall1", "rate")
+    local h_names = best_names("seq-stall1")
+    local h_floor = series(FLOOR, "seq", "rate")
+    local h_ratio = {
+        [C] = ratio_series_inf(C, "seq-stall1", "rate", "best", "seq-stall1", "rate"),
+        [LUA] = ratio_series_inf(LUA, "seq-stall1", "rate", "best", "seq-stall1", "rate"),
+    }
+    local peer_stall = median(h_best)
+    per_run = load_rounds(stall_file)
+    local nr, dur = #per_run, nil
+    for _, run in ipairs(per_run) do
+        local r = run.idx[C] and run.idx[C].seq or run.idx[LUA] and run.idx[LUA].seq
+        dur = dur or (r and r.secs)
+    end
+    print(("## Node 1 stopped, node 1 killed (issue 23): seq on 5 nodes, node 1 healthy / stopped (SIGSTOP) / killed (SIGKILL) after the warm-up (%d round%s of about %s s each; C and Lua, the three in rotating order on one cluster)"):format(
+        nr, nr == 1 and "" or "s", fmt(dur, 0)))
+    print()
+    -- the step's redis-benchmark PING lines (no round): one per client count
+    local pl = {}
+    for _, r in ipairs(load(stall_file)) do
+        if r.peer == "redis-benchmark" then pl[#pl + 1] = ("%d client%s: p50 %s µs, %s/s"):format(
+            r.clients or 0, r.clients == 1 and "" or "s", fmt(r.p50_us), fmt(r.rate)) end
+    end
+    if #pl > 0 then print("Loopback PING on this machine during the step (redis-benchmark -t ping -n 20000): " .. table.concat(pl, "; ") .. ".") end
+    if median(h_floor) then print(("The floor's seq in the harness runs: %s cycles/s."):format(med_fmt(h_floor))) end
+    if #pl > 0 or median(h_floor) then print() end
+    local conds = { { "seq", "healthy" }, { "seq-stall1", "stopped" }, { "seq-kill1", "killed" } }
+    print("| driver | node 1 | cycles/s median [min..max] | / healthy (within a round) | acquire p50 / p99 µs | release p50 / p99 µs | client CPU ms / 1000 cycles | server CPU ms / 1000 cycles (nodes 2-5) | notes |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for _, w in ipairs { C, LUA } do
+        for _, c in ipairs(conds) do
+            local wl = c[1]
+            local notes = {}
+            for i, run in ipairs(per_run) do
+                local r = run.idx[w] and run.idx[w][wl]
+                if r and r.note then notes[#notes + 1] = ("round %d: %s"):format(i, r.note) end
+                if r and type(r.errors) == "number" and r.errors > 0 then notes[#notes + 1] = ("round %d: %d errors"):format(i, r.errors) end
+            end
+            print(("| %s | %s | %s | %s | %s / %s | %s / %s | %s | %s | %s |"):format(w, c[2],
+                med_fmt(series(w, wl, "rate")),
+                wl == "seq" and "" or med_fmt(ratio_series(w, wl, "rate", w, "seq", "rate"), 2),
+                fmt(median(series(w, wl, "p50_us"))), fmt(median(series(w, wl, "p99_us"))),
+                fmt(median(series(w, wl, "rel_p50_us"))), fmt(median(series(w, wl, "rel_p99_us"))),
+                med_fmt(series(w, wl, "cpu_ms_per_1k"), 1), fmt(median(series(w, wl, "srv_cpu_ms_per_1k")), 1),
+                table.concat(notes, "; ")))
+        end
+    end
+    if peer_stall then
+        print(("| best peer in seq-stall1 (%s; harness runs) | stopped | %s | | | | | | |"):format(h_names, med_fmt(h_best)))
+    end
+    print()
+    print("| target (issue 23) | redlock-c | redlock-lua | verdict |")
+    print("|---|---|---|---|")
+    local target = target_row
+    local function at_least(t) return function(x) return x >= t end end
+    target("seq-stall1 >= 0.9x seq (ratio within a round)", ratio_series(C, "seq-stall1", "rate", C, "seq", "rate"),
+        ratio_series(LUA, "seq-stall1", "rate", LUA, "seq", "rate"), at_least(0.9))
+    target("seq-stall1 >= 0.9x seq-kill1 (ratio within a round)", ratio_series(C, "seq-stall1", "rate", C, "seq-kill1", "rate"),
+        ratio_series(LUA, "seq-stall1", "rate", LUA, "seq-kill1", "rate"), at_least(0.9))
+    local function per_peer(w) -- this step's seq-stall1, each round, over the harness's best peer (median)
+        local xs = {}
+        if not peer_stall then return xs end
+        for _, x in ipairs(series(w, "seq-stall1", "rate")) do
+            xs[#xs + 1] = peer_stall > 0 and x / peer_stall or (x > 0 and math.huge or nil)
+        end
+        return xs
+    end
+    target(("seq-stall1 >= 1.5x the best peer's seq-stall1 (these rounds over the harness runs' best peer, %s cycles/s)"):format(fmt(peer_stall)),
+        per_peer(C), per_peer(LUA), at_least(1.5))
+    if median(h_ratio[C]) or median(h_ratio[LUA]) then
+        target("seq-stall1 >= 1.5x the best peer's seq-stall1 (harness runs: ratio within each run)", h_ratio[C], h_ratio[LUA], at_least(1.5))
+    end
     print()
     os.exit(0)
 end
@@ -329,13 +420,7 @@ do
         print()
         print("| target (issue 14; ratios within each run) | redlock-c | redlock-lua | verdict |")
         print("|---|---|---|---|")
-        local function t2(name, xc, xl, ok)
-            local mc, ml = median(xc), median(xl)
-            local v
-            if not mc and not ml then v = "not measured"
-            else v = ((not mc or ok(mc)) and (not ml or ok(ml))) and "**met**" or "**not met**" end
-            print(("| %s | %s | %s | %s |"):format(name, med_fmt(xc, 2), med_fmt(xl, 2), v))
-        end
+        local t2 = target_row
         t2("seq-stall1 >= 0.9x own seq", ratio_series(C, "seq-stall1", "rate", C, "seq", "rate"),
             ratio_series(LUA, "seq-stall1", "rate", LUA, "seq", "rate"), function(x) return x >= 0.9 end)
         t2("seq-stall1 >= 1.2x best peer's seq-stall1", ratio_series_inf(C, "seq-stall1", "rate", "best", "seq-stall1", "rate"),
@@ -354,13 +439,7 @@ print("## Targets (issue 4), ratios within each run")
 print()
 print("| target | redlock-c | redlock-lua | verdict |")
 print("|---|---|---|---|")
-local function trow(name, xc, xl, ok, d)
-    local mc, ml = median(xc), median(xl)
-    local v
-    if not mc and not ml then v = "not measured"
-    else v = ((not mc or ok(mc)) and (not ml or ok(ml))) and "**met**" or "**not met**" end
-    print(("| %s | %s | %s | %s |"):format(name, med_fmt(xc, d or 2), med_fmt(xl, d or 2), v))
-end
+local trow = target_row
 trow("seq cycles/s >= floor's (ratio >= 1)", ratio_series(C, "seq", "rate", FLOOR, "seq", "rate"),
     ratio_series(LUA, "seq", "rate", FLOOR, "seq", "rate"), function(x) return x >= 1 end)
 trow("seq cycles/s >= 1.3x best peer", ratio_series(C, "seq", "rate", "best", "seq", "rate"),

@@ -67,7 +67,7 @@ local function build_expected(client, lk, group, cl)
   for _, k in ipairs(keys(getmetatable(lk).__index)) do want(k, "lock", "`lock:" .. k .. "(") end
   for _, k in ipairs(keys(getmetatable(group).__index)) do want(k, "group", "`locks:" .. k .. "(") end
   -- a lock's public fields: checked to exist on a fenced lock, so the list is not stale
-  for _, k in ipairs { "resource", "value", "ttl", "validity", "votes", "token", "token_string" } do
+  for _, k in ipairs { "resource", "value", "ttl", "validity", "votes", "token", "token_string", "shared" } do
     assert(lk[k] ~= nil, "a fenced lock has no field " .. k)
     want(k, "lock field", "`lock." .. k .. "`")
   end

@@ -700,7 +700,7 @@ sh -c 'sleep %s; echo late > %s'
       local out, rc = redlock([[exec env:r -- sh -c 'echo "$REDLOCK_RESOURCE $REDLOCK_VALUE $REDLOCK_VALIDITY_MS"; ]]
         .. [[redis-cli -p ]] .. cl.ports[1] .. [[ GET env:r; exit 7']], ENV)
       assert.are.equal(7, rc, out)
-      local res, value, validity, seen = out:match("^(%S+) (%x+) (%d+)\n(%x+)")
+      local res, value, validity, seen = out:match("^(%S+) (%S+) (%d+)\n(%S+)")
       assert.are.equal("env:r", res, out)
       assert.are.equal(40, #value)
       assert.are.equal(value, seen)
@@ -801,8 +801,8 @@ sh -c 'sleep %s; echo late > %s'
     it("keeps the lock while a command runs 3x longer than the ttl", function()
       local job = bg("exec --ttl 600ms --grace 100 long:r"
         .. " -- sh -c 'echo $REDLOCK_VALUE > long.value; sleep 1.8; echo > long.done'", ENV)
-      assert.is_true(eventually(function() return (read_file(TMP .. "/long.value") or ""):match("%x+") end))
-      local value = read_file(TMP .. "/long.value"):match("%x+")
+      assert.is_true(eventually(function() return (read_file(TMP .. "/long.value") or ""):match("%S+") end))
+      local value = read_file(TMP .. "/long.value"):match("%S+")
       local started = proc.now_ms()
       local held_late = nil -- ms after the start at which a quorum (3 of 5) last held our value
       while true do
@@ -962,7 +962,7 @@ echo end >> %s
         .. [[sleep 7 & echo $! > keep.pid; exit 0']], ENV)
       local value, sleeper
       assert.is_true(eventually(function()
-        value = (read_file(TMP .. "/keep.value") or ""):match("%x+")
+        value = (read_file(TMP .. "/keep.value") or ""):match("%S+")
         sleeper = tonumber(read_file(TMP .. "/keep.pid") or "")
         return value and sleeper
       end), job.output())
@@ -1222,15 +1222,15 @@ exit 3
   describe("status", function()
     it("shows each node's holder and pttl, and whether a quorum holds it", function()
       local job = bg("exec status:r -- sh -c 'echo $REDLOCK_VALUE > status.value; sleep 1'", ENV)
-      assert.is_true(eventually(function() return (read_file(TMP .. "/status.value") or ""):match("%x+") end))
-      local value = read_file(TMP .. "/status.value"):match("%x+")
+      assert.is_true(eventually(function() return (read_file(TMP .. "/status.value") or ""):match("%S+") end))
+      local value = read_file(TMP .. "/status.value"):match("%S+")
       cl:cli(5, "DEL", "status:r")
       local out, rc = redlock("status status:r", ENV)
       assert.are.equal(0, rc, out)
       assert.matches("resource 'status:r' on 5 nodes, quorum 3", out, 1, true)
       for i = 1, 4 do
         assert.matches(("%%s%d  redis://127%%.0%%.0%%.1:%d%%s+held%%s+%s%%.%%.%%.%%s+pttl %%d+ ms")
-          :format(i, cl.ports[i], value:sub(1, 12)), out)
+          :format(i, cl.ports[i], (value:sub(1, 12):gsub("%p", "%%%0"))), out)
       end
       assert.matches(("5  redis://127.0.0.1:%d  free"):format(cl.ports[5]), out, 1, true)
       assert.matches("held: value " .. value:sub(1, 12) .. "... on 4 of 5 nodes (quorum 3)", out, 1, true)

@@ -239,10 +239,8 @@ local TRANSPORTS = {
   {
     name = "nginx",
     start = function(t)
-      t.srv = nginx.start {
+      t.srv = nginx.start_tree {
         workers = 1,
-        package_path = nginx.root .. "/lua/?.lua;" .. nginx.root .. "/lua/?/init.lua;" .. nginx.root .. "/spec/?.lua",
-        package_cpath = nginx.build .. "/?.so",
         locations = { nginx.PING, [[
           location = /holder {
             content_by_lua_block {

@@ -195,10 +195,8 @@ describe("keys of our own inside nginx", function()
   end)
 
   it("are refused by the lock calls and by the hub's engine", function()
-    srv = nginx.start {
+    srv = nginx.start_tree {
       workers = 1,
-      package_path = nginx.root .. "/lua/?.lua;" .. nginx.root .. "/lua/?/init.lua;" .. nginx.root .. "/spec/?.lua",
-      package_cpath = nginx.build .. "/?.so",
       init = ([[
         redlock = require "redlock"
         DLM = redlock.new { servers = %s, prefix = "redlock" }

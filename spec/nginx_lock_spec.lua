@@ -14,9 +14,6 @@ local history = require "helpers.history"
 local proc = require "helpers.proc"
 local redlock = require "redlock"
 
-local ROOT = nginx.root
-local BUILD = nginx.build
-
 local res = cluster.names("nginx_lock")
 
 local PING = nginx.PING
@@ -34,11 +31,7 @@ local function init_code(urls, extra)
   ]]):format(lua_list(urls), extra and (", " .. extra) or "")
 end
 
-local function start(o)
-  o.package_path = ROOT .. "/lua/?.lua;" .. ROOT .. "/lua/?/init.lua;" .. ROOT .. "/spec/?.lua"
-  o.package_cpath = BUILD .. "/?.so"
-  return nginx.start(o)
-end
+local start = nginx.start_tree
 -- lock r (arg r), unlock; "ok" or "fail <err>" (with the per-node detail)
 local LOCK_UNLOCK = [[
   location = /lock {

@@ -15,9 +15,6 @@ local history = require "helpers.history"
 local proc = require "helpers.proc"
 local tls = require "helpers.tls"
 
-local ROOT = nginx.root
-local BUILD = nginx.build
-
 local res = cluster.names("nginx_tls")
 
 local PING = nginx.PING
@@ -64,11 +61,7 @@ local function failed_with(body, reason)
   return n
 end
 
-local function start(o)
-  o.package_path = ROOT .. "/lua/?.lua;" .. ROOT .. "/lua/?/init.lua;" .. ROOT .. "/spec/?.lua"
-  o.package_cpath = BUILD .. "/?.so"
-  return nginx.start(o)
-end
+local start = nginx.start_tree
 
 describe("redlock inside nginx over TLS", function()
   local pki, tcl, mcl, srv

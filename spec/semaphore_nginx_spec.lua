@@ -89,7 +89,8 @@ describe("a semaphore inside nginx (docs/semaphore.md's example)", function()
     local w, why = srv:wrk("/api/x", { threads = 2, connections = 50, seconds = 3 })
     assert(w, why)
     -- the last permits are given back from timers just after their requests
-    local stats, by = nil, proc.now_ms() + 5000
+    local stats
+    local by = proc.now_ms() + 5000
     repeat
       local status, body = srv:get("/stats")
       assert.equal(200, status, tostring(body))

@@ -119,7 +119,34 @@ describe("semaphore", function()
     for i = 1, 5 do assert.is_nil(cluster.get(cl, i, slot_key(a.slot, r))) end
   end)
 
-  it("refuses a bad limit, and limit with fence or lock_many, before anything is sent", function()
+  it("goes with labels, adopt (given the slot) and the metrics' slot kind", function()
+    local r = res("rest")
+    local d = redlock.new { servers = cl.urls, label = "sem-a" }
+    local other = redlock.new { servers = cl.urls }
+    local before = d:stats().operations.slot.ok
+    local a = assert(d:lock(r, { limit = 2, ttl = 5000 }))
+    assert.matches("^sem%-a/%x+$", a.value)
+    assert.are.equal(40, #a.value)
+    assert.are.equal(a.value, cluster.get(cl, 1, slot_key(a.slot, r)))
+    assert.are.equal(before + 1, d:stats().operations.slot.ok)
+    assert.are.equal(0, d:stats().operations.acquire.ok) -- counted apart from a lock's acquire
+    assert.matches('redlock_operations_total{kind="slot",outcome="ok"} 1', redlock.metrics(d), 1, true)
+    -- a value alone does not say which slot it holds: without the slot, not held
+    local none, err = other:adopt(r, a.value)
+    assert.is_nil(none)
+    assert.are.equal("not held", err)
+    local b = assert(other:adopt(r, a.value, { slot = a.slot, ttl = 20000 }))
+    assert.are.equal(a.slot, b.slot)
+    assert.is_true(cluster.pttl(cl, 1, slot_key(a.slot, r)) > 10000)
+    assert.is_true((b:unlock()))
+    for i = 1, 5 do assert.is_nil(cluster.get(cl, i, slot_key(a.slot, r))) end
+    assert.are.equal("not held", select(2, a:unlock()))
+    assert.has_error(function() other:adopt(r, a.value, { slot = 0 }) end,
+      "bad argument #3 to 'adopt' (slot must be a whole number from 1 to 1024, got 0)")
+    d:close(); other:close()
+  end)
+
+  it("refuses a bad limit, and limit with fence, shared or lock_many, before anything is sent", function()
     local r = res("misuse")
     for _, bad in ipairs({ 0, -1, 1.5, "2", 1025, true }) do
       local ok, err = pcall(dlm.lock, dlm, r, { limit = bad })
@@ -132,6 +159,8 @@ describe("semaphore", function()
       "bad argument #2 to 'with_lock' (limit must be a whole number from 1 to 1024, got 2.5)")
     assert.has_error(function() dlm:lock(r, { limit = 2, fence = true }) end,
       "bad argument #2 to 'lock' (fence cannot go with limit: a semaphore's slots carry no fencing token)")
+    assert.has_error(function() dlm:try_lock(r, { limit = 2, shared = true }) end,
+      "bad argument #2 to 'try_lock' (shared cannot go with limit: a semaphore's slots are exclusive holds)")
     assert.has_error(function() dlm:lock_many({ r }, { limit = 2 }) end,
       "bad argument #2 to 'lock_many' (limit cannot go with lock_many: take a semaphore with lock, try_lock or with_lock)")
     for i = 1, 5 do assert.are.equal("0", cl:cli(i, "DBSIZE")) end
@@ -222,11 +251,15 @@ describe("semaphore", function()
     assert.are.equal(0, rc, out)
     assert.matches("2 of 3 slots held by a quorum", out)
     assert.matches("slot 3 +free", out)
+    assert.matches("on 5 of 5 nodes  label [^%s]+:%d+", out) -- a holder's HOST:PID
     local slots = (proc.read_file(dir .. "/h1") .. proc.read_file(dir .. "/h2")):gsub("%s", "")
     assert.is_true(slots == "12" or slots == "21", slots)
     out, rc = host("exec --limit 2 --fence " .. proc.quote(r) .. " -- true")
     assert.are.equal(64, rc, out)
     assert.matches("%-%-limit and %-%-fence exclude each other", out)
+    out, rc = host("exec --limit 2 --shared " .. proc.quote(r) .. " -- true")
+    assert.are.equal(64, rc, out)
+    assert.matches("%-%-limit and %-%-shared exclude each other", out)
     for w = 1, 2 do assert.is_true(proc.wait_gone(pids[w], 20000)) end
     out, rc = host("exec -n --limit 2 " .. proc.quote(r) .. " -- echo third")
     assert.are.equal(0, rc, out)

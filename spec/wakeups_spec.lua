@@ -272,10 +272,8 @@ describe("wake-ups", function()
     --   /wait3?r=           lock(r) with retry.fixed(1000, 3): "<err> <policy calls>"
     --   /waitbig?r=         lock(r) waiting 30 s, polling every 5 s: "ok <ms when acquired>"
     lazy_setup(function()
-      srv = nginx.start {
+      srv = nginx.start_tree {
         workers = 1,
-        package_path = nginx.root .. "/lua/?.lua;" .. nginx.root .. "/lua/?/init.lua;" .. nginx.root .. "/spec/?.lua",
-        package_cpath = nginx.build .. "/?.so",
         init = ([[
           redlock = require "redlock"
           sproc = require "helpers.proc"

@@ -49,10 +49,8 @@ describe("wake-ups, on both transports", function()
 
   lazy_setup(function()
     cl = cluster.start(3)
-    srv = nginx.start {
+    srv = nginx.start_tree {
       workers = 1,
-      package_path = nginx.root .. "/lua/?.lua;" .. nginx.root .. "/lua/?/init.lua;" .. nginx.root .. "/spec/?.lua",
-      package_cpath = nginx.build .. "/?.so",
       init = WAITER .. ([[
         redlock = require "redlock"
         DLM = redlock.new { servers = %s }

@@ -147,9 +147,12 @@ void rl_host_acquire_end(void);
 /* proc.c: sleep ms milliseconds; a signal does not cut the sleep short. */
 void rl_host_sleep_ms(int ms);
 
-/* probe.c: what one node holds under one key. */
+/* probe.c: what one node holds under one key (key NULL: only whether it
+ * answers a PING, and how fast). */
 
 #define RL_HOST_PROBE_VALUE_LEN 128
+#define RL_HOST_PROBE_READERS 16    /* shared holders listed per node, at most */
+#define RL_HOST_PROBE_READER_LEN 41 /* a lock value and its NUL */
 
 enum {
     RL_HOST_PROBE_EINVAL = 1, /* bad URL or argument: no node was asked */
@@ -165,6 +168,12 @@ typedef struct rl_host_probe_result {
     long long pttl;                       /* PTTL: ms left, -1 no expiry, -2 no key */
     size_t value_len;                     /* the whole value's length */
     char value[RL_HOST_PROBE_VALUE_LEN];  /* its first bytes (all of a lock value), NUL-terminated */
+    int has_fence;                        /* 1 when GET key:fence found a fenced lock's counter */
+    char fence[24];                       /* that counter as the node holds it (up to 23 bytes) */
+    double latency_ms;                    /* the round trip of GET, GET and PTTL (or of PING) */
+    int readers;                          /* the value is the shared mark: the live shared holders */
+    char reader[RL_HOST_PROBE_READERS][RL_HOST_PROBE_READER_LEN]; /* the first of them (their values) */
+    long long reader_pttl[RL_HOST_PROBE_READERS];                 /* and the ms each has left */
 } rl_host_probe_result;
 
 /* TLS settings for probing rediss:// nodes (as rl_tls_options; NULL strings
@@ -177,7 +186,9 @@ typedef struct rl_host_tls {
 /* Connect to the node at url (redis://..., rediss://... with the TLS
  * settings tls (NULL: verify against the system's CAs), or unix://..., as
  * the core reads them) within timeout_ms, AUTH and SELECT as the URL says,
- * then GET and PTTL key[0..keylen). Every reply is awaited at most
+ * then GET and PTTL key[0..keylen) and, when the key holds the mark of
+ * shared holders (core/src/shared.h), the live ones with the ms each has
+ * left (up to RL_HOST_PROBE_READERS of them). Every reply is awaited at most
  * timeout_ms. Return 0 with *out filled, or -1 with out->err and
  * out->errstr set (bad TLS files: RL_HOST_PROBE_EINVAL). */
 int rl_host_probe(const char *url, const char *key, size_t keylen, int timeout_ms, const rl_host_tls *tls,

@@ -2,8 +2,9 @@
  * probe.c — what one node holds under one key, for `redlock status`.
  *
  * One blocking hiredis connection per call: connect with a timeout, AUTH and
- * SELECT as the URL says (parsed by the core's own rl_url_parse), then GET
- * and PTTL pipelined in one round trip. Written against hiredis' public API
+ * SELECT as the URL says (parsed by the core's own rl_url_parse), then GET,
+ * GET of the fence counter (key:fence) and PTTL pipelined in one round trip,
+ * or only a PING (no key: `redlock status` without RESOURCE), timed. Written against hiredis' public API
  * only, so the compiler checks every field read here; the Lua side sees
  * nothing of hiredis, only rl_host_probe_result. A reply of the wrong type (a
  * server that answers +OK to everything, something that is not Redis) is an
@@ -30,6 +31,7 @@
 
 #include "command.h"
 #include "host.h"
+#include "shared.h"
 #include "tls.h"
 #include "url.h"
 
@@ -247,28 +249,87 @@ static int prepare(probe *p, const rl_url *u) {
     return 0;
 }
 
-/* GET and PTTL key in one round trip. Return 0 with the result filled, or
- * -1 with the probe failed. */
-static int look(probe *p, const char *key, size_t keylen) {
+/* The live shared holders of key (its readers' set, pruned of none: only
+ * read): their number, then value and ms left of the first of them. */
+static const char readers_script[] =
+    "local t = redis.call(\"time\") local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+    "local rd, from = \"" RL_READERS_PREFIX "\"..KEYS[1], string.format(\"(%.0f\", now) "
+    "local out = { redis.call(\"zcount\",rd,from,\"+inf\") } "
+    "local z = redis.call(\"zrangebyscore\",rd,from,\"+inf\",\"withscores\",\"limit\",0,ARGV[1]) "
+    "for i = 1, #z, 2 do out[#out + 1] = z[i] out[#out + 1] = math.floor(tonumber(z[i + 1]) - now) end "
+    "return out";
+
+/* Read the shared holders of key into p->out. Return 0, or -1 with the
+ * probe failed. */
+static int look_readers(probe *p, const char *key, size_t keylen) {
     rl_host_probe_result *out = p->out;
-    const char *get[2] = {"GET", key}, *pttl[2] = {"PTTL", key};
-    size_t getlens[2] = {3, keylen}, pttllens[2] = {4, keylen};
-    if (append(p, 2, get, getlens) != REDIS_OK || append(p, 2, pttl, pttllens) != REDIS_OK)
-        return fail_io(p, "GET");
-    redisReply *v = take(p, "GET", WANT(REDIS_REPLY_STRING) | WANT(REDIS_REPLY_NIL));
+    char most[16];
+    snprintf(most, sizeof(most), "%d", RL_HOST_PROBE_READERS);
+    const char *argv[5] = {"EVAL", readers_script, "1", key, most};
+    size_t lens[5] = {4, sizeof(readers_script) - 1, 1, keylen, strlen(most)};
+    if (append(p, 5, argv, lens) != REDIS_OK) return fail_io(p, "readers");
+    redisReply *r = take(p, "readers", WANT(REDIS_REPLY_ARRAY));
+    if (r == NULL) return -1;
+    if (r->elements >= 1 && r->element[0]->type == REDIS_REPLY_INTEGER) out->readers = (int)r->element[0]->integer;
+    for (size_t i = 1, n = 0; i + 1 < r->elements && n < RL_HOST_PROBE_READERS; i += 2, n++) {
+        const redisReply *v = r->element[i], *ms = r->element[i + 1];
+        if (v->type != REDIS_REPLY_STRING || ms->type != REDIS_REPLY_INTEGER) break;
+        snprintf(out->reader[n], sizeof(out->reader[n]), "%.*s", (int)v->len, v->str);
+        out->reader_pttl[n] = ms->integer;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+/* The next reply, a string or nil, into buf (at most size - 1 bytes, NUL
+ * added); *len: its whole length, *found: 1 for a string. Return 0, or -1
+ * with the probe failed. */
+static int take_string(probe *p, const char *what, char *buf, size_t size, size_t *len, int *found) {
+    redisReply *v = take(p, what, WANT(REDIS_REPLY_STRING) | WANT(REDIS_REPLY_NIL));
     if (v == NULL) return -1;
     if (v->type == REDIS_REPLY_STRING) {
-        size_t keep = v->len < sizeof(out->value) - 1 ? v->len : sizeof(out->value) - 1;
-        out->exists = 1;
-        out->value_len = v->len;
-        memcpy(out->value, v->str, keep);
-        out->value[keep] = '\0';
+        size_t keep = v->len < size - 1 ? v->len : size - 1;
+        *found = 1;
+        if (len) *len = v->len;
+        memcpy(buf, v->str, keep);
+        buf[keep] = '\0';
     }
     freeReplyObject(v);
+    return 0;
+}
+
+/* PING alone (key NULL), or GET key, GET key:fence and PTTL key, in one
+ * round trip, timed. Return 0 with the result filled, or -1 with the probe
+ * failed. */
+static int look(probe *p, const char *key, size_t keylen) {
+    rl_host_probe_result *out = p->out;
+    double start = mono_ms();
+    if (key == NULL) {
+        const char *ping[1] = {"PING"};
+        size_t pinglen[1] = {4};
+        int rc = expect_status(p, "PING", 1, ping, pinglen);
+        out->latency_ms = mono_ms() - start;
+        return rc;
+    }
+    rl_buf fk = {0}; /* key:fence */
+    if (rl_buf_reserve(&fk, keylen + 6) != 0) return fail(out, RL_HOST_PROBE_ENODE, "out of memory");
+    memcpy(fk.data, key, keylen);
+    memcpy(fk.data + keylen, ":fence", 6);
+    const char *get[2] = {"GET", key}, *fence[2] = {"GET", fk.data}, *pttl[2] = {"PTTL", key};
+    size_t getlens[2] = {3, keylen}, fencelens[2] = {3, keylen + 6}, pttllens[2] = {4, keylen};
+    int sent = append(p, 2, get, getlens) == REDIS_OK && append(p, 2, fence, fencelens) == REDIS_OK &&
+               append(p, 2, pttl, pttllens) == REDIS_OK;
+    rl_buf_free(&fk);
+    if (!sent) return fail_io(p, "GET");
+    if (take_string(p, "GET", out->value, sizeof(out->value), &out->value_len, &out->exists) != 0 ||
+        take_string(p, "GET fence", out->fence, sizeof(out->fence), NULL, &out->has_fence) != 0)
+        return -1;
     redisReply *t = take(p, "PTTL", WANT(REDIS_REPLY_INTEGER));
     if (t == NULL) return -1;
     out->pttl = t->integer;
     freeReplyObject(t);
+    out->latency_ms = mono_ms() - start;
+    if (out->exists && strcmp(out->value, RL_SHARED_MARK) == 0) return look_readers(p, key, keylen);
     return 0;
 }
 
@@ -322,8 +383,8 @@ int rl_host_probe(const char *url, const char *key, size_t keylen, int timeout_m
     rl_url u;
     memset(out, 0, sizeof(*out));
     out->pttl = -2;
-    if (url == NULL || key == NULL || timeout_ms <= 0)
-        return fail(out, RL_HOST_PROBE_EINVAL, "rl_host_probe: NULL url or key, or timeout_ms <= 0");
+    if (url == NULL || timeout_ms <= 0)
+        return fail(out, RL_HOST_PROBE_EINVAL, "rl_host_probe: NULL url, or timeout_ms <= 0");
     if (rl_url_parse(url, &u, out->errstr, sizeof(out->errstr)) != 0) {
         out->err = RL_HOST_PROBE_EINVAL;
         return -1;

@@ -79,6 +79,7 @@ extern "C" {
 #define RL_MAX_KEY_LEN 536870912 /* longest key (prefix + resource), Redis' 512 MB limit */
 #define RL_WAITER_ID_LEN 16 /* hex characters of a client's waiter id (hand-off's queue) */
 #define RL_MAX_LIMIT 1024   /* most slots a semaphore may have */
+#define RL_LABEL_MAX 15     /* longest holder label a lock value carries (rl_options.label) */
 
 /* What an operation does. */
 enum {
@@ -126,8 +127,10 @@ typedef struct rl_options {
                                 rl_client_new (default 1000) */
     int reconnect_min_ms;    /* first delay before reconnecting a lost node (default 50) */
     int reconnect_max_ms;    /* cap of the doubling reconnect delay (default 1000) */
-    int stall_reset_ms;      /* reconnect a node silent this long with commands unanswered (default 500):
-                                a stream that lost a reply cannot resynchronise any other way
+    int stall_reset_ms;      /* the stall watchdog (default 500): a node whose end takes none of our
+                                bytes this long is reset and reconnected; one silent this long with
+                                commands wholly at its end becomes suspect (rl_engine_suspects_due),
+                                probed at stall_reset_ms / 2, then doubling up to reconnect_max_ms
                                 (a connection still in its setup is connect_timeout_ms's) */
     int quorum;              /* votes needed; 0 means N/2+1; never below N/2+1, never above N */
     double drift_factor;     /* clock drift allowance, fraction of ttl (default 0.01) */
@@ -135,6 +138,14 @@ typedef struct rl_options {
                                 starting with "redlock:": see rl_reserved_key) */
     size_t prefix_len;       /* length of prefix in bytes */
     rl_tls_options tls;      /* for rediss:// nodes (default: verify against the system's CAs) */
+    const char *label;       /* the holder's label, carried in every lock value this client makes:
+                                "label/" then random hex, RL_VALUE_LEN characters in all (at least 24
+                                hex: 96 random bits). 1 to RL_LABEL_MAX printable ASCII characters,
+                                no '/' and no space; NULL or "" (default): no label, 40 hex. Copied
+                                when the client is created. Other clients see an opaque value;
+                                `redlock status` shows the label (docs/observability.md) */
+    int no_stats;            /* 1: count nothing (rl_engine_stats then reports zeros); default 0:
+                                counting is on. For measuring what counting costs */
 } rl_options;
 
 /* One node's part of a result. */
@@ -321,6 +332,24 @@ int rl_begin_on_slot(rl_client *c, int kind, const char *resource, size_t len, i
                      int ttl_ms);
 
 /*
+ * A shared (read) hold of resource (docs/design.md, "Shared holds"): granted
+ * on a node while no writer holds the resource there and no waiting writer
+ * has marked its intent; any number of shared holds go together, and
+ * exclude every exclusive acquire (rl_begin_acquire and the others, ours or
+ * any Redlock client's SET NX) until the last has ended. Decided at quorum
+ * like any acquire (BUSY: a writer holds it, or one waits). The value
+ * (rl_result.value) ends with 's' (never hex): rl_begin_extend,
+ * rl_begin_release, a failed acquire's cleanup and keep-alive see from it
+ * that it is a shared hold, and run the shared scripts. A shared hold has
+ * no fencing token. Beside the lock's key, a node keeps the readers under
+ * "redlock:readers:" .. key and a waiting writer's mark under
+ * "redlock:writer-intent:" .. key: a writer that waits as a queued waiter
+ * (rl_begin_acquire_queued) sets it, for its ttl, while readers hold, and
+ * new shared holds are refused while it stands; its grant deletes it.
+ */
+int rl_begin_acquire_shared(rl_client *c, const char *resource, size_t len, int ttl_ms);
+
+/*
  * Drive the I/O until at least one operation has finished or timeout_ms has
  * passed (0: do what is ready and return; < 0: no limit). Return the number of
  * finished operations waiting to be collected.
@@ -349,6 +378,7 @@ void rl_sleep(rl_client *c, int ms);
 int rl_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
 int rl_acquire_fenced(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
 int rl_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
+int rl_acquire_shared(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
 int rl_release(rl_client *c, const char *resource, size_t len, const char *value, rl_result *out);
 int rl_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms,
               rl_result *out);
@@ -540,6 +570,7 @@ const char *rl_engine_errstr(const rl_engine *e);
 int rl_engine_begin_acquire(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
 int rl_engine_begin_acquire_fenced(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
 int rl_engine_begin_acquire_queued(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
+int rl_engine_begin_acquire_shared(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
 int rl_engine_begin_release(rl_engine *e, const char *resource, size_t len, const char *value,
                             double now_ms);
 int rl_engine_begin_release_quiet(rl_engine *e, const char *resource, size_t len, const char *value,
@@ -606,6 +637,16 @@ int rl_engine_node_feed(rl_engine *e, int node, const char *data, size_t len, do
  * queue, SIOCOUTQ), so the stall watchdog can tell a slow link from a hung
  * node. A driver that cannot tell never calls it. */
 void rl_engine_node_unsent(rl_engine *e, int node, long long bytes);
+
+/* Nodes (bit i: node i) that have stopped answering (suspect: they are
+ * sent nothing but a probe, and their votes fail at once as timeouts) and
+ * whose sockets are due a look at now_ms: at most once per node_timeout / 5
+ * each. A driver that reads its sockets only while it waits for replies
+ * (rl_client) reads these without waiting before it begins an operation,
+ * so that a node answering again is heard, and votes, even when every
+ * round is decided at once. A driver that always reads (nginx) need not
+ * call it. */
+unsigned rl_engine_suspects_due(rl_engine *e, double now_ms);
 
 /* Commands sent to node whose replies have not come yet (its connection's
  * setup included): a driver that reads only while replies are due stops
@@ -867,6 +908,90 @@ int rl_keeper_release(rl_keeper *k, int timeout_ms);
  * second call finds nothing left to release. _exit(), a fatal signal and
  * exit() in a forked child (which has no keeper threads) release nothing. */
 int rl_keeper_release_all(int timeout_ms);
+
+/*
+ * Counting (docs/observability.md). The engine counts what it decides, once,
+ * whatever drives it: operations by kind and outcome, each node's votes,
+ * timeouts and connection events, decision and reply latency as histograms
+ * with fixed buckets, and what keep-alive and hand-off did. Counters only
+ * grow (from the engine's creation); the gauges (int fields) say how things
+ * stand now. Nothing is allocated to count. Resources are never counted
+ * apart: however many there are, the counts take the same room.
+ *
+ * Round kinds (the first index of ops and decision; rl_stats_kind_word):
+ * 1 acquire (plain or queued), 2 release (quiet or not), 3 extend, 4 a
+ * fenced acquire's grant, 5 its commit (a fenced acquire that is granted
+ * counts a grant and a commit; its result is the commit's), 6 a
+ * semaphore's acquire (rl_begin_acquire_slot; its release and extend count
+ * as 2 and 3). Outcomes are
+ * indexed by RL_STATUS_* (rl_status_word), vote states by RL_NODE_* (a vote
+ * still pending when its round was decided counts as pending). The rounds
+ * keep-alive begins (extensions and releases of kept locks) count in
+ * keep_extends and keep_releases, not in ops, and vote like any round.
+ */
+#define RL_STATS_KINDS 7     /* ops[] and decision[] entries: round kinds 1..6, 0 unused */
+#define RL_STATS_OUTCOMES 6  /* indexed by RL_STATUS_* */
+#define RL_STATS_STATES 5    /* indexed by RL_NODE_* */
+#define RL_STATS_BUCKETS 14  /* histogram buckets: 13 upper bounds (rl_stats_bucket_ms), then +Inf */
+
+/* A latency histogram: count[i] is the number of times at most
+ * rl_stats_bucket_ms(i) and above the bound before (not cumulative); the
+ * last bucket has no bound. sum_ms: the sum of every time counted. */
+typedef struct rl_histogram {
+    unsigned long long count[RL_STATS_BUCKETS];
+    double sum_ms;
+} rl_histogram;
+
+/* One node's counts. */
+typedef struct rl_node_stats {
+    unsigned long long votes[RL_STATS_STATES]; /* votes at each round's decision, by RL_NODE_* */
+    unsigned long long timeouts;     /* operations the node left unanswered past the node timeout (in
+                                        the round, its tail, or a failed acquire's cleanup): once each */
+    unsigned long long connects;     /* connections asked for (the first included) */
+    unsigned long long reconnects;   /* of those, asked for after a connection failed or was reset */
+    unsigned long long resets;       /* connections the engine ended (replies out of step, no reply for
+                                        stall_reset_ms, a refused setup, a connect timeout, garbage) */
+    unsigned long long lost;         /* connections the driver reported failed or lost */
+    unsigned long long step_checks;  /* step checks (ECHO of a nonce) sent, suspect nodes' probes included */
+    unsigned long long suspected;    /* times the node was found not answering (it became suspect) */
+    rl_histogram reply;              /* from a command being queued to its reply (rounds, tails, cleanups) */
+    int up;                          /* gauge: 1 while connected and set up */
+    int suspect;                     /* gauge: 1 while suspect (sent nothing but probes) */
+} rl_node_stats;
+
+typedef struct rl_stats {
+    int nodes;                       /* entries used in node[] */
+    unsigned long long ops[RL_STATS_KINDS][RL_STATS_OUTCOMES]; /* rounds decided, by kind and outcome */
+    rl_histogram decision[RL_STATS_KINDS]; /* from a round's start to its decision, by kind */
+    unsigned long long tails;        /* rounds decided before every node answered (the rest is a tail) */
+    unsigned long long cleanups;     /* failed acquires' cleanups begun */
+    unsigned long long wakeups;      /* release messages heard (hand-off) */
+    unsigned long long keep_extends[RL_STATS_OUTCOMES];  /* keep-alive's extensions, by outcome */
+    unsigned long long keep_releases[RL_STATS_OUTCOMES]; /* releases of kept locks (dropped, or release_all) */
+    unsigned long long locks_lost;   /* kept locks that turned RL_KEEP_LOST */
+    int inflight;                    /* gauge: operations not decided (rl_engine_inflight) */
+    int tails_running;               /* gauge: rl_engine_tails */
+    int waiters;                     /* gauge: watches not undone (rl_engine_watch calls), every resource */
+    int kept;                        /* gauge: kept locks still extended */
+    rl_node_stats node[RL_MAX_NODES];
+} rl_stats;
+
+/* Copy e's counts into *out (rl_options.no_stats: zeros, with nodes set). */
+void rl_engine_stats(const rl_engine *e, rl_stats *out);
+
+/* rl_engine_stats of c's engine, and of k's (the keeper's own connections
+ * and rounds: its extensions and releases; thread-safe, under k's mutex). */
+void rl_client_stats(const rl_client *c, rl_stats *out);
+void rl_keeper_stats(rl_keeper *k, rl_stats *out);
+
+/* The upper bound of histogram bucket i in ms (0.5, 1, 2.5, 5, 10, 25, 50,
+ * 100, 250, 500, 1000, 2500, 5000), or -1 for the last (+Inf) and any i out
+ * of range. */
+double rl_stats_bucket_ms(int i);
+
+/* The word for a round kind (1..RL_STATS_KINDS-1: "acquire", "release",
+ * "extend", "fenced", "commit", "slot"), or NULL. */
+const char *rl_stats_kind_word(int kind);
 
 /* Monotonic clock in milliseconds (CLOCK_MONOTONIC). */
 double rl_now_ms(void);

@@ -6,18 +6,20 @@
 
 #include "engine_impl.h"
 #include "opid.h"
+#include "shared.h"
 #include "value.h"
 
-/* How an acquire asks: SET NX PX, the fenced script, or a waiter's SET that
- * joins the queue of waiters on refusal; how a release does: waking the
- * waiters (PLAIN) or nobody (QUIET). */
-enum { PLAIN, FENCED, QUEUED, QUIET };
+/* How an acquire asks: SET NX PX, the fenced script, a waiter's SET that
+ * joins the queue of waiters on refusal, or a reader's (shared.h); how a
+ * release does: waking the waiters (PLAIN) or nobody (QUIET). */
+enum { PLAIN, FENCED, QUEUED, QUIET, SHARED };
 
 /* The acquire's command (op->key: the lock's key, or a semaphore's). */
 static int acquire_cmd(rl_engine *e, rl_op *op, int variant, int ttl_ms) {
     const char *waiter = variant == QUEUED ? rl_engine_waiter_id(e) : NULL;
     if (op->sem_limit > 0) return rl_slot_acquire_cmd(e, op, &op->cmd, ttl_ms);
-    return variant == FENCED ? rl_cmd_acquire_fenced(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms)
+    return variant == SHARED ? rl_cmd_shared_acquire(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms)
+           : variant == FENCED ? rl_cmd_acquire_fenced(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms)
            : waiter          ? rl_cmd_acquire_queued(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms, waiter)
                              : rl_cmd_acquire(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms);
 }
@@ -71,11 +73,12 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
 
     int rc;
     if (kind == RL_OP_ACQUIRE) {
-        if (rl_value_generate(op->res.value) != 0) {
+        if (rl_value_generate_labelled(op->res.value, e->label) != 0) {
             snprintf(e->errstr, sizeof(e->errstr), "getrandom failed: no randomness for a lock value");
             rl_op_free(e, op);
             return RL_ERR;
         }
+        if (variant == SHARED) rl_value_make_shared(op->res.value);
         rc = acquire_cmd(e, op, variant, ttl_ms);
     } else {
         memcpy(op->res.value, value, RL_VALUE_LEN);
@@ -91,6 +94,7 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
     op->kept = kept ? *kept : (rl_keep_ref){-1, 0};
     op->taken = kept != NULL; /* nobody takes a keep-alive round's result */
     op->sent = 0;
+    op->late = 0;
     op->ttl_ms = ttl_ms;
     op->quiet = variant == QUIET;
     e->inflight++;
@@ -115,6 +119,10 @@ int rl_engine_begin_acquire_fenced(rl_engine *e, const char *resource, size_t le
 
 int rl_engine_begin_acquire_queued(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms) {
     return begin(e, RL_OP_ACQUIRE, QUEUED, resource, len, 0, 0, NULL, ttl_ms, NULL, now_ms);
+}
+
+int rl_engine_begin_acquire_shared(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms) {
+    return begin(e, RL_OP_ACQUIRE, SHARED, resource, len, 0, 0, NULL, ttl_ms, NULL, now_ms);
 }
 
 int rl_engine_begin_release(rl_engine *e, const char *resource, size_t len, const char *value, double now_ms) {

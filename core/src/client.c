@@ -84,14 +84,22 @@ static void on_prepare(EV_P_ ev_prepare *w, int revents) {
 /* libev runs an overdue timer before I/O that arrived in the same loop
  * iteration. Before the engine judges anyone late, take what the sockets
  * already have: finished connects, handshake steps and replies. */
+static void advance(rl_client *c, double now_ms) {
+    c->armed_at = 0;
+    rl_evsock_take_ready(c->links, 2 * c->nnodes);
+    rl_engine_advance(c->engine, now_ms);
+    rl_client_service(c);
+}
+
 static void on_deadline(EV_P_ ev_timer *w, int revents) {
     (void)loop;
     (void)revents;
-    rl_client *c = w->data;
-    c->armed_at = 0;
-    rl_evsock_take_ready(c->links, 2 * c->nnodes);
-    rl_engine_advance(c->engine, rl_now_ms());
-    rl_client_service(c);
+    advance(w->data, rl_now_ms());
+}
+
+void rl_client_catch_up(rl_client *c, double now_ms) {
+    double due = rl_engine_deadline(c->engine);
+    if (due >= 0 && due <= now_ms) advance(c, now_ms);
 }
 
 /* ---- the client ---- */
@@ -233,6 +241,10 @@ const char *rl_client_node_name(const rl_client *c, int i) {
 
 int rl_client_quorum(const rl_client *c) {
     return rl_engine_quorum(c->engine);
+}
+
+void rl_client_stats(const rl_client *c, rl_stats *out) {
+    rl_engine_stats(c->engine, out);
 }
 
 const char *rl_client_errstr(const rl_client *c) {

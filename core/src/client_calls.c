@@ -19,37 +19,56 @@ static int begun(rl_client *c, int id) {
     return id;
 }
 
+/* The time an operation begins at, after what was due meanwhile (a round
+ * decided at once runs no loop: the probes of nodes that stopped answering
+ * would wait) and a look at the sockets of such nodes
+ * (rl_engine_suspects_due): what they sent since is heard first, so a node
+ * answering again votes in this round. */
+static double now_hearing_suspects(rl_client *c) {
+    double now = rl_now_ms();
+    rl_client_catch_up(c, now);
+    unsigned due = rl_engine_suspects_due(c->engine, now);
+    if (due) rl_evsock_take_ready_of(c->links, c->nnodes, due);
+    return now;
+}
+
 int rl_begin_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms) {
-    return begun(c, rl_engine_begin_acquire(c->engine, resource, len, ttl_ms, rl_now_ms()));
+    return begun(c, rl_engine_begin_acquire(c->engine, resource, len, ttl_ms, now_hearing_suspects(c)));
 }
 
 int rl_begin_acquire_fenced(rl_client *c, const char *resource, size_t len, int ttl_ms) {
-    return begun(c, rl_engine_begin_acquire_fenced(c->engine, resource, len, ttl_ms, rl_now_ms()));
+    return begun(c, rl_engine_begin_acquire_fenced(c->engine, resource, len, ttl_ms, now_hearing_suspects(c)));
+}
+
+int rl_begin_acquire_shared(rl_client *c, const char *resource, size_t len, int ttl_ms) {
+    return begun(c, rl_engine_begin_acquire_shared(c->engine, resource, len, ttl_ms, now_hearing_suspects(c)));
 }
 
 int rl_begin_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms) {
-    return begun(c, rl_engine_begin_acquire_queued(c->engine, resource, len, ttl_ms, rl_now_ms()));
+    return begun(c, rl_engine_begin_acquire_queued(c->engine, resource, len, ttl_ms, now_hearing_suspects(c)));
 }
 
 int rl_begin_release(rl_client *c, const char *resource, size_t len, const char *value) {
-    return begun(c, rl_engine_begin_release(c->engine, resource, len, value, rl_now_ms()));
+    return begun(c, rl_engine_begin_release(c->engine, resource, len, value, now_hearing_suspects(c)));
 }
 
 int rl_begin_release_quiet(rl_client *c, const char *resource, size_t len, const char *value) {
-    return begun(c, rl_engine_begin_release_quiet(c->engine, resource, len, value, rl_now_ms()));
+    return begun(c, rl_engine_begin_release_quiet(c->engine, resource, len, value, now_hearing_suspects(c)));
 }
 
 int rl_begin_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms) {
-    return begun(c, rl_engine_begin_extend(c->engine, resource, len, value, ttl_ms, rl_now_ms()));
+    return begun(c, rl_engine_begin_extend(c->engine, resource, len, value, ttl_ms, now_hearing_suspects(c)));
 }
 
 int rl_begin_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, double ticket) {
-    return begun(c, rl_engine_begin_acquire_slot(c->engine, resource, len, limit, ttl_ms, ticket, rl_now_ms()));
+    double now = now_hearing_suspects(c);
+    return begun(c, rl_engine_begin_acquire_slot(c->engine, resource, len, limit, ttl_ms, ticket, now));
 }
 
 int rl_begin_on_slot(rl_client *c, int kind, const char *resource, size_t len, int slot, const char *value,
                      int ttl_ms) {
-    return begun(c, rl_engine_begin_on_slot(c->engine, kind, resource, len, slot, value, ttl_ms, rl_now_ms()));
+    double now = now_hearing_suspects(c);
+    return begun(c, rl_engine_begin_on_slot(c->engine, kind, resource, len, slot, value, ttl_ms, now));
 }
 
 /* ---- driving and collecting ---- */
@@ -142,6 +161,10 @@ int rl_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_re
 
 int rl_acquire_fenced(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out) {
     return finish(c, rl_begin_acquire_fenced(c, resource, len, ttl_ms), out);
+}
+
+int rl_acquire_shared(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out) {
+    return finish(c, rl_begin_acquire_shared(c, resource, len, ttl_ms), out);
 }
 
 int rl_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out) {

@@ -38,6 +38,11 @@ void rl_client_service(rl_client *c);
  * commands begun or re-sent since the last flush. Then service. */
 void rl_client_flush(rl_client *c);
 
+/* Do what the engine had due by now_ms (its deadline passed while nobody
+ * ran the loop: a caller whose rounds are all decided at once never runs
+ * it), as the deadline timer would have. */
+void rl_client_catch_up(rl_client *c, double now_ms);
+
 /* Write what the subscriber links have queued (a watch's SUBSCRIBE). Then
  * service. */
 void rl_client_flush_subscribers(rl_client *c);

@@ -9,6 +9,7 @@
 #include "command.h"
 #include "redlock.h"
 #include "resp.h"
+#include "shared.h"
 
 /* A release that deletes the key tells the waiters (redlock.h, "Hand-off").
  * First the queue: the waiters queued on this node, oldest first, until one
@@ -21,15 +22,7 @@
  * (an ACL, a key of another type) still releases, and its waiters poll. */
 const char rl_release_script[] =
     "if redis.call(\"get\",KEYS[1]) == ARGV[1] then redis.call(\"del\",KEYS[1]) "
-    "if ARGV[2] == \"quiet\" then return 1 end "
-    "local q = \"" RL_QUEUE_PREFIX "\"..KEYS[1] "
-    "for i = 1, 8 do local w = redis.pcall(\"lpop\",q) if type(w) ~= \"string\" then break end "
-    "local s = redis.pcall(\"publish\",\"" RL_WAKE_PREFIX "\"..w..\":\"..KEYS[1],1) "
-    "if type(s) == \"number\" and s > 0 then return 2 end end "
-    "local c = \"redlock:released:\"..KEYS[1] local s = redis.pcall(\"pubsub\",\"numsub\",c) "
-    "local k = type(s) == \"table\" and tonumber(s[2]) or 0 "
-    "if k > 0 and type(redis.pcall(\"publish\",c,k)) == \"number\" then return 2 end return 1 "
-    "else return 0 end";
+    "if ARGV[2] == \"quiet\" then return 1 end " RL_WAKE_WAITERS "else return 0 end";
 const char rl_extend_script[] =
     "if redis.call(\"get\",KEYS[1]) == ARGV[1] then return redis.call(\"pexpire\",KEYS[1],ARGV[2]) else return 0 end";
 /* A waiter's acquire: SET NX PX; granted, the waiter leaves the queue;
@@ -41,12 +34,13 @@ const char rl_extend_script[] =
  * left alone (not scanned, not joined, its expiry not renewed); a full one
  * (RL_QUEUE_MAX) takes nobody more. A waiter left out hears the broadcast
  * (a release that wakes no queued waiter) or polls; SET NX decides the
- * lock either way. */
+ * lock either way. A waiting writer also marks its intent while readers
+ * hold the resource (shared.h, "Writer priority"), and clears it once granted. */
 const char rl_acquire_queued_script[] =
     "local q = \"" RL_QUEUE_PREFIX "\"..KEYS[1] "
     "if redis.call(\"set\",KEYS[1],ARGV[1],\"NX\",\"PX\",ARGV[2]) then local n = redis.pcall(\"llen\",q) "
     "if type(n) == \"number\" and n > 0 and n <= " STR(RL_QUEUE_MAX) " then redis.pcall(\"lrem\",q,0,ARGV[3]) end "
-    "return redis.status_reply(\"OK\") end "
+    RL_INTENT_GRANTED "return redis.status_reply(\"OK\") end " RL_INTENT_REFUSED
     "local n = redis.pcall(\"llen\",q) "
     "if type(n) ~= \"number\" or n > " STR(RL_QUEUE_MAX) " then return false end "
     "local p = redis.pcall(\"lpos\",q,ARGV[3]) "
@@ -174,6 +168,7 @@ static char *script_head(rl_buf *b, char argc, int by_sha, const char *sha, cons
 }
 
 int rl_cmd_release(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value, int quiet) {
+    if (rl_value_shared(value)) return rl_cmd_shared_release(b, key, keylen, value, quiet);
     char *p = script_head(b, quiet ? '6' : '5', by_sha, rl_release_sha, rl_release_script,
                           sizeof(rl_release_script) - 1, key, keylen, value);
     if (p == NULL) return -1;
@@ -183,6 +178,7 @@ int rl_cmd_release(rl_buf *b, int by_sha, const char *key, size_t keylen, const 
 }
 
 int rl_cmd_extend(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value, int ttl_ms) {
+    if (rl_value_shared(value)) return rl_cmd_shared_extend(b, key, keylen, value, ttl_ms);
     char *p = script_head(b, '6', by_sha, rl_extend_sha, rl_extend_script, sizeof(rl_extend_script) - 1,
                           key, keylen, value);
     if (p == NULL) return -1;

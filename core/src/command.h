@@ -31,6 +31,19 @@ extern const char rl_extend_sha[];
 #define RL_QUEUE_PREFIX "redlock:queue:"
 #define RL_WAKE_PREFIX "redlock:wake:"
 
+/* What a release that emptied the key runs to wake waiters (Lua, the tail
+ * of a script whose KEYS[1] is the key; see rl_release_script): the first
+ * queued waiter still listening, else a broadcast; it returns 2 if it
+ * published, else 1. */
+#define RL_WAKE_WAITERS                                                                              \
+    "local q = \"" RL_QUEUE_PREFIX "\"..KEYS[1] "                                                      \
+    "for i = 1, 8 do local w = redis.pcall(\"lpop\",q) if type(w) ~= \"string\" then break end "       \
+    "local s = redis.pcall(\"publish\",\"" RL_WAKE_PREFIX "\"..w..\":\"..KEYS[1],1) "                  \
+    "if type(s) == \"number\" and s > 0 then return 2 end end "                                      \
+    "local c = \"redlock:released:\"..KEYS[1] local s = redis.pcall(\"pubsub\",\"numsub\",c) "         \
+    "local k = type(s) == \"table\" and tonumber(s[2]) or 0 "                                        \
+    "if k > 0 and type(redis.pcall(\"publish\",c,k)) == \"number\" then return 2 end return 1 "
+
 /* The most waiters a queue takes: a refused attempt finds its place in at
  * most this many entries. */
 #define RL_QUEUE_MAX 1024

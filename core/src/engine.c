@@ -78,6 +78,8 @@ static int check_options(const rl_options *o, int n, char *err, size_t errlen) {
         return snprintf(err, errlen, "quorum must be between %d (a majority of %d) and %d", majority, n, n), -1;
     if (o->prefix_len > 0 && o->prefix == NULL) return snprintf(err, errlen, "prefix is NULL"), -1;
     if (o->prefix_len > RL_MAX_KEY_LEN) return snprintf(err, errlen, "prefix is longer than a key may be"), -1;
+    const char *bad_label = o->label ? rl_label_refusal(o->label) : NULL;
+    if (bad_label) return snprintf(err, errlen, "label %s", bad_label), -1;
     if (rl_key_in_namespace(o->prefix, o->prefix_len, "", 0))
         return snprintf(err, errlen, "prefix starts with \"" RL_RESERVED_PREFIX "\", where redlock keeps its own keys"), -1;
     return 0;
@@ -120,6 +122,8 @@ rl_engine *rl_engine_new(const char *const *urls, int nurls, const rl_options *o
     memcpy(e->prefix, opts->prefix_len ? opts->prefix : "", opts->prefix_len);
     e->prefix[opts->prefix_len] = '\0';
     e->opts.prefix = e->prefix;
+    if (opts->label) snprintf(e->label, sizeof(e->label), "%s", opts->label);
+    e->opts.label = e->label;
     e->nnodes = nurls;
     e->quorum = opts->quorum ? opts->quorum : nurls / 2 + 1;
     snprintf(e->timeout_text, sizeof(e->timeout_text), "no reply within %d ms", opts->node_timeout_ms);

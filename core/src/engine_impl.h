@@ -12,6 +12,7 @@
 #include "deadlines.h"
 #include "engine.h"
 #include "round.h"
+#include "stats.h"
 #include "stream.h"
 #include "substream.h"
 
@@ -35,6 +36,7 @@ typedef struct rl_op {
     unsigned sent;           /* bit i: the first round's command went to node i (not if its connection ended first) */
     unsigned owed;           /* bit i: node i still owes a reply to this phase's command */
     unsigned cleanup_sent;   /* bit i: node i was sent the cleanup */
+    unsigned late;           /* bit i: node i was counted late for this operation (stats.c) */
     unsigned set_gen;        /* the generation of the first round (the SETs) */
     rl_mark cleanup_out[RL_MAX_NODES];  /* where each node's cleanup ends in its output */
     rl_buf key;              /* prefix + resource */
@@ -71,6 +73,8 @@ struct rl_engine {
     int ndone, inflight, tails;
     rl_deadlines deadlines;  /* the current phase's deadline of every op in ROUND, TAIL or CLEANUP */
     rl_keep keep;            /* the keep-alive schedule (keep.c) */
+    rl_stats stats;          /* what stats.c counts (the streams and keep-alive count their own) */
+    char label[RL_LABEL_MAX + 1]; /* carried at the start of every lock value made ("": none) */
 };
 
 /* The time of this call: never before the last one. */

@@ -197,11 +197,15 @@ void rl_evsock_init(rl_evsock *s, struct ev_loop *loop, rl_engine *e, int link, 
 }
 
 void rl_evsock_take_ready(rl_evsock *socks, int n) {
+    rl_evsock_take_ready_of(socks, n, ~0u);
+}
+
+void rl_evsock_take_ready_of(rl_evsock *socks, int n, unsigned which) {
     struct pollfd p[2 * RL_MAX_NODES];
     int idx[2 * RL_MAX_NODES], k = 0;
     for (int i = 0; i < n && k < 2 * RL_MAX_NODES; i++) {
         rl_evsock *s = &socks[i];
-        if (s->conn.fd < 0) continue;
+        if (s->conn.fd < 0 || (i < 32 && !(which & (1u << i)))) continue;
         short ev = s->conn.connecting ? POLLOUT : POLLIN;
         if (s->conn.handshaking && s->conn.want == RL_TLS_WANT_WRITE) ev = POLLOUT;
         p[k] = (struct pollfd){.fd = s->conn.fd, .events = ev};
@@ -217,6 +221,7 @@ void rl_evsock_take_ready(rl_evsock *socks, int n) {
     }
     for (int i = 0; i < n; i++) {
         rl_evsock *s = &socks[i];
+        if (i < 32 && !(which & (1u << i))) continue;
         if (s->conn.fd >= 0 && !s->conn.connecting && !s->conn.handshaking)
             rl_engine_node_unsent(s->engine, s->link, rl_conn_unsent(&s->conn));
     }

@@ -62,6 +62,9 @@ void rl_evsock_flush(rl_evsock *s);
  * late. */
 void rl_evsock_take_ready(rl_evsock *socks, int n);
 
+/* The same for the sockets of socks[i] whose bit i is set in which. */
+void rl_evsock_take_ready_of(rl_evsock *socks, int n, unsigned which);
+
 /* Close, and abandon a name lookup still running. */
 void rl_evsock_free(rl_evsock *s);
 

@@ -64,6 +64,7 @@ static void schedule(rl_keep *k, int i) {
 }
 
 static void set_lost(rl_keep *k, int i) {
+    if (k->entries[i].state == RL_KEEP_HELD) k->lost_total++;
     rl_deadlines_remove(&k->deadlines, i);
     k->entries[i].state = RL_KEEP_LOST;
 }

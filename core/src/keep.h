@@ -53,6 +53,7 @@ typedef struct rl_keep {
     double retry_at;          /* no release begins before (the engine was full) */
     int releasing, released;  /* rl_engine_keep_release_all's tally */
     double next_sweep;        /* extensions due are begun at most once a tick */
+    unsigned long long lost_total; /* entries that turned lost (rl_stats.locks_lost) */
 } rl_keep;
 
 void rl_keep_init(rl_keep *k);

@@ -178,6 +178,12 @@ int rl_keeper_state(rl_keeper *k, int id, double *valid_until_ms) {
     return state;
 }
 
+void rl_keeper_stats(rl_keeper *k, rl_stats *out) {
+    pthread_mutex_lock(&k->mu);
+    rl_engine_stats(k->engine, out);
+    pthread_mutex_unlock(&k->mu);
+}
+
 int rl_keeper_update(rl_keeper *k, int id, int ttl_ms, double started_ms, double valid_until_ms) {
     pthread_mutex_lock(&k->mu);
     int rc = rl_engine_keep_update(k->engine, id, ttl_ms, started_ms, valid_until_ms, rl_now_ms());

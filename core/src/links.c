@@ -91,6 +91,18 @@ void rl_engine_node_unsent(rl_engine *e, int node, long long bytes) {
     if (s) rl_stream_unsent(s, bytes);
 }
 
+unsigned rl_engine_suspects_due(rl_engine *e, double now_ms) {
+    double now = clock_at(e, now_ms), every = e->opts.node_timeout_ms / 5.0;
+    unsigned bits = 0;
+    for (int i = 0; i < e->nnodes; i++) {
+        rl_stream *s = &e->nodes[i];
+        if (!rl_stream_suspect(s) || now < s->peeked_ms + every) continue;
+        s->peeked_ms = now;
+        bits |= 1u << i;
+    }
+    return bits;
+}
+
 int rl_engine_node_unanswered(const rl_engine *e, int node) {
     return node >= 0 && node < e->nnodes ? (int)e->nodes[node].ring_count : 0;
 }

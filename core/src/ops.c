@@ -7,6 +7,7 @@
 
 #include "engine_impl.h"
 #include "opid.h"
+#include "text.h"
 
 rl_op *rl_op_alloc(rl_engine *e) {
     rl_op *op = e->free_ops;
@@ -70,17 +71,24 @@ static void op_quiet(rl_engine *e, rl_op *op) {
     if (op->taken) rl_op_free(e, op);
 }
 
+/* Keep a (quiet) release of op's value for node i, to go out once it can:
+ * on its next connection, or once a suspect node answers: a slot's release
+ * on the slot's key, and for a semaphore's acquire whatever it may have set
+ * there (rl_slot_cleanup_cmd; nothing to undo is 0). Return 0, or -1 if it
+ * cannot be kept (out of memory, RL_REDO_MAX bytes kept already). */
+static int keep_release(rl_engine *e, const rl_op *op, int i) {
+    int rc = op->sem_limit > 0 ? rl_slot_cleanup_cmd(e, op, i, &e->scratch) : rl_op_release_cmd(op, &e->scratch, 0, 1);
+    if (rc != 0) return rc > 0 ? 0 : -1;
+    return rl_stream_redo(&e->nodes[i], e->scratch.data, e->scratch.len, e->now);
+}
+
 /* The cleanup could not go out to node i on the connection the SET went
  * out on (that connection ended first, with the SET applied or not): keep
  * the release for the node's next connection (EVAL, whatever scripts that
  * node has then). Unless the SET itself never went out. Return 0, or -1 if
  * it cannot be kept. */
 static int redo_cleanup(rl_engine *e, rl_op *op, int i) {
-    if (!(op->sent & (1u << i))) return 0;
-    int rc = op->sem_limit > 0 ? rl_slot_cleanup_cmd(e, op, i, &e->scratch)
-                               : rl_cmd_release(&e->scratch, 0, op->key.data, op->key.len, op->res.value, 1);
-    if (rc != 0) return rc > 0 ? 0 : -1;
-    return rl_stream_redo(&e->nodes[i], e->scratch.data, e->scratch.len, e->now);
+    return op->sent & (1u << i) ? keep_release(e, op, i) : 0;
 }
 
 /* A failed acquire: release on every node the SET may have reached. A node
@@ -111,6 +119,7 @@ static void op_start_cleanup(rl_engine *e, rl_op *op) {
         }
     }
     e->tails++;
+    rl_count_cleanup(e);
     if (op->owed) start_timer(e, op);
     else op_quiet(e, op);
 }
@@ -122,9 +131,12 @@ static void op_start_cleanup(rl_engine *e, rl_op *op) {
  * large batch): a step check tells them apart without resetting a backlog,
  * which would throw away what is queued behind it (the cleanups of failed
  * acquires) while the commands already sent still run. */
-static void check_late_nodes(rl_engine *e, const rl_op *op) {
+static void check_late_nodes(rl_engine *e, rl_op *op) {
     for (int i = 0; i < e->nnodes; i++)
-        if (op->owed & (1u << i)) rl_stream_check_step(&e->nodes[i], e->now);
+        if (op->owed & (1u << i)) {
+            rl_count_late(e, op, i);
+            rl_stream_check_step(&e->nodes[i], e->now);
+        }
 }
 
 /* The round is decided; timed_out: by its node timeout, so the nodes still
@@ -133,6 +145,7 @@ static void check_late_nodes(rl_engine *e, const rl_op *op) {
  * goes on to commit its token (the highest counter a grant returned); a
  * failed acquire goes on to its cleanup. */
 static void op_round_decided(rl_engine *e, rl_op *op, int timed_out) {
+    rl_count_decided(e, op);
     if (timed_out) check_late_nodes(e, op);
     if (op->round.kind == RL_ROUND_ACQUIRE_FENCED && op->res.status == RL_STATUS_OK) {
         op->token = op->round.top;
@@ -152,6 +165,7 @@ static void op_round_decided(rl_engine *e, rl_op *op, int timed_out) {
     if (op->owed && !timed_out) {
         op->phase = OP_TAIL; /* the round's deadline stays */
         e->tails++;
+        rl_count_tail(e);
     } else {
         op_quiet(e, op);
     }
@@ -184,6 +198,7 @@ void rl_op_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, cons
         errstr = e->nodes[node].errstr;
     }
     rl_op *op = e->ops[t.slot];
+    if (reply) rl_count_reply(e, node, t.sent_ms);
     /* A SET whose connection ended before it was written never ran: no
      * cleanup needs to reach that node later. */
     if (!reply && t.unsent && t.gen == op->set_gen) op->sent &= ~(1u << node);
@@ -216,6 +231,9 @@ void rl_op_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, cons
             char why[RL_NODE_ERR_LEN];
             snprintf(why, sizeof(why), "NOSCRIPT after EVAL: %.*s", (int)sizeof(why) - 22, reply->str);
             decided = rl_round_vote(&op->round, node, RL_NODE_ERROR, why, e->now);
+        } else if (!reply && rl_stream_suspect(&e->nodes[node])) {
+            /* taken back from a node that stopped answering: its silence */
+            decided = rl_round_vote(&op->round, node, RL_NODE_TIMEOUT, errstr, e->now);
         } else {
             decided = rl_round_reply(&op->round, node, reply, errstr, e->now);
         }
@@ -264,12 +282,29 @@ void rl_op_timeout(rl_engine *e, rl_op *op) {
          * tickets are answered at once, which may complete this operation. */
         unsigned gen = op->gen;
         for (int i = 0; i < e->nnodes; i++)
+            if (op->owed & (1u << i)) rl_count_late(e, op, i);
+        for (int i = 0; i < e->nnodes; i++)
             if (op->cleanup_sent & (1u << i)) rl_stream_withdraw_held(&e->nodes[i], e->now);
         if (op->phase != OP_CLEANUP || op->gen != gen) return;
         if (rl_op_cleanup_out(e, op)) op_quiet(e, op);
         else start_timer(e, op); /* still in our buffer: a socket that was full */
     } else {
         rl_deadlines_remove(&e->deadlines, op->slot);
+    }
+}
+
+/* A round's command was not sent to node i, which has stopped answering
+ * (see rl_stream_suspect). An acquire's value is noted: its key is not
+ * there. A release of a value not noted is kept until the node answers:
+ * the key may be there (its SET went out before the node stopped). */
+static void skip_suspect(rl_engine *e, rl_op *op, int i, int first) {
+    rl_stream *s = &e->nodes[i];
+    rl_count_late(e, op, i); /* its vote is lost to its silence, as a timeout */
+    if (op->res.op == RL_OP_ACQUIRE && first) {
+        rl_skipped_note(&s->skipped, op->res.value);
+    } else if (op->round.kind == RL_OP_RELEASE && !rl_skipped_take(&s->skipped, op->res.value) &&
+               keep_release(e, op, i) != 0) {
+        rl_text_join(s->errstr, sizeof(s->errstr), s->errstr, "; release not kept");
     }
 }
 
@@ -283,12 +318,23 @@ void rl_op_send_round(rl_engine *e, rl_op *op, int kind, double start_ms, int fi
     unsigned gen = op->gen;
     if (first) op->set_gen = gen;
     rl_ticket t = {op->slot, gen, kind, e->now, 0, 0, 0};
-    for (int i = 0; i < e->nnodes && op->gen == gen && op->phase == OP_ROUND; i++) {
+    /* Every node that can take the command gets it before any failed vote
+     * is counted: a round decided by its failures (a quorum of nodes down
+     * or suspect) still reaches the others, so a release deletes our value
+     * wherever it can. (Sending calls back nothing.) */
+    unsigned failed = 0;
+    for (int i = 0; i < e->nnodes; i++) {
         if (rl_stream_send(&e->nodes[i], op->cmd.data, op->cmd.len, t, e->now) == 0) {
             if (first) op->sent |= 1u << i;
             op->owed |= 1u << i;
-        } else if (rl_round_vote(&op->round, i, RL_NODE_ERROR, e->nodes[i].errstr, e->now)) {
-            op_round_decided(e, op, 0);
+        } else {
+            failed |= 1u << i;
+            if (rl_stream_suspect(&e->nodes[i])) skip_suspect(e, op, i, first);
         }
+    }
+    for (int i = 0; i < e->nnodes && op->gen == gen && op->phase == OP_ROUND; i++) {
+        if (!(failed & (1u << i))) continue;
+        int state = rl_stream_suspect(&e->nodes[i]) ? RL_NODE_TIMEOUT : RL_NODE_ERROR;
+        if (rl_round_vote(&op->round, i, state, e->nodes[i].errstr, e->now)) op_round_decided(e, op, 0);
     }
 }

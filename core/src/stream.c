@@ -30,6 +30,7 @@ static void clear_connection(rl_stream *s) {
     s->queued_total = s->written_total = 0;
     s->unsent = 0;
     s->step_check = 0;
+    s->checks_queued = 0;
     s->scripts_loading = 0;
     s->step_nonce++;
     s->watch_at_ms = 0;
@@ -57,6 +58,8 @@ void rl_stream_drop(rl_stream *s, const char *why, int close_it, double now_ms) 
     if (why != s->errstr) snprintf(s->errstr, sizeof(s->errstr), "%s", why);
     memcpy(s->lost, s->errstr, sizeof(s->lost));
     if (close_it) s->wants |= RL_WANT_CLOSE;
+    if (close_it) s->counts.resets++;
+    else s->counts.lost++;
     s->wants &= ~RL_WANT_CONNECT;
     long long written = s->written_total;
     clear_connection(s);
@@ -72,12 +75,20 @@ void rl_stream_down(rl_stream *s, const char *why, double now_ms) {
     if (connected_or_connecting(s)) rl_stream_drop(s, why && *why ? why : "connection lost", 0, now_ms);
 }
 
+/* When the connection's current step began: the connect (with its TLS
+ * handshake) when it was asked for, the setup when the driver reported it
+ * connected (it may report that late: the setup is not judged on the
+ * time nobody drove the engine). */
+static double setup_began(const rl_stream *s) {
+    return s->connect_by_ms - s->opts->connect_timeout_ms;
+}
+
 int rl_stream_setup_text(const rl_stream *s, double now_ms, char *buf, size_t len) {
     if (!in_setup(s)) return 0;
     const char *what = s->state == RL_STREAM_UP ? "AUTH/SELECT/INFO unanswered"
                        : s->handshaking         ? "TLS handshake under way"
                                                 : "still connecting";
-    double since = now_ms - (s->connect_by_ms - s->opts->connect_timeout_ms);
+    double since = now_ms - setup_began(s);
     int n = snprintf(buf, len, "%s, %.0f of %d ms", what, since > 0 ? since : 0, s->opts->connect_timeout_ms);
     if (s->lost[0] && n >= 0 && (size_t)n < len) snprintf(buf + n, len - (size_t)n, " (last: %s)", s->lost);
     return 1;
@@ -216,6 +227,8 @@ static int put_setup_first(rl_stream *s, double now_ms) {
 
 void rl_stream_open(rl_stream *s, double now_ms) {
     if (connected_or_connecting(s)) return;
+    s->counts.connects++;
+    if (s->state == RL_STREAM_DOWN) s->counts.reconnects++;
     s->state = RL_STREAM_CONNECTING;
     s->handshaking = 0;
     s->setup_ms = now_ms;
@@ -248,19 +261,66 @@ int rl_stream_send(rl_stream *s, const char *cmd, size_t len, rl_ticket ticket, 
     if (s->state == RL_STREAM_IDLE || (s->state == RL_STREAM_DOWN && now_ms >= s->retry_at_ms))
         rl_stream_open(s, now_ms);
     if (s->state == RL_STREAM_DOWN) return -1;
+    if (rl_stream_suspect_text(s, now_ms, s->errstr, sizeof(s->errstr))) return -1;
     return rl_stream_queue(s, cmd, len, ticket, now_ms);
 }
 
 /* ---- what is due ---- */
 
-/* Commands unanswered and the node not keeping up for stall_reset_ms: a
- * reply was lost, or the node hangs (a stopped process), and the reply
- * stream cannot resynchronise. Only a reply proves the node's process
- * alive: its kernel takes our bytes whether or not the process runs. So the
- * oldest unanswered command is judged by where its bytes are:
- *   - not all at the node yet (a large batch, a slow link): stalled only if
- *     the node's end has taken no bytes at all for stall_reset_ms;
- *   - all at the node: stalled if no reply has come for stall_reset_ms since.
+/* Since when the node has owed a reply and sent nothing: the later of its
+ * last bytes and the sending of the oldest command it has not answered. */
+static double silent_since(const rl_stream *s) {
+    double sent = s->ring_count ? s->ring[s->ring_head].sent_ms : s->read_ms;
+    return sent > s->read_ms ? sent : s->read_ms;
+}
+
+/* The node stops answering: it gets no new commands until it does (see
+ * rl_stream_suspect), only its probe; silent_ms: since when. */
+static void become_suspect(rl_stream *s, double silent_ms, double now_ms) {
+    s->suspect = 1;
+    s->counts.suspected++;
+    s->silent_ms = silent_ms;
+    s->probe_every_ms = s->opts->stall_reset_ms / 2;
+    s->probe_at_ms = now_ms + s->probe_every_ms;
+    if (in_setup(s)) rl_stream_withdraw_held(s, now_ms); /* nothing waits behind its setup */
+    else rl_stream_check_step(s, now_ms);                 /* the probe, unless a check is in flight already */
+}
+
+/* When the node becomes suspect if it stays silent (0: not now):
+ *   - a connection being made or set up: a node timeout after that step
+ *     began, with no reply yet (the connection itself lives on until its
+ *     connect deadline);
+ *   - a step check in flight with nothing heard since: a node timeout
+ *     after the check was queued or the node last sent bytes, whichever is
+ *     later; but not while the oldest command it owes a reply is not
+ *     wholly at its end yet (as far as the driver can tell): a node cannot
+ *     answer what it has not received, and the watchdog judges a link that
+ *     takes nothing. */
+static double suspicion_due(const rl_stream *s) {
+    if (s->suspect) return 0;
+    if (in_setup(s)) return setup_began(s) + s->opts->node_timeout_ms;
+    if (s->state != RL_STREAM_UP || !s->step_check || s->ring_count == 0) return 0;
+    if (s->ring[s->ring_head].end > s->written_total - s->unsent) return 0;
+    return (s->check_ms > s->read_ms ? s->check_ms : s->read_ms) + s->opts->node_timeout_ms;
+}
+
+/* Commands unanswered and the node not keeping up for stall_reset_ms. Only
+ * a reply proves the node's process alive: its kernel takes our bytes
+ * whether or not the process runs. So the oldest unanswered command is
+ * judged by where its bytes are:
+ *   - not all at the node yet (a large batch, a slow link): the connection
+ *     is stalled only if the node's end has taken no bytes at all for
+ *     stall_reset_ms, and is then reset;
+ *   - all at the node: if no reply has come for stall_reset_ms since, the
+ *     node has stopped answering (a stopped process, or a reply lost on the
+ *     way). It becomes suspect, and keeps its connection: a stopped process
+ *     answers what waits for it once it runs again, and a lost reply shows
+ *     when the probe is answered (its nonce pairs with the wrong command).
+ *     A suspect node gets another probe stall_reset_ms / 2 later, and then
+ *     at doubling intervals up to reconnect_max_ms: a probe's answer shows
+ *     a reply lost before it, and a later probe gets through where earlier
+ *     ones were lost on the way (a link that dropped what it carried), while
+ *     a stopped node gets about one small command a second.
  * The driver feeds what has arrived before it advances the stream, so a
  * reply that is there is never mistaken for silence. */
 static void watchdog_look(rl_stream *s, double now_ms) {
@@ -273,20 +333,33 @@ static void watchdog_look(rl_stream *s, double now_ms) {
     double since;
     if (head->end > s->acked) {
         since = head->sent_ms > s->acked_ms ? head->sent_ms : s->acked_ms;
-    } else {
-        if (s->head_end != head->end) s->head_end = head->end, s->head_ms = now_ms;
-        since = s->head_ms > s->read_ms ? s->head_ms : s->read_ms;
+        if (now_ms - since < s->opts->stall_reset_ms) return;
+        snprintf(s->errstr, sizeof(s->errstr), "connection reset: no bytes taken for %d ms", s->opts->stall_reset_ms);
+        rl_stream_drop(s, s->errstr, 1, now_ms);
+        return;
     }
-    if (now_ms - since < s->opts->stall_reset_ms) return;
-    snprintf(s->errstr, sizeof(s->errstr), "connection reset: no reply for %d ms", s->opts->stall_reset_ms);
-    rl_stream_drop(s, s->errstr, 1, now_ms);
+    if (s->head_end != head->end) s->head_end = head->end, s->head_ms = now_ms;
+    since = s->head_ms > s->read_ms ? s->head_ms : s->read_ms;
+    if (s->suspect) {
+        if (now_ms < s->probe_at_ms) return;
+        rl_stream_queue_check(s, now_ms);
+        s->probe_every_ms = rl_backoff_next(s->probe_every_ms, s->opts->reconnect_max_ms);
+        s->probe_at_ms = now_ms + s->probe_every_ms;
+    } else if (now_ms - since >= s->opts->stall_reset_ms) {
+        become_suspect(s, silent_since(s), now_ms);
+    }
+}
+
+/* The earliest of two moments, either of which may be 0 (none). */
+static double earliest(double a, double b) {
+    return a == 0 ? b : b == 0 || a < b ? a : b;
 }
 
 double rl_stream_deadline(const rl_stream *s) {
     switch (s->state) {
     case RL_STREAM_DOWN: return s->retry_at_ms;
-    case RL_STREAM_CONNECTING: return s->connect_by_ms;
-    case RL_STREAM_UP: return s->holding ? s->connect_by_ms : s->watch_at_ms;
+    case RL_STREAM_CONNECTING: return earliest(s->connect_by_ms, suspicion_due(s));
+    case RL_STREAM_UP: return earliest(s->holding ? s->connect_by_ms : s->watch_at_ms, suspicion_due(s));
     default: return 0;
     }
 }
@@ -296,12 +369,17 @@ void rl_stream_advance(rl_stream *s, double now_ms) {
     if (due == 0 || now_ms < due) return;
     if (s->state == RL_STREAM_DOWN) {
         rl_stream_open(s, now_ms); /* reconnect in the background */
-    } else if (in_setup(s)) {
+        return;
+    }
+    double suspicion = suspicion_due(s);
+    if (suspicion != 0 && now_ms >= suspicion) become_suspect(s, in_setup(s) ? setup_began(s) : silent_since(s), now_ms);
+    if (in_setup(s)) {
+        if (now_ms < s->connect_by_ms) return;
         snprintf(s->errstr, sizeof(s->errstr), "%s timed out after %d ms",
                  s->state == RL_STREAM_UP ? "AUTH/SELECT/INFO" : s->handshaking ? "TLS handshake" : "connect",
                  s->opts->connect_timeout_ms);
         rl_stream_drop(s, s->errstr, 1, now_ms);
-    } else {
+    } else if (s->watch_at_ms != 0 && now_ms >= s->watch_at_ms) {
         watchdog_look(s, now_ms);
     }
 }
@@ -329,6 +407,7 @@ void rl_stream_handshaking(rl_stream *s) {
 
 void rl_stream_free(rl_stream *s) {
     clear_connection(s);
+    rl_skipped_clear(&s->skipped);
     free(s->ring);
     s->ring = NULL;
     s->ring_cap = s->ring_count = s->ring_head = 0;

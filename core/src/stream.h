@@ -10,7 +10,10 @@
  *   - the connect deadline, which bounds the connect with its TLS
  *     handshake, and then the setup, and reconnecting with doubling backoff;
  *   - the step check (ECHO of a nonce) of a stream whose replies may no
- *     longer pair with its commands, and the stall watchdog.
+ *     longer pair with its commands, and the stall watchdog;
+ *   - suspicion: a node that has stopped answering gets no new commands,
+ *     only the step check as its probe, until it answers (see
+ *     rl_stream_suspect).
  * A driver learns what the stream wants (rl_stream_take_wants) and reports
  * what its socket did; every call takes the time, now_ms. */
 #ifndef RL_STREAM_H
@@ -19,6 +22,8 @@
 #include "command.h"
 #include "redlock.h"
 #include "reply.h"
+#include "skipped.h"
+#include "stats.h"
 #include "url.h"
 
 /* Which operation (slot) and which phase of it (gen) a command belongs to,
@@ -69,7 +74,15 @@ typedef struct rl_stream {
     double retry_at_ms;      /* DOWN: when to connect again */
     double connect_by_ms;    /* CONNECTING: the connect deadline */
     int handshaking;         /* CONNECTING: connected, the driver's TLS handshake under way */
-    int step_check;          /* a step check (ECHO) is in flight on this connection */
+    int step_check;          /* step checks (ECHO) in flight on this connection, */
+    unsigned checks_queued;  /* of the checks queued on it so far, */
+    double check_ms;         /* the last one queued then */
+    int suspect;             /* the node stopped answering: it gets no new commands (rl_stream_suspect) */
+    double silent_ms;        /* suspect: since when it has not answered */
+    rl_skipped skipped;      /* suspect: values of acquires it was not sent */
+    double peeked_ms;        /* suspect: when the driver was last asked to look at its socket */
+    double probe_at_ms;      /* suspect: when its next probe is due, */
+    int probe_every_ms;      /* and the interval after that one (doubling) */
     int scripts_loading;     /* SCRIPT LOADs are in flight on this connection */
     unsigned step_nonce;     /* its nonce's number; a new one for every connection */
     /* What the stall watchdog measures on this connection: */
@@ -97,6 +110,7 @@ typedef struct rl_stream {
     char run_id[RL_RUN_ID_LEN + 1];   /* the server this node last voted for ("" if it never said);
                                          kept while down, so the server keeps its one voter */
     rl_reader reader;
+    rl_stream_counts counts; /* connection events (stats.h), kept across connections */
 
     rl_ticket *ring;         /* tickets of commands awaiting replies, oldest first */
     unsigned ring_head, ring_count, ring_cap;
@@ -234,6 +248,41 @@ double rl_stream_held_since(const rl_stream *s);
  * everything up to m has been written (or m's connection is gone). */
 rl_mark rl_stream_mark(const rl_stream *s);
 int rl_stream_passed(const rl_stream *s, rl_mark m);
+
+/* Suspicion. A node that has stopped answering is suspect: while it is
+ * connected (or being connected), rl_stream_send refuses every command at
+ * once (errstr: "not answering for N ms (suspect: ...)", or what its
+ * connection's setup is doing, see rl_stream_setup_text), so a round
+ * counts its vote as a timeout without sending it anything, and releases
+ * meant for it are kept (rl_stream_redo) until it answers. A suspect node
+ * whose connection is down fails commands as any node that is down. The connection stays open, quiet:
+ * what was queued on it before stays queued, in order, and the step check
+ * in flight is the probe: a suspect node is sent nothing else but another
+ * probe now and then (at doubling intervals, up to one a second: see the
+ * stall watchdog). The first bytes that come from the node (the
+ * probe's answer, or any reply before it) clear the suspicion, and the
+ * releases kept go out behind everything queued before them.
+ * A node becomes suspect when
+ *   - a step check is in flight (a round timed out on the node) and no
+ *     byte has come from it for node_timeout_ms since the check was
+ *     queued or since its last bytes, whichever is later; or
+ *   - its connection is still being made or set up node_timeout_ms after
+ *     it was asked for (the connection lives on until its connect
+ *     deadline: nothing more waits behind it); or
+ *   - the stall watchdog finds it silent for stall_reset_ms with commands
+ *     wholly at its end (it queues the probe then).
+ * A slow node is never silent that long while it works: one answering
+ * every command late still sends bytes as often as it is sent commands.
+ * Only silence makes a node suspect, never lateness. A connection whose
+ * bytes the node's end stops taking is still reset by the watchdog; the
+ * node stays suspect across the reconnect until it answers. */
+/* 1 while s is suspect and connected or being connected, else 0. */
+int rl_stream_suspect(const rl_stream *s);
+
+/* While s is suspect (rl_stream_suspect): write why into buf ("not
+ * answering for N ms (suspect: only a probe goes to it)", or the setup's
+ * text) and return 1; otherwise 0. */
+int rl_stream_suspect_text(const rl_stream *s, double now_ms, char *buf, size_t len);
 
 /* Free what s holds. Unanswered commands are dropped without on_reply. */
 void rl_stream_free(rl_stream *s);

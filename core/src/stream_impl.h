@@ -54,4 +54,9 @@ void rl_stream_flush_redo(rl_stream *s, double now_ms);
  * unanswered: arm it if it is not. */
 void rl_stream_arm_watchdog(rl_stream *s, double now_ms);
 
+/* Queue a step check (ECHO of the next nonce), even with others in flight:
+ * a suspect node's probe. Nothing if s has no connection or its setup is
+ * under way. */
+void rl_stream_queue_check(rl_stream *s, double now_ms);
+
 #endif

@@ -98,7 +98,7 @@ int rl_stream_queue(rl_stream *s, const char *cmd, size_t len, rl_ticket t, doub
 /* Queue the releases kept (rl_stream_redo) not yet queued on this
  * connection, which is up and set up. */
 void rl_stream_flush_redo(rl_stream *s, double now_ms) {
-    if (s->state != RL_STREAM_UP || s->holding || s->redo_queued == s->redo_count) return;
+    if (s->state != RL_STREAM_UP || s->holding || s->suspect || s->redo_queued == s->redo_count) return;
     size_t off = 0;
     for (unsigned i = 0; i < s->redo_count; i++) {
         if (i >= s->redo_queued) {
@@ -130,9 +130,11 @@ int rl_stream_redo(rl_stream *s, const char *cmd, size_t len, double now_ms) {
 
 /* ---- reading ---- */
 
-/* The nonce the step check asks for: "rl-step-" and a number. */
-static int step_nonce(const rl_stream *s, char *buf, size_t len) {
-    return snprintf(buf, len, "rl-step-%u", s->step_nonce);
+/* The nonce step check k of the connection asks for: "rl-step-", the
+ * connection's number and k. Every check's differs, so a reply lost just
+ * before a check shows when the next check is answered. */
+static int step_nonce(const rl_stream *s, unsigned k, char *buf, size_t len) {
+    return snprintf(buf, len, "rl-step-%u-%u", s->step_nonce, k);
 }
 
 /* The reply to a step check must be its own nonce: any other reply answers
@@ -140,9 +142,9 @@ static int step_nonce(const rl_stream *s, char *buf, size_t len) {
  * error proves nothing either way (a node may refuse ECHO, or answer errors
  * to everything: it fails its votes anyway); the next check will tell. */
 static void step_reply(rl_stream *s, const rl_reply *reply, double now_ms) {
-    char nonce[32];
-    size_t len = (size_t)step_nonce(s, nonce, sizeof(nonce));
-    s->step_check = 0;
+    char nonce[48];
+    size_t len = (size_t)step_nonce(s, s->checks_queued - (unsigned)s->step_check, nonce, sizeof(nonce));
+    s->step_check--;
     if (reply->type == RL_REPLY_ERROR) return;
     if (reply->type == RL_REPLY_STRING && reply->len == len && memcmp(reply->str, nonce, len) == 0) return;
     rl_stream_drop(s, RL_OUT_OF_STEP, 1, now_ms);
@@ -199,6 +201,13 @@ int rl_stream_feed(rl_stream *s, const char *data, size_t len, double now_ms) {
     if (s->state != RL_STREAM_UP) return -1;
     unsigned conn = s->conn;
     s->read_ms = now_ms;
+    if (s->suspect && len > 0) {
+        /* it answers again: it votes again, and the releases kept for it
+         * go out behind what was queued before them */
+        s->suspect = 0;
+        rl_skipped_clear(&s->skipped);
+        rl_stream_flush_redo(s, now_ms);
+    }
     if (rl_reader_feed(&s->reader, data, len) != 0) {
         rl_stream_drop(s, "connection lost: out of memory", 1, now_ms);
         return -1;
@@ -244,13 +253,34 @@ int rl_stream_wanting(const rl_stream *s) {
     return s->wants != 0 || has_output(s);
 }
 
-void rl_stream_check_step(rl_stream *s, double now_ms) {
-    if (!connected_or_connecting(s) || in_setup(s) || s->step_check) return;
-    char nonce[32], cmd[64];
-    int nlen = step_nonce(s, nonce, sizeof(nonce));
+/* Queue step check number checks_queued (see rl_stream_check_step). */
+void rl_stream_queue_check(rl_stream *s, double now_ms) {
+    if (!connected_or_connecting(s) || in_setup(s)) return;
+    char nonce[48], cmd[80];
+    int nlen = step_nonce(s, s->checks_queued, nonce, sizeof(nonce));
     int len = snprintf(cmd, sizeof(cmd), "*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n", nlen, nonce);
     rl_ticket t = {-1, 0, CHECK_ECHO, now_ms, 0, 0, 0};
-    if (rl_stream_queue(s, cmd, (size_t)len, t, now_ms) == 0) s->step_check = 1;
+    if (rl_stream_queue(s, cmd, (size_t)len, t, now_ms) != 0) return;
+    s->checks_queued++;
+    s->step_check++;
+    s->counts.step_checks++;
+    s->check_ms = now_ms;
+}
+
+void rl_stream_check_step(rl_stream *s, double now_ms) {
+    if (!s->step_check) rl_stream_queue_check(s, now_ms);
+}
+
+int rl_stream_suspect(const rl_stream *s) {
+    return s->suspect && connected_or_connecting(s);
+}
+
+int rl_stream_suspect_text(const rl_stream *s, double now_ms, char *buf, size_t len) {
+    if (!rl_stream_suspect(s)) return 0;
+    if (rl_stream_setup_text(s, now_ms, buf, len)) return 1;
+    double quiet = now_ms - s->silent_ms;
+    snprintf(buf, len, "not answering for %.0f ms (suspect: only a probe goes to it)", quiet > 0 ? quiet : 0);
+    return 1;
 }
 
 int rl_stream_unwritten(const rl_stream *s) {

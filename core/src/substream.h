@@ -72,6 +72,7 @@ typedef struct rl_subs {
     int nnews;
     size_t longest;          /* the longest channel name watched so far */
     unsigned total;          /* release messages heard, every resource */
+    unsigned long long heard_total; /* the same, never wrapping (rl_stats.wakeups) */
     rl_substream nodes[RL_MAX_NODES];
 } rl_subs;
 

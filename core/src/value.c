@@ -64,6 +64,30 @@ int rl_value_generate(char *out) {
     return 0;
 }
 
+const char *rl_label_refusal(const char *label) {
+    size_t len = strnlen(label, RL_LABEL_MAX + 1);
+    if (len > RL_LABEL_MAX) return "is longer than 15 characters (RL_LABEL_MAX)";
+    for (size_t i = 0; i < len; i++)
+        if (label[i] <= ' ' || label[i] > '~' || label[i] == '/')
+            return "may hold printable ASCII characters only, no '/' and no space";
+    return NULL;
+}
+
+int rl_value_generate_labelled(char *out, const char *label) {
+    size_t len = strlen(label);
+    if (len == 0) return rl_value_generate(out);
+    char random[RL_VALUE_LEN + 1];
+    if (rl_value_generate(random) != 0) {
+        out[0] = '\0';
+        return -1;
+    }
+    memcpy(out, label, len);
+    out[len] = '/';
+    memcpy(out + len + 1, random, RL_VALUE_LEN - len - 1);
+    out[RL_VALUE_LEN] = '\0';
+    return 0;
+}
+
 /* Without getrandom (an old kernel, a seccomp filter): a seed that still
  * differs between processes and threads started together — the clock in
  * nanoseconds, the pid and this thread's stack address, mixed (splitmix64's

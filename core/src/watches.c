@@ -46,6 +46,7 @@ void rl_subs_message(rl_subs *s, const char *ch, size_t len, const char *payload
         if (says == 0) return;
         w->heard++;
         s->total++;
+        s->heard_total++;
         w->listeners = says;
         if (w->news == 0) s->news[s->nnews++] = id;
         w->news |= wake ? 1 : 3;

@@ -41,4 +41,19 @@ static inline int feed(int k, const char *resp, double t) {
     return rl_engine_node_feed(E, k, resp, strlen(resp), t);
 }
 
+/* Node i (asked for, or opened now) connects fresh at t and answers its
+ * setup: INFO naming a server of its own, and the two script loads. */
+static inline void connect_node(int i, double t) {
+    char info[256], body[160];
+    rl_engine_node_open(E, i, t);
+    CHECK_INT(rl_engine_node_wants(E, i) & RL_WANT_CONNECT, RL_WANT_CONNECT);
+    CHECK_INT(rl_engine_node_connected(E, i, 1, t), RL_OK);
+    drain(i, t);
+    int len = snprintf(body, sizeof(body), "# Server\r\nrun_id:%040x\r\n", 0xa0 + i);
+    snprintf(info, sizeof(info), "$%d\r\n%s\r\n", len, body);
+    CHECK_INT(feed(i, info, t), RL_OK);
+    CHECK_INT(feed(i, "$40\r\nbe077799191632fc6ea6490e3c099c5976889961\r\n"
+                      "$40\r\n36e94d1c6e02fcefaa7ee5d79eee614dbac55f10\r\n", t), RL_OK);
+}
+
 #endif

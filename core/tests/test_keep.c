@@ -28,19 +28,8 @@ static void feed_ok(int i, const char *resp, double t) {
 
 /* Three nodes, connected and set up at t. */
 static void start(double t) {
-    char err[RL_ERR_LEN] = "", info[256], body[160];
-    E = rl_engine_new(urls, 3, NULL, err, sizeof(err));
-    CHECK(E != NULL);
-    for (int i = 0; i < 3; i++) {
-        rl_engine_node_open(E, i, t);
-        CHECK_INT(rl_engine_node_wants(E, i), RL_WANT_CONNECT);
-        CHECK_INT(rl_engine_node_connected(E, i, 1, t), RL_OK);
-        drain(i, t);
-        int len = snprintf(body, sizeof(body), "# Server\r\nrun_id:%040x\r\n", 0xa0 + i);
-        snprintf(info, sizeof(info), "$%d\r\n%s\r\n", len, body);
-        feed_ok(i, info, t);
-        feed_ok(i, "$40\r\n" RELEASE_SHA "\r\n$40\r\n" EXTEND_SHA "\r\n", t);
-    }
+    E = engine(urls, 3, NULL);
+    for (int i = 0; i < 3; i++) connect_node(i, t);
 }
 
 /* EVALSHA of the extend script (ttl > 0) or the release script on key. */

@@ -38,6 +38,7 @@
 -- A client (the methods of rl_client; resource, len: a binary-safe name and
 -- its length; value: a lock's RL_VALUE_LEN bytes; out: an rl_result):
 --   begin_acquire(resource, len, ttl), begin_acquire_fenced(resource, len, ttl),
+--   begin_acquire_shared(resource, len, ttl),
 --   begin_release(resource, len, value), begin_release_quiet(resource, len, value)
 --                         start an operation: its id (>= 0), RL_ERR (reason
 --                         in errstr()) or RL_ERR_FULL (every operation slot
@@ -46,6 +47,7 @@
 --                         RL_ERR when none came (reason in errstr()); a
 --                         failed acquire's cleanup is written first
 --   acquire(resource, len, ttl, out), acquire_fenced(...), acquire_queued(...),
+--   acquire_shared(...),
 --   release(resource, len, value, out), extend(resource, len, value, ttl, out)
 --                         begin, then wait: RL_OK with the verdict in
 --                         out.status, or RL_ERR / RL_ERR_FULL when it could
@@ -72,6 +74,8 @@
 --   errstr()              the reason of the last RL_ERR (a C string or a Lua string)
 --   node_name(i)          node i's name (0-based; no password)
 --   quorum()              the votes a decision needs
+--   stats(out)            the engine's counts into out (an rl_stats), as
+--                         rl_client_stats
 --   free()                close what this client owns; safe once its
 --                         operations are collected
 --
@@ -87,6 +91,10 @@
 --   remove(id)            stop keeping it; the owner releases it
 --   drop(id)              its object was collected: release it, without
 --                         blocking (a finalizer calls this)
+--   stats(out)            optional: the counts of a keeper with connections
+--                         and an engine of its own (rl_keeper_stats), which
+--                         dlm:stats() adds to its client's; absent when the
+--                         keeper's locks are kept by the client's engine
 --   release(bound_ms)     release every lock still kept, within about bound_ms
 --   free()                stop; what is still kept is neither extended nor released
 

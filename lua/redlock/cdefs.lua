@@ -22,6 +22,11 @@ enum {
     RL_ID_SLOTS = 65536,
     RL_WAITER_ID_LEN = 16,
     RL_MAX_LIMIT = 1024,
+    RL_LABEL_MAX = 15,
+    RL_STATS_KINDS = 7,
+    RL_STATS_OUTCOMES = 6,
+    RL_STATS_STATES = 5,
+    RL_STATS_BUCKETS = 14,
     RL_MAX_KEY_LEN = 536870912
 };
 
@@ -68,6 +73,8 @@ typedef struct rl_options {
     const char *prefix;
     size_t prefix_len;
     rl_tls_options tls;
+    const char *label;
+    int no_stats;
 } rl_options;
 
 typedef struct rl_node_result {
@@ -112,6 +119,7 @@ int rl_begin_acquire_queued(rl_client *c, const char *resource, size_t len, int 
 int rl_begin_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, double ticket);
 int rl_begin_on_slot(rl_client *c, int kind, const char *resource, size_t len, int slot, const char *value,
                      int ttl_ms);
+int rl_begin_acquire_shared(rl_client *c, const char *resource, size_t len, int ttl_ms);
 int rl_run(rl_client *c, int timeout_ms);
 int rl_collect(rl_client *c, rl_result *out);
 int rl_wait(rl_client *c, int id, rl_result *out);
@@ -119,6 +127,7 @@ void rl_sleep(rl_client *c, int ms);
 int rl_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
 int rl_acquire_fenced(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
 int rl_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
+int rl_acquire_shared(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
 int rl_release(rl_client *c, const char *resource, size_t len, const char *value, rl_result *out);
 int rl_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms, rl_result *out);
 int rl_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, double ticket,
@@ -153,6 +162,7 @@ const char *rl_engine_errstr(const rl_engine *e);
 int rl_engine_begin_acquire(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
 int rl_engine_begin_acquire_fenced(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
 int rl_engine_begin_acquire_queued(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
+int rl_engine_begin_acquire_shared(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
 int rl_engine_begin_release(rl_engine *e, const char *resource, size_t len, const char *value, double now_ms);
 int rl_engine_begin_release_quiet(rl_engine *e, const char *resource, size_t len, const char *value, double now_ms);
 int rl_engine_begin_acquire_slot(rl_engine *e, const char *resource, size_t len, int limit, int ttl_ms,
@@ -171,6 +181,7 @@ size_t rl_engine_node_output(rl_engine *e, int node, const char **data);
 void rl_engine_node_wrote(rl_engine *e, int node, size_t n, double now_ms);
 int rl_engine_node_feed(rl_engine *e, int node, const char *data, size_t len, double now_ms);
 void rl_engine_node_unsent(rl_engine *e, int node, long long bytes);
+unsigned rl_engine_suspects_due(rl_engine *e, double now_ms);
 int rl_engine_node_unanswered(const rl_engine *e, int node);
 const char *rl_engine_node_errstr(const rl_engine *e, int node);
 int rl_engine_watch(rl_engine *e, const char *resource, size_t len, double now_ms);
@@ -224,6 +235,48 @@ int rl_keeper_remove(rl_keeper *k, int id);
 int rl_keeper_drop(rl_keeper *k, int id);
 int rl_keeper_release(rl_keeper *k, int timeout_ms);
 int rl_keeper_release_all(int timeout_ms);
+
+typedef struct rl_histogram {
+    unsigned long long count[RL_STATS_BUCKETS];
+    double sum_ms;
+} rl_histogram;
+
+typedef struct rl_node_stats {
+    unsigned long long votes[RL_STATS_STATES];
+    unsigned long long timeouts;
+    unsigned long long connects;
+    unsigned long long reconnects;
+    unsigned long long resets;
+    unsigned long long lost;
+    unsigned long long step_checks;
+    unsigned long long suspected;
+    rl_histogram reply;
+    int up;
+    int suspect;
+} rl_node_stats;
+
+typedef struct rl_stats {
+    int nodes;
+    unsigned long long ops[RL_STATS_KINDS][RL_STATS_OUTCOMES];
+    rl_histogram decision[RL_STATS_KINDS];
+    unsigned long long tails;
+    unsigned long long cleanups;
+    unsigned long long wakeups;
+    unsigned long long keep_extends[RL_STATS_OUTCOMES];
+    unsigned long long keep_releases[RL_STATS_OUTCOMES];
+    unsigned long long locks_lost;
+    int inflight;
+    int tails_running;
+    int waiters;
+    int kept;
+    rl_node_stats node[RL_MAX_NODES];
+} rl_stats;
+
+void rl_engine_stats(const rl_engine *e, rl_stats *out);
+void rl_client_stats(const rl_client *c, rl_stats *out);
+void rl_keeper_stats(rl_keeper *k, rl_stats *out);
+double rl_stats_bucket_ms(int i);
+const char *rl_stats_kind_word(int kind);
 
 double rl_now_ms(void);
 double rl_wall_ms(void);

@@ -42,6 +42,7 @@
 --   keep.lua     kept locks (the engine's keep-alive) and the keeper object
 --   watch.lua    hand-off (the engine's subscriptions): waking sleepers
 --   client.lua   the client object of the contract (backend.lua)
+--   metrics.lua  every worker's counts summed through a shared dict, for /metrics
 -- This module is the transport's entry (backend.lua requires it).
 
 local calls = require "redlock.nginx.calls"

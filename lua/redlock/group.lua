@@ -47,7 +47,7 @@ local function release_all_started(d, client, locks)
 end
 
 -- One all-or-nothing attempt: every acquire in flight together (begin:
--- the client's begin_acquire or begin_acquire_fenced). With every operation
+-- the client's begin_acquire, begin_acquire_fenced or begin_acquire_shared). With every operation
 -- slot taken, the acquires begun so far are collected to make room; after a
 -- refusal the rest are not begun.
 local function attempt_many_with(d, client, resources, ttl, begin)
@@ -88,9 +88,14 @@ local function attempt_many_fenced(d, client, resources, ttl)
     return attempt_many_with(d, client, resources, ttl, client.begin_acquire_fenced)
 end
 
+local function attempt_many_shared(d, client, resources, ttl)
+    return attempt_many_with(d, client, resources, ttl, client.begin_acquire_shared)
+end
+
 -- How lock_many attempts (redlock.wait): no queued form.
 _M.PLAIN = { try = attempt_many }
 _M.FENCED = { try = attempt_many_fenced }
+_M.SHARED = { try = attempt_many_shared }
 
 --- Release every lock of the group that is not released yet; true, or nil,
 --- err, detail of the first failure. As with one lock: a lock whose release

@@ -2,7 +2,7 @@
 -- library and must know what it is doing (docs/lua-api.md, "Extending
 -- (hosts)"). redlock.hooks(t) installs them; the library calls them:
 --
---   acquiring(dlm)    before every lock, try_lock and lock_many (with_lock's
+--   acquiring(dlm)    before every lock, try_lock, lock_many and adopt (with_lock's
 --                     lock too), before its arguments are checked
 --   acquired()        after it, whatever ended it: a result, a failure, or
 --                     an error raised (which then passes on)
@@ -66,11 +66,11 @@ local function finish(acquired, ok, ...)
     return ...
 end
 
---- call(d, a, b) between acquiring(d) and acquired(), whatever ends it.
-function _M.guard(call, d, a, b)
+--- call(d, a, b, c) between acquiring(d) and acquired(), whatever ends it.
+function _M.guard(call, d, a, b, c)
     local acquiring, acquired = on.acquiring, on.acquired
     if acquiring then acquiring(d) end
-    return finish(acquired, pcall(call, d, a, b))
+    return finish(acquired, pcall(call, d, a, b, c))
 end
 
 --- opts with the client defaults filled in where opts has nil (a copy when

@@ -21,6 +21,8 @@
 --   redlock.lock     the attempts that make a lock, and the lock object
 --   redlock.group    lock_many's attempt and the group object
 --   redlock.hooks    the host's extension point (redlock.hooks)
+--   redlock.stats    what the engine counted, as a table (dlm:stats())
+--   redlock.metrics  the Prometheus exposition of such tables (redlock.metrics)
 --   redlock.backend  the transport (libev.lua, or cosocket.lua inside nginx) and its contract
 
 local ffi = require "ffi"
@@ -36,6 +38,8 @@ local wait = require "redlock.wait"
 local lock = require "redlock.lock"
 local group = require "redlock.group"
 local hooks = require "redlock.hooks"
+local stats = require "redlock.stats"
+local metrics = require "redlock.metrics"
 check.ours()
 
 local ffi_string = ffi.string
@@ -44,7 +48,8 @@ local pcall, unpack, pairs = pcall, unpack, pairs
 local argerror, show, check_self, live_client = check.argerror, check.show, check.self, check.live_client
 local lock_options, keep_or_release, with_retries = options.lock_options, keep.keep_or_release, wait.with_retries
 local guard, on = hooks.guard, hooks.on
-local LOCK_PLAIN, LOCK_FENCED, MANY_PLAIN, MANY_FENCED = lock.PLAIN, lock.FENCED, group.PLAIN, group.FENCED
+local LOCK_PLAIN, LOCK_FENCED, LOCK_SHARED = lock.PLAIN, lock.FENCED, lock.SHARED
+local MANY_PLAIN, MANY_FENCED, MANY_SHARED = group.PLAIN, group.FENCED, group.SHARED
 local semaphore = lock.semaphore
 
 local _M = { _VERSION = "0.3.0", retry = retry }
@@ -90,6 +95,7 @@ function _M.new(opts)
         max_extensions = opts.max_extensions,
         options = copts,      -- kept for the keeper, which dials the same nodes
         prefix = opts.prefix, -- options.prefix points into this string: keep it as long as options
+        label = opts.label,   -- and options.label into this one
         tls = opts.tls and options.copy_tls_strings(opts.tls), -- options.tls's strings point into these
         urls = urls,
         head_starts = {},     -- resource -> until when a waiter that heard our release goes first
@@ -127,6 +133,18 @@ function _M.default()
     return _M._default
 end
 
+--- The Prometheus text exposition of the clients given (closed ones are
+--- left out): docs/observability.md.
+function _M.metrics(...)
+    local tables = {}
+    for i = 1, select("#", ...) do
+        local d = select(i, ...)
+        check_self(d, dlm_mt, "metrics", "a client", "redlock.metrics(dlm, ...)")
+        if d.client ~= nil then tables[#tables + 1] = d:stats() end
+    end
+    return metrics.text(tables)
+end
+
 --- For a host: why the client d may not lock resource (its key is one of ours), or nil.
 function _M._reserved(d, resource)
     return check.reserved(d, resource)
@@ -143,14 +161,37 @@ function dlm:nodes()
     return list
 end
 
+local stats_buf = ffi.new("rl_stats")
+
+--- What this client counted (docs/observability.md), as a plain table; with
+--- a keeper thread of its own (outside nginx), the keeper's counts added.
+function dlm:stats()
+    check_self(self, dlm_mt, "stats", "a client", "dlm:stats()")
+    local client = live_client(self, "stats")
+    client:stats(stats_buf)
+    local t = stats.table(stats_buf, self.names)
+    local k = self.keeper
+    if k ~= nil and k.stats then
+        k:stats(stats_buf)
+        stats.add(t, stats.table(stats_buf, self.names))
+    end
+    return t
+end
+
 -- The lock calls, each run between the host's acquiring() and acquired()
 -- when it set them (redlock.hooks).
 
+-- How one lock (or lock_many) attempts, by its options.
+local function kind_of(fence, shared, plain, fenced, of_shared)
+    if shared then return of_shared end
+    return fence and fenced or plain
+end
+
 local function lock_call(self, resource, opts)
     check_self(self, dlm_mt, "lock", "a client", "dlm:lock(...)")
-    local ttl, wait_ms, policy, keepalive, margin, fence, limit = lock_options(self, "lock", resource, opts)
+    local ttl, wait_ms, policy, keepalive, margin, fence, shared, limit = lock_options(self, "lock", resource, opts)
     local client = live_client(self, "lock")
-    local kind = limit and semaphore(limit) or fence and LOCK_FENCED or LOCK_PLAIN
+    local kind = limit and semaphore(limit) or kind_of(fence, shared, LOCK_PLAIN, LOCK_FENCED, LOCK_SHARED)
     local lk, err, detail = with_retries(self, client, kind, resource, ttl, policy, wait_ms)
     if lk and keepalive then keep_or_release({ lk }, margin) end
     return lk, err, detail
@@ -158,8 +199,8 @@ end
 
 local function try_lock_call(self, resource, opts)
     check_self(self, dlm_mt, "try_lock", "a client", "dlm:try_lock(...)")
-    local ttl, _, _, keepalive, margin, fence, limit = lock_options(self, "try_lock", resource, opts)
-    local kind = limit and semaphore(limit) or fence and LOCK_FENCED or LOCK_PLAIN
+    local ttl, _, _, keepalive, margin, fence, shared, limit = lock_options(self, "try_lock", resource, opts)
+    local kind = limit and semaphore(limit) or kind_of(fence, shared, LOCK_PLAIN, LOCK_FENCED, LOCK_SHARED)
     local lk, err, detail = kind.try(self, live_client(self, "try_lock"), resource, ttl)
     if lk and keepalive then keep_or_release({ lk }, margin) end
     return lk, err, detail
@@ -168,10 +209,10 @@ end
 local function lock_many_call(self, resources, opts)
     check_self(self, dlm_mt, "lock_many", "a client", "dlm:lock_many(...)")
     check.resources(self, "lock_many", resources)
-    local ttl, wait_ms, policy, keepalive, margin, fence = lock_options(self, "lock_many", resources[1], opts)
+    local ttl, wait_ms, policy, keepalive, margin, fence, shared = lock_options(self, "lock_many", resources[1], opts)
     local client = live_client(self, "lock_many")
-    local locks, err, detail = with_retries(self, client, fence and MANY_FENCED or MANY_PLAIN, resources, ttl,
-                                            policy, wait_ms)
+    local locks, err, detail = with_retries(self, client, kind_of(fence, shared, MANY_PLAIN, MANY_FENCED, MANY_SHARED),
+                                            resources, ttl, policy, wait_ms)
     if locks and keepalive then keep_or_release(locks, margin) end
     return locks, err, detail
 end
@@ -193,6 +234,24 @@ end
 function dlm:lock_many(resources, opts)
     if on.guarded then return guard(lock_many_call, self, resources, opts) end
     return lock_many_call(self, resources, opts)
+end
+
+local function adopt_call(self, resource, value, opts)
+    check_self(self, dlm_mt, "adopt", "a client", "dlm:adopt(...)")
+    local ttl, keepalive, margin, slot = options.adopt_options(self, "adopt", resource, value, opts)
+    local lk, err, detail = lock.adopt(self, live_client(self, "adopt"), resource, value, ttl, slot)
+    if lk and keepalive then keep_or_release({ lk }, margin) end
+    return lk, err, detail
+end
+
+--- Take over a lock acquired elsewhere (another process handed over its
+--- resource and value): one extension to the ttl, then a lock like any
+--- other (opts.slot: the slot of a semaphore's that value holds). Returns
+--- a lock or nil, err, detail ("not held": value is not the holder of
+--- resource, or of that slot, on a quorum).
+function dlm:adopt(resource, value, opts)
+    if on.guarded then return guard(adopt_call, self, resource, value, opts) end
+    return adopt_call(self, resource, value, opts)
 end
 
 local function pack(...)

@@ -14,6 +14,7 @@ ffi.metatype("struct rl_client", { __index = {
     acquire = C.rl_acquire,
     acquire_fenced = C.rl_acquire_fenced,
     acquire_queued = C.rl_acquire_queued,
+    acquire_shared = C.rl_acquire_shared,
     release = C.rl_release,
     extend = C.rl_extend,
     acquire_slot = C.rl_acquire_slot,
@@ -21,6 +22,7 @@ ffi.metatype("struct rl_client", { __index = {
     begin_on_slot = C.rl_begin_on_slot,
     begin_acquire = C.rl_begin_acquire,
     begin_acquire_fenced = C.rl_begin_acquire_fenced,
+    begin_acquire_shared = C.rl_begin_acquire_shared,
     begin_release = C.rl_begin_release,
     begin_release_quiet = C.rl_begin_release_quiet,
     wait = C.rl_wait,
@@ -34,6 +36,7 @@ ffi.metatype("struct rl_client", { __index = {
     errstr = C.rl_client_errstr,
     node_name = C.rl_client_node_name,
     quorum = C.rl_client_quorum,
+    stats = C.rl_client_stats,
     free = function(c) C.rl_client_free(ffi.gc(c, nil)) end,
 } })
 
@@ -45,6 +48,7 @@ ffi.metatype("struct rl_keeper", { __index = {
     remove = C.rl_keeper_remove,
     drop = C.rl_keeper_drop,
     release = C.rl_keeper_release,
+    stats = C.rl_keeper_stats,
     free = function(k) C.rl_keeper_free(ffi.gc(k, nil)) end,
 } })
 

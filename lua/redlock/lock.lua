@@ -1,8 +1,8 @@
--- redlock.lock: one lock. The attempts that make one (plain, fenced, as a
--- queued waiter, or a slot of a semaphore), the lock object and its methods
--- (remaining, valid, lost, check, extend, unlock). A semaphore's lock is a
--- lock on its slot's key: lk.slot says which, and its release and
--- extensions name the slot (client:on_slot).
+-- redlock.lock: one lock. The attempts that make one (plain, fenced, shared,
+-- as a queued waiter, or a slot of a semaphore; or an adoption), the lock
+-- object and its methods (remaining, valid, lost, check, extend, unlock). A
+-- semaphore's lock is a lock on its slot's key: lk.slot says which, and its
+-- release and extensions name the slot (client:on_slot).
 
 local ffi = require "ffi"
 local C = require("redlock.cdefs").lib
@@ -22,6 +22,7 @@ local OK, RL_OK = C.RL_STATUS_OK, C.RL_OK
 local RELEASE, EXTEND = C.RL_OP_RELEASE, C.RL_OP_EXTEND
 local VALUE_LEN = C.RL_VALUE_LEN
 local int64_t = ffi.typeof("int64_t")
+local SHARED_CHAR = ("s"):byte() -- a shared hold's value ends with it (core/src/shared.h)
 local result = results.result
 local detail_of, failure, refusal = results.detail_of, results.failure, results.refusal
 local again_when_full = batch.again_when_full
@@ -60,6 +61,7 @@ local function new_lock(d, resource, ttl, started, r)
         token = token,        -- a fenced lock's fencing token (int64_t cdata), else nil
         token_string = token_string, -- the same in decimal (for JSON, headers, the environment)
         slot = r.slot ~= 0 and r.slot or nil, -- a semaphore's lock: the slot held (1 to its limit)
+        shared = r.value[C.RL_VALUE_LEN - 1] == SHARED_CHAR, -- a shared (read) hold
         valid_until = started + floor(r.validity_ms),
         extensions = 0,
         released = false,
@@ -95,10 +97,17 @@ local function attempt_queued(d, client, resource, ttl)
     return attempt_by(d, client, resource, ttl, client.acquire_queued)
 end
 
+-- A shared (read) hold: no queued form, its waiters hear the broadcast.
+local function attempt_shared(d, client, resource, ttl)
+    return attempt_by(d, client, resource, ttl, client.acquire_shared)
+end
+
 -- How a lock call attempts (redlock.wait): try(d, client, resource, ttl),
--- and as a queued waiter when it has a queued form.
+-- and as a queued waiter when it has a queued form (a writer that waits
+-- that way also marks its intent while readers hold: redlock.h).
 _M.PLAIN = { try = attempt, queued = attempt_queued }
 _M.FENCED = { try = attempt_fenced }
+_M.SHARED = { try = attempt_shared }
 
 -- A semaphore of limit slots: one attempt takes one slot (a waiter's, with
 -- its ticket: its place in the queue of the semaphore's waiters, which it
@@ -132,21 +141,32 @@ function _M.semaphore(limit)
     return kind
 end
 
--- The release (or, ttl given, the extension) of lk's key: its slot's for a
--- semaphore's lock. The round's rc (its result in results.result).
-local function on_key(lk, client, kind, ttl)
-    local r, slot = lk.resource, lk.slot
+-- The release (or, ttl given, the extension) of value's hold of resource:
+-- on slot's key for a semaphore's (slot: nil for a lock). The round's rc
+-- (its result in results.result).
+local function on_key(d, client, kind, r, slot, value, ttl)
     local rc
     if slot then
-        rc = client:on_slot(kind, r, #r, slot, lk.value, ttl or 0, result)
-        if rc ~= RL_OK then again_when_full(lk.dlm, client, rc, client.on_slot, kind, r, #r, slot, lk.value, ttl or 0, result) end
+        rc = client:on_slot(kind, r, #r, slot, value, ttl or 0, result)
+        if rc ~= RL_OK then again_when_full(d, client, rc, client.on_slot, kind, r, #r, slot, value, ttl or 0, result) end
     elseif kind == EXTEND then
-        rc = client:extend(r, #r, lk.value, ttl, result)
-        if rc ~= RL_OK then again_when_full(lk.dlm, client, rc, client.extend, r, #r, lk.value, ttl, result) end
+        rc = client:extend(r, #r, value, ttl, result)
+        if rc ~= RL_OK then again_when_full(d, client, rc, client.extend, r, #r, value, ttl, result) end
     else
-        rc = client:release(r, #r, lk.value, result)
-        if rc ~= RL_OK then again_when_full(lk.dlm, client, rc, client.release, r, #r, lk.value, result) end
+        rc = client:release(r, #r, value, result)
+        if rc ~= RL_OK then again_when_full(d, client, rc, client.release, r, #r, value, result) end
     end
+end
+
+--- A lock acquired elsewhere (value: its holder's; slot: a semaphore's
+--- slot it holds, or nil), taken over by one extension to ttl: the lock it
+--- makes, with the validity that extension left, or nil, err, detail ("not
+--- held" when value is not on a quorum).
+function _M.adopt(d, client, resource, value, ttl, slot)
+    local started = now()
+    on_key(d, client, EXTEND, resource, slot, value, ttl)
+    if result.status == OK then return new_lock(d, resource, ttl, started, result) end
+    return failure(d, result)
 end
 
 --- Milliseconds of validity left (<= 0 once it has run out).
@@ -216,7 +236,7 @@ function lock:extend(ttl)
     if self:remaining() <= 0 then return refusal(self.dlm, "expired", "no validity left to extend") end
     local client = live_client(self.dlm, "extend")
     local started = now()
-    on_key(self, client, EXTEND, ttl)
+    on_key(self.dlm, client, EXTEND, self.resource, self.slot, self.value, ttl)
     -- nodes that took it keep the key up to the new ttl from here
     if self.kept == nil then hold_until(self, started, ttl) end
     if result.status ~= OK then
@@ -248,7 +268,7 @@ function lock:unlock()
     if self.kept ~= nil then check_phase() end -- before keep-alive lets go of it (release refuses anyway)
     stop_keeping(self)
     local client = live_client(self.dlm, "unlock")
-    on_key(self, client, RELEASE)
+    on_key(self.dlm, client, RELEASE, self.resource, self.slot, self.value)
     if result.status == OK then
         self.released = true
         forget(self)

@@ -20,12 +20,13 @@ local _M = {}
 
 local NEW_KEYS = { servers = true, ttl = true, node_timeout = true, connect_timeout = true, quorum = true,
                    drift_factor = true, prefix = true, retry = true, max_extensions = true, keepalive = true,
-                   notify = true, tls = true }
+                   notify = true, tls = true, label = true, stats = true }
 local TLS_KEYS = { cafile = true, capath = true, certfile = true, keyfile = true, server_name = true, verify = true }
 local TLS_STRINGS = { "cafile", "capath", "certfile", "keyfile", "server_name" }
 local LOCK_KEYS = { ttl = true, wait = true, retry = true, keepalive = true, margin = true, fence = true,
-                   limit = true }
+                    shared = true, limit = true }
 local MAX_LIMIT = C.RL_MAX_LIMIT
+local ADOPT_KEYS = { ttl = true, keepalive = true, margin = true, slot = true } -- dlm:adopt's: no attempts, no new token
 local RETRY_UNTIL_WAIT = retry.forever()  -- `wait` without `retry`: try until wait runs out
 
 -- The option names the checks above accept, sorted: new()'s, its tls table's
@@ -37,7 +38,8 @@ local function sorted_names(set)
     table.sort(list)
     return list
 end
-_M.NAMES = { new = sorted_names(NEW_KEYS), tls = sorted_names(TLS_KEYS), lock = sorted_names(LOCK_KEYS) }
+_M.NAMES = { new = sorted_names(NEW_KEYS), tls = sorted_names(TLS_KEYS), lock = sorted_names(LOCK_KEYS),
+             adopt = sorted_names(ADOPT_KEYS) }
 
 local function options_struct(fname, o, nservers)
     local opts = ffi_new("rl_options")
@@ -64,6 +66,18 @@ local function options_struct(fname, o, nservers)
     if o.prefix ~= nil then
         if type(o.prefix) ~= "string" then argerror(1, fname, "prefix must be a string, got " .. show(o.prefix)) end
         opts.prefix, opts.prefix_len = o.prefix, #o.prefix
+    end
+    if o.label ~= nil then
+        local l = o.label
+        if type(l) ~= "string" or #l < 1 or #l > C.RL_LABEL_MAX or l:find("[^\33-\126]") or l:find("/", 1, true) then
+            argerror(1, fname, ("label must be 1 to %d printable characters without '/' or space, got %s")
+                :format(C.RL_LABEL_MAX, show(l)))
+        end
+        opts.label = l -- points into l: the client keeps l (see redlock.new)
+    end
+    if o.stats ~= nil then
+        if type(o.stats) ~= "boolean" then argerror(1, fname, "stats must be a boolean, got " .. show(o.stats)) end
+        opts.no_stats = o.stats and 0 or 1
     end
     local tls = o.tls
     if tls ~= nil then
@@ -175,56 +189,97 @@ end
 
 --- Check every option of a lock call before anything is sent (d: the
 --- client, for its defaults and prefix); returns ttl, wait, policy,
---- keepalive, margin, fence, limit (a semaphore's, or nil for a lock).
-function _M.lock_options(d, fname, resource, opts)
+--- keepalive, margin, fence, shared, limit (a semaphore's, or nil for a
+--- lock). keys: the options fname takes (default: a lock call's), at
+--- argument pos (default 2).
+local function lock_options(d, fname, resource, opts, keys, pos)
+    pos = pos or 2
     check_resource(d, 1, fname, resource)
-    opts = check_opts(2, fname, opts, LOCK_KEYS)
-    local ttl, wait, policy, keepalive, margin, fence, limit = d.ttl, nil, d.retry, d.keepalive, nil, false, nil
+    opts = check_opts(pos, fname, opts, keys or LOCK_KEYS)
+    local ttl, wait, policy, keepalive, margin, fence, shared, limit = d.ttl, nil, d.retry, d.keepalive, nil, false,
+        false, nil
     if opts then
-        if opts.ttl ~= nil then check_ms(2, fname, "ttl", opts.ttl); ttl = opts.ttl end
+        if opts.ttl ~= nil then check_ms(pos, fname, "ttl", opts.ttl); ttl = opts.ttl end
         if opts.wait ~= nil then
             local w = opts.wait
             if type(w) ~= "number" or not (w >= 0 and w <= MAX_MS) then
-                argerror(2, fname, ("wait must be a number of ms from 0 to %d, got %s"):format(MAX_MS, show(w)))
+                argerror(pos, fname, ("wait must be a number of ms from 0 to %d, got %s"):format(MAX_MS, show(w)))
             end
             wait = w
             if opts.retry == nil then policy = RETRY_UNTIL_WAIT end
         end
         if opts.retry ~= nil then
-            if type(opts.retry) ~= "function" then argerror(2, fname, "retry must be a function, got " .. show(opts.retry)) end
+            if type(opts.retry) ~= "function" then argerror(pos, fname, "retry must be a function, got " .. show(opts.retry)) end
             policy = opts.retry
         end
         if opts.keepalive ~= nil then
             if type(opts.keepalive) ~= "boolean" then
-                argerror(2, fname, "keepalive must be a boolean, got " .. show(opts.keepalive))
+                argerror(pos, fname, "keepalive must be a boolean, got " .. show(opts.keepalive))
             end
             keepalive = opts.keepalive
         end
         if opts.margin ~= nil then
             if not is_int(opts.margin, 0, ttl - 1) then
-                argerror(2, fname, ("margin must be a whole number of ms from 0 to ttl - 1 (%d), got %s")
+                argerror(pos, fname, ("margin must be a whole number of ms from 0 to ttl - 1 (%d), got %s")
                     :format(ttl - 1, show(opts.margin)))
             end
             margin = opts.margin
         end
         if opts.fence ~= nil then
-            if type(opts.fence) ~= "boolean" then argerror(2, fname, "fence must be a boolean, got " .. show(opts.fence)) end
+            if type(opts.fence) ~= "boolean" then argerror(pos, fname, "fence must be a boolean, got " .. show(opts.fence)) end
             fence = opts.fence
+        end
+        if opts.shared ~= nil then
+            if type(opts.shared) ~= "boolean" then argerror(pos, fname, "shared must be a boolean, got " .. show(opts.shared)) end
+            shared = opts.shared
+        end
+        if fence and shared then
+            argerror(pos, fname, "fence and shared exclude each other: a shared hold has no fencing token")
         end
         if opts.limit ~= nil then
             if not is_int(opts.limit, 1, MAX_LIMIT) then
-                argerror(2, fname, ("limit must be a whole number from 1 to %d, got %s"):format(MAX_LIMIT, show(opts.limit)))
+                argerror(pos, fname, ("limit must be a whole number from 1 to %d, got %s"):format(MAX_LIMIT, show(opts.limit)))
             end
             if fence then
-                argerror(2, fname, "fence cannot go with limit: a semaphore's slots carry no fencing token")
+                argerror(pos, fname, "fence cannot go with limit: a semaphore's slots carry no fencing token")
+            end
+            if shared then
+                argerror(pos, fname, "shared cannot go with limit: a semaphore's slots are exclusive holds")
             end
             if fname == "lock_many" then
-                argerror(2, fname, "limit cannot go with lock_many: take a semaphore with lock, try_lock or with_lock")
+                argerror(pos, fname, "limit cannot go with lock_many: take a semaphore with lock, try_lock or with_lock")
             end
             limit = opts.limit
         end
     end
-    return ttl, wait, policy, keepalive, margin, fence, limit
+    return ttl, wait, policy, keepalive, margin, fence, shared, limit
+end
+_M.lock_options = lock_options
+
+-- A lock value as the core makes it: RL_VALUE_LEN characters, hex after
+-- an optional holder label and '/' (1 to RL_LABEL_MAX printable characters,
+-- no '/', no space), the last an 's' for a shared hold.
+local function lock_value(v)
+    if type(v) ~= "string" or #v ~= C.RL_VALUE_LEN then return false end
+    local label, rest = v:match("^([^/]*)/(.*)$")
+    if label and not (#label <= C.RL_LABEL_MAX and label:match("^[!-.0-~]+$")) then return false end
+    return (rest or v):match("^%x+[%xs]$") ~= nil
+end
+
+--- dlm:adopt's arguments (options at position 3): ttl, keepalive, margin,
+--- slot (a semaphore's slot that value holds, or nil).
+function _M.adopt_options(d, fname, resource, value, opts)
+    check_resource(d, 1, fname, resource)
+    if not lock_value(value) then
+        argerror(2, fname, ("value must be a lock value (%d characters: hex after an optional label and '/',"
+            .. " the last an 's' for a shared hold), got %s"):format(C.RL_VALUE_LEN, show(value)))
+    end
+    local ttl, _, _, keepalive, margin = lock_options(d, fname, resource, opts, ADOPT_KEYS, 3)
+    local slot = opts and opts.slot
+    if slot ~= nil and not is_int(slot, 1, MAX_LIMIT) then
+        argerror(3, fname, ("slot must be a whole number from 1 to %d, got %s"):format(MAX_LIMIT, show(slot)))
+    end
+    return ttl, keepalive, margin, slot
 end
 
 return _M

@@ -535,6 +535,15 @@ function srv:stop(opts)
   return true
 end
 
+--- M.start with this tree's Lua modules and the spec helpers on the
+-- package path and its build on the C path (o.package_path and
+-- o.package_cpath set here).
+function M.start_tree(o)
+  o.package_path = M.root .. "/lua/?.lua;" .. M.root .. "/lua/?/init.lua;" .. M.root .. "/spec/?.lua"
+  o.package_cpath = M.build .. "/?.so"
+  return M.start(o)
+end
+
 --- Start nginx (see the top of this file for opts). Raises, with the error
 -- log, if it does not start and answer within 10 s.
 function M.start(o)

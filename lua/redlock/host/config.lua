@@ -23,6 +23,8 @@ _M.OPTIONS = {
         help = "rediss://: do not verify the nodes' certificates ($REDLOCK_INSECURE=1)" },
     { name = "prefix", long = "prefix", arg = "PREFIX",
         help = "prepended to RESOURCE to form the key (default: $REDLOCK_PREFIX)" },
+    { name = "label", long = "label", arg = "TEXT",
+        help = "the holder's label in lock values, shown by `redlock status` (default: HOST:PID, 15 characters at most)" },
 }
 
 --- A command's option spec: its own options, then the server options and --help.
@@ -138,13 +140,27 @@ function _M.tls_options(opts)
     return t
 end
 
+--- The label this process's lock values carry: --label, else HOST:PID (the
+-- host name cut so that the whole fits the 15 characters a label may have).
+function _M.label(opts)
+    if opts.label then return opts.label end
+    local sys = require "redlock.host.sys"
+    local pid = tostring(sys.getpid())
+    local name = sys.hostname():gsub("[^%w%-_.]", "")
+    return name:sub(1, 14 - #pid) .. ":" .. pid
+end
+
 --- Client options from the command line and environment (nil, err without servers).
 function _M.client_options(opts)
     local servers, err = _M.servers(opts)
     if not servers then return nil, err end
+    local l = opts.label
+    if l and (#l < 1 or #l > 15 or l:find("[^\33-\126]") or l:find("/", 1, true)) then
+        return nil, "--label must be 1 to 15 printable characters without '/' or space"
+    end
     local prefix = opts.prefix or os.getenv("REDLOCK_PREFIX")
     return { servers = servers, prefix = prefix ~= "" and prefix or nil, keepalive = true,
-        tls = _M.tls_options(opts) }
+        tls = _M.tls_options(opts), label = _M.label(opts) }
 end
 
 -- An error that is the user's configuration, not the script: `redlock run`
@@ -197,12 +213,12 @@ function _M.install(opts)
     local copts, err = _M.client_options(opts)
     if copts then
         redlock.configure(copts)
-        redlock.hooks { client_defaults = { keepalive = true } }
+        redlock.hooks { client_defaults = { keepalive = true, label = copts.label } }
     else
         -- no servers in the flags: the script may still set REDLOCK_SERVERS
         -- (or call configure) before its first redlock.default()
         redlock.hooks {
-            client_defaults = { keepalive = true },
+            client_defaults = { keepalive = true, label = _M.label(opts) },
             default_servers = function()
                 local servers = _M.servers({})
                 if servers then return servers end
@@ -240,13 +256,14 @@ function _M.client(opts)
     return dlm
 end
 
---- Acquire resource with keep-alive. o: ttl, margin, policy, nonblock, wait,
+--- Acquire resource with keep-alive. o: ttl, margin, policy, nonblock, wait, fence, shared,
 -- and unreachable: function(err, detail, ms) called after each failed
 -- attempt that was not "busy", with how long the attempts have failed that
 -- way. Without nonblock, wait or policy, waits as long as it takes.
 function _M.lock(dlm, resource, o)
     local sys = require "redlock.host.sys"
-    local lopts = { ttl = o.ttl, keepalive = true, margin = o.margin, fence = o.fence or false, limit = o.limit }
+    local lopts = { ttl = o.ttl, keepalive = true, margin = o.margin, fence = o.fence or false,
+                    shared = o.shared or false, limit = o.limit }
     if o.nonblock then return dlm:try_lock(resource, lopts) end
     local policy = o.policy or require("redlock").retry.forever()
     local since -- when the attempts began failing for another reason than busy

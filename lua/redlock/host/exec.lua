@@ -75,6 +75,8 @@ local SPEC = config.spec {
         help = "take a fencing token with the lock, in COMMAND's environment as REDLOCK_TOKEN" },
     { name = "limit", long = "limit", arg = "L", check = "count",
         help = "RESOURCE is a semaphore: run when fewer than L holders run anywhere (1 to 1024); REDLOCK_SLOT says which slot" },
+    { name = "shared", short = "s", long = "shared",
+        help = "take a shared hold (flock -s): held with other shared holders, never with an exclusive one" },
     { name = "quiet", short = "q", long = "quiet", help = "no message when RESOURCE is held elsewhere" },
     { name = "verbose", short = "v", long = "verbose", help = "say when the lock is acquired and released" },
 }
@@ -95,7 +97,10 @@ Acquire RESOURCE on a quorum of the servers, run COMMAND in a process group of
 its own while the lock is kept extended, release it once that group has
 exited, and exit with COMMAND's status. COMMAND is run as given, without a
 shell: for a shell command line, give `sh -c 'CMD'` as COMMAND (where
-flock(1) takes -c 'CMD'). COMMAND's environment has REDLOCK_RESOURCE,
+flock(1) takes -c 'CMD'). With --shared (flock -s), the hold is shared:
+other shared holders of RESOURCE run beside COMMAND, and an exclusive one
+waits for all of them (a writer that waits keeps new shared holders out).
+COMMAND's environment has REDLOCK_RESOURCE,
 REDLOCK_VALUE (this holder's lock value) and REDLOCK_VALIDITY_MS, and with
 --fence REDLOCK_TOKEN: a fencing token greater than every token granted for
 RESOURCE before (a decimal integer up to 2^63-1: compare it as one, not as
@@ -231,8 +236,15 @@ function _M.run(opts, argv, k)
     if opts.nonblock and (opts.wait or opts.timeout) then
         return host.usage_error("exec", "-n and -w exclude each other")
     end
+    if opts.shared and opts.fence then
+        return host.usage_error("exec", "--shared and --fence exclude each other: a shared hold has no fencing token")
+    end
+    if opts.limit and opts.shared then
+        return host.usage_error("exec", "--limit and --shared exclude each other: a semaphore's slots are exclusive holds")
+    end
     if opts.limit and (opts.limit > 1024 or opts.fence) then
-        return host.usage_error("exec", opts.fence and "--limit and --fence exclude each other" or "--limit must be from 1 to 1024")
+        return host.usage_error("exec", opts.fence and "--limit and --fence exclude each other"
+            or "--limit must be from 1 to 1024")
     end
     local policy
     if opts.policy then
@@ -277,7 +289,7 @@ function _M.run(opts, argv, k)
     local locked, lock, why, detail = pcall(config.lock, dlm, resource, {
         ttl = ttl, margin = margin, policy = policy,
         nonblock = opts.nonblock, wait = opts.wait or opts.timeout, unreachable = unreachable, fence = opts.fence,
-        limit = opts.limit,
+        limit = opts.limit, shared = opts.shared,
     })
     if not locked then
         if lock == POLICY_RAISED then
@@ -329,8 +341,15 @@ function _M.run(opts, argv, k)
     local next_group_check = 0
     local function finish(code)
         sys.forget(pid)
-        config.release(lock)
-        if opts.verbose then io.stderr:write(("redlock: released '%s'\n"):format(resource)) end
+        local released, release_err = config.release(lock)
+        if not released and release_err == "not held" then
+            -- COMMAND, or a process it handed the lock to (dlm:adopt with
+            -- REDLOCK_VALUE), released it before the group ended
+            host.fail(code, "'%s' was no longer held when %s's process group ended (released by a process it"
+                .. " was handed to, or expired); exiting with %s's status %d", resource, command[1], command[1], code)
+        elseif opts.verbose then
+            io.stderr:write(("redlock: released '%s'\n"):format(resource))
+        end
         return code
     end
     while true do

@@ -1,9 +1,13 @@
---- redlock status RESOURCE: per node, whether the key exists, a prefix of its
--- value and its PTTL; whether one value holds a quorum.
+--- redlock status [RESOURCE]: with RESOURCE, per node whether the key
+-- exists, its value (and the holder's label in it), the fence counter and
+-- its PTTL; whether one value holds a quorum, who holds it and for how long.
+-- Without, per node whether it answers and how fast. With --limit L, per
+-- slot of the semaphore RESOURCE, the value most nodes hold and its label.
 --
 -- Reads the nodes directly (rl_host_probe in core/host/probe.c, hiredis'
 -- blocking API behind a plain struct), so it shows what is really on each
--- node, whatever client wrote it.
+-- node, whatever client wrote it. It never takes part in a lock: holders
+-- pay nothing for it (the label travels in the value they write anyway).
 
 local host = require "redlock.host"
 local args = require "redlock.host.args"
@@ -14,6 +18,7 @@ local EXIT = host.EXIT
 local _M = {}
 
 local TIMEOUT_MS = 500
+local SHARED_MARK = "redlock:shared" -- a key held by shared holders (core/src/shared.h)
 
 local SPEC = config.spec {
     { name = "limit", long = "limit", arg = "L", check = "count",
@@ -23,26 +28,58 @@ _M.SPEC = SPEC
 
 function _M.help()
     return ([[
-Usage: redlock status [OPTIONS] RESOURCE
+Usage: redlock status [OPTIONS] [RESOURCE]
 
-Show, node by node, whether RESOURCE's key exists, the first characters of its
-value (the holder's lock value), and its remaining time to live; then whether
-one value is held by a quorum (N/2+1) of the nodes. A node that has not
-answered within %d ms in all (connect, AUTH, SELECT, GET, PTTL), or answers
-with an error or with something other than what GET and PTTL return, is
-shown as an error and counts as not answering.
+With RESOURCE: show, node by node, whether RESOURCE's key exists, the first
+characters of its value (the holder's lock value), the holder's label carried
+in it (HOST:PID for a holder started by redlock, --label, or a Lua client's
+label option), the fenced lock's counter (the holder's fencing token, for a
+fenced lock) and its remaining time to live; then whether one value is held
+by a quorum (N/2+1) of the nodes, by whom, and how long a quorum still holds
+it. Without RESOURCE: show whether each node answers a PING and how fast,
+and whether a quorum does. A node that has not answered within %d ms in all
+(connect, AUTH, SELECT, the commands), or answers with an error or with
+something other than what they return, is shown as an error and counts as
+not answering.
+A resource held shared (redlock exec --shared, or { shared = true }) shows
+"read" and its number of shared holders on each node, then each holder: its
+value's first characters, the nodes it is on and its most time left.
 
 Options:
 %s
 
 With --limit L, RESOURCE is a semaphore: one line per slot (its key
 redlock:slot:<k>:<key>) saying which value holds it on how many nodes, and
-the number of slots held by a quorum; exit status 0 when a quorum of nodes
-answered, 69 when too few did.
+its holder's label, then the number of slots held by a quorum; exit status
+0 when a quorum of nodes answered, 69 when too few did.
 
-Exit status: 0 held by a quorum, 1 not held by a quorum, 64 usage,
-69 too few nodes answered to tell.
+Exit status: 0 held by a quorum (without RESOURCE: a quorum answers),
+1 not held by a quorum, 64 usage, 69 too few nodes answered to tell.
 ]]):format(TIMEOUT_MS, args.describe(SPEC))
+end
+
+-- The shared holders seen on the nodes (probe results r with r.readers):
+-- one line per holder, with the nodes it is on and the most ms it has left
+-- there; the number of holders on a quorum.
+local function shared_lines(results, quorum)
+    local seen, order = {}, {}
+    for _, r in ipairs(results) do
+        for _, h in ipairs(r.shared or {}) do
+            local s = seen[h.value]
+            if not s then
+                s = { value = h.value, nodes = 0, pttl = 0 }
+                seen[h.value], order[#order + 1] = s, s
+            end
+            s.nodes, s.pttl = s.nodes + 1, math.max(s.pttl, h.pttl)
+        end
+    end
+    local on_quorum = 0
+    if #order > 0 then print("shared holders:") end
+    for _, s in ipairs(order) do
+        if s.nodes >= quorum then on_quorum = on_quorum + 1 end
+        print(("  %s...  on %d node%s, pttl %d ms"):format(s.value:sub(1, 12), s.nodes, s.nodes == 1 and "" or "s", s.pttl))
+    end
+    return on_quorum
 end
 
 local function show_pttl(pttl)
@@ -51,31 +88,96 @@ local function show_pttl(pttl)
     return "-"
 end
 
--- A semaphore of limit slots on key: per slot, the value most nodes hold
--- and on how many. Exit status: OK, or UNAVAILABLE when fewer than a
--- quorum of nodes answered.
-local function show_slots(servers, key, limit, tls, resource)
+--- The label a lock value carries ("label/" then hex), or nil.
+local function label_of(value)
+    return value and value:match("^([!-.0-~]+)/%x+$")
+end
+_M.label_of = label_of
+
+-- Probe every node (key nil: PING); rows, the probes that answered, and
+-- their number; or nil and the exit status of a usage error.
+local function probe_all(opts, servers, key)
+    local tls = config.tls_options(opts)
+    local rows, answers, answered = {}, {}, 0
+    for idx, url in ipairs(servers) do
+        local r, perr, kind, name = sys.probe(url, key, TIMEOUT_MS, tls)
+        if not r and kind == sys.PROBE_EINVAL then return nil, host.fail(EXIT.USAGE, "%s", config.flag_message(perr)) end
+        rows[idx] = { name = r and r.name or name, state = "error", info = perr }
+        if r then
+            answered = answered + 1
+            answers[idx] = r
+        end
+    end
+    return rows, answers, answered
+end
+
+local function print_rows(rows)
+    local width = 4
+    for _, row in ipairs(rows) do width = math.max(width, #row.name) end
+    for idx, row in ipairs(rows) do
+        print((("  %2d  %-" .. width .. "s  %-5s  %s"):format(idx, row.name, row.state, row.info)
+            :gsub("%s+$", "")))
+    end
+end
+
+-- redlock status without RESOURCE.
+local function nodes_status(opts, servers, quorum)
+    local rows, answers, answered = probe_all(opts, servers)
+    if not rows then return answers end
+    for idx, r in pairs(answers) do rows[idx].state, rows[idx].info = "up", ("%.1f ms"):format(r.latency_ms) end
+    print(("%d nodes, quorum %d"):format(#servers, quorum))
+    print_rows(rows)
+    print(("%s: %d of %d nodes answer (quorum %d)"):format(answered >= quorum and "up" or "down", answered,
+        #servers, quorum))
+    return answered >= quorum and EXIT.OK or EXIT.UNAVAILABLE
+end
+
+-- How long a quorum still holds value: the quorum-th longest PTTL among the
+-- nodes that hold it (nil if a node holds it without expiry).
+local function quorum_left(answers, value, quorum)
+    local left = {}
+    for _, r in pairs(answers) do
+        if r.exists and r.value == value then left[#left + 1] = r.pttl end
+    end
+    table.sort(left, function(a, b) return a > b end)
+    local v = left[quorum]
+    return v and v >= 0 and v or nil
+end
+
+-- The holder's fencing token: the highest counter among the nodes holding
+-- value (the commit raised it there), if any holds one.
+local function token_of(answers, value)
+    local best
+    for _, r in pairs(answers) do
+        local n = r.exists and r.value == value and r.fence and tonumber(r.fence)
+        if n and (not best or #r.fence > #best or (#r.fence == #best and r.fence > best)) then best = r.fence end
+    end
+    return best
+end
+
+-- A semaphore of limit slots on key: per slot, the value most nodes hold,
+-- on how many, and its label. Exit status: OK, or UNAVAILABLE when fewer
+-- than a quorum of nodes answered.
+local function slots_status(opts, servers, key, limit, resource, quorum)
     local n = #servers
-    local quorum = math.floor(n / 2) + 1
     print(("semaphore '%s' of %d slots on %d nodes, quorum %d"):format(resource, limit, n, quorum))
     local held, worst = 0, n
     for slot = 1, limit do
-        local votes, answered = {}, 0
-        for _, url in ipairs(servers) do
-            local r = sys.probe(url, ("redlock:slot:%d:%s"):format(slot, key), TIMEOUT_MS, tls)
-            if r then
-                answered = answered + 1
-                if r.exists then votes[r.value] = (votes[r.value] or 0) + 1 end
-            end
-        end
+        local rows, answers, answered = probe_all(opts, servers, ("redlock:slot:%d:%s"):format(slot, key))
+        if not rows then return answers end
         if answered < worst then worst = answered end
+        local votes = {}
+        for _, r in pairs(answers) do
+            if r.exists then votes[r.value] = (votes[r.value] or 0) + 1 end
+        end
         local best, count = nil, 0
         for v, c in pairs(votes) do
             if c > count then best, count = v, c end
         end
         if best and count >= quorum then held = held + 1 end
-        print(("  slot %-3d %s"):format(slot, best and ("%s... on %d of %d nodes%s"):format(best:sub(1, 12), count, n,
-            count >= quorum and "" or " (no quorum)") or "free"))
+        local label = label_of(best)
+        print(("  slot %-3d %s"):format(slot, best and ("%s... on %d of %d nodes%s%s"):format(best:sub(1, 12), count, n,
+            count >= quorum and "" or " (no quorum)", label and ("  label " .. label) or "") or "free"))
     end
     print(("%d of %d slots held by a quorum"):format(held, limit))
     return worst >= quorum and EXIT.OK or EXIT.UNAVAILABLE
@@ -83,60 +185,67 @@ end
 
 function _M.run(opts, argv, k)
     local resource = argv[k]
-    if resource == nil or resource == "" then return host.usage_error("status", "missing RESOURCE") end
-    if argv[k + 1] ~= nil then return host.usage_error("status", "one RESOURCE at a time") end
+    if resource == "" then return host.usage_error("status", "RESOURCE is empty") end
+    if resource ~= nil and argv[k + 1] ~= nil then return host.usage_error("status", "one RESOURCE at a time") end
     local servers, err = config.servers(opts)
     if not servers then return host.fail(EXIT.USAGE, "%s", err) end
     -- a bad URL, or one named twice (it would count twice toward the quorum),
     -- is a usage error
     local ok, cerr = config.check_servers(servers)
     if not ok then return host.fail(EXIT.USAGE, "%s", cerr) end
-    local key = (opts.prefix or os.getenv("REDLOCK_PREFIX") or "") .. resource
     local n = #servers
     local quorum = math.floor(n / 2) + 1
-
-    local tls = config.tls_options(opts)
+    if resource == nil and opts.limit then return host.usage_error("status", "--limit needs RESOURCE") end
+    if resource == nil then return nodes_status(opts, servers, quorum) end
+    local key = (opts.prefix or os.getenv("REDLOCK_PREFIX") or "") .. resource
     if opts.limit then
         if opts.limit > 1024 then return host.usage_error("status", "--limit must be from 1 to 1024") end
-        return show_slots(servers, key, opts.limit, tls, resource)
-    end
-    local rows, votes, answered = {}, {}, 0
-    for idx, url in ipairs(servers) do
-        local r, perr, kind, name = sys.probe(url, key, TIMEOUT_MS, tls)
-        if not r and kind == sys.PROBE_EINVAL then return host.fail(EXIT.USAGE, "%s", config.flag_message(perr)) end
-        local row = { name = r and r.name or name }
-        if not r then
-            row.state, row.info = "error", perr
-        else
-            answered = answered + 1
-            if r.exists then
-                -- a value longer than what the probe keeps is told apart by its length too
-                local id = #r.value == r.value_len and r.value or (r.value .. "\0" .. r.value_len)
-                votes[id] = (votes[id] or 0) + 1
-                row.state = "held"
-                local shown = r.value:sub(1, 12) .. (r.value_len > 12 and "..." or "")
-                row.info = ("%-15s pttl %s"):format(shown, show_pttl(r.pttl))
-            else
-                row.state, row.info = "free", ""
-            end
-        end
-        rows[idx] = row
+        return slots_status(opts, servers, key, opts.limit, resource, quorum)
     end
 
-    local width = 4
-    for _, row in ipairs(rows) do width = math.max(width, #row.name) end
+    local rows, answers, answered = probe_all(opts, servers, key)
+    if not rows then return answers end
+    local votes, results = {}, {}
+    for idx = 1, n do
+        local r, row = answers[idx], rows[idx]
+        if r then results[#results + 1] = r end
+        if r and r.exists and r.readers > 0 then
+            votes[SHARED_MARK] = (votes[SHARED_MARK] or 0) + 1
+            row.state = "read"
+            row.info = ("%d shared holder%s, pttl %s"):format(r.readers, r.readers == 1 and "" or "s", show_pttl(r.pttl))
+        elseif r and r.exists then
+            -- a value longer than what the probe keeps is told apart by its length too
+            local id = #r.value == r.value_len and r.value or (r.value .. "\0" .. r.value_len)
+            votes[id] = (votes[id] or 0) + 1
+            local shown = r.value:sub(1, 12) .. (r.value_len > 12 and "..." or "")
+            local label = label_of(r.value)
+            row.state = "held"
+            row.info = ("%-15s pttl %s%s%s"):format(shown, show_pttl(r.pttl), label and ("  label " .. label) or "",
+                r.fence and ("  fence " .. r.fence) or "")
+        elseif r then
+            row.state, row.info = "free", r.fence and ("fence " .. r.fence) or ""
+        end
+    end
+
     print(("resource '%s'%s on %d nodes, quorum %d"):format(resource,
         key ~= resource and (" (key '" .. key .. "')") or "", n, quorum))
-    for idx, row in ipairs(rows) do
-        print((("  %2d  %-" .. width .. "s  %-5s  %s"):format(idx, row.name, row.state, row.info)
-            :gsub("%s+$", "")))
-    end
+    print_rows(rows)
     local best, count = nil, 0
     for v, c in pairs(votes) do
         if c > count then best, count = v, c end
     end
+    local readers = shared_lines(results, quorum)
+    if best == SHARED_MARK and count >= quorum then
+        print(("held shared: %d holder%s on a quorum; the mark on %d of %d nodes (quorum %d)")
+            :format(readers, readers == 1 and "" or "s", count, n, quorum))
+        return EXIT.OK
+    end
     if best and count >= quorum then
+        local label, token, left = label_of(best), token_of(answers, best), quorum_left(answers, best, quorum)
         print(("held: value %s... on %d of %d nodes (quorum %d)"):format(best:sub(1, 12), count, n, quorum))
+        print(("  holder %s, fencing token %s, quorum held for %s more"):format(
+            label and ("'" .. label .. "'") or "(no label)", token or "none",
+            left and (left .. " ms") or "ever (no expiry!)"))
         return EXIT.OK
     end
     if answered < quorum then

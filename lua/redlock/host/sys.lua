@@ -32,6 +32,12 @@ if not pcall(ffi.typeof, "rl_host_timespec") then
       long long pttl;
       size_t value_len;
       char value[128];
+      int has_fence;
+      char fence[24];
+      double latency_ms;
+      int readers;
+      char reader[16][41];
+      long long reader_pttl[16];
     } rl_host_probe_result;
     typedef struct rl_host_tls {
       const char *cafile, *capath, *certfile, *keyfile, *server_name;
@@ -43,6 +49,7 @@ if not pcall(ffi.typeof, "rl_host_timespec") then
     int rl_host_libc_unsetenv(const char *name) asm("unsetenv");
     char *rl_host_libc_strerror(int errnum) asm("strerror");
     int rl_host_libc_getpid(void) asm("getpid");
+    int rl_host_libc_gethostname(char *name, size_t len) asm("gethostname");
     int rl_host_libc_isatty(int fd) asm("isatty");
     int rl_host_libc_clock_gettime(int clk, rl_host_timespec *ts) asm("clock_gettime");
   ]]
@@ -72,6 +79,15 @@ end
 
 function _M.getpid()
     return C.rl_host_libc_getpid()
+end
+
+local hostname_buf = ffi.new("char[256]")
+
+--- This machine's host name ("" if it cannot be had).
+function _M.hostname()
+    if C.rl_host_libc_gethostname(hostname_buf, 255) ~= 0 then return "" end
+    hostname_buf[255] = 0
+    return ffi.string(hostname_buf)
 end
 
 function _M.isatty(fd)
@@ -134,12 +150,16 @@ end
 
 local probe_result = ffi.new("rl_host_probe_result")
 
---- Ask the node at url what it holds under key (rl_host_probe); tls: the
--- options for a rediss:// node, as redlock.new takes them (nil: defaults). Return
--- { name =, exists =, value =, value_len =, pttl = }, where value is at most
--- the first 127 bytes of the value (value_len is the whole length); or nil, a
--- message, the kind of failure (PROBE_EINVAL: bad URL; PROBE_ENODE: the
--- node failed) and the node's name.
+--- Ask the node at url what it holds under key (rl_host_probe; key nil:
+-- only PING it); tls: the options for a rediss:// node, as redlock.new
+-- takes them (nil: defaults). Return { name =, exists =, value =,
+-- value_len =, pttl =, fence =, latency_ms =, readers =, shared = }, where
+-- value is at most the first 127 bytes of the value (value_len is the whole
+-- length), fence the fenced lock's counter (key:fence) or nil, and with the
+-- shared holders' mark in the key, readers is their number and shared a
+-- list of { value =, pttl = } (the first 16); or nil, a message, the kind
+-- of failure (PROBE_EINVAL: bad URL; PROBE_ENODE: the node failed) and the
+-- node's name.
 local probe_tls = ffi.new("rl_host_tls")
 
 function _M.probe(url, key, timeout_ms, tls)
@@ -150,17 +170,25 @@ function _M.probe(url, key, timeout_ms, tls)
         t.keyfile, t.server_name = tls.keyfile, tls.server_name
         t.verify = tls.verify == false and 0 or 1
     end
-    local rc = C.rl_host_probe(url, key, #key, timeout_ms, tls and probe_tls or nil, r)
+    local rc = C.rl_host_probe(url, key, key and #key or 0, timeout_ms, tls and probe_tls or nil, r)
     if rc ~= 0 then
         return nil, ffi.string(r.errstr), r.err, ffi.string(r.name)
     end
     local len = tonumber(r.value_len)
+    local shared = {}
+    for i = 0, math.min(r.readers, ffi.sizeof(r.reader) / ffi.sizeof(r.reader[0])) - 1 do
+        shared[#shared + 1] = { value = ffi.string(r.reader[i]), pttl = tonumber(r.reader_pttl[i]) }
+    end
     return {
+        readers = r.readers,
+        shared = shared,
         name = ffi.string(r.name),
         exists = r.exists ~= 0,
         value = r.exists ~= 0 and ffi.string(r.value, math.min(len, ffi.sizeof(r.value) - 1)) or nil,
         value_len = len,
         pttl = tonumber(r.pttl),
+        fence = r.has_fence ~= 0 and ffi.string(r.fence) or nil,
+        latency_ms = r.latency_ms,
     }
 end
 

@@ -32,7 +32,7 @@ local client_mt = { __index = client }
 -- or RL_ERR with self.err set. kind: 1 acquire, 2 release, 3 extend, 4
 -- fenced, 5 queued, 6 quiet release, 7 a semaphore's acquire (sem: its
 -- limit; ticket: a waiter's, or 0), 8 and 9 a release and an extension of
--- slot sem.
+-- slot sem, 10 shared.
 function client:begin(kind, resource, len, value, ttl, sem, ticket)
     local why = phase_refusal()
     if why then self.err = why; return RL_ERR end
@@ -49,6 +49,7 @@ function client:begin(kind, resource, len, value, ttl, sem, ticket)
     elseif kind == 7 then id = C.rl_engine_begin_acquire_slot(e, resource, len, sem, ttl, ticket, now)
     elseif kind == 8 then id = C.rl_engine_begin_on_slot(e, C.RL_OP_RELEASE, resource, len, sem, value, 0, now)
     elseif kind == 9 then id = C.rl_engine_begin_on_slot(e, C.RL_OP_EXTEND, resource, len, sem, value, ttl, now)
+    elseif kind == 10 then id = C.rl_engine_begin_acquire_shared(e, resource, len, ttl, now)
     else id = C.rl_engine_begin_extend(e, resource, len, value, ttl, now) end
     if id < 0 then
         self.err = ffi_string(C.rl_engine_errstr(e))
@@ -57,7 +58,7 @@ function client:begin(kind, resource, len, value, ttl, sem, ticket)
     local w = take_waiter()
     w.id, w.co = id, co_running()
     -- an acquire's resource: the hub releases a grant whose caller is gone
-    if kind == 1 or kind == 4 or kind == 5 or kind == 7 then
+    if kind == 1 or kind == 4 or kind == 5 or kind == 7 or kind == 10 then
         w.resource = (type(resource) == "string" and len == #resource) and resource or ffi_string(resource, len)
     end
     hub.waiters[id] = w
@@ -68,6 +69,7 @@ end
 
 function client:begin_acquire(resource, len, ttl) return self:begin(1, resource, len, nil, ttl) end
 function client:begin_acquire_fenced(resource, len, ttl) return self:begin(4, resource, len, nil, ttl) end
+function client:begin_acquire_shared(resource, len, ttl) return self:begin(10, resource, len, nil, ttl) end
 function client:begin_release(resource, len, value) return self:begin(2, resource, len, value) end
 function client:begin_release_quiet(resource, len, value) return self:begin(6, resource, len, value) end
 function client:begin_on_slot(kind, resource, len, slot, value, ttl)
@@ -115,6 +117,10 @@ function client:acquire(resource, len, ttl, out)
     return blocking(self, self:begin(1, resource, len, nil, ttl), out)
 end
 
+function client:acquire_shared(resource, len, ttl, out)
+    return blocking(self, self:begin(10, resource, len, nil, ttl), out)
+end
+
 function client:acquire_queued(resource, len, ttl, out)
     return blocking(self, self:begin(5, resource, len, nil, ttl), out)
 end
@@ -146,6 +152,8 @@ for name, f in pairs(watch.methods) do client[name] = f end
 function client:errstr() return self.err end
 function client:node_name(i) return self.hub.names[i] end
 function client:quorum() return self.hub.quorum end
+-- the hub's engine: every client of the worker's configuration, and its kept locks
+function client:stats(out) C.rl_engine_stats(self.hub.e, out) end
 
 -- The hub is the worker's, shared with every client of the same
 -- configuration: closing one client leaves it running (it stops when idle).

@@ -172,6 +172,11 @@ local function new_hub(e, n, opts, t)
     return hub
 end
 
+--- Every hub of this worker (configuration key -> hub), for its metrics.
+function _M.all()
+    return hubs
+end
+
 --- The worker's hub for a client of these rl_client_new arguments (its
 --- configuration: the same servers and options share one), made on first
 --- use; nil with errbuf filled on bad arguments.

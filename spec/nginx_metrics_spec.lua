@@ -1,0 +1,106 @@
+-- nginx: every worker counts in its own engine, and one /metrics location
+-- shows the sum over every worker through a lua_shared_dict
+-- (redlock.nginx.metrics). Each of the 2 workers makes a known number of
+-- acquisitions from a timer of its own at start, so the sum is known
+-- exactly. The location also prints another exposition first (what
+-- nginx-lua-prometheus would print), and promtool checks the whole
+-- response: no family clashes.
+
+local cluster = require "helpers.cluster"
+local nginx = require "helpers.nginx"
+local prometheus = require "helpers.prometheus"
+local proc = require "helpers.proc"
+
+local ROOT, BUILD = nginx.root, nginx.build
+local EACH = 7 -- acquisitions per worker
+
+-- What nginx-lua-prometheus prints for a counter of its own, and its error counter.
+local OTHER = [[
+# HELP nginx_http_requests_total Number of HTTP requests
+# TYPE nginx_http_requests_total counter
+nginx_http_requests_total{host="localhost",status="200"} 3
+# HELP nginx_metric_errors_total Number of nginx-lua-prometheus errors
+# TYPE nginx_metric_errors_total counter
+nginx_metric_errors_total 0
+]]
+
+--- The value of the sample named (with its labels) in text, or nil.
+local function sample(text, name)
+  local v = text:match("\n" .. name:gsub("%p", "%%%0") .. " (%S+)\n")
+  return v and tonumber(v)
+end
+
+describe("nginx /metrics", function()
+  local cl, srv
+  setup(function()
+    cl = cluster.start(3)
+    srv = nginx.start {
+      workers = 2,
+      package_path = ROOT .. "/lua/?.lua;" .. ROOT .. "/lua/?/init.lua",
+      package_cpath = BUILD .. "/?.so",
+      http = "lua_shared_dict redlock_metrics 1m;",
+      init = ([[
+        redlock = require "redlock"
+        URLS = %s
+        OTHER = %q
+      ]]):format(nginx.lua_list(cl.urls), OTHER),
+      init_worker = ([[
+        local m = require "redlock.nginx.metrics"
+        assert(m.start("redlock_metrics", 0.2))
+        ngx.timer.at(0, function()
+          local dlm = redlock.new { servers = URLS }
+          for i = 1, %d do
+            local lk = assert(dlm:try_lock("spec:nginx_metrics:" .. ngx.worker.id() .. ":" .. i, { ttl = 5000 }))
+            lk:unlock()
+          end
+          ngx.shared.redlock_metrics:incr("spec:done", 1, 0)
+        end)
+      ]]):format(EACH),
+      locations = {
+        [[location = /metrics {
+            content_by_lua_block {
+              ngx.print(OTHER)
+              require("redlock.nginx.metrics").serve("redlock_metrics")
+            }
+          }]],
+        [[location = /done { content_by_lua_block { ngx.say(ngx.shared.redlock_metrics:get("spec:done") or 0) } }]],
+        -- a client made here shares its worker's hub, and so its engine and counts
+        [[location = /stats {
+            content_by_lua_block { ngx.say(redlock.new({ servers = URLS }):stats().operations.acquire.ok) }
+          }]],
+      },
+    }
+  end)
+  teardown(function()
+    nginx.stop_all()
+    cluster.stop_all()
+  end)
+
+  it("sums every worker's counts, and sits beside another exposition", function()
+    local deadline = proc.now_ms() + 10000
+    local text, ok_n
+    repeat
+      local status, body = srv:get("/done")
+      if status == 200 and tonumber(body) == 2 then
+        local st
+        st, text = srv:get("/metrics")
+        assert.equals(200, st)
+        ok_n = sample(text, 'redlock_operations_total{kind="acquire",outcome="ok"}')
+        if ok_n == 2 * EACH then break end
+      end
+      proc.sleep_ms(100)
+    until proc.now_ms() > deadline
+    assert.equals(2 * EACH, ok_n, text)
+    assert.equals(2 * EACH, sample(text, 'redlock_operations_total{kind="release",outcome="ok"}'))
+    -- each worker's hub connected to every node once: the sum says 2
+    assert.equals(2, sample(text, ('redlock_node_connects_total{node="%s"}'):format(cl.urls[1])))
+    assert.equals(1, select(2, text:gsub("# TYPE redlock_operations_total counter", "")))
+    assert.equals(1, text:find(OTHER, 1, true))
+    local _, body = srv:get("/stats")
+    assert.equals(EACH .. "\n", body)
+    if prometheus.installed("promtool") then
+      local ok, out = prometheus.check(text)
+      assert(ok, out)
+    end
+  end)
+end)

@@ -1,0 +1,95 @@
+-- `redlock status` says who holds what: the holder's label carried in the
+-- lock value (HOST:PID for a holder started by redlock, a Lua client's own
+-- label option), its fencing token and how long a quorum still holds it;
+-- without RESOURCE, every node's state and latency. Real binary, real
+-- redis-server nodes. The binary is build/redlock, or $REDLOCK_HOST.
+
+local redlock = require "redlock"
+local cluster = require "helpers.cluster"
+local proc = require "helpers.proc"
+
+local q = proc.quote
+local ROOT = proc.root
+local BIN = os.getenv("REDLOCK_HOST") or (ROOT .. "/build/redlock")
+if BIN:sub(1, 1) ~= "/" then BIN = ROOT .. "/" .. BIN end
+
+local res = cluster.names("status")
+
+describe("redlock status", function()
+  local cl, tmp, servers
+  setup(function()
+    cl = cluster.start(3)
+    tmp = proc.tmpdir()
+    servers = table.concat(cl.urls, ",")
+  end)
+  teardown(function()
+    cluster.stop_all()
+    proc.rmdir(tmp)
+  end)
+
+  local function status(args)
+    return proc.sh(("%s status --servers %s %s"):format(q(BIN), q(servers), args or ""))
+  end
+
+  it("shows the label HOST:PID and the token of a holder started with redlock exec --fence", function()
+    local r = res("fenced")
+    -- a token taken before, so that the holder's is not 1
+    local dlm = redlock.new { servers = cl.urls }
+    assert(dlm:lock(r, { fence = true, ttl = 5000 })):unlock()
+    local out_file = tmp .. "/exec.env"
+    local pid = proc.spawn({ BIN, "exec", "--fence", "--servers", servers, r, "--", "sh", "-c",
+      "echo $REDLOCK_TOKEN $REDLOCK_VALUE > " .. q(out_file .. ".tmp") .. "; mv " .. q(out_file .. ".tmp") .. " "
+        .. q(out_file) .. "; sleep 30" })
+    finally(function() proc.stop(pid) end)
+    local token, value = proc.wait_file(out_file, 10000):match("^(%d+) (%S+)")
+    assert.equals("2", token)
+    local label = value:match("^(.-)/")
+    -- the host's own pid, after the host name
+    assert.matches(":" .. pid .. "$", label)
+    assert.is_true(#label <= 15)
+    local out, rc = status(q(r))
+    assert.equals(0, rc, out)
+    for i = 1, 3 do
+      assert.matches(("%d  %s%%s+held%%s+%s%%.%%.%%.%%s+pttl %%d+ ms  label %s  fence 2"):format(i,
+        cl.urls[i]:gsub("%p", "%%%0"), value:sub(1, 12):gsub("%p", "%%%0"), label:gsub("%p", "%%%0")), out)
+    end
+    assert.matches("holder '" .. label .. "', fencing token 2, quorum held for %d+ ms more", out)
+    dlm:close()
+  end)
+
+  it("shows the label a Lua client chose, and no token for a plain lock", function()
+    local r = res("lua")
+    local dlm = redlock.new { servers = cl.urls, label = "billing-7" }
+    local lk = assert(dlm:lock(r, { ttl = 20000 }))
+    local out, rc = status(q(r))
+    assert.equals(0, rc, out)
+    assert.matches("label billing-7", out, 1, true)
+    assert.matches("holder 'billing%-7', fencing token none, quorum held for %d+ ms more", out)
+    local left = tonumber(out:match("quorum held for (%d+) ms"))
+    assert.is_true(left > 10000 and left <= 20000, out)
+    lk:unlock()
+    out, rc = status(q(r))
+    assert.equals(1, rc, out)
+    assert.matches("free: no node holds", out, 1, true)
+    dlm:close()
+  end)
+
+  it("without RESOURCE shows every node's state and latency", function()
+    local out, rc = status()
+    assert.equals(0, rc, out)
+    assert.matches("3 nodes, quorum 2", out, 1, true)
+    for i = 1, 3 do
+      assert.matches(("%d  %s%%s+up%%s+%%d+%%.%%d ms"):format(i, cl.urls[i]:gsub("%p", "%%%0")), out)
+    end
+    assert.matches("up: 3 of 3 nodes answer (quorum 2)", out, 1, true)
+    -- two nodes stopped: down, exit 69, and the stopped ones say why
+    assert(cl:kill(2, "STOP"))
+    assert(cl:kill(3, "STOP"))
+    out, rc = status()
+    assert(cl:kill(2, "CONT"))
+    assert(cl:kill(3, "CONT"))
+    assert.equals(69, rc, out)
+    assert.matches("2  " .. cl.urls[2] .. "  error  PING: no answer within 500 ms", out, 1, true)
+    assert.matches("down: 1 of 3 nodes answer (quorum 2)", out, 1, true)
+  end)
+end)
