@@ -15,11 +15,17 @@
  *            acquire is already in flight (the waiters share one client, so
  *            waking them all would only split the votes among them). That
  *            attempt is extra, as in the Lua retry loop. RB_NOTIFY=0: no watch.
+ *   sem      (only when asked: RB_WORKLOADS=sem) RB_SEM_LOCKERS (16) threads, each
+ *            with a client of its own, take one semaphore of RB_SEM_LIMIT (4) slots:
+ *            rl_acquire_slot with a ticket (rl_wall_ms when it starts waiting),
+ *            sleeping on rl_sleep_until between attempts (the default policy's
+ *            delay the fallback), hold RB_HOLD_MS, release the slot, at once again.
  *
  * Built by bench/driver-c (cc, against the static library of the Release build).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -417,6 +423,179 @@ static void wl_handoff(void) {
     free(r);
 }
 
+/* ------------------------------------------------------------ sem */
+#define SEM_MAXREC 65536 /* hold intervals per locker */
+typedef struct {
+    int i, gave_up, rel_errors;
+    long n;
+    double *ask, *acq, *rel; /* acquire asked / got / release called, rl_now_ms */
+} sem_locker;
+static const char *sem_key;
+static int sem_klen, sem_limit;
+static volatile int sem_stop;
+
+/* Wait up to 2 ms after a first wake-up until a quorum of nodes said the
+ * slot is free (as redlock.wait does for a semaphore's waiter). */
+static void quorum_of_wakes(rl_client *c, unsigned seen) {
+    double by = rl_now_ms() + 2;
+    unsigned h = rl_heard(c, sem_key, (size_t)sem_klen);
+    while ((unsigned)(h - seen) < (unsigned)rl_client_quorum(c)) {
+        int left = (int)(by - rl_now_ms() + 0.999);
+        if (left <= 0 || rl_sleep_until(c, sem_key, (size_t)sem_klen, h, left) != 1) return;
+        h = rl_heard(c, sem_key, (size_t)sem_klen);
+    }
+}
+
+/* One locker: its own client, watching the semaphore throughout. */
+static void *locker_main(void *arg) {
+    sem_locker *me = arg;
+    char err[RL_ERR_LEN];
+    rl_options opts;
+    rl_options_init(&opts);
+    opts.tls.cafile = getenv("RB_TLS_CAFILE");
+    char urls[MAXNODES][300];
+    const char *up[MAXNODES];
+    for (int i = 0; i < nodes; i++) {
+        snprintf(urls[i], sizeof urls[i], "%s://%s:%d", opts.tls.cafile ? "rediss" : "redis", host, ports[i]);
+        up[i] = urls[i];
+    }
+    rl_client *c = rl_client_new(up, nodes, &opts, err, sizeof err);
+    if (!c) die(err);
+    rl_result *r = malloc(sizeof *r);
+    if (rl_watch(c, sem_key, (size_t)sem_klen) != RL_OK) die(rl_client_errstr(c));
+    rl_sleep(c, 100);
+    while (!sem_stop) {
+        double asked = rl_now_ms(), ticket = rl_wall_ms();
+        unsigned seen = rl_heard(c, sem_key, (size_t)sem_klen);
+        int attempts = 0, got = 0;
+        while (!sem_stop) {
+            if (rl_acquire_slot(c, sem_key, (size_t)sem_klen, sem_limit, ttl_ms, ticket, r) == RL_OK &&
+                r->status == RL_STATUS_OK) {
+                got = 1;
+                break;
+            }
+            if (++attempts == POLICY_ATTEMPTS) { /* the library gave up: ask again */
+                me->gave_up++;
+                attempts = 0;
+            }
+            int delay = (int)(POLICY_MIN_MS + rl_random() * (POLICY_MAX_MS - POLICY_MIN_MS));
+            if (rl_sleep_until(c, sem_key, (size_t)sem_klen, seen, delay) == 1) quorum_of_wakes(c, seen);
+            seen = rl_heard(c, sem_key, (size_t)sem_klen);
+        }
+        if (!got) break;
+        double t = rl_now_ms();
+        char value[RL_VALUE_LEN + 1];
+        int slot = r->slot;
+        memcpy(value, r->value, sizeof value);
+        rl_sleep(c, hold_ms);
+        if (me->n < SEM_MAXREC) {
+            me->ask[me->n] = asked, me->acq[me->n] = t, me->rel[me->n] = rl_now_ms();
+            me->n++;
+        }
+        if (rl_on_slot(c, RL_OP_RELEASE, sem_key, (size_t)sem_klen, slot, value, 0, r) != RL_OK ||
+            r->status != RL_STATUS_OK)
+            me->rel_errors++;
+    }
+    rl_unwatch(c, sem_key, (size_t)sem_klen);
+    free(r);
+    rl_client_free(c);
+    return NULL;
+}
+
+typedef struct {
+    double t;
+    int d;
+} sem_event;
+
+static int event_cmp(const void *a, const void *b) {
+    const sem_event *x = a, *y = b;
+    if (x->t != y->t) return x->t < y->t ? -1 : 1;
+    return x->d - y->d; /* a release and an acquire at the same moment: the release first */
+}
+
+/* The ceiling: one client alone on the semaphore, acquire + hold + release
+ * for a second, times the limit. */
+static double sem_ceiling(rl_result *r) {
+    long n = 0;
+    double t0 = rl_now_ms();
+    while (rl_now_ms() - t0 < 1000) {
+        if (rl_acquire_slot(cl, sem_key, (size_t)sem_klen, sem_limit, ttl_ms, 0, r) != RL_OK ||
+            r->status != RL_STATUS_OK)
+            continue;
+        char value[RL_VALUE_LEN + 1];
+        int slot = r->slot;
+        memcpy(value, r->value, sizeof value);
+        rl_sleep(cl, hold_ms);
+        rl_on_slot(cl, RL_OP_RELEASE, sem_key, (size_t)sem_klen, slot, value, 0, r);
+        n++;
+    }
+    return n * 1000 / (rl_now_ms() - t0) * sem_limit;
+}
+
+static void wl_sem(void) {
+    char key[160];
+    sem_klen = snprintf(key, sizeof key, "%ss", prefix);
+    sem_key = key;
+    sem_limit = atoi(envs("RB_SEM_LIMIT", "4"));
+    int W = atoi(envs("RB_SEM_LOCKERS", "16"));
+    if (W < 1 || W > 256 || sem_limit < 1 || sem_limit > RL_MAX_LIMIT) die("bad RB_SEM_LOCKERS or RB_SEM_LIMIT");
+    rl_result *r = malloc(sizeof *r);
+    double ceiling = sem_ceiling(r);
+    sem_locker *L = calloc((size_t)W, sizeof *L);
+    pthread_t *th = calloc((size_t)W, sizeof *th);
+    sem_stop = 0;
+    double s0 = srv_cpu_ms(), c0 = cpu_ms(RUSAGE_SELF), t0 = rl_now_ms();
+    for (int i = 0; i < W; i++) {
+        L[i].i = i;
+        L[i].ask = malloc(SEM_MAXREC * sizeof(double));
+        L[i].acq = malloc(SEM_MAXREC * sizeof(double));
+        L[i].rel = malloc(SEM_MAXREC * sizeof(double));
+        if (!L[i].ask || !L[i].acq || !L[i].rel || pthread_create(&th[i], NULL, locker_main, &L[i]) != 0)
+            die("no memory or threads for the lockers");
+    }
+    rl_sleep(cl, (int)(dur * 1e3));
+    sem_stop = 1;
+    double t1 = rl_now_ms();
+    for (int i = 0; i < W; i++) pthread_join(th[i], NULL);
+    double cpu = cpu_ms(RUSAGE_SELF) - c0, srv = srv_cpu_ms() - s0, secs = (t1 - t0) / 1e3;
+    long total = 0, gave_up = 0, rel_errors = 0;
+    for (int i = 0; i < W; i++) total += L[i].n, gave_up += L[i].gave_up, rel_errors += L[i].rel_errors;
+    sem_event *ev = malloc((size_t)(2 * total + 1) * sizeof *ev);
+    vec waits = {0};
+    long n = 0, ne = 0;
+    for (int i = 0; i < W; i++)
+        for (long k = 0; k < L[i].n; k++) {
+            if (L[i].acq[k] > t1) continue;
+            ev[ne++] = (sem_event){L[i].acq[k], 1};
+            ev[ne++] = (sem_event){L[i].rel[k], -1};
+            vpush(&waits, (L[i].acq[k] - L[i].ask[k]) * 1e3);
+            n++;
+        }
+    qsort(ev, (size_t)ne, sizeof *ev, event_cmp);
+    int holders = 0, most = 0;
+    long violations = 0;
+    for (long k = 0; k < ne; k++) {
+        holders += ev[k].d;
+        if (holders > most) most = holders;
+        if (ev[k].d > 0 && holders > sem_limit) violations++;
+    }
+    out_common();
+    printf("\"workload\":\"sem\",\"lockers\":%d,\"limit\":%d,\"max_holders\":%d,\"hold_ms\":%d,\"cycles\":%ld,"
+           "\"secs\":%.3f,\"rate\":%.0f,\"ceiling_rate\":%.0f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"cpu_ms_per_1k\":%.1f,"
+           "\"srv_cpu_ms_per_1k\":%.1f,\"errors\":%ld,\"acquire_gave_up\":%ld,\"violations\":%ld,"
+           "\"note\":\"1 process, %d threads each with its own client, rl_acquire_slot with a ticket, "
+           "rl_sleep_until between attempts (default policy jitter 50-250 ms)\"}\n",
+           W, sem_limit, most, hold_ms, n, secs, n / secs, ceiling, vpct(&waits, 50), vpct(&waits, 99),
+           n ? cpu * 1000 / n : 0, n ? srv * 1000 / n : 0, rel_errors, gave_up, violations, W);
+    fflush(stdout);
+    for (int i = 0; i < W; i++) free(L[i].ask), free(L[i].acq), free(L[i].rel);
+    free(waits.v);
+    free(ev);
+    free(L);
+    free(th);
+    free(r);
+}
+
 int main(void) {
     host = envs("RB_HOST", "127.0.0.1");
     char *pl = strdup(envs("RB_PORTS", "17101,17102,17103,17104,17105"));
@@ -475,6 +654,7 @@ int main(void) {
         if (!strcmp(s, "seq")) wl_seq();
         else if (!strcmp(s, "conc")) wl_conc();
         else if (!strcmp(s, "handoff")) wl_handoff();
+        else if (!strcmp(s, "sem")) wl_sem();
         else die("unknown workload");
     }
     free(wls);

@@ -53,6 +53,20 @@ local function cycles_until_suspect(dlm)
   end
 end
 
+-- n cycles of try_lock(resource, opts) and unlock, node 1 suspect in each
+-- (its vote lost at once); each(lock) looks at every lock.
+local function cycles_while_suspect(dlm, n, resource, opts, each)
+  for k = 1, n do
+    local lock, err, detail = dlm:try_lock(resource, opts)
+    assert(lock, tostring(err) .. " " .. cluster.show(detail))
+    if each then each(lock) end
+    local ok
+    ok, err, detail = lock:unlock()
+    assert(ok, err)
+    assert.matches("^not answering for %d+ ms %(suspect", detail_error(detail, 1), 1, false, "cycle " .. k)
+  end
+end
+
 describe("a node that stops answering", function()
   local cl, dlm, stopped
 
@@ -85,14 +99,7 @@ describe("a node that stops answering", function()
     assert.is_true(st.suspect)
     assert.equal(1, st.suspected)
     assert.matches('\nredlock_node_suspect{node="[^"]+"} 1\n', redlock.metrics(dlm))
-    for k = 1, CYCLES do
-      local lock, err, detail = dlm:try_lock(res("cycle"), { ttl = 10000 })
-      assert(lock, tostring(err) .. " " .. cluster.show(detail))
-      local ok
-      ok, err, detail = lock:unlock()
-      assert(ok, err)
-      assert.matches("^not answering for %d+ ms %(suspect", detail_error(detail, 1), 1, false, "cycle " .. k)
-    end
+    cycles_while_suspect(dlm, CYCLES, res("cycle"), { ttl = 10000 })
     assert(held:unlock()) -- node 1 may hold it: its release waits for node 1
     cl:kill(1, "CONT")
     stopped = nil
@@ -119,6 +126,35 @@ describe("a node that stops answering", function()
     end, REJOIN_MS, nil, dlm))
     local evals = calls(cl, 1).eval -- the held lock's, and perhaps the release of a cycle begun just before
     assert.is_true(evals >= 1 and evals <= 2, ("%d releases kept"):format(evals))
+  end)
+
+  it("is skipped by a semaphore's slots too, and gets the release of a slot it holds once it runs again", function()
+    local r = res("sem")
+    local held = assert(dlm:lock(r, { limit = 2, ttl = 60000 })) -- its slot on node 1 before it stops
+    local key = ("redlock:slot:%d:%s"):format(held.slot, r)
+    assert.equal(held.value, cluster.get(cl, 1, key))
+    stop()
+    cycles_until_suspect(dlm)
+    cycles_while_suspect(dlm, 50, r, { limit = 2, ttl = 10000 }, function(lock)
+      assert.are_not.equal(held.slot, lock.slot)
+    end)
+    assert(held:unlock()) -- node 1 holds the slot: its release waits for node 1
+    cl:kill(1, "CONT")
+    stopped = nil
+    local back = proc.now_ms()
+    local voted
+    repeat
+      local lock = dlm:try_lock(res("back"), { ttl = 10000 })
+      local detail
+      if lock then detail = select(3, lock:unlock()) end
+      voted = detail and detail[1].state == "ok"
+      if not voted then proc.sleep_ms(10) end
+    until voted or proc.now_ms() - back > REJOIN_MS
+    assert(voted, "node 1 does not vote again")
+    assert(cluster.await_all(cl, function(i)
+      local v = cluster.get(cl, i, key)
+      return v == nil, "slot key left: " .. tostring(v)
+    end, REJOIN_MS, nil, dlm))
   end)
 
   it("keeps its one connection, quiet, while it stays stopped", function()

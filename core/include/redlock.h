@@ -78,6 +78,7 @@ extern "C" {
 #define RL_ID_SLOTS 65536   /* operations in flight on one client: ids % RL_ID_SLOTS differ */
 #define RL_MAX_KEY_LEN 536870912 /* longest key (prefix + resource), Redis' 512 MB limit */
 #define RL_WAITER_ID_LEN 16 /* hex characters of a client's waiter id (hand-off's queue) */
+#define RL_MAX_LIMIT 1024   /* most slots a semaphore may have */
 #define RL_LABEL_MAX 15     /* longest holder label a lock value carries (rl_options.label) */
 
 /* What an operation does. */
@@ -170,6 +171,8 @@ typedef struct rl_result {
     int heard;               /* release: nodes (of those counted before the decision) where a waiter
                                 was subscribed to hear it; a releaser about to lock the resource
                                 again should give that waiter a head start */
+    int slot;                /* a semaphore's acquire whose status is OK: the slot held (1 to its
+                                limit); an operation on a slot: that slot; else 0 */
     char value[RL_VALUE_LEN + 1];       /* the lock value (acquire: freshly generated), NUL-terminated */
     rl_node_result node[RL_MAX_NODES];  /* per-node detail, in server order */
 } rl_result;
@@ -293,6 +296,42 @@ int rl_begin_acquire_fenced(rl_client *c, const char *resource, size_t len, int 
 int rl_begin_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms);
 
 /*
+ * Semaphores (docs/semaphore.md; the argument in docs/design.md,
+ * "Semaphores"): at most limit holders of resource at once. Slot k (1 to
+ * limit) of resource is an ordinary lock on the key
+ *     "redlock:slot:" .. k .. ":" .. prefix .. resource
+ * and a holder holds one slot on a quorum. An acquire sends every node the
+ * slots in a random order; each node takes one free slot (SET NX PX) and
+ * answers its number: the first free in that order, or for a waiter whose
+ * turn it is, the one of its place (docs/design.md, "Semaphores"). The slot that reaches a quorum of votes is
+ * held, with validity as for a lock, and rl_result.slot says which; the
+ * other slots the acquire set are released in its tail. When no slot can
+ * reach a quorum any more, everything set is released (as after a failed
+ * acquire) and status is BUSY (the nodes that refused or chose other slots
+ * leave no slot a quorum) or UNAVAILABLE. ticket > 0: a waiter's acquire,
+ * which joins the nodes' queues of waiters of resource on refusal (see
+ * "Hand-off": the channels are resource's, so a release of any slot wakes
+ * the waiter of the semaphore whose turn it is; watch resource); ticket is
+ * its place, the same in all its attempts of one wait: rl_wall_ms() when
+ * the wait began. 0: not a waiter. While waiters are queued, a node gives a
+ * free slot only to those whose turn it is, lowest ticket first, and to a
+ * caller outside the queue only when more slots are free than waiters
+ * queued. Mixing locks and
+ * semaphores on one resource, or semaphores of different limits, is misuse:
+ * nothing checks it. limit from 1 to RL_MAX_LIMIT; RL_ERR otherwise.
+ */
+int rl_begin_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, double ticket);
+
+/*
+ * The release (kind RL_OP_RELEASE; it wakes the semaphore's waiters) or the
+ * extension (RL_OP_EXTEND, to ttl_ms; ignored by a release) of slot of
+ * resource held with value: the lock calls on the slot's key. RL_ERR for a
+ * kind that is neither, or a slot not from 1 to RL_MAX_LIMIT.
+ */
+int rl_begin_on_slot(rl_client *c, int kind, const char *resource, size_t len, int slot, const char *value,
+                     int ttl_ms);
+
+/*
  * A shared (read) hold of resource (docs/design.md, "Shared holds"): granted
  * on a node while no writer holds the resource there and no waiting writer
  * has marked its intent; any number of shared holds go together, and
@@ -343,6 +382,10 @@ int rl_acquire_shared(rl_client *c, const char *resource, size_t len, int ttl_ms
 int rl_release(rl_client *c, const char *resource, size_t len, const char *value, rl_result *out);
 int rl_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms,
               rl_result *out);
+int rl_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, double ticket,
+                    rl_result *out);
+int rl_on_slot(rl_client *c, int kind, const char *resource, size_t len, int slot, const char *value, int ttl_ms,
+               rl_result *out);
 
 /*
  * Hand-off to waiters. A release that deletes the key wakes waiters, from
@@ -532,6 +575,14 @@ int rl_engine_begin_release(rl_engine *e, const char *resource, size_t len, cons
                             double now_ms);
 int rl_engine_begin_release_quiet(rl_engine *e, const char *resource, size_t len, const char *value,
                                   double now_ms);
+/* A semaphore's acquire, and a release or extension of a slot (see
+ * rl_begin_acquire_slot, rl_begin_on_slot). ticket > 0: a waiter's acquire,
+ * placed in the nodes' queues by ticket (rl_begin_acquire_slot); 0: no
+ * queue. */
+int rl_engine_begin_acquire_slot(rl_engine *e, const char *resource, size_t len, int limit, int ttl_ms,
+                                 double ticket, double now_ms);
+int rl_engine_begin_on_slot(rl_engine *e, int kind, const char *resource, size_t len, int slot, const char *value,
+                            int ttl_ms, double now_ms);
 int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const char *value,
                            int ttl_ms, double now_ms);
 
@@ -738,6 +789,10 @@ enum {
  * not finite, out of memory). */
 int rl_engine_keep_add(rl_engine *e, const char *resource, size_t len, const char *value, int ttl_ms,
                        double valid_until_ms, int margin_ms, double now_ms);
+/* The same for a semaphore's slot held (slot 1 to RL_MAX_LIMIT; 0: a lock):
+ * its extensions and release are the slot's (rl_begin_on_slot). */
+int rl_engine_keep_add_slot(rl_engine *e, const char *resource, size_t len, int slot, const char *value, int ttl_ms,
+                            double valid_until_ms, int margin_ms, double now_ms);
 
 /* The state of kept lock id at now_ms (RL_KEEP_*); *valid_until_ms (may be
  * NULL) gets the end of its current validity. RL_ERR for an id removed or
@@ -810,6 +865,9 @@ void rl_keeper_free(rl_keeper *k);
  * id (>= 0) or RL_ERR with the reason in err. */
 int rl_keeper_add(rl_keeper *k, const char *resource, size_t len, const char *value,
                   int ttl_ms, double valid_until_ms, int margin_ms, char *err, size_t errlen);
+/* The same for a semaphore's slot held (rl_engine_keep_add_slot). */
+int rl_keeper_add_slot(rl_keeper *k, const char *resource, size_t len, int slot, const char *value,
+                       int ttl_ms, double valid_until_ms, int margin_ms, char *err, size_t errlen);
 
 /* The state of kept lock id (RL_KEEP_*); *valid_until_ms (may be NULL) gets
  * the end of its current validity on the monotonic clock. RL_ERR for an
@@ -863,13 +921,15 @@ int rl_keeper_release_all(int timeout_ms);
  * Round kinds (the first index of ops and decision; rl_stats_kind_word):
  * 1 acquire (plain or queued), 2 release (quiet or not), 3 extend, 4 a
  * fenced acquire's grant, 5 its commit (a fenced acquire that is granted
- * counts a grant and a commit; its result is the commit's). Outcomes are
+ * counts a grant and a commit; its result is the commit's), 6 a
+ * semaphore's acquire (rl_begin_acquire_slot; its release and extend count
+ * as 2 and 3). Outcomes are
  * indexed by RL_STATUS_* (rl_status_word), vote states by RL_NODE_* (a vote
  * still pending when its round was decided counts as pending). The rounds
  * keep-alive begins (extensions and releases of kept locks) count in
  * keep_extends and keep_releases, not in ops, and vote like any round.
  */
-#define RL_STATS_KINDS 6     /* ops[] and decision[] entries: round kinds 1..5, 0 unused */
+#define RL_STATS_KINDS 7     /* ops[] and decision[] entries: round kinds 1..6, 0 unused */
 #define RL_STATS_OUTCOMES 6  /* indexed by RL_STATUS_* */
 #define RL_STATS_STATES 5    /* indexed by RL_NODE_* */
 #define RL_STATS_BUCKETS 14  /* histogram buckets: 13 upper bounds (rl_stats_bucket_ms), then +Inf */
@@ -930,11 +990,15 @@ void rl_keeper_stats(rl_keeper *k, rl_stats *out);
 double rl_stats_bucket_ms(int i);
 
 /* The word for a round kind (1..RL_STATS_KINDS-1: "acquire", "release",
- * "extend", "fenced", "commit"), or NULL. */
+ * "extend", "fenced", "commit", "slot"), or NULL. */
 const char *rl_stats_kind_word(int kind);
 
 /* Monotonic clock in milliseconds (CLOCK_MONOTONIC). */
 double rl_now_ms(void);
+
+/* The wall clock in milliseconds since the epoch (CLOCK_REALTIME): a
+ * semaphore's waiter's ticket (rl_begin_acquire_slot). */
+double rl_wall_ms(void);
 
 /* A uniform random number in [0, 1), from a per-thread generator seeded by
  * getrandom(2): retry jitter that differs between processes started together. */

@@ -14,8 +14,21 @@
  * release does: waking the waiters (PLAIN) or nobody (QUIET). */
 enum { PLAIN, FENCED, QUEUED, QUIET, SHARED };
 
-static int begin(rl_engine *e, int kind, int variant, const char *resource, size_t len, const char *value, int ttl_ms,
-                 const rl_keep_ref *kept, double now_ms) {
+/* The acquire's command (op->key: the lock's key, or a semaphore's). */
+static int acquire_cmd(rl_engine *e, rl_op *op, int variant, int ttl_ms) {
+    const char *waiter = variant == QUEUED ? rl_engine_waiter_id(e) : NULL;
+    if (op->sem_limit > 0) return rl_slot_acquire_cmd(e, op, &op->cmd, ttl_ms);
+    return variant == SHARED ? rl_cmd_shared_acquire(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms)
+           : variant == FENCED ? rl_cmd_acquire_fenced(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms)
+           : waiter          ? rl_cmd_acquire_queued(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms, waiter)
+                             : rl_cmd_acquire(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms);
+}
+
+/* Begin an operation of kind. sem: a semaphore's limit (an acquire), or the
+ * slot released or extended; 0 for a lock. ticket: a semaphore's waiter's
+ * (variant QUEUED). */
+static int begin(rl_engine *e, int kind, int variant, const char *resource, size_t len, int sem, double ticket,
+                 const char *value, int ttl_ms, const rl_keep_ref *kept, double now_ms) {
     if (resource == NULL || len == 0)
         return snprintf(e->errstr, sizeof(e->errstr), "resource must be a non-empty string"), RL_ERR;
     if (len > RL_MAX_KEY_LEN - e->opts.prefix_len)
@@ -24,6 +37,9 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
     if (reserved) return snprintf(e->errstr, sizeof(e->errstr), "resource is reserved: %s", reserved), RL_ERR;
     if (kind != RL_OP_RELEASE && ttl_ms <= 0)
         return snprintf(e->errstr, sizeof(e->errstr), "ttl must be > 0 ms (got %d)", ttl_ms), RL_ERR;
+    if (sem < 0 || sem > RL_MAX_LIMIT)
+        return snprintf(e->errstr, sizeof(e->errstr), "%s must be from 1 to %d (got %d)",
+                        kind == RL_OP_ACQUIRE ? "limit" : "slot", RL_MAX_LIMIT, sem), RL_ERR;
     if (kind != RL_OP_ACQUIRE && (value == NULL || strnlen(value, RL_VALUE_LEN + 1) != RL_VALUE_LEN))
         return snprintf(e->errstr, sizeof(e->errstr), "value must be %d characters", RL_VALUE_LEN), RL_ERR;
     rl_op *op = rl_op_alloc(e);
@@ -44,6 +60,16 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
     memcpy(op->key.data, e->prefix, plen);
     memcpy(op->key.data + plen, resource, len);
     op->key.len = plen + len;
+    op->sem_limit = kind == RL_OP_ACQUIRE ? sem : 0;
+    op->sem_slot = kind == RL_OP_ACQUIRE ? 0 : sem;
+    op->sem_ticket = op->sem_limit > 0 && variant == QUEUED ? ticket : 0;
+    op->res.slot = op->sem_slot;
+    if (op->sem_slot > 0) { /* the slot's key instead, built in scratch and swapped in */
+        if (rl_slot_key(&e->scratch, op->key.data, op->key.len, op->sem_slot) != 0) goto oom;
+        rl_buf t = op->key;
+        op->key = e->scratch;
+        e->scratch = t;
+    }
 
     int rc;
     if (kind == RL_OP_ACQUIRE) {
@@ -53,16 +79,11 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
             return RL_ERR;
         }
         if (variant == SHARED) rl_value_make_shared(op->res.value);
-        rc = variant == SHARED ? rl_cmd_shared_acquire(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms)
-             : variant == FENCED ? rl_cmd_acquire_fenced(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms)
-             : variant == QUEUED
-                 ? rl_cmd_acquire_queued(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms,
-                                         rl_engine_waiter_id(e))
-                 : rl_cmd_acquire(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms);
+        rc = acquire_cmd(e, op, variant, ttl_ms);
     } else {
         memcpy(op->res.value, value, RL_VALUE_LEN);
         op->res.value[RL_VALUE_LEN] = '\0';
-        rc = kind == RL_OP_RELEASE ? rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, value, variant == QUIET)
+        rc = kind == RL_OP_RELEASE ? rl_op_release_cmd(op, &op->cmd, 1, variant == QUIET)
                                    : rl_cmd_extend(&op->cmd, 1, op->key.data, op->key.len, value, ttl_ms);
     }
     if (rc != 0) goto oom;
@@ -77,7 +98,9 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
     op->ttl_ms = ttl_ms;
     op->quiet = variant == QUIET;
     e->inflight++;
-    rl_op_send_round(e, op, variant == FENCED ? RL_ROUND_ACQUIRE_FENCED : kind, now, 1);
+    int round = op->sem_limit > 0 ? RL_ROUND_ACQUIRE_SLOT : variant == FENCED ? RL_ROUND_ACQUIRE_FENCED : kind;
+    op->round.limit = op->sem_limit; /* read by the votes, which may start while it is sent */
+    rl_op_send_round(e, op, round, now, 1);
     return op->res.id;
 
 oom:
@@ -87,36 +110,56 @@ oom:
 }
 
 int rl_engine_begin_acquire(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms) {
-    return begin(e, RL_OP_ACQUIRE, PLAIN, resource, len, NULL, ttl_ms, NULL, now_ms);
+    return begin(e, RL_OP_ACQUIRE, PLAIN, resource, len, 0, 0, NULL, ttl_ms, NULL, now_ms);
 }
 
 int rl_engine_begin_acquire_fenced(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms) {
-    return begin(e, RL_OP_ACQUIRE, FENCED, resource, len, NULL, ttl_ms, NULL, now_ms);
+    return begin(e, RL_OP_ACQUIRE, FENCED, resource, len, 0, 0, NULL, ttl_ms, NULL, now_ms);
 }
 
 int rl_engine_begin_acquire_queued(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms) {
-    return begin(e, RL_OP_ACQUIRE, QUEUED, resource, len, NULL, ttl_ms, NULL, now_ms);
+    return begin(e, RL_OP_ACQUIRE, QUEUED, resource, len, 0, 0, NULL, ttl_ms, NULL, now_ms);
 }
 
 int rl_engine_begin_acquire_shared(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms) {
-    return begin(e, RL_OP_ACQUIRE, SHARED, resource, len, NULL, ttl_ms, NULL, now_ms);
+    return begin(e, RL_OP_ACQUIRE, SHARED, resource, len, 0, 0, NULL, ttl_ms, NULL, now_ms);
 }
 
 int rl_engine_begin_release(rl_engine *e, const char *resource, size_t len, const char *value, double now_ms) {
-    return begin(e, RL_OP_RELEASE, PLAIN, resource, len, value, 0, NULL, now_ms);
+    return begin(e, RL_OP_RELEASE, PLAIN, resource, len, 0, 0, value, 0, NULL, now_ms);
 }
 
 int rl_engine_begin_release_quiet(rl_engine *e, const char *resource, size_t len, const char *value,
                                   double now_ms) {
-    return begin(e, RL_OP_RELEASE, QUIET, resource, len, value, 0, NULL, now_ms);
+    return begin(e, RL_OP_RELEASE, QUIET, resource, len, 0, 0, value, 0, NULL, now_ms);
 }
 
 int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const char *value, int ttl_ms,
                            double now_ms) {
-    return begin(e, RL_OP_EXTEND, PLAIN, resource, len, value, ttl_ms, NULL, now_ms);
+    return begin(e, RL_OP_EXTEND, PLAIN, resource, len, 0, 0, value, ttl_ms, NULL, now_ms);
 }
 
-int rl_engine_begin_kept(rl_engine *e, int kind, const char *resource, size_t len, const char *value, int ttl_ms,
-                         rl_keep_ref ref, double now_ms) {
-    return begin(e, kind, PLAIN, resource, len, value, ttl_ms, &ref, now_ms);
+int rl_engine_begin_kept(rl_engine *e, int kind, const char *resource, size_t len, int slot, const char *value,
+                         int ttl_ms, rl_keep_ref ref, double now_ms) {
+    return begin(e, kind, PLAIN, resource, len, slot, 0, value, ttl_ms, &ref, now_ms);
+}
+
+int rl_engine_begin_acquire_slot(rl_engine *e, const char *resource, size_t len, int limit, int ttl_ms,
+                                 double ticket, double now_ms) {
+    if (limit < 1 || limit > RL_MAX_LIMIT)
+        return snprintf(e->errstr, sizeof(e->errstr), "limit must be from 1 to %d (got %d)", RL_MAX_LIMIT, limit),
+               RL_ERR;
+    return begin(e, RL_OP_ACQUIRE, ticket > 0 ? QUEUED : PLAIN, resource, len, limit, ticket, NULL, ttl_ms, NULL,
+                 now_ms);
+}
+
+int rl_engine_begin_on_slot(rl_engine *e, int kind, const char *resource, size_t len, int slot, const char *value,
+                            int ttl_ms, double now_ms) {
+    if (kind != RL_OP_RELEASE && kind != RL_OP_EXTEND)
+        return snprintf(e->errstr, sizeof(e->errstr), "kind must be RL_OP_RELEASE or RL_OP_EXTEND (got %d)", kind),
+               RL_ERR;
+    if (slot < 1 || slot > RL_MAX_LIMIT)
+        return snprintf(e->errstr, sizeof(e->errstr), "slot must be from 1 to %d (got %d)", RL_MAX_LIMIT, slot),
+               RL_ERR;
+    return begin(e, kind, PLAIN, resource, len, slot, 0, value, ttl_ms, NULL, now_ms);
 }

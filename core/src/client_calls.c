@@ -60,6 +60,17 @@ int rl_begin_extend(rl_client *c, const char *resource, size_t len, const char *
     return begun(c, rl_engine_begin_extend(c->engine, resource, len, value, ttl_ms, now_hearing_suspects(c)));
 }
 
+int rl_begin_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, double ticket) {
+    double now = now_hearing_suspects(c);
+    return begun(c, rl_engine_begin_acquire_slot(c->engine, resource, len, limit, ttl_ms, ticket, now));
+}
+
+int rl_begin_on_slot(rl_client *c, int kind, const char *resource, size_t len, int slot, const char *value,
+                     int ttl_ms) {
+    double now = now_hearing_suspects(c);
+    return begun(c, rl_engine_begin_on_slot(c->engine, kind, resource, len, slot, value, ttl_ms, now));
+}
+
 /* ---- driving and collecting ---- */
 
 /* Every way of driving the loop ends with a flush, so commands queued by the
@@ -166,6 +177,16 @@ int rl_release(rl_client *c, const char *resource, size_t len, const char *value
 
 int rl_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms, rl_result *out) {
     return finish(c, rl_begin_extend(c, resource, len, value, ttl_ms), out);
+}
+
+int rl_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, double ticket,
+                    rl_result *out) {
+    return finish(c, rl_begin_acquire_slot(c, resource, len, limit, ttl_ms, ticket), out);
+}
+
+int rl_on_slot(rl_client *c, int kind, const char *resource, size_t len, int slot, const char *value, int ttl_ms,
+               rl_result *out) {
+    return finish(c, rl_begin_on_slot(c, kind, resource, len, slot, value, ttl_ms), out);
 }
 
 /* ---- hand-off: waiting for a release ---- */

@@ -8,6 +8,7 @@
 
 #include "command.h"
 #include "redlock.h"
+#include "resp.h"
 #include "shared.h"
 
 /* A release that deletes the key tells the waiters (redlock.h, "Hand-off").
@@ -35,8 +36,6 @@ const char rl_extend_script[] =
  * (a release that wakes no queued waiter) or polls; SET NX decides the
  * lock either way. A waiting writer also marks its intent while readers
  * hold the resource (shared.h, "Writer priority"), and clears it once granted. */
-#define STR_(x) #x
-#define STR(x) STR_(x)
 const char rl_acquire_queued_script[] =
     "local q = \"" RL_QUEUE_PREFIX "\"..KEYS[1] "
     "if redis.call(\"set\",KEYS[1],ARGV[1],\"NX\",\"PX\",ARGV[2]) then local n = redis.pcall(\"llen\",q) "
@@ -107,10 +106,6 @@ const char *rl_reserved_key(const char *prefix, size_t prefix_len, const char *r
     return "its key (prefix + resource) ends with \"" RL_FENCE_SUFFIX "\", as a fenced lock's counter does";
 }
 
-#define LIT(s) s, sizeof(s) - 1
-#define SHA_LEN 40
-#define HEADER_MAX 24 /* "$" + 20 digits + CRLF, rounded up */
-
 void rl_buf_free(rl_buf *b) {
     free(b->data);
     b->data = NULL;
@@ -127,40 +122,6 @@ int rl_buf_reserve(rl_buf *b, size_t extra) {
     b->data = p;
     b->cap = cap;
     return 0;
-}
-
-static char *put(char *p, const char *s, size_t n) {
-    memcpy(p, s, n);
-    return p + n;
-}
-
-/* v in decimal; 20 digits hold any 64-bit value. */
-static char *put_uint(char *p, unsigned long long v) {
-    char digits[20];
-    int n = 0;
-    do digits[n++] = (char)('0' + v % 10);
-    while (v /= 10);
-    while (n > 0) *p++ = digits[--n];
-    return p;
-}
-
-static char *put_header(char *p, char kind, size_t n) {
-    *p++ = kind;
-    p = put_uint(p, n);
-    return put(p, LIT("\r\n"));
-}
-
-static char *put_bulk(char *p, const char *s, size_t n) {
-    p = put_header(p, '$', n);
-    p = put(p, s, n);
-    return put(p, LIT("\r\n"));
-}
-
-/* The ttl as a bulk string; callers check ttl_ms > 0. */
-static char *put_ttl(char *p, int ttl_ms) {
-    char digits[HEADER_MAX];
-    size_t n = (size_t)(put_uint(digits, (size_t)ttl_ms) - digits);
-    return put_bulk(p, digits, n);
 }
 
 /* Start b over with room for a command of fixed bytes plus keylen. */

@@ -66,6 +66,47 @@ extern const char rl_acquire_queued_script[];
 extern const char rl_acquire_fenced_script[];
 extern const char rl_commit_script[];
 
+/* A semaphore (docs/design.md, "Semaphores"; command_slots.c): limit slots,
+ * slot k an ordinary lock on the key RL_SLOT_PREFIX .. k .. ":" .. key (key =
+ * prefix .. resource), inside the reserved namespace, so no lock's key is
+ * one. Its waiters queue in RL_SEM_QUEUE_PREFIX .. key (a sorted set: waiter
+ * ids by ticket); RL_LIMIT_PREFIX .. key holds the limit its waiters last
+ * asked with (for the releases to count free slots). */
+#define RL_SLOT_PREFIX "redlock:slot:"
+#define RL_SEM_QUEUE_PREFIX "redlock:squeue:"
+#define RL_LIMIT_PREFIX "redlock:limit:"
+extern const char rl_acquire_slot_script[];
+extern const char rl_release_slot_script[];
+extern const char rl_release_slot_sha[];
+extern const char rl_release_slots_script[];
+
+/* b = slot's key for key (replacing b's content). The one function that
+ * names slots' keys. Return 0, or -1 when out of memory. */
+int rl_slot_key(rl_buf *b, const char *key, size_t keylen, int slot);
+
+/* The length of what rl_slot_key puts before key for slot: a slot's key
+ * with that much skipped is the semaphore's key. */
+size_t rl_slot_head_len(int slot);
+
+/* Encode into b, as below; 0, or -1 when out of memory.
+ *   acquire_slot:  EVAL acquire_slot_script L+1 slotkey(order[0]) .. slotkey(order[L-1]) key
+ *                  value ttl waiter-or-"" ticket order[0] .. order[L-1]   (a reply: the slot taken, or
+ *                  nil); ticket: the waiter's place (wall-clock ms), sent as whole µs (0 without
+ *                  waiter)
+ *   release_slot:  EVALSHA release_slot_sha 2 key sem value [quiet] (by_sha = 0: EVAL script ...):
+ *                  the release of a slot's key, waking the waiter of the semaphore sem whose turn
+ *                  it is (answers as a release)
+ *   release_slots: EVAL release_slots_script n keys.. value how waiter-or-"" key limit ticket: slot
+ *                  only's key (only > 0), none (only < 0), or every slot's key from 1 to limit but
+ *                  except's; how "" (no waiter), "back" (a waiter's failed acquire: queued again) or
+ *                  "leave" (a waiter's won acquire: it leaves the queue) */
+int rl_cmd_acquire_slot(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms,
+                        const char *waiter, double ticket, const int *order, int limit);
+int rl_cmd_release_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *sem, size_t semlen,
+                        const char *value, int quiet);
+int rl_cmd_release_slots(rl_buf *b, const char *key, size_t keylen, const char *value, int limit, int only,
+                         int except, const char *waiter, double ticket, const char *how);
+
 /* 1 if prefix .. resource starts with RL_RESERVED_PREFIX, else 0. */
 int rl_key_in_namespace(const char *prefix, size_t plen, const char *resource, size_t len);
 

@@ -24,11 +24,12 @@ double rl_engine_clock(rl_engine *e, double now_ms);
 void rl_engine_fail(rl_engine *e, const char *why);
 
 /* Begin a round of the keep-alive schedule: an extension (kind
- * RL_OP_EXTEND) or a release (RL_OP_RELEASE) of the kept lock ref names.
+ * RL_OP_EXTEND) or a release (RL_OP_RELEASE) of the kept lock ref names
+ * (slot: the semaphore's slot it holds, or 0 for a lock).
  * Its result goes to rl_keep_result (at once, if the round is decided while
  * it begins), never to rl_engine_collect or rl_engine_take. Return its id,
  * or RL_ERR / RL_ERR_FULL as rl_engine_begin_* do. */
-int rl_engine_begin_kept(rl_engine *e, int kind, const char *resource, size_t len, const char *value, int ttl_ms,
-                         rl_keep_ref ref, double now_ms);
+int rl_engine_begin_kept(rl_engine *e, int kind, const char *resource, size_t len, int slot, const char *value,
+                         int ttl_ms, rl_keep_ref ref, double now_ms);
 
 #endif

@@ -30,6 +30,9 @@ typedef struct rl_op {
     int quiet;               /* a release that wakes nobody (rl_engine_begin_release_quiet) */
     long long token;         /* a fenced acquire: the token its commit raises the counters to */
     rl_keep_ref kept;        /* a round of the keep-alive schedule: its lock (entry -1: the driver's) */
+    int sem_limit;           /* a semaphore's acquire: its limit (key: the semaphore's); else 0 */
+    int sem_slot;            /* a release or extension of a semaphore's slot (key: the slot's); else 0 */
+    double sem_ticket;       /* a semaphore's acquire by a waiter: its ticket (its place in the queue); else 0 */
     unsigned sent;           /* bit i: the first round's command went to node i (not if its connection ended first) */
     unsigned owed;           /* bit i: node i still owes a reply to this phase's command */
     unsigned cleanup_sent;   /* bit i: node i was sent the cleanup */
@@ -105,5 +108,28 @@ void rl_op_timeout(rl_engine *e, rl_op *op);
 /* 1 if every node that was sent op's cleanup has been handed its bytes (or
  * lost the connection), else 0. */
 int rl_op_cleanup_out(rl_engine *e, const rl_op *op);
+
+/* slots.c: a semaphore's operations */
+
+/* Encode into b a semaphore's acquire op (its slots in a random order). 0,
+ * or -1 when out of memory. */
+int rl_slot_acquire_cmd(rl_engine *e, const rl_op *op, rl_buf *b, int ttl_ms);
+
+/* Encode op's release into b: a slot's (waking the semaphore's waiters) or
+ * a lock's. 0, or -1 when out of memory. */
+int rl_op_release_cmd(const rl_op *op, rl_buf *b, int by_sha, int quiet);
+
+/* Encode into b what undoes a semaphore's acquire op on node: the slot it
+ * voted for, or (its vote unknown) every slot, the slot held excepted; a
+ * waiter's won acquire also leaves the queue there (even where refused), a
+ * lost one is queued again (at its place) where a slot is undone. Return 0, 1 when there is nothing to do there (it
+ * voted for the slot held, or refused a loser), or -1 when out of memory. */
+int rl_slot_cleanup_cmd(rl_engine *e, const rl_op *op, int node, rl_buf *b);
+
+/* A semaphore's acquire op won a slot: send every node whose vote went
+ * elsewhere or is unknown (another slot, a refusal, an error, a timeout,
+ * no answer yet) its cleanup (rl_slot_cleanup_cmd); they are owed in the
+ * tail. */
+void rl_slot_release_strays(rl_engine *e, rl_op *op);
 
 #endif

@@ -158,7 +158,7 @@ static void begin_releases(rl_engine *e, rl_keep *k, double now) {
         x->busy = 1;
         k->releases++; /* before: a round decided at once reports here */
         rl_keep_ref ref = {i, x->seq};
-        int id = rl_engine_begin_kept(e, RL_OP_RELEASE, x->resource, x->len, x->value, 0, ref, now);
+        int id = rl_engine_begin_kept(e, RL_OP_RELEASE, x->resource, x->len, x->slot, x->value, 0, ref, now);
         if (id >= 0) continue;
         x->busy = 0;
         k->releases--;
@@ -179,7 +179,7 @@ static void start_extension(rl_engine *e, rl_keep *k, int i, double now) {
     x->extend_start = now;
     x->extend_ttl = x->ttl_ms;
     rl_keep_ref ref = {i, x->seq};
-    int id = rl_engine_begin_kept(e, RL_OP_EXTEND, x->resource, x->len, x->value, x->ttl_ms, ref, now);
+    int id = rl_engine_begin_kept(e, RL_OP_EXTEND, x->resource, x->len, x->slot, x->value, x->ttl_ms, ref, now);
     if (id < 0) {
         x->busy = 0;
         x->next_due = now + KEEP_TICK_MS;
@@ -273,11 +273,17 @@ static int take_entry(rl_keep *k) {
 
 int rl_engine_keep_add(rl_engine *e, const char *resource, size_t len, const char *value, int ttl_ms,
                        double valid_until_ms, int margin_ms, double now_ms) {
+    return rl_engine_keep_add_slot(e, resource, len, 0, value, ttl_ms, valid_until_ms, margin_ms, now_ms);
+}
+
+int rl_engine_keep_add_slot(rl_engine *e, const char *resource, size_t len, int slot, const char *value, int ttl_ms,
+                            double valid_until_ms, int margin_ms, double now_ms) {
     char why[RL_ERR_LEN];
     if (!resource || len == 0) return rl_engine_fail(e, "resource must be a non-empty string"), RL_ERR;
     if (!value || strnlen(value, RL_VALUE_LEN + 1) != RL_VALUE_LEN)
         return snprintf(why, sizeof(why), "value must be %d characters", RL_VALUE_LEN), rl_engine_fail(e, why), RL_ERR;
     if (ttl_ms <= 0) return rl_engine_fail(e, "ttl must be > 0 ms"), RL_ERR;
+    if (slot < 0 || slot > RL_MAX_LIMIT) return rl_engine_fail(e, "slot out of range"), RL_ERR;
     if (margin_ms < 0 || margin_ms >= ttl_ms)
         return snprintf(why, sizeof(why), "margin must be from 0 to ttl - 1 ms (got %d)", margin_ms),
                rl_engine_fail(e, why), RL_ERR;
@@ -297,6 +303,7 @@ int rl_engine_keep_add(rl_engine *e, const char *resource, size_t len, const cha
     x->state = RL_KEEP_HELD;
     x->resource = copy;
     x->len = len;
+    x->slot = slot;
     memcpy(x->value, value, RL_VALUE_LEN + 1);
     x->ttl_ms = x->extend_ttl = ttl_ms;
     x->margin_ms = margin_ms;

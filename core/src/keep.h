@@ -24,6 +24,7 @@ typedef struct rl_kept {
     int state;              /* 0: free; RL_KEEP_HELD, RL_KEEP_LOST, RL_KEEP_RELEASED or KEEP_DROPPING */
     char *resource;
     size_t len;
+    int slot;               /* a semaphore's slot held (its key is the slot's), or 0 */
     char value[RL_VALUE_LEN + 1];
     int ttl_ms;             /* what the next extension asks for */
     int margin_ms;

@@ -158,8 +158,14 @@ void rl_keeper_free(rl_keeper *k) {
 
 int rl_keeper_add(rl_keeper *k, const char *resource, size_t len, const char *value, int ttl_ms,
                   double valid_until_ms, int margin_ms, char *err, size_t errlen) {
+    return rl_keeper_add_slot(k, resource, len, 0, value, ttl_ms, valid_until_ms, margin_ms, err, errlen);
+}
+
+int rl_keeper_add_slot(rl_keeper *k, const char *resource, size_t len, int slot, const char *value, int ttl_ms,
+                       double valid_until_ms, int margin_ms, char *err, size_t errlen) {
     pthread_mutex_lock(&k->mu);
-    int id = rl_engine_keep_add(k->engine, resource, len, value, ttl_ms, valid_until_ms, margin_ms, rl_now_ms());
+    int id = rl_engine_keep_add_slot(k->engine, resource, len, slot, value, ttl_ms, valid_until_ms, margin_ms,
+                                     rl_now_ms());
     if (id < 0 && err && errlen) snprintf(err, errlen, "%s", rl_engine_errstr(k->engine));
     pthread_mutex_unlock(&k->mu);
     return id;

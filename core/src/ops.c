@@ -72,19 +72,21 @@ static void op_quiet(rl_engine *e, rl_op *op) {
 }
 
 /* Keep a (quiet) release of op's value for node i, to go out once it can:
- * on its next connection, or once a suspect node answers. Return 0, or -1
- * if it cannot be kept (out of memory, RL_REDO_MAX bytes kept already).
- *
- * redo_cleanup: the cleanup could not go out to node i on the connection the SET went
+ * on its next connection, or once a suspect node answers: a slot's release
+ * on the slot's key, and for a semaphore's acquire whatever it may have set
+ * there (rl_slot_cleanup_cmd; nothing to undo is 0). Return 0, or -1 if it
+ * cannot be kept (out of memory, RL_REDO_MAX bytes kept already). */
+static int keep_release(rl_engine *e, const rl_op *op, int i) {
+    int rc = op->sem_limit > 0 ? rl_slot_cleanup_cmd(e, op, i, &e->scratch) : rl_op_release_cmd(op, &e->scratch, 0, 1);
+    if (rc != 0) return rc > 0 ? 0 : -1;
+    return rl_stream_redo(&e->nodes[i], e->scratch.data, e->scratch.len, e->now);
+}
+
+/* The cleanup could not go out to node i on the connection the SET went
  * out on (that connection ended first, with the SET applied or not): keep
  * the release for the node's next connection (EVAL, whatever scripts that
  * node has then). Unless the SET itself never went out. Return 0, or -1 if
  * it cannot be kept. */
-static int keep_release(rl_engine *e, const rl_op *op, int i) {
-    if (rl_cmd_release(&e->scratch, 0, op->key.data, op->key.len, op->res.value, 1) != 0) return -1;
-    return rl_stream_redo(&e->nodes[i], e->scratch.data, e->scratch.len, e->now);
-}
-
 static int redo_cleanup(rl_engine *e, rl_op *op, int i) {
     return op->sent & (1u << i) ? keep_release(e, op, i) : 0;
 }
@@ -105,7 +107,9 @@ static void op_start_cleanup(rl_engine *e, rl_op *op) {
     for (int i = 0; i < e->nnodes; i++) {
         rl_node_result *n = &op->res.node[i];
         if (!(op->sent & (1u << i)) || n->state == RL_NODE_TAKEN) continue;
-        if (encoded && rl_stream_send(&e->nodes[i], op->cmd.data, op->cmd.len, t, e->now) == 0) {
+        const rl_buf *cmd = &op->cmd; /* a semaphore's: what this node may have taken */
+        if (op->sem_limit > 0) encoded = rl_slot_cleanup_cmd(e, op, i, (rl_buf *)(cmd = &e->scratch)) == 0;
+        if (encoded && rl_stream_send(&e->nodes[i], cmd->data, cmd->len, t, e->now) == 0) {
             op->owed |= 1u << i;
             op->cleanup_sent |= 1u << i;
             op->cleanup_out[i] = rl_stream_mark(&e->nodes[i]);
@@ -155,7 +159,10 @@ static void op_round_decided(rl_engine *e, rl_op *op, int timed_out) {
     if (op->res.op == RL_OP_ACQUIRE && op->res.status != RL_STATUS_OK) {
         rl_deadlines_remove(&e->deadlines, op->slot);
         op_start_cleanup(e, op);
-    } else if (op->owed && !timed_out) {
+        return;
+    }
+    if (op->sem_limit > 0 && op->res.op == RL_OP_ACQUIRE) rl_slot_release_strays(e, op);
+    if (op->owed && !timed_out) {
         op->phase = OP_TAIL; /* the round's deadline stays */
         e->tails++;
         rl_count_tail(e);
@@ -171,8 +178,7 @@ static int is_noscript(const rl_reply *r) {
 /* The node has flushed its scripts: send the script itself (EVAL) instead. */
 static int resend_as_eval(rl_engine *e, rl_op *op, int node, rl_ticket t) {
     int rc = t.kind == RL_OP_RELEASE
-                 ? rl_cmd_release(&e->scratch, 0, op->key.data, op->key.len, op->res.value,
-                                  op->quiet || op->phase == OP_CLEANUP)
+                 ? rl_op_release_cmd(op, &e->scratch, 0, op->quiet || op->phase == OP_CLEANUP)
                  : rl_cmd_extend(&e->scratch, 0, op->key.data, op->key.len, op->res.value, op->ttl_ms);
     if (rc != 0) return -1;
     t.sent_ms = e->now;

@@ -15,7 +15,8 @@ void rl_round_start(rl_round *r, rl_result *res, int kind, int nodes, int quorum
     r->drift_factor = drift_factor;
     r->start_ms = start_ms;
     r->pending = nodes;
-    res->op = kind == RL_ROUND_ACQUIRE_FENCED || kind == RL_ROUND_COMMIT ? RL_OP_ACQUIRE : kind;
+    memset(r->voted, 0, sizeof(r->voted));
+    res->op = kind >= RL_ROUND_ACQUIRE_FENCED ? RL_OP_ACQUIRE : kind;
     res->status = RL_STATUS_PENDING;
     res->nodes = nodes;
     res->quorum = quorum;
@@ -36,12 +37,52 @@ static double validity(const rl_round *r, double elapsed_ms) {
     return r->ttl_ms - elapsed_ms - (r->ttl_ms * r->drift_factor + 2.0);
 }
 
+/* A semaphore's acquire: the slot with the most votes (the lowest of
+ * those tied) and its votes. */
+static int best_slot(const rl_round *r, int *votes) {
+    int best = 0, most = 0;
+    for (int i = 0; i < r->res->nodes; i++) {
+        int s = r->voted[i], n = 0;
+        if (s == 0) continue;
+        for (int j = 0; j < r->res->nodes; j++) n += r->voted[j] == s;
+        if (n > most || (n == most && s < best)) best = s, most = n;
+    }
+    *votes = most;
+    return best;
+}
+
+/* A semaphore's acquire is decided when one slot has a quorum of votes, or
+ * when no slot can reach one any more: the slot with the most votes, with
+ * every node still to answer added, is short of a quorum. Two different
+ * slots can never both reach a quorum in one round (each node votes once),
+ * so deciding at the first slot to reach one picks the only one that can.
+ * res->ok becomes the votes of the slot held (or the best one), res->taken
+ * the nodes whose votes went elsewhere (nil, or another slot): busy when
+ * those alone leave no slot a quorum. */
+static int slot_decide(rl_round *r, double now_ms) {
+    rl_result *res = r->res;
+    int votes, slot = best_slot(r, &votes), voted = res->ok;
+    if (votes < res->quorum && votes + r->pending >= res->quorum) return 0;
+    res->ok = votes;
+    res->taken += voted - votes;
+    res->elapsed_ms = now_ms - r->start_ms;
+    if (votes >= res->quorum) {
+        res->validity_ms = validity(r, res->elapsed_ms);
+        res->status = res->validity_ms > 0 ? RL_STATUS_OK : RL_STATUS_TIMEOUT;
+        res->slot = res->status == RL_STATUS_OK ? slot : 0;
+    } else {
+        res->status = res->taken > res->nodes - res->quorum ? RL_STATUS_BUSY : RL_STATUS_UNAVAILABLE;
+    }
+    return 1;
+}
+
 /* Decide if the outcome is certain: quorum reached, or no longer reachable.
  * Every kind of round decides this way; the nodes that have not answered
  * yet are its tail, which the engine goes on serving without the caller. */
 static int try_decide(rl_round *r, double now_ms) {
     rl_result *res = r->res;
     int against = res->nodes - res->quorum; /* votes against that still leave quorum possible */
+    if (r->kind == RL_ROUND_ACQUIRE_SLOT) return slot_decide(r, now_ms);
     if (res->ok >= res->quorum) {
         res->elapsed_ms = now_ms - r->start_ms;
         if (res->op == RL_OP_RELEASE) {
@@ -88,6 +129,7 @@ int rl_reply_fits(int kind, const rl_reply *reply) {
     if (reply->type == RL_REPLY_ERROR) return 1;
     if (kind == RL_OP_ACQUIRE) return reply->type == RL_REPLY_STATUS || reply->type == RL_REPLY_NIL;
     if (kind == RL_ROUND_ACQUIRE_FENCED) return reply->type == RL_REPLY_STRING || reply->type == RL_REPLY_NIL;
+    if (kind == RL_ROUND_ACQUIRE_SLOT) return reply->type == RL_REPLY_INTEGER || reply->type == RL_REPLY_NIL;
     return reply->type == RL_REPLY_INTEGER;
 }
 
@@ -107,9 +149,10 @@ static int counter_value(const rl_reply *reply, long long *out) {
     return 1;
 }
 
-/* What a reply means for the round's command; a fenced grant's counter
- * goes to *counter. */
-static int classify(int kind, const rl_reply *reply, long long *counter, char *why, size_t whylen) {
+/* What a reply means for the round's command; a fenced grant's counter,
+ * or the slot a semaphore's acquire took (checked against limit), goes to
+ * *counter. */
+static int classify(int kind, int limit, const rl_reply *reply, long long *counter, char *why, size_t whylen) {
     if (reply->type == RL_REPLY_ERROR) {
         snprintf(why, whylen, "%s", reply->str);
         return RL_NODE_ERROR;
@@ -126,6 +169,12 @@ static int classify(int kind, const rl_reply *reply, long long *counter, char *w
                      reply->str);
             return RL_NODE_ERROR;
         }
+    } else if (kind == RL_ROUND_ACQUIRE_SLOT) {
+        if (reply->type == RL_REPLY_NIL) return RL_NODE_TAKEN;
+        if (reply->type == RL_REPLY_INTEGER && reply->integer >= 1 && reply->integer <= limit) {
+            *counter = reply->integer;
+            return RL_NODE_OK;
+        }
     } else if (reply->type == RL_REPLY_INTEGER &&
                (reply->integer == 0 || reply->integer == 1 || (kind == RL_OP_RELEASE && reply->integer == 2))) {
         return reply->integer >= 1 ? RL_NODE_OK : RL_NODE_TAKEN; /* a release's 2: deleted, and a waiter heard it */
@@ -138,11 +187,12 @@ int rl_round_reply(rl_round *r, int node, const rl_reply *reply, const char *err
     char why[RL_NODE_ERR_LEN];
     long long counter = 0;
     if (reply == NULL) return rl_round_vote(r, node, RL_NODE_ERROR, errstr ? errstr : "connection lost", now_ms);
-    int state = classify(r->kind, reply, &counter, why, sizeof(why));
+    int state = classify(r->kind, r->limit, reply, &counter, why, sizeof(why));
     /* a fenced grant's counter, and waiters hearing a release, count only while the round is open */
     int counts = state == RL_NODE_OK && !rl_round_decided(r) && r->res->node[node].state == RL_NODE_PENDING;
     if (counts && r->kind == RL_ROUND_ACQUIRE_FENCED && counter > r->top) r->top = counter;
     if (counts && r->kind == RL_OP_RELEASE && reply->integer == 2) r->res->heard++;
+    if (counts && r->kind == RL_ROUND_ACQUIRE_SLOT) r->voted[node] = (short)counter;
     return rl_round_vote(r, node, state, why, now_ms);
 }
 
@@ -159,4 +209,9 @@ int rl_round_expire(rl_round *r, const char *errstr, double now_ms) {
         r->pending--;
     }
     return try_decide(r, now_ms);
+}
+
+int rl_round_slot_of(const rl_round *r, const rl_reply *reply) {
+    if (r->kind != RL_ROUND_ACQUIRE_SLOT || reply == NULL || reply->type != RL_REPLY_INTEGER) return 0;
+    return reply->integer >= 1 && reply->integer <= r->limit ? (int)reply->integer : 0;
 }

@@ -11,7 +11,8 @@
  * an acquire's (rl_result.op is RL_OP_ACQUIRE). */
 enum {
     RL_ROUND_ACQUIRE_FENCED = 4,  /* SET NX PX + INCR: the counter (decimal bulk string) for, nil against */
-    RL_ROUND_COMMIT = 5           /* raise the counter if ours: 1 for, 0 against */
+    RL_ROUND_COMMIT = 5,          /* raise the counter if ours: 1 for, 0 against */
+    RL_ROUND_ACQUIRE_SLOT = 6     /* a semaphore's acquire: the slot taken (1 to limit) for it, nil against */
 };
 
 typedef struct rl_round {
@@ -22,6 +23,8 @@ typedef struct rl_round {
     double drift_factor;
     double start_ms;      /* clock reading taken before the first send */
     int pending;          /* nodes that have not voted yet */
+    int limit;            /* RL_ROUND_ACQUIRE_SLOT: the semaphore's slots (set by the caller; rl_round_start keeps it) */
+    short voted[RL_MAX_NODES]; /* RL_ROUND_ACQUIRE_SLOT: the slot each node voted for (0: none) */
 } rl_round;
 
 /* Start a round of kind (RL_OP_* or RL_ROUND_*) over nodes nodes needing
@@ -49,6 +52,10 @@ int rl_round_expire(rl_round *r, const char *errstr, double now_ms);
  * reply that does not fit proves the connection's replies are out of step
  * with its commands (a reply was lost). */
 int rl_reply_fits(int kind, const rl_reply *reply);
+
+/* The slot a reply to a semaphore's acquire says its node took (a late
+ * one included), or 0 (nil, an error, another kind of round). */
+int rl_round_slot_of(const rl_round *r, const rl_reply *reply);
 
 /* 1 once the outcome is certain. */
 int rl_round_decided(const rl_round *r);

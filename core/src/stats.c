@@ -15,7 +15,7 @@ double rl_stats_bucket_ms(int i) {
 }
 
 const char *rl_stats_kind_word(int kind) {
-    static const char *const words[RL_STATS_KINDS] = {NULL, "acquire", "release", "extend", "fenced", "commit"};
+    static const char *const words[RL_STATS_KINDS] = {NULL, "acquire", "release", "extend", "fenced", "commit", "slot"};
     return kind > 0 && kind < RL_STATS_KINDS ? words[kind] : NULL;
 }
 

@@ -1961,6 +1961,207 @@ static void reserved_keys_are_refused(void) {
     CHECK_STR(err, "prefix starts with \"redlock:\", where redlock keeps its own keys");
 }
 
+/* ---- semaphores ---- */
+
+/* The value in a semaphore's acquire as written: the first 40-byte bulk
+ * string (slot keys and the script are of other lengths here). */
+static const char *slot_value(const char *bytes) {
+    static char value[41];
+    const char *p = strstr(bytes, "\r\n$40\r\n");
+    value[0] = '\0';
+    if (p) snprintf(value, sizeof(value), "%.40s", p + 7);
+    return value;
+}
+
+/* What rl_cmd_release_slots encodes for these arguments (a waiter's: how). */
+static const char *waiter_cleanup(const char *key, const char *value, int limit, int only, int except,
+                                  const char *waiter, double ticket, const char *how) {
+    static char buf[4096];
+    rl_buf b = {0};
+    CHECK_INT(rl_cmd_release_slots(&b, key, strlen(key), value, limit, only, except, waiter, ticket, how), 0);
+    snprintf(buf, sizeof(buf), "%.*s", (int)b.len, b.data);
+    rl_buf_free(&b);
+    return buf;
+}
+
+static const char *slots_cleanup(const char *key, const char *value, int limit, int only, int except) {
+    return waiter_cleanup(key, value, limit, only, except, NULL, 0, "");
+}
+
+/* 5 nodes, limit 3: each node answers the slot it took. Slot 2 reaches a
+ * quorum (3 votes) only with the last reply, after a vote for slot 1 and a
+ * refusal: it is held, with the validity of a lock; node 1, which took slot
+ * 1, has it released (and only it); the others are left alone. The command
+ * names the three slots' keys in a random order, then the semaphore's key. */
+static void semaphore_holds_the_slot_a_quorum_took(void) {
+    E = engine(urls5, 5, NULL);
+    int id = rl_engine_begin_acquire_slot(E, "s", 1, 3, 10000, 0, 0);
+    CHECK(id >= 0);
+    bring_up_all(5, 0);
+    char value[41];
+    snprintf(value, sizeof(value), "%s", slot_value(drain(0, 0)));
+    CHECK_INT(strlen(value), 40);
+    CHECK(strstr(out, rl_acquire_slot_script) != NULL);
+    for (int k = 1; k <= 3; k++) {
+        char key[32];
+        snprintf(key, sizeof(key), "$16\r\nredlock:slot:%d:s\r\n", k);
+        CHECK(strstr(out, key) != NULL);
+    }
+    CHECK(strstr(out, "$1\r\ns\r\n$40\r\n") != NULL); /* the semaphore's key, then the value */
+    for (int i = 1; i < 5; i++) drain(i, 0);
+    CHECK_INT(feed(0, ":2\r\n", 1), RL_OK);
+    CHECK_INT(feed(1, ":1\r\n", 1), RL_OK);
+    CHECK_INT(feed(2, ":2\r\n", 2), RL_OK);
+    CHECK_INT(feed(3, "$-1\r\n", 2), RL_OK);
+    CHECK_INT(rl_engine_done(E), 0); /* slot 2: 2 votes, 1 node still to answer */
+    CHECK_INT(feed(4, ":2\r\n", 3), RL_OK);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    CHECK_INT(r.slot, 2);
+    CHECK_INT(r.ok, 3);
+    CHECK_INT(r.taken, 2);
+    CHECK(near(r.validity_ms, 10000 - 3 - (100 + 2)));
+    CHECK_STR(drain(1, 3), slots_cleanup("s", value, 3, 1, 2));
+    CHECK(strstr(out, "$16\r\nredlock:slot:1:s\r\n") != NULL && strstr(out, "$16\r\nredlock:slot:2:s") == NULL);
+    for (int i = 0; i < 5; i++)
+        if (i != 1) CHECK_INT(drain(i, 3)[0], 0);
+    CHECK_INT(feed(1, ":1\r\n", 4), RL_OK);
+    CHECK_INT(rl_engine_tails(E), 0);
+    rl_engine_free(E);
+}
+
+/* Votes split so that no slot can reach a quorum: decided at once, before
+ * the last node answers, and every slot set is released: each node that
+ * answered its slot, that slot; a node that failed or is still to answer,
+ * every slot (whichever its acquire takes, the release runs after it). A
+ * reply out of range is an error vote, which makes it unavailable; on 3
+ * nodes, two slots and a refusal are busy. Limit 0 or above RL_MAX_LIMIT is
+ * refused. */
+static void semaphore_split_votes_fail_and_are_undone(void) {
+    E = engine(urls5, 5, NULL);
+    int id = rl_engine_begin_acquire_slot(E, "s", 1, 2, 10000, 0, 0);
+    bring_up_all(5, 0);
+    char value[41];
+    snprintf(value, sizeof(value), "%s", slot_value(drain(0, 0)));
+    for (int i = 1; i < 5; i++) drain(i, 0);
+    CHECK_INT(feed(0, ":1\r\n", 1), RL_OK);
+    CHECK_INT(feed(1, ":2\r\n", 1), RL_OK);
+    CHECK_INT(feed(2, ":3\r\n", 1), RL_OK); /* slot 3 of 2: an error */
+    CHECK_INT(rl_engine_done(E), 0);
+    CHECK_INT(feed(3, "$-1\r\n", 1), RL_OK);
+    rl_result r = take(id); /* best: 1 vote + 1 node to answer < 3 */
+    CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
+    CHECK_INT(r.slot, 0);
+    CHECK_INT(r.node[2].state, RL_NODE_ERROR);
+    CHECK_INT(r.node[4].state, RL_NODE_PENDING);
+    CHECK_STR(drain(0, 1), slots_cleanup("s", value, 2, 1, 0));
+    CHECK_STR(drain(1, 1), slots_cleanup("s", value, 2, 2, 0));
+    CHECK_STR(drain(2, 1), slots_cleanup("s", value, 2, 0, 0));
+    CHECK_INT(drain(3, 1)[0], 0);
+    CHECK_STR(drain(4, 1), slots_cleanup("s", value, 2, 0, 0));
+    CHECK(strstr(out, "redlock:slot:1:s") != NULL && strstr(out, "redlock:slot:2:s") != NULL);
+    for (int i = 0; i < 5; i++)
+        if (i != 3) feed(i, ":1\r\n", 2);
+    feed(4, ":1\r\n", 2);
+    CHECK_INT(rl_engine_tails(E), 0);
+    CHECK_INT(rl_engine_begin_acquire_slot(E, "s", 1, 0, 10000, 0, 0), RL_ERR);
+    CHECK_INT(rl_engine_begin_acquire_slot(E, "s", 1, RL_MAX_LIMIT + 1, 10000, 0, 0), RL_ERR);
+    CHECK(strstr(rl_engine_errstr(E), "limit must be from 1 to") != NULL);
+    rl_engine_free(E);
+
+    E = engine(urls5, 3, NULL);
+    id = rl_engine_begin_acquire_slot(E, "s", 1, 2, 10000, 0, 0);
+    bring_up_all(3, 0);
+    for (int i = 0; i < 3; i++) drain(i, 0);
+    CHECK_INT(feed(0, ":1\r\n", 1), RL_OK);
+    CHECK_INT(feed(1, ":2\r\n", 1), RL_OK);
+    CHECK_INT(rl_engine_done(E), 0);
+    CHECK_INT(feed(2, "$-1\r\n", 1), RL_OK);
+    CHECK_INT(take(id).status, RL_STATUS_BUSY);
+    rl_engine_free(E);
+}
+
+/* A waiter's acquire (a ticket): won, the nodes whose votes went elsewhere
+ * are told to let the waiter leave their queue, a node that refused too
+ * (with no slot to undo there); lost, a node that gave it a slot has the
+ * slot undone and the waiter queued again with its ticket, and a node that
+ * refused is left alone (the waiter keeps its place there). */
+static void semaphore_waiter_leaves_the_queue_or_keeps_its_place(void) {
+    E = engine(urls5, 5, NULL);
+    int id = rl_engine_begin_acquire_slot(E, "s", 1, 3, 10000, 1234.5, 0);
+    bring_up_all(5, 0);
+    char value[41], waiter[RL_WAITER_ID_LEN + 1];
+    snprintf(value, sizeof(value), "%s", slot_value(drain(0, 0)));
+    snprintf(waiter, sizeof(waiter), "%s", rl_engine_waiter_id(E));
+    CHECK(strstr(out, waiter) != NULL);
+    CHECK(strstr(out, "$7\r\n1234500\r\n") != NULL); /* the ticket, in µs */
+    for (int i = 1; i < 5; i++) drain(i, 0);
+    CHECK_INT(feed(0, ":1\r\n", 1), RL_OK);
+    CHECK_INT(feed(1, ":1\r\n", 1), RL_OK);
+    CHECK_INT(feed(2, "$-1\r\n", 1), RL_OK);
+    CHECK_INT(feed(3, ":1\r\n", 1), RL_OK);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    CHECK_INT(r.slot, 1);
+    CHECK_STR(drain(2, 1), waiter_cleanup("s", value, 3, -1, 1, waiter, 1234.5, "leave"));
+    CHECK(strstr(out, "$16\r\nredlock:slot:") == NULL); /* refused: nothing to undo */
+    CHECK_STR(drain(4, 1), waiter_cleanup("s", value, 3, 0, 1, waiter, 1234.5, "leave"));
+    for (int i = 0; i < 4; i++)
+        if (i != 2) CHECK_INT(drain(i, 1)[0], 0);
+    rl_engine_free(E);
+
+    E = engine(urls5, 5, NULL);
+    id = rl_engine_begin_acquire_slot(E, "s", 1, 3, 10000, 1234.5, 0);
+    bring_up_all(5, 0);
+    snprintf(value, sizeof(value), "%s", slot_value(drain(0, 0)));
+    snprintf(waiter, sizeof(waiter), "%s", rl_engine_waiter_id(E));
+    for (int i = 1; i < 5; i++) drain(i, 0);
+    CHECK_INT(feed(0, ":1\r\n", 1), RL_OK);
+    CHECK_INT(feed(1, ":2\r\n", 1), RL_OK);
+    CHECK_INT(feed(2, "$-1\r\n", 1), RL_OK);
+    CHECK_INT(feed(3, "$-1\r\n", 1), RL_OK);
+    CHECK_INT(take(id).status, RL_STATUS_BUSY);
+    CHECK_STR(drain(0, 1), waiter_cleanup("s", value, 3, 1, 0, waiter, 1234.5, "back"));
+    CHECK_STR(drain(1, 1), waiter_cleanup("s", value, 3, 2, 0, waiter, 1234.5, "back"));
+    CHECK_STR(drain(4, 1), waiter_cleanup("s", value, 3, 0, 0, waiter, 1234.5, "back"));
+    CHECK_INT(drain(2, 1)[0], 0);
+    CHECK_INT(drain(3, 1)[0], 0);
+    rl_engine_free(E);
+}
+
+/* A slot held is released and extended as a lock on the slot's key; the
+ * release names the semaphore's key too, whose waiters it wakes. */
+static void semaphore_slot_release_and_extend(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_on_slot(E, RL_OP_RELEASE, "s", 1, 2, VALUE, 0, 0);
+    bring_up_all(3, 0);
+    char want[2048];
+    rl_buf b = {0};
+    CHECK_INT(rl_cmd_release_slot(&b, 1, "redlock:slot:2:s", 16, "s", 1, VALUE, 0), 0);
+    snprintf(want, sizeof(want), "%.*s", (int)b.len, b.data);
+    CHECK(strstr(want, "*6\r\n$7\r\nEVALSHA\r\n$40\r\n") == want && strstr(want, rl_release_slot_sha) != NULL);
+    CHECK_INT(rl_cmd_release_slot(&b, 0, "redlock:slot:2:s", 16, "s", 1, VALUE, 0), 0);
+    char whole[4096];
+    snprintf(whole, sizeof(whole), "%.*s", (int)b.len, b.data);
+    CHECK(strstr(whole, rl_release_slot_script) != NULL);
+    rl_buf_free(&b);
+    CHECK(strstr(want, "$1\r\n2\r\n$16\r\nredlock:slot:2:s\r\n$1\r\ns\r\n$40\r\n") != NULL);
+    for (int i = 0; i < 3; i++) CHECK_STR(drain(i, 0), want);
+    for (int i = 0; i < 2; i++) feed(i, ":2\r\n", 1);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    CHECK_INT(r.slot, 2);
+    CHECK_INT(r.heard, 2);
+    feed(2, ":1\r\n", 1);
+    id = rl_engine_begin_on_slot(E, RL_OP_EXTEND, "s", 1, 2, VALUE, 5000, 1);
+    for (int i = 0; i < 3; i++) CHECK_STR(drain(i, 1), script_cmd(1, "redlock:slot:2:s", VALUE, 5000));
+    for (int i = 0; i < 3; i++) feed(i, ":1\r\n", 2);
+    CHECK_INT(take(id).status, RL_STATUS_OK);
+    CHECK_INT(rl_engine_begin_on_slot(E, RL_OP_ACQUIRE, "s", 1, 2, VALUE, 5000, 2), RL_ERR);
+    CHECK_INT(rl_engine_begin_on_slot(E, RL_OP_RELEASE, "s", 1, 0, VALUE, 0, 2), RL_ERR);
+    rl_engine_free(E);
+}
+
 int main(void) {
     reserved_keys_are_refused();
     release_heard_by_waiters();
@@ -2008,5 +2209,9 @@ int main(void) {
     ids_and_fifo_pairing();
     setup_in_front_of_a_full_ring();
     waiter_id_per_process();
+    semaphore_holds_the_slot_a_quorum_took();
+    semaphore_split_votes_fail_and_are_undone();
+    semaphore_slot_release_and_extend();
+    semaphore_waiter_leaves_the_queue_or_keeps_its_place();
     return check_report("engine");
 }

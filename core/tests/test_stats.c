@@ -211,6 +211,7 @@ static void test_label(void) {
 static void test_words(void) {
     CHECK_STR(rl_stats_kind_word(RL_OP_ACQUIRE), "acquire");
     CHECK_STR(rl_stats_kind_word(5), "commit");
+    CHECK_STR(rl_stats_kind_word(6), "slot");
     CHECK(rl_stats_kind_word(0) == NULL && rl_stats_kind_word(RL_STATS_KINDS) == NULL);
     CHECK(rl_stats_bucket_ms(0) == 0.5 && rl_stats_bucket_ms(RL_STATS_BUCKETS - 2) == 5000);
     CHECK(rl_stats_bucket_ms(RL_STATS_BUCKETS - 1) == -1);

@@ -52,6 +52,13 @@
 --                         begin, then wait: RL_OK with the verdict in
 --                         out.status, or RL_ERR / RL_ERR_FULL when it could
 --                         not start (out untouched)
+--   acquire_slot(resource, len, limit, ttl, ticket, out)
+--                         a semaphore's acquire, blocking (ticket: a waiter's,
+--                         rl_wall_ms() when its wait began, or 0)
+--   begin_on_slot(kind, resource, len, slot, value, ttl),
+--   on_slot(kind, resource, len, slot, value, ttl, out)
+--                         release (kind RL_OP_RELEASE) or extend (RL_OP_EXTEND)
+--                         a semaphore's slot held: begun, or blocking
 --   sleep(ms)             sleep, serving connections meanwhile
 --   watch(resource, len), unwatch(resource, len)
 --                         listen for releases of resource (nested), and stop
@@ -75,6 +82,8 @@
 -- A keeper (the methods of rl_keeper; ids name kept locks):
 --   add(resource, len, value, ttl, valid_until, margin, errbuf, errlen)
 --                         keep a held lock: its id, or RL_ERR with errbuf filled
+--   add_slot(resource, len, slot, value, ttl, valid_until, margin, errbuf, errlen)
+--                         the same for a semaphore's slot held
 --   state(id, until_buf)  RL_KEEP_HELD / LOST / RELEASED with until_buf[0]
 --                         the end of its validity, or RL_ERR for an unknown id
 --   update(id, ttl, started, valid_until)

@@ -21,8 +21,9 @@ enum {
     RL_NODE_ERR_LEN = 96,
     RL_ID_SLOTS = 65536,
     RL_WAITER_ID_LEN = 16,
+    RL_MAX_LIMIT = 1024,
     RL_LABEL_MAX = 15,
-    RL_STATS_KINDS = 6,
+    RL_STATS_KINDS = 7,
     RL_STATS_OUTCOMES = 6,
     RL_STATS_STATES = 5,
     RL_STATS_BUCKETS = 14,
@@ -94,6 +95,7 @@ typedef struct rl_result {
     double validity_ms;
     long long token;
     int heard;
+    int slot;
     char value[RL_VALUE_LEN + 1];
     rl_node_result node[RL_MAX_NODES];
 } rl_result;
@@ -114,6 +116,9 @@ int rl_begin_release_quiet(rl_client *c, const char *resource, size_t len, const
 int rl_begin_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms);
 int rl_begin_acquire_fenced(rl_client *c, const char *resource, size_t len, int ttl_ms);
 int rl_begin_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms);
+int rl_begin_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, double ticket);
+int rl_begin_on_slot(rl_client *c, int kind, const char *resource, size_t len, int slot, const char *value,
+                     int ttl_ms);
 int rl_begin_acquire_shared(rl_client *c, const char *resource, size_t len, int ttl_ms);
 int rl_run(rl_client *c, int timeout_ms);
 int rl_collect(rl_client *c, rl_result *out);
@@ -125,6 +130,10 @@ int rl_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms
 int rl_acquire_shared(rl_client *c, const char *resource, size_t len, int ttl_ms, rl_result *out);
 int rl_release(rl_client *c, const char *resource, size_t len, const char *value, rl_result *out);
 int rl_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms, rl_result *out);
+int rl_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, double ticket,
+                    rl_result *out);
+int rl_on_slot(rl_client *c, int kind, const char *resource, size_t len, int slot, const char *value, int ttl_ms,
+               rl_result *out);
 int rl_watch(rl_client *c, const char *resource, size_t len);
 void rl_unwatch(rl_client *c, const char *resource, size_t len);
 unsigned rl_heard(const rl_client *c, const char *resource, size_t len);
@@ -156,6 +165,10 @@ int rl_engine_begin_acquire_queued(rl_engine *e, const char *resource, size_t le
 int rl_engine_begin_acquire_shared(rl_engine *e, const char *resource, size_t len, int ttl_ms, double now_ms);
 int rl_engine_begin_release(rl_engine *e, const char *resource, size_t len, const char *value, double now_ms);
 int rl_engine_begin_release_quiet(rl_engine *e, const char *resource, size_t len, const char *value, double now_ms);
+int rl_engine_begin_acquire_slot(rl_engine *e, const char *resource, size_t len, int limit, int ttl_ms,
+                                 double ticket, double now_ms);
+int rl_engine_begin_on_slot(rl_engine *e, int kind, const char *resource, size_t len, int slot, const char *value,
+                            int ttl_ms, double now_ms);
 int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const char *value, int ttl_ms, double now_ms);
 unsigned rl_engine_wanting(const rl_engine *e);
 int rl_engine_node_wants(rl_engine *e, int node);
@@ -197,6 +210,8 @@ enum {
 };
 int rl_engine_keep_add(rl_engine *e, const char *resource, size_t len, const char *value, int ttl_ms,
                        double valid_until_ms, int margin_ms, double now_ms);
+int rl_engine_keep_add_slot(rl_engine *e, const char *resource, size_t len, int slot, const char *value, int ttl_ms,
+                            double valid_until_ms, int margin_ms, double now_ms);
 int rl_engine_keep_state(rl_engine *e, int id, double *valid_until_ms, double now_ms);
 int rl_engine_keep_update(rl_engine *e, int id, int ttl_ms, double started_ms, double valid_until_ms, double now_ms);
 int rl_engine_keep_remove(rl_engine *e, int id);
@@ -212,6 +227,8 @@ rl_keeper *rl_keeper_new(const char *const *urls, int nurls, const rl_options *o
 void rl_keeper_free(rl_keeper *k);
 int rl_keeper_add(rl_keeper *k, const char *resource, size_t len, const char *value, int ttl_ms,
                   double valid_until_ms, int margin_ms, char *err, size_t errlen);
+int rl_keeper_add_slot(rl_keeper *k, const char *resource, size_t len, int slot, const char *value,
+                       int ttl_ms, double valid_until_ms, int margin_ms, char *err, size_t errlen);
 int rl_keeper_state(rl_keeper *k, int id, double *valid_until_ms);
 int rl_keeper_update(rl_keeper *k, int id, int ttl_ms, double started_ms, double valid_until_ms);
 int rl_keeper_remove(rl_keeper *k, int id);
@@ -262,6 +279,7 @@ double rl_stats_bucket_ms(int i);
 const char *rl_stats_kind_word(int kind);
 
 double rl_now_ms(void);
+double rl_wall_ms(void);
 double rl_random(void);
 const char *rl_status_word(int status);
 const char *rl_node_state_word(int state);

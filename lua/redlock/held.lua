@@ -10,6 +10,7 @@ require("redlock.check").ours()
 
 local pairs, setmetatable = pairs, setmetatable
 local now = C.rl_now_ms
+local RELEASE = C.RL_OP_RELEASE
 
 local _M = {}
 
@@ -23,6 +24,7 @@ function _M.init(d)
     d.live = setmetatable({}, WEAK_KEYS) -- locks made here (released or not), for close()
     d.held = {}                -- value -> resource of each lock not unlocked nor kept, for close(),
     d.held_until = {}          -- value -> when its key is gone from every node by itself,
+    d.held_slot = {}           -- value -> the slot of a semaphore's lock (none for a lock),
     d.held_n = 0               -- so that close() releases locks whose objects were collected
     d.held_prune_at = HELD_PRUNE_MIN
     return d
@@ -33,7 +35,7 @@ end
 local function prune(d)
     local t, n = now(), 0
     for v, until_ in pairs(d.held_until) do
-        if until_ <= t then d.held[v], d.held_until[v] = nil, nil else n = n + 1 end
+        if until_ <= t then d.held[v], d.held_until[v], d.held_slot[v] = nil, nil, nil else n = n + 1 end
     end
     d.held_n = n
     d.held_prune_at = n * 2 > HELD_PRUNE_MIN and n * 2 or HELD_PRUNE_MIN
@@ -49,7 +51,7 @@ local function hold_until(lk, started, ttl)
     local v = lk.value
     local old = d.held_until[v]
     if old == nil then
-        d.held[v] = lk.resource
+        d.held[v], d.held_slot[v] = lk.resource, lk.slot
         d.held_n = d.held_n + 1
     elseif old > until_ then
         return
@@ -69,7 +71,7 @@ end
 --- Value v is no longer listed (its lock is kept, or released).
 local function unhold(d, v)
     if d.held[v] ~= nil then
-        d.held[v], d.held_until[v] = nil, nil
+        d.held[v], d.held_until[v], d.held_slot[v] = nil, nil, nil
         d.held_n = d.held_n - 1
     end
 end
@@ -94,14 +96,18 @@ function _M.release_all(d, client, stop)
     end
     -- a copy: making room may yield (inside nginx), and another coroutine's
     -- lock would then change the list under pairs()
-    local values, resources, held_until, t = {}, {}, d.held_until, now()
+    local values, resources, slots, held_until, t = {}, {}, {}, d.held_until, now()
     for value, resource in pairs(d.held) do
-        if held_until[value] > t then values[#values + 1], resources[#values + 1] = value, resource end
+        if held_until[value] > t then
+            local n = #values + 1
+            values[n], resources[n], slots[n] = value, resource, d.held_slot[value] or 0
+        end
     end
     batch.run(d, client, #values, function(i)
+        if slots[i] > 0 then return client:begin_on_slot(RELEASE, resources[i], #resources[i], slots[i], values[i], 0) end
         return client:begin_release(resources[i], #resources[i], values[i])
     end, batch.ignore)
-    d.live, d.held, d.held_until, d.held_n = setmetatable({}, WEAK_KEYS), {}, {}, 0
+    d.live, d.held, d.held_until, d.held_slot, d.held_n = setmetatable({}, WEAK_KEYS), {}, {}, {}, 0
 end
 
 return _M

@@ -50,6 +50,7 @@ local lock_options, keep_or_release, with_retries = options.lock_options, keep.k
 local guard, on = hooks.guard, hooks.on
 local LOCK_PLAIN, LOCK_FENCED, LOCK_SHARED = lock.PLAIN, lock.FENCED, lock.SHARED
 local MANY_PLAIN, MANY_FENCED, MANY_SHARED = group.PLAIN, group.FENCED, group.SHARED
+local semaphore = lock.semaphore
 
 local _M = { _VERSION = "0.3.0", retry = retry }
 _M.core_version = ffi_string(C.rl_version())
@@ -188,18 +189,18 @@ end
 
 local function lock_call(self, resource, opts)
     check_self(self, dlm_mt, "lock", "a client", "dlm:lock(...)")
-    local ttl, wait_ms, policy, keepalive, margin, fence, shared = lock_options(self, "lock", resource, opts)
+    local ttl, wait_ms, policy, keepalive, margin, fence, shared, limit = lock_options(self, "lock", resource, opts)
     local client = live_client(self, "lock")
-    local lk, err, detail = with_retries(self, client, kind_of(fence, shared, LOCK_PLAIN, LOCK_FENCED, LOCK_SHARED),
-                                         resource, ttl, policy, wait_ms)
+    local kind = limit and semaphore(limit) or kind_of(fence, shared, LOCK_PLAIN, LOCK_FENCED, LOCK_SHARED)
+    local lk, err, detail = with_retries(self, client, kind, resource, ttl, policy, wait_ms)
     if lk and keepalive then keep_or_release({ lk }, margin) end
     return lk, err, detail
 end
 
 local function try_lock_call(self, resource, opts)
     check_self(self, dlm_mt, "try_lock", "a client", "dlm:try_lock(...)")
-    local ttl, _, _, keepalive, margin, fence, shared = lock_options(self, "try_lock", resource, opts)
-    local kind = kind_of(fence, shared, LOCK_PLAIN, LOCK_FENCED, LOCK_SHARED)
+    local ttl, _, _, keepalive, margin, fence, shared, limit = lock_options(self, "try_lock", resource, opts)
+    local kind = limit and semaphore(limit) or kind_of(fence, shared, LOCK_PLAIN, LOCK_FENCED, LOCK_SHARED)
     local lk, err, detail = kind.try(self, live_client(self, "try_lock"), resource, ttl)
     if lk and keepalive then keep_or_release({ lk }, margin) end
     return lk, err, detail
@@ -237,16 +238,17 @@ end
 
 local function adopt_call(self, resource, value, opts)
     check_self(self, dlm_mt, "adopt", "a client", "dlm:adopt(...)")
-    local ttl, keepalive, margin = options.adopt_options(self, "adopt", resource, value, opts)
-    local lk, err, detail = lock.adopt(self, live_client(self, "adopt"), resource, value, ttl)
+    local ttl, keepalive, margin, slot = options.adopt_options(self, "adopt", resource, value, opts)
+    local lk, err, detail = lock.adopt(self, live_client(self, "adopt"), resource, value, ttl, slot)
     if lk and keepalive then keep_or_release({ lk }, margin) end
     return lk, err, detail
 end
 
 --- Take over a lock acquired elsewhere (another process handed over its
 --- resource and value): one extension to the ttl, then a lock like any
---- other. Returns a lock or nil, err, detail ("not held": value is not the
---- holder of resource on a quorum).
+--- other (opts.slot: the slot of a semaphore's that value holds). Returns
+--- a lock or nil, err, detail ("not held": value is not the holder of
+--- resource, or of that slot, on a quorum).
 function dlm:adopt(resource, value, opts)
     if on.guarded then return guard(adopt_call, self, resource, value, opts) end
     return adopt_call(self, resource, value, opts)

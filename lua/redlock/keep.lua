@@ -70,7 +70,12 @@ local function keep(lk, margin)
     local d = lk.dlm
     local k, why = keeper_of(d)
     if not k then return nil, why end
-    local id = k:add(lk.resource, #lk.resource, lk.value, lk.ttl, lk.valid_until, margin or 0, errbuf, ERR_LEN)
+    local id
+    if lk.slot then
+        id = k:add_slot(lk.resource, #lk.resource, lk.slot, lk.value, lk.ttl, lk.valid_until, margin or 0, errbuf, ERR_LEN)
+    else
+        id = k:add(lk.resource, #lk.resource, lk.value, lk.ttl, lk.valid_until, margin or 0, errbuf, ERR_LEN)
+    end
     if id < 0 then return nil, "keep-alive refused the lock: " .. ffi_string(errbuf) end
     lk.kept, lk.margin = id, margin or 0
     lk.guard = ffi_gc(guard_t(id), d.drop_guard)

@@ -17,6 +17,9 @@ ffi.metatype("struct rl_client", { __index = {
     acquire_shared = C.rl_acquire_shared,
     release = C.rl_release,
     extend = C.rl_extend,
+    acquire_slot = C.rl_acquire_slot,
+    on_slot = C.rl_on_slot,
+    begin_on_slot = C.rl_begin_on_slot,
     begin_acquire = C.rl_begin_acquire,
     begin_acquire_fenced = C.rl_begin_acquire_fenced,
     begin_acquire_shared = C.rl_begin_acquire_shared,
@@ -39,6 +42,7 @@ ffi.metatype("struct rl_client", { __index = {
 
 ffi.metatype("struct rl_keeper", { __index = {
     add = C.rl_keeper_add,
+    add_slot = C.rl_keeper_add_slot,
     state = C.rl_keeper_state,
     update = C.rl_keeper_update,
     remove = C.rl_keeper_remove,

@@ -1,6 +1,8 @@
--- redlock.lock: one lock. The attempts that make one (plain, fenced, shared, or as
--- a queued waiter; or an adoption), the lock object and its methods (remaining, valid,
--- lost, check, extend, unlock).
+-- redlock.lock: one lock. The attempts that make one (plain, fenced, shared,
+-- as a queued waiter, or a slot of a semaphore; or an adoption), the lock
+-- object and its methods (remaining, valid, lost, check, extend, unlock). A
+-- semaphore's lock is a lock on its slot's key: lk.slot says which, and its
+-- release and extensions name the slot (client:on_slot).
 
 local ffi = require "ffi"
 local C = require("redlock.cdefs").lib
@@ -17,6 +19,7 @@ local floor = math.floor
 local setmetatable, error = setmetatable, error
 local now = C.rl_now_ms
 local OK, RL_OK = C.RL_STATUS_OK, C.RL_OK
+local RELEASE, EXTEND = C.RL_OP_RELEASE, C.RL_OP_EXTEND
 local VALUE_LEN = C.RL_VALUE_LEN
 local int64_t = ffi.typeof("int64_t")
 local SHARED_CHAR = ("s"):byte() -- a shared hold's value ends with it (core/src/shared.h)
@@ -57,6 +60,7 @@ local function new_lock(d, resource, ttl, started, r)
         votes = r.ok,         -- nodes that had granted it when quorum was reached
         token = token,        -- a fenced lock's fencing token (int64_t cdata), else nil
         token_string = token_string, -- the same in decimal (for JSON, headers, the environment)
+        slot = r.slot ~= 0 and r.slot or nil, -- a semaphore's lock: the slot held (1 to its limit)
         shared = r.value[C.RL_VALUE_LEN - 1] == SHARED_CHAR, -- a shared (read) hold
         valid_until = started + floor(r.validity_ms),
         extensions = 0,
@@ -105,13 +109,62 @@ _M.PLAIN = { try = attempt, queued = attempt_queued }
 _M.FENCED = { try = attempt_fenced }
 _M.SHARED = { try = attempt_shared }
 
---- A lock acquired elsewhere (value: its holder's), taken over by one
---- extension to ttl: the lock it makes, with the validity that extension
---- left, or nil, err, detail ("not held" when value is not on a quorum).
-function _M.adopt(d, client, resource, value, ttl)
+-- A semaphore of limit slots: one attempt takes one slot (a waiter's, with
+-- its ticket: its place in the queue of the semaphore's waiters, which it
+-- joins when refused; 0: no queue).
+local function attempt_slot(d, client, resource, ttl, limit, ticket)
     local started = now()
-    local rc = client:extend(resource, #resource, value, ttl, result)
-    if rc ~= RL_OK then again_when_full(d, client, rc, client.extend, resource, #resource, value, ttl, result) end
+    local rc = client:acquire_slot(resource, #resource, limit, ttl, ticket, result)
+    if rc ~= RL_OK then
+        again_when_full(d, client, rc, client.acquire_slot, resource, #resource, limit, ttl, ticket, result)
+    end
+    if result.status == OK then return new_lock(d, resource, ttl, started, result) end
+    return failure(d, result)
+end
+
+local semaphores = {} -- limit -> how its lock calls attempt (made once per limit)
+
+--- How a lock call on a semaphore of limit slots attempts (as _M.PLAIN; a
+--- waiter's attempts carry the ticket redlock.wait gives them).
+function _M.semaphore(limit)
+    local kind = semaphores[limit]
+    if kind == nil then
+        kind = {
+            slots = limit,
+            try = function(d, client, resource, ttl) return attempt_slot(d, client, resource, ttl, limit, 0) end,
+            queued = function(d, client, resource, ttl, ticket)
+                return attempt_slot(d, client, resource, ttl, limit, ticket)
+            end,
+        }
+        semaphores[limit] = kind
+    end
+    return kind
+end
+
+-- The release (or, ttl given, the extension) of value's hold of resource:
+-- on slot's key for a semaphore's (slot: nil for a lock). The round's rc
+-- (its result in results.result).
+local function on_key(d, client, kind, r, slot, value, ttl)
+    local rc
+    if slot then
+        rc = client:on_slot(kind, r, #r, slot, value, ttl or 0, result)
+        if rc ~= RL_OK then again_when_full(d, client, rc, client.on_slot, kind, r, #r, slot, value, ttl or 0, result) end
+    elseif kind == EXTEND then
+        rc = client:extend(r, #r, value, ttl, result)
+        if rc ~= RL_OK then again_when_full(d, client, rc, client.extend, r, #r, value, ttl, result) end
+    else
+        rc = client:release(r, #r, value, result)
+        if rc ~= RL_OK then again_when_full(d, client, rc, client.release, r, #r, value, result) end
+    end
+end
+
+--- A lock acquired elsewhere (value: its holder's; slot: a semaphore's
+--- slot it holds, or nil), taken over by one extension to ttl: the lock it
+--- makes, with the validity that extension left, or nil, err, detail ("not
+--- held" when value is not on a quorum).
+function _M.adopt(d, client, resource, value, ttl, slot)
+    local started = now()
+    on_key(d, client, EXTEND, resource, slot, value, ttl)
     if result.status == OK then return new_lock(d, resource, ttl, started, result) end
     return failure(d, result)
 end
@@ -183,10 +236,7 @@ function lock:extend(ttl)
     if self:remaining() <= 0 then return refusal(self.dlm, "expired", "no validity left to extend") end
     local client = live_client(self.dlm, "extend")
     local started = now()
-    local rc = client:extend(self.resource, #self.resource, self.value, ttl, result)
-    if rc ~= RL_OK then
-        again_when_full(self.dlm, client, rc, client.extend, self.resource, #self.resource, self.value, ttl, result)
-    end
+    on_key(self.dlm, client, EXTEND, self.resource, self.slot, self.value, ttl)
     -- nodes that took it keep the key up to the new ttl from here
     if self.kept == nil then hold_until(self, started, ttl) end
     if result.status ~= OK then
@@ -218,14 +268,13 @@ function lock:unlock()
     if self.kept ~= nil then check_phase() end -- before keep-alive lets go of it (release refuses anyway)
     stop_keeping(self)
     local client = live_client(self.dlm, "unlock")
-    local rc = client:release(self.resource, #self.resource, self.value, result)
-    if rc ~= RL_OK then
-        again_when_full(self.dlm, client, rc, client.release, self.resource, #self.resource, self.value, result)
-    end
+    on_key(self.dlm, client, RELEASE, self.resource, self.slot, self.value)
     if result.status == OK then
         self.released = true
         forget(self)
-        if result.heard > 0 then mark_head_start(self.dlm, self.resource) end
+        -- a semaphore's nodes keep their waiters' turns themselves: a
+        -- releaser that asks again at once is refused while it is not its turn
+        if result.heard > 0 and not self.slot then mark_head_start(self.dlm, self.resource) end
         return true, nil, detail_of(self.dlm, result)
     end
     return failure(self.dlm, result)

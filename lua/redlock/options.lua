@@ -24,8 +24,9 @@ local NEW_KEYS = { servers = true, ttl = true, node_timeout = true, connect_time
 local TLS_KEYS = { cafile = true, capath = true, certfile = true, keyfile = true, server_name = true, verify = true }
 local TLS_STRINGS = { "cafile", "capath", "certfile", "keyfile", "server_name" }
 local LOCK_KEYS = { ttl = true, wait = true, retry = true, keepalive = true, margin = true, fence = true,
-                    shared = true }
-local ADOPT_KEYS = { ttl = true, keepalive = true, margin = true } -- dlm:adopt's: no attempts, no new token
+                    shared = true, limit = true }
+local MAX_LIMIT = C.RL_MAX_LIMIT
+local ADOPT_KEYS = { ttl = true, keepalive = true, margin = true, slot = true } -- dlm:adopt's: no attempts, no new token
 local RETRY_UNTIL_WAIT = retry.forever()  -- `wait` without `retry`: try until wait runs out
 
 -- The option names the checks above accept, sorted: new()'s, its tls table's
@@ -188,13 +189,15 @@ end
 
 --- Check every option of a lock call before anything is sent (d: the
 --- client, for its defaults and prefix); returns ttl, wait, policy,
---- keepalive, margin, fence, shared. keys: the options fname takes (default: a
---- lock call's), at argument pos (default 2).
+--- keepalive, margin, fence, shared, limit (a semaphore's, or nil for a
+--- lock). keys: the options fname takes (default: a lock call's), at
+--- argument pos (default 2).
 local function lock_options(d, fname, resource, opts, keys, pos)
     pos = pos or 2
     check_resource(d, 1, fname, resource)
     opts = check_opts(pos, fname, opts, keys or LOCK_KEYS)
-    local ttl, wait, policy, keepalive, margin, fence, shared = d.ttl, nil, d.retry, d.keepalive, nil, false, false
+    local ttl, wait, policy, keepalive, margin, fence, shared, limit = d.ttl, nil, d.retry, d.keepalive, nil, false,
+        false, nil
     if opts then
         if opts.ttl ~= nil then check_ms(pos, fname, "ttl", opts.ttl); ttl = opts.ttl end
         if opts.wait ~= nil then
@@ -233,8 +236,23 @@ local function lock_options(d, fname, resource, opts, keys, pos)
         if fence and shared then
             argerror(pos, fname, "fence and shared exclude each other: a shared hold has no fencing token")
         end
+        if opts.limit ~= nil then
+            if not is_int(opts.limit, 1, MAX_LIMIT) then
+                argerror(pos, fname, ("limit must be a whole number from 1 to %d, got %s"):format(MAX_LIMIT, show(opts.limit)))
+            end
+            if fence then
+                argerror(pos, fname, "fence cannot go with limit: a semaphore's slots carry no fencing token")
+            end
+            if shared then
+                argerror(pos, fname, "shared cannot go with limit: a semaphore's slots are exclusive holds")
+            end
+            if fname == "lock_many" then
+                argerror(pos, fname, "limit cannot go with lock_many: take a semaphore with lock, try_lock or with_lock")
+            end
+            limit = opts.limit
+        end
     end
-    return ttl, wait, policy, keepalive, margin, fence, shared
+    return ttl, wait, policy, keepalive, margin, fence, shared, limit
 end
 _M.lock_options = lock_options
 
@@ -248,7 +266,8 @@ local function lock_value(v)
     return (rest or v):match("^%x+[%xs]$") ~= nil
 end
 
---- dlm:adopt's arguments (options at position 3): ttl, keepalive, margin.
+--- dlm:adopt's arguments (options at position 3): ttl, keepalive, margin,
+--- slot (a semaphore's slot that value holds, or nil).
 function _M.adopt_options(d, fname, resource, value, opts)
     check_resource(d, 1, fname, resource)
     if not lock_value(value) then
@@ -256,7 +275,11 @@ function _M.adopt_options(d, fname, resource, value, opts)
             .. " the last an 's' for a shared hold), got %s"):format(C.RL_VALUE_LEN, show(value)))
     end
     local ttl, _, _, keepalive, margin = lock_options(d, fname, resource, opts, ADOPT_KEYS, 3)
-    return ttl, keepalive, margin
+    local slot = opts and opts.slot
+    if slot ~= nil and not is_int(slot, 1, MAX_LIMIT) then
+        argerror(3, fname, ("slot must be a whole number from 1 to %d, got %s"):format(MAX_LIMIT, show(slot)))
+    end
+    return ttl, keepalive, margin, slot
 end
 
 return _M

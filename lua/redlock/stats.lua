@@ -2,7 +2,7 @@
 -- "Counting") as a plain Lua table, and the sum of two such tables. The
 -- table (docs/observability.md has every field):
 --   operations[kind][outcome]   rounds decided; kind: acquire, release,
---                               extend, fenced, commit; outcome: the status
+--                               extend, fenced, commit, slot; outcome: the status
 --                               words (ok, busy, unavailable, timeout, not held)
 --   decision_ms[kind]           a histogram (below) of the time to decide
 --   tails, cleanups, wakeups    counters; inflight, tails_running, waiters: now

@@ -89,6 +89,21 @@ local function wake_jitter(client, a)
     if ms > 0 then nap(client, ms) end
 end
 
+-- A semaphore's waiter woken by a release hears it from every node that
+-- gives it the turn, each once that node has freed the slot; a node that
+-- has not yet would refuse it. So it waits, at most this many ms, until it
+-- has heard a quorum of them (since seen) before it attempts.
+local QUORUM_OF_WAKES_MS = 2
+
+local function quorum_of_wakes(client, a, seen, quorum)
+    local by, h = now() + QUORUM_OF_WAKES_MS, heard(client, a)
+    while (h - seen) % 4294967296 < quorum do
+        local left = ceil(by - now())
+        if left <= 0 or sleep_until(client, a, h, left) ~= 1 then return end
+        h = heard(client, a)
+    end
+end
+
 -- A releaser that locks the same resource again at once would nearly always
 -- beat the waiter its release woke: that waiter first sleeps its 0-3 ms, then
 -- needs a round. A release that a waiter heard (the script answers 2, counted
@@ -141,7 +156,9 @@ local WAKE_ATTEMPTS = 4
 --   d, client     the client (a redlock.new table) and its transport's client
 --   kind          how to attempt: kind.try(d, client, a, b) makes one attempt
 --                 (a lock, or nil, err, detail); kind.queued, if set, the
---                 same as a waiter that joins the nodes' queues
+--                 same as a waiter that joins the nodes' queues (a
+--                 semaphore's, kind.slots set, also takes the waiter's
+--                 ticket: rl_wall_ms() when it began waiting, its place)
 --   a, b          what an attempt takes: the resource (or list) and the ttl
 --   policy        the retry policy; deadline: when the last attempt may
 --                 start at the latest (rl_now_ms), or nil
@@ -163,6 +180,9 @@ end
 local function retries(w, owed)
     local d, client, a, b = w.d, w.client, w.a, w.b
     local try, err, detail = w.kind.try, w.err, w.detail
+    -- a semaphore's waiters hear the releases of every slot: as many
+    -- wake-ups per slot as a lock's waiters get
+    local wake_attempts = WAKE_ATTEMPTS * (w.kind.slots or 1)
     local n = 1
     local notify = d.notify
     local seen = notify and heard(client, a)
@@ -175,8 +195,9 @@ local function retries(w, owed)
     -- the first delay
     local queued = notify and w.kind.queued
     if queued then try = queued end
+    local ticket = w.kind.slots and C.rl_wall_ms() or nil
     if queued or owed then
-        got, err, detail = try(d, client, a, b)
+        got, err, detail = try(d, client, a, b, ticket)
         if got then return got end
     end
     while true do
@@ -197,11 +218,13 @@ local function retries(w, owed)
             local wake_by, extra = now() + delay, 0
             while true do
                 local woke = sleep_until(client, a, seen, delay) == 1
-                if woke and extra == WAKE_ATTEMPTS then
+                if woke and extra == wake_attempts then
                     -- this delay's wake-ups are used up: sleep out the rest
                     local left = floor(wake_by - now())
                     if left > 0 then nap(client, left) end
                     woke = false
+                elseif woke and w.kind.slots then
+                    quorum_of_wakes(client, a, seen, d.quorum)
                 elseif woke then
                     wake_jitter(client, a)
                 end
@@ -210,14 +233,14 @@ local function retries(w, owed)
                 if not woke or delay <= 0 then break end
                 extra = extra + 1
                 -- (a failure here is superseded by the policy's attempt below)
-                got = try(d, client, a, b)
+                got = try(d, client, a, b, ticket)
                 if got then return got end
             end
         else
             nap(client, delay)
         end
         n = n + 1
-        got, err, detail = try(d, client, a, b)
+        got, err, detail = try(d, client, a, b, ticket)
         if got then return got end
     end
 end
@@ -246,6 +269,11 @@ function _M.with_retries(d, client, kind, a, b, policy, wait)
         return watched_retries(waiter(d, client, kind, a, b, policy, deadline), owed)
     end
     if owed > 0 then nap(client, ceil(owed)) end
+    if d.notify and kind.slots then
+        -- a semaphore's waiter listens from the start: its first attempt is
+        -- already its queued one (a second, at once, would be refused too)
+        return watched_retries(waiter(d, client, kind, a, b, policy, deadline))
+    end
     local got, err, detail = kind.try(d, client, a, b)
     if got then return got end
     local w = waiter(d, client, kind, a, b, policy, deadline)

@@ -14,6 +14,8 @@
 --   overlaps      pairs of intervals of different holders that intersect
 --   unfinished    holders that entered and never exited
 --   malformed     lines that are not events, or an exit without its enter
+--   most, over_limit  (opts.limit: a semaphore's) the most holders at once,
+--                 and the enters that made them more than the limit
 --   lost_updates  acquisitions - final counter (when a counter is given):
 --                 each critical section increments a shared counter file
 --                 by read-modify-write, so any interleaving loses updates
@@ -108,6 +110,25 @@ function M.overlaps(intervals)
   return count, examples
 end
 
+--- A semaphore's history: the most holders at once, and the moments (an
+-- enter) at which more than limit held. An exit and an enter at the same
+-- microsecond count as one after the other.
+function M.holders(intervals, limit)
+  local events = {}
+  for _, iv in ipairs(intervals) do
+    events[#events + 1] = { t = iv.enter, d = 1 }
+    events[#events + 1] = { t = iv.exit, d = -1 }
+  end
+  table.sort(events, function(a, b) if a.t ~= b.t then return a.t < b.t end return a.d < b.d end)
+  local now, most, over = 0, 0, 0
+  for _, e in ipairs(events) do
+    now = now + e.d
+    if now > most then most = now end
+    if e.d > 0 and now > limit then over = over + 1 end
+  end
+  return most, over
+end
+
 --- Check a history. log is a path (or the log text with opts.text = true);
 -- opts.counter is the counter file path. Returns a table of counts.
 function M.check(log, opts)
@@ -119,6 +140,7 @@ function M.check(log, opts)
     unfinished = unfinished,
     malformed = malformed,
   }
+  if opts.limit then r.most, r.over_limit = M.holders(intervals, opts.limit) end
   r.overlaps, r.examples = M.overlaps(intervals)
   if opts.counter then
     r.counter = M.read_counter(opts.counter)

@@ -263,7 +263,7 @@ end
 function _M.lock(dlm, resource, o)
     local sys = require "redlock.host.sys"
     local lopts = { ttl = o.ttl, keepalive = true, margin = o.margin, fence = o.fence or false,
-                    shared = o.shared or false }
+                    shared = o.shared or false, limit = o.limit }
     if o.nonblock then return dlm:try_lock(resource, lopts) end
     local policy = o.policy or require("redlock").retry.forever()
     local since -- when the attempts began failing for another reason than busy

@@ -73,6 +73,8 @@ local SPEC = config.spec {
         help = "when COMMAND exits, stop the rest of its process group instead of waiting for it" },
     { name = "fence", long = "fence",
         help = "take a fencing token with the lock, in COMMAND's environment as REDLOCK_TOKEN" },
+    { name = "limit", long = "limit", arg = "L", check = "count",
+        help = "RESOURCE is a semaphore: run when fewer than L holders run anywhere (1 to 1024); REDLOCK_SLOT says which slot" },
     { name = "shared", short = "s", long = "shared",
         help = "take a shared hold (flock -s): held with other shared holders, never with an exclusive one" },
     { name = "quiet", short = "q", long = "quiet", help = "no message when RESOURCE is held elsewhere" },
@@ -237,6 +239,13 @@ function _M.run(opts, argv, k)
     if opts.shared and opts.fence then
         return host.usage_error("exec", "--shared and --fence exclude each other: a shared hold has no fencing token")
     end
+    if opts.limit and opts.shared then
+        return host.usage_error("exec", "--limit and --shared exclude each other: a semaphore's slots are exclusive holds")
+    end
+    if opts.limit and (opts.limit > 1024 or opts.fence) then
+        return host.usage_error("exec", opts.fence and "--limit and --fence exclude each other"
+            or "--limit must be from 1 to 1024")
+    end
     local policy
     if opts.policy then
         local err
@@ -280,7 +289,7 @@ function _M.run(opts, argv, k)
     local locked, lock, why, detail = pcall(config.lock, dlm, resource, {
         ttl = ttl, margin = margin, policy = policy,
         nonblock = opts.nonblock, wait = opts.wait or opts.timeout, unreachable = unreachable, fence = opts.fence,
-        shared = opts.shared,
+        limit = opts.limit, shared = opts.shared,
     })
     if not locked then
         if lock == POLICY_RAISED then
@@ -317,6 +326,7 @@ function _M.run(opts, argv, k)
     sys.setenv("REDLOCK_VALUE", lock.value)
     sys.setenv("REDLOCK_VALIDITY_MS", math.floor(lock.validity or ttl))
     if lock.token then sys.setenv("REDLOCK_TOKEN", lock.token_string) end
+    if lock.slot then sys.setenv("REDLOCK_SLOT", tostring(lock.slot)) end
     local pid, serr, errno = sys.spawn(command,
         sys.NEWPGRP + sys.SUPERVISE + sys.FOREGROUND + sys.DIE_WITH_HOST + sys.WATCHDOG, grace)
     if not pid then

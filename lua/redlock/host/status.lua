@@ -1,7 +1,8 @@
 --- redlock status [RESOURCE]: with RESOURCE, per node whether the key
 -- exists, its value (and the holder's label in it), the fence counter and
 -- its PTTL; whether one value holds a quorum, who holds it and for how long.
--- Without, per node whether it answers and how fast.
+-- Without, per node whether it answers and how fast. With --limit L, per
+-- slot of the semaphore RESOURCE, the value most nodes hold and its label.
 --
 -- Reads the nodes directly (rl_host_probe in core/host/probe.c, hiredis'
 -- blocking API behind a plain struct), so it shows what is really on each
@@ -19,7 +20,10 @@ local _M = {}
 local TIMEOUT_MS = 500
 local SHARED_MARK = "redlock:shared" -- a key held by shared holders (core/src/shared.h)
 
-local SPEC = config.spec {}
+local SPEC = config.spec {
+    { name = "limit", long = "limit", arg = "L", check = "count",
+        help = "RESOURCE is a semaphore of L slots: show each slot's holder instead" },
+}
 _M.SPEC = SPEC
 
 function _M.help()
@@ -43,6 +47,11 @@ value's first characters, the nodes it is on and its most time left.
 
 Options:
 %s
+
+With --limit L, RESOURCE is a semaphore: one line per slot (its key
+redlock:slot:<k>:<key>) saying which value holds it on how many nodes, and
+its holder's label, then the number of slots held by a quorum; exit status
+0 when a quorum of nodes answered, 69 when too few did.
 
 Exit status: 0 held by a quorum (without RESOURCE: a quorum answers),
 1 not held by a quorum, 64 usage, 69 too few nodes answered to tell.
@@ -146,6 +155,34 @@ local function token_of(answers, value)
     return best
 end
 
+-- A semaphore of limit slots on key: per slot, the value most nodes hold,
+-- on how many, and its label. Exit status: OK, or UNAVAILABLE when fewer
+-- than a quorum of nodes answered.
+local function slots_status(opts, servers, key, limit, resource, quorum)
+    local n = #servers
+    print(("semaphore '%s' of %d slots on %d nodes, quorum %d"):format(resource, limit, n, quorum))
+    local held, worst = 0, n
+    for slot = 1, limit do
+        local rows, answers, answered = probe_all(opts, servers, ("redlock:slot:%d:%s"):format(slot, key))
+        if not rows then return answers end
+        if answered < worst then worst = answered end
+        local votes = {}
+        for _, r in pairs(answers) do
+            if r.exists then votes[r.value] = (votes[r.value] or 0) + 1 end
+        end
+        local best, count = nil, 0
+        for v, c in pairs(votes) do
+            if c > count then best, count = v, c end
+        end
+        if best and count >= quorum then held = held + 1 end
+        local label = label_of(best)
+        print(("  slot %-3d %s"):format(slot, best and ("%s... on %d of %d nodes%s%s"):format(best:sub(1, 12), count, n,
+            count >= quorum and "" or " (no quorum)", label and ("  label " .. label) or "") or "free"))
+    end
+    print(("%d of %d slots held by a quorum"):format(held, limit))
+    return worst >= quorum and EXIT.OK or EXIT.UNAVAILABLE
+end
+
 function _M.run(opts, argv, k)
     local resource = argv[k]
     if resource == "" then return host.usage_error("status", "RESOURCE is empty") end
@@ -158,8 +195,13 @@ function _M.run(opts, argv, k)
     if not ok then return host.fail(EXIT.USAGE, "%s", cerr) end
     local n = #servers
     local quorum = math.floor(n / 2) + 1
+    if resource == nil and opts.limit then return host.usage_error("status", "--limit needs RESOURCE") end
     if resource == nil then return nodes_status(opts, servers, quorum) end
     local key = (opts.prefix or os.getenv("REDLOCK_PREFIX") or "") .. resource
+    if opts.limit then
+        if opts.limit > 1024 then return host.usage_error("status", "--limit must be from 1 to 1024") end
+        return slots_status(opts, servers, key, opts.limit, resource, quorum)
+    end
 
     local rows, answers, answered = probe_all(opts, servers, key)
     if not rows then return answers end

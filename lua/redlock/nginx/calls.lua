@@ -88,14 +88,17 @@ end
 ---------------------------------------------------------------------------
 -- orphans: grants whose call is gone, released by the hub for nobody
 
--- Release resource's lock of value from the hub, for nobody (a grant whose
--- request is gone): its result is dropped. An engine with every slot taken
--- gets it again on the loop's next turn.
-local function release_orphan(hub, resource, value)
-    local id = C.rl_engine_begin_release(hub.e, resource, #resource, value, now_ms())
+-- Release resource's lock of value (a semaphore's: slot's; else slot 0)
+-- from the hub, for nobody (a grant whose request is gone): its result is
+-- dropped. An engine with every slot taken gets it again on the loop's
+-- next turn.
+local function release_orphan(hub, resource, value, slot)
+    local id
+    if slot > 0 then id = C.rl_engine_begin_on_slot(hub.e, C.RL_OP_RELEASE, resource, #resource, slot, value, 0, now_ms())
+    else id = C.rl_engine_begin_release(hub.e, resource, #resource, value, now_ms()) end
     if id == ERR_FULL then
         local o = hub.orphans
-        o[#o + 1] = { resource, value }
+        o[#o + 1] = { resource, value, slot }
     end
     wake(hub)
 end
@@ -104,7 +107,7 @@ end
 function _M.retry_orphans(hub)
     local list = hub.orphans
     hub.orphans = {}
-    for k = 1, #list do release_orphan(hub, list[k][1], list[k][2]) end
+    for k = 1, #list do release_orphan(hub, list[k][1], list[k][2], list[k][3]) end
 end
 
 --- Kept locks the hub must run for (extended, or releases not decided), and
@@ -131,7 +134,7 @@ end
 
 -- Nobody will take r, the result of w's operation.
 local function orphaned(hub, w, r)
-    if granted(r) and w.resource then release_orphan(hub, w.resource, ffi_string(r.value)) end
+    if granted(r) and w.resource then release_orphan(hub, w.resource, ffi_string(r.value), r.slot) end
 end
 
 -- The request of coroutine co is gone: results of its other operations

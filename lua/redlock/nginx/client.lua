@@ -29,8 +29,11 @@ local client = {}
 local client_mt = { __index = client }
 
 -- Begin an operation on the hub's engine and register its waiter; the id,
--- or RL_ERR with self.err set.
-function client:begin(kind, resource, len, value, ttl)
+-- or RL_ERR with self.err set. kind: 1 acquire, 2 release, 3 extend, 4
+-- fenced, 5 queued, 6 quiet release, 7 a semaphore's acquire (sem: its
+-- limit; ticket: a waiter's, or 0), 8 and 9 a release and an extension of
+-- slot sem, 10 shared.
+function client:begin(kind, resource, len, value, ttl, sem, ticket)
     local why = phase_refusal()
     if why then self.err = why; return RL_ERR end
     local hub = self.hub
@@ -43,7 +46,10 @@ function client:begin(kind, resource, len, value, ttl)
     elseif kind == 4 then id = C.rl_engine_begin_acquire_fenced(e, resource, len, ttl, now)
     elseif kind == 5 then id = C.rl_engine_begin_acquire_queued(e, resource, len, ttl, now)
     elseif kind == 6 then id = C.rl_engine_begin_release_quiet(e, resource, len, value, now)
-    elseif kind == 7 then id = C.rl_engine_begin_acquire_shared(e, resource, len, ttl, now)
+    elseif kind == 7 then id = C.rl_engine_begin_acquire_slot(e, resource, len, sem, ttl, ticket, now)
+    elseif kind == 8 then id = C.rl_engine_begin_on_slot(e, C.RL_OP_RELEASE, resource, len, sem, value, 0, now)
+    elseif kind == 9 then id = C.rl_engine_begin_on_slot(e, C.RL_OP_EXTEND, resource, len, sem, value, ttl, now)
+    elseif kind == 10 then id = C.rl_engine_begin_acquire_shared(e, resource, len, ttl, now)
     else id = C.rl_engine_begin_extend(e, resource, len, value, ttl, now) end
     if id < 0 then
         self.err = ffi_string(C.rl_engine_errstr(e))
@@ -52,7 +58,7 @@ function client:begin(kind, resource, len, value, ttl)
     local w = take_waiter()
     w.id, w.co = id, co_running()
     -- an acquire's resource: the hub releases a grant whose caller is gone
-    if kind ~= 2 and kind ~= 3 then
+    if kind == 1 or kind == 4 or kind == 5 or kind == 7 or kind == 10 then
         w.resource = (type(resource) == "string" and len == #resource) and resource or ffi_string(resource, len)
     end
     hub.waiters[id] = w
@@ -63,9 +69,12 @@ end
 
 function client:begin_acquire(resource, len, ttl) return self:begin(1, resource, len, nil, ttl) end
 function client:begin_acquire_fenced(resource, len, ttl) return self:begin(4, resource, len, nil, ttl) end
-function client:begin_acquire_shared(resource, len, ttl) return self:begin(7, resource, len, nil, ttl) end
+function client:begin_acquire_shared(resource, len, ttl) return self:begin(10, resource, len, nil, ttl) end
 function client:begin_release(resource, len, value) return self:begin(2, resource, len, value) end
 function client:begin_release_quiet(resource, len, value) return self:begin(6, resource, len, value) end
+function client:begin_on_slot(kind, resource, len, slot, value, ttl)
+    return self:begin(kind == C.RL_OP_RELEASE and 8 or 9, resource, len, value, ttl, slot)
+end
 
 function client:wait(id, out)
     local hub = self.hub
@@ -109,7 +118,7 @@ function client:acquire(resource, len, ttl, out)
 end
 
 function client:acquire_shared(resource, len, ttl, out)
-    return blocking(self, self:begin(7, resource, len, nil, ttl), out)
+    return blocking(self, self:begin(10, resource, len, nil, ttl), out)
 end
 
 function client:acquire_queued(resource, len, ttl, out)
@@ -122,6 +131,14 @@ end
 
 function client:extend(resource, len, value, ttl, out)
     return blocking(self, self:begin(3, resource, len, value, ttl), out)
+end
+
+function client:acquire_slot(resource, len, limit, ttl, ticket, out)
+    return blocking(self, self:begin(7, resource, len, nil, ttl, limit, ticket), out)
+end
+
+function client:on_slot(kind, resource, len, slot, value, ttl, out)
+    return blocking(self, self:begin_on_slot(kind, resource, len, slot, value, ttl), out)
 end
 
 function client:sleep(ms) -- luacheck: ignore 212/self

@@ -66,6 +66,10 @@ local function poke(hub)
 end
 
 function keeper:add(resource, len, value, ttl, valid_until, margin, errbuf, errlen)
+    return self:add_slot(resource, len, 0, value, ttl, valid_until, margin, errbuf, errlen)
+end
+
+function keeper:add_slot(resource, len, slot, value, ttl, valid_until, margin, errbuf, errlen)
     local hub = self.hub
     local why = start(hub)
     if why then
@@ -74,7 +78,7 @@ function keeper:add(resource, len, value, ttl, valid_until, margin, errbuf, errl
     end
     local e = hub.e
     local before = C.rl_engine_deadline(e)
-    local id = C.rl_engine_keep_add(e, resource, len, value, ttl, valid_until, margin, now_ms())
+    local id = C.rl_engine_keep_add_slot(e, resource, len, slot, value, ttl, valid_until, margin, now_ms())
     if id < 0 then
         ffi_copy(errbuf, ffi_string(C.rl_engine_errstr(e)):sub(1, errlen - 1))
         return RL_ERR
@@ -82,6 +86,7 @@ function keeper:add(resource, len, value, ttl, valid_until, margin, errbuf, errl
     -- the strings: for release_entry (interned already: the lock object has them)
     self.entries[id] = (type(resource) == "string" and len == #resource) and resource or ffi_string(resource, len)
     self.values[id] = type(value) == "string" and value or ffi_string(value)
+    self.slots[id] = slot
     hub.kept[id], hub.owners[id] = true, owner()
     local at = C.rl_engine_deadline(e)
     if before < 0 or at < before then wake(hub) end -- the hub may sleep past it
@@ -104,7 +109,7 @@ end
 -- Forget entry id (ours), for the engine and the hub.
 local function forget(self, id)
     local hub = self.hub
-    self.entries[id], self.values[id] = nil, nil
+    self.entries[id], self.values[id], self.slots[id] = nil, nil, nil
     hub.kept[id], hub.owners[id] = nil, nil
 end
 
@@ -135,9 +140,11 @@ function keeper:release_entry(id)
         self:drop(id)
         return 0
     end
-    local resource, value = self.entries[id], self.values[id]
+    local resource, value, slot = self.entries[id], self.values[id], self.slots[id]
     self:remove(id)
-    local rc = self.client:release(resource, #resource, value, self.result)
+    local rc
+    if slot > 0 then rc = self.client:on_slot(C.RL_OP_RELEASE, resource, #resource, slot, value, 0, self.result)
+    else rc = self.client:release(resource, #resource, value, self.result) end
     return (rc == RL_OK and self.result.status == STATUS_OK) and 1 or 0
 end
 
@@ -156,7 +163,7 @@ end
 --- The keeper of client d (a redlock.new table): its kept locks are
 --- extended by the hub of d's client while the worker runs.
 function _M.keeper_new(d)
-    return setmetatable({ client = d.client, hub = d.client.hub, entries = {}, values = {},
+    return setmetatable({ client = d.client, hub = d.client.hub, entries = {}, values = {}, slots = {},
                           result = ffi_new("rl_result") }, keeper_mt)
 end
 

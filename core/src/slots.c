@@ -1,0 +1,59 @@
+/* slots.c — a semaphore's operations in the engine (docs/design.md,
+ * "Semaphores"): what a semaphore's acquire leaves behind on the nodes whose
+ * votes did not make the slot held, and the release of a slot, which wakes
+ * the semaphore's waiters; a won acquire also leaves the queue of waiters
+ * on the nodes whose votes went elsewhere, and a lost one goes back to its
+ * place where its slot is undone (command_slots.c). The round itself (the votes per slot) is
+ * round.c's; the phases are ops.c's. */
+#include "engine_impl.h"
+
+/* A random order of the slots 1 to limit (Fisher-Yates, rl_random). */
+static void draw_order(int *order, int limit) {
+    for (int i = 0; i < limit; i++) order[i] = i + 1;
+    for (int i = limit - 1; i > 0; i--) {
+        int j = (int)(rl_random() * (i + 1));
+        if (j > i) j = i;
+        int t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+}
+
+int rl_slot_acquire_cmd(rl_engine *e, const rl_op *op, rl_buf *b, int ttl_ms) {
+    int order[RL_MAX_LIMIT];
+    draw_order(order, op->sem_limit);
+    const char *waiter = op->sem_ticket > 0 ? rl_engine_waiter_id(e) : NULL;
+    return rl_cmd_acquire_slot(b, op->key.data, op->key.len, op->res.value, ttl_ms, waiter, op->sem_ticket,
+                               order, op->sem_limit);
+}
+
+int rl_op_release_cmd(const rl_op *op, rl_buf *b, int by_sha, int quiet) {
+    if (op->sem_slot == 0) return rl_cmd_release(b, by_sha, op->key.data, op->key.len, op->res.value, quiet);
+    size_t head = rl_slot_head_len(op->sem_slot);
+    return rl_cmd_release_slot(b, by_sha, op->key.data, op->key.len, op->key.data + head, op->key.len - head,
+                               op->res.value, quiet);
+}
+
+int rl_slot_cleanup_cmd(rl_engine *e, const rl_op *op, int node, rl_buf *b) {
+    int won = op->res.status == RL_STATUS_OK;
+    int held = won ? op->res.slot : 0;
+    int voted = op->round.voted[node];
+    int refused = op->res.node[node].state == RL_NODE_TAKEN;
+    const char *waiter = op->sem_ticket > 0 ? rl_engine_waiter_id(e) : NULL;
+    if (voted != 0 && voted == held) return 1; /* the grant here is ours, and it left the queue */
+    if (refused && !(won && waiter)) return 1; /* nothing set here; a loser keeps its place */
+    /* what this node may have set: the slot it answered, none (refused), or any (no answer) */
+    int only = refused ? -1 : voted;
+    const char *how = waiter == NULL ? "" : won ? "leave" : "back";
+    return rl_cmd_release_slots(b, op->key.data, op->key.len, op->res.value, op->sem_limit, only, held, waiter,
+                                op->sem_ticket, how);
+}
+
+void rl_slot_release_strays(rl_engine *e, rl_op *op) {
+    rl_ticket t = {.slot = op->slot, .gen = op->gen, .kind = RL_OP_RELEASE, .sent_ms = e->now, .eval = 1};
+    for (int i = 0; i < e->nnodes; i++) {
+        if (!(op->sent & (1u << i))) continue;
+        if (rl_slot_cleanup_cmd(e, op, i, &e->scratch) != 0) continue; /* nothing to undo, or no memory: the ttl ends it */
+        if (rl_stream_send(&e->nodes[i], e->scratch.data, e->scratch.len, t, e->now) == 0) op->owed |= 1u << i;
+    }
+}

@@ -1,0 +1,431 @@
+-- Semaphores: dlm:lock(resource, { limit = L }) and friends. At most L
+-- holders at once, each holding one slot (an ordinary lock on the slot's
+-- key) on a quorum: under a partition schedule that fools a count-based
+-- semaphore, in a history of 8 processes with pauses and a node restarted
+-- empty, with wake-ups on release and a share for every process.
+
+local redlock = require "redlock"
+local cluster = require "helpers.cluster"
+local history = require "helpers.history"
+local nginx = require "helpers.nginx"
+local proc = require "helpers.proc"
+
+local res = cluster.names("semaphore")
+
+-- The slot's key of resource (empty prefix), as docs/design.md names it.
+local function slot_key(k, resource) return ("redlock:slot:%d:%s"):format(k, resource) end
+
+-- Run `workers` processes of spec/helpers/sem_worker.lua; meanwhile(pids)
+-- is called every 20 ms while they run. Returns the checker's counts and
+-- the summaries (parsed) of the workers.
+local function run_workers(urls, resource, workers, limit, run_ms, hold, ttl, meanwhile)
+  local dir = proc.tmpdir()
+  local logfile = dir .. "/history.log"
+  local pids = {}
+  local ok, err = pcall(function()
+    for w = 1, workers do
+      local argv = { "luajit", "spec/helpers/sem_worker.lua", logfile, resource, tostring(limit), tostring(run_ms),
+                     tostring(hold), tostring(ttl) }
+      for _, u in ipairs(urls) do argv[#argv + 1] = u end
+      pids[w] = proc.spawn_luajit(argv, dir .. "/worker" .. w .. ".out")
+    end
+    local until_ = proc.now_ms() + run_ms + 30000
+    for w = 1, workers do
+      while proc.alive(pids[w]) do
+        assert(proc.now_ms() < until_, "worker " .. w .. " did not finish")
+        if meanwhile then meanwhile(pids) end
+        proc.sleep_ms(20)
+      end
+    end
+  end)
+  for _, pid in ipairs(pids) do proc.kill(pid, "CONT"); proc.stop(pid) end
+  local summaries, texts = {}, {}
+  for w = 1, workers do
+    local text = proc.read_file(dir .. "/worker" .. w .. ".out") or ""
+    texts[w] = text
+    local s = {}
+    for k, v in text:gmatch("(%w+)=(%d+)") do s[k] = tonumber(v) end
+    summaries[w] = s
+  end
+  local h = history.check(logfile, { limit = limit })
+  proc.rmdir(dir)
+  if not ok then error(tostring(err) .. "\n" .. table.concat(texts, "\n"), 0) end
+  return h, summaries, table.concat(texts, "")
+end
+
+describe("semaphore", function()
+  local cl, dlm
+
+  lazy_setup(function()
+    cl = cluster.start(5)
+    dlm = redlock.new { servers = cl.urls }
+  end)
+  lazy_teardown(function()
+    if dlm then dlm:close() end
+    cluster.stop_all()
+  end)
+
+  it("admits limit holders, each on a slot of its own, and refuses the next", function()
+    local r = res("basic")
+    local a = assert(dlm:lock(r, { limit = 2 }))
+    local b = assert(dlm:lock(r, { limit = 2 }))
+    assert.are.same({ 1, 2 }, { math.min(a.slot, b.slot), math.max(a.slot, b.slot) })
+    for i = 1, 5 do
+      assert.are.equal(a.value, cluster.get(cl, i, slot_key(a.slot, r)))
+      assert.are.equal(b.value, cluster.get(cl, i, slot_key(b.slot, r)))
+      assert.is_nil(cluster.get(cl, i, r)) -- the resource's own key is never written
+    end
+    local c, err, detail = dlm:try_lock(r, { limit = 2 })
+    assert.is_nil(c)
+    assert.are.equal("busy", err)
+    assert.are.equal(0, detail.ok)
+    -- the refused attempt left nothing behind
+    for i = 1, 5 do assert.is_nil(cluster.get(cl, i, slot_key(3, r))) end
+    -- a lock object like any other: extend, valid, check, unlock
+    assert.is_true((a:extend(20000)))
+    assert.is_true(cluster.pttl(cl, 1, slot_key(a.slot, r)) > 10000)
+    assert.is_true(a:valid())
+    assert.are.equal(a, a:check())
+    local freed = a.slot
+    assert.is_true((a:unlock()))
+    for i = 1, 5 do assert.is_nil(cluster.get(cl, i, slot_key(freed, r))) end
+    local c2 = assert(dlm:try_lock(r, { limit = 2 }))
+    assert.are.equal(freed, c2.slot)
+    c2:unlock(); b:unlock()
+  end)
+
+  it("limit 1 is a lock on slot 1's key; with_lock and keep-alive work on slots", function()
+    local r = res("one")
+    local a = assert(dlm:lock(r, { limit = 1 }))
+    assert.are.equal(1, a.slot)
+    assert.is_nil(dlm:try_lock(r, { limit = 1 }))
+    a:unlock()
+    local got = dlm:with_lock(r, { limit = 3, ttl = 300 }, function(lk)
+      proc.sleep_ms(10)
+      require("redlock.cdefs").lib.rl_sleep(dlm.client, 800) -- well past the ttl: kept alive
+      assert.is_false(lk:lost())
+      assert.are.equal(lk.value, cluster.get(cl, 1, slot_key(lk.slot, r)))
+      return lk.slot
+    end)
+    assert.is_true(got >= 1 and got <= 3)
+    for i = 1, 5 do assert.is_nil(cluster.get(cl, i, slot_key(got, r))) end
+  end)
+
+  it("close() releases the slots still held", function()
+    local r = res("close")
+    local d = redlock.new { servers = cl.urls }
+    local a = assert(d:lock(r, { limit = 2 }))
+    d:close()
+    for i = 1, 5 do assert.is_nil(cluster.get(cl, i, slot_key(a.slot, r))) end
+  end)
+
+  it("goes with labels, adopt (given the slot) and the metrics' slot kind", function()
+    local r = res("rest")
+    local d = redlock.new { servers = cl.urls, label = "sem-a" }
+    local other = redlock.new { servers = cl.urls }
+    local before = d:stats().operations.slot.ok
+    local a = assert(d:lock(r, { limit = 2, ttl = 5000 }))
+    assert.matches("^sem%-a/%x+$", a.value)
+    assert.are.equal(40, #a.value)
+    assert.are.equal(a.value, cluster.get(cl, 1, slot_key(a.slot, r)))
+    assert.are.equal(before + 1, d:stats().operations.slot.ok)
+    assert.are.equal(0, d:stats().operations.acquire.ok) -- counted apart from a lock's acquire
+    assert.matches('redlock_operations_total{kind="slot",outcome="ok"} 1', redlock.metrics(d), 1, true)
+    -- a value alone does not say which slot it holds: without the slot, not held
+    local none, err = other:adopt(r, a.value)
+    assert.is_nil(none)
+    assert.are.equal("not held", err)
+    local b = assert(other:adopt(r, a.value, { slot = a.slot, ttl = 20000 }))
+    assert.are.equal(a.slot, b.slot)
+    assert.is_true(cluster.pttl(cl, 1, slot_key(a.slot, r)) > 10000)
+    assert.is_true((b:unlock()))
+    for i = 1, 5 do assert.is_nil(cluster.get(cl, i, slot_key(a.slot, r))) end
+    assert.are.equal("not held", select(2, a:unlock()))
+    assert.has_error(function() other:adopt(r, a.value, { slot = 0 }) end,
+      "bad argument #3 to 'adopt' (slot must be a whole number from 1 to 1024, got 0)")
+    d:close(); other:close()
+  end)
+
+  it("refuses a bad limit, and limit with fence, shared or lock_many, before anything is sent", function()
+    local r = res("misuse")
+    for _, bad in ipairs({ 0, -1, 1.5, "2", 1025, true }) do
+      local ok, err = pcall(dlm.lock, dlm, r, { limit = bad })
+      assert.is_false(ok)
+      assert.matches("bad argument #2 to 'lock' %(limit must be a whole number from 1 to 1024, got", err)
+    end
+    assert.has_error(function() dlm:try_lock(r, { limit = 0 }) end,
+      "bad argument #2 to 'try_lock' (limit must be a whole number from 1 to 1024, got 0)")
+    assert.has_error(function() dlm:with_lock(r, { limit = 2.5 }, function() end) end,
+      "bad argument #2 to 'with_lock' (limit must be a whole number from 1 to 1024, got 2.5)")
+    assert.has_error(function() dlm:lock(r, { limit = 2, fence = true }) end,
+      "bad argument #2 to 'lock' (fence cannot go with limit: a semaphore's slots carry no fencing token)")
+    assert.has_error(function() dlm:try_lock(r, { limit = 2, shared = true }) end,
+      "bad argument #2 to 'try_lock' (shared cannot go with limit: a semaphore's slots are exclusive holds)")
+    assert.has_error(function() dlm:lock_many({ r }, { limit = 2 }) end,
+      "bad argument #2 to 'lock_many' (limit cannot go with lock_many: take a semaphore with lock, try_lock or with_lock)")
+    for i = 1, 5 do assert.are.equal("0", cl:cli(i, "DBSIZE")) end
+  end)
+
+  -- The partition of the issue: 5 nodes, limit 2; A reaches nodes 1-3, B
+  -- nodes 3-5, C nodes 1, 2, 4 and 5. Each client's other nodes are URLs
+  -- to a port where nothing listens.
+  describe("the partition schedule (5 nodes, limit 2, three clients cut off from different minorities)", function()
+    local reach = { A = { 1, 2, 3 }, B = { 3, 4, 5 }, C = { 1, 2, 4, 5 } }
+    local dead = {}
+    lazy_setup(function()
+      for i = 1, 5 do dead[i] = "redis://127.0.0.1:" .. nginx.free_port() end
+    end)
+
+    local function urls_of(name)
+      local urls = {}
+      for i = 1, 5 do urls[i] = dead[i] end
+      for _, i in ipairs(reach[name]) do urls[i] = cl.urls[i] end
+      return urls
+    end
+
+    -- redis-semaphore 5.8's RedlockSemaphore, in small: per node a ZSET of
+    -- holders scored by the client's clock; a node admits while it has
+    -- fewer than limit; the semaphore is taken on a quorum of admissions.
+    local COUNT_SCRIPT = "redis.call('zremrangebyscore', KEYS[1], '-inf', tonumber(ARGV[4]) - tonumber(ARGV[3])) "
+      .. "if redis.call('zcard', KEYS[1]) < tonumber(ARGV[1]) then "
+      .. "redis.call('zadd', KEYS[1], ARGV[4], ARGV[2]) redis.call('pexpire', KEYS[1], ARGV[3]) return 1 end return 0"
+    local function count_acquire(key, name)
+      local yes = 0
+      for _, i in ipairs(reach[name]) do
+        local out = cl:cli(i, "EVAL", COUNT_SCRIPT, "1", key, "2", name, "10000", tostring(proc.wall_ms()))
+        if out:match("^1") then yes = yes + 1 end
+      end
+      return yes >= 3
+    end
+
+    it("the count-based scheme admits all three", function()
+      local key = res("count")
+      local admitted = 0
+      for _, name in ipairs({ "A", "B", "C" }) do
+        if count_acquire(key, name) then admitted = admitted + 1 end
+      end
+      assert.are.equal(3, admitted)
+    end)
+
+    it("ours admits at most 2, whatever order the slots are drawn in (20 runs)", function()
+      local clients = {}
+      for _, name in ipairs({ "A", "B", "C" }) do
+        clients[name] = redlock.new { servers = urls_of(name), node_timeout = 200 }
+      end
+      local most, total = 0, 0
+      for run = 1, 20 do
+        local r = res("partition" .. run)
+        local held = {}
+        for _, name in ipairs({ "A", "B", "C" }) do
+          local lk = clients[name]:try_lock(r, { limit = 2 })
+          if lk then held[#held + 1] = lk end
+        end
+        if #held > most then most = #held end
+        total = total + #held
+        for _, lk in ipairs(held) do lk:unlock() end
+      end
+      for _, c in pairs(clients) do c:close() end
+      assert.are.equal(2, most)      -- never 3; and 2 happens
+      assert.is_true(total >= 20)    -- A, at least, always gets a slot (it comes first)
+    end)
+  end)
+
+  it("redlock exec --limit runs COMMAND while fewer than L hold it; status --limit shows the slots", function()
+    local bin = os.getenv("REDLOCK_HOST") or (proc.build .. "/redlock")
+    local r = res("host")
+    local dir = proc.tmpdir()
+    local env = { REDLOCK_SERVERS = table.concat(cl.urls, ",") }
+    local pids = {}
+    for w = 1, 2 do
+      pids[w] = proc.spawn({ bin, "exec", "--limit", "2", r, "--", "sh", "-c", "echo $REDLOCK_SLOT; sleep 3" },
+        { env = env, out = dir .. "/h" .. w })
+    end
+    for w = 1, 2 do assert(proc.wait_file(dir .. "/h" .. w, 20000)) end
+    local function host(cmd)
+      return proc.sh(("REDLOCK_SERVERS=%s %s %s"):format(proc.quote(env.REDLOCK_SERVERS), proc.quote(bin), cmd))
+    end
+    local out, rc = host("exec -n --limit 2 " .. proc.quote(r) .. " -- echo third")
+    assert.are.equal(1, rc, out)
+    assert.matches("is held elsewhere", out)
+    out, rc = host("status --limit 3 " .. proc.quote(r))
+    assert.are.equal(0, rc, out)
+    assert.matches("2 of 3 slots held by a quorum", out)
+    assert.matches("slot 3 +free", out)
+    assert.matches("on 5 of 5 nodes  label [^%s]+:%d+", out) -- a holder's HOST:PID
+    local slots = (proc.read_file(dir .. "/h1") .. proc.read_file(dir .. "/h2")):gsub("%s", "")
+    assert.is_true(slots == "12" or slots == "21", slots)
+    out, rc = host("exec --limit 2 --fence " .. proc.quote(r) .. " -- true")
+    assert.are.equal(64, rc, out)
+    assert.matches("%-%-limit and %-%-fence exclude each other", out)
+    out, rc = host("exec --limit 2 --shared " .. proc.quote(r) .. " -- true")
+    assert.are.equal(64, rc, out)
+    assert.matches("%-%-limit and %-%-shared exclude each other", out)
+    for w = 1, 2 do assert.is_true(proc.wait_gone(pids[w], 20000)) end
+    out, rc = host("exec -n --limit 2 " .. proc.quote(r) .. " -- echo third")
+    assert.are.equal(0, rc, out)
+    proc.rmdir(dir)
+  end)
+
+  it("a release wakes a waiter long before its policy's next attempt", function()
+    local r = res("wake")
+    local dir = proc.tmpdir()
+    local script = dir .. "/holder.lua"
+    proc.write_file(script, ([[
+      local redlock = require "redlock"
+      local proc = require "helpers.proc"
+      local dlm = redlock.new { servers = { %s } }
+      local lk = assert(dlm:lock(%q, { limit = 1 }))
+      proc.write_file(%q, "held")
+      proc.sleep_ms(300)
+      lk:unlock()
+      proc.write_file(%q, tostring(proc.now_ms()))
+      dlm:close()
+    ]]):format("'" .. table.concat(cl.urls, "','") .. "'", r, dir .. "/held", dir .. "/released"))
+    local pid = proc.spawn_luajit({ "luajit", script }, dir .. "/out")
+    assert(proc.wait_file(dir .. "/held", 20000), proc.read_file(dir .. "/out"))
+    local t0 = proc.now_ms()
+    -- the policy would try again only after 10 s
+    local lk, err = dlm:lock(r, { limit = 1, retry = function(n) return n < 3 and 10000 or nil end })
+    local waited = proc.now_ms() - t0
+    assert(lk, err)
+    local released = tonumber(proc.wait_file(dir .. "/released", 5000))
+    assert.is_true(waited < 5000, "waited " .. waited .. " ms")
+    assert.is_true(proc.now_ms() - released < 3000)
+    lk:unlock()
+    proc.wait_gone(pid, 10000)
+    proc.rmdir(dir)
+  end)
+
+  -- Waiters are served in the order they began waiting, on every node: a
+  -- freed slot is the turn of the first waiter in the nodes' queues, even
+  -- while that waiter cannot take it yet (SIGSTOP), and a try_lock does not
+  -- take it meanwhile; a waiter that died does not keep the turn. Before the
+  -- turns, the try_lock got the slot that a stopped waiter was woken for.
+  it("serves waiters in the order they began waiting; a try_lock cannot take a waiter's turn", function()
+    local r = res("turns")
+    local queue = "redlock:squeue:" .. r
+    local dir = proc.tmpdir()
+    local function waiter(name)
+      local script = ("%s/%s.lua"):format(dir, name)
+      proc.write_file(script, ([[
+        local redlock = require "redlock"
+        local proc = require "helpers.proc"
+        local dlm = redlock.new { servers = { %s } }
+        -- only a wake-up brings an attempt within the spec's time
+        local lk = assert(dlm:lock(%q, { limit = 1, wait = 60000, retry = function() return 30000 end }))
+        proc.write_file(%q, tostring(proc.now_ms()))
+        assert(proc.wait_file(%q, 30000))
+        assert(lk:unlock())
+        dlm:close()
+      ]]):format("'" .. table.concat(cl.urls, "','") .. "'", r, ("%s/%s.got"):format(dir, name),
+        ("%s/%s.release"):format(dir, name)))
+      return proc.spawn_luajit({ "luajit", script }, ("%s/%s.out"):format(dir, name))
+    end
+    -- every node has n waiters queued, in one order
+    local function queued(n)
+      local by = proc.now_ms() + 20000
+      repeat
+        local first, same = nil, true
+        for i = 1, cl.n do
+          local ids = cluster.call(cl, i, "ZRANGE", queue, "0", "-1")
+          local count = select(2, ids:gsub("[^\n]+", ""))
+          if ids == "<nil>" or ids == "" then count = 0 end
+          if count ~= n then same = false end
+          first = first or ids
+          if ids ~= first then same = false end
+        end
+        if same then return true end
+        proc.sleep_ms(20)
+      until proc.now_ms() > by
+      return false
+    end
+    local function out(name) return proc.read_file(("%s/%s.out"):format(dir, name)) or "" end
+    local holder = assert(dlm:lock(r, { limit = 1 }))
+    local w1 = waiter("w1")
+    assert(queued(1), out("w1"))
+    local w2 = waiter("w2")
+    assert(queued(2), out("w2"))
+    proc.kill(w1, "STOP")
+    assert(holder:unlock())
+    -- the slot is free, and it is w1's turn: nobody else gets it
+    local t0 = proc.now_ms()
+    while proc.now_ms() - t0 < 500 do
+      local lk, err = dlm:try_lock(r, { limit = 1 })
+      assert.is_nil(lk, "a try_lock took the turn of a stopped waiter")
+      assert.equal("busy", err)
+      proc.sleep_ms(50)
+    end
+    assert.is_false(proc.exists(dir .. "/w2.got"))
+    proc.kill(w1, "CONT")
+    assert(proc.wait_file(dir .. "/w1.got", 5000), out("w1"))
+    assert.is_false(proc.exists(dir .. "/w2.got"))
+    proc.write_file(dir .. "/w1.release", "1")
+    assert(proc.wait_file(dir .. "/w2.got", 5000), out("w2"))
+    -- a waiter that died keeps no turn: its subscriptions are gone
+    local w3 = waiter("w3")
+    assert(queued(1), out("w3"))
+    proc.kill(w3, "KILL")
+    proc.wait_gone(w3, 5000)
+    proc.write_file(dir .. "/w2.release", "1")
+    assert.is_true(proc.wait_gone(w1, 10000) and proc.wait_gone(w2, 10000))
+    local lk
+    t0 = proc.now_ms()
+    repeat
+      lk = dlm:try_lock(r, { limit = 1 })
+      if not lk then proc.sleep_ms(20) end
+    until lk or proc.now_ms() - t0 > 5000
+    assert(lk, "the slot stayed with a dead waiter")
+    assert(lk:unlock())
+    for _, pid in ipairs({ w1, w2, w3 }) do proc.stop(pid) end
+    proc.rmdir(dir)
+  end)
+
+  it("8 processes, limit 3: every process gets a share, never more than 3 hold", function()
+    local h, s, text = run_workers(cl.urls, res("fair"), 8, 3, 3000, 5, 5000)
+    assert.are.equal(0, h.malformed + h.unfinished)
+    assert.are.equal(0, h.over_limit, text)
+    assert.is_true(h.most <= 3)
+    local total = 0
+    for w = 1, 8 do total = total + (s[w].acquired or 0) end
+    for w = 1, 8 do
+      assert.is_true((s[w].acquired or 0) >= total / 8 / 5, "worker " .. w .. " starved: " .. text)
+    end
+  end)
+
+  it("history check: 8 processes, limit 3, holders paused, a node killed and restarted empty after the ttl", function()
+    local TTL = 2000
+    local killed_at, restarted
+    local paused = {}
+    local t0 = proc.now_ms()
+    local h, s, text = run_workers(cl.urls, res("history"), 8, 3, 6000, 20, TTL, function(pids)
+      local t = proc.now_ms() - t0
+      -- SIGSTOP a random worker for 50-400 ms (shorter than any validity)
+      for pid, until_ in pairs(paused) do
+        if proc.now_ms() >= until_ then proc.kill(pid, "CONT"); paused[pid] = nil end
+      end
+      if next(paused) == nil and math.random() < 0.3 then
+        local pid = pids[math.random(#pids)]
+        if proc.alive(pid) then
+          proc.kill(pid, "STOP")
+          paused[pid] = proc.now_ms() + math.random(50, 400)
+        end
+      end
+      if not killed_at and t > 1000 then
+        assert(cl:kill(2, "KILL"))
+        killed_at = proc.now_ms()
+      elseif killed_at and not restarted and proc.now_ms() - killed_at > TTL + 500 then
+        cl:restart(2)
+        restarted = true
+      end
+    end)
+    if not restarted then cl:restart(2) end
+    assert.is_true(restarted)
+    local past, total = 0, 0
+    for w = 1, 8 do past, total = past + (s[w].past or 0), total + (s[w].acquired or 0) end
+    assert.are.equal(0, past, text)            -- no holder ran past its validity...
+    assert.are.equal(0, h.over_limit, text)    -- ...so never more than 3 at once
+    assert.is_true(h.most <= 3 and h.most >= 2)
+    assert.is_true(total > 50, text)
+    assert.are.equal(0, h.malformed + h.unfinished)
+  end)
+end)
