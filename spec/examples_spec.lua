@@ -68,7 +68,7 @@ describe("examples/", function()
       for _, o in ipairs(outs) do
         if o:find("report for " .. day .. " done", 1, true) then
           built = built + 1
-          assert.matches("building the report for " .. day .. " %(lock value %x+%.%.%.%)\n", o)
+          assert.matches("building the report for " .. day .. " %(lock value %S+%.%.%.%)\n", o)
           assert.matches("  step 3 done, %d+ ms of validity left\n", o)
         end
         if o:find("another machine is building the report for " .. day, 1, true) then skipped = skipped + 1 end

@@ -680,7 +680,7 @@ describe("TLS (libev driver)", function()
       local out, rc = host(("exec --cacert %s --servers %s %s -- %s status --cacert %s --servers %s %s"):format(
         q(pki.ca), servers, q(r), q(BIN), q(pki.ca), servers, q(r)))
       assert.equal(0, rc, out)
-      assert.matches("held: value %x+%.%.%. on 3 of 3 nodes", out)
+      assert.matches("held: value %S+%.%.%. on 3 of 3 nodes", out)
       out, rc = host(("status --cacert %s --servers %s %s"):format(q(pki.wrong_ca), servers, q(r)))
       assert.equal(69, rc, out)
       assert.matches("certificate verify failed", out, 1, true)
