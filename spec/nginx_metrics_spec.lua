@@ -11,7 +11,6 @@ local nginx = require "helpers.nginx"
 local prometheus = require "helpers.prometheus"
 local proc = require "helpers.proc"
 
-local ROOT, BUILD = nginx.root, nginx.build
 local EACH = 7 -- acquisitions per worker
 
 -- What nginx-lua-prometheus prints for a counter of its own, and its error counter.
@@ -34,10 +33,8 @@ describe("nginx /metrics", function()
   local cl, srv
   setup(function()
     cl = cluster.start(3)
-    srv = nginx.start {
+    srv = nginx.start_tree {
       workers = 2,
-      package_path = ROOT .. "/lua/?.lua;" .. ROOT .. "/lua/?/init.lua",
-      package_cpath = BUILD .. "/?.so",
       http = "lua_shared_dict redlock_metrics 1m;",
       init = ([[
         redlock = require "redlock"

@@ -10,7 +10,7 @@ local nginx = require "helpers.nginx"
 local prometheus = require "helpers.prometheus"
 local proc = require "helpers.proc"
 
-local ROOT, BUILD = nginx.root, nginx.build
+local ROOT = nginx.root
 local BIN = os.getenv("REDLOCK_HOST") or (ROOT .. "/build/redlock")
 if BIN:sub(1, 1) ~= "/" then BIN = ROOT .. "/" .. BIN end
 local NGINX_LOCKS, HOST_LOCKS = 6, 9
@@ -20,9 +20,7 @@ describe("a real Prometheus server", function()
   setup(function()
     cl = cluster.start(3)
     dir = proc.tmpdir()
-    srv = nginx.start {
-      package_path = ROOT .. "/lua/?.lua;" .. ROOT .. "/lua/?/init.lua",
-      package_cpath = BUILD .. "/?.so",
+    srv = nginx.start_tree {
       http = "lua_shared_dict redlock_metrics 1m;",
       init = ("redlock = require 'redlock'; DLM = redlock.new { servers = %s }"):format(nginx.lua_list(cl.urls)),
       init_worker = 'require("redlock.nginx.metrics").start("redlock_metrics")',

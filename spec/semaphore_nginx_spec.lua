@@ -11,7 +11,6 @@ local cluster = require "helpers.cluster"
 local proc = require "helpers.proc"
 
 local ROOT = nginx.root
-local BUILD = nginx.build
 local LIMIT = 3
 
 -- The nginx block of docs/semaphore.md's "Inside nginx": the body of its
@@ -54,10 +53,8 @@ describe("a semaphore inside nginx (docs/semaphore.md's example)", function()
       "content_by_lua_block { ngx.sleep(0.005) ngx.say('ok') }", "proxy_pass")
     local urls = {}
     for i, u in ipairs(cl.urls) do urls[i] = ("%q"):format(u) end
-    srv = nginx.start {
+    srv = nginx.start_tree {
       workers = 2,
-      package_path = ROOT .. "/lua/?.lua;" .. ROOT .. "/lua/?/init.lua",
-      package_cpath = BUILD .. "/?.so",
       http = "lua_shared_dict permits 1m;",
       init = ([[
         URLS = { %s }
