@@ -243,7 +243,14 @@ describe("a kept lock of a client whose prefix was built at run time", function(
     assert.is_true(lock:valid())
     -- built only now: an equal string alive earlier would have kept the old one
     local key = ("pfx:%s:xxx:"):format(tag) .. r
-    assert(cluster.await_value(cl, key, lock.value, 1000))
+    -- A quorum holds it under the prefixed name: on a loaded machine one
+    -- node's extension may come after its key ran out there, and a kept lock
+    -- needs a quorum only.
+    local holding = 0
+    for i = 1, 3 do
+      if cluster.get(cl, i, key) == lock.value then holding = holding + 1 end
+    end
+    assert.is_true(holding >= 2, ("%d of 3 nodes hold %s"):format(holding, key))
     assert(cluster.await_value(cl, r, nil, 0)) -- nothing without the prefix
     assert.is_true(lock:unlock())
     assert(cluster.await_value(cl, key, nil, 1000))
