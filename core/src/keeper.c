@@ -58,15 +58,24 @@ static int releasing(const rl_engine *e) {
     return rl_engine_keep_releasing(e, NULL);
 }
 
+/* Commands of decided rounds still on their way: tails, and releases kept
+ * for a node that has stopped answering or is reconnecting. */
+static int unfinished(const rl_engine *e) {
+    return rl_engine_tails(e) + rl_engine_unwritten(e);
+}
+
 /* Release every lock kept (the engine begins the releases, a window at a
- * time) and drive the client until they are decided or the deadline has
- * come; count those a quorum confirmed. Mutex held (let go while the loop
- * waits). */
+ * time) and drive the client until they are decided, then until the nodes
+ * outside the quorum have their releases too (a caller about to exit would
+ * leave those keys for their ttl), or the deadline has come; count those a
+ * quorum confirmed. Mutex held (let go while the loop waits). */
 static void release_held(rl_keeper *k) {
     int released = 0;
     rl_engine_keep_release_all(k->engine, rl_now_ms());
     double left = k->release_deadline - rl_now_ms();
     if (left >= 1) rl_client_run_while(k->client, releasing, (int)left);
+    left = k->release_deadline - rl_now_ms();
+    if (left >= 1) rl_client_run_while(k->client, unfinished, (int)left);
     rl_engine_keep_releasing(k->engine, &released);
     k->release_count = released;
     k->release_requested = 0;
