@@ -14,12 +14,25 @@
  * release does: waking the waiters (PLAIN) or nobody (QUIET). */
 enum { PLAIN, FENCED, QUEUED, QUIET, SHARED };
 
+/* A fenced acquire's grant: on plain nodes with the counter key:fence, on
+ * cluster nodes (if the engine has any, and the name differs there) with
+ * base:fence, base the key's companion base, in the key's slot. */
+static int fenced_cmd(rl_engine *e, rl_op *op, int ttl_ms) {
+    const char *key = op->key.data;
+    size_t len = op->key.len;
+    if (rl_cmd_acquire_fenced(&op->cmd, key, len, key, len, op->res.value, ttl_ms) != 0) return -1;
+    if (op->hslot < 0) return 0;
+    if (rl_cluster_base(&e->base, key, len) != 0) return -1;
+    if (e->base.len == len && memcmp(e->base.data, key, len) == 0) return 0;
+    return rl_cmd_acquire_fenced(&op->ccmd, key, len, e->base.data, e->base.len, op->res.value, ttl_ms);
+}
+
 /* The acquire's command (op->key: the lock's key, or a semaphore's). */
 static int acquire_cmd(rl_engine *e, rl_op *op, int variant, int ttl_ms) {
     const char *waiter = variant == QUEUED ? rl_engine_waiter_id(e) : NULL;
     if (op->sem_limit > 0) return rl_slot_acquire_cmd(e, op, &op->cmd, ttl_ms);
     return variant == SHARED ? rl_cmd_shared_acquire(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms)
-           : variant == FENCED ? rl_cmd_acquire_fenced(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms)
+           : variant == FENCED ? fenced_cmd(e, op, ttl_ms)
            : waiter          ? rl_cmd_acquire_queued(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms, waiter)
                              : rl_cmd_acquire(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms);
 }
@@ -50,6 +63,7 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
 
     /* key = prefix .. resource */
     op->cmd.len = 0;
+    op->ccmd.len = 0;
     size_t plen = e->opts.prefix_len;
     if (op->key.cap < plen + len) {
         char *p = realloc(op->key.data, plen + len);
@@ -60,6 +74,7 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
     memcpy(op->key.data, e->prefix, plen);
     memcpy(op->key.data + plen, resource, len);
     op->key.len = plen + len;
+    op->hslot = e->nclusters > 0 ? rl_hash_slot(op->key.data, op->key.len) : -1; /* the lock key's slot */
     op->sem_limit = kind == RL_OP_ACQUIRE ? sem : 0;
     op->sem_slot = kind == RL_OP_ACQUIRE ? 0 : sem;
     op->sem_ticket = op->sem_limit > 0 && variant == QUEUED ? ticket : 0;

@@ -187,19 +187,21 @@ int rl_cmd_extend(rl_buf *b, int by_sha, const char *key, size_t keylen, const c
     return 0;
 }
 
-/* EVAL script 2 key key:fence value n: a fenced lock's scripts, sent whole
- * (they run once or twice per grant, so no SCRIPT LOAD is kept for them). */
+/* EVAL script 2 key base:fence value n: a fenced lock's scripts, sent whole
+ * (they run once or twice per grant, so no SCRIPT LOAD is kept for them).
+ * base: the key itself on a plain node, its companion base on a cluster
+ * node (rl_cluster_base). */
 static int fenced_eval(rl_buf *b, const char *script, size_t script_len, const char *key, size_t keylen,
-                       const char *value, unsigned long long n) {
+                       const char *base, size_t baselen, const char *value, unsigned long long n) {
     size_t suffix = sizeof(RL_FENCE_SUFFIX) - 1;
-    char *p = start(b, 64 + script_len + suffix + RL_VALUE_LEN, 2 * keylen);
+    char *p = start(b, 64 + script_len + suffix + RL_VALUE_LEN, keylen + baselen);
     if (p == NULL) return -1;
     p = put(p, LIT("*7\r\n$4\r\nEVAL\r\n"));
     p = put_bulk(p, script, script_len);
     p = put(p, LIT("$1\r\n2\r\n"));
     p = put_bulk(p, key, keylen);
-    p = put_header(p, '$', keylen + suffix);
-    p = put(p, key, keylen);
+    p = put_header(p, '$', baselen + suffix);
+    p = put(p, base, baselen);
     p = put(p, LIT(RL_FENCE_SUFFIX "\r\n$40\r\n"));
     p = put(p, value, RL_VALUE_LEN);
     p = put(p, LIT("\r\n"));
@@ -220,13 +222,15 @@ int rl_cmd_acquire_queued(rl_buf *b, const char *key, size_t keylen, const char 
     return 0;
 }
 
-int rl_cmd_acquire_fenced(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms) {
-    return fenced_eval(b, rl_acquire_fenced_script, sizeof(rl_acquire_fenced_script) - 1, key, keylen, value,
-                       (unsigned long long)ttl_ms);
+int rl_cmd_acquire_fenced(rl_buf *b, const char *key, size_t keylen, const char *base, size_t baselen,
+                          const char *value, int ttl_ms) {
+    return fenced_eval(b, rl_acquire_fenced_script, sizeof(rl_acquire_fenced_script) - 1, key, keylen, base, baselen,
+                       value, (unsigned long long)ttl_ms);
 }
 
-int rl_cmd_commit(rl_buf *b, const char *key, size_t keylen, const char *value, long long token) {
-    return fenced_eval(b, rl_commit_script, sizeof(rl_commit_script) - 1, key, keylen, value,
+int rl_cmd_commit(rl_buf *b, const char *key, size_t keylen, const char *base, size_t baselen, const char *value,
+                  long long token) {
+    return fenced_eval(b, rl_commit_script, sizeof(rl_commit_script) - 1, key, keylen, base, baselen, value,
                        (unsigned long long)token);
 }
 

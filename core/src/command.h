@@ -123,10 +123,14 @@ int rl_cmd_release(rl_buf *b, int by_sha, const char *key, size_t keylen, const 
 int rl_cmd_extend(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value, int ttl_ms);
 
 /* Encode into b, as above:
- *   acquire_fenced: EVAL acquire_fenced_script 2 key key:fence value ttl
- *   commit:         EVAL commit_script 2 key key:fence value token (token >= 1) */
-int rl_cmd_acquire_fenced(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms);
-int rl_cmd_commit(rl_buf *b, const char *key, size_t keylen, const char *value, long long token);
+ *   acquire_fenced: EVAL acquire_fenced_script 2 key base:fence value ttl
+ *   commit:         EVAL commit_script 2 key base:fence value token (token >= 1)
+ * base: key on a plain node; on a cluster node its companion base
+ * (rl_cluster_base), so that the counter is in the key's slot. */
+int rl_cmd_acquire_fenced(rl_buf *b, const char *key, size_t keylen, const char *base, size_t baselen,
+                          const char *value, int ttl_ms);
+int rl_cmd_commit(rl_buf *b, const char *key, size_t keylen, const char *base, size_t baselen, const char *value,
+                  long long token);
 
 /* Append AUTH [user] password to b, after its content, if password is not
  * empty (user "" sends the password alone). Return 1 if appended, 0 if

@@ -8,6 +8,7 @@
 #ifndef RL_ENGINE_IMPL_H
 #define RL_ENGINE_IMPL_H
 
+#include "cluster.h"
 #include "command.h"
 #include "deadlines.h"
 #include "engine.h"
@@ -40,7 +41,10 @@ typedef struct rl_op {
     unsigned set_gen;        /* the generation of the first round (the SETs) */
     rl_mark cleanup_out[RL_MAX_NODES];  /* where each node's cleanup ends in its output */
     rl_buf key;              /* prefix + resource */
+    int hslot;               /* the key's hash slot, on an engine with cluster nodes (else -1) */
     rl_buf cmd;              /* RESP of the current phase's command */
+    rl_buf ccmd;             /* the same on cluster nodes, when its companion keys' names differ there
+                                (hashslot.h, rl_cluster_base); len 0: op->cmd goes to every node */
     struct rl_op *prev, *next;  /* done list (doubly linked) or free list (next only) */
 } rl_op;
 
@@ -65,6 +69,12 @@ struct rl_engine {
     char timeout_text[64];   /* "no reply within N ms" */
     rl_waiter waiter;        /* this client in the queues of waiters (hand-off) */
     rl_buf scratch;          /* EVAL fallback commands */
+    rl_cluster *clusters[RL_MAX_NODES]; /* node i's cluster, or NULL for a plain node (cluster.c) */
+    rl_shard *shards[RL_MAX_SHARDS];    /* every cluster node's shards, by number */
+    int nshards;
+    int nclusters;           /* nodes that are clusters */
+    rl_buf redirect;         /* a command MOVED or ASK sends again (cluster.c) */
+    rl_buf base;             /* a key's companion base on cluster nodes (rl_cluster_base) */
 
     rl_op **ops;             /* every slot ever allocated, by slot */
     int nops, capops;
@@ -101,6 +111,16 @@ void rl_op_send_round(rl_engine *e, rl_op *op, int kind, double start_ms, int fi
 /* A node's reply (or, reply NULL, its failure errstr) to the command
  * ticket t: every stream's callback (owner: the engine). */
 void rl_op_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, const char *errstr);
+
+/* rl_op_reply for a reply that came on stream s (node's own, or one of its
+ * shards). */
+void rl_op_reply_from(rl_engine *e, rl_stream *s, int node, rl_ticket t, const rl_reply *reply, const char *errstr);
+
+/* The command op sends node i in its current phase: op->ccmd on a cluster
+ * node when it has one, else op->cmd. */
+static inline const rl_buf *rl_op_cmd(const rl_engine *e, const rl_op *op, int i) {
+    return e->clusters[i] && op->ccmd.len ? &op->ccmd : &op->cmd;
+}
 
 /* The deadline of op's current phase passed. */
 void rl_op_timeout(rl_engine *e, rl_op *op);

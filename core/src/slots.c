@@ -54,6 +54,6 @@ void rl_slot_release_strays(rl_engine *e, rl_op *op) {
     for (int i = 0; i < e->nnodes; i++) {
         if (!(op->sent & (1u << i))) continue;
         if (rl_slot_cleanup_cmd(e, op, i, &e->scratch) != 0) continue; /* nothing to undo, or no memory: the ttl ends it */
-        if (rl_stream_send(&e->nodes[i], e->scratch.data, e->scratch.len, t, e->now) == 0) op->owed |= 1u << i;
+        if (rl_route_send(e, i, op->hslot, e->scratch.data, e->scratch.len, t) == 0) op->owed |= 1u << i;
     }
 }

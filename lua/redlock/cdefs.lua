@@ -171,6 +171,8 @@ int rl_engine_begin_on_slot(rl_engine *e, int kind, const char *resource, size_t
                             int ttl_ms, double now_ms);
 int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const char *value, int ttl_ms, double now_ms);
 unsigned rl_engine_wanting(const rl_engine *e);
+int rl_engine_links(const rl_engine *e);
+int rl_engine_next_wanting(const rl_engine *e, int after);
 int rl_engine_node_wants(rl_engine *e, int node);
 void rl_engine_node_open(rl_engine *e, int node, double now_ms);
 int rl_engine_node_connected(rl_engine *e, int node, int fresh, double now_ms);
@@ -251,6 +253,8 @@ typedef struct rl_node_stats {
     unsigned long long step_checks;
     unsigned long long suspected;
     rl_histogram reply;
+    unsigned long long moved;
+    unsigned long long ask;
     int up;
     int suspect;
 } rl_node_stats;
