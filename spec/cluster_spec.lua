@@ -1,0 +1,188 @@
+-- A node that is a Redis Cluster (docs/cluster.md): one vote, the vote of
+-- the master serving the resource's hash slot. Three clusters of three
+-- masters each (spec/helpers/rcluster.lua), formed once for the file, and
+-- two plain nodes for the mixed list.
+
+local redlock = require "redlock"
+local rcluster = require "helpers.rcluster"
+local cluster = require "helpers.cluster"
+local proc = require "helpers.proc"
+
+local res = cluster.names("cluster")
+
+--- Names whose hash slots are served by each master of c in turn (a
+--- name per master, so every shard of a cluster node is used).
+local function names_on_every_master(c, tag)
+  local by, out, n = {}, {}, 0
+  while #out < c.n do
+    n = n + 1
+    local name = res(tag .. n)
+    local j = rcluster.owner(c, name)
+    if not by[j] then by[j] = true; out[#out + 1] = name end
+  end
+  return out
+end
+
+describe("cluster nodes", function()
+  local cs, plain = {}, nil
+
+  lazy_setup(function()
+    for i = 1, 3 do cs[i] = rcluster.start(3) end
+  end)
+  lazy_teardown(function()
+    rcluster.stop_all()
+    cluster.stop_all()
+  end)
+
+  local function client(opts)
+    opts = opts or {}
+    local servers = {}
+    for i = 1, 3 do servers[i] = { cluster = cs[i].seeds } end
+    opts.servers = opts.servers or servers
+    opts.ttl = opts.ttl or 5000
+    opts.node_timeout = opts.node_timeout or 200
+    return redlock.new(opts)
+  end
+
+  it("a lock is one vote per cluster: its key on the master serving its slot, and nowhere else", function()
+    local dlm = client()
+    for _, name in ipairs(names_on_every_master(cs[1], "one")) do
+      local lock, err, detail = dlm:lock(name)
+      assert.is_truthy(lock, tostring(err) .. " " .. cluster.show(detail))
+      for i = 1, 3 do
+        local c, owner = cs[i], rcluster.owner(cs[i], name)
+        for j = 1, c.n do
+          local v = rcluster.cli(c, j, "GET", name)
+          if j == owner then assert.are.equal(lock.value, v) else assert.matches("^MOVED", v) end
+        end
+      end
+      -- a second client is refused by every cluster
+      local other = client()
+      local l2, err2 = other:try_lock(name)
+      assert.is_nil(l2)
+      assert.are.equal("busy", err2)
+      assert.is_true(lock:unlock())
+      for i = 1, 3 do
+        assert.are.equal("", rcluster.cli(cs[i], rcluster.owner(cs[i], name), "GET", name))
+      end
+      other:close()
+    end
+    dlm:close()
+  end)
+
+  it("fencing tokens increase; the counter sits in the key's slot ({name}:fence, name:fence for a tagged name)", function()
+    local dlm = client()
+    local tagged = "job:{" .. res("tag") .. "}:x"
+    local odd = res("odd") .. "}x" -- a '}' without a tag: the counter gets a tag of the same slot
+    for _, name in ipairs({ res("fence"), tagged, odd }) do
+      local last = 0
+      for _ = 1, 3 do
+        local lock, err, detail = dlm:lock(name, { fence = true })
+        assert.is_truthy(lock, tostring(err) .. " " .. cluster.show(detail))
+        assert.is_true(tonumber(lock.token) > last)
+        last = tonumber(lock.token)
+        assert.is_true(lock:unlock())
+      end
+      assert.are.equal(3, last)
+      for i = 1, 3 do
+        local c = cs[i]
+        local owner = rcluster.owner(c, name)
+        local counter
+        for _, k in ipairs(rcluster.keys(c, owner)) do
+          if k:sub(-6) == ":fence" and k:find(name, 1, true) then counter = k end
+        end
+        assert.is_truthy(counter, "no counter for " .. name)
+        assert.are.equal(rcluster.slot(c, name), rcluster.slot(c, counter))
+        if name == tagged then assert.are.equal(name .. ":fence", counter) end
+        if name ~= tagged and name ~= odd then assert.are.equal("{" .. name .. "}:fence", counter) end
+        assert.are.equal("3", (rcluster.cli(c, owner, "GET", counter)))
+      end
+    end
+    dlm:close()
+  end)
+
+  it("lock_many takes names in different slots, on different masters, all or none", function()
+    local dlm = client()
+    local names = names_on_every_master(cs[2], "many")
+    local group, err, detail = dlm:lock_many(names)
+    assert.is_truthy(group, tostring(err) .. " " .. tostring(detail))
+    for _, name in ipairs(names) do
+      for i = 1, 3 do
+        assert.are_not.equal("", rcluster.cli(cs[i], rcluster.owner(cs[i], name), "GET", name))
+      end
+    end
+    -- one of them held elsewhere: none is taken
+    assert.is_true(group:unlock())
+    local other = client()
+    local blocker = assert(other:try_lock(names[2]))
+    local none = dlm:lock_many(names, { retry = function() return nil end })
+    assert.is_nil(none)
+    assert.are.equal("", rcluster.cli(cs[1], rcluster.owner(cs[1], names[1]), "GET", names[1]))
+    blocker:unlock()
+    other:close()
+    dlm:close()
+  end)
+
+  it("a mixed list: 2 plain nodes and 1 cluster node vote together", function()
+    plain = plain or cluster.start(2)
+    local dlm = client({ servers = { plain.urls[1], { cluster = cs[3].seeds }, plain.urls[2] } })
+    local name = res("mixed")
+    local lock, err, detail = dlm:lock(name, { fence = true })
+    assert.is_truthy(lock, tostring(err) .. " " .. cluster.show(detail))
+    assert.are.equal(lock.value, cluster.get(plain, 1, name))
+    assert.are.equal(lock.value, cluster.get(plain, 2, name))
+    assert.are.equal("1", cluster.get(plain, 1, name .. ":fence")) -- plain nodes keep today's names
+    assert.are.equal(lock.value, (rcluster.cli(cs[3], rcluster.owner(cs[3], name), "GET", name)))
+    assert.are.equal("1", (rcluster.cli(cs[3], rcluster.owner(cs[3], name), "GET", "{" .. name .. "}:fence")))
+    assert.is_true(lock:unlock())
+    dlm:close()
+  end)
+
+  it("a master that cannot be reached is one failed vote: the others decide, within the node timeout", function()
+    local c = rcluster.start(3)
+    local servers = { { cluster = cs[1].seeds }, { cluster = cs[2].seeds }, { cluster = c.seeds } }
+    local dlm = client({ servers = servers, node_timeout = 100 })
+    local name = names_on_every_master(c, "down")[1]
+    assert(dlm:lock(name)):unlock() -- the map is known
+    local j = rcluster.owner(c, name)
+    proc.kill(c.pids[j], "STOP")
+    local before = dlm:stats().nodes[3]
+    local t0 = proc.now_ms()
+    local lock, err, detail = dlm:lock(name)
+    local took = proc.now_ms() - t0
+    proc.kill(c.pids[j], "CONT")
+    assert.is_truthy(lock, tostring(err) .. " " .. cluster.show(detail))
+    assert.is_true(took < 2000, took)
+    local after = dlm:stats().nodes[3]
+    assert.are.equal(before.votes.ok, after.votes.ok)  -- the stopped master gave no vote
+    lock:unlock()
+    -- killed outright: a failed vote, the lock still granted by the other two
+    proc.kill(c.pids[j], "KILL")
+    before = dlm:stats().nodes[3]
+    local l2, err2, d2 = dlm:lock(name)
+    assert.is_truthy(l2, tostring(err2) .. " " .. cluster.show(d2))
+    after = dlm:stats().nodes[3]
+    assert.are.equal(before.votes.ok, after.votes.ok)
+    assert.is_true(after.votes.error + after.votes.timeout + after.votes.pending
+      > before.votes.error + before.votes.timeout + before.votes.pending)
+    l2:unlock()
+    dlm:close()
+    rcluster.stop(c)
+  end)
+
+  it("refuses what it cannot do on clusters yet, and misconfigured cluster entries, naming the argument", function()
+    local dlm = client()
+    assert.has_error(function() dlm:try_lock(res("sem"), { limit = 2 }) end,
+      "redlock: semaphores are not supported on cluster nodes yet (server list has one)")
+    assert.has_error(function() dlm:try_lock(res("shared"), { shared = true }) end,
+      "redlock: shared locks are not supported on cluster nodes yet (server list has one)")
+    assert.has_error(function() redlock.new({ servers = { { cluster = {} } } }) end,
+      "bad argument #1 to 'new' (servers[1].cluster must be a non-empty list of seed URLs, got table)")
+    assert.has_error(function()
+      redlock.new({ servers = { { cluster = { "redis://a:1@127.0.0.1:1", "redis://127.0.0.1:2" } } } })
+    end, "bad argument #1 to 'new' (servers[1].cluster[2]: every seed of a cluster must share its scheme and password)")
+    assert.has_error(function() redlock.new({ servers = { { cluster = { "redis://127.0.0.1:1/2" } } } }) end,
+      "bad argument #1 to 'new' (servers[1].cluster[1]: a cluster has only database 0: no /db)")
+    dlm:close()
+  end)
+end)
