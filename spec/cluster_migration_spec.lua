@@ -24,7 +24,7 @@ local function migrate(c, slot, a, b, hold_ms)
     if keys == "" then break end
     local args = { "MIGRATE", "127.0.0.1", c.ports[b], "", 0, 5000, "KEYS" }
     for k in keys:gmatch("[^\n]+") do args[#args + 1] = k end
-    rcluster.cli(c, a, table.unpack and table.unpack(args) or unpack(args))
+    rcluster.cli(c, a, unpack(args))
   end
   for j = 1, c.n do rcluster.cli(c, j, "CLUSTER", "SETSLOT", slot, "NODE", idb) end
 end

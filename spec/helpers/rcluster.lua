@@ -35,11 +35,9 @@ local function await_ok(c, j, deadline)
   end
 end
 
---- Start a cluster of `masters` masters (default 3). opts.password: every
--- master asks for it.
-function M.start(masters, opts)
+--- Start a cluster of `masters` masters (default 3).
+function M.start(masters)
   masters = masters or 3
-  opts = opts or {}
   local ports = sys.free_ports(2 * masters) -- each master's, then its cluster bus port
   local c = { n = masters, ports = {}, bus = {}, pids = {}, dir = proc.tmpdir() }
   for j = 1, masters do c.ports[j], c.bus[j] = ports[j], ports[masters + j] end
