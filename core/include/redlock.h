@@ -74,7 +74,7 @@ extern "C" {
 #define RL_ERR_LEN 256      /* size of caller-owned error buffers */
 #define RL_MAX_NODES 16     /* most nodes one client may use */
 #define RL_MAX_SHARDS 48    /* most shards (masters) of its cluster nodes one client may use, all together */
-#define RL_MAX_LINKS (2 * RL_MAX_NODES + 2 * RL_MAX_SHARDS) /* most links of an engine (rl_engine_links) */
+#define RL_MAX_LINKS 128    /* most links of an engine (rl_engine_links): 2 * RL_MAX_NODES + 2 * RL_MAX_SHARDS */
 #define RL_VALUE_LEN 40     /* hex characters in a lock value (20 random bytes) */
 #define RL_NODE_ERR_LEN 96  /* error text kept per node in a result */
 #define RL_ID_SLOTS 65536   /* operations in flight on one client: ids % RL_ID_SLOTS differ */

@@ -24,6 +24,9 @@
 
 #define RL_CLUSTER_REDIRECTS 5  /* MOVED/ASK followed per command, at most */
 
+_Static_assert(RL_MAX_LINKS == 2 * RL_MAX_NODES + 2 * RL_MAX_SHARDS, "RL_MAX_LINKS");
+_Static_assert(RL_MAX_SHARDS < 255, "a hash slot's owner is a shard number + 1 in a byte");
+
 /* Ticket kinds of the cluster's own commands (beside RL_OP_*: they reach
  * the cluster's callbacks, never an operation). */
 enum { RL_KIND_TOPOLOGY = 100, RL_KIND_ASKING = 101 };

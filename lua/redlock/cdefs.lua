@@ -17,6 +17,8 @@ enum {
     RL_ERR_FULL = -2,
     RL_ERR_LEN = 256,
     RL_MAX_NODES = 16,
+    RL_MAX_SHARDS = 48,
+    RL_MAX_LINKS = 128,
     RL_VALUE_LEN = 40,
     RL_NODE_ERR_LEN = 96,
     RL_ID_SLOTS = 65536,
