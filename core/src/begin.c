@@ -58,9 +58,6 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
     if (e->nclusters > 0 && (variant == SHARED || (kind == RL_OP_ACQUIRE && sem > 0)))
         return snprintf(e->errstr, sizeof(e->errstr), "%s not supported on cluster nodes yet (server list has one)",
                         variant == SHARED ? "shared locks are" : "semaphores are"), RL_ERR;
-    /* A waiter's queue would be a key of another slot on a cluster node:
-     * there it asks as a plain acquire (it polls, unqueued). */
-    if (e->nclusters > 0 && variant == QUEUED) variant = PLAIN;
     rl_op *op = rl_op_alloc(e);
     if (op == NULL && e->nops == RL_OPID_MAX_SLOTS)
         return snprintf(e->errstr, sizeof(e->errstr), "too many operations in flight (%d)", RL_OPID_MAX_SLOTS),

@@ -42,7 +42,24 @@ static rl_shard *shard_at(rl_engine *e, int i, const char *host, int port) {
     rl_stream_init(&sh->st, &sh->url, i, &e->opts, shard_reply, sh, NULL, 0);
     sh->st.reader.keep_top = 1;
     e->shards[e->nshards++] = sh;
+    if (e->subs.nsubs > 0) rl_subs_add(&e->subs, &sh->url); /* stream nnodes + number */
     return sh;
+}
+
+/* See rl_cluster_subs. */
+static int serves(void *owner, int j, const rl_watched *w) {
+    rl_engine *e = owner;
+    if (j < e->nnodes) return e->clusters[j] == NULL;
+    const rl_shard *sh = rl_cluster_shard(e, j - e->nnodes);
+    return sh && w->hslot >= 0 && e->clusters[sh->node]->owner[w->hslot] == sh->number + 1;
+}
+
+void rl_cluster_subs(rl_engine *e) {
+    if (e->nclusters == 0) return;
+    e->subs.clusters = 1;
+    e->subs.serves = serves;
+    e->subs.owner = e;
+    for (int k = 0; k < e->nshards; k++) rl_subs_add(&e->subs, &e->shards[k]->url);
 }
 
 int rl_cluster_add(rl_engine *e, int i, const char *text, char *err, size_t errlen) {
@@ -219,6 +236,7 @@ static int read_map(rl_engine *e, int i, const char *text, size_t len, const rl_
     if (served == 0) return 0; /* a node that serves nothing (or a text we cannot read) leaves the map */
     memcpy(c->owner, owner, sizeof(owner));
     c->known = 1;
+    rl_subs_rerouted(&e->subs, e->now);
     /* every master gets its connection now, as a plain node does at start */
     for (int k = 0; k < e->nshards; k++) {
         rl_shard *sh = e->shards[k];
@@ -349,7 +367,10 @@ static int follow(rl_engine *e, rl_shard *sh, rl_ticket t, const rl_reply *reply
         else e->stats.node[i].moved++;
     }
     rl_shard *to = shard_at(e, i, host, port);
-    if (!ask && to) c->owner[slot] = (unsigned char)(to->number + 1);
+    if (!ask && to && c->owner[slot] != to->number + 1) {
+        c->owner[slot] = (unsigned char)(to->number + 1);
+        rl_subs_rerouted(&e->subs, e->now);
+    }
     if (!ask) ask_map(e, i);
     if (to == NULL || e->redirect.len == 0 || !ticket_live(e, t) || t.redirects >= RL_CLUSTER_REDIRECTS || (ask && t.asked))
         return 0;

@@ -74,6 +74,12 @@ int rl_cluster_url(const char *text);
  * reason in err. */
 int rl_cluster_add(struct rl_engine *e, int i, const char *text, char *err, size_t errlen);
 
+/* Give e's subscriptions (made after the nodes) the shards' streams made
+ * so far, and the routing of watches: a plain node's stream serves every
+ * watch, a cluster node's own none, a shard's those of the slots it
+ * serves (sharded pub/sub). */
+void rl_cluster_subs(struct rl_engine *e);
+
 /* Free what e's clusters and shards hold. */
 void rl_cluster_free(struct rl_engine *e);
 

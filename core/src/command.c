@@ -37,7 +37,7 @@ const char rl_extend_script[] =
  * lock either way. A waiting writer also marks its intent while readers
  * hold the resource (shared.h, "Writer priority"), and clears it once granted. */
 const char rl_acquire_queued_script[] =
-    "local q = \"" RL_QUEUE_PREFIX "\"..KEYS[1] "
+    RL_BASE "local q = \"" RL_QUEUE_PREFIX "\"..B "
     "if redis.call(\"set\",KEYS[1],ARGV[1],\"NX\",\"PX\",ARGV[2]) then local n = redis.pcall(\"llen\",q) "
     "if type(n) == \"number\" and n > 0 and n <= " STR(RL_QUEUE_MAX) " then redis.pcall(\"lrem\",q,0,ARGV[3]) end "
     RL_INTENT_GRANTED "return redis.status_reply(\"OK\") end " RL_INTENT_REFUSED
@@ -79,7 +79,7 @@ const char rl_commit_script[] =
     "local why = fault(KEYS[2], false) if why then return redis.error_reply(why) end "
     "local c, t = redis.call(\"get\",KEYS[2]), ARGV[2] "
     "if not c or #c < #t or (#c == #t and c < t) then redis.call(\"set\",KEYS[2],t) end return 1";
-const char rl_release_sha[] = "be077799191632fc6ea6490e3c099c5976889961";
+const char rl_release_sha[] = "09484994eda87329c9e7cfcd6853c008ce02bbc9";
 const char rl_extend_sha[] = "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10";
 
 /* Byte i of prefix .. resource (i < plen + len). */

@@ -31,18 +31,37 @@ extern const char rl_extend_sha[];
 #define RL_QUEUE_PREFIX "redlock:queue:"
 #define RL_WAKE_PREFIX "redlock:wake:"
 
+/* The base of KEYS[1]'s companion names (hashslot.h, rl_cluster_base), in
+ * Lua: local B, PUB, NUM. On a plain node (CLUSTER KEYSLOT refused) B is
+ * the key itself, and waiters are told with PUBLISH; on a cluster node B
+ * puts every companion name in the key's slot, the same base as the C side
+ * makes, and waiters are told with SPUBLISH on the shard that serves it
+ * (no broadcast over the cluster's bus). */
+#define RL_BASE                                                                                          \
+    "local B, PUB, NUM = KEYS[1], \"publish\", \"numsub\" "                                               \
+    "local S = redis.pcall(\"cluster\",\"keyslot\",KEYS[1]) "                                              \
+    "if type(S) == \"number\" then PUB, NUM = \"spublish\", \"shardnumsub\" "                              \
+    "local k, own = KEYS[1], false local o = string.find(k, \"{\", 1, true) "                                \
+    "if o then local c = string.find(k, \"}\", o + 1, true) own = c ~= nil and c > o + 1 end "             \
+    "if own then B = k elseif not string.find(k, \"}\", 1, true) then B = \"{\" .. k .. \"}\" else "          \
+    "local a = \"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ\" "                       \
+    "for n = 1, 3 do for v = 0, 62 ^ n - 1 do local t, x = \"\", v "                                        \
+    "for _ = 1, n do local d = x % 62 t = string.sub(a, d + 1, d + 1) .. t x = (x - d) / 62 end "        \
+    "if redis.call(\"cluster\",\"keyslot\",t) == S then B = \"{\" .. t .. \"}\" .. k break end end "         \
+    "if B ~= k then break end end end end "
+
 /* What a release that emptied the key runs to wake waiters (Lua, the tail
  * of a script whose KEYS[1] is the key; see rl_release_script): the first
  * queued waiter still listening, else a broadcast; it returns 2 if it
- * published, else 1. */
+ * published, else 1. Names and publishing as RL_BASE says. */
 #define RL_WAKE_WAITERS                                                                              \
-    "local q = \"" RL_QUEUE_PREFIX "\"..KEYS[1] "                                                      \
+    RL_BASE "local q = \"" RL_QUEUE_PREFIX "\"..B "                                                     \
     "for i = 1, 8 do local w = redis.pcall(\"lpop\",q) if type(w) ~= \"string\" then break end "       \
-    "local s = redis.pcall(\"publish\",\"" RL_WAKE_PREFIX "\"..w..\":\"..KEYS[1],1) "                  \
+    "local s = redis.pcall(PUB,\"" RL_WAKE_PREFIX "\"..w..\":\"..B,1) "                                \
     "if type(s) == \"number\" and s > 0 then return 2 end end "                                      \
-    "local c = \"redlock:released:\"..KEYS[1] local s = redis.pcall(\"pubsub\",\"numsub\",c) "         \
+    "local c = \"redlock:released:\"..B local s = redis.pcall(\"pubsub\",NUM,c) "                    \
     "local k = type(s) == \"table\" and tonumber(s[2]) or 0 "                                        \
-    "if k > 0 and type(redis.pcall(\"publish\",c,k)) == \"number\" then return 2 end return 1 "
+    "if k > 0 and type(redis.pcall(PUB,c,k)) == \"number\" then return 2 end return 1 "
 
 /* The most waiters a queue takes: a refused attempt finds its place in at
  * most this many entries. */

@@ -144,6 +144,7 @@ rl_engine *rl_engine_new(const char *const *urls, int nurls, const rl_options *o
         rl_engine_free(e);
         return snprintf(err, errlen, "out of memory"), NULL;
     }
+    rl_cluster_subs(e);
     return e;
 }
 

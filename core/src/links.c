@@ -18,12 +18,22 @@ int rl_engine_links(const rl_engine *e) {
     return 2 * e->nnodes + 2 * e->nshards;
 }
 
+/* The subscriber stream of link k (a node's: N .. 2N-1, its index k - N;
+ * a shard's: 2N + 2j + 1, its index N + j), or -1 if k is no subscriber link. */
+static int sub_of(const rl_engine *e, int k) {
+    if (k >= e->nnodes && k < 2 * e->nnodes) return k - e->nnodes;
+    if (k < 2 * e->nnodes || (k - 2 * e->nnodes) % 2 == 0) return -1;
+    int j = e->nnodes + (k - 2 * e->nnodes) / 2;
+    return j < e->subs.nsubs ? j : -1;
+}
+
 /* 1 if link k wants anything of the driver. */
 static int link_wanting(const rl_engine *e, int k) {
     if (k < e->nnodes) return rl_stream_wanting(&e->nodes[k]);
-    if (k < 2 * e->nnodes) return rl_subs_wanting(&e->subs, k - e->nnodes);
-    const rl_shard *sh = rl_cluster_shard(e, (k - 2 * e->nnodes) / 2);
-    return sh && (k - 2 * e->nnodes) % 2 == 0 && rl_stream_wanting(&sh->st);
+    int j = sub_of(e, k);
+    if (j >= 0) return rl_subs_wanting(&e->subs, j);
+    const rl_shard *sh = (k - 2 * e->nnodes) % 2 == 0 ? rl_cluster_shard(e, (k - 2 * e->nnodes) / 2) : NULL;
+    return sh && rl_stream_wanting(&sh->st);
 }
 
 int rl_engine_next_wanting(const rl_engine *e, int after) {
@@ -33,10 +43,6 @@ int rl_engine_next_wanting(const rl_engine *e, int after) {
     return -1;
 }
 
-/* The node whose subscriber link is link k, or -1 if k is no subscriber link. */
-static int sub_of(const rl_engine *e, int k) {
-    return k >= e->nnodes && k < 2 * e->nnodes ? k - e->nnodes : -1;
-}
 
 unsigned rl_engine_wanting(const rl_engine *e) {
     unsigned bits = 0;

@@ -89,8 +89,7 @@ function _M.new(opts)
         ttl = ttl,
         retry = opts.retry or retry.default,
         keepalive = opts.keepalive or false,
-        -- waiters wake on a heard release; not with cluster nodes (waiters poll there: docs/cluster.md)
-        notify = backend.handoff == true and opts.notify ~= false and not options.has_cluster(servers),
+        notify = backend.handoff == true and opts.notify ~= false, -- waiters wake on a heard release
         max_extensions = opts.max_extensions,
         options = copts,      -- kept for the keeper, which dials the same nodes
         prefix = opts.prefix, -- options.prefix points into this string: keep it as long as options

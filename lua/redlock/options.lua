@@ -167,14 +167,6 @@ local function server_list(fname, servers)
 end
 _M.server_list = server_list
 
---- True if one of the URL strings names a cluster node.
-function _M.has_cluster(urls)
-    for i = 1, #urls do
-        if urls[i]:find("^rediss?%-cluster://") then return true end
-    end
-    return false
-end
-
 --- Check every option of new() (or configure(): nservers nil while the
 --- servers are not known yet) but the server list; the options struct and
 --- the ttl.
