@@ -123,6 +123,45 @@ describe("cluster nodes", function()
     dlm:close()
   end)
 
+  it("wakes a waiter through sharded pub/sub: SPUBLISH on the serving master only, no PUBLISH anywhere", function()
+    local before = {}
+    for i = 1, 3 do
+      before[i] = {}
+      for j = 1, 3 do before[i][j] = { rcluster.calls(cs[i], j, "publish"), rcluster.calls(cs[i], j, "spublish") } end
+    end
+    local name = res("wake")
+    local dir = proc.tmpdir()
+    local argv = { "luajit", "spec/helpers/holder.lua", name, "700", dir .. "/ready", cs[1].url, cs[2].url, cs[3].url }
+    local pid = proc.spawn_luajit(argv, dir .. "/out")
+    local dlm = client()
+    local ok, err = pcall(function()
+      proc.wait_file(dir .. "/ready", 10000)
+      -- polling alone would ask again only after 5 s: a wake-up is what lets it in
+      local lock, lerr = dlm:lock(name, { wait = 8000, retry = redlock.retry.fixed(5000, 3) })
+      assert.is_truthy(lock, tostring(lerr))
+      assert.is_true(dlm:stats().wakeups > 0)
+      lock:unlock()
+      for i = 1, 3 do
+        local owner = rcluster.owner(cs[i], name)
+        for j = 1, 3 do
+          local pub = rcluster.calls(cs[i], j, "publish") - before[i][j][1]
+          local spub = rcluster.calls(cs[i], j, "spublish") - before[i][j][2]
+          assert.are.equal(0, pub, ("cluster %d master %d published"):format(i, j))
+          if j == owner then assert.is_true(spub > 0, ("cluster %d: no SPUBLISH on its owner"):format(i))
+          else assert.are.equal(0, spub, ("cluster %d master %d (not the owner) SPUBLISHed"):format(i, j)) end
+          -- nobody listens any more: the waiter's SSUBSCRIBE was undone
+          local subs = rcluster.cli(cs[i], j, "PUBSUB", "SHARDNUMSUB", "redlock:released:{" .. name .. "}")
+          assert.matches("\n0$", subs)
+        end
+      end
+    end)
+    proc.wait_gone(pid, 5000)
+    proc.stop(pid)
+    proc.rmdir(dir)
+    dlm:close()
+    assert(ok, err)
+  end)
+
   it("a mixed list: 2 plain nodes and 1 cluster node vote together", function()
     plain = plain or cluster.start(2)
     local dlm = client({ servers = { plain.urls[1], { cluster = cs[3].seeds }, plain.urls[2] } })
