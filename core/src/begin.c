@@ -30,11 +30,34 @@ static int fenced_cmd(rl_engine *e, rl_op *op, int ttl_ms) {
 /* The acquire's command (op->key: the lock's key, or a semaphore's). */
 static int acquire_cmd(rl_engine *e, rl_op *op, int variant, int ttl_ms) {
     const char *waiter = variant == QUEUED ? rl_engine_waiter_id(e) : NULL;
-    if (op->sem_limit > 0) return rl_slot_acquire_cmd(e, op, &op->cmd, ttl_ms);
+    if (op->sem_limit > 0) return rl_slot_acquire_cmd(e, op, &op->cmd, &op->ccmd, ttl_ms);
     return variant == SHARED ? rl_cmd_shared_acquire(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms)
            : variant == FENCED ? fenced_cmd(e, op, ttl_ms)
            : waiter          ? rl_cmd_acquire_queued(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms, waiter)
                              : rl_cmd_acquire(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms);
+}
+
+/* A release or an extension of op's key (a lock's, or a slot's). */
+static int on_key_cmd(rl_op *op, rl_buf *b, int kind, int variant, int ttl_ms) {
+    return kind == RL_OP_RELEASE ? rl_op_release_cmd(op, b, 1, variant == QUIET)
+                                 : rl_cmd_extend(b, 1, op->key.data, op->key.len, op->res.value, ttl_ms);
+}
+
+/* On an engine with cluster nodes, a semaphore's names there (op->ckey):
+ * for its acquire, the base of its key (op->key, the lock's key), which
+ * its scripts name every slot, queue and channel after; for a slot's
+ * release or extension, that slot's key made from the base. Nothing when
+ * the base is the key itself. 0, or -1 when out of memory. */
+static int semaphore_ckey(rl_engine *e, rl_op *op) {
+    op->ckey.len = 0;
+    if (e->nclusters == 0 || (op->sem_limit == 0 && op->sem_slot == 0)) return 0;
+    if (rl_cluster_base(&e->base, op->key.data, op->key.len) != 0) return -1;
+    if (e->base.len == op->key.len && memcmp(e->base.data, op->key.data, op->key.len) == 0) return 0;
+    if (op->sem_slot > 0) return rl_slot_key(&op->ckey, e->base.data, e->base.len, op->sem_slot);
+    if (rl_buf_reserve(&op->ckey, e->base.len) != 0) return -1;
+    memcpy(op->ckey.data, e->base.data, e->base.len);
+    op->ckey.len = e->base.len;
+    return 0;
 }
 
 /* Begin an operation of kind. sem: a semaphore's limit (an acquire), or the
@@ -55,9 +78,6 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
                         kind == RL_OP_ACQUIRE ? "limit" : "slot", RL_MAX_LIMIT, sem), RL_ERR;
     if (kind != RL_OP_ACQUIRE && (value == NULL || strnlen(value, RL_VALUE_LEN + 1) != RL_VALUE_LEN))
         return snprintf(e->errstr, sizeof(e->errstr), "value must be %d characters", RL_VALUE_LEN), RL_ERR;
-    if (e->nclusters > 0 && (variant == SHARED || (kind == RL_OP_ACQUIRE && sem > 0)))
-        return snprintf(e->errstr, sizeof(e->errstr), "%s not supported on cluster nodes yet (server list has one)",
-                        variant == SHARED ? "shared locks are" : "semaphores are"), RL_ERR;
     rl_op *op = rl_op_alloc(e);
     if (op == NULL && e->nops == RL_OPID_MAX_SLOTS)
         return snprintf(e->errstr, sizeof(e->errstr), "too many operations in flight (%d)", RL_OPID_MAX_SLOTS),
@@ -82,6 +102,7 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
     op->sem_slot = kind == RL_OP_ACQUIRE ? 0 : sem;
     op->sem_ticket = op->sem_limit > 0 && variant == QUEUED ? ticket : 0;
     op->res.slot = op->sem_slot;
+    if (semaphore_ckey(e, op) != 0) goto oom;
     if (op->sem_slot > 0) { /* the slot's key instead, built in scratch and swapped in */
         if (rl_slot_key(&e->scratch, op->key.data, op->key.len, op->sem_slot) != 0) goto oom;
         rl_buf t = op->key;
@@ -101,8 +122,11 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
     } else {
         memcpy(op->res.value, value, RL_VALUE_LEN);
         op->res.value[RL_VALUE_LEN] = '\0';
-        rc = kind == RL_OP_RELEASE ? rl_op_release_cmd(op, &op->cmd, 1, variant == QUIET)
-                                   : rl_cmd_extend(&op->cmd, 1, op->key.data, op->key.len, value, ttl_ms);
+        rc = on_key_cmd(op, &op->cmd, kind, variant, ttl_ms);
+        if (rc == 0 && rl_op_swap_key(e, op, -1)) { /* a slot's, as cluster nodes name it */
+            rc = on_key_cmd(op, &op->ccmd, kind, variant, ttl_ms);
+            rl_op_swap_key(e, op, -1);
+        }
     }
     if (rc != 0) goto oom;
 

@@ -157,6 +157,7 @@ void rl_engine_free(rl_engine *e) {
         rl_buf_free(&e->ops[i]->key);
         rl_buf_free(&e->ops[i]->cmd);
         rl_buf_free(&e->ops[i]->ccmd);
+        rl_buf_free(&e->ops[i]->ckey);
         free(e->ops[i]);
     }
     free(e->ops);

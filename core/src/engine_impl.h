@@ -45,6 +45,9 @@ typedef struct rl_op {
     rl_buf cmd;              /* RESP of the current phase's command */
     rl_buf ccmd;             /* the same on cluster nodes, when its companion keys' names differ there
                                 (hashslot.h, rl_cluster_base); len 0: op->cmd goes to every node */
+    rl_buf ckey;             /* a semaphore's key as cluster nodes name it (len 0: op->key everywhere):
+                                its acquire's, the base of the lock key; a slot's, that slot's key
+                                made from the base (rl_op_swap_key) */
     struct rl_op *prev, *next;  /* done list (doubly linked) or free list (next only) */
 } rl_op;
 
@@ -122,6 +125,17 @@ static inline const rl_buf *rl_op_cmd(const rl_engine *e, const rl_op *op, int i
     return e->clusters[i] && op->ccmd.len ? &op->ccmd : &op->cmd;
 }
 
+/* Swap op->key and op->ckey when node i is a cluster node and op has a
+ * cluster key (i < 0: whenever op has one), so that an encoder reading
+ * op->key encodes the cluster form; 1 if swapped (swap again after). */
+static inline int rl_op_swap_key(const rl_engine *e, rl_op *op, int i) {
+    if (op->ckey.len == 0 || (i >= 0 && e->clusters[i] == NULL)) return 0;
+    rl_buf t = op->key;
+    op->key = op->ckey;
+    op->ckey = t;
+    return 1;
+}
+
 /* The deadline of op's current phase passed. */
 void rl_op_timeout(rl_engine *e, rl_op *op);
 
@@ -131,9 +145,10 @@ int rl_op_cleanup_out(rl_engine *e, const rl_op *op);
 
 /* slots.c: a semaphore's operations */
 
-/* Encode into b a semaphore's acquire op (its slots in a random order). 0,
- * or -1 when out of memory. */
-int rl_slot_acquire_cmd(rl_engine *e, const rl_op *op, rl_buf *b, int ttl_ms);
+/* Encode into b a semaphore's acquire op (its slots in a random order),
+ * and into cb, when op has a cluster key, its cluster form (the same
+ * order). 0, or -1 when out of memory. */
+int rl_slot_acquire_cmd(rl_engine *e, rl_op *op, rl_buf *b, rl_buf *cb, int ttl_ms);
 
 /* Encode op's release into b: a slot's (waking the semaphore's waiters) or
  * a lock's. 0, or -1 when out of memory. */

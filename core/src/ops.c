@@ -76,8 +76,10 @@ static void op_quiet(rl_engine *e, rl_op *op) {
  * on the slot's key, and for a semaphore's acquire whatever it may have set
  * there (rl_slot_cleanup_cmd; nothing to undo is 0). Return 0, or -1 if it
  * cannot be kept (out of memory, RL_REDO_MAX bytes kept already). */
-static int keep_release(rl_engine *e, const rl_op *op, int i) {
+static int keep_release(rl_engine *e, rl_op *op, int i) {
+    int swapped = rl_op_swap_key(e, op, i);
     int rc = op->sem_limit > 0 ? rl_slot_cleanup_cmd(e, op, i, &e->scratch) : rl_op_release_cmd(op, &e->scratch, 0, 1);
+    if (swapped) rl_op_swap_key(e, op, -1);
     if (rc != 0) return rc > 0 ? 0 : -1;
     return rl_stream_redo(rl_route(e, i, op->hslot), e->scratch.data, e->scratch.len, e->now);
 }
@@ -109,7 +111,11 @@ static void op_start_cleanup(rl_engine *e, rl_op *op) {
         rl_node_result *n = &op->res.node[i];
         if (!(op->sent & (1u << i)) || n->state == RL_NODE_TAKEN) continue;
         const rl_buf *cmd = &op->cmd; /* a semaphore's: what this node may have taken */
-        if (op->sem_limit > 0) encoded = rl_slot_cleanup_cmd(e, op, i, (rl_buf *)(cmd = &e->scratch)) == 0;
+        if (op->sem_limit > 0) {
+            int swapped = rl_op_swap_key(e, op, i);
+            encoded = rl_slot_cleanup_cmd(e, op, i, (rl_buf *)(cmd = &e->scratch)) == 0;
+            if (swapped) rl_op_swap_key(e, op, -1);
+        }
         if (encoded && rl_route_send(e, i, op->hslot, cmd->data, cmd->len, t) == 0) {
             op->owed |= 1u << i;
             op->cleanup_sent |= 1u << i;
@@ -181,9 +187,11 @@ static int is_noscript(const rl_reply *r) {
 
 /* The node has flushed its scripts: send the script itself (EVAL) instead. */
 static int resend_as_eval(rl_engine *e, rl_op *op, int node, rl_ticket t) {
+    int swapped = rl_op_swap_key(e, op, node);
     int rc = t.kind == RL_OP_RELEASE
                  ? rl_op_release_cmd(op, &e->scratch, 0, op->quiet || op->phase == OP_CLEANUP)
                  : rl_cmd_extend(&e->scratch, 0, op->key.data, op->key.len, op->res.value, op->ttl_ms);
+    if (swapped) rl_op_swap_key(e, op, -1);
     if (rc != 0) return -1;
     t.sent_ms = e->now;
     t.eval = 1;
