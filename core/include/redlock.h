@@ -190,8 +190,7 @@ void rl_options_init(rl_options *opts);
  *   rediss://... (TLS, with opts->tls)
  *   redis-cluster://[[user]:password@]host:port+host:port...  (rediss-cluster:// for TLS):
  *     a Redis Cluster, given by seeds, voting as one node: the master that
- *     serves the resource's hash slot (docs/cluster.md). Semaphores and
- *     shared locks are refused (RL_ERR) on a client with such a node.
+ *     serves the resource's hash slot (docs/cluster.md).
  * Host names are looked up here, all at once, waiting at most
  * connect_timeout_ms for them together; numeric addresses are not looked up.
  * A name not resolved by then is not an error: its node starts down (a failed
