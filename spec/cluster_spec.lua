@@ -101,6 +101,24 @@ describe("cluster nodes", function()
     dlm:close()
   end)
 
+  it("keep-alive extends a lock on every cluster past its ttl, from the keeper's own connections", function()
+    local dlm = client({ ttl = 400 })
+    local names = names_on_every_master(cs[1], "keep")
+    local group = assert(dlm:lock_many(names, { keepalive = true }))
+    proc.sleep_ms(1200) -- three ttls
+    assert.is_true(group:valid())
+    for _, name in ipairs(names) do
+      for i = 1, 3 do
+        local owner = rcluster.owner(cs[i], name)
+        assert.are_not.equal("", (rcluster.cli(cs[i], owner, "GET", name)))
+        local pttl = tonumber((rcluster.cli(cs[i], owner, "PTTL", name)))
+        assert.is_true(pttl > 0 and pttl <= 400, tostring(pttl))
+      end
+    end
+    assert.is_true(group:unlock())
+    dlm:close()
+  end)
+
   it("lock_many takes names in different slots, on different masters, all or none", function()
     local dlm = client()
     local names = names_on_every_master(cs[2], "many")
@@ -251,6 +269,21 @@ describe("cluster nodes", function()
     w2:unlock()
     dlm:close()
     other:close()
+  end)
+
+  it("the host takes cluster nodes as redis-cluster:// URLs, in --servers and REDLOCK_SERVERS", function()
+    local bin = proc.root .. "/build/redlock"
+    local name = res("host")
+    local list = table.concat({ cs[1].url, cs[2].url, cs[3].url }, ",")
+    local out, rc = proc.sh(("%s exec --fence --servers %s %s -- sh -c %s"):format(proc.quote(bin), proc.quote(list),
+      proc.quote(name), proc.quote("echo token=$REDLOCK_TOKEN; redis-cli -p " .. rcluster.owner_port(cs[1], name)
+        .. " GET " .. name)))
+    assert.are.equal(0, rc, out)
+    local token, value = out:match("token=(%d+)\n(%S+)")
+    assert.are.equal("1", token, out)
+    assert.is_truthy(value, out)
+    out, rc = proc.sh(("REDLOCK_SERVERS=%s %s exec %s -- true"):format(proc.quote(list), proc.quote(bin), proc.quote(name)))
+    assert.are.equal(0, rc, out)
   end)
 
   it("refuses misconfigured cluster entries, naming the argument", function()

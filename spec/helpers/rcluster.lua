@@ -98,6 +98,11 @@ function M.owner(c, key)
   return M.slot_owner(c, M.slot(c, key))
 end
 
+--- The port of the master serving key.
+function M.owner_port(c, key)
+  return c.ports[M.owner(c, key)]
+end
+
 --- The node id of master j.
 function M.id(c, j)
   return (cli(c, j, "CLUSTER", "MYID"))
