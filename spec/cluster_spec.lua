@@ -180,6 +180,17 @@ describe("cluster nodes", function()
     assert(ok, err)
   end)
 
+  it("reads the map from the next seed when the first cannot be reached, on first use", function()
+    local dead = require("redlock.devcluster.sys").free_ports(3) -- nothing listens there
+    local servers = {}
+    for i = 1, 3 do servers[i] = { cluster = { "redis://127.0.0.1:" .. dead[i], cs[i].seeds[2] } } end
+    local dlm = client({ servers = servers })
+    local lock, err, detail = dlm:try_lock(res("seed"))
+    assert.is_truthy(lock, tostring(err) .. " " .. cluster.show(detail))
+    lock:unlock()
+    dlm:close()
+  end)
+
   it("a mixed list: 2 plain nodes and 1 cluster node vote together", function()
     plain = plain or cluster.start(2)
     local dlm = client({ servers = { plain.urls[1], { cluster = cs[3].seeds }, plain.urls[2] } })

@@ -17,12 +17,9 @@ rl_shard *rl_cluster_shard(const rl_engine *e, int k) {
     return k >= 0 && k < e->nshards ? e->shards[k] : NULL;
 }
 
-static void shard_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, const char *errstr);
 
-/* The shard of node i at host:port (its URL is the seed's, moved there),
- * made if there is none yet; NULL when RL_MAX_SHARDS are made already or
- * memory ran out. */
-static rl_shard *shard_at(rl_engine *e, int i, const char *host, int port) {
+/* See cluster.h. */
+rl_shard *rl_cluster_shard_at(rl_engine *e, int i, const char *host, int port) {
     for (int k = 0; k < e->nshards; k++) {
         rl_shard *sh = e->shards[k];
         if (sh->node == i && sh->url.port == port && strcmp(sh->url.host, host) == 0) return sh;
@@ -39,7 +36,7 @@ static rl_shard *shard_at(rl_engine *e, int i, const char *host, int port) {
     snprintf(sh->url.name, sizeof(sh->url.name), "%s://%s:%d (shard of node %d)", sh->url.tls ? "rediss" : "redis",
              host, port, i + 1);
     /* no peers: a shard's server is the cluster's, not a voter of its own */
-    rl_stream_init(&sh->st, &sh->url, i, &e->opts, shard_reply, sh, NULL, 0);
+    rl_stream_init(&sh->st, &sh->url, i, &e->opts, rl_shard_reply, sh, NULL, 0);
     sh->st.reader.keep_top = 1;
     e->shards[e->nshards++] = sh;
     if (e->subs.nsubs > 0) rl_subs_add(&e->subs, &sh->url); /* stream nnodes + number */
@@ -86,7 +83,7 @@ int rl_cluster_add(rl_engine *e, int i, const char *text, char *err, size_t errl
         if (seeds++ == 0) {
             e->urls[i] = u;
             snprintf(e->urls[i].name, sizeof(e->urls[i].name), "%s", c->name);
-        } else if (shard_at(e, i, u.host, u.port) == NULL) {
+        } else if (rl_cluster_shard_at(e, i, u.host, u.port) == NULL) {
             return snprintf(err, errlen, "'%s': too many shards (at most %d)", c->name, RL_MAX_SHARDS), -1;
         }
         p += len + (end != NULL);
@@ -115,62 +112,7 @@ void rl_cluster_free(rl_engine *e) {
     }
 }
 
-/* ---- the commands a shard awaits replies to ---- */
-
-/* Note cmd as sent to sh (its reply is the next one after those noted).
- * Return 0, or -1 when out of memory. */
-static int sent_push(rl_shard *sh, const char *cmd, size_t len) {
-    if (sh->count == sh->cap) {
-        unsigned cap = sh->cap ? sh->cap * 2 : 16;
-        size_t *lens = malloc(cap * sizeof(*lens));
-        if (lens == NULL) return -1;
-        for (unsigned j = 0; j < sh->count; j++) lens[j] = sh->lens[(sh->head + j) % sh->cap];
-        free(sh->lens);
-        sh->lens = lens;
-        sh->cap = cap;
-        sh->head = 0;
-    }
-    if (sh->sent_off > 0 && sh->sent_off == sh->sent.len) sh->sent.len = sh->sent_off = 0;
-    if (sh->sent_off > 4096 && sh->sent_off * 2 > sh->sent.len) {
-        memmove(sh->sent.data, sh->sent.data + sh->sent_off, sh->sent.len - sh->sent_off);
-        sh->sent.len -= sh->sent_off;
-        sh->sent_off = 0;
-    }
-    if (rl_buf_reserve(&sh->sent, len) != 0) return -1;
-    memcpy(sh->sent.data + sh->sent.len, cmd, len);
-    sh->sent.len += len;
-    sh->lens[(sh->head + sh->count++) % sh->cap] = len;
-    return 0;
-}
-
-/* Take the oldest command noted into e->redirect (it stays valid while
- * other shards are sent to). */
-static void sent_pop(rl_shard *sh, rl_buf *into) {
-    into->len = 0;
-    if (sh->count == 0) return;
-    size_t len = sh->lens[sh->head];
-    sh->head = (sh->head + 1) % sh->cap;
-    sh->count--;
-    if (rl_buf_reserve(into, len) == 0) {
-        memcpy(into->data, sh->sent.data + sh->sent_off, len);
-        into->len = len;
-    }
-    sh->sent_off += len;
-}
-
-/* Send through shard sh, noting the bytes. */
-static int shard_send(rl_shard *sh, const char *cmd, size_t len, rl_ticket t) {
-    if (rl_stream_send(&sh->st, cmd, len, t, sh->e->now) != 0) return -1;
-    if (sent_push(sh, cmd, len) == 0) return 0;
-    /* the bytes could not be noted: this connection's replies would no
-     * longer pair with them; start over */
-    rl_stream_reset(&sh->st, "connection reset: out of memory", sh->e->now);
-    return 0;
-}
-
 /* ---- the map ---- */
-
-static void ask_map(rl_engine *e, int i);
 
 /* Send every command that waited for node i's map where it goes now, in
  * the order they came; one that cannot go is answered as failed. */
@@ -229,7 +171,7 @@ static int read_map(rl_engine *e, int i, const char *text, size_t len, const rl_
             char *dash = strchr(r, '-');
             int lo = atoi(r), hi = dash ? atoi(dash + 1) : lo;
             if (lo < 0 || hi >= RL_HASH_SLOTS || lo > hi) continue;
-            if (sh == NULL && (sh = shard_at(e, i, host, port)) == NULL) break;
+            if (sh == NULL && (sh = rl_cluster_shard_at(e, i, host, port)) == NULL) break;
             for (int s = lo; s <= hi; s++) owner[s] = (unsigned char)(sh->number + 1), served++;
         }
     }
@@ -247,26 +189,32 @@ static int read_map(rl_engine *e, int i, const char *text, size_t len, const rl_
     return served;
 }
 
-/* A reply to CLUSTER NODES from stream s of node i. */
-static void map_reply(rl_engine *e, int i, rl_stream *s, const rl_reply *reply, const char *errstr) {
+/* See cluster.h. */
+void rl_cluster_map_reply(rl_engine *e, int i, rl_stream *s, const rl_reply *reply, const char *errstr) {
     rl_cluster *c = e->clusters[i];
     c->asking = 0;
     size_t len = 0;
     const char *text = reply ? rl_reader_element(&s->reader, 0, &len) : NULL;
     int served = text && reply->type == RL_REPLY_STRING ? read_map(e, i, text, len, s->url) : 0;
     if (served > 0) {
+        c->tried = 0;
         send_pending(e, i, NULL);
-        if (c->refresh) c->refresh = 0, ask_map(e, i);
+        if (c->refresh) c->refresh = 0, rl_cluster_ask_map(e, i);
         return;
     }
-    char why[RL_NODE_ERR_LEN];
-    snprintf(why, sizeof(why), "cluster map not known: %.70s", reply ? (reply->type == RL_REPLY_ERROR ? reply->str : "no slot served") : errstr);
-    if (!c->known) send_pending(e, i, why);
+    if (!c->known) {
+        /* another seed, if one is left to ask, before the commands waiting fail */
+        rl_cluster_ask_map(e, i);
+        if (c->asking) return;
+        char why[RL_NODE_ERR_LEN];
+        snprintf(why, sizeof(why), "cluster map not known: %.70s",
+                 reply ? (reply->type == RL_REPLY_ERROR ? reply->str : "no slot served") : errstr);
+        send_pending(e, i, why);
+    }
 }
 
-/* Ask node i's cluster for its map: CLUSTER NODES on the seed's stream,
- * or on the first shard that will take it. Unless one is in flight. */
-static void ask_map(rl_engine *e, int i) {
+/* See cluster.h. */
+void rl_cluster_ask_map(rl_engine *e, int i) {
     rl_cluster *c = e->clusters[i];
     if (c->asking) {
         c->refresh = 1;
@@ -274,18 +222,27 @@ static void ask_map(rl_engine *e, int i) {
     }
     static const char cmd[] = "*2\r\n$7\r\nCLUSTER\r\n$5\r\nNODES\r\n";
     rl_ticket t = {-1, 0, RL_KIND_TOPOLOGY, e->now, 0, 0, 0, 0, 0};
-    int sent = e->nodes[i].state != RL_STREAM_DOWN && rl_stream_send(&e->nodes[i], cmd, sizeof(cmd) - 1, t, e->now) == 0;
+    /* each stream once per spell: the seed's (bit 0), then the shards' (bit k + 1) */
+    int sent = !(c->tried & 1) && e->nodes[i].state != RL_STREAM_DOWN &&
+               rl_stream_send(&e->nodes[i], cmd, sizeof(cmd) - 1, t, e->now) == 0;
+    if (sent) c->tried |= 1;
     for (int k = 0; k < e->nshards && !sent; k++) {
         rl_shard *sh = e->shards[k];
-        sent = sh->node == i && sh->st.state != RL_STREAM_DOWN && shard_send(sh, cmd, sizeof(cmd) - 1, t) == 0;
+        unsigned long long bit = 2ull << k;
+        sent = sh->node == i && !(c->tried & bit) && sh->st.state != RL_STREAM_DOWN &&
+               rl_shard_send(sh, cmd, sizeof(cmd) - 1, t) == 0;
+        if (sent) c->tried |= bit;
     }
-    if (sent) c->asking = 1;
-    else if (!c->known) send_pending(e, i, e->nodes[i].errstr);
+    if (sent) {
+        c->asking = 1;
+        return;
+    }
+    c->tried = 0; /* every stream was asked: the next spell starts over */
 }
 
 void rl_cluster_seed_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, const char *errstr) {
     rl_engine *e = owner;
-    if (t.kind == RL_KIND_TOPOLOGY) map_reply(e, node, &e->nodes[node], reply, errstr);
+    if (t.kind == RL_KIND_TOPOLOGY) rl_cluster_map_reply(e, node, &e->nodes[node], reply, errstr);
 }
 
 /* ---- routing ---- */
@@ -299,6 +256,12 @@ rl_stream *rl_route(rl_engine *e, int i, int hslot) {
 /* Keep a command for node i until its first map is in (asking for it). */
 static int wait_for_map(rl_engine *e, int i, int hslot, const char *cmd, size_t len, rl_ticket t) {
     rl_cluster *c = e->clusters[i];
+    if (!c->asking) rl_cluster_ask_map(e, i);
+    if (!c->asking) { /* no seed can be asked now (every one down): a failed vote, its reason the seed's */
+        if (e->nodes[i].errstr[0] == '\0' || strcmp(e->nodes[i].errstr, "not connected") == 0)
+            snprintf(e->nodes[i].errstr, sizeof(e->nodes[i].errstr), "cluster map not known: no seed reachable");
+        return -1;
+    }
     if (c->npend == c->cappend) {
         unsigned cap = c->cappend ? c->cappend * 2 : 16;
         rl_pending *p = realloc(c->pends, cap * sizeof(*p));
@@ -310,7 +273,6 @@ static int wait_for_map(rl_engine *e, int i, int hslot, const char *cmd, size_t 
     memcpy(c->pend.data + c->pend.len, cmd, len);
     c->pend.len += len;
     c->pends[c->npend++] = (rl_pending){t, hslot, len};
-    ask_map(e, i);
     return 0;
 oom:
     snprintf(e->nodes[i].errstr, sizeof(e->nodes[i].errstr), "out of memory");
@@ -323,81 +285,9 @@ int rl_route_send(rl_engine *e, int i, int hslot, const char *cmd, size_t len, r
     if (!c->known) return wait_for_map(e, i, hslot, cmd, len, t);
     if (hslot < 0 || !c->owner[hslot]) {
         snprintf(e->nodes[i].errstr, sizeof(e->nodes[i].errstr), "CLUSTERDOWN hash slot %d is not served", hslot);
-        ask_map(e, i);
+        rl_cluster_ask_map(e, i);
         return -1;
     }
-    return shard_send(e->shards[c->owner[hslot] - 1], cmd, len, t);
+    return rl_shard_send(e->shards[c->owner[hslot] - 1], cmd, len, t);
 }
 
-/* ---- MOVED and ASK ---- */
-
-/* "MOVED 3999 127.0.0.1:6381" or "ASK ...": the slot, host and port, or -1. */
-static int redirection(const rl_reply *reply, const char *word, char *host, size_t hostcap, int *port) {
-    size_t wl = strlen(word);
-    if (reply->type != RL_REPLY_ERROR || strncmp(reply->str, word, wl) != 0 || reply->str[wl] != ' ') return -1;
-    const char *p = reply->str + wl + 1, *sp = strchr(p, ' ');
-    const char *colon = sp ? strrchr(sp, ':') : NULL;
-    if (sp == NULL || colon == NULL || (size_t)(colon - sp - 1) >= hostcap) return -1;
-    int slot = atoi(p);
-    memcpy(host, sp + 1, (size_t)(colon - sp - 1));
-    host[colon - sp - 1] = '\0';
-    *port = atoi(colon + 1);
-    return slot >= 0 && slot < RL_HASH_SLOTS && *port > 0 && *port <= 65535 ? slot : -1;
-}
-
-/* 1 if the operation t belongs to still waits for this command's reply. */
-static int ticket_live(const rl_engine *e, rl_ticket t) {
-    return t.slot >= 0 && t.slot < e->nops && e->ops[t.slot]->gen == t.gen && e->ops[t.slot]->phase != OP_QUIET &&
-           e->ops[t.slot]->phase != OP_FREE;
-}
-
-/* A reply (or a failure) on shard sh to the command whose bytes are in
- * e->redirect: follow MOVED or ASK if it says so and may. 1 if followed. */
-static int follow(rl_engine *e, rl_shard *sh, rl_ticket t, const rl_reply *reply) {
-    char host[256];
-    int port, slot, ask = 0, i = sh->node;
-    rl_cluster *c = e->clusters[i];
-    if (reply == NULL) return 0;
-    if ((slot = redirection(reply, "MOVED", host, sizeof(host), &port)) < 0) {
-        if ((slot = redirection(reply, "ASK", host, sizeof(host), &port)) < 0) return 0;
-        ask = 1;
-    }
-    if (!e->opts.no_stats) {
-        if (ask) e->stats.node[i].ask++;
-        else e->stats.node[i].moved++;
-    }
-    rl_shard *to = shard_at(e, i, host, port);
-    if (!ask && to && c->owner[slot] != to->number + 1) {
-        c->owner[slot] = (unsigned char)(to->number + 1);
-        rl_subs_rerouted(&e->subs, e->now);
-    }
-    if (!ask) ask_map(e, i);
-    if (to == NULL || e->redirect.len == 0 || !ticket_live(e, t) || t.redirects >= RL_CLUSTER_REDIRECTS || (ask && t.asked))
-        return 0;
-    t.redirects++;
-    t.sent_ms = e->now;
-    if (ask) {
-        static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
-        rl_ticket a = {-1, 0, RL_KIND_ASKING, e->now, 0, 0, 0, 0, 0};
-        if (shard_send(to, asking, sizeof(asking) - 1, a) != 0) return 0;
-        t.asked = 1;
-    } else {
-        t.asked = 0;
-    }
-    if (shard_send(to, e->redirect.data, e->redirect.len, t) == 0) return 1;
-    t.unsent = 1;
-    rl_op_reply_from(e, &to->st, i, t, NULL, to->st.errstr);
-    return 1;
-}
-
-static void shard_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, const char *errstr) {
-    rl_shard *sh = owner;
-    rl_engine *e = sh->e;
-    sent_pop(sh, &e->redirect);
-    if (t.kind == RL_KIND_TOPOLOGY) {
-        map_reply(e, node, &sh->st, reply, errstr);
-        return;
-    }
-    if (t.kind == RL_KIND_ASKING || follow(e, sh, t, reply)) return;
-    rl_op_reply_from(e, &sh->st, node, t, reply, errstr);
-}

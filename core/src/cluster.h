@@ -26,6 +26,7 @@
 
 _Static_assert(RL_MAX_LINKS == 2 * RL_MAX_NODES + 2 * RL_MAX_SHARDS, "RL_MAX_LINKS");
 _Static_assert(RL_MAX_SHARDS < 255, "a hash slot's owner is a shard number + 1 in a byte");
+_Static_assert(RL_MAX_SHARDS < 63, "rl_cluster.tried has a bit per shard");
 
 /* Ticket kinds of the cluster's own commands (beside RL_OP_*: they reach
  * the cluster's callbacks, never an operation). */
@@ -60,6 +61,7 @@ typedef struct rl_cluster {
     int known;           /* a map was read */
     int asking;          /* a CLUSTER NODES is in flight */
     int refresh;         /* a MOVED came since it was sent: ask again once it is in */
+    unsigned long long tried; /* the streams asked in this spell: bit 0 the seed's, bit k + 1 shard k's */
     rl_buf pend;         /* the bytes of the commands waiting for the first map, back to back */
     rl_pending *pends;
     unsigned npend, cappend;
@@ -95,6 +97,29 @@ rl_stream *rl_route(struct rl_engine *e, int i, int hslot);
 /* Send a command to node i for hslot (rl_stream_send's contract: 0, or -1
  * with the reason in rl_route(e, i, hslot)->errstr). */
 int rl_route_send(struct rl_engine *e, int i, int hslot, const char *cmd, size_t len, rl_ticket t);
+
+/* The shard of node i at host:port (its URL is the seed's, moved there),
+ * made if there is none yet; NULL when RL_MAX_SHARDS are made already or
+ * memory ran out. */
+rl_shard *rl_cluster_shard_at(struct rl_engine *e, int i, const char *host, int port);
+
+/* Ask node i's cluster for its map: CLUSTER NODES on the seed's stream,
+ * or on the first shard that will take it. Unless one is in flight (then
+ * once more after it). */
+void rl_cluster_ask_map(struct rl_engine *e, int i);
+
+/* A reply to CLUSTER NODES (reply NULL: its failure, errstr) that came on
+ * stream s of node i: the map is read and the commands waiting for it
+ * go, or another seed is asked, or they fail. */
+void rl_cluster_map_reply(struct rl_engine *e, int i, rl_stream *s, const rl_reply *reply, const char *errstr);
+
+/* Send cmd through shard sh (rl_stream_send's contract), its bytes kept
+ * until its reply comes (cluster_redirect.c). */
+int rl_shard_send(rl_shard *sh, const char *cmd, size_t len, rl_ticket t);
+
+/* A shard stream's replies (its on_reply; owner: the shard): MOVED and ASK
+ * followed, everything else to the operation (cluster_redirect.c). */
+void rl_shard_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, const char *errstr);
 
 /* Shard number k of e, or NULL. */
 rl_shard *rl_cluster_shard(const struct rl_engine *e, int k);

@@ -154,6 +154,35 @@ static void fenced_counter_and_watch_in_the_slot(void) {
     rl_engine_free(E);
 }
 
+/* The first seed cannot be reached: the map comes from the next one, and
+ * the command waiting for it goes; with no seed left, it fails its vote. */
+static void map_from_the_next_seed(void) {
+    const char *urls[] = {"redis-cluster://127.0.0.1:7000+127.0.0.1:7001"};
+    E = engine(urls, 1, NULL);
+    int id = rl_engine_begin_acquire(E, "foo", 3, 10000, 1);
+    CHECK(rl_engine_node_wants(E, SEED) & RL_WANT_CONNECT);
+    rl_engine_node_down(E, SEED, "connection refused", 1);
+    connect_node(SHARD(0), 2); /* the second seed, asked instead */
+    CHECK(strstr(drain(SHARD(0), 2), "CLUSTER\r\n$5\r\nNODES") != NULL);
+    feed_map(SHARD(0), MAP, 3);
+    CHECK(strstr(drain(SHARD(0), 3), "$3\r\nfoo\r\n") != NULL); /* foo: 7001, this very shard */
+    CHECK_INT(feed(SHARD(0), "+OK\r\n", 4), RL_OK);
+    rl_result r;
+    CHECK_INT(rl_engine_take(E, id, &r), 1);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    rl_engine_free(E);
+
+    E = engine(urls, 1, NULL);
+    id = rl_engine_begin_acquire(E, "foo", 3, 10000, 1);
+    rl_engine_node_down(E, SEED, "connection refused", 1);
+    CHECK(rl_engine_node_wants(E, SHARD(0)) & RL_WANT_CONNECT);
+    rl_engine_node_down(E, SHARD(0), "connection refused", 2);
+    CHECK_INT(rl_engine_take(E, id, &r), 1);
+    CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
+    CHECK(strstr(r.node[0].errstr, "cluster map not known") != NULL);
+    rl_engine_free(E);
+}
+
 static void bad_cluster_urls(void) {
     char err[RL_ERR_LEN];
     const char *nodb[] = {"redis-cluster://127.0.0.1:7000+127.0.0.1:7001/2"};
@@ -170,6 +199,7 @@ int main(void) {
     routes_by_slot_and_follows_moved();
     redirects_are_bounded();
     fenced_counter_and_watch_in_the_slot();
+    map_from_the_next_seed();
     bad_cluster_urls();
     return check_report("cluster");
 }
