@@ -30,6 +30,14 @@ describe("cluster nodes inside nginx", function()
             ngx.say(lock:unlock() and "ok " or "unlock-failed ", token)
           }
         }
+        location = /wait {
+          content_by_lua_block {
+            -- polling alone would ask again only after 5 s: a wake-up lets it in
+            local lock, err = DLM:lock(ngx.var.arg_r, { wait = 8000, retry = redlock.retry.fixed(5000, 3) })
+            if not lock then ngx.say("fail ", err) return end
+            ngx.say(lock:unlock() and "ok " or "unlock-failed ", DLM:stats().wakeups)
+          }
+        }
         location = /many {
           content_by_lua_block {
             local g, err = DLM:lock_many({ ngx.var.arg_a, ngx.var.arg_b, ngx.var.arg_c })
@@ -59,5 +67,25 @@ describe("cluster nodes inside nginx", function()
     local status, body = srv:get(("/many?a=%s&b=%s&c=%s"):format(names[1], names[2], names[3]))
     assert.are.equal(200, status)
     assert.are.equal("ok\n", body)
+  end)
+
+  it("wakes a waiting request through sharded pub/sub", function()
+    local proc = require "helpers.proc"
+    local name = res("wake")
+    local dir = proc.tmpdir()
+    local argv = { "luajit", "spec/helpers/holder.lua", name, "700", dir .. "/ready", cs[1].url, cs[2].url, cs[3].url }
+    local pid = proc.spawn_luajit(argv, dir .. "/out")
+    local ok, err = pcall(function()
+      proc.wait_file(dir .. "/ready", 10000)
+      local status, body = srv:get("/wait?r=" .. name, { timeout_ms = 20000 })
+      assert.are.equal(200, status)
+      local wakeups = tonumber(body:match("^ok (%d+)"))
+      assert.is_truthy(wakeups, body)
+      assert.is_true(wakeups > 0, body)
+    end)
+    proc.wait_gone(pid, 5000)
+    proc.stop(pid)
+    proc.rmdir(dir)
+    assert(ok, err)
   end)
 end)

@@ -132,7 +132,8 @@ local function cluster_url(fname, i, entry)
         local s, rest
         if type(seeds[j]) == "string" then s, rest = seeds[j]:match("^(rediss?)://(.+)$") end
         if not s or seeds[j]:find("[%z%s+]") then
-            argerror(1, fname, ("%s must be a redis:// or rediss:// URL (no '+', no space), got %s"):format(where, show(seeds[j])))
+            argerror(1, fname, ("%s must be a redis:// or rediss:// URL (no '+', no space), got %s")
+                :format(where, show(seeds[j])))
         end
         local a, h = rest:match("^(.*@)([^@]*)$")
         a, h = a or "", h or rest
