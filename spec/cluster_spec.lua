@@ -297,6 +297,26 @@ describe("cluster nodes", function()
     assert.are.equal(0, rc, out)
   end)
 
+  it("TLS: rediss:// seeds, every shard spoken to over TLS", function()
+    local tls = require "helpers.tls"
+    local pki = tls.make()
+    local c = rcluster.start(3, { tls = pki })
+    local servers = { { cluster = c.seeds }, { cluster = cs[2].seeds }, { cluster = cs[3].seeds } }
+    -- quorum 3: no lock without the TLS cluster's vote
+    local dlm = client({ servers = servers, tls = { cafile = pki.ca }, quorum = 3 })
+    local ok, err = pcall(function()
+      for _, name in ipairs(names_on_every_master(c, "tls")) do
+        local lock, lerr, detail = dlm:lock(name, { fence = true })
+        assert.is_truthy(lock, tostring(lerr) .. " " .. cluster.show(detail))
+        assert.are.equal(lock.value, (rcluster.cli(c, rcluster.owner(c, name), "GET", name)))
+        assert.is_true(lock:unlock())
+      end
+    end)
+    dlm:close()
+    rcluster.stop(c)
+    assert(ok, err)
+  end)
+
   it("refuses misconfigured cluster entries, naming the argument", function()
     assert.has_error(function() redlock.new({ servers = { { cluster = {} } } }) end,
       "bad argument #1 to 'new' (servers[1].cluster must be a non-empty list of seed URLs, got table)")

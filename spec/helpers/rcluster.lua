@@ -7,6 +7,8 @@
 --   rcluster.owner(c, key)           -- the index j of the master serving key's slot
 --   rcluster.calls(c, j, "publish")  -- calls of a command on master j (INFO commandstats)
 --   rcluster.stop(c)                 -- every process, by pid; its directory removed
+--   rcluster.start(3, { tls = pki })  -- TLS only (helpers.tls' certificates), the cluster bus too;
+--                                       c.url is then rediss-cluster://, c.seeds rediss://
 --
 -- start waits until every master reports cluster_state:ok and all 16384
 -- slots assigned, so a client may use the cluster at once.
@@ -17,8 +19,15 @@ local sys = require "redlock.devcluster.sys"
 local M = {}
 local started = {}
 
+--- redis-cli's TLS flags for c ("" without TLS).
+local function tls_flags(c)
+  if not c.tls then return "" end
+  return (" --tls --cacert %s --cert %s --key %s"):format(proc.quote(c.tls.ca), proc.quote(c.tls.client_cert),
+    proc.quote(c.tls.client_key))
+end
+
 local function cli(c, j, ...)
-  local words = { "redis-cli", "-h", "127.0.0.1", "-p", tostring(c.ports[j]) }
+  local words = { "redis-cli" .. tls_flags(c), "-h", "127.0.0.1", "-p", tostring(c.ports[j]) }
   for _, a in ipairs({ ... }) do words[#words + 1] = proc.quote(tostring(a)) end
   local out, rc = proc.sh(table.concat(words, " "))
   return out:gsub("%s+$", ""), rc == 0
@@ -35,13 +44,24 @@ local function await_ok(c, j, deadline)
   end
 end
 
---- Start a cluster of `masters` masters (default 3).
-function M.start(masters)
-  masters = masters or 3
-  local ports = sys.free_ports(2 * masters) -- each master's, then its cluster bus port
-  local c = { n = masters, ports = {}, bus = {}, pids = {}, dir = proc.tmpdir() }
-  for j = 1, masters do c.ports[j], c.bus[j] = ports[j], ports[masters + j] end
+--- Start a cluster of `masters` masters (default 3); opts.tls: TLS only.
+--- Raises if it does not form within 20 s, its processes stopped.
+local form
+function M.start(masters, opts)
+  local c = { n = masters or 3, ports = {}, bus = {}, pids = {}, dir = proc.tmpdir(), tls = (opts or {}).tls }
   started[#started + 1] = c
+  local ok, err = pcall(form, c)
+  if not ok then
+    M.stop(c)
+    error(err, 2)
+  end
+  return c
+end
+
+form = function(c)
+  local masters = c.n
+  local ports = sys.free_ports(2 * masters) -- each master's, then its cluster bus port
+  for j = 1, masters do c.ports[j], c.bus[j] = ports[j], ports[masters + j] end
   for j = 1, masters do
     local dir = ("%s/%d"):format(c.dir, j)
     os.execute("mkdir -p " .. proc.quote(dir))
@@ -50,9 +70,16 @@ function M.start(masters)
       "--cluster-port", tostring(c.bus[j]),
       "--cluster-node-timeout", "2000", "--dir", dir, "--save", "", "--appendonly", "no",
       "--pidfile", dir .. "/redis.pid" }
+    if c.tls then
+      argv[3] = "0"
+      for _, a in ipairs({ "--tls-port", tostring(c.ports[j]), "--tls-cert-file", c.tls.server_cert,
+        "--tls-key-file", c.tls.server_key, "--tls-ca-cert-file", c.tls.ca, "--tls-cluster", "yes",
+        "--tls-client-cert-file", c.tls.client_cert, "--tls-client-key-file", c.tls.client_key,
+        "--tls-auth-clients", "optional" }) do argv[#argv + 1] = a end
+    end
     c.pids[j] = proc.spawn(argv, { out = dir .. "/log" })
   end
-  local deadline = proc.now_ms() + 10000
+  local deadline = proc.now_ms() + 20000
   for j = 1, masters do
     while not select(2, cli(c, j, "PING")) or cli(c, j, "PING") ~= "PONG" do
       if proc.now_ms() > deadline then error("cluster master " .. j .. " did not start") end
@@ -61,14 +88,14 @@ function M.start(masters)
   end
   local hosts = {}
   for j = 1, masters do hosts[j] = "127.0.0.1:" .. c.ports[j] end
-  local out, rc = proc.sh("redis-cli --cluster create " .. table.concat(hosts, " ")
+  local out, rc = proc.sh("timeout 20 redis-cli" .. tls_flags(c) .. " --cluster create " .. table.concat(hosts, " ")
     .. " --cluster-replicas 0 --cluster-yes")
   assert(rc == 0, out)
   for j = 1, masters do await_ok(c, j, deadline) end
-  c.url = "redis-cluster://" .. table.concat(hosts, "+")
+  local scheme = c.tls and "rediss" or "redis"
+  c.url = scheme .. "-cluster://" .. table.concat(hosts, "+")
   c.seeds = {}
-  for j = 1, masters do c.seeds[j] = "redis://" .. hosts[j] end
-  return c
+  for j = 1, masters do c.seeds[j] = scheme .. "://" .. hosts[j] end
 end
 
 --- The hash slot of key (CLUSTER KEYSLOT on master 1).
