@@ -195,6 +195,10 @@ describe("cluster nodes", function()
     plain = plain or cluster.start(2)
     local dlm = client({ servers = { plain.urls[1], { cluster = cs[3].seeds }, plain.urls[2] } })
     local name = res("mixed")
+    local function errors(i) -- ERR replies a plain node sent: our scripts' cluster test must cost none
+      return tonumber(plain:cli(i, "INFO", "errorstats"):match("errorstat_ERR:count=(%d+)")) or 0
+    end
+    local errors_before = { errors(1), errors(2) }
     local lock, err, detail = dlm:lock(name, { fence = true })
     assert.is_truthy(lock, tostring(err) .. " " .. cluster.show(detail))
     assert.are.equal(lock.value, cluster.get(plain, 1, name))
@@ -203,6 +207,10 @@ describe("cluster nodes", function()
     assert.are.equal(lock.value, (rcluster.cli(cs[3], rcluster.owner(cs[3], name), "GET", name)))
     assert.are.equal("1", (rcluster.cli(cs[3], rcluster.owner(cs[3], name), "GET", "{" .. name .. "}:fence")))
     assert.is_true(lock:unlock())
+    local sem = assert(dlm:try_lock(name .. ":s", { limit = 2 }))
+    assert.is_true(sem:unlock())
+    assert.is_true(cluster.await_value(plain, name, nil, 2000))
+    assert.are.same(errors_before, { errors(1), errors(2) })
     dlm:close()
   end)
 

@@ -79,7 +79,7 @@ const char rl_commit_script[] =
     "local why = fault(KEYS[2], false) if why then return redis.error_reply(why) end "
     "local c, t = redis.call(\"get\",KEYS[2]), ARGV[2] "
     "if not c or #c < #t or (#c == #t and c < t) then redis.call(\"set\",KEYS[2],t) end return 1";
-const char rl_release_sha[] = "09484994eda87329c9e7cfcd6853c008ce02bbc9";
+const char rl_release_sha[] = "bf8fdba64e685d9be4032f306f99154b8c7980ae";
 const char rl_extend_sha[] = "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10";
 
 /* Byte i of prefix .. resource (i < plen + len). */

@@ -31,16 +31,23 @@ extern const char rl_extend_sha[];
 #define RL_QUEUE_PREFIX "redlock:queue:"
 #define RL_WAKE_PREFIX "redlock:wake:"
 
+/* Lua: is this node a cluster node? INFO's cluster section says, without
+ * an error on a plain node (an error reply would count in its errorstats
+ * on every release); a user INFO is denied to is taken as on a plain node. */
+#define RL_IN_CLUSTER                                                                                    \
+    "local function in_cluster() local i = redis.pcall(\"info\",\"cluster\") "                             \
+    "return type(i) == \"string\" and string.find(i, \"cluster_enabled:1\", 1, true) ~= nil end "
+
 /* The base of KEYS[1]'s companion names (hashslot.h, rl_cluster_base), in
- * Lua: local B, PUB, NUM. On a plain node (CLUSTER KEYSLOT refused) B is
- * the key itself, and waiters are told with PUBLISH; on a cluster node B
- * puts every companion name in the key's slot, the same base as the C side
- * makes, and waiters are told with SPUBLISH on the shard that serves it
- * (no broadcast over the cluster's bus). */
+ * Lua: local B, PUB, NUM. On a plain node B is the key itself, and waiters
+ * are told with PUBLISH; on a cluster node B puts every companion name in
+ * the key's slot, the same base as the C side makes, and waiters are told
+ * with SPUBLISH on the shard that serves it (no broadcast over the
+ * cluster's bus). */
 #define RL_BASE                                                                                          \
-    "local B, PUB, NUM = KEYS[1], \"publish\", \"numsub\" "                                               \
-    "local S = redis.pcall(\"cluster\",\"keyslot\",KEYS[1]) "                                              \
-    "if type(S) == \"number\" then PUB, NUM = \"spublish\", \"shardnumsub\" "                              \
+    RL_IN_CLUSTER "local B, PUB, NUM = KEYS[1], \"publish\", \"numsub\" "                                  \
+    "if in_cluster() then local S = redis.call(\"cluster\",\"keyslot\",KEYS[1]) "                          \
+    "PUB, NUM = \"spublish\", \"shardnumsub\" "                                                           \
     "local k, own = KEYS[1], false local o = string.find(k, \"{\", 1, true) "                                \
     "if o then local c = string.find(k, \"}\", o + 1, true) own = c ~= nil and c > o + 1 end "             \
     "if own then B = k elseif not string.find(k, \"}\", 1, true) then B = \"{\" .. k .. \"}\" else "          \

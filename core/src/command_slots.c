@@ -27,12 +27,11 @@
 #define RL_RELEASED_PREFIX "redlock:released:"
 
 /* How a semaphore's scripts tell waiters (Lua: local PUB, NUM): PUBLISH on
- * a plain node, SPUBLISH on a cluster node (CLUSTER KEYSLOT answers only
- * there), whose names the engine made in the key's slot already: the
+ * a plain node, SPUBLISH on a cluster node (RL_IN_CLUSTER), whose names the engine made in the key's slot already: the
  * semaphore's key the scripts get is its base there (hashslot.h). */
 #define RL_PUBLISHING \
-    "local PUB, NUM = \"publish\", \"numsub\" " \
-    "if type(redis.pcall(\"cluster\",\"keyslot\",\"\")) == \"number\" then PUB, NUM = \"spublish\", \"shardnumsub\" end "
+    RL_IN_CLUSTER "local PUB, NUM = \"publish\", \"numsub\" " \
+    "if in_cluster() then PUB, NUM = \"spublish\", \"shardnumsub\" end "
 
 /* turn(k, l, q): wake the waiter of queue q (of the semaphore key k, limit
  * l, or nil when unknown: one slot free is assumed) whose turn it is: with
@@ -227,7 +226,7 @@ int rl_cmd_acquire_slot(rl_buf *b, const char *key, size_t keylen, const char *v
     return 0;
 }
 
-const char rl_release_slot_sha[] = "8ac5c6e40f2a841c80870b6bba7227c83714fea1";
+const char rl_release_slot_sha[] = "1b0eb7f7feb7119b2179fd1622d78b0e585ba855";
 
 int rl_cmd_release_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *sem, size_t semlen,
                         const char *value, int quiet) {

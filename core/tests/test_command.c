@@ -22,7 +22,7 @@ static void encodes_set_nx_px(void) {
 static void encodes_scripts_by_sha_and_by_source(void) {
     rl_buf b = {0};
     CHECK_INT(rl_cmd_release(&b, 1, "k", 1, V, 0), 0);
-    const char want[] = "*5\r\n$7\r\nEVALSHA\r\n$40\r\n09484994eda87329c9e7cfcd6853c008ce02bbc9\r\n$1\r\n1\r\n"
+    const char want[] = "*5\r\n$7\r\nEVALSHA\r\n$40\r\nbf8fdba64e685d9be4032f306f99154b8c7980ae\r\n$1\r\n1\r\n"
                         "$1\r\nk\r\n$40\r\n0123456789abcdef0123456789abcdef01234567\r\n";
     CHECK_INT(b.len, sizeof(want) - 1);
     CHECK(memcmp(b.data, want, b.len) == 0);
