@@ -98,6 +98,8 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
     memcpy(op->key.data + plen, resource, len);
     op->key.len = plen + len;
     op->hslot = e->nclusters > 0 ? rl_hash_slot(op->key.data, op->key.len) : -1; /* the lock key's slot */
+    op->cbase.len = 0;
+    if (e->nclusters > 0 && sem == 0 && rl_cluster_base(&op->cbase, op->key.data, op->key.len) != 0) goto oom;
     op->sem_limit = kind == RL_OP_ACQUIRE ? sem : 0;
     op->sem_slot = kind == RL_OP_ACQUIRE ? 0 : sem;
     op->sem_ticket = op->sem_limit > 0 && variant == QUEUED ? ticket : 0;
@@ -128,6 +130,7 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
             rl_op_swap_key(e, op, -1);
         }
     }
+    if (rc == 0 && op->ccmd.len == 0) rc = rl_op_cluster_form(e, op, &op->cmd, &op->ccmd) < 0 ? -1 : 0;
     if (rc != 0) goto oom;
 
     double now = clock_at(e, now_ms);

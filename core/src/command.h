@@ -32,30 +32,23 @@ extern const char rl_extend_sha[];
 #define RL_WAKE_PREFIX "redlock:wake:"
 
 /* Lua: is this node a cluster node? INFO's cluster section says, without
- * an error on a plain node (an error reply would count in its errorstats
- * on every release); a user INFO is denied to is taken as on a plain node. */
+ * an error on a plain node (an error reply would count in its errorstats);
+ * a user INFO is denied to is taken as on a plain node. For the scripts
+ * whose commands cannot carry the answer (a semaphore's). */
 #define RL_IN_CLUSTER                                                                                    \
     "local function in_cluster() local i = redis.pcall(\"info\",\"cluster\") "                             \
     "return type(i) == \"string\" and string.find(i, \"cluster_enabled:1\", 1, true) ~= nil end "
 
-/* The base of KEYS[1]'s companion names (hashslot.h, rl_cluster_base), in
- * Lua: local B, PUB, NUM. On a plain node B is the key itself, and waiters
- * are told with PUBLISH; on a cluster node B puts every companion name in
- * the key's slot, the same base as the C side makes, and waiters are told
- * with SPUBLISH on the shard that serves it (no broadcast over the
- * cluster's bus). */
+/* The base of KEYS[1]'s companion names, in Lua: local B, PUB, NUM. A
+ * command for a plain node has one key: B is the key itself, and waiters
+ * are told with PUBLISH. The engine sends a cluster node the same command
+ * with the key's companion base (hashslot.h) as a second key
+ * (rl_cmd_with_base): every companion name is then in the key's slot, and
+ * waiters are told with SPUBLISH on the shard that serves it (no broadcast
+ * over the cluster's bus). */
 #define RL_BASE                                                                                          \
-    RL_IN_CLUSTER "local B, PUB, NUM = KEYS[1], \"publish\", \"numsub\" "                                  \
-    "if in_cluster() then local S = redis.call(\"cluster\",\"keyslot\",KEYS[1]) "                          \
-    "PUB, NUM = \"spublish\", \"shardnumsub\" "                                                           \
-    "local k, own = KEYS[1], false local o = string.find(k, \"{\", 1, true) "                                \
-    "if o then local c = string.find(k, \"}\", o + 1, true) own = c ~= nil and c > o + 1 end "             \
-    "if own then B = k elseif not string.find(k, \"}\", 1, true) then B = \"{\" .. k .. \"}\" else "          \
-    "local a = \"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ\" "                       \
-    "for n = 1, 3 do for v = 0, 62 ^ n - 1 do local t, x = \"\", v "                                        \
-    "for _ = 1, n do local d = x % 62 t = string.sub(a, d + 1, d + 1) .. t x = (x - d) / 62 end "        \
-    "if redis.call(\"cluster\",\"keyslot\",t) == S then B = \"{\" .. t .. \"}\" .. k break end end "         \
-    "if B ~= k then break end end end end "
+    "local B, PUB, NUM = KEYS[1], \"publish\", \"numsub\" "                                               \
+    "if #KEYS > 1 then B, PUB, NUM = KEYS[#KEYS], \"spublish\", \"shardnumsub\" end "
 
 /* What a release that emptied the key runs to wake waiters (Lua, the tail
  * of a script whose KEYS[1] is the key; see rl_release_script): the first
@@ -157,6 +150,12 @@ int rl_cmd_acquire_fenced(rl_buf *b, const char *key, size_t keylen, const char 
                           const char *value, int ttl_ms);
 int rl_cmd_commit(rl_buf *b, const char *key, size_t keylen, const char *base, size_t baselen, const char *value,
                   long long token);
+
+/* Write into dst the command src (an EVAL or EVALSHA of one key, as the
+ * scripts that start with RL_BASE are sent) with base as a second key: the
+ * form a cluster node gets. 0, 1 when src is not such a command (dst is
+ * then empty: src goes as it is), or -1 when out of memory. */
+int rl_cmd_with_base(rl_buf *dst, const rl_buf *src, const char *base, size_t baselen);
 
 /* Append AUTH [user] password to b, after its content, if password is not
  * empty (user "" sends the password alone). Return 1 if appended, 0 if

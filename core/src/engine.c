@@ -158,6 +158,7 @@ void rl_engine_free(rl_engine *e) {
         rl_buf_free(&e->ops[i]->cmd);
         rl_buf_free(&e->ops[i]->ccmd);
         rl_buf_free(&e->ops[i]->ckey);
+        rl_buf_free(&e->ops[i]->cbase);
         free(e->ops[i]);
     }
     free(e->ops);
@@ -166,6 +167,7 @@ void rl_engine_free(rl_engine *e) {
     rl_buf_free(&e->scratch);
     rl_buf_free(&e->redirect);
     rl_buf_free(&e->base);
+    rl_buf_free(&e->scratch2);
     free(e->prefix);
     free(e);
 }

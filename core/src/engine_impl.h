@@ -45,6 +45,8 @@ typedef struct rl_op {
     rl_buf cmd;              /* RESP of the current phase's command */
     rl_buf ccmd;             /* the same on cluster nodes, when its companion keys' names differ there
                                 (hashslot.h, rl_cluster_base); len 0: op->cmd goes to every node */
+    rl_buf cbase;            /* a lock's (not a semaphore's) companion base, on an engine with cluster
+                                nodes: the second key of its scripts there (rl_cmd_with_base) */
     rl_buf ckey;             /* a semaphore's key as cluster nodes name it (len 0: op->key everywhere):
                                 its acquire's, the base of the lock key; a slot's, that slot's key
                                 made from the base (rl_op_swap_key) */
@@ -78,6 +80,7 @@ struct rl_engine {
     int nclusters;           /* nodes that are clusters */
     rl_buf redirect;         /* a command MOVED or ASK sends again (cluster.c) */
     rl_buf base;             /* a key's companion base on cluster nodes (rl_cluster_base) */
+    rl_buf scratch2;         /* a command in scratch as a cluster node gets it (rl_op_cluster_form) */
 
     rl_op **ops;             /* every slot ever allocated, by slot */
     int nops, capops;
@@ -123,6 +126,26 @@ void rl_op_reply_from(rl_engine *e, rl_stream *s, int node, rl_ticket t, const r
  * node when it has one, else op->cmd. */
 static inline const rl_buf *rl_op_cmd(const rl_engine *e, const rl_op *op, int i) {
     return e->clusters[i] && op->ccmd.len ? &op->ccmd : &op->cmd;
+}
+
+/* Write into dst src as cluster nodes get it: with op's companion base as
+ * a second key (rl_cmd_with_base), for a lock's scripts that start with
+ * RL_BASE. 0, 1 when nothing changes there (dst empty: src goes as it is;
+ * a semaphore's op, an engine without cluster nodes, a SET, a fenced
+ * script), or -1 when out of memory. */
+static inline int rl_op_cluster_form(const rl_engine *e, const rl_op *op, const rl_buf *src, rl_buf *dst) {
+    dst->len = 0;
+    if (e->nclusters == 0 || op->sem_limit > 0 || op->sem_slot > 0) return 1;
+    return rl_cmd_with_base(dst, src, op->cbase.data, op->cbase.len);
+}
+
+/* What goes to node i out of scratch (just encoded for every node): on a
+ * cluster node its cluster form, in e->scratch2, when it has one. NULL
+ * when out of memory. */
+static inline const rl_buf *rl_op_scratch_for(rl_engine *e, const rl_op *op, int i) {
+    if (e->clusters[i] == NULL) return &e->scratch;
+    int rc = rl_op_cluster_form(e, op, &e->scratch, &e->scratch2);
+    return rc < 0 ? NULL : rc == 0 ? &e->scratch2 : &e->scratch;
 }
 
 /* Swap op->key and op->ckey when node i is a cluster node and op has a

@@ -81,7 +81,8 @@ static int keep_release(rl_engine *e, rl_op *op, int i) {
     int rc = op->sem_limit > 0 ? rl_slot_cleanup_cmd(e, op, i, &e->scratch) : rl_op_release_cmd(op, &e->scratch, 0, 1);
     if (swapped) rl_op_swap_key(e, op, -1);
     if (rc != 0) return rc > 0 ? 0 : -1;
-    return rl_stream_redo(rl_route(e, i, op->hslot), e->scratch.data, e->scratch.len, e->now);
+    const rl_buf *cmd = rl_op_scratch_for(e, op, i);
+    return cmd ? rl_stream_redo(rl_route(e, i, op->hslot), cmd->data, cmd->len, e->now) : -1;
 }
 
 /* The cleanup could not go out to node i on the connection the SET went
@@ -104,13 +105,13 @@ static void op_start_cleanup(rl_engine *e, rl_op *op) {
     op->phase = OP_CLEANUP;
     op->owed = 0;
     op->cleanup_sent = 0;
-    int encoded = rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, op->res.value, 1) == 0;
-    op->ccmd.len = 0;
+    int encoded = rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, op->res.value, 1) == 0 &&
+                  rl_op_cluster_form(e, op, &op->cmd, &op->ccmd) >= 0;
     rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, e->now, 0, 0, 0, 0, 0};
     for (int i = 0; i < e->nnodes; i++) {
         rl_node_result *n = &op->res.node[i];
         if (!(op->sent & (1u << i)) || n->state == RL_NODE_TAKEN) continue;
-        const rl_buf *cmd = &op->cmd; /* a semaphore's: what this node may have taken */
+        const rl_buf *cmd = rl_op_cmd(e, op, i); /* a semaphore's: what this node may have taken */
         if (op->sem_limit > 0) {
             int swapped = rl_op_swap_key(e, op, i);
             encoded = rl_slot_cleanup_cmd(e, op, i, (rl_buf *)(cmd = &e->scratch)) == 0;
@@ -192,10 +193,11 @@ static int resend_as_eval(rl_engine *e, rl_op *op, int node, rl_ticket t) {
                  ? rl_op_release_cmd(op, &e->scratch, 0, op->quiet || op->phase == OP_CLEANUP)
                  : rl_cmd_extend(&e->scratch, 0, op->key.data, op->key.len, op->res.value, op->ttl_ms);
     if (swapped) rl_op_swap_key(e, op, -1);
-    if (rc != 0) return -1;
+    const rl_buf *cmd = rc == 0 ? rl_op_scratch_for(e, op, node) : NULL;
+    if (cmd == NULL) return -1;
     t.sent_ms = e->now;
     t.eval = 1;
-    return rl_route_send(e, node, op->hslot, e->scratch.data, e->scratch.len, t);
+    return rl_route_send(e, node, op->hslot, cmd->data, cmd->len, t);
 }
 
 /* See engine_impl.h. */
