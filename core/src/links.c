@@ -37,9 +37,19 @@ static int link_wanting(const rl_engine *e, int k) {
 }
 
 int rl_engine_next_wanting(const rl_engine *e, int after) {
-    int n = rl_engine_links(e);
-    for (int k = after < 0 ? 0 : after + 1; k < n; k++)
-        if (link_wanting(e, k)) return k;
+    /* by kind of link, in link order: the nodes' streams, their
+     * subscribers, then each shard's stream and subscriber */
+    int n = e->nnodes, k = after < 0 ? 0 : after + 1;
+    for (; k < n; k++)
+        if (rl_stream_wanting(&e->nodes[k])) return k;
+    for (; k < 2 * n; k++)
+        if (rl_subs_wanting(&e->subs, k - n)) return k;
+    for (int end = 2 * n + 2 * e->nshards; k < end; k++) {
+        int j = (k - 2 * n) / 2;
+        if ((k - 2 * n) % 2 == 0 ? rl_stream_wanting(&e->shards[j]->st)
+                                 : n + j < e->subs.nsubs && rl_subs_wanting(&e->subs, n + j))
+            return k;
+    }
     return -1;
 }
 
