@@ -144,7 +144,7 @@ static int read_map(rl_engine *e, int i, const char *text, size_t len, const rl_
         const char *line = text + at, *nl = memchr(line, '\n', len - at);
         size_t ll = nl ? (size_t)(nl - line) : len - at;
         at += ll + 1;
-        char buf[2048], *save = NULL, *f[8];
+        char buf[16384], *save = NULL, *f[8];
         if (ll >= sizeof(buf)) continue; /* a master of that many ranges is not one we can route: its slots stay unserved */
         memcpy(buf, line, ll);
         buf[ll] = '\0';
