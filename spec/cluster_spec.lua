@@ -270,6 +270,37 @@ describe("cluster nodes", function()
     other:close()
   end)
 
+  it("a semaphore's waiter is woken through sharded pub/sub when a slot is freed", function()
+    local name = res("semwake")
+    local dir = proc.tmpdir()
+    local holder = client()
+    local held = assert(holder:try_lock(name, { limit = 1 }))
+    local code = ([[
+      local redlock = require "redlock"
+      local proc = require "helpers.proc"
+      local dlm = redlock.new { servers = { %q, %q, %q }, ttl = 5000 }
+      proc.write_file(%q, "1")
+      local l, err = dlm:lock(%q, { limit = 1, wait = 8000, retry = redlock.retry.fixed(5000, 3) })
+      io.write(l and "got" or ("fail " .. tostring(err)), " wakeups=", dlm:stats().wakeups, "\n")
+      if l then l:unlock() end
+    ]]):format(cs[1].url, cs[2].url, cs[3].url, dir .. "/ready", name)
+    local pid = proc.spawn_luajit({ "luajit", "-e", code }, dir .. "/out")
+    local ok, err = pcall(function()
+      proc.wait_file(dir .. "/ready", 10000)
+      proc.sleep_ms(500) -- it asks, is refused and waits (polling again only after 5 s)
+      assert.is_true(held:unlock())
+      assert.is_true(proc.wait_gone(pid, 10000))
+      local out = proc.read_file(dir .. "/out") or ""
+      local wakeups = tonumber(out:match("^got wakeups=(%d+)"))
+      assert.is_truthy(wakeups, out)
+      assert.is_true(wakeups > 0, out)
+    end)
+    proc.stop(pid)
+    proc.rmdir(dir)
+    holder:close()
+    assert(ok, err)
+  end)
+
   it("shared locks: readers together, a writer kept out, the readers' set in the resource's slot", function()
     local dlm, other = client(), client()
     local name = res("shared")
