@@ -556,7 +556,9 @@ void rl_engine_free(rl_engine *e);
 
 /* Number of nodes; node i's name (its URL without password); where to
  * connect: the host (or, for unix:// nodes, the socket path) and the TCP
- * port (0 for a unix socket). i may be a link: its node's. */
+ * port (0 for a unix socket). i may be a link: its node's, or for a
+ * shard's link (2N and on) that shard's ("redis://host:port (shard of
+ * node n)"). */
 int rl_engine_nodes(const rl_engine *e);
 const char *rl_engine_node_name(const rl_engine *e, int i);
 const char *rl_engine_node_host(const rl_engine *e, int i);
