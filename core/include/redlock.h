@@ -73,6 +73,8 @@ extern "C" {
 
 #define RL_ERR_LEN 256      /* size of caller-owned error buffers */
 #define RL_MAX_NODES 16     /* most nodes one client may use */
+#define RL_MAX_SHARDS 48    /* most shards (masters) of its cluster nodes one client may use, all together */
+#define RL_MAX_LINKS 128    /* most links of an engine (rl_engine_links): 2 * RL_MAX_NODES + 2 * RL_MAX_SHARDS */
 #define RL_VALUE_LEN 40     /* hex characters in a lock value (20 random bytes) */
 #define RL_NODE_ERR_LEN 96  /* error text kept per node in a result */
 #define RL_ID_SLOTS 65536   /* operations in flight on one client: ids % RL_ID_SLOTS differ */
@@ -186,6 +188,9 @@ void rl_options_init(rl_options *opts);
  * Create a client for the nodes named by urls[0..nurls-1]:
  *   redis://[[user]:password@]host:port[/db]   unix:///path/to.sock[?db=N]
  *   rediss://... (TLS, with opts->tls)
+ *   redis-cluster://[[user]:password@]host:port+host:port...  (rediss-cluster:// for TLS):
+ *     a Redis Cluster, given by seeds, voting as one node: the master that
+ *     serves the resource's hash slot (docs/cluster.md).
  * Host names are looked up here, all at once, waiting at most
  * connect_timeout_ms for them together; numeric addresses are not looked up.
  * A name not resolved by then is not an error: its node starts down (a failed
@@ -497,15 +502,21 @@ int rl_client_listening(const rl_client *c);
  * Links: the engine asks for up to two connections per node, each a *link*.
  * With N = rl_engine_nodes(), link i (0 .. N-1) is node i's command
  * connection, link N + i its subscriber connection (asked for once
- * something is watched: rl_engine_watch). Every rl_engine_node_* call below
- * that takes "node" takes a link; both kinds are driven alike. A
+ * something is watched: rl_engine_watch). A node that is a Redis Cluster
+ * (redis-cluster://host:port+host:port, see rl_client_new) has more: each
+ * master of it (each *shard*) gets links 2N + 2k (commands) and
+ * 2N + 2k + 1 (its subscriber), k counting every cluster node's shards as
+ * the engine learns of them, so rl_engine_links() grows; link i then
+ * serves only to read the cluster's map. Every rl_engine_node_* call below
+ * that takes "node" takes a link; every kind is driven alike: where it
+ * connects is rl_engine_node_host/port/tls of the link. A
  * subscriber link is always a fresh connection (the engine sends AUTH
  * first), is never clean to detach, has no unanswered commands and ignores
  * rl_engine_node_unsent; read it whenever it is open.
  *
  * A driver's loop:
- *   - after every call into the engine, for each link whose bit is set in
- *     rl_engine_wanting(), take rl_engine_node_wants(): on RL_WANT_CLOSE close
+ *   - after every call into the engine, for each link rl_engine_next_wanting()
+ *     hands out, take rl_engine_node_wants(): on RL_WANT_CLOSE close
  *     the link's socket (its commands are already answered); on
  *     RL_WANT_CONNECT open a connection and report rl_engine_node_connected or
  *     rl_engine_node_down; on RL_WANT_WRITE write rl_engine_node_output and
@@ -545,7 +556,9 @@ void rl_engine_free(rl_engine *e);
 
 /* Number of nodes; node i's name (its URL without password); where to
  * connect: the host (or, for unix:// nodes, the socket path) and the TCP
- * port (0 for a unix socket). i may be a link: its node's. */
+ * port (0 for a unix socket). i may be a link: its node's, or for a
+ * shard's link (2N and on) that shard's ("redis://host:port (shard of
+ * node n)"). */
 int rl_engine_nodes(const rl_engine *e);
 const char *rl_engine_node_name(const rl_engine *e, int i);
 const char *rl_engine_node_host(const rl_engine *e, int i);
@@ -586,8 +599,15 @@ int rl_engine_begin_on_slot(rl_engine *e, int kind, const char *resource, size_t
 int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const char *value,
                            int ttl_ms, double now_ms);
 
-/* Bit k set: link k wants something of the driver (rl_engine_node_wants). */
+/* Bit k set: link k wants something of the driver (rl_engine_node_wants);
+ * links 0 .. 31 only (rl_engine_next_wanting covers every link). */
 unsigned rl_engine_wanting(const rl_engine *e);
+
+/* The number of links now (2N, plus two per shard of the cluster nodes:
+ * it only grows), and the first link after link after (-1: from link 0)
+ * that wants something of the driver, or -1 if none does. */
+int rl_engine_links(const rl_engine *e);
+int rl_engine_next_wanting(const rl_engine *e, int after);
 
 /* What node wants: RL_WANT_* bits. CONNECT and CLOSE are handed out once
  * (this call takes them); WRITE stays set while output waits. Do CLOSE
@@ -955,6 +975,9 @@ typedef struct rl_node_stats {
     unsigned long long step_checks;  /* step checks (ECHO of a nonce) sent, suspect nodes' probes included */
     unsigned long long suspected;    /* times the node was found not answering (it became suspect) */
     rl_histogram reply;              /* from a command being queued to its reply (rounds, tails, cleanups) */
+    unsigned long long moved;        /* a cluster node: MOVED replies met (the map was refreshed; followed
+                                        unless the command had been redirected 5 times) */
+    unsigned long long ask;          /* a cluster node: ASK replies met (followed once per command) */
     int up;                          /* gauge: 1 while connected and set up */
     int suspect;                     /* gauge: 1 while suspect (sent nothing but probes) */
 } rl_node_stats;

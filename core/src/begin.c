@@ -14,14 +14,50 @@
  * release does: waking the waiters (PLAIN) or nobody (QUIET). */
 enum { PLAIN, FENCED, QUEUED, QUIET, SHARED };
 
+/* A fenced acquire's grant: on plain nodes with the counter key:fence, on
+ * cluster nodes (if the engine has any, and the name differs there) with
+ * base:fence, base the key's companion base, in the key's slot. */
+static int fenced_cmd(rl_engine *e, rl_op *op, int ttl_ms) {
+    const char *key = op->key.data;
+    size_t len = op->key.len;
+    if (rl_cmd_acquire_fenced(&op->cmd, key, len, key, len, op->res.value, ttl_ms) != 0) return -1;
+    if (op->hslot < 0) return 0;
+    if (rl_cluster_base(&e->base, key, len) != 0) return -1;
+    if (e->base.len == len && memcmp(e->base.data, key, len) == 0) return 0;
+    return rl_cmd_acquire_fenced(&op->ccmd, key, len, e->base.data, e->base.len, op->res.value, ttl_ms);
+}
+
 /* The acquire's command (op->key: the lock's key, or a semaphore's). */
 static int acquire_cmd(rl_engine *e, rl_op *op, int variant, int ttl_ms) {
     const char *waiter = variant == QUEUED ? rl_engine_waiter_id(e) : NULL;
-    if (op->sem_limit > 0) return rl_slot_acquire_cmd(e, op, &op->cmd, ttl_ms);
+    if (op->sem_limit > 0) return rl_slot_acquire_cmd(e, op, &op->cmd, &op->ccmd, ttl_ms);
     return variant == SHARED ? rl_cmd_shared_acquire(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms)
-           : variant == FENCED ? rl_cmd_acquire_fenced(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms)
+           : variant == FENCED ? fenced_cmd(e, op, ttl_ms)
            : waiter          ? rl_cmd_acquire_queued(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms, waiter)
                              : rl_cmd_acquire(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms);
+}
+
+/* A release or an extension of op's key (a lock's, or a slot's). */
+static int on_key_cmd(rl_op *op, rl_buf *b, int kind, int variant, int ttl_ms) {
+    return kind == RL_OP_RELEASE ? rl_op_release_cmd(op, b, 1, variant == QUIET)
+                                 : rl_cmd_extend(b, 1, op->key.data, op->key.len, op->res.value, ttl_ms);
+}
+
+/* On an engine with cluster nodes, a semaphore's names there (op->ckey):
+ * for its acquire, the base of its key (op->key, the lock's key), which
+ * its scripts name every slot, queue and channel after; for a slot's
+ * release or extension, that slot's key made from the base. Nothing when
+ * the base is the key itself. 0, or -1 when out of memory. */
+static int semaphore_ckey(rl_engine *e, rl_op *op) {
+    op->ckey.len = 0;
+    if (e->nclusters == 0 || (op->sem_limit == 0 && op->sem_slot == 0)) return 0;
+    if (rl_cluster_base(&e->base, op->key.data, op->key.len) != 0) return -1;
+    if (e->base.len == op->key.len && memcmp(e->base.data, op->key.data, op->key.len) == 0) return 0;
+    if (op->sem_slot > 0) return rl_slot_key(&op->ckey, e->base.data, e->base.len, op->sem_slot);
+    if (rl_buf_reserve(&op->ckey, e->base.len) != 0) return -1;
+    memcpy(op->ckey.data, e->base.data, e->base.len);
+    op->ckey.len = e->base.len;
+    return 0;
 }
 
 /* Begin an operation of kind. sem: a semaphore's limit (an acquire), or the
@@ -50,6 +86,7 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
 
     /* key = prefix .. resource */
     op->cmd.len = 0;
+    op->ccmd.len = 0;
     size_t plen = e->opts.prefix_len;
     if (op->key.cap < plen + len) {
         char *p = realloc(op->key.data, plen + len);
@@ -60,10 +97,14 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
     memcpy(op->key.data, e->prefix, plen);
     memcpy(op->key.data + plen, resource, len);
     op->key.len = plen + len;
+    op->hslot = e->nclusters > 0 ? rl_hash_slot(op->key.data, op->key.len) : -1; /* the lock key's slot */
+    op->cbase.len = 0;
+    if (e->nclusters > 0 && sem == 0 && rl_cluster_base(&op->cbase, op->key.data, op->key.len) != 0) goto oom;
     op->sem_limit = kind == RL_OP_ACQUIRE ? sem : 0;
     op->sem_slot = kind == RL_OP_ACQUIRE ? 0 : sem;
     op->sem_ticket = op->sem_limit > 0 && variant == QUEUED ? ticket : 0;
     op->res.slot = op->sem_slot;
+    if (semaphore_ckey(e, op) != 0) goto oom;
     if (op->sem_slot > 0) { /* the slot's key instead, built in scratch and swapped in */
         if (rl_slot_key(&e->scratch, op->key.data, op->key.len, op->sem_slot) != 0) goto oom;
         rl_buf t = op->key;
@@ -83,9 +124,13 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
     } else {
         memcpy(op->res.value, value, RL_VALUE_LEN);
         op->res.value[RL_VALUE_LEN] = '\0';
-        rc = kind == RL_OP_RELEASE ? rl_op_release_cmd(op, &op->cmd, 1, variant == QUIET)
-                                   : rl_cmd_extend(&op->cmd, 1, op->key.data, op->key.len, value, ttl_ms);
+        rc = on_key_cmd(op, &op->cmd, kind, variant, ttl_ms);
+        if (rc == 0 && rl_op_swap_key(e, op, -1)) { /* a slot's, as cluster nodes name it */
+            rc = on_key_cmd(op, &op->ccmd, kind, variant, ttl_ms);
+            rl_op_swap_key(e, op, -1);
+        }
     }
+    if (rc == 0 && op->ccmd.len == 0) rc = rl_op_cluster_form(e, op, &op->cmd, &op->ccmd) < 0 ? -1 : 0;
     if (rc != 0) goto oom;
 
     double now = clock_at(e, now_ms);

@@ -39,40 +39,74 @@ static void arm_deadline(rl_client *c) {
     c->armed_at = at;
 }
 
+static void node_address(const rl_engine *e, int i, rl_url *u);
+
+/* Place the links the engine has made since the last look (a cluster
+ * node's shards, as their map comes in): where each connects. A link with
+ * no room for its address is left unplaced, and fails its connects. */
+static void place_links(rl_client *c) {
+    int n = rl_engine_links(c->engine);
+    for (; c->nlinks < n && c->nlinks < RL_MAX_LINKS; c->nlinks++) {
+        int k = c->nlinks, shard = (k - 2 * c->nnodes) / 2;
+        if (k % 2 == 0 && (c->shard_addrs[shard] = malloc(sizeof(rl_url))) == NULL) break;
+        rl_url *addr = c->shard_addrs[shard];
+        if (k % 2 == 0) node_address(c->engine, k, addr);
+        rl_evsock_init(&c->links[k], c->loop, c->engine, k, addr, rl_engine_node_tls(c->engine, k) ? c->tls : NULL,
+                       after_event, c);
+    }
+}
+
+/* Link k, placed (NULL if it cannot be). */
+static rl_evsock *link_at(rl_client *c, int k) {
+    if (k >= c->nlinks) place_links(c);
+    return k < c->nlinks ? &c->links[k] : NULL;
+}
+
+/* A subscriber link: a node's (N .. 2N-1) or a shard's (2N + 2k + 1). */
+static int subscriber_link(const rl_client *c, int k) {
+    return k < 2 * c->nnodes ? k >= c->nnodes : (k - 2 * c->nnodes) % 2 == 1;
+}
+
 /* Close and connect what the engine asks to, until it asks nothing more
  * (a connect that fails at once answers commands, which may ask for more);
  * writes are left to the flush. Then re-arm the deadline. */
 void rl_client_service(rl_client *c) {
-    unsigned bits;
     int asked = 1;
-    while (asked && (bits = rl_engine_wanting(c->engine)) != 0) {
+    while (asked) {
         asked = 0;
-        for (int i = 0; i < 2 * c->nnodes; i++) {
-            if (!(bits & (1u << i))) continue;
-            int w = rl_engine_node_wants(c->engine, i);
-            if (w & RL_WANT_CLOSE) rl_evsock_close(&c->links[i]);
-            if (w & RL_WANT_CONNECT) rl_evsock_connect(&c->links[i]);
+        for (int k = rl_engine_next_wanting(c->engine, -1); k >= 0; k = rl_engine_next_wanting(c->engine, k)) {
+            int w = rl_engine_node_wants(c->engine, k);
+            rl_evsock *s = link_at(c, k);
+            if (s == NULL) {
+                if (w & RL_WANT_CONNECT) rl_engine_node_down(c->engine, k, "out of memory", rl_now_ms());
+                continue;
+            }
+            if (w & RL_WANT_CLOSE) rl_evsock_close(s);
+            if (w & RL_WANT_CONNECT) rl_evsock_connect(s);
             asked |= w & (RL_WANT_CLOSE | RL_WANT_CONNECT);
         }
     }
     arm_deadline(c);
 }
 
+/* Write what the links (subscribers: only theirs) have queued. */
+static void flush_links(rl_client *c, int subscribers) {
+    for (int k = rl_engine_next_wanting(c->engine, -1); k >= 0; k = rl_engine_next_wanting(c->engine, k)) {
+        rl_evsock *s = link_at(c, k);
+        if (s && (!subscribers || subscriber_link(c, k))) rl_evsock_flush(s);
+    }
+    rl_client_service(c);
+}
+
 /* Write what every link has queued: one write per node for all the
  * commands begun or re-sent since the last flush. */
 void rl_client_flush(rl_client *c) {
-    unsigned bits = rl_engine_wanting(c->engine);
-    for (int i = 0; i < 2 * c->nnodes; i++)
-        if (bits & (1u << i)) rl_evsock_flush(&c->links[i]);
-    rl_client_service(c);
+    flush_links(c, 0);
 }
 
 /* Write what the subscriber links have queued (a watch's SUBSCRIBE). */
 void rl_client_flush_subscribers(rl_client *c) {
-    unsigned bits = rl_engine_wanting(c->engine);
-    for (int i = c->nnodes; i < 2 * c->nnodes; i++)
-        if (bits & (1u << i)) rl_evsock_flush(&c->links[i]);
-    rl_client_service(c);
+    flush_links(c, 1);
 }
 
 static void on_prepare(EV_P_ ev_prepare *w, int revents) {
@@ -86,7 +120,7 @@ static void on_prepare(EV_P_ ev_prepare *w, int revents) {
  * already have: finished connects, handshake steps and replies. */
 static void advance(rl_client *c, double now_ms) {
     c->armed_at = 0;
-    rl_evsock_take_ready(c->links, 2 * c->nnodes);
+    rl_evsock_take_ready(c->links, c->nlinks);
     rl_engine_advance(c->engine, now_ms);
     rl_client_service(c);
 }
@@ -178,6 +212,8 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
     for (int i = 0; i < 2 * nurls; i++)
         rl_evsock_init(&c->links[i], c->loop, e, i, &c->addrs[i % nurls],
                        rl_engine_node_tls(e, i) ? tls : NULL, after_event, c);
+    c->nlinks = 2 * nurls;
+    place_links(c); /* a cluster node's other seeds */
     for (int i = 0; i < nurls; i++) rl_evsock_lookup(&c->links[i]);
     double deadline = rl_now_ms() + opts->connect_timeout_ms;
     for (int i = 0; i < nurls; i++) rl_conn_wait_lookup(&c->links[i].conn, deadline, opts->connect_timeout_ms);
@@ -220,7 +256,8 @@ void rl_client_run_while(rl_client *c, int (*busy)(const rl_engine *), int ms) {
 void rl_client_free(rl_client *c) {
     if (c == NULL) return;
     finish_tails(c);
-    for (int i = 0; i < 2 * c->nnodes; i++) rl_evsock_free(&c->links[i]);
+    for (int i = 0; i < c->nlinks; i++) rl_evsock_free(&c->links[i]);
+    for (int k = 0; k < RL_MAX_SHARDS; k++) free(c->shard_addrs[k]);
     ev_timer_stop(c->loop, &c->run_timer);
     ev_timer_stop(c->loop, &c->deadline);
     ev_ref(c->loop);

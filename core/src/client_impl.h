@@ -13,8 +13,11 @@ struct rl_client {
     rl_engine *engine;
     int nnodes;
     struct ev_loop *loop;
-    rl_evsock links[2 * RL_MAX_NODES]; /* by link: the nodes' command connections, then their subscribers */
+    rl_evsock links[RL_MAX_LINKS]; /* by link: the nodes' command connections, then their subscribers, then
+                                      two per shard of the cluster nodes (redlock.h, "Links") */
     rl_url addrs[RL_MAX_NODES];  /* where each node is, as the engine says (both its links connect there) */
+    rl_url *shard_addrs[RL_MAX_SHARDS]; /* where each shard is, once its links are first wanted */
+    int nlinks;              /* links placed (links[0 .. nlinks) know where they connect) */
     ev_prepare flusher;      /* before the loop polls: write what was queued */
     ev_timer deadline;       /* the engine's next deadline */
     double armed_at;         /* when the deadline timer fires (0: not armed) */

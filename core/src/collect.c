@@ -78,6 +78,7 @@ int rl_engine_tails(const rl_engine *e) {
 int rl_engine_unwritten(const rl_engine *e) {
     int n = 0;
     for (int i = 0; i < e->nnodes; i++) n += rl_stream_unwritten(&e->nodes[i]);
+    for (int k = 0; k < e->nshards; k++) n += rl_stream_unwritten(&e->shards[k]->st);
     return n;
 }
 
@@ -94,7 +95,7 @@ double rl_engine_held_until(const rl_engine *e, int id) {
     rl_op *op = op_of(e, id);
     double until = 0;
     for (int i = 0; op && i < e->nnodes; i++) {
-        double since = op->sent & (1u << i) ? rl_stream_held_since(&e->nodes[i]) : 0;
+        double since = op->sent & (1u << i) ? rl_stream_held_since(rl_route((rl_engine *)e, i, op->hslot)) : 0;
         if (since > 0 && since + e->opts.node_timeout_ms > until) until = since + e->opts.node_timeout_ms;
     }
     return until;

@@ -37,7 +37,7 @@ const char rl_extend_script[] =
  * lock either way. A waiting writer also marks its intent while readers
  * hold the resource (shared.h, "Writer priority"), and clears it once granted. */
 const char rl_acquire_queued_script[] =
-    "local q = \"" RL_QUEUE_PREFIX "\"..KEYS[1] "
+    RL_BASE "local q = \"" RL_QUEUE_PREFIX "\"..B "
     "if redis.call(\"set\",KEYS[1],ARGV[1],\"NX\",\"PX\",ARGV[2]) then local n = redis.pcall(\"llen\",q) "
     "if type(n) == \"number\" and n > 0 and n <= " STR(RL_QUEUE_MAX) " then redis.pcall(\"lrem\",q,0,ARGV[3]) end "
     RL_INTENT_GRANTED "return redis.status_reply(\"OK\") end " RL_INTENT_REFUSED
@@ -79,7 +79,7 @@ const char rl_commit_script[] =
     "local why = fault(KEYS[2], false) if why then return redis.error_reply(why) end "
     "local c, t = redis.call(\"get\",KEYS[2]), ARGV[2] "
     "if not c or #c < #t or (#c == #t and c < t) then redis.call(\"set\",KEYS[2],t) end return 1";
-const char rl_release_sha[] = "be077799191632fc6ea6490e3c099c5976889961";
+const char rl_release_sha[] = "a83d41725921d88143e95fed5dacc5fa0b9625f0";
 const char rl_extend_sha[] = "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10";
 
 /* Byte i of prefix .. resource (i < plen + len). */
@@ -187,19 +187,21 @@ int rl_cmd_extend(rl_buf *b, int by_sha, const char *key, size_t keylen, const c
     return 0;
 }
 
-/* EVAL script 2 key key:fence value n: a fenced lock's scripts, sent whole
- * (they run once or twice per grant, so no SCRIPT LOAD is kept for them). */
+/* EVAL script 2 key base:fence value n: a fenced lock's scripts, sent whole
+ * (they run once or twice per grant, so no SCRIPT LOAD is kept for them).
+ * base: the key itself on a plain node, its companion base on a cluster
+ * node (rl_cluster_base). */
 static int fenced_eval(rl_buf *b, const char *script, size_t script_len, const char *key, size_t keylen,
-                       const char *value, unsigned long long n) {
+                       const char *base, size_t baselen, const char *value, unsigned long long n) {
     size_t suffix = sizeof(RL_FENCE_SUFFIX) - 1;
-    char *p = start(b, 64 + script_len + suffix + RL_VALUE_LEN, 2 * keylen);
+    char *p = start(b, 64 + script_len + suffix + RL_VALUE_LEN, keylen + baselen);
     if (p == NULL) return -1;
     p = put(p, LIT("*7\r\n$4\r\nEVAL\r\n"));
     p = put_bulk(p, script, script_len);
     p = put(p, LIT("$1\r\n2\r\n"));
     p = put_bulk(p, key, keylen);
-    p = put_header(p, '$', keylen + suffix);
-    p = put(p, key, keylen);
+    p = put_header(p, '$', baselen + suffix);
+    p = put(p, base, baselen);
     p = put(p, LIT(RL_FENCE_SUFFIX "\r\n$40\r\n"));
     p = put(p, value, RL_VALUE_LEN);
     p = put(p, LIT("\r\n"));
@@ -220,14 +222,56 @@ int rl_cmd_acquire_queued(rl_buf *b, const char *key, size_t keylen, const char 
     return 0;
 }
 
-int rl_cmd_acquire_fenced(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms) {
-    return fenced_eval(b, rl_acquire_fenced_script, sizeof(rl_acquire_fenced_script) - 1, key, keylen, value,
-                       (unsigned long long)ttl_ms);
+int rl_cmd_acquire_fenced(rl_buf *b, const char *key, size_t keylen, const char *base, size_t baselen,
+                          const char *value, int ttl_ms) {
+    return fenced_eval(b, rl_acquire_fenced_script, sizeof(rl_acquire_fenced_script) - 1, key, keylen, base, baselen,
+                       value, (unsigned long long)ttl_ms);
 }
 
-int rl_cmd_commit(rl_buf *b, const char *key, size_t keylen, const char *value, long long token) {
-    return fenced_eval(b, rl_commit_script, sizeof(rl_commit_script) - 1, key, keylen, value,
+int rl_cmd_commit(rl_buf *b, const char *key, size_t keylen, const char *base, size_t baselen, const char *value,
+                  long long token) {
+    return fenced_eval(b, rl_commit_script, sizeof(rl_commit_script) - 1, key, keylen, base, baselen, value,
                        (unsigned long long)token);
+}
+
+/* Read the bulk string at *p (within end): its bytes and length; *p moves
+ * past it. NULL if what is there is not one. */
+static const char *read_bulk(const char **p, const char *end, size_t *len) {
+    const char *q = *p;
+    if (q >= end || *q++ != '$') return NULL;
+    size_t n = 0;
+    while (q < end && *q >= '0' && *q <= '9') n = n * 10 + (size_t)(*q++ - '0');
+    if (end - q < 2 || q[0] != '\r' || (size_t)(end - q - 2) < n + 2) return NULL;
+    const char *data = q + 2;
+    *p = data + n + 2;
+    *len = n;
+    return data;
+}
+
+int rl_cmd_with_base(rl_buf *dst, const rl_buf *src, const char *base, size_t baselen) {
+    const char *p = src->data, *end = src->data + src->len;
+    dst->len = 0;
+    if (src->len < 4 || p[0] != '*') return 1;
+    size_t argc = 0;
+    for (p++; p < end && *p >= '0' && *p <= '9'; p++) argc = argc * 10 + (size_t)(*p - '0');
+    p += 2;
+    size_t verb_len, script_len, nk_len, key_len;
+    const char *verb = read_bulk(&p, end, &verb_len);
+    const char *script = verb ? read_bulk(&p, end, &script_len) : NULL;
+    const char *nk = script ? read_bulk(&p, end, &nk_len) : NULL;
+    const char *key = nk ? read_bulk(&p, end, &key_len) : NULL;
+    int is_eval = verb && ((verb_len == 4 && memcmp(verb, "EVAL", 4) == 0) || (verb_len == 7 && memcmp(verb, "EVALSHA", 7) == 0));
+    if (!key || !is_eval || nk_len != 1 || nk[0] != '1') return 1;
+    if (rl_buf_reserve(dst, src->len + baselen + 2 * HEADER_MAX) != 0) return -1;
+    char *o = put_header(dst->data, '*', argc + 1);
+    o = put_bulk(o, verb, verb_len);
+    o = put_bulk(o, script, script_len);
+    o = put(o, LIT("$1\r\n2\r\n"));
+    o = put_bulk(o, key, key_len);
+    o = put_bulk(o, base, baselen);
+    o = put(o, p, (size_t)(end - p));
+    dst->len = (size_t)(o - dst->data);
+    return 0;
 }
 
 int rl_cmd_auth(rl_buf *b, const char *user, const char *password) {

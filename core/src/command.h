@@ -31,18 +31,37 @@ extern const char rl_extend_sha[];
 #define RL_QUEUE_PREFIX "redlock:queue:"
 #define RL_WAKE_PREFIX "redlock:wake:"
 
+/* Lua: is this node a cluster node? INFO's cluster section says, without
+ * an error on a plain node (an error reply would count in its errorstats);
+ * a user INFO is denied to is taken as on a plain node. For the scripts
+ * whose commands cannot carry the answer (a semaphore's). */
+#define RL_IN_CLUSTER                                                                                    \
+    "local function in_cluster() local i = redis.pcall(\"info\",\"cluster\") "                             \
+    "return type(i) == \"string\" and string.find(i, \"cluster_enabled:1\", 1, true) ~= nil end "
+
+/* The base of KEYS[1]'s companion names, in Lua: local B, PUB, NUM. A
+ * command for a plain node has one key: B is the key itself, and waiters
+ * are told with PUBLISH. The engine sends a cluster node the same command
+ * with the key's companion base (hashslot.h) as a second key
+ * (rl_cmd_with_base): every companion name is then in the key's slot, and
+ * waiters are told with SPUBLISH on the shard that serves it (no broadcast
+ * over the cluster's bus). */
+#define RL_BASE                                                                                          \
+    "local B, PUB, NUM = KEYS[1], \"publish\", \"numsub\" "                                               \
+    "if #KEYS > 1 then B, PUB, NUM = KEYS[#KEYS], \"spublish\", \"shardnumsub\" end "
+
 /* What a release that emptied the key runs to wake waiters (Lua, the tail
  * of a script whose KEYS[1] is the key; see rl_release_script): the first
  * queued waiter still listening, else a broadcast; it returns 2 if it
- * published, else 1. */
+ * published, else 1. Names and publishing as RL_BASE says. */
 #define RL_WAKE_WAITERS                                                                              \
-    "local q = \"" RL_QUEUE_PREFIX "\"..KEYS[1] "                                                      \
+    RL_BASE "local q = \"" RL_QUEUE_PREFIX "\"..B "                                                     \
     "for i = 1, 8 do local w = redis.pcall(\"lpop\",q) if type(w) ~= \"string\" then break end "       \
-    "local s = redis.pcall(\"publish\",\"" RL_WAKE_PREFIX "\"..w..\":\"..KEYS[1],1) "                  \
+    "local s = redis.pcall(PUB,\"" RL_WAKE_PREFIX "\"..w..\":\"..B,1) "                                \
     "if type(s) == \"number\" and s > 0 then return 2 end end "                                      \
-    "local c = \"redlock:released:\"..KEYS[1] local s = redis.pcall(\"pubsub\",\"numsub\",c) "         \
+    "local c = \"redlock:released:\"..B local s = redis.pcall(\"pubsub\",NUM,c) "                    \
     "local k = type(s) == \"table\" and tonumber(s[2]) or 0 "                                        \
-    "if k > 0 and type(redis.pcall(\"publish\",c,k)) == \"number\" then return 2 end return 1 "
+    "if k > 0 and type(redis.pcall(PUB,c,k)) == \"number\" then return 2 end return 1 "
 
 /* The most waiters a queue takes: a refused attempt finds its place in at
  * most this many entries. */
@@ -123,10 +142,20 @@ int rl_cmd_release(rl_buf *b, int by_sha, const char *key, size_t keylen, const 
 int rl_cmd_extend(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value, int ttl_ms);
 
 /* Encode into b, as above:
- *   acquire_fenced: EVAL acquire_fenced_script 2 key key:fence value ttl
- *   commit:         EVAL commit_script 2 key key:fence value token (token >= 1) */
-int rl_cmd_acquire_fenced(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms);
-int rl_cmd_commit(rl_buf *b, const char *key, size_t keylen, const char *value, long long token);
+ *   acquire_fenced: EVAL acquire_fenced_script 2 key base:fence value ttl
+ *   commit:         EVAL commit_script 2 key base:fence value token (token >= 1)
+ * base: key on a plain node; on a cluster node its companion base
+ * (rl_cluster_base), so that the counter is in the key's slot. */
+int rl_cmd_acquire_fenced(rl_buf *b, const char *key, size_t keylen, const char *base, size_t baselen,
+                          const char *value, int ttl_ms);
+int rl_cmd_commit(rl_buf *b, const char *key, size_t keylen, const char *base, size_t baselen, const char *value,
+                  long long token);
+
+/* Write into dst the command src (an EVAL or EVALSHA of one key, as the
+ * scripts that start with RL_BASE are sent) with base as a second key: the
+ * form a cluster node gets. 0, 1 when src is not such a command (dst is
+ * then empty: src goes as it is), or -1 when out of memory. */
+int rl_cmd_with_base(rl_buf *dst, const rl_buf *src, const char *base, size_t baselen);
 
 /* Append AUTH [user] password to b, after its content, if password is not
  * empty (user "" sends the password alone). Return 1 if appended, 0 if

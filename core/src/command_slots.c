@@ -26,6 +26,17 @@
 
 #define RL_RELEASED_PREFIX "redlock:released:"
 
+/* How a semaphore's scripts tell waiters, in Lua: pub() answers the
+ * publishing command and the pubsub subcommand that counts listeners:
+ * PUBLISH and NUMSUB on a plain node, SPUBLISH and SHARDNUMSUB on a cluster
+ * node (RL_IN_CLUSTER, asked once per run and only when needed), whose
+ * names the engine made in the key's slot already: the semaphore's key the
+ * scripts get is its base there (hashslot.h). */
+#define RL_PUBLISHING \
+    RL_IN_CLUSTER "local PUB, NUM " \
+    "local function pub() if not PUB then PUB, NUM = \"publish\", \"numsub\" " \
+    "if in_cluster() then PUB, NUM = \"spublish\", \"shardnumsub\" end end return PUB, NUM end "
+
 /* turn(k, l, q): wake the waiter of queue q (of the semaphore key k, limit
  * l, or nil when unknown: one slot free is assumed) whose turn it is: with
  * f slots free, the one at place f-1. One that no longer listens is dropped
@@ -33,6 +44,7 @@
  * every listener on the broadcast channel hears the release, as for a lock.
  * Answers 2 when someone heard it, else 1. */
 #define RL_SLOT_TURN \
+    RL_PUBLISHING \
     "local function turn(k, l, q) " \
     "local f = 1 " \
     "if l then f = 0 for s = 1, l do if redis.call(\"exists\",\"" RL_SLOT_PREFIX "\"..s..\":\"..k) == 0 then f = f + 1 end end end " \
@@ -40,14 +52,14 @@
     "if f > 0 and type(n) == \"number\" and n <= " STR(RL_QUEUE_MAX) " then " \
     "for i = 1, 8 do if f > n then break end " \
     "local e = redis.pcall(\"zrange\",q,f - 1,f - 1) e = type(e) == \"table\" and e[1] if type(e) ~= \"string\" then break end " \
-    "local s = redis.pcall(\"publish\",\"" RL_WAKE_PREFIX "\"..e..\":\"..k,1) " \
+    "local s = redis.pcall((pub()),\"" RL_WAKE_PREFIX "\"..e..\":\"..k,1) " \
     "if type(s) == \"number\" and s > 0 then return 2 end " \
     "redis.pcall(\"zrem\",q,e) n = n - 1 end " \
     "end " \
     "if f == 0 then return 1 end " \
-    "local c = \"" RL_RELEASED_PREFIX "\"..k local s = redis.pcall(\"pubsub\",\"numsub\",c) " \
+    "local c = \"" RL_RELEASED_PREFIX "\"..k local s = redis.pcall(\"pubsub\",select(2, pub()),c) " \
     "local m = type(s) == \"table\" and tonumber(s[2]) or 0 " \
-    "if m > 0 and type(redis.pcall(\"publish\",c,m)) == \"number\" then return 2 end return 1 end "
+    "if m > 0 and type(redis.pcall((pub()),c,m)) == \"number\" then return 2 end return 1 end "
 
 /* KEYS[1..L]: the slots' keys in the order the client drew, KEYS[L+1] the
  * semaphore's key (never written: it names the queue); ARGV[1] the value,
@@ -66,6 +78,7 @@
  * by SHA1, a node that answered NOSCRIPT after the round was decided would
  * never run it, and the slot would be held on fewer nodes. */
 const char rl_acquire_slot_script[] =
+    RL_PUBLISHING
     "local l = #KEYS - 1 local k, w = KEYS[l + 1], ARGV[3] local q = \"" RL_SEM_QUEUE_PREFIX "\"..k "
     "local at, free = {}, {} "
     "for i = 1, l do at[tonumber(ARGV[4 + i])] = i end "
@@ -84,7 +97,7 @@ const char rl_acquire_slot_script[] =
     "if #free > 0 and r >= #free then "
     "local ids, dropped = redis.pcall(\"zrange\",q,0,math.min(#free,16) - 1), 0 "
     "if type(ids) == \"table\" then for _, e in ipairs(ids) do "
-    "local s = redis.pcall(\"pubsub\",\"numsub\",\"" RL_WAKE_PREFIX "\"..e..\":\"..k) "
+    "local s = redis.pcall(\"pubsub\",select(2, pub()),\"" RL_WAKE_PREFIX "\"..e..\":\"..k) "
     "if type(s) == \"table\" and s[2] == 0 then redis.pcall(\"zrem\",q,e) dropped = dropped + 1 end end end "
     "if dropped > 0 then place() end "
     "end "
@@ -217,7 +230,7 @@ int rl_cmd_acquire_slot(rl_buf *b, const char *key, size_t keylen, const char *v
     return 0;
 }
 
-const char rl_release_slot_sha[] = "ef9af286921acdb62ca2eb19a26f46316d9336d5";
+const char rl_release_slot_sha[] = "db44186c1c18575c679d7936388fc577f6c6d9d9";
 
 int rl_cmd_release_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *sem, size_t semlen,
                         const char *value, int quiet) {

@@ -97,10 +97,15 @@ rl_engine *rl_engine_new(const char *const *urls, int nurls, const rl_options *o
 
     rl_engine *e = calloc(1, sizeof(*e));
     if (e == NULL) return snprintf(err, errlen, "out of memory"), NULL;
+    e->opts = *opts; /* the shards of a cluster node are made with the URLs */
     for (int i = 0; i < nurls; i++) {
         char why[RL_ERR_LEN];
-        if (urls[i] == NULL || rl_url_parse(urls[i], &e->urls[i], why, sizeof(why)) != 0) {
+        int cluster = rl_cluster_url(urls[i]);
+        if (cluster) e->nclusters++;
+        if (urls[i] == NULL || (cluster ? rl_cluster_add(e, i, urls[i], why, sizeof(why))
+                                        : rl_url_parse(urls[i], &e->urls[i], why, sizeof(why))) != 0) {
             snprintf(err, errlen, "server %d: %s", i + 1, urls[i] ? why : "NULL");
+            rl_cluster_free(e);
             free(e);
             return NULL;
         }
@@ -108,6 +113,7 @@ rl_engine *rl_engine_new(const char *const *urls, int nurls, const rl_options *o
             if (rl_url_same_server(&e->urls[i], &e->urls[j])) {
                 snprintf(err, errlen, "servers %d and %d are the same server (%s): one server would vote twice",
                          j + 1, i + 1, e->urls[i].name);
+                rl_cluster_free(e);
                 free(e);
                 return NULL;
             }
@@ -115,6 +121,7 @@ rl_engine *rl_engine_new(const char *const *urls, int nurls, const rl_options *o
     e->opts = *opts;
     e->prefix = malloc(opts->prefix_len + 1);
     if (e->prefix == NULL) {
+        rl_cluster_free(e);
         free(e);
         return snprintf(err, errlen, "out of memory"), NULL;
     }
@@ -127,29 +134,40 @@ rl_engine *rl_engine_new(const char *const *urls, int nurls, const rl_options *o
     e->nnodes = nurls;
     e->quorum = opts->quorum ? opts->quorum : nurls / 2 + 1;
     snprintf(e->timeout_text, sizeof(e->timeout_text), "no reply within %d ms", opts->node_timeout_ms);
-    for (int i = 0; i < nurls; i++)
-        rl_stream_init(&e->nodes[i], &e->urls[i], i, &e->opts, rl_op_reply, e, e->nodes, nurls);
+    for (int i = 0; i < nurls; i++) {
+        rl_stream_init(&e->nodes[i], &e->urls[i], i, &e->opts, e->clusters[i] ? rl_cluster_seed_reply : rl_op_reply, e,
+                       e->nodes, nurls);
+        e->nodes[i].reader.keep_top = e->clusters[i] != NULL; /* its CLUSTER NODES text */
+    }
     rl_keep_init(&e->keep);
     if (rl_subs_init(&e->subs, e->urls, nurls, &e->opts) != 0) {
         rl_engine_free(e);
         return snprintf(err, errlen, "out of memory"), NULL;
     }
+    rl_cluster_subs(e);
     return e;
 }
 
 void rl_engine_free(rl_engine *e) {
     if (e == NULL) return;
     for (int i = 0; i < e->nnodes; i++) rl_stream_free(&e->nodes[i]);
+    rl_cluster_free(e);
     rl_subs_free(&e->subs);
     for (int i = 0; i < e->nops; i++) {
         rl_buf_free(&e->ops[i]->key);
         rl_buf_free(&e->ops[i]->cmd);
+        rl_buf_free(&e->ops[i]->ccmd);
+        rl_buf_free(&e->ops[i]->ckey);
+        rl_buf_free(&e->ops[i]->cbase);
         free(e->ops[i]);
     }
     free(e->ops);
     rl_deadlines_free(&e->deadlines);
     rl_keep_free(&e->keep);
     rl_buf_free(&e->scratch);
+    rl_buf_free(&e->redirect);
+    rl_buf_free(&e->base);
+    rl_buf_free(&e->scratch2);
     free(e->prefix);
     free(e);
 }
@@ -158,26 +176,33 @@ int rl_engine_nodes(const rl_engine *e) {
     return e->nnodes;
 }
 
-/* The node of link k (k, or k - N for a subscriber link), or -1. */
-static int node_at(const rl_engine *e, int k) {
-    return k >= 0 && k < e->nnodes ? k : k >= e->nnodes && k < 2 * e->nnodes ? k - e->nnodes : -1;
+/* Where link k connects: its node's URL (k, or k - N for a subscriber
+ * link), or its shard's (links 2N and on), or NULL. */
+static const rl_url *url_at(const rl_engine *e, int k) {
+    if (k >= 0 && k < e->nnodes) return &e->urls[k];
+    if (k >= e->nnodes && k < 2 * e->nnodes) return &e->urls[k - e->nnodes];
+    const rl_shard *sh = k >= 2 * e->nnodes ? rl_cluster_shard(e, (k - 2 * e->nnodes) / 2) : NULL;
+    return sh ? &sh->url : NULL;
 }
 
 const char *rl_engine_node_name(const rl_engine *e, int i) {
-    return (i = node_at(e, i)) >= 0 ? e->urls[i].name : NULL;
+    const rl_url *u = url_at(e, i);
+    return u ? u->name : NULL;
 }
 
 const char *rl_engine_node_host(const rl_engine *e, int i) {
-    if ((i = node_at(e, i)) < 0) return NULL;
-    return e->urls[i].kind == RL_URL_UNIX ? e->urls[i].path : e->urls[i].host;
+    const rl_url *u = url_at(e, i);
+    return u == NULL ? NULL : u->kind == RL_URL_UNIX ? u->path : u->host;
 }
 
 int rl_engine_node_tls(const rl_engine *e, int i) {
-    return (i = node_at(e, i)) >= 0 && e->urls[i].kind == RL_URL_TCP && e->urls[i].tls;
+    const rl_url *u = url_at(e, i);
+    return u && u->kind == RL_URL_TCP && u->tls;
 }
 
 int rl_engine_node_port(const rl_engine *e, int i) {
-    return (i = node_at(e, i)) >= 0 && e->urls[i].kind == RL_URL_TCP ? e->urls[i].port : 0;
+    const rl_url *u = url_at(e, i);
+    return u && u->kind == RL_URL_TCP ? u->port : 0;
 }
 
 rl_subs *rl_engine_subs(const rl_engine *e, double *now_ms) {
@@ -216,8 +241,10 @@ const char *rl_engine_waiter_id(const rl_engine *e) {
 double rl_engine_deadline(const rl_engine *e) {
     double at = -1, d;
     if (rl_deadlines_first(&e->deadlines, &d) >= 0) at = d;
-    for (int i = 0; i <= e->nnodes; i++) {
-        d = i < e->nnodes ? rl_stream_deadline(&e->nodes[i]) : rl_subs_deadline(&e->subs);
+    for (int i = 0; i <= e->nnodes + e->nshards; i++) {
+        d = i < e->nnodes ? rl_stream_deadline(&e->nodes[i])
+            : i == e->nnodes ? rl_subs_deadline(&e->subs)
+                             : rl_stream_deadline(&e->shards[i - e->nnodes - 1]->st);
         if (d > 0 && (at < 0 || d < at)) at = d;
     }
     d = rl_keep_deadline(&e->keep);
@@ -228,6 +255,7 @@ double rl_engine_deadline(const rl_engine *e) {
 void rl_engine_advance(rl_engine *e, double now_ms) {
     double now = clock_at(e, now_ms), at;
     for (int i = 0; i < e->nnodes; i++) rl_stream_advance(&e->nodes[i], now);
+    for (int k = 0; k < e->nshards; k++) rl_stream_advance(&e->shards[k]->st, now);
     rl_subs_advance(&e->subs, now);
     int slot;
     while ((slot = rl_deadlines_first(&e->deadlines, &at)) >= 0 && at <= now) rl_op_timeout(e, e->ops[slot]);

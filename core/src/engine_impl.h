@@ -8,6 +8,7 @@
 #ifndef RL_ENGINE_IMPL_H
 #define RL_ENGINE_IMPL_H
 
+#include "cluster.h"
 #include "command.h"
 #include "deadlines.h"
 #include "engine.h"
@@ -40,7 +41,15 @@ typedef struct rl_op {
     unsigned set_gen;        /* the generation of the first round (the SETs) */
     rl_mark cleanup_out[RL_MAX_NODES];  /* where each node's cleanup ends in its output */
     rl_buf key;              /* prefix + resource */
+    int hslot;               /* the key's hash slot, on an engine with cluster nodes (else -1) */
     rl_buf cmd;              /* RESP of the current phase's command */
+    rl_buf ccmd;             /* the same on cluster nodes, when its companion keys' names differ there
+                                (hashslot.h, rl_cluster_base); len 0: op->cmd goes to every node */
+    rl_buf cbase;            /* a lock's (not a semaphore's) companion base, on an engine with cluster
+                                nodes: the second key of its scripts there (rl_cmd_with_base) */
+    rl_buf ckey;             /* a semaphore's key as cluster nodes name it (len 0: op->key everywhere):
+                                its acquire's, the base of the lock key; a slot's, that slot's key
+                                made from the base (rl_op_swap_key) */
     struct rl_op *prev, *next;  /* done list (doubly linked) or free list (next only) */
 } rl_op;
 
@@ -65,6 +74,13 @@ struct rl_engine {
     char timeout_text[64];   /* "no reply within N ms" */
     rl_waiter waiter;        /* this client in the queues of waiters (hand-off) */
     rl_buf scratch;          /* EVAL fallback commands */
+    rl_cluster *clusters[RL_MAX_NODES]; /* node i's cluster, or NULL for a plain node (cluster.c) */
+    rl_shard *shards[RL_MAX_SHARDS];    /* every cluster node's shards, by number */
+    int nshards;
+    int nclusters;           /* nodes that are clusters */
+    rl_buf redirect;         /* a command MOVED or ASK sends again (cluster.c) */
+    rl_buf base;             /* a key's companion base on cluster nodes (rl_cluster_base) */
+    rl_buf scratch2;         /* a command in scratch as a cluster node gets it (rl_op_cluster_form) */
 
     rl_op **ops;             /* every slot ever allocated, by slot */
     int nops, capops;
@@ -102,6 +118,47 @@ void rl_op_send_round(rl_engine *e, rl_op *op, int kind, double start_ms, int fi
  * ticket t: every stream's callback (owner: the engine). */
 void rl_op_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, const char *errstr);
 
+/* rl_op_reply for a reply that came on stream s (node's own, or one of its
+ * shards). */
+void rl_op_reply_from(rl_engine *e, rl_stream *s, int node, rl_ticket t, const rl_reply *reply, const char *errstr);
+
+/* The command op sends node i in its current phase: op->ccmd on a cluster
+ * node when it has one, else op->cmd. */
+static inline const rl_buf *rl_op_cmd(const rl_engine *e, const rl_op *op, int i) {
+    return e->clusters[i] && op->ccmd.len ? &op->ccmd : &op->cmd;
+}
+
+/* Write into dst src as cluster nodes get it: with op's companion base as
+ * a second key (rl_cmd_with_base), for a lock's scripts that start with
+ * RL_BASE. 0, 1 when nothing changes there (dst empty: src goes as it is;
+ * a semaphore's op, an engine without cluster nodes, a SET, a fenced
+ * script), or -1 when out of memory. */
+static inline int rl_op_cluster_form(const rl_engine *e, const rl_op *op, const rl_buf *src, rl_buf *dst) {
+    dst->len = 0;
+    if (e->nclusters == 0 || op->sem_limit > 0 || op->sem_slot > 0) return 1;
+    return rl_cmd_with_base(dst, src, op->cbase.data, op->cbase.len);
+}
+
+/* What goes to node i out of scratch (just encoded for every node): on a
+ * cluster node its cluster form, in e->scratch2, when it has one. NULL
+ * when out of memory. */
+static inline const rl_buf *rl_op_scratch_for(rl_engine *e, const rl_op *op, int i) {
+    if (e->clusters[i] == NULL) return &e->scratch;
+    int rc = rl_op_cluster_form(e, op, &e->scratch, &e->scratch2);
+    return rc < 0 ? NULL : rc == 0 ? &e->scratch2 : &e->scratch;
+}
+
+/* Swap op->key and op->ckey when node i is a cluster node and op has a
+ * cluster key (i < 0: whenever op has one), so that an encoder reading
+ * op->key encodes the cluster form; 1 if swapped (swap again after). */
+static inline int rl_op_swap_key(const rl_engine *e, rl_op *op, int i) {
+    if (op->ckey.len == 0 || (i >= 0 && e->clusters[i] == NULL)) return 0;
+    rl_buf t = op->key;
+    op->key = op->ckey;
+    op->ckey = t;
+    return 1;
+}
+
 /* The deadline of op's current phase passed. */
 void rl_op_timeout(rl_engine *e, rl_op *op);
 
@@ -111,9 +168,10 @@ int rl_op_cleanup_out(rl_engine *e, const rl_op *op);
 
 /* slots.c: a semaphore's operations */
 
-/* Encode into b a semaphore's acquire op (its slots in a random order). 0,
- * or -1 when out of memory. */
-int rl_slot_acquire_cmd(rl_engine *e, const rl_op *op, rl_buf *b, int ttl_ms);
+/* Encode into b a semaphore's acquire op (its slots in a random order),
+ * and into cb, when op has a cluster key, its cluster form (the same
+ * order). 0, or -1 when out of memory. */
+int rl_slot_acquire_cmd(rl_engine *e, rl_op *op, rl_buf *b, rl_buf *cb, int ttl_ms);
 
 /* Encode op's release into b: a slot's (waking the semaphore's waiters) or
  * a lock's. 0, or -1 when out of memory. */

@@ -206,9 +206,9 @@ void rl_evsock_take_ready(rl_evsock *socks, int n) {
 }
 
 void rl_evsock_take_ready_of(rl_evsock *socks, int n, unsigned which) {
-    struct pollfd p[2 * RL_MAX_NODES];
-    int idx[2 * RL_MAX_NODES], k = 0;
-    for (int i = 0; i < n && k < 2 * RL_MAX_NODES; i++) {
+    struct pollfd p[RL_MAX_LINKS];
+    int idx[RL_MAX_LINKS], k = 0;
+    for (int i = 0; i < n && k < RL_MAX_LINKS; i++) {
         rl_evsock *s = &socks[i];
         if (s->conn.fd < 0 || (i < 32 && !(which & (1u << i)))) continue;
         short ev = s->conn.connecting ? POLLOUT : POLLIN;

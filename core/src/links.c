@@ -1,24 +1,63 @@
 /* links.c — the engine's side of the driver contract, link by link
  * (redlock.h, "Links"): what the driver reports of each connection and
  * what each asks of it. Links 0 .. N-1 are the nodes' command streams
- * (stream.c), links N .. 2N-1 their subscriber streams (substream.c). */
+ * (stream.c), links N .. 2N-1 their subscriber streams (substream.c);
+ * from 2N on, two links per shard of the cluster nodes (cluster.h): its
+ * command stream, then its subscriber stream. */
 #include "engine_impl.h"
 
+/* The command stream of link k: a node's, or a shard's; else NULL. */
 static rl_stream *node_of(rl_engine *e, int node) {
-    return node >= 0 && node < e->nnodes ? &e->nodes[node] : NULL;
+    if (node >= 0 && node < e->nnodes) return &e->nodes[node];
+    rl_shard *sh = node >= 2 * e->nnodes && (node - 2 * e->nnodes) % 2 == 0
+                       ? rl_cluster_shard(e, (node - 2 * e->nnodes) / 2) : NULL;
+    return sh ? &sh->st : NULL;
 }
 
-/* The node whose subscriber link is link k, or -1 if k is no subscriber link. */
-static int sub_of(const rl_engine *e, int k) {
-    return k >= e->nnodes && k < 2 * e->nnodes ? k - e->nnodes : -1;
+int rl_engine_links(const rl_engine *e) {
+    return 2 * e->nnodes + 2 * e->nshards;
 }
+
+/* The subscriber stream of link k (a node's: N .. 2N-1, its index k - N;
+ * a shard's: 2N + 2j + 1, its index N + j), or -1 if k is no subscriber link. */
+static int sub_of(const rl_engine *e, int k) {
+    if (k >= e->nnodes && k < 2 * e->nnodes) return k - e->nnodes;
+    if (k < 2 * e->nnodes || (k - 2 * e->nnodes) % 2 == 0) return -1;
+    int j = e->nnodes + (k - 2 * e->nnodes) / 2;
+    return j < e->subs.nsubs ? j : -1;
+}
+
+/* 1 if link k wants anything of the driver. */
+static int link_wanting(const rl_engine *e, int k) {
+    if (k < e->nnodes) return rl_stream_wanting(&e->nodes[k]);
+    int j = sub_of(e, k);
+    if (j >= 0) return rl_subs_wanting(&e->subs, j);
+    const rl_shard *sh = (k - 2 * e->nnodes) % 2 == 0 ? rl_cluster_shard(e, (k - 2 * e->nnodes) / 2) : NULL;
+    return sh && rl_stream_wanting(&sh->st);
+}
+
+int rl_engine_next_wanting(const rl_engine *e, int after) {
+    /* by kind of link, in link order: the nodes' streams, their
+     * subscribers, then each shard's stream and subscriber */
+    int n = e->nnodes, k = after < 0 ? 0 : after + 1;
+    for (; k < n; k++)
+        if (rl_stream_wanting(&e->nodes[k])) return k;
+    for (; k < 2 * n; k++)
+        if (rl_subs_wanting(&e->subs, k - n)) return k;
+    for (int end = 2 * n + 2 * e->nshards; k < end; k++) {
+        int j = (k - 2 * n) / 2;
+        if ((k - 2 * n) % 2 == 0 ? rl_stream_wanting(&e->shards[j]->st)
+                                 : n + j < e->subs.nsubs && rl_subs_wanting(&e->subs, n + j))
+            return k;
+    }
+    return -1;
+}
+
 
 unsigned rl_engine_wanting(const rl_engine *e) {
     unsigned bits = 0;
-    for (int i = 0; i < e->nnodes; i++) {
-        if (rl_stream_wanting(&e->nodes[i])) bits |= 1u << i;
-        if (rl_subs_wanting(&e->subs, i)) bits |= 1u << (e->nnodes + i);
-    }
+    for (int k = 0; k < rl_engine_links(e) && k < 32; k++)
+        if (link_wanting(e, k)) bits |= 1u << k;
     return bits;
 }
 
@@ -104,10 +143,12 @@ unsigned rl_engine_suspects_due(rl_engine *e, double now_ms) {
 }
 
 int rl_engine_node_unanswered(const rl_engine *e, int node) {
-    return node >= 0 && node < e->nnodes ? (int)e->nodes[node].ring_count : 0;
+    const rl_stream *s = node_of((rl_engine *)e, node);
+    return s ? (int)s->ring_count : 0;
 }
 
 const char *rl_engine_node_errstr(const rl_engine *e, int node) {
     int j = sub_of(e, node);
-    return node >= 0 && node < e->nnodes ? e->nodes[node].errstr : j >= 0 ? e->subs.nodes[j].errstr : NULL;
+    const rl_stream *s = node_of((rl_engine *)e, node);
+    return s ? s->errstr : j >= 0 ? e->subs.nodes[j].errstr : NULL;
 }

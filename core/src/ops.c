@@ -76,10 +76,13 @@ static void op_quiet(rl_engine *e, rl_op *op) {
  * on the slot's key, and for a semaphore's acquire whatever it may have set
  * there (rl_slot_cleanup_cmd; nothing to undo is 0). Return 0, or -1 if it
  * cannot be kept (out of memory, RL_REDO_MAX bytes kept already). */
-static int keep_release(rl_engine *e, const rl_op *op, int i) {
+static int keep_release(rl_engine *e, rl_op *op, int i) {
+    int swapped = rl_op_swap_key(e, op, i);
     int rc = op->sem_limit > 0 ? rl_slot_cleanup_cmd(e, op, i, &e->scratch) : rl_op_release_cmd(op, &e->scratch, 0, 1);
+    if (swapped) rl_op_swap_key(e, op, -1);
     if (rc != 0) return rc > 0 ? 0 : -1;
-    return rl_stream_redo(&e->nodes[i], e->scratch.data, e->scratch.len, e->now);
+    const rl_buf *cmd = rl_op_scratch_for(e, op, i);
+    return cmd ? rl_stream_redo(rl_route(e, i, op->hslot), cmd->data, cmd->len, e->now) : -1;
 }
 
 /* The cleanup could not go out to node i on the connection the SET went
@@ -102,17 +105,22 @@ static void op_start_cleanup(rl_engine *e, rl_op *op) {
     op->phase = OP_CLEANUP;
     op->owed = 0;
     op->cleanup_sent = 0;
-    int encoded = rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, op->res.value, 1) == 0;
-    rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, e->now, 0, 0, 0};
+    int encoded = rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, op->res.value, 1) == 0 &&
+                  rl_op_cluster_form(e, op, &op->cmd, &op->ccmd) >= 0;
+    rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, e->now, 0, 0, 0, 0, 0};
     for (int i = 0; i < e->nnodes; i++) {
         rl_node_result *n = &op->res.node[i];
         if (!(op->sent & (1u << i)) || n->state == RL_NODE_TAKEN) continue;
-        const rl_buf *cmd = &op->cmd; /* a semaphore's: what this node may have taken */
-        if (op->sem_limit > 0) encoded = rl_slot_cleanup_cmd(e, op, i, (rl_buf *)(cmd = &e->scratch)) == 0;
-        if (encoded && rl_stream_send(&e->nodes[i], cmd->data, cmd->len, t, e->now) == 0) {
+        const rl_buf *cmd = rl_op_cmd(e, op, i); /* a semaphore's: what this node may have taken */
+        if (op->sem_limit > 0) {
+            int swapped = rl_op_swap_key(e, op, i);
+            encoded = rl_slot_cleanup_cmd(e, op, i, (rl_buf *)(cmd = &e->scratch)) == 0;
+            if (swapped) rl_op_swap_key(e, op, -1);
+        }
+        if (encoded && rl_route_send(e, i, op->hslot, cmd->data, cmd->len, t) == 0) {
             op->owed |= 1u << i;
             op->cleanup_sent |= 1u << i;
-            op->cleanup_out[i] = rl_stream_mark(&e->nodes[i]);
+            op->cleanup_out[i] = rl_stream_mark(rl_route(e, i, op->hslot));
         } else if ((!encoded || redo_cleanup(e, op, i) != 0) && n->errstr[0] == '\0') {
             /* keep a failed vote's own reason; otherwise say why the key may stay */
             snprintf(n->errstr, sizeof(n->errstr), "%s", encoded ? "cleanup not sent: node down, no room to keep it" : "cleanup not sent: out of memory");
@@ -135,7 +143,7 @@ static void check_late_nodes(rl_engine *e, rl_op *op) {
     for (int i = 0; i < e->nnodes; i++)
         if (op->owed & (1u << i)) {
             rl_count_late(e, op, i);
-            rl_stream_check_step(&e->nodes[i], e->now);
+            rl_stream_check_step(rl_route(e, i, op->hslot), e->now);
         }
 }
 
@@ -149,7 +157,10 @@ static void op_round_decided(rl_engine *e, rl_op *op, int timed_out) {
     if (timed_out) check_late_nodes(e, op);
     if (op->round.kind == RL_ROUND_ACQUIRE_FENCED && op->res.status == RL_STATUS_OK) {
         op->token = op->round.top;
-        if (rl_cmd_commit(&op->cmd, op->key.data, op->key.len, op->res.value, op->token) == 0) {
+        if (rl_cmd_commit(&op->cmd, op->key.data, op->key.len, op->key.data, op->key.len, op->res.value, op->token) == 0 &&
+            (op->ccmd.len == 0 || (rl_cluster_base(&e->base, op->key.data, op->key.len) == 0 &&
+                                   rl_cmd_commit(&op->ccmd, op->key.data, op->key.len, e->base.data, e->base.len,
+                                                 op->res.value, op->token) == 0))) {
             rl_op_send_round(e, op, RL_ROUND_COMMIT, op->round.start_ms, 0);
             return;
         }
@@ -177,25 +188,33 @@ static int is_noscript(const rl_reply *r) {
 
 /* The node has flushed its scripts: send the script itself (EVAL) instead. */
 static int resend_as_eval(rl_engine *e, rl_op *op, int node, rl_ticket t) {
+    int swapped = rl_op_swap_key(e, op, node);
     int rc = t.kind == RL_OP_RELEASE
                  ? rl_op_release_cmd(op, &e->scratch, 0, op->quiet || op->phase == OP_CLEANUP)
                  : rl_cmd_extend(&e->scratch, 0, op->key.data, op->key.len, op->res.value, op->ttl_ms);
-    if (rc != 0) return -1;
+    if (swapped) rl_op_swap_key(e, op, -1);
+    const rl_buf *cmd = rc == 0 ? rl_op_scratch_for(e, op, node) : NULL;
+    if (cmd == NULL) return -1;
     t.sent_ms = e->now;
     t.eval = 1;
-    return rl_stream_send(&e->nodes[node], e->scratch.data, e->scratch.len, t, e->now);
+    return rl_route_send(e, node, op->hslot, cmd->data, cmd->len, t);
 }
 
 /* See engine_impl.h. */
 void rl_op_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, const char *errstr) {
     rl_engine *e = owner;
+    rl_op_reply_from(e, &e->nodes[node], node, t, reply, errstr);
+}
+
+/* See engine_impl.h. */
+void rl_op_reply_from(rl_engine *e, rl_stream *s, int node, rl_ticket t, const rl_reply *reply, const char *errstr) {
     if (t.slot < 0 || t.slot >= e->nops) return;
     if (reply && !rl_reply_fits(t.kind, reply)) {
         /* Out of step: this reply answers some other command. Nothing on
          * this connection can be trusted any more. */
-        rl_stream_reset(&e->nodes[node], RL_OUT_OF_STEP, e->now);
+        rl_stream_reset(s, RL_OUT_OF_STEP, e->now);
         reply = NULL;
-        errstr = e->nodes[node].errstr;
+        errstr = s->errstr;
     }
     rl_op *op = e->ops[t.slot];
     if (reply) rl_count_reply(e, node, t.sent_ms);
@@ -206,7 +225,7 @@ void rl_op_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, cons
         /* A late reply to an earlier phase or operation. A late NOSCRIPT has
          * no round left to fall back to EVAL for (which would have loaded
          * the script): load the scripts, for every later command. */
-        if (is_noscript(reply)) rl_stream_load_scripts(&e->nodes[node], e->now);
+        if (is_noscript(reply)) rl_stream_load_scripts(s, e->now);
         return;
     }
     /* A script the node does not know is sent as EVAL, once, in the round
@@ -231,7 +250,7 @@ void rl_op_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, cons
             char why[RL_NODE_ERR_LEN];
             snprintf(why, sizeof(why), "NOSCRIPT after EVAL: %.*s", (int)sizeof(why) - 22, reply->str);
             decided = rl_round_vote(&op->round, node, RL_NODE_ERROR, why, e->now);
-        } else if (!reply && rl_stream_suspect(&e->nodes[node])) {
+        } else if (!reply && rl_stream_suspect(s)) {
             /* taken back from a node that stopped answering: its silence */
             decided = rl_round_vote(&op->round, node, RL_NODE_TIMEOUT, errstr, e->now);
         } else {
@@ -249,7 +268,7 @@ void rl_op_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, cons
  * not be left in our buffer while the SET it undoes is on the node. */
 int rl_op_cleanup_out(rl_engine *e, const rl_op *op) {
     for (int i = 0; i < e->nnodes; i++)
-        if ((op->cleanup_sent & (1u << i)) && !rl_stream_passed(&e->nodes[i], op->cleanup_out[i])) return 0;
+        if ((op->cleanup_sent & (1u << i)) && !rl_stream_passed(rl_route(e, i, op->hslot), op->cleanup_out[i])) return 0;
     return 1;
 }
 
@@ -259,7 +278,8 @@ int rl_op_cleanup_out(rl_engine *e, const rl_op *op) {
 static void op_expire_round(rl_engine *e, rl_op *op) {
     char why[RL_NODE_ERR_LEN];
     for (int i = 0; i < e->nnodes; i++) {
-        if (op->res.node[i].state != RL_NODE_PENDING || !rl_stream_setup_text(&e->nodes[i], e->now, why, sizeof(why)))
+        if (op->res.node[i].state != RL_NODE_PENDING ||
+            !rl_stream_setup_text(rl_route(e, i, op->hslot), e->now, why, sizeof(why)))
             continue;
         if (rl_round_vote(&op->round, i, RL_NODE_TIMEOUT, why, e->now)) break;
     }
@@ -284,7 +304,7 @@ void rl_op_timeout(rl_engine *e, rl_op *op) {
         for (int i = 0; i < e->nnodes; i++)
             if (op->owed & (1u << i)) rl_count_late(e, op, i);
         for (int i = 0; i < e->nnodes; i++)
-            if (op->cleanup_sent & (1u << i)) rl_stream_withdraw_held(&e->nodes[i], e->now);
+            if (op->cleanup_sent & (1u << i)) rl_stream_withdraw_held(rl_route(e, i, op->hslot), e->now);
         if (op->phase != OP_CLEANUP || op->gen != gen) return;
         if (rl_op_cleanup_out(e, op)) op_quiet(e, op);
         else start_timer(e, op); /* still in our buffer: a socket that was full */
@@ -298,7 +318,7 @@ void rl_op_timeout(rl_engine *e, rl_op *op) {
  * there. A release of a value not noted is kept until the node answers:
  * the key may be there (its SET went out before the node stopped). */
 static void skip_suspect(rl_engine *e, rl_op *op, int i, int first) {
-    rl_stream *s = &e->nodes[i];
+    rl_stream *s = rl_route(e, i, op->hslot);
     rl_count_late(e, op, i); /* its vote is lost to its silence, as a timeout */
     if (op->res.op == RL_OP_ACQUIRE && first) {
         rl_skipped_note(&s->skipped, op->res.value);
@@ -317,24 +337,26 @@ void rl_op_send_round(rl_engine *e, rl_op *op, int kind, double start_ms, int fi
     start_timer(e, op);
     unsigned gen = op->gen;
     if (first) op->set_gen = gen;
-    rl_ticket t = {op->slot, gen, kind, e->now, 0, 0, 0};
+    rl_ticket t = {op->slot, gen, kind, e->now, 0, 0, 0, 0, 0};
     /* Every node that can take the command gets it before any failed vote
      * is counted: a round decided by its failures (a quorum of nodes down
      * or suspect) still reaches the others, so a release deletes our value
      * wherever it can. (Sending calls back nothing.) */
     unsigned failed = 0;
     for (int i = 0; i < e->nnodes; i++) {
-        if (rl_stream_send(&e->nodes[i], op->cmd.data, op->cmd.len, t, e->now) == 0) {
+        const rl_buf *cmd = rl_op_cmd(e, op, i);
+        if (rl_route_send(e, i, op->hslot, cmd->data, cmd->len, t) == 0) {
             if (first) op->sent |= 1u << i;
             op->owed |= 1u << i;
         } else {
             failed |= 1u << i;
-            if (rl_stream_suspect(&e->nodes[i])) skip_suspect(e, op, i, first);
+            if (rl_stream_suspect(rl_route(e, i, op->hslot))) skip_suspect(e, op, i, first);
         }
     }
     for (int i = 0; i < e->nnodes && op->gen == gen && op->phase == OP_ROUND; i++) {
         if (!(failed & (1u << i))) continue;
-        int state = rl_stream_suspect(&e->nodes[i]) ? RL_NODE_TIMEOUT : RL_NODE_ERROR;
-        if (rl_round_vote(&op->round, i, state, e->nodes[i].errstr, e->now)) op_round_decided(e, op, 0);
+        rl_stream *s = rl_route(e, i, op->hslot);
+        int state = rl_stream_suspect(s) ? RL_NODE_TIMEOUT : RL_NODE_ERROR;
+        if (rl_round_vote(&op->round, i, state, s->errstr, e->now)) op_round_decided(e, op, 0);
     }
 }

@@ -87,10 +87,9 @@ static int is_string(int type) {
     return type == REDIS_REPLY_STRING;
 }
 
-/* An element of a top-level array, kept if rd keeps elements: its bytes
- * (a string's), or its absence. Return 0, or -1 when out of memory. */
-static int keep_element(rl_reader *rd, const redisReadTask *task, const char *str, size_t len) {
-    if (!rd->keep || task->parent->parent != NULL || task->idx != rd->nkept || rd->nkept >= RL_REPLY_KEPT) return 0;
+/* Keep str[0..len) (NULL: an absent element) as the next kept element.
+ * Return 0, or -1 when out of memory. */
+static int keep_bytes(rl_reader *rd, const char *str, size_t len) {
     int i = rd->nkept++;
     rd->kept_str[i] = str != NULL;
     rd->kept_at[i] = rd->kept.len;
@@ -100,6 +99,13 @@ static int keep_element(rl_reader *rd, const redisReadTask *task, const char *st
     memcpy(rd->kept.data + rd->kept.len, str, len);
     rd->kept.len += len;
     return 0;
+}
+
+/* An element of a top-level array, kept if rd keeps elements: its bytes
+ * (a string's), or its absence. Return 0, or -1 when out of memory. */
+static int keep_element(rl_reader *rd, const redisReadTask *task, const char *str, size_t len) {
+    if (!rd->keep || task->parent->parent != NULL || task->idx != rd->nkept || rd->nkept >= RL_REPLY_KEPT) return 0;
+    return keep_bytes(rd, str, len);
 }
 
 static void *create_string(const redisReadTask *task, char *str, size_t len) {
@@ -118,6 +124,7 @@ static void *create_string(const redisReadTask *task, char *str, size_t len) {
     r->str[keep] = '\0';
     r->len = len;
     if (task->type == REDIS_REPLY_STRING) find_run_id(str, len, r->run_id);
+    if (rd->keep_top && task->type == REDIS_REPLY_STRING && keep_bytes(rd, str, len) != 0) return NULL;
     return r;
 }
 

@@ -70,6 +70,8 @@ typedef struct rl_reader {
     int after_cr;                  /* the last byte fed was '\r' */
     size_t max_string;             /* longest string accepted; 0: RL_REPLY_MAX_STRING */
     int keep;                      /* 1: keep the string elements of an array reply (rl_reader_element) */
+    int keep_top;                  /* 1: keep a string reply's bytes whole, as element 0 (a cluster's
+                                      CLUSTER NODES text) */
     rl_buf kept;                   /* their bytes, back to back */
     size_t kept_at[RL_REPLY_KEPT], kept_len[RL_REPLY_KEPT];
     int nkept;                     /* elements kept (a non-string element is kept as absent) */

@@ -4,13 +4,15 @@
 
 #include "redlock.h"
 
-/* Every script starts here: the key, the readers' set, the node's time in
+/* Every script starts here: the key's base B (RL_BASE: the key itself on
+ * a plain node, in its slot on a cluster node), the key, the readers' set, the node's time in
  * ms, and cover(): drop the expired readers, then make K (the mark) and the
  * set last exactly as long as the last reader left, or delete the mark if
  * none is; the readers left (a K holding a writer's value is never
  * touched). Numbers go to Redis as whole decimal strings (%.0f). */
 #define SHARED_PRELUDE                                                                                   \
-    "local key, rd, mark = KEYS[1], \"" RL_READERS_PREFIX "\"..KEYS[1], \"" RL_SHARED_MARK "\" "         \
+    RL_BASE                                                                                              \
+    "local key, rd, mark = KEYS[1], \"" RL_READERS_PREFIX "\"..B, \"" RL_SHARED_MARK "\" "               \
     "local t = redis.call(\"time\") local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) " \
     "local function num(x) return string.format(\"%.0f\", x) end "                                      \
     "local function cover() redis.call(\"zremrangebyscore\",rd,\"-inf\",num(now)) "                     \
@@ -23,7 +25,7 @@
 const char rl_shared_acquire_script[] =
     SHARED_PRELUDE
     "local held = redis.call(\"get\",key) if held and held ~= mark then return false end "
-    "if redis.call(\"exists\",\"" RL_INTENT_PREFIX "\"..key) == 1 then return false end "
+    "if redis.call(\"exists\",\"" RL_INTENT_PREFIX "\"..B) == 1 then return false end "
     "redis.call(\"zadd\",rd,num(now + tonumber(ARGV[2])),ARGV[1]) cover() "
     "return redis.status_reply(\"OK\")";
 

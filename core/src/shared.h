@@ -32,12 +32,13 @@
 #define RL_INTENT_PREFIX "redlock:writer-intent:"
 #define RL_SHARED_CHAR 's'
 
-/* The queued acquire's part in writer priority (Lua, in its script): on a
- * grant, the mark goes; on a refusal while readers hold, it is set. */
-#define RL_INTENT_GRANTED "redis.pcall(\"del\",\"" RL_INTENT_PREFIX "\"..KEYS[1]) "
+/* The queued acquire's part in writer priority (Lua, in its script, after
+ * RL_BASE: the mark is named with the key's base B): on a grant, the mark
+ * goes; on a refusal while readers hold, it is set. */
+#define RL_INTENT_GRANTED "redis.pcall(\"del\",\"" RL_INTENT_PREFIX "\"..B) "
 #define RL_INTENT_REFUSED                                                                       \
     "if redis.call(\"get\",KEYS[1]) == \"" RL_SHARED_MARK "\" then "                            \
-    "redis.pcall(\"set\",\"" RL_INTENT_PREFIX "\"..KEYS[1],ARGV[3],\"PX\",ARGV[2]) end "
+    "redis.pcall(\"set\",\"" RL_INTENT_PREFIX "\"..B,ARGV[3],\"PX\",ARGV[2]) end "
 
 /* The scripts (EVAL script 1 key value ttl|word):
  *   acquire: refused (nil) while a writer holds K or a writer's mark stands;

@@ -19,11 +19,15 @@ static void draw_order(int *order, int limit) {
     }
 }
 
-int rl_slot_acquire_cmd(rl_engine *e, const rl_op *op, rl_buf *b, int ttl_ms) {
+int rl_slot_acquire_cmd(rl_engine *e, rl_op *op, rl_buf *b, rl_buf *cb, int ttl_ms) {
     int order[RL_MAX_LIMIT];
     draw_order(order, op->sem_limit);
     const char *waiter = op->sem_ticket > 0 ? rl_engine_waiter_id(e) : NULL;
-    return rl_cmd_acquire_slot(b, op->key.data, op->key.len, op->res.value, ttl_ms, waiter, op->sem_ticket,
+    if (rl_cmd_acquire_slot(b, op->key.data, op->key.len, op->res.value, ttl_ms, waiter, op->sem_ticket, order,
+                            op->sem_limit) != 0)
+        return -1;
+    if (cb == NULL || op->ckey.len == 0) return 0;
+    return rl_cmd_acquire_slot(cb, op->ckey.data, op->ckey.len, op->res.value, ttl_ms, waiter, op->sem_ticket,
                                order, op->sem_limit);
 }
 
@@ -53,7 +57,9 @@ void rl_slot_release_strays(rl_engine *e, rl_op *op) {
     rl_ticket t = {.slot = op->slot, .gen = op->gen, .kind = RL_OP_RELEASE, .sent_ms = e->now, .eval = 1};
     for (int i = 0; i < e->nnodes; i++) {
         if (!(op->sent & (1u << i))) continue;
-        if (rl_slot_cleanup_cmd(e, op, i, &e->scratch) != 0) continue; /* nothing to undo, or no memory: the ttl ends it */
-        if (rl_stream_send(&e->nodes[i], e->scratch.data, e->scratch.len, t, e->now) == 0) op->owed |= 1u << i;
+        int swapped = rl_op_swap_key(e, op, i), rc = rl_slot_cleanup_cmd(e, op, i, &e->scratch);
+        if (swapped) rl_op_swap_key(e, op, -1);
+        if (rc != 0) continue; /* nothing to undo, or no memory: the ttl ends it */
+        if (rl_route_send(e, i, op->hslot, e->scratch.data, e->scratch.len, t) == 0) op->owed |= 1u << i;
     }
 }

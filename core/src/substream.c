@@ -21,24 +21,37 @@ int rl_subs_init(rl_subs *s, const rl_url *urls, int n, const rl_options *opts) 
     memcpy(s->head, RL_CHANNEL_PREFIX, plen);
     if (opts->prefix_len) memcpy(s->head + plen, opts->prefix, opts->prefix_len);
     s->head[s->head_len] = '\0';
-    for (int i = 0; i < n; i++) {
-        rl_substream *node = &s->nodes[i];
-        node->url = &urls[i];
-        node->state = RL_STREAM_IDLE;
-        node->reader.keep = 1;
-        snprintf(node->errstr, sizeof(node->errstr), "not connected");
-    }
+    for (int i = 0; i < n; i++) rl_subs_add(s, &urls[i]);
     return 0;
 }
 
+int rl_subs_add(rl_subs *s, const rl_url *url) {
+    if (s->nsubs == RL_MAX_NODES + RL_MAX_SHARDS) return -1;
+    int j = s->nsubs++;
+    rl_substream *node = &s->nodes[j];
+    node->url = url;
+    node->state = RL_STREAM_IDLE;
+    node->reader.keep = 1;
+    node->sharded = j >= s->nnodes;
+    snprintf(node->errstr, sizeof(node->errstr), "not connected");
+    return j;
+}
+
+/* Does stream j serve watch w? */
+static int serves(const rl_subs *s, int j, const rl_watched *w) {
+    return s->serves == NULL || s->serves(s->owner, j, w);
+}
+
 void rl_subs_free(rl_subs *s) {
-    for (int i = 0; i < s->nnodes; i++) {
+    for (int i = 0; i < s->nsubs; i++) {
         rl_buf_free(&s->nodes[i].out);
         rl_reader_free(&s->nodes[i].reader);
     }
     for (int id = 0; id < s->nw; id++) {
         free(s->w[id].channel);
         free(s->w[id].wake);
+        free(s->w[id].cchannel);
+        free(s->w[id].cwake);
     }
     free(s->w);
     free(s->news);
@@ -99,25 +112,41 @@ static int put_word(rl_buf *b, const char *p, size_t len) {
     return 0;
 }
 
-/* Queue verb with the two channels of watch w, or of every watch (w NULL:
- * nothing when none is watched) on node n; out of memory drops the
- * connection (it starts over after the backoff). Return 0, or -1 then. */
-static int put_command(const rl_subs *s, rl_substream *n, const char *verb, const rl_watched *w, double now_ms) {
-    int count = w ? 1 : s->used;
-    if (count == 0) return 0;
+/* Append "*argc" and verb. Return 0, or -1 when out of memory. */
+static int put_head(rl_buf *b, int argc, const char *verb) {
     char head[32];
-    int h = snprintf(head, sizeof(head), "*%d\r\n", 1 + 2 * count);
-    int rc = rl_buf_reserve(&n->out, (size_t)h);
-    if (rc == 0) {
-        memcpy(n->out.data + n->out.len, head, (size_t)h);
-        n->out.len += (size_t)h;
-        rc = put_word(&n->out, verb, strlen(verb));
+    int h = snprintf(head, sizeof(head), "*%d\r\n", argc);
+    if (rl_buf_reserve(b, (size_t)h) != 0) return -1;
+    memcpy(b->data + b->len, head, (size_t)h);
+    b->len += (size_t)h;
+    return put_word(b, verb, strlen(verb));
+}
+
+/* Queue verb with the two channels of watch w, or of every watch stream j
+ * serves (w NULL: nothing when it serves none) on stream j; a shard's
+ * stream sends the sharded verb, one watch per command (a command's
+ * channels must share a slot), with the cluster names. Out of memory drops
+ * the connection (it starts over after the backoff). Return 0, or -1 then. */
+static int put_command(rl_subs *s, int j, const char *verb, const rl_watched *w, double now_ms) {
+    rl_substream *n = &s->nodes[j];
+    int count = 0, rc = 0;
+    for (int id = 0; id < (w ? 1 : s->nw); id++) {
+        const rl_watched *x = w ? w : &s->w[id];
+        count += (w != NULL || x->waiters > 0) && serves(s, j, x);
     }
+    if (count == 0) return 0;
+    if (!n->sharded) rc = put_head(&n->out, 1 + 2 * count, verb);
     for (int id = 0; rc == 0 && id < (w ? 1 : s->nw); id++) {
         const rl_watched *x = w ? w : &s->w[id];
-        if (w == NULL && x->waiters == 0) continue;
-        rc = put_word(&n->out, x->channel, x->len);
-        if (rc == 0) rc = put_word(&n->out, x->wake, x->wake_len);
+        if ((w == NULL && x->waiters == 0) || !serves(s, j, x)) continue;
+        if (n->sharded) {
+            rc = put_head(&n->out, 3, verb[0] == 'S' ? "SSUBSCRIBE" : "SUNSUBSCRIBE");
+            if (rc == 0) rc = put_word(&n->out, x->cchannel, x->clen);
+            if (rc == 0) rc = put_word(&n->out, x->cwake, x->cwake_len);
+        } else {
+            rc = put_word(&n->out, x->channel, x->len);
+            if (rc == 0) rc = put_word(&n->out, x->wake, x->wake_len);
+        }
     }
     if (rc != 0) fail(s, n, "connection reset: out of memory", 1, now_ms);
     return rc;
@@ -136,10 +165,10 @@ static int on_reply(rl_subs *s, rl_substream *n, const rl_reply *r, double now_m
     const char *kind = rl_reader_element(&n->reader, 0, &klen);
     const char *ch = rl_reader_element(&n->reader, 1, &clen);
     if (r->type != RL_REPLY_ARRAY || r->integer != 3 || kind == NULL || ch == NULL) return 0;
-    if (klen == 7 && memcmp(kind, "message", 7) == 0) {
+    if ((klen == 7 && memcmp(kind, "message", 7) == 0) || (klen == 8 && memcmp(kind, "smessage", 8) == 0)) {
         const char *payload = rl_reader_element(&n->reader, 2, &plen);
         rl_subs_message(s, ch, clen, payload, plen);
-    } else if (klen == 9 && memcmp(kind, "subscribe", 9) == 0) {
+    } else if ((klen == 9 && memcmp(kind, "subscribe", 9) == 0) || (klen == 10 && memcmp(kind, "ssubscribe", 10) == 0)) {
         n->backoff_ms = 0;
     }
     return 0;
@@ -175,7 +204,7 @@ int rl_subs_connected(rl_subs *s, int i, double now_ms) {
     }
     n->state = RL_STREAM_UP;
     n->errstr[0] = '\0';
-    put_command(s, n, "SUBSCRIBE", NULL, now_ms);
+    put_command(s, i, "SUBSCRIBE", NULL, now_ms);
     return 0;
 }
 
@@ -252,7 +281,7 @@ static double node_deadline(const rl_substream *n) {
 
 double rl_subs_deadline(const rl_subs *s) {
     double at = 0;
-    for (int i = 0; i < s->nnodes; i++) {
+    for (int i = 0; i < s->nsubs; i++) {
         double d = node_deadline(&s->nodes[i]);
         if (d > 0 && (at == 0 || d < at)) at = d;
     }
@@ -260,7 +289,7 @@ double rl_subs_deadline(const rl_subs *s) {
 }
 
 void rl_subs_advance(rl_subs *s, double now_ms) {
-    for (int i = 0; i < s->nnodes; i++) {
+    for (int i = 0; i < s->nsubs; i++) {
         rl_substream *n = &s->nodes[i];
         double due = node_deadline(n);
         if (due == 0 || now_ms < due) continue;
@@ -275,11 +304,17 @@ void rl_subs_advance(rl_subs *s, double now_ms) {
     }
 }
 
+void rl_subs_rerouted(rl_subs *s, double now_ms) {
+    for (int id = 0; id < s->nw; id++)
+        if (s->w[id].waiters > 0) rl_subs_changed(s, &s->w[id], 1, now_ms);
+}
+
 void rl_subs_changed(rl_subs *s, const rl_watched *w, int subscribe, double now_ms) {
-    for (int i = 0; i < s->nnodes; i++) {
+    for (int i = 0; i < s->nsubs; i++) {
         rl_substream *n = &s->nodes[i];
+        if (!serves(s, i, w)) continue;
         if (n->state == RL_STREAM_UP) {
-            put_command(s, n, subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE", w, now_ms);
+            put_command(s, i, subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE", w, now_ms);
         } else if (subscribe && n->state == RL_STREAM_IDLE) {
             connect_now(s, n, now_ms);
         } else if (!subscribe && s->used == 0 && n->state == RL_STREAM_CONNECTING && (n->wants & RL_WANT_CONNECT)) {
@@ -291,7 +326,7 @@ void rl_subs_changed(rl_subs *s, const rl_watched *w, int subscribe, double now_
 
 int rl_subs_listening(const rl_subs *s) {
     int up = 0;
-    for (int i = 0; i < s->nnodes; i++) up += s->nodes[i].state == RL_STREAM_UP;
+    for (int i = 0; i < s->nsubs; i++) up += s->nodes[i].state == RL_STREAM_UP;
     return up;
 }
 

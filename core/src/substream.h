@@ -43,6 +43,12 @@ typedef struct rl_watched {
     unsigned heard;          /* release messages heard while watched */
     int listeners;           /* what the last one said (1 on the wake channel); 0: none yet */
     int news;                /* heard since rl_subs_news last handed it out: 1, | 2 if on the resource's channel */
+    /* With cluster nodes (rl_subs.clusters): the same channels named with
+     * the key's companion base (hashslot.h), which cluster nodes publish
+     * on (SPUBLISH), and the key's hash slot. */
+    char *cchannel, *cwake;
+    size_t clen, cwake_len;
+    int hslot;
 } rl_watched;
 
 /* One node's subscriber connection. */
@@ -59,6 +65,7 @@ typedef struct rl_substream {
     rl_reader reader;
     unsigned long long frame_start; /* where the frame being read began in the stream */
     char errstr[RL_NODE_ERR_LEN];   /* why the connection is down, or the last one ended */
+    int sharded;             /* a cluster's shard: SSUBSCRIBE of the watches it serves, one by one */
 } rl_substream;
 
 typedef struct rl_subs {
@@ -73,13 +80,26 @@ typedef struct rl_subs {
     size_t longest;          /* the longest channel name watched so far */
     unsigned total;          /* release messages heard, every resource */
     unsigned long long heard_total; /* the same, never wrapping (rl_stats.wakeups) */
-    rl_substream nodes[RL_MAX_NODES];
+    int clusters;            /* the engine has cluster nodes: watches get their cluster names too */
+    int nsubs;               /* streams in nodes[]: one per node, then one per shard (rl_subs_add) */
+    /* Which watches stream j serves (NULL: all): the engine's routing. */
+    int (*serves)(void *owner, int j, const rl_watched *w);
+    void *owner;
+    rl_substream nodes[RL_MAX_NODES + RL_MAX_SHARDS];
 } rl_subs;
 
 /* Prepare s for nodes urls[0 .. n-1] with opts (kept, with its prefix, for
  * s's life). Return 0, or -1 when out of memory. */
 int rl_subs_init(rl_subs *s, const rl_url *urls, int n, const rl_options *opts);
 void rl_subs_free(rl_subs *s);
+
+/* A stream for a cluster's shard at url (sharded pub/sub): its index, or
+ * -1 when there is no room. Idle until a watch it serves asks for it. */
+int rl_subs_add(rl_subs *s, const rl_url *url);
+
+/* The map of a cluster node changed: every shard's stream subscribes the
+ * watches it serves now (asking for its connection if it has none). */
+void rl_subs_rerouted(rl_subs *s, double now_ms);
 
 /* One more waiter of resource (its channels named with waiter, this
  * engine's id); the first subscribes on every node, asking for the

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "hashslot.h"
 #include "substream.h"
 
 /* a .. b .. c (b binary-safe), its length in *len; NULL when out of memory. */
@@ -40,8 +41,11 @@ void rl_subs_message(rl_subs *s, const char *ch, size_t len, const char *payload
     for (int id = 0; id < s->nw; id++) {
         rl_watched *w = &s->w[id];
         if (w->waiters == 0) continue;
-        int wake = w->wake_len == len && memcmp(w->wake, ch, len) == 0;
-        if (!wake && !(w->len == len && memcmp(w->channel, ch, len) == 0)) continue;
+        int wake = (w->wake_len == len && memcmp(w->wake, ch, len) == 0) ||
+                   (w->cwake && w->cwake_len == len && memcmp(w->cwake, ch, len) == 0);
+        if (!wake && !(w->len == len && memcmp(w->channel, ch, len) == 0) &&
+            !(w->cchannel && w->clen == len && memcmp(w->cchannel, ch, len) == 0))
+            continue;
         int says = release_says(payload, plen, wake);
         if (says == 0) return;
         w->heard++;
@@ -84,6 +88,21 @@ static int free_slot(rl_subs *s) {
     return s->nw++;
 }
 
+/* w's names on cluster nodes (its key's companion base: hashslot.h) and
+ * its key's hash slot; wake: the wake channel's head. 0, or -1 when out of
+ * memory. */
+static int cluster_names(rl_watched *w, const char *wake, size_t wlen) {
+    const char *key = w->channel + strlen(RL_CHANNEL_PREFIX);
+    size_t klen = w->len - strlen(RL_CHANNEL_PREFIX);
+    rl_buf base = {0};
+    if (rl_cluster_base(&base, key, klen) != 0) return -1;
+    w->hslot = rl_hash_slot(key, klen);
+    w->cchannel = join(RL_CHANNEL_PREFIX, strlen(RL_CHANNEL_PREFIX), base.data, base.len, "", 0, &w->clen);
+    w->cwake = join(wake, wlen, base.data, base.len, "", 0, &w->cwake_len);
+    rl_buf_free(&base);
+    return w->cchannel && w->cwake ? 0 : -1;
+}
+
 int rl_subs_watch(rl_subs *s, const char *resource, size_t len, const char *waiter, double now_ms) {
     if (resource == NULL || len == 0 || len > RL_MAX_KEY_LEN - s->opts->prefix_len) return -1;
     int id = find(s, resource, len);
@@ -98,9 +117,12 @@ int rl_subs_watch(rl_subs *s, const char *resource, size_t len, const char *wait
     rl_watched *w = &s->w[id];
     w->channel = join(s->head, s->head_len, resource, len, "", 0, &w->len);
     w->wake = join(wake, (size_t)wlen, s->opts->prefix, s->opts->prefix_len, resource, len, &w->wake_len);
-    if (w->channel == NULL || w->wake == NULL) {
+    w->hslot = -1;
+    if (w->channel == NULL || w->wake == NULL || (s->clusters && cluster_names(w, wake, (size_t)wlen) != 0)) {
         free(w->channel);
         free(w->wake);
+        free(w->cchannel);
+        free(w->cwake);
         memset(w, 0, sizeof(*w));
         return -1;
     }
@@ -108,6 +130,8 @@ int rl_subs_watch(rl_subs *s, const char *resource, size_t len, const char *wait
     s->used++;
     if (w->len > s->longest) s->longest = w->len;
     if (w->wake_len > s->longest) s->longest = w->wake_len;
+    if (w->cwake_len > s->longest) s->longest = w->cwake_len;
+    if (w->clen > s->longest) s->longest = w->clen;
     rl_subs_changed(s, w, 1, now_ms);
     return id;
 }
@@ -125,6 +149,8 @@ void rl_subs_unwatch(rl_subs *s, const char *resource, size_t len, double now_ms
         }
     free(w->channel);
     free(w->wake);
+    free(w->cchannel);
+    free(w->cwake);
     memset(w, 0, sizeof(*w));
 }
 

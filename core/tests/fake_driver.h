@@ -52,7 +52,7 @@ static inline void connect_node(int i, double t) {
     int len = snprintf(body, sizeof(body), "# Server\r\nrun_id:%040x\r\n", 0xa0 + i);
     snprintf(info, sizeof(info), "$%d\r\n%s\r\n", len, body);
     CHECK_INT(feed(i, info, t), RL_OK);
-    CHECK_INT(feed(i, "$40\r\nbe077799191632fc6ea6490e3c099c5976889961\r\n"
+    CHECK_INT(feed(i, "$40\r\na83d41725921d88143e95fed5dacc5fa0b9625f0\r\n"
                       "$40\r\n36e94d1c6e02fcefaa7ee5d79eee614dbac55f10\r\n", t), RL_OK);
 }
 

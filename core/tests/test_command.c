@@ -22,7 +22,7 @@ static void encodes_set_nx_px(void) {
 static void encodes_scripts_by_sha_and_by_source(void) {
     rl_buf b = {0};
     CHECK_INT(rl_cmd_release(&b, 1, "k", 1, V, 0), 0);
-    const char want[] = "*5\r\n$7\r\nEVALSHA\r\n$40\r\nbe077799191632fc6ea6490e3c099c5976889961\r\n$1\r\n1\r\n"
+    const char want[] = "*5\r\n$7\r\nEVALSHA\r\n$40\r\na83d41725921d88143e95fed5dacc5fa0b9625f0\r\n$1\r\n1\r\n"
                         "$1\r\nk\r\n$40\r\n0123456789abcdef0123456789abcdef01234567\r\n";
     CHECK_INT(b.len, sizeof(want) - 1);
     CHECK(memcmp(b.data, want, b.len) == 0);
@@ -101,7 +101,28 @@ static void values_are_hex_and_distinct(void) {
     }
 }
 
+/* A cluster node's form of a one-key script: the base as a second key;
+ * anything else is left as it is. */
+static void adds_the_base_as_a_second_key(void) {
+    rl_buf b = {0}, c = {0};
+    CHECK_INT(rl_cmd_release(&b, 1, "k", 1, V, 1), 0);
+    CHECK_INT(rl_cmd_with_base(&c, &b, "{k}", 3), 0);
+    char want[256];
+    snprintf(want, sizeof(want), "*7\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n$1\r\n2\r\n$1\r\nk\r\n$3\r\n{k}\r\n$40\r\n%s\r\n$5\r\nquiet\r\n",
+             rl_release_sha, V);
+    CHECK_INT(c.len, strlen(want));
+    CHECK(c.len == strlen(want) && memcmp(c.data, want, c.len) == 0);
+    CHECK_INT(rl_cmd_acquire(&b, "k", 1, V, 1500), 0);
+    CHECK_INT(rl_cmd_with_base(&c, &b, "{k}", 3), 1);
+    CHECK_INT(c.len, 0);
+    CHECK_INT(rl_cmd_acquire_fenced(&b, "k", 1, "{k}", 3, V, 1500), 0);
+    CHECK_INT(rl_cmd_with_base(&c, &b, "{k}", 3), 1); /* two keys already */
+    rl_buf_free(&b);
+    rl_buf_free(&c);
+}
+
 int main(void) {
+    adds_the_base_as_a_second_key();
     encodes_set_nx_px();
     encodes_scripts_by_sha_and_by_source();
     encodes_a_waiters_acquire_whole();

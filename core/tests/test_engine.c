@@ -13,7 +13,7 @@
 #include "redlock.h"
 
 #define OUT_OF_STEP "connection reset: replies out of step with commands (a reply was lost)"
-#define RELEASE_SHA "be077799191632fc6ea6490e3c099c5976889961"
+#define RELEASE_SHA "a83d41725921d88143e95fed5dacc5fa0b9625f0"
 #define EXTEND_SHA "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10"
 #define VALUE "0123456789abcdef0123456789abcdef01234567"
 #define NOSCRIPT "-NOSCRIPT No matching script. Please use EVAL.\r\n"
@@ -42,7 +42,7 @@ static const char *info_reply(const char *id) {
 
 /* The setup's script loads, as written. */
 static const char *script_loads(void) {
-    static char buf[1024];
+    static char buf[8192];
     snprintf(buf, sizeof(buf), "*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n$%zu\r\n%s\r\n*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n$%zu\r\n%s\r\n",
              strlen(rl_release_script), rl_release_script, strlen(rl_extend_script), rl_extend_script);
     return buf;
@@ -50,7 +50,7 @@ static const char *script_loads(void) {
 
 /* The setup of a fresh connection to a URL without password or db. */
 static const char *plain_setup(void) {
-    static char buf[1200];
+    static char buf[8400];
     snprintf(buf, sizeof(buf), "*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n%s", script_loads());
     return buf;
 }
@@ -98,7 +98,7 @@ static const char *set_value(const char *bytes, const char *key) {
 /* EVALSHA/EVAL of the release or extend script (ttl > 0: extend); quiet: a
  * failed acquire's cleanup (the release with ARGV[2] "quiet"). */
 static const char *script_cmd_as(int by_sha, const char *key, const char *value, int ttl, int quiet) {
-    static char buf[1024];
+    static char buf[8192];
     const char *script = ttl > 0 ? rl_extend_script : rl_release_script;
     int argc = ttl > 0 || quiet ? 6 : 5;
     int len = by_sha ? snprintf(buf, sizeof(buf), "*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n", argc,
@@ -882,7 +882,7 @@ static void acquire_timeout_counts_no_late_reply(void) {
     rl_engine_advance(E, rl_engine_deadline(E));
     CHECK_INT(rl_engine_done(E), 1);
     CHECK_INT(rl_engine_tails(E), 1); /* the cleanup is out for answers */
-    char nonce[32], want[2048];
+    char nonce[32], want[8192];
     CHECK_STR(drain(0, 50), cleanup_cmd(1, "r", value));
     for (int i = 1; i < 3; i++) {
         drain(i, 50);
@@ -1415,7 +1415,7 @@ static void setup_auth_and_select_refused(void) {
     E = engine(urls, 3, NULL);
     CHECK_STR(rl_engine_node_name(E, 0), "redis://127.0.0.1:7001/2");
     int id = rl_engine_begin_acquire(E, "r", 1, 10000, 0);
-    char want[2048];
+    char want[8192];
     for (int i = 0; i < 3; i++) {
         CHECK_INT(rl_engine_node_wants(E, i), RL_WANT_CONNECT);
         CHECK_INT(rl_engine_node_connected(E, i, 1, 0), RL_OK);
@@ -2135,7 +2135,7 @@ static void semaphore_slot_release_and_extend(void) {
     E = engine(urls5, 3, NULL);
     int id = rl_engine_begin_on_slot(E, RL_OP_RELEASE, "s", 1, 2, VALUE, 0, 0);
     bring_up_all(3, 0);
-    char want[2048];
+    char want[8192];
     rl_buf b = {0};
     CHECK_INT(rl_cmd_release_slot(&b, 1, "redlock:slot:2:s", 16, "s", 1, VALUE, 0), 0);
     snprintf(want, sizeof(want), "%.*s", (int)b.len, b.data);

@@ -10,7 +10,7 @@
 #include "fake_driver.h"
 #include "redlock.h"
 
-#define RELEASE_SHA "be077799191632fc6ea6490e3c099c5976889961"
+#define RELEASE_SHA "a83d41725921d88143e95fed5dacc5fa0b9625f0"
 #define EXTEND_SHA "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10"
 #define VALUE "0123456789abcdef0123456789abcdef01234567"
 #define OK1 ":1\r\n"

@@ -17,6 +17,8 @@ enum {
     RL_ERR_FULL = -2,
     RL_ERR_LEN = 256,
     RL_MAX_NODES = 16,
+    RL_MAX_SHARDS = 48,
+    RL_MAX_LINKS = 128,
     RL_VALUE_LEN = 40,
     RL_NODE_ERR_LEN = 96,
     RL_ID_SLOTS = 65536,
@@ -171,6 +173,8 @@ int rl_engine_begin_on_slot(rl_engine *e, int kind, const char *resource, size_t
                             int ttl_ms, double now_ms);
 int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const char *value, int ttl_ms, double now_ms);
 unsigned rl_engine_wanting(const rl_engine *e);
+int rl_engine_links(const rl_engine *e);
+int rl_engine_next_wanting(const rl_engine *e, int after);
 int rl_engine_node_wants(rl_engine *e, int node);
 void rl_engine_node_open(rl_engine *e, int node, double now_ms);
 int rl_engine_node_connected(rl_engine *e, int node, int fresh, double now_ms);
@@ -251,6 +255,8 @@ typedef struct rl_node_stats {
     unsigned long long step_checks;
     unsigned long long suspected;
     rl_histogram reply;
+    unsigned long long moved;
+    unsigned long long ask;
     int up;
     int suspect;
 } rl_node_stats;

@@ -72,10 +72,8 @@ function _M.new(opts)
     if opts == _M then argerror(1, "new", "options table expected, got the module (call redlock.new{...} with a dot)") end
     if type(opts) ~= "table" then argerror(1, "new", "options table expected, got " .. show(opts)) end
     opts = hooks.client_defaults(opts)
-    local urls = options.server_list("new", opts.servers)
+    local urls, servers = options.server_list("new", opts.servers) -- servers: the URL strings urls points into
     local copts, ttl = options.client_options("new", opts, #opts.servers)
-    local servers = {}
-    for i = 1, #opts.servers do servers[i] = opts.servers[i] end
 
     local errbuf = results.errbuf
     local client = backend.client_new(urls, #servers, copts, errbuf, results.ERR_LEN)

@@ -115,21 +115,56 @@ function _M.copy_tls_strings(t)
     return c
 end
 
---- The server list as the core reads it (const char *[n]).
+--- A cluster node as the core reads it: { cluster = { "redis://h:p", ... } }
+--- (seeds sharing one scheme and one user:password) as
+--- "redis-cluster://user:password@h:p+h:p" (rediss-cluster:// for TLS).
+local function cluster_url(fname, i, entry)
+    local seeds = entry.cluster
+    if type(seeds) ~= "table" or #seeds == 0 then
+        argerror(1, fname, ("servers[%d].cluster must be a non-empty list of seed URLs, got %s"):format(i, show(seeds)))
+    end
+    for k in pairs(entry) do
+        if k ~= "cluster" then argerror(1, fname, ("servers[%d] has an unknown field %s"):format(i, show(k))) end
+    end
+    local scheme, auth, hosts
+    for j = 1, #seeds do
+        local where = ("servers[%d].cluster[%d]"):format(i, j)
+        local s, rest
+        if type(seeds[j]) == "string" then s, rest = seeds[j]:match("^(rediss?)://(.+)$") end
+        if not s or seeds[j]:find("[%z%s+]") then
+            argerror(1, fname, ("%s must be a redis:// or rediss:// URL (no '+', no space), got %s")
+                :format(where, show(seeds[j])))
+        end
+        local a, h = rest:match("^(.*@)([^@]*)$")
+        a, h = a or "", h or rest
+        if h:find("/", 1, true) then argerror(1, fname, ("%s: a cluster has only database 0: no /db"):format(where)) end
+        if scheme and (s ~= scheme or a ~= auth) then
+            argerror(1, fname, ("%s: every seed of a cluster must share its scheme and password"):format(where))
+        end
+        scheme, auth = s, a
+        hosts = hosts and (hosts .. "+" .. h) or h
+    end
+    return scheme .. "-cluster://" .. auth .. hosts
+end
+
+--- The server list as the core reads it (const char *[n]), and the URL
+--- strings (a cluster node's made from its table).
 local function server_list(fname, servers)
     if type(servers) ~= "table" or #servers == 0 then
         argerror(1, fname, "servers must be a non-empty list of URLs, got " .. show(servers))
     end
-    local urls = ffi_new("const char *[?]", #servers)
+    local urls, texts = ffi_new("const char *[?]", #servers), {}
     for i = 1, #servers do
-        if type(servers[i]) ~= "string" then
-            argerror(1, fname, ("servers[%d] must be a URL string, got %s"):format(i, show(servers[i])))
+        local url = servers[i]
+        if type(url) == "table" then url = cluster_url(fname, i, url) end
+        if type(url) ~= "string" then
+            argerror(1, fname, ("servers[%d] must be a URL string or { cluster = {...} }, got %s"):format(i, show(servers[i])))
         end
         -- the core reads a C string: a NUL would cut the URL short unseen
-        if servers[i]:find("\0", 1, true) then argerror(1, fname, ("servers[%d] holds a NUL byte"):format(i)) end
-        urls[i - 1] = servers[i]
+        if url:find("\0", 1, true) then argerror(1, fname, ("servers[%d] holds a NUL byte"):format(i)) end
+        urls[i - 1], texts[i] = url, url
     end
-    return urls
+    return urls, texts
 end
 _M.server_list = server_list
 

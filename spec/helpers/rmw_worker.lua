@@ -6,7 +6,8 @@
 -- append "enter" to the shared history LOG, read-modify-write the key
 -- "counter" on the redis node at 127.0.0.1:COUNTER_PORT (GET, a 1 ms pause,
 -- SET +1), append "exit", unlock. The same loop as nginx_lock_spec's /rmw
--- location, from outside nginx. Prints "acquired=N failed=M errors=...".
+-- location, from outside nginx. Prints "acquired=N failed=M moved=X ask=Y
+-- errors=...", X and Y the MOVED and ASK replies met (cluster nodes).
 local proc = require "helpers.proc"
 local history = require "helpers.history"
 local socket = require "socket"
@@ -44,7 +45,9 @@ while not io.open(stopfile, "rb") do
   end
   proc.sleep_ms(math.random(0, 2))
 end
+local moved, ask = 0, 0
+for _, n in ipairs(dlm:stats().nodes) do moved, ask = moved + n.moved, ask + n.ask end
 dlm:close()
 log:close()
-io.write(("acquired=%d failed=%d errors=%d:%s\n")
-  :format(acquired, failed, #errors, table.concat(errors, ",", 1, math.min(#errors, 5))))
+io.write(("acquired=%d failed=%d moved=%d ask=%d errors=%d:%s\n")
+  :format(acquired, failed, moved, ask, #errors, table.concat(errors, ",", 1, math.min(#errors, 5))))

@@ -19,7 +19,6 @@ local start, deliver, sweep, keeping, retry_orphans = calls.start, calls.deliver
     calls.retry_orphans
 local service, reap, shut = links.service, links.reap, links.shut
 local forget_watches, forget_unowned = watch.forget_watches, keep.forget_unowned
-local ip_literal = tls.ip_literal
 
 local HUB_IDLE_MS = 10000      -- a hub with nothing to do for this long stops
 local HUB_SLICE_MS = 500       -- the longest the hub sleeps without looking at the worker's state
@@ -158,17 +157,8 @@ local function new_hub(e, n, opts, t)
         node_timeout = opts.node_timeout_ms, connect_timeout = opts.connect_timeout_ms,
         quorum = C.rl_engine_quorum(e),
     }
-    for i = 0, 2 * n - 1 do -- every link: the nodes' command connections, then their subscribers
-        hub.hosts[i] = ffi_string(C.rl_engine_node_host(e, i))
-        hub.ports[i] = C.rl_engine_node_port(e, i)
-        hub.names[i] = ffi_string(C.rl_engine_node_name(e, i))
-        hub.gen[i], hub.up[i] = 0, false
-        hub.tlss[i] = C.rl_engine_node_tls(e, i) ~= 0
-        if hub.tlss[i] then
-            local host = hub.hosts[i]
-            hub.snis[i] = t.server_name or ((hub.ports[i] ~= 0 and not ip_literal(host)) and host or nil)
-        end
-    end
+    hub.placed = 0
+    links.place(hub) -- every link: the nodes' command connections, then their subscribers
     return hub
 end
 

@@ -13,7 +13,7 @@ local tls = require "redlock.nginx.tls"
 local watch = require "redlock.nginx.watch"
 
 local ngx = ngx
-local ffi_string, ffi_new, band, lshift = ffi.string, ffi.new, bit.band, bit.lshift
+local ffi_string, ffi_new, band = ffi.string, ffi.new, bit.band
 local now_ms = C.rl_now_ms
 local co_running, co_status = coroutine.running, coroutine.status
 local tostring, table_remove = tostring, table.remove
@@ -28,6 +28,31 @@ local READ_TIMEOUT_MS = 3600000 -- a reader waits this long for bytes, then agai
 local out_ptr = ffi_new("const char *[1]")
 
 local _M = {}
+
+--- Learn where every link the engine has made since the last look connects
+--- (links 0 .. 2N-1 when the hub is made; a cluster node's shards, two
+--- links each, as its map comes in).
+function _M.place(hub)
+    local e, t = hub.e, hub.tls
+    for i = hub.placed, C.rl_engine_links(e) - 1 do
+        hub.hosts[i] = ffi_string(C.rl_engine_node_host(e, i))
+        hub.ports[i] = C.rl_engine_node_port(e, i)
+        hub.names[i] = ffi_string(C.rl_engine_node_name(e, i))
+        hub.gen[i], hub.up[i] = 0, false
+        hub.tlss[i] = C.rl_engine_node_tls(e, i) ~= 0
+        if hub.tlss[i] then
+            local host = hub.hosts[i]
+            hub.snis[i] = t.server_name or ((hub.ports[i] ~= 0 and not tls.ip_literal(host)) and host or nil)
+        end
+        hub.placed = i + 1
+    end
+end
+
+-- A subscriber link: a node's (N .. 2N-1), or a shard's (2N + 2k + 1).
+local function is_subscriber(hub, i)
+    if i < 2 * hub.n then return i >= hub.n end
+    return (i - 2 * hub.n) % 2 == 1
+end
 
 -- Close link i's socket. Its reader, if any, is killed first: only the
 -- coroutine that spawned it (the hub's loop) may, and only the loop calls
@@ -49,7 +74,7 @@ end
 -- link's reason goes to the error log, once per reason (not once per retry):
 -- it costs wake-ups, which nothing else would show.
 local function lost_node(hub, i, why)
-    if i >= hub.n and hub.said[i] ~= why then
+    if is_subscriber(hub, i) and hub.said[i] ~= why then
         ngx.log(ngx.WARN, "redlock: subscriber of ", hub.names[i], ": ", why)
     end
     hub.said[i] = why
@@ -100,7 +125,7 @@ local function read_node(hub, i, gen)
     end
     hub.up[i], hub.fed[i], hub.said[i] = true, false, nil
     wake(hub)
-    local subscriber = i >= hub.n
+    local subscriber = is_subscriber(hub, i)
     while true do
         local data, rerr = sock:receiveany(READ_CHUNK)
         if hub.gen[i] ~= gen then return end
@@ -163,20 +188,19 @@ end
 -- it asks no more closes or connects (a connect that fails at once answers
 -- commands, and that may ask for more).
 function _M.service(hub)
-    local e, links = hub.e, 2 * hub.n
+    local e = hub.e
     local asked = true
     while asked do
         asked = false
-        local bits = C.rl_engine_wanting(e)
-        if bits == 0 then return end
-        for i = 0, links - 1 do
-            if band(bits, lshift(1, i)) ~= 0 then
-                local w = C.rl_engine_node_wants(e, i)
-                if band(w, WANT_CLOSE) ~= 0 then close_node(hub, i) end
-                if band(w, WANT_CONNECT) ~= 0 then connect_node(hub, i) end
-                if band(w, WANT_WRITE) ~= 0 then write_node(hub, i) end
-                asked = asked or band(w, WANT_CLOSE + WANT_CONNECT) ~= 0
-            end
+        local i = C.rl_engine_next_wanting(e, -1)
+        while i >= 0 do
+            if i >= hub.placed then _M.place(hub) end
+            local w = C.rl_engine_node_wants(e, i)
+            if band(w, WANT_CLOSE) ~= 0 then close_node(hub, i) end
+            if band(w, WANT_CONNECT) ~= 0 then connect_node(hub, i) end
+            if band(w, WANT_WRITE) ~= 0 then write_node(hub, i) end
+            asked = asked or band(w, WANT_CLOSE + WANT_CONNECT) ~= 0
+            i = C.rl_engine_next_wanting(e, i)
         end
     end
 end
@@ -185,7 +209,7 @@ end
 function _M.shut(hub, why)
     local now = now_ms()
     hub.now = now
-    for i = 0, 2 * hub.n - 1 do
+    for i = 0, hub.placed - 1 do
         local up, connecting = hub.up[i], hub.socks[i] ~= nil
         close_node(hub, i)
         if up then

@@ -1,0 +1,293 @@
+/* cluster.c — a node that is a Redis Cluster (see cluster.h): its seeds,
+ * its map of hash slots to shards, the shards' streams, and what MOVED
+ * and ASK make of a reply. Part of the engine: no I/O, no clock. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_impl.h"
+
+static const char SCHEME[] = "redis-cluster://", SCHEME_TLS[] = "rediss-cluster://";
+
+int rl_cluster_url(const char *text) {
+    return text && (strncmp(text, SCHEME, sizeof(SCHEME) - 1) == 0 || strncmp(text, SCHEME_TLS, sizeof(SCHEME_TLS) - 1) == 0);
+}
+
+rl_shard *rl_cluster_shard(const rl_engine *e, int k) {
+    return k >= 0 && k < e->nshards ? e->shards[k] : NULL;
+}
+
+
+/* See cluster.h. */
+rl_shard *rl_cluster_shard_at(rl_engine *e, int i, const char *host, int port) {
+    for (int k = 0; k < e->nshards; k++) {
+        rl_shard *sh = e->shards[k];
+        if (sh->node == i && sh->url.port == port && strcmp(sh->url.host, host) == 0) return sh;
+    }
+    if (e->nshards == RL_MAX_SHARDS) return NULL;
+    rl_shard *sh = calloc(1, sizeof(*sh));
+    if (sh == NULL) return NULL;
+    sh->e = e;
+    sh->node = i;
+    sh->number = e->nshards;
+    sh->url = e->urls[i];
+    snprintf(sh->url.host, sizeof(sh->url.host), "%s", host);
+    sh->url.port = port;
+    snprintf(sh->url.name, sizeof(sh->url.name), "%s://%s:%d (shard of node %d)", sh->url.tls ? "rediss" : "redis",
+             host, port, i + 1);
+    /* no peers: a shard's server is the cluster's, not a voter of its own */
+    rl_stream_init(&sh->st, &sh->url, i, &e->opts, rl_shard_reply, sh, NULL, 0);
+    sh->st.reader.keep_top = 1;
+    e->shards[e->nshards++] = sh;
+    if (e->subs.nsubs > 0) rl_subs_add(&e->subs, &sh->url); /* stream nnodes + number */
+    return sh;
+}
+
+/* See rl_cluster_subs. */
+static int serves(void *owner, int j, const rl_watched *w) {
+    rl_engine *e = owner;
+    if (j < e->nnodes) return e->clusters[j] == NULL;
+    const rl_shard *sh = rl_cluster_shard(e, j - e->nnodes);
+    return sh && w->hslot >= 0 && e->clusters[sh->node]->owner[w->hslot] == sh->number + 1;
+}
+
+void rl_cluster_subs(rl_engine *e) {
+    if (e->nclusters == 0) return;
+    e->subs.clusters = 1;
+    e->subs.serves = serves;
+    e->subs.owner = e;
+    for (int k = 0; k < e->nshards; k++) rl_subs_add(&e->subs, &e->shards[k]->url);
+}
+
+int rl_cluster_add(rl_engine *e, int i, const char *text, char *err, size_t errlen) {
+    int tls = strncmp(text, SCHEME_TLS, sizeof(SCHEME_TLS) - 1) == 0;
+    const char *rest = text + (tls ? sizeof(SCHEME_TLS) : sizeof(SCHEME)) - 1;
+    const char *at = strrchr(rest, '@');
+    const char *hosts = at ? at + 1 : rest;
+    int userlen = at ? (int)(at - rest) + 1 : 0;
+    rl_cluster *c = calloc(1, sizeof(*c));
+    if (c == NULL) return snprintf(err, errlen, "out of memory"), -1;
+    e->clusters[i] = c;
+    int n = snprintf(c->name, sizeof(c->name), "%s%s", tls ? SCHEME_TLS : SCHEME, hosts);
+    if (n < 0 || (size_t)n >= sizeof(c->name)) return snprintf(err, errlen, "cluster URL too long"), -1;
+    int seeds = 0;
+    for (const char *p = hosts; *p;) {
+        const char *end = strchr(p, '+');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char seed[600], why[RL_ERR_LEN];
+        rl_url u;
+        if (len == 0) return snprintf(err, errlen, "'%s': an empty seed", c->name), -1;
+        snprintf(seed, sizeof(seed), "%s://%.*s%.*s", tls ? "rediss" : "redis", userlen, rest, (int)len, p);
+        if (rl_url_parse(seed, &u, why, sizeof(why)) != 0) return snprintf(err, errlen, "cluster seed %d: %s", seeds + 1, why), -1;
+        if (u.db != 0) return snprintf(err, errlen, "'%s': a cluster has only database 0", c->name), -1;
+        if (seeds++ == 0) {
+            e->urls[i] = u;
+            snprintf(e->urls[i].name, sizeof(e->urls[i].name), "%s", c->name);
+        } else if (rl_cluster_shard_at(e, i, u.host, u.port) == NULL) {
+            return snprintf(err, errlen, "'%s': too many shards (at most %d)", c->name, RL_MAX_SHARDS), -1;
+        }
+        p += len + (end != NULL);
+    }
+    if (seeds == 0) return snprintf(err, errlen, "'%s': no seed (redis-cluster://host:port+host:port)", text), -1;
+    return 0;
+}
+
+static void shard_free(rl_shard *sh) {
+    rl_stream_free(&sh->st);
+    rl_buf_free(&sh->sent);
+    free(sh->lens);
+    free(sh);
+}
+
+void rl_cluster_free(rl_engine *e) {
+    for (int k = 0; k < e->nshards; k++) shard_free(e->shards[k]);
+    e->nshards = 0;
+    for (int i = 0; i < RL_MAX_NODES; i++) {
+        rl_cluster *c = e->clusters[i];
+        if (c == NULL) continue;
+        rl_buf_free(&c->pend);
+        free(c->pends);
+        free(c);
+        e->clusters[i] = NULL;
+    }
+}
+
+/* ---- the map ---- */
+
+/* Send every command that waited for node i's map where it goes now, in
+ * the order they came; one that cannot go is answered as failed. */
+static void send_pending(rl_engine *e, int i, const char *why) {
+    rl_cluster *c = e->clusters[i];
+    unsigned n = c->npend;
+    size_t off = 0;
+    c->npend = 0;
+    for (unsigned j = 0; j < n; j++) {
+        rl_pending p = c->pends[j];
+        const char *cmd = c->pend.data + off;
+        off += p.len;
+        if (why == NULL && rl_route_send(e, i, p.hslot, cmd, p.len, p.t) == 0) continue;
+        p.t.unsent = 1;
+        rl_op_reply_from(e, rl_route(e, i, p.hslot), i, p.t, NULL, why ? why : rl_route(e, i, p.hslot)->errstr);
+    }
+    if (c->npend == 0) c->pend.len = 0;
+}
+
+/* Read a CLUSTER NODES text into node i's map: every master's slots. from:
+ * where it came from (a master that does not know its own address says
+ * ":0"). Return the number of slots served. */
+static int read_map(rl_engine *e, int i, const char *text, size_t len, const rl_url *from) {
+    rl_cluster *c = e->clusters[i];
+    unsigned char owner[RL_HASH_SLOTS];
+    memset(owner, 0, sizeof(owner));
+    int served = 0;
+    for (size_t at = 0; at < len;) {
+        const char *line = text + at, *nl = memchr(line, '\n', len - at);
+        size_t ll = nl ? (size_t)(nl - line) : len - at;
+        at += ll + 1;
+        char buf[16384], *save = NULL, *f[8];
+        if (ll >= sizeof(buf)) continue; /* a master of that many ranges is not one we can route: its slots stay unserved */
+        memcpy(buf, line, ll);
+        buf[ll] = '\0';
+        int nf = 0;
+        char *tok = strtok_r(buf, " \r", &save);
+        for (; tok && nf < 8; tok = nf < 8 ? strtok_r(NULL, " \r", &save) : NULL) f[nf++] = tok;
+        if (nf < 8 || strstr(f[2], "master") == NULL || strstr(f[2], "noaddr") || strstr(f[2], "handshake")) continue;
+        char *cport = strchr(f[1], '@');
+        if (cport) *cport = '\0';
+        char *colon = strrchr(f[1], ':');
+        if (colon == NULL) continue;
+        *colon = '\0';
+        int port = atoi(colon + 1);
+        const char *host = f[1][0] ? f[1] : from->host;
+        if (f[1][0] == '[') { /* [ipv6] */
+            host = f[1] + 1;
+            char *close = strchr(f[1], ']');
+            if (close) *close = '\0';
+        }
+        if (port <= 0 || port > 65535) continue;
+        rl_shard *sh = NULL;
+        for (char *r = strtok_r(NULL, " \r", &save); r; r = strtok_r(NULL, " \r", &save)) {
+            if (r[0] == '[') continue; /* a slot migrating or importing: its owner says where it is */
+            char *dash = strchr(r, '-');
+            int lo = atoi(r), hi = dash ? atoi(dash + 1) : lo;
+            if (lo < 0 || hi >= RL_HASH_SLOTS || lo > hi) continue;
+            if (sh == NULL && (sh = rl_cluster_shard_at(e, i, host, port)) == NULL) break;
+            for (int s = lo; s <= hi; s++) owner[s] = (unsigned char)(sh->number + 1), served++;
+        }
+    }
+    if (served == 0) return 0; /* a node that serves nothing (or a text we cannot read) leaves the map */
+    memcpy(c->owner, owner, sizeof(owner));
+    c->known = 1;
+    rl_subs_rerouted(&e->subs, e->now);
+    /* every master gets its connection now, as a plain node does at start */
+    for (int k = 0; k < e->nshards; k++) {
+        rl_shard *sh = e->shards[k];
+        int serves = 0;
+        for (int s = 0; s < RL_HASH_SLOTS && !serves; s++) serves = c->owner[s] == sh->number + 1;
+        if (sh->node == i && serves && sh->st.state == RL_STREAM_IDLE) rl_stream_open(&sh->st, e->now);
+    }
+    return served;
+}
+
+/* See cluster.h. */
+void rl_cluster_map_reply(rl_engine *e, int i, rl_stream *s, const rl_reply *reply, const char *errstr) {
+    rl_cluster *c = e->clusters[i];
+    c->asking = 0;
+    size_t len = 0;
+    const char *text = reply ? rl_reader_element(&s->reader, 0, &len) : NULL;
+    int served = text && reply->type == RL_REPLY_STRING ? read_map(e, i, text, len, s->url) : 0;
+    if (served > 0) {
+        c->tried = 0;
+        send_pending(e, i, NULL);
+        if (c->refresh) c->refresh = 0, rl_cluster_ask_map(e, i);
+        return;
+    }
+    if (!c->known) {
+        /* another seed, if one is left to ask, before the commands waiting fail */
+        rl_cluster_ask_map(e, i);
+        if (c->asking) return;
+        char why[RL_NODE_ERR_LEN];
+        snprintf(why, sizeof(why), "cluster map not known: %.70s",
+                 reply ? (reply->type == RL_REPLY_ERROR ? reply->str : "no slot served") : errstr);
+        send_pending(e, i, why);
+    }
+}
+
+/* See cluster.h. */
+void rl_cluster_ask_map(rl_engine *e, int i) {
+    rl_cluster *c = e->clusters[i];
+    if (c->asking) {
+        c->refresh = 1;
+        return;
+    }
+    static const char cmd[] = "*2\r\n$7\r\nCLUSTER\r\n$5\r\nNODES\r\n";
+    rl_ticket t = {-1, 0, RL_KIND_TOPOLOGY, e->now, 0, 0, 0, 0, 0};
+    /* each stream once per spell: the seed's (bit 0), then the shards' (bit k + 1) */
+    int sent = !(c->tried & 1) && e->nodes[i].state != RL_STREAM_DOWN &&
+               rl_stream_send(&e->nodes[i], cmd, sizeof(cmd) - 1, t, e->now) == 0;
+    if (sent) c->tried |= 1;
+    for (int k = 0; k < e->nshards && !sent; k++) {
+        rl_shard *sh = e->shards[k];
+        unsigned long long bit = 2ull << k;
+        sent = sh->node == i && !(c->tried & bit) && sh->st.state != RL_STREAM_DOWN &&
+               rl_shard_send(sh, cmd, sizeof(cmd) - 1, t) == 0;
+        if (sent) c->tried |= bit;
+    }
+    if (sent) {
+        c->asking = 1;
+        return;
+    }
+    c->tried = 0; /* every stream was asked: the next spell starts over */
+}
+
+void rl_cluster_seed_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, const char *errstr) {
+    rl_engine *e = owner;
+    if (t.kind == RL_KIND_TOPOLOGY) rl_cluster_map_reply(e, node, &e->nodes[node], reply, errstr);
+}
+
+/* ---- routing ---- */
+
+rl_stream *rl_route(rl_engine *e, int i, int hslot) {
+    rl_cluster *c = e->clusters[i];
+    if (c == NULL || hslot < 0 || !c->owner[hslot]) return &e->nodes[i];
+    return &e->shards[c->owner[hslot] - 1]->st;
+}
+
+/* Keep a command for node i until its first map is in (asking for it). */
+static int wait_for_map(rl_engine *e, int i, int hslot, const char *cmd, size_t len, rl_ticket t) {
+    rl_cluster *c = e->clusters[i];
+    if (!c->asking) rl_cluster_ask_map(e, i);
+    if (!c->asking) { /* no seed can be asked now (every one down): a failed vote, its reason the seed's */
+        if (e->nodes[i].errstr[0] == '\0' || strcmp(e->nodes[i].errstr, "not connected") == 0)
+            snprintf(e->nodes[i].errstr, sizeof(e->nodes[i].errstr), "cluster map not known: no seed reachable");
+        return -1;
+    }
+    if (c->npend == c->cappend) {
+        unsigned cap = c->cappend ? c->cappend * 2 : 16;
+        rl_pending *p = realloc(c->pends, cap * sizeof(*p));
+        if (p == NULL) goto oom;
+        c->pends = p;
+        c->cappend = cap;
+    }
+    if (rl_buf_reserve(&c->pend, len) != 0) goto oom;
+    memcpy(c->pend.data + c->pend.len, cmd, len);
+    c->pend.len += len;
+    c->pends[c->npend++] = (rl_pending){t, hslot, len};
+    return 0;
+oom:
+    snprintf(e->nodes[i].errstr, sizeof(e->nodes[i].errstr), "out of memory");
+    return -1;
+}
+
+int rl_route_send(rl_engine *e, int i, int hslot, const char *cmd, size_t len, rl_ticket t) {
+    rl_cluster *c = e->clusters[i];
+    if (c == NULL) return rl_stream_send(&e->nodes[i], cmd, len, t, e->now);
+    if (!c->known) return wait_for_map(e, i, hslot, cmd, len, t);
+    if (hslot < 0 || !c->owner[hslot]) {
+        snprintf(e->nodes[i].errstr, sizeof(e->nodes[i].errstr), "CLUSTERDOWN hash slot %d is not served", hslot);
+        rl_cluster_ask_map(e, i);
+        return -1;
+    }
+    return rl_shard_send(e->shards[c->owner[hslot] - 1], cmd, len, t);
+}
+

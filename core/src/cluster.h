@@ -1,0 +1,127 @@
+/* cluster.h — a node that is a Redis Cluster (cluster.c): one vote, the
+ * vote of the shard that serves the resource's hash slot.
+ *
+ * Such a node is written redis-cluster://[user:password@]host:port+host:port
+ * (rediss-cluster:// for TLS): seeds, every one with the same password and
+ * TLS. Its own stream (e->nodes[i], link i) connects to the first seed and
+ * asks for the map (CLUSTER NODES); every master the map names, and every
+ * other seed, is a *shard*: a command stream of its own under the node
+ * (links 2N + 2k, and 2N + 2k + 1 for its subscriber stream, k the shard's
+ * number in the engine). A command for node i goes to the shard serving
+ * its hash slot (rl_route_send); until the first map is in it waits
+ * (answered with an error if no seed gives one). A reply MOVED updates the
+ * map, asks for a fresh one and sends the command again to the shard
+ * named; ASK sends ASKING and the command to the shard named, once. A
+ * command is redirected RL_CLUSTER_REDIRECTS times at most: after that its
+ * reply (the last MOVED or ASK) is a failed vote, as CLUSTERDOWN, TRYAGAIN
+ * and a shard that cannot be reached are. */
+#ifndef RL_CLUSTER_H
+#define RL_CLUSTER_H
+
+#include "hashslot.h"
+#include "stream.h"
+#include "substream.h"
+
+#define RL_CLUSTER_REDIRECTS 5  /* MOVED/ASK followed per command, at most */
+
+_Static_assert(RL_MAX_LINKS == 2 * RL_MAX_NODES + 2 * RL_MAX_SHARDS, "RL_MAX_LINKS");
+_Static_assert(RL_MAX_SHARDS < 255, "a hash slot's owner is a shard number + 1 in a byte");
+_Static_assert(RL_MAX_SHARDS < 63, "rl_cluster.tried has a bit per shard");
+
+/* Ticket kinds of the cluster's own commands (beside RL_OP_*: they reach
+ * the cluster's callbacks, never an operation). */
+enum { RL_KIND_TOPOLOGY = 100, RL_KIND_ASKING = 101 };
+
+struct rl_engine;
+
+/* One master of a cluster node (or a seed): its address and streams. */
+typedef struct rl_shard {
+    struct rl_engine *e;
+    int node;            /* the cluster node it serves */
+    int number;          /* k: its links are 2N + 2k and 2N + 2k + 1 */
+    rl_url url;          /* the seed's URL (password, TLS) at this shard's host and port */
+    rl_stream st;        /* its command stream */
+    /* The bytes of every command awaiting its reply, oldest first, so that
+     * MOVED or ASK can send it again: sent.data[sent_off ..), each lens[] long. */
+    rl_buf sent;
+    size_t sent_off;
+    size_t *lens;
+    unsigned head, count, cap;
+} rl_shard;
+
+/* A command that waits for a cluster node's first map. */
+typedef struct rl_pending {
+    rl_ticket t;
+    int hslot;
+    size_t len;
+} rl_pending;
+
+typedef struct rl_cluster {
+    unsigned char owner[RL_HASH_SLOTS]; /* each hash slot's shard number + 1; 0: not served (or not known) */
+    int known;           /* a map was read */
+    int asking;          /* a CLUSTER NODES is in flight */
+    int refresh;         /* a MOVED came since it was sent: ask again once it is in */
+    unsigned long long tried; /* the streams asked in this spell: bit 0 the seed's, bit k + 1 shard k's */
+    rl_buf pend;         /* the bytes of the commands waiting for the first map, back to back */
+    rl_pending *pends;
+    unsigned npend, cappend;
+    char name[RL_NODE_ERR_LEN]; /* "redis-cluster://h:p+h:p" (no password) */
+} rl_cluster;
+
+/* 1 if text is a cluster URL (redis-cluster:// or rediss-cluster://). */
+int rl_cluster_url(const char *text);
+
+/* Set up node i of e as the cluster text names: e->urls[i] becomes its
+ * first seed, and the other seeds become shards. Return 0, or -1 with the
+ * reason in err. */
+int rl_cluster_add(struct rl_engine *e, int i, const char *text, char *err, size_t errlen);
+
+/* Give e's subscriptions (made after the nodes) the shards' streams made
+ * so far, and the routing of watches: a plain node's stream serves every
+ * watch, a cluster node's own none, a shard's those of the slots it
+ * serves (sharded pub/sub). */
+void rl_cluster_subs(struct rl_engine *e);
+
+/* Free what e's clusters and shards hold. */
+void rl_cluster_free(struct rl_engine *e);
+
+/* The seed stream's replies (on_reply of a cluster node's own stream). */
+void rl_cluster_seed_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, const char *errstr);
+
+/* The stream that carries node i's commands for hash slot hslot: node i's
+ * own stream on a plain node; on a cluster node the shard serving hslot,
+ * or the seed's stream while no shard does (no map yet, a slot not
+ * served). */
+rl_stream *rl_route(struct rl_engine *e, int i, int hslot);
+
+/* Send a command to node i for hslot (rl_stream_send's contract: 0, or -1
+ * with the reason in rl_route(e, i, hslot)->errstr). */
+int rl_route_send(struct rl_engine *e, int i, int hslot, const char *cmd, size_t len, rl_ticket t);
+
+/* The shard of node i at host:port (its URL is the seed's, moved there),
+ * made if there is none yet; NULL when RL_MAX_SHARDS are made already or
+ * memory ran out. */
+rl_shard *rl_cluster_shard_at(struct rl_engine *e, int i, const char *host, int port);
+
+/* Ask node i's cluster for its map: CLUSTER NODES on the seed's stream,
+ * or on the first shard that will take it. Unless one is in flight (then
+ * once more after it). */
+void rl_cluster_ask_map(struct rl_engine *e, int i);
+
+/* A reply to CLUSTER NODES (reply NULL: its failure, errstr) that came on
+ * stream s of node i: the map is read and the commands waiting for it
+ * go, or another seed is asked, or they fail. */
+void rl_cluster_map_reply(struct rl_engine *e, int i, rl_stream *s, const rl_reply *reply, const char *errstr);
+
+/* Send cmd through shard sh (rl_stream_send's contract), its bytes kept
+ * until its reply comes (cluster_redirect.c). */
+int rl_shard_send(rl_shard *sh, const char *cmd, size_t len, rl_ticket t);
+
+/* A shard stream's replies (its on_reply; owner: the shard): MOVED and ASK
+ * followed, everything else to the operation (cluster_redirect.c). */
+void rl_shard_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, const char *errstr);
+
+/* Shard number k of e, or NULL. */
+rl_shard *rl_cluster_shard(const struct rl_engine *e, int k);
+
+#endif

@@ -1,0 +1,205 @@
+/* test_cluster.c — a node that is a Redis Cluster, in the engine alone (no
+ * network): the map read from a seed, a command waiting for it and then
+ * routed by hash slot to its shard's link, MOVED (map updated, command sent
+ * again, counted), ASK (ASKING, then the command, once), the redirection
+ * limit, CLUSTERDOWN as a failed vote, a fenced counter named in the key's
+ * slot, and a watch subscribed (SSUBSCRIBE) on the serving shard only. */
+#include <stdlib.h>
+
+#include "fake_driver.h"
+
+/* Links of the one cluster node (N = 1): 0 its seed, 1 the seed's
+ * subscriber (unused), then per shard k: 2 + 2k commands, 3 + 2k subscriber. */
+#define SEED 0
+#define SHARD(k) (2 + 2 * (k))
+#define SHARD_SUB(k) (3 + 2 * (k))
+
+/* 7000 serves 0-8191, 7001 8192-16383. foo is in 12182, bar in 5061. */
+static const char MAP[] = "id0 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-8191\n"
+                          "id1 127.0.0.1:7001@17001 master - 0 0 2 connected 8192-16383\n";
+
+static void feed_map(int link, const char *map, double t) {
+    char resp[512];
+    snprintf(resp, sizeof(resp), "$%zu\r\n%s\r\n", strlen(map), map);
+    CHECK_INT(feed(link, resp, t), RL_OK);
+}
+
+/* The cluster node, its map read; shard 0 is the second seed (7001), shard
+ * 1 the other master (7000); both connected. */
+static void start(const rl_options *o) {
+    const char *urls[] = {"redis-cluster://127.0.0.1:7000+127.0.0.1:7001"};
+    E = engine(urls, 1, o);
+    CHECK_INT(rl_engine_links(E), 4); /* the seed, and the second seed as shard 0 */
+    CHECK_STR(rl_engine_node_name(E, 0), "redis-cluster://127.0.0.1:7000+127.0.0.1:7001");
+    connect_node(SEED, 0);
+    rl_engine_node_open(E, SEED, 0);
+}
+
+static void connect_shards(double t) {
+    for (int k = 0; k < 2; k++) connect_node(SHARD(k), t);
+}
+
+/* The map asked for by an acquire of "x" (slot 16287: 7001), answered. */
+static void map_known(double t) {
+    int id = rl_engine_begin_acquire(E, "x", 1, 10000, t);
+    drain(SEED, t);
+    feed_map(SEED, MAP, t);
+    connect_shards(t);
+    CHECK(strstr(drain(SHARD(0), t), "$1\r\nx\r\n") != NULL);
+    CHECK_INT(feed(SHARD(0), "+OK\r\n", t), RL_OK);
+    rl_result r;
+    CHECK_INT(rl_engine_take(E, id, &r), 1);
+}
+
+static void routes_by_slot_and_follows_moved(void) {
+    start(NULL);
+    int id = rl_engine_begin_acquire(E, "foo", 3, 10000, 1);
+    CHECK(id >= 0);
+    CHECK(strstr(drain(SEED, 1), "CLUSTER\r\n$5\r\nNODES") != NULL); /* the acquire waits for the map */
+    feed_map(SEED, MAP, 2);
+    CHECK_INT(rl_engine_links(E), 6);
+    CHECK_INT(rl_engine_node_port(E, SHARD(1)), 7000);
+    CHECK_INT(rl_engine_node_port(E, SHARD(0)), 7001);
+    CHECK_INT(rl_engine_next_wanting(E, SHARD(0) - 1), SHARD(0));
+    connect_shards(2);
+    CHECK(strstr(drain(SHARD(0), 3), "$3\r\nfoo\r\n") != NULL); /* slot 12182: 7001 */
+    CHECK_INT(drain(SHARD(1), 3)[0], '\0');
+    /* the slot moved to 7000: sent again there, counted, the map asked again */
+    CHECK_INT(feed(SHARD(0), "-MOVED 12182 127.0.0.1:7000\r\n", 4), RL_OK);
+    CHECK(strstr(drain(SHARD(1), 4), "$3\r\nfoo\r\n") != NULL);
+    CHECK(strstr(drain(SEED, 4), "CLUSTER\r\n$5\r\nNODES") != NULL);
+    CHECK_INT(feed(SHARD(1), "+OK\r\n", 5), RL_OK);
+    rl_result r;
+    CHECK_INT(rl_engine_take(E, id, &r), 1);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    rl_stats st;
+    rl_engine_stats(E, &st);
+    CHECK_INT(st.node[0].moved, 1);
+    CHECK_INT(st.node[0].ask, 0);
+    /* the map now routes foo to 7000 at once */
+    id = rl_engine_begin_release(E, "foo", 3, r.value, 6);
+    CHECK(strstr(drain(SHARD(1), 6), "EVALSHA") != NULL);
+    /* ASK: ASKING, then the command, on the shard named; once */
+    CHECK_INT(feed(SHARD(1), "-ASK 12182 127.0.0.1:7001\r\n", 7), RL_OK);
+    const char *asked = drain(SHARD(0), 7);
+    CHECK(strncmp(asked, "*1\r\n$6\r\nASKING\r\n", 16) == 0);
+    CHECK(strstr(asked, "EVALSHA") != NULL);
+    CHECK_INT(feed(SHARD(0), "+OK\r\n:1\r\n", 8), RL_OK);
+    CHECK_INT(rl_engine_take(E, id, &r), 1);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    rl_engine_stats(E, &st);
+    CHECK_INT(st.node[0].ask, 1);
+    /* a second ASK for a command sent after ASKING is not followed: a failed vote */
+    id = rl_engine_begin_acquire(E, "foo", 3, 10000, 9);
+    drain(SHARD(1), 9);
+    CHECK_INT(feed(SHARD(1), "-ASK 12182 127.0.0.1:7001\r\n", 9), RL_OK);
+    drain(SHARD(0), 9);
+    CHECK_INT(feed(SHARD(0), "+OK\r\n-ASK 12182 127.0.0.1:7000\r\n", 10), RL_OK);
+    CHECK_INT(rl_engine_take(E, id, &r), 1);
+    CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
+    CHECK(strstr(r.node[0].errstr, "ASK") != NULL);
+    rl_engine_free(E);
+}
+
+static void redirects_are_bounded(void) {
+    start(NULL);
+    map_known(1);
+    int id = rl_engine_begin_acquire(E, "bar", 3, 10000, 2); /* 5061: 7000 */
+    int on = 1, moves = 0;
+    for (double t = 3; t < 20; t++) {
+        if (!strstr(drain(SHARD(on), t), "$3\r\nSET\r\n$3\r\nbar\r\n")) break; /* not the SET (its cleanup) */
+        CHECK_INT(feed(SHARD(on), on ? "-MOVED 5061 127.0.0.1:7001\r\n" : "-MOVED 5061 127.0.0.1:7000\r\n", t), RL_OK);
+        moves++;
+        on = !on;
+    }
+    CHECK_INT(moves, 6); /* the first send, then 5 redirections; then its cleanup goes */
+    rl_result r;
+    CHECK_INT(rl_engine_take(E, id, &r), 1);
+    CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
+    CHECK(strstr(r.node[0].errstr, "MOVED") != NULL);
+    /* CLUSTERDOWN: one failed vote */
+    id = rl_engine_begin_acquire(E, "foo", 3, 10000, 30);
+    drain(SHARD(0), 30);
+    CHECK_INT(feed(SHARD(0), "-CLUSTERDOWN The cluster is down\r\n", 31), RL_OK);
+    CHECK_INT(rl_engine_take(E, id, &r), 1);
+    CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
+    CHECK(strstr(r.node[0].errstr, "CLUSTERDOWN") != NULL);
+    rl_engine_free(E);
+}
+
+static void fenced_counter_and_watch_in_the_slot(void) {
+    start(NULL);
+    rl_engine_begin_acquire_fenced(E, "foo", 3, 10000, 1);
+    drain(SEED, 1);
+    feed_map(SEED, MAP, 1);
+    connect_shards(1);
+    const char *sent = drain(SHARD(0), 1);
+    CHECK(strstr(sent, "$11\r\n{foo}:fence\r\n") != NULL);
+    CHECK(strstr(sent, "$3\r\nfoo\r\n") != NULL);
+    CHECK_INT(drain(SHARD(1), 1)[0], '\0');
+    /* a watch: SSUBSCRIBE on the shard serving foo, nothing on the other */
+    CHECK(rl_engine_watch(E, "foo", 3, 2) >= 0);
+    CHECK(rl_engine_node_wants(E, SHARD_SUB(0)) & RL_WANT_CONNECT);
+    CHECK_INT(rl_engine_node_wants(E, SHARD_SUB(1)), 0);
+    CHECK_INT(rl_engine_node_wants(E, 1), 0); /* the node's own subscriber: none */
+    CHECK_INT(rl_engine_node_connected(E, SHARD_SUB(0), 1, 2), RL_OK);
+    char want[256], wake[64];
+    int wlen = snprintf(wake, sizeof(wake), "redlock:wake:%s:{foo}", rl_engine_waiter_id(E));
+    snprintf(want, sizeof(want), "*3\r\n$10\r\nSSUBSCRIBE\r\n$22\r\nredlock:released:{foo}\r\n$%d\r\n%s\r\n", wlen,
+             wake);
+    CHECK_STR(drain(SHARD_SUB(0), 2), want);
+    const char *msg = "*3\r\n$8\r\nsmessage\r\n$22\r\nredlock:released:{foo}\r\n$1\r\n1\r\n";
+    CHECK_INT(feed(SHARD_SUB(0), msg, 3), RL_OK);
+    CHECK_INT(rl_engine_heard(E, "foo", 3), 1);
+    rl_engine_free(E);
+}
+
+/* The first seed cannot be reached: the map comes from the next one, and
+ * the command waiting for it goes; with no seed left, it fails its vote. */
+static void map_from_the_next_seed(void) {
+    const char *urls[] = {"redis-cluster://127.0.0.1:7000+127.0.0.1:7001"};
+    E = engine(urls, 1, NULL);
+    int id = rl_engine_begin_acquire(E, "foo", 3, 10000, 1);
+    CHECK(rl_engine_node_wants(E, SEED) & RL_WANT_CONNECT);
+    rl_engine_node_down(E, SEED, "connection refused", 1);
+    connect_node(SHARD(0), 2); /* the second seed, asked instead */
+    CHECK(strstr(drain(SHARD(0), 2), "CLUSTER\r\n$5\r\nNODES") != NULL);
+    feed_map(SHARD(0), MAP, 3);
+    CHECK(strstr(drain(SHARD(0), 3), "$3\r\nfoo\r\n") != NULL); /* foo: 7001, this very shard */
+    CHECK_INT(feed(SHARD(0), "+OK\r\n", 4), RL_OK);
+    rl_result r;
+    CHECK_INT(rl_engine_take(E, id, &r), 1);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    rl_engine_free(E);
+
+    E = engine(urls, 1, NULL);
+    id = rl_engine_begin_acquire(E, "foo", 3, 10000, 1);
+    rl_engine_node_down(E, SEED, "connection refused", 1);
+    CHECK(rl_engine_node_wants(E, SHARD(0)) & RL_WANT_CONNECT);
+    rl_engine_node_down(E, SHARD(0), "connection refused", 2);
+    CHECK_INT(rl_engine_take(E, id, &r), 1);
+    CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
+    CHECK(strstr(r.node[0].errstr, "cluster map not known") != NULL);
+    rl_engine_free(E);
+}
+
+static void bad_cluster_urls(void) {
+    char err[RL_ERR_LEN];
+    const char *nodb[] = {"redis-cluster://127.0.0.1:7000+127.0.0.1:7001/2"};
+    CHECK(rl_engine_new(nodb, 1, NULL, err, sizeof(err)) == NULL);
+    CHECK(strstr(err, "only database 0") != NULL);
+    const char *empty[] = {"redis-cluster://127.0.0.1:7000++127.0.0.1:7001"};
+    CHECK(rl_engine_new(empty, 1, NULL, err, sizeof(err)) == NULL);
+    CHECK(strstr(err, "empty seed") != NULL);
+    const char *none[] = {"redis-cluster://"};
+    CHECK(rl_engine_new(none, 1, NULL, err, sizeof(err)) == NULL);
+}
+
+int main(void) {
+    routes_by_slot_and_follows_moved();
+    redirects_are_bounded();
+    fenced_counter_and_watch_in_the_slot();
+    map_from_the_next_seed();
+    bad_cluster_urls();
+    return check_report("cluster");
+}

@@ -1,0 +1,74 @@
+/* test_hashslot.c — Redis Cluster's hash slots (CRC16-XMODEM, hash tags)
+ * against known values, and the base of our companion keys: always in the
+ * lock key's slot, whatever braces the key holds. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "hashslot.h"
+
+static int slot_of(const char *s) {
+    return rl_hash_slot(s, strlen(s));
+}
+
+/* The base of key, NUL-terminated in a static buffer. */
+static const char *base_of(const char *key) {
+    static rl_buf b;
+    static char out[256];
+    CHECK_INT(rl_cluster_base(&b, key, strlen(key)), 0);
+    memcpy(out, b.data, b.len);
+    out[b.len] = '\0';
+    return out;
+}
+
+/* Every companion name (head + base + tail) hashes to key's slot. */
+static void check_companions(const char *key) {
+    static const char *const heads[] = {"", "redlock:queue:", "redlock:slot:3:", "redlock:wake:0123abcd:"};
+    const char *base = base_of(key);
+    char name[512];
+    for (size_t i = 0; i < sizeof(heads) / sizeof(heads[0]); i++) {
+        snprintf(name, sizeof(name), "%s%s%s", heads[i], base, i == 0 ? ":fence" : "");
+        if (slot_of(name) != slot_of(key)) fprintf(stderr, "key %s: %s in slot %d\n", key, name, slot_of(name));
+        CHECK_INT(slot_of(name), slot_of(key));
+    }
+}
+
+int main(void) {
+    /* the CRC16 check value, and slots Redis reports (CLUSTER KEYSLOT) */
+    CHECK_INT(rl_crc16("123456789", 9), 0x31C3);
+    CHECK_INT(slot_of("123456789"), 0x31C3 & 16383);
+    CHECK_INT(slot_of("foo"), 12182);
+    CHECK_INT(slot_of("bar"), 5061);
+    CHECK_INT(slot_of(""), 0);
+    /* tags: the first '{' and the first '}' after it, non-empty */
+    CHECK_INT(slot_of("{user1000}.following"), slot_of("user1000"));
+    CHECK_INT(slot_of("{user1000}.followers"), slot_of("user1000"));
+    CHECK_INT(slot_of("foo{}{bar}"), rl_crc16("foo{}{bar}", 10) & 16383); /* empty first tag: the whole key */
+    CHECK_INT(slot_of("foo{{bar}}zap"), slot_of("{bar"));
+    CHECK_INT(slot_of("foo{bar}{zap}"), slot_of("bar"));
+    CHECK_INT(slot_of("a{b"), rl_crc16("a{b", 3) & 16383);
+    CHECK_INT(slot_of("a}b{"), rl_crc16("a}b{", 4) & 16383);
+
+    /* bases: a key's own tag kept, a plain key wrapped, others given a tag of the same slot */
+    CHECK_STR(base_of("orders"), "{orders}");
+    CHECK_STR(base_of("app:{user7}:cart"), "app:{user7}:cart");
+    CHECK_STR(base_of("a{b"), "{a{b}");
+    const char *odd = base_of("a}b");
+    CHECK(odd[0] == '{' && strstr(odd, "}a}b") != NULL);
+    const char *keys[] = {"orders", "x", "app:{user7}:cart", "a{b", "a}b", "{}x}", "}{", "{}", "}", "{",
+                          "foo{}{bar}", "job:42", "{a}{b}"};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) check_companions(keys[i]);
+    /* every slot has a tag (the search never comes back empty-handed):
+     * keys "}<n>" of many slots */
+    int missing = 0;
+    for (int n = 0; n < 3000; n++) {
+        char key[16];
+        snprintf(key, sizeof(key), "}%d", n);
+        const char *b = base_of(key);
+        char name[64];
+        snprintf(name, sizeof(name), "%s:fence", b);
+        missing += slot_of(name) != slot_of(key);
+    }
+    CHECK_INT(missing, 0);
+    return check_report("hashslot");
+}

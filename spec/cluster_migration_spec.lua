@@ -1,0 +1,100 @@
+-- A hash slot migrating under load (docs/cluster.md): 4 locking processes
+-- read-modify-write a shared counter under one lock on 3 cluster nodes while
+-- the lock's slot moves between masters of every cluster, by hand as
+-- redis-cli --cluster reshard does it (SETSLOT IMPORTING/MIGRATING,
+-- MIGRATE, SETSLOT NODE), twice. The history must hold no overlap and no
+-- lost update, and the workers must have met (and followed) MOVED and ASK.
+
+local rcluster = require "helpers.rcluster"
+local cluster = require "helpers.cluster"
+local history = require "helpers.history"
+local proc = require "helpers.proc"
+
+local res = cluster.names("migration")
+
+--- Move slot from master a to master b of cluster c, keys and all; hold
+--- the slot in its migrating state for hold_ms first (where ASK is met).
+local function migrate(c, slot, a, b, hold_ms)
+  local ida, idb = rcluster.id(c, a), rcluster.id(c, b)
+  assert(select(2, rcluster.cli(c, b, "CLUSTER", "SETSLOT", slot, "IMPORTING", ida)))
+  assert(select(2, rcluster.cli(c, a, "CLUSTER", "SETSLOT", slot, "MIGRATING", idb)))
+  proc.sleep_ms(hold_ms)
+  for _ = 1, 20 do
+    local keys = rcluster.cli(c, a, "CLUSTER", "GETKEYSINSLOT", slot, 100)
+    if keys == "" then break end
+    local args = { "MIGRATE", "127.0.0.1", c.ports[b], "", 0, 5000, "KEYS" }
+    for k in keys:gmatch("[^\n]+") do args[#args + 1] = k end
+    rcluster.cli(c, a, unpack(args))
+  end
+  for j = 1, c.n do rcluster.cli(c, j, "CLUSTER", "SETSLOT", slot, "NODE", idb) end
+end
+
+describe("a slot migrating under 4 locking processes", function()
+  teardown(function()
+    rcluster.stop_all()
+    cluster.stop_all()
+  end)
+
+  it("keeps mutual exclusion and loses no update; MOVED and ASK are met and followed", function()
+    local cs = {}
+    for i = 1, 3 do cs[i] = rcluster.start(3) end
+    local cnode = cluster.start(1) -- the shared counter
+    local dir = proc.tmpdir()
+    local logfile, stopfile = dir .. "/history", dir .. "/stop"
+    local resource = res("r")
+    local pids = {}
+    local ok, err = pcall(function()
+      for w = 1, 4 do
+        local argv = { "luajit", "spec/helpers/rmw_worker.lua", logfile, stopfile, resource,
+                       tostring(cnode.ports[1]), cs[1].url, cs[2].url, cs[3].url }
+        pids[w] = proc.spawn_luajit(argv, dir .. "/w" .. w .. ".out")
+      end
+      proc.sleep_ms(500)
+      for round = 1, 2 do
+        for i = 1, 3 do
+          local c = cs[i]
+          local slot = rcluster.slot(c, resource)
+          local from = rcluster.slot_owner(c, slot)
+          migrate(c, slot, from, from % c.n + 1, 300)
+        end
+        proc.sleep_ms(400 * round)
+      end
+      proc.write_file(stopfile, "stop\n")
+      for w = 1, 4 do assert(proc.wait_gone(pids[w], 20000), "worker " .. w .. " did not stop") end
+      local acquired, moved, ask, outs = 0, 0, 0, {}
+      for w = 1, 4 do
+        local s = proc.read_file(dir .. "/w" .. w .. ".out") or ""
+        outs[w] = s
+        local a, m, k = s:match("acquired=(%d+) failed=%d+ moved=(%d+) ask=(%d+)")
+        assert(a, "worker " .. w .. " said: " .. s)
+        acquired, moved, ask = acquired + tonumber(a), moved + tonumber(m), ask + tonumber(k)
+      end
+      local h = history.check(logfile)
+      local counter = tonumber((cnode:cli(1, "GET", "counter")))
+      local msg = ("history=%d overlaps=%d unfinished=%d counter=%s lost_updates=%d moved=%d ask=%d\n%s")
+        :format(h.acquisitions, h.overlaps, h.unfinished, tostring(counter), h.acquisitions - (counter or 0),
+          moved, ask, table.concat(outs))
+      print("    [migration] " .. msg:gsub("\n.*", ""))
+      assert.equal(0, h.overlaps, msg)
+      assert.equal(0, h.unfinished, msg)
+      assert.equal(acquired, h.acquisitions, msg)
+      assert.equal(h.acquisitions, counter, msg)
+      assert.is_true(h.acquisitions > 50, msg)
+      assert.is_true(moved > 0, msg)
+      assert.is_true(ask > 0, msg)
+      -- every cluster's lock key now lives where the slot went, and only there
+      for i = 1, 3 do
+        local c = cs[i]
+        local owner = rcluster.owner(c, resource)
+        for j = 1, c.n do
+          if j ~= owner then assert.are.equal("0", rcluster.cli(c, j, "CLUSTER", "COUNTKEYSINSLOT",
+            rcluster.slot(c, resource))) end
+        end
+      end
+    end)
+    proc.write_file(stopfile, "stop\n")
+    for _, pid in ipairs(pids) do proc.stop(pid) end
+    proc.rmdir(dir)
+    assert(ok, err)
+  end)
+end)
