@@ -171,6 +171,34 @@ static void op_round_decided(rl_engine *e, rl_op *op, int timed_out) {
     }
 }
 
+/* Send node i cmd with ticket t: behind it its WAIT when the round's kind
+ * waits for replicas there (replicas.h), whose yes is then held until WAIT
+ * answers. Return as rl_stream_send. */
+static int send_write(rl_engine *e, rl_op *op, int i, const char *cmd, size_t len, rl_ticket t) {
+    if (!rl_replicas_waits(&e->replicas, t.kind, i)) return rl_stream_send(&e->nodes[i], cmd, len, t, e->now);
+    rl_ticket w = t;
+    w.kind = RL_ROUND_REPLICAS;
+    if (rl_stream_send_pair(&e->nodes[i], cmd, len, t, e->replicas.cmd[i], e->replicas.len[i], w, e->now) != 0)
+        return -1;
+    op->waits |= 1u << i;
+    if (op->phase == OP_ROUND) rl_round_await(&op->round, i);
+    return 0;
+}
+
+/* The reply to node's WAIT: it decides the vote its write's yes held. The
+ * WAIT behind a write that went again as EVAL is answered first, and
+ * proves nothing: the EVAL's own WAIT follows it. */
+static void replicas_reply(rl_engine *e, rl_op *op, int node, rl_ticket t, const rl_reply *reply, const char *errstr) {
+    if (!t.eval && (op->resent & (1u << node))) return;
+    op->owed &= ~(1u << node);
+    if (op->phase == OP_ROUND) {
+        if (rl_round_replicas(&op->round, node, reply, errstr, e->replicas.want[node], e->replicas.timeout_ms, e->now))
+            op_round_decided(e, op, 0);
+    } else if (op->owed == 0) {
+        op_quiet(e, op);
+    }
+}
+
 static int is_noscript(const rl_reply *r) {
     return r && r->type == RL_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
 }
@@ -183,7 +211,9 @@ static int resend_as_eval(rl_engine *e, rl_op *op, int node, rl_ticket t) {
     if (rc != 0) return -1;
     t.sent_ms = e->now;
     t.eval = 1;
-    return rl_stream_send(&e->nodes[node], e->scratch.data, e->scratch.len, t, e->now);
+    if (send_write(e, op, node, e->scratch.data, e->scratch.len, t) != 0) return -1;
+    op->resent |= 1u << node;
+    return 0;
 }
 
 /* See engine_impl.h. */
@@ -198,10 +228,13 @@ void rl_op_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, cons
         errstr = e->nodes[node].errstr;
     }
     rl_op *op = e->ops[t.slot];
-    if (reply) rl_count_reply(e, node, t.sent_ms);
+    /* a write with a WAIT behind it is timed by the WAIT's reply: its vote's */
+    int write_of_wait = rl_replicas_waits(&e->replicas, t.kind, node) && t.kind != RL_ROUND_REPLICAS &&
+                        op->gen == t.gen && (op->waits & (1u << node));
+    if (reply && !write_of_wait) rl_count_reply(e, node, t.sent_ms);
     /* A SET whose connection ended before it was written never ran: no
      * cleanup needs to reach that node later. */
-    if (!reply && t.unsent && t.gen == op->set_gen) op->sent &= ~(1u << node);
+    if (!reply && t.unsent && t.gen == op->set_gen && t.kind != RL_ROUND_REPLICAS) op->sent &= ~(1u << node);
     if (op->gen != t.gen) {
         /* A late reply to an earlier phase or operation. A late NOSCRIPT has
          * no round left to fall back to EVAL for (which would have loaded
@@ -215,7 +248,11 @@ void rl_op_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, cons
     if (is_noscript(reply) && (t.kind == RL_OP_RELEASE || t.kind == RL_OP_EXTEND) && !t.eval &&
         resend_as_eval(e, op, node, t) == 0)
         return;
-    op->owed &= ~(1u << node);
+    if (t.kind == RL_ROUND_REPLICAS) {
+        replicas_reply(e, op, node, t, reply, errstr);
+        return;
+    }
+    if (!write_of_wait) op->owed &= ~(1u << node); /* else its WAIT still owes */
     /* The cleanup's connection ended, or its setup was given up on, before
      * the cleanup was written: keep it for the node's next connection (if
      * the SET may have run), and wait no more for its bytes to go out. */
@@ -312,7 +349,7 @@ static void skip_suspect(rl_engine *e, rl_op *op, int i, int first) {
 void rl_op_send_round(rl_engine *e, rl_op *op, int kind, double start_ms, int first) {
     op->gen++;
     op->phase = OP_ROUND;
-    op->owed = 0;
+    op->owed = op->waits = op->resent = 0;
     rl_round_start(&op->round, &op->res, kind, e->nnodes, e->quorum, op->ttl_ms, e->opts.drift_factor, start_ms);
     start_timer(e, op);
     unsigned gen = op->gen;
@@ -324,7 +361,7 @@ void rl_op_send_round(rl_engine *e, rl_op *op, int kind, double start_ms, int fi
      * wherever it can. (Sending calls back nothing.) */
     unsigned failed = 0;
     for (int i = 0; i < e->nnodes; i++) {
-        if (rl_stream_send(&e->nodes[i], op->cmd.data, op->cmd.len, t, e->now) == 0) {
+        if (send_write(e, op, i, op->cmd.data, op->cmd.len, t) == 0) {
             if (first) op->sent |= 1u << i;
             op->owed |= 1u << i;
         } else {
