@@ -20,7 +20,7 @@ local _M = {}
 
 local NEW_KEYS = { servers = true, ttl = true, node_timeout = true, connect_timeout = true, quorum = true,
                    drift_factor = true, prefix = true, retry = true, max_extensions = true, keepalive = true,
-                   notify = true, tls = true, label = true, stats = true }
+                   notify = true, tls = true, label = true, stats = true, replicas = true }
 local TLS_KEYS = { cafile = true, capath = true, certfile = true, keyfile = true, server_name = true, verify = true }
 local TLS_STRINGS = { "cafile", "capath", "certfile", "keyfile", "server_name" }
 local LOCK_KEYS = { ttl = true, wait = true, retry = true, keepalive = true, margin = true, fence = true,
@@ -74,6 +74,13 @@ local function options_struct(fname, o, nservers)
                 :format(C.RL_LABEL_MAX, show(l)))
         end
         opts.label = l -- points into l: the client keeps l (see redlock.new)
+    end
+    if o.replicas ~= nil then
+        if not is_int(o.replicas, 0, C.RL_MAX_REPLICAS) then
+            argerror(1, fname, ("replicas must be a whole number from 0 to %d, got %s")
+                :format(C.RL_MAX_REPLICAS, show(o.replicas)))
+        end
+        opts.replicas = o.replicas
     end
     if o.stats ~= nil then
         if type(o.stats) ~= "boolean" then argerror(1, fname, "stats must be a boolean, got " .. show(o.stats)) end
