@@ -63,6 +63,31 @@ local function await_waited(rs, before, cmd, n, waited)
   end
 end
 
+--- Three nodes with a replica each, and a client waiting for one replica.
+local function replicated_scene()
+  local rs = replicated.start(3)
+  return rs, redlock.new { servers = rs.urls, ttl = 3000, node_timeout = NODE_TIMEOUT, replicas = 1 }
+end
+
+local function stop_scene(rs, dlm)
+  if dlm then dlm:close() end
+  if rs then rs:stop() end
+end
+
+--- nginx with one worker and a client DLM like replicated_scene's, serving
+-- location; run check(srv), then stop nginx whatever happened.
+local function in_nginx(rs, location, check)
+  local srv = nginx.start_tree { workers = 1,
+    init = ([[
+      redlock = require "redlock"
+      DLM = redlock.new { servers = %s, ttl = 3000, node_timeout = %d, replicas = 1 }
+    ]]):format(nginx.lua_list(rs.urls), NODE_TIMEOUT),
+    locations = { location } }
+  local ok, err = pcall(check, srv)
+  srv:stop()
+  assert(ok, err)
+end
+
 describe("replicas: misuse", function()
   it("raises at the call site for a bad replicas option or URL query", function()
     for _, bad in ipairs { -1, 65, 1.5, "1", true } do
@@ -81,15 +106,8 @@ end)
 
 describe("replicas: nodes whose replicas keep up", function()
   local rs, dlm
-
-  setup(function()
-    rs = replicated.start(3)
-    dlm = redlock.new { servers = rs.urls, ttl = 3000, node_timeout = NODE_TIMEOUT, replicas = 1 }
-  end)
-  teardown(function()
-    if dlm then dlm:close() end
-    if rs then rs:stop() end
-  end)
+  setup(function() rs, dlm = replicated_scene() end)
+  teardown(function() stop_scene(rs, dlm) end)
 
   it("waits after every acquire and extension, and never after a release", function()
     settle(rs)
@@ -178,20 +196,14 @@ describe("replicas: nodes whose replicas keep up", function()
   end)
 
   it("waits inside nginx too (the hub runs the same engine)", function()
-    local srv = nginx.start_tree { workers = 1,
-      init = ([[
-        redlock = require "redlock"
-        DLM = redlock.new { servers = %s, ttl = 3000, node_timeout = %d, replicas = 1 }
-      ]]):format(nginx.lua_list(rs.urls), NODE_TIMEOUT),
-      locations = { [[
-        location = /lock {
-          content_by_lua_block {
-            local lock, err = DLM:try_lock(ngx.var.arg_r)
-            if not lock then ngx.say("fail ", err) return end
-            ngx.say(lock:unlock() and "ok" or "unlock failed")
-          }
-        }]] } }
-    local ok, err = pcall(function()
+    in_nginx(rs, [[
+      location = /lock {
+        content_by_lua_block {
+          local lock, err = DLM:try_lock(ngx.var.arg_r)
+          if not lock then ngx.say("fail ", err) return end
+          ngx.say(lock:unlock() and "ok" or "unlock failed")
+        }
+      }]], function(srv)
       local c0 = counts(rs)
       local status, body = srv:get("/lock?r=" .. names("nginx"))
       assert.are.equal(200, status)
@@ -200,22 +212,13 @@ describe("replicas: nodes whose replicas keep up", function()
       assert.is_true(d.set >= 3)
       assert.are.equal(d.set, d.wait)
     end)
-    srv:stop()
-    assert(ok, err)
   end)
 end)
 
 describe("replicas: nodes whose replicas get nothing", function()
   local rs, dlm
-
-  setup(function()
-    rs = replicated.start(3)
-    dlm = redlock.new { servers = rs.urls, ttl = 3000, node_timeout = NODE_TIMEOUT, replicas = 1 }
-  end)
-  teardown(function()
-    if dlm then dlm:close() end
-    if rs then rs:stop() end
-  end)
+  setup(function() rs, dlm = replicated_scene() end)
+  teardown(function() stop_scene(rs, dlm) end)
 
   it("fails their votes with the count, undoes the writes, and stops extensions and keep-alive", function()
     local held = assert(dlm:lock(names("held")))
@@ -244,25 +247,17 @@ describe("replicas: nodes whose replicas get nothing", function()
   end)
 
   it("fails them inside nginx too", function()
-    local srv = nginx.start_tree { workers = 1,
-      init = ([[
-        redlock = require "redlock"
-        DLM = redlock.new { servers = %s, ttl = 3000, node_timeout = %d, replicas = 1 }
-      ]]):format(nginx.lua_list(rs.urls), NODE_TIMEOUT),
-      locations = { [[
-        location = /lock {
-          content_by_lua_block {
-            local lock, err, d = DLM:try_lock(ngx.var.arg_r)
-            if lock then ngx.say("ok") return end
-            ngx.say("fail ", err, " | ", d[1].error, " | ", d[2].error)
-          }
-        }]] } }
-    local ok, err = pcall(function()
+    in_nginx(rs, [[
+      location = /lock {
+        content_by_lua_block {
+          local lock, err, d = DLM:try_lock(ngx.var.arg_r)
+          if lock then ngx.say("ok") return end
+          ngx.say("fail ", err, " | ", d[1].error, " | ", d[2].error)
+        }
+      }]], function(srv)
       local status, body = srv:get("/lock?r=" .. names("nginx"))
       assert.are.equal(200, status)
       assert.are.equal("fail unavailable | " .. SHORT .. " | " .. SHORT .. "\n", body)
     end)
-    srv:stop()
-    assert(ok, err)
   end)
 end)
