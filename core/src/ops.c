@@ -292,11 +292,16 @@ int rl_op_cleanup_out(rl_engine *e, const rl_op *op) {
 
 /* The round's node timeout passed: every node yet to vote times out. One
  * whose connection is still being made or set up says so (and how long it
- * has been at it); the connection goes on until its connect deadline. */
+ * has been at it); the connection goes on until its connect deadline. One
+ * whose write said yes and whose WAIT is still blocked says that. */
 static void op_expire_round(rl_engine *e, rl_op *op) {
     char why[RL_NODE_ERR_LEN];
     for (int i = 0; i < e->nnodes; i++) {
-        if (op->res.node[i].state != RL_NODE_PENDING || !rl_stream_setup_text(&e->nodes[i], e->now, why, sizeof(why)))
+        if (op->res.node[i].state != RL_NODE_PENDING) continue;
+        if (op->round.held & (1u << i))
+            snprintf(why, sizeof(why), "no reply to WAIT within %d ms: the write is on the node, not known on %d %s",
+                     e->opts.node_timeout_ms, e->replicas.want[i], e->replicas.want[i] == 1 ? "replica" : "replicas");
+        else if (!rl_stream_setup_text(&e->nodes[i], e->now, why, sizeof(why)))
             continue;
         if (rl_round_vote(&op->round, i, RL_NODE_TIMEOUT, why, e->now)) break;
     }

@@ -205,6 +205,24 @@ static void fenced_rounds_wait_and_a_short_grant_sets_no_token(void) {
     rl_engine_free(E);
 }
 
+/* A yes whose WAIT is still blocked at the node timeout (Redis ends a WAIT
+ * on its cron tick, later than its timeout) times out saying so. */
+static void blocked_wait_times_out_saying_so(void) {
+    E = engine_wanting(1, urls);
+    int id = rl_engine_begin_acquire(E, "k", 1, 10000, 0);
+    for (int i = 0; i < 3; i++) connect_node(i, 0), drain(i, 0);
+    CHECK_INT(feed(0, "+OK\r\n", 1), RL_OK);
+    CHECK_INT(feed(1, "+OK\r\n:1\r\n", 1), RL_OK);
+    rl_engine_advance(E, 51);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
+    CHECK_INT(r.node[0].state, RL_NODE_TIMEOUT);
+    CHECK_STR(r.node[0].errstr, "no reply to WAIT within 50 ms: the write is on the node, not known on 1 replica");
+    CHECK_INT(r.node[2].state, RL_NODE_TIMEOUT);
+    CHECK_STR(r.node[2].errstr, "no reply within 50 ms");
+    rl_engine_free(E);
+}
+
 /* WAIT's timeout: half the smaller of the node timeout and the watchdog's
  * period, at least 1 ms. */
 static void wait_timeout_fits_the_node_timeout(void) {
@@ -234,5 +252,6 @@ int main(void) {
     noscript_extend_waits_again_behind_its_eval();
     fenced_rounds_wait_and_a_short_grant_sets_no_token();
     wait_timeout_fits_the_node_timeout();
+    blocked_wait_times_out_saying_so();
     return check_report("test_replicas");
 }
