@@ -46,13 +46,13 @@ describe("fault row 9: a master fails over to a replica that never got the key",
 
   --- node 1 alone, with the option: a lock there fails on WAIT and is undone
   local function wait_refuses(rs, url)
-    local dlm = redlock.new { servers = { url }, ttl = TTL, node_timeout = 400 } -- WAIT 200 ms: answered inside it
+    local dlm = redlock.new { servers = { url }, ttl = TTL, node_timeout = 600 } -- WAIT 250 ms: answered inside it
     local res = names("probe")
     local lock, err, detail = dlm:try_lock(res)
     dlm:close()
     assert.is_nil(lock)
     assert.are.equal("unavailable", err)
-    assert.are.equal("0 of 1 replicas acknowledged the write within 200 ms", detail[1].error, cluster.show(detail))
+    assert.are.equal("0 of 1 replicas acknowledged the write within 250 ms", detail[1].error, cluster.show(detail))
     assert.is_true(cluster.await_all(rs.masters, function(i) return i ~= 1 or not cluster.exists(rs.masters, 1, res) end,
       2000), "the refused write was released on master 1")
   end
