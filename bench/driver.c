@@ -622,6 +622,10 @@ int main(void) {
     /* RB_STATS=0: counting off (rl_options.no_stats), for measuring what counting costs */
     const char *stats = getenv("RB_STATS");
     opts.no_stats = stats && strcmp(stats, "0") == 0;
+#ifdef RL_MAX_REPLICAS /* an older redlock.h (bench/ab) has no such option */
+    /* RB_REPLICAS=N: every vote waits for N replicas (rl_options.replicas; bench/replicas) */
+    opts.replicas = atoi(envs("RB_REPLICAS", "0"));
+#endif
     char urls[MAXNODES][300];
     const char *up[MAXNODES];
     for (int i = 0; i < nodes; i++) {

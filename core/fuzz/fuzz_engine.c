@@ -1,7 +1,7 @@
 /* fuzz_engine.c — the engine driven by a script of events read from the input.
  *
  * The input is a header (nodes, URLs with or without AUTH/SELECT, node
- * timeout, quorum, drift, connect timeout), then events of three bytes:
+ * timeout, quorum, drift, connect timeout, votes waiting for replicas), then events of three bytes:
  * what, an argument, and a clock step (the clock only goes forward). The
  * events begin operations (acquire, fenced acquire, release, extend),
  * connect nodes or let them go down, write what the engine wants written,
@@ -56,7 +56,7 @@ static unsigned byte(void) {
 
 enum { C_OTHER, C_AUTH, C_SELECT, C_INFO, C_LOAD_RELEASE, C_LOAD_EXTEND, C_LOAD_OTHER, C_ECHO, C_SET,
        C_EVALSHA_RELEASE, C_EVALSHA_EXTEND, C_EVALSHA_OTHER, C_EVAL_RELEASE, C_EVAL_EXTEND, C_EVAL_GRANT,
-       C_EVAL_COMMIT, C_EVAL_OTHER };
+       C_EVAL_COMMIT, C_EVAL_OTHER, C_WAIT };
 
 typedef struct cmd {
     int kind;
@@ -115,6 +115,7 @@ static int kind_of(int argc, const char *const *argv, const size_t *lens, char *
         return C_ECHO;
     }
     if (is(a, l, "SET")) return C_SET;
+    if (is(a, l, "WAIT")) return C_WAIT;
     if (argc >= 3 && is(a, l, "SCRIPT")) {
         if (is(argv[2], lens[2], rl_release_script)) return C_LOAD_RELEASE;
         if (is(argv[2], lens[2], rl_extend_script)) return C_LOAD_EXTEND;
@@ -341,6 +342,7 @@ static const char *fitting_reply(int node, const cmd *c, unsigned choice, char *
     case C_EVAL_RELEASE:
     case C_EVAL_EXTEND:
     case C_EVAL_COMMIT: return pick < 7 ? ":1\r\n" : ":0\r\n";
+    case C_WAIT: return pick < 6 ? ":1\r\n" : pick < 8 ? ":2\r\n" : ":0\r\n"; /* the replicas that have it */
     default: return "+OK\r\n";
     }
 }
@@ -514,6 +516,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     o.connect_timeout_ms = 1 + (int)h4 * 4;
     o.stall_reset_ms = 1 + (int)(h4 >> 4) * 100;
     o.reconnect_min_ms = 1 + (int)(h1 >> 4);
+    o.replicas = (int)(h2 & 3) == 2 ? 1 + (int)((h2 >> 2) & 1) : 0; /* a WAIT behind every write, 1 in 4 */
     char urlbuf[RL_MAX_NODES][64];
     const char *urls[RL_MAX_NODES];
     for (int i = 0; i < nnodes; i++) {

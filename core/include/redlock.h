@@ -82,6 +82,7 @@ extern "C" {
 #define RL_WAITER_ID_LEN 16 /* hex characters of a client's waiter id (hand-off's queue) */
 #define RL_MAX_LIMIT 1024   /* most slots a semaphore may have */
 #define RL_LABEL_MAX 15     /* longest holder label a lock value carries (rl_options.label) */
+#define RL_MAX_REPLICAS 64  /* most replicas a vote may wait for (rl_options.replicas, ?replicas=N) */
 
 /* What an operation does. */
 enum {
@@ -148,6 +149,16 @@ typedef struct rl_options {
                                 `redlock status` shows the label (docs/observability.md) */
     int no_stats;            /* 1: count nothing (rl_engine_stats then reports zeros); default 0:
                                 counting is on. For measuring what counting costs */
+    int replicas;            /* 0 (default): a node's reply is its vote. 1 to RL_MAX_REPLICAS: a write
+                                that grants or prolongs a hold (every acquire, extension, keep-alive
+                                renewal, fenced commit) is followed on the same connection by
+                                WAIT replicas timeout, and the node's vote for it counts only once
+                                WAIT reports at least that many replicas have it; fewer is a failed
+                                vote ("0 of 1 replicas acknowledged ..."), undone like any other.
+                                WAIT's timeout is half the smaller of node_timeout_ms and
+                                stall_reset_ms (at least 1 ms), so the vote comes within the node
+                                timeout. A node's URL may say otherwise for that node: ?replicas=N
+                                (0 turns it off there). Releases never wait */
 } rl_options;
 
 /* One node's part of a result. */

@@ -65,19 +65,22 @@ int rl_cluster_add(rl_engine *e, int i, const char *text, char *err, size_t errl
     const char *at = strrchr(rest, '@');
     const char *hosts = at ? at + 1 : rest;
     int userlen = at ? (int)(at - rest) + 1 : 0;
+    const char *query = strchr(hosts, '?'); /* ?replicas=N: for every seed and shard */
+    size_t hostslen = query ? (size_t)(query - hosts) : strlen(hosts);
+    if (query == NULL) query = "";
     rl_cluster *c = calloc(1, sizeof(*c));
     if (c == NULL) return snprintf(err, errlen, "out of memory"), -1;
     e->clusters[i] = c;
     int n = snprintf(c->name, sizeof(c->name), "%s%s", tls ? SCHEME_TLS : SCHEME, hosts);
     if (n < 0 || (size_t)n >= sizeof(c->name)) return snprintf(err, errlen, "cluster URL too long"), -1;
     int seeds = 0;
-    for (const char *p = hosts; *p;) {
-        const char *end = strchr(p, '+');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
+    for (const char *p = hosts, *stop = hosts + hostslen; p < stop;) {
+        const char *end = memchr(p, '+', (size_t)(stop - p));
+        size_t len = end ? (size_t)(end - p) : (size_t)(stop - p);
         char seed[600], why[RL_ERR_LEN];
         rl_url u;
         if (len == 0) return snprintf(err, errlen, "'%s': an empty seed", c->name), -1;
-        snprintf(seed, sizeof(seed), "%s://%.*s%.*s", tls ? "rediss" : "redis", userlen, rest, (int)len, p);
+        snprintf(seed, sizeof(seed), "%s://%.*s%.*s%s", tls ? "rediss" : "redis", userlen, rest, (int)len, p, query);
         if (rl_url_parse(seed, &u, why, sizeof(why)) != 0) return snprintf(err, errlen, "cluster seed %d: %s", seeds + 1, why), -1;
         if (u.db != 0) return snprintf(err, errlen, "'%s': a cluster has only database 0", c->name), -1;
         if (seeds++ == 0) {
@@ -87,6 +90,7 @@ int rl_cluster_add(rl_engine *e, int i, const char *text, char *err, size_t errl
             return snprintf(err, errlen, "'%s': too many shards (at most %d)", c->name, RL_MAX_SHARDS), -1;
         }
         p += len + (end != NULL);
+        if (end != NULL && p == stop) return snprintf(err, errlen, "'%s': an empty seed", c->name), -1;
     }
     if (seeds == 0) return snprintf(err, errlen, "'%s': no seed (redis-cluster://host:port+host:port)", text), -1;
     return 0;
@@ -291,3 +295,10 @@ int rl_route_send(rl_engine *e, int i, int hslot, const char *cmd, size_t len, r
     return rl_shard_send(e->shards[c->owner[hslot] - 1], cmd, len, t);
 }
 
+int rl_route_send_pair(rl_engine *e, int i, int hslot, const char *cmd, size_t len, rl_ticket t, const char *cmd2,
+                       size_t len2, rl_ticket t2) {
+    if (e->clusters[i] == NULL) return rl_stream_send_pair(&e->nodes[i], cmd, len, t, cmd2, len2, t2, e->now);
+    if (rl_route_send(e, i, hslot, cmd, len, t) != 0) return -1;
+    (void)rl_route_send(e, i, hslot, cmd2, len2, t2); /* the same stream: the map cannot change in between */
+    return 0;
+}

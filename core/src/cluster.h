@@ -98,6 +98,14 @@ rl_stream *rl_route(struct rl_engine *e, int i, int hslot);
  * with the reason in rl_route(e, i, hslot)->errstr). */
 int rl_route_send(struct rl_engine *e, int i, int hslot, const char *cmd, size_t len, rl_ticket t);
 
+/* Send two commands to node i for hslot, the second right behind the
+ * first on the same connection (a write and its WAIT). As rl_route_send
+ * for the first; once the first is sent, 0 even if the second could not
+ * be (only out of memory): a reply then waits for the second in vain,
+ * which the caller's round deadline ends. */
+int rl_route_send_pair(struct rl_engine *e, int i, int hslot, const char *cmd, size_t len, rl_ticket t,
+                       const char *cmd2, size_t len2, rl_ticket t2);
+
 /* The shard of node i at host:port (its URL is the seed's, moved there),
  * made if there is none yet; NULL when RL_MAX_SHARDS are made already or
  * memory ran out. */

@@ -115,7 +115,10 @@ static int follow(rl_engine *e, rl_shard *sh, rl_ticket t, const rl_reply *reply
     } else {
         t.asked = 0;
     }
-    if (rl_shard_send(to, e->redirect.data, e->redirect.len, t) == 0) return 1;
+    if (rl_shard_send(to, e->redirect.data, e->redirect.len, t) == 0) {
+        rl_op_redirected(e, to, i, t);
+        return 1;
+    }
     t.unsent = 1;
     rl_op_reply_from(e, &to->st, i, t, NULL, to->st.errstr);
     return 1;

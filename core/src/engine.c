@@ -76,6 +76,8 @@ static int check_options(const rl_options *o, int n, char *err, size_t errlen) {
         return snprintf(err, errlen, "drift_factor must be in [0, 1)"), -1;
     if (o->quorum != 0 && (o->quorum < majority || o->quorum > n))
         return snprintf(err, errlen, "quorum must be between %d (a majority of %d) and %d", majority, n, n), -1;
+    if (o->replicas < 0 || o->replicas > RL_MAX_REPLICAS)
+        return snprintf(err, errlen, "replicas must be from 0 to %d", RL_MAX_REPLICAS), -1;
     if (o->prefix_len > 0 && o->prefix == NULL) return snprintf(err, errlen, "prefix is NULL"), -1;
     if (o->prefix_len > RL_MAX_KEY_LEN) return snprintf(err, errlen, "prefix is longer than a key may be"), -1;
     const char *bad_label = o->label ? rl_label_refusal(o->label) : NULL;
@@ -134,6 +136,7 @@ rl_engine *rl_engine_new(const char *const *urls, int nurls, const rl_options *o
     e->nnodes = nurls;
     e->quorum = opts->quorum ? opts->quorum : nurls / 2 + 1;
     snprintf(e->timeout_text, sizeof(e->timeout_text), "no reply within %d ms", opts->node_timeout_ms);
+    rl_replicas_init(&e->replicas, e->urls, nurls, &e->opts);
     for (int i = 0; i < nurls; i++) {
         rl_stream_init(&e->nodes[i], &e->urls[i], i, &e->opts, e->clusters[i] ? rl_cluster_seed_reply : rl_op_reply, e,
                        e->nodes, nurls);

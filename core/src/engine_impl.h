@@ -11,6 +11,7 @@
 #include "cluster.h"
 #include "command.h"
 #include "deadlines.h"
+#include "replicas.h"
 #include "engine.h"
 #include "round.h"
 #include "stats.h"
@@ -35,7 +36,11 @@ typedef struct rl_op {
     int sem_slot;            /* a release or extension of a semaphore's slot (key: the slot's); else 0 */
     double sem_ticket;       /* a semaphore's acquire by a waiter: its ticket (its place in the queue); else 0 */
     unsigned sent;           /* bit i: the first round's command went to node i (not if its connection ended first) */
-    unsigned owed;           /* bit i: node i still owes a reply to this phase's command */
+    unsigned owed;           /* bit i: node i still owes a reply to this phase's command (its WAIT's, if sent) */
+    unsigned waits;          /* bit i: this phase's command went to node i with a WAIT behind it (replicas.h) */
+    unsigned resent;         /* bit i: node i's command went again as EVAL (after NOSCRIPT) in this phase */
+    unsigned char wait_redirects[RL_MAX_NODES]; /* on a cluster node: the redirections its write with a WAIT
+                                                   behind it followed; only that write's WAIT decides */
     unsigned cleanup_sent;   /* bit i: node i was sent the cleanup */
     unsigned late;           /* bit i: node i was counted late for this operation (stats.c) */
     unsigned set_gen;        /* the generation of the first round (the SETs) */
@@ -70,6 +75,7 @@ struct rl_engine {
     double now;              /* the latest time a caller gave (time never goes back) */
     rl_url urls[RL_MAX_NODES];
     rl_stream nodes[RL_MAX_NODES];
+    rl_replicas replicas;    /* the WAIT each node's votes wait for (replicas.h) */
     rl_subs subs;            /* hand-off: the resources watched, and the subscriber links */
     char timeout_text[64];   /* "no reply within N ms" */
     rl_waiter waiter;        /* this client in the queues of waiters (hand-off) */
@@ -121,6 +127,12 @@ void rl_op_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, cons
 /* rl_op_reply for a reply that came on stream s (node's own, or one of its
  * shards). */
 void rl_op_reply_from(rl_engine *e, rl_stream *s, int node, rl_ticket t, const rl_reply *reply, const char *errstr);
+
+/* Cluster node `node` followed MOVED or ASK with the write of ticket t,
+ * sent again through shard `to` (cluster_redirect.c): if that write waits
+ * for replicas, its WAIT goes behind it there, and only that WAIT decides
+ * the vote (the one left behind on the old shard proves nothing). */
+void rl_op_redirected(rl_engine *e, rl_shard *to, int node, rl_ticket t);
 
 /* The command op sends node i in its current phase: op->ccmd on a cluster
  * node when it has one, else op->cmd. */

@@ -182,6 +182,45 @@ static void op_round_decided(rl_engine *e, rl_op *op, int timed_out) {
     }
 }
 
+/* Send node i cmd with ticket t: behind it its WAIT when the round's kind
+ * waits for replicas there (replicas.h), whose yes is then held until WAIT
+ * answers. Return as rl_stream_send. */
+static int send_write(rl_engine *e, rl_op *op, int i, const char *cmd, size_t len, rl_ticket t) {
+    if (!rl_replicas_waits(&e->replicas, t.kind, i)) return rl_route_send(e, i, op->hslot, cmd, len, t);
+    rl_ticket w = t;
+    w.kind = RL_ROUND_REPLICAS;
+    if (rl_route_send_pair(e, i, op->hslot, cmd, len, t, e->replicas.cmd[i], e->replicas.len[i], w) != 0) return -1;
+    op->waits |= 1u << i;
+    if (op->phase == OP_ROUND) rl_round_await(&op->round, i);
+    return 0;
+}
+
+/* See engine_impl.h. */
+void rl_op_redirected(rl_engine *e, rl_shard *to, int node, rl_ticket t) {
+    rl_op *op = e->ops[t.slot];
+    if (!(op->waits & (1u << node)) || !rl_replicas_waits(&e->replicas, t.kind, node)) return;
+    op->wait_redirects[node] = (unsigned char)t.redirects;
+    rl_ticket w = t;
+    w.kind = RL_ROUND_REPLICAS;
+    /* if even that cannot be sent (out of memory), the held yes times out */
+    (void)rl_shard_send(to, e->replicas.cmd[node], e->replicas.len[node], w);
+}
+
+/* The reply to node's WAIT: it decides the vote its write's yes held. The
+ * WAIT behind a write that went again as EVAL is answered first, and
+ * proves nothing: the EVAL's own WAIT follows it. */
+static void replicas_reply(rl_engine *e, rl_op *op, int node, rl_ticket t, const rl_reply *reply, const char *errstr) {
+    if (!t.eval && (op->resent & (1u << node))) return;
+    if (t.redirects != op->wait_redirects[node]) return; /* left behind on a shard that redirected the write */
+    op->owed &= ~(1u << node);
+    if (op->phase == OP_ROUND) {
+        if (rl_round_replicas(&op->round, node, reply, errstr, e->replicas.want[node], e->replicas.timeout_ms, e->now))
+            op_round_decided(e, op, 0);
+    } else if (op->owed == 0) {
+        op_quiet(e, op);
+    }
+}
+
 static int is_noscript(const rl_reply *r) {
     return r && r->type == RL_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
 }
@@ -197,7 +236,9 @@ static int resend_as_eval(rl_engine *e, rl_op *op, int node, rl_ticket t) {
     if (cmd == NULL) return -1;
     t.sent_ms = e->now;
     t.eval = 1;
-    return rl_route_send(e, node, op->hslot, cmd->data, cmd->len, t);
+    if (send_write(e, op, node, cmd->data, cmd->len, t) != 0) return -1;
+    op->resent |= 1u << node;
+    return 0;
 }
 
 /* See engine_impl.h. */
@@ -217,10 +258,13 @@ void rl_op_reply_from(rl_engine *e, rl_stream *s, int node, rl_ticket t, const r
         errstr = s->errstr;
     }
     rl_op *op = e->ops[t.slot];
-    if (reply) rl_count_reply(e, node, t.sent_ms);
+    /* a write with a WAIT behind it is timed by the WAIT's reply: its vote's */
+    int write_of_wait = rl_replicas_waits(&e->replicas, t.kind, node) && t.kind != RL_ROUND_REPLICAS &&
+                        op->gen == t.gen && (op->waits & (1u << node));
+    if (reply && !write_of_wait) rl_count_reply(e, node, t.sent_ms);
     /* A SET whose connection ended before it was written never ran: no
      * cleanup needs to reach that node later. */
-    if (!reply && t.unsent && t.gen == op->set_gen) op->sent &= ~(1u << node);
+    if (!reply && t.unsent && t.gen == op->set_gen && t.kind != RL_ROUND_REPLICAS) op->sent &= ~(1u << node);
     if (op->gen != t.gen) {
         /* A late reply to an earlier phase or operation. A late NOSCRIPT has
          * no round left to fall back to EVAL for (which would have loaded
@@ -234,7 +278,11 @@ void rl_op_reply_from(rl_engine *e, rl_stream *s, int node, rl_ticket t, const r
     if (is_noscript(reply) && (t.kind == RL_OP_RELEASE || t.kind == RL_OP_EXTEND) && !t.eval &&
         resend_as_eval(e, op, node, t) == 0)
         return;
-    op->owed &= ~(1u << node);
+    if (t.kind == RL_ROUND_REPLICAS) {
+        replicas_reply(e, op, node, t, reply, errstr);
+        return;
+    }
+    if (!write_of_wait) op->owed &= ~(1u << node); /* else its WAIT still owes */
     /* The cleanup's connection ended, or its setup was given up on, before
      * the cleanup was written: keep it for the node's next connection (if
      * the SET may have run), and wait no more for its bytes to go out. */
@@ -274,12 +322,16 @@ int rl_op_cleanup_out(rl_engine *e, const rl_op *op) {
 
 /* The round's node timeout passed: every node yet to vote times out. One
  * whose connection is still being made or set up says so (and how long it
- * has been at it); the connection goes on until its connect deadline. */
+ * has been at it); the connection goes on until its connect deadline. One
+ * whose write said yes and whose WAIT is still blocked says that. */
 static void op_expire_round(rl_engine *e, rl_op *op) {
     char why[RL_NODE_ERR_LEN];
     for (int i = 0; i < e->nnodes; i++) {
-        if (op->res.node[i].state != RL_NODE_PENDING ||
-            !rl_stream_setup_text(rl_route(e, i, op->hslot), e->now, why, sizeof(why)))
+        if (op->res.node[i].state != RL_NODE_PENDING) continue;
+        if (op->round.held & (1u << i))
+            snprintf(why, sizeof(why), "no reply to WAIT within %d ms: the write is on the node, not known on %d %s",
+                     e->opts.node_timeout_ms, e->replicas.want[i], e->replicas.want[i] == 1 ? "replica" : "replicas");
+        else if (!rl_stream_setup_text(rl_route(e, i, op->hslot), e->now, why, sizeof(why)))
             continue;
         if (rl_round_vote(&op->round, i, RL_NODE_TIMEOUT, why, e->now)) break;
     }
@@ -332,7 +384,8 @@ static void skip_suspect(rl_engine *e, rl_op *op, int i, int first) {
 void rl_op_send_round(rl_engine *e, rl_op *op, int kind, double start_ms, int first) {
     op->gen++;
     op->phase = OP_ROUND;
-    op->owed = 0;
+    op->owed = op->waits = op->resent = 0;
+    memset(op->wait_redirects, 0, sizeof(op->wait_redirects));
     rl_round_start(&op->round, &op->res, kind, e->nnodes, e->quorum, op->ttl_ms, e->opts.drift_factor, start_ms);
     start_timer(e, op);
     unsigned gen = op->gen;
@@ -345,7 +398,7 @@ void rl_op_send_round(rl_engine *e, rl_op *op, int kind, double start_ms, int fi
     unsigned failed = 0;
     for (int i = 0; i < e->nnodes; i++) {
         const rl_buf *cmd = rl_op_cmd(e, op, i);
-        if (rl_route_send(e, i, op->hslot, cmd->data, cmd->len, t) == 0) {
+        if (send_write(e, op, i, cmd->data, cmd->len, t) == 0) {
             if (first) op->sent |= 1u << i;
             op->owed |= 1u << i;
         } else {

@@ -15,6 +15,7 @@ void rl_round_start(rl_round *r, rl_result *res, int kind, int nodes, int quorum
     r->drift_factor = drift_factor;
     r->start_ms = start_ms;
     r->pending = nodes;
+    r->awaiting = r->held = 0;
     memset(r->voted, 0, sizeof(r->voted));
     res->op = kind >= RL_ROUND_ACQUIRE_FENCED ? RL_OP_ACQUIRE : kind;
     res->status = RL_STATUS_PENDING;
@@ -130,7 +131,7 @@ int rl_reply_fits(int kind, const rl_reply *reply) {
     if (kind == RL_OP_ACQUIRE) return reply->type == RL_REPLY_STATUS || reply->type == RL_REPLY_NIL;
     if (kind == RL_ROUND_ACQUIRE_FENCED) return reply->type == RL_REPLY_STRING || reply->type == RL_REPLY_NIL;
     if (kind == RL_ROUND_ACQUIRE_SLOT) return reply->type == RL_REPLY_INTEGER || reply->type == RL_REPLY_NIL;
-    return reply->type == RL_REPLY_INTEGER;
+    return reply->type == RL_REPLY_INTEGER; /* a release's, an extension's, a commit's, a WAIT's */
 }
 
 /* A fenced grant's counter: a bulk string of 1 to 19 decimal digits without
@@ -183,17 +184,53 @@ static int classify(int kind, int limit, const rl_reply *reply, long long *count
     return RL_NODE_ERROR;
 }
 
+/* node votes for, carrying counter (a fenced grant's, a slot taken);
+ * heard: a release that a waiter heard. What a vote for carries counts
+ * only while the round is open. */
+static int vote_for(rl_round *r, int node, long long counter, int heard, double now_ms) {
+    if (!rl_round_decided(r) && r->res->node[node].state == RL_NODE_PENDING) {
+        if (r->kind == RL_ROUND_ACQUIRE_FENCED && counter > r->top) r->top = counter;
+        if (r->kind == RL_OP_RELEASE && heard) r->res->heard++;
+        if (r->kind == RL_ROUND_ACQUIRE_SLOT) r->voted[node] = (short)counter;
+    }
+    return rl_round_vote(r, node, RL_NODE_OK, NULL, now_ms);
+}
+
 int rl_round_reply(rl_round *r, int node, const rl_reply *reply, const char *errstr, double now_ms) {
     char why[RL_NODE_ERR_LEN];
     long long counter = 0;
+    unsigned bit = node >= 0 && node < RL_MAX_NODES ? 1u << node : 0;
+    int waits = (r->awaiting & bit) != 0;
+    r->awaiting &= ~bit;
     if (reply == NULL) return rl_round_vote(r, node, RL_NODE_ERROR, errstr ? errstr : "connection lost", now_ms);
     int state = classify(r->kind, r->limit, reply, &counter, why, sizeof(why));
-    /* a fenced grant's counter, and waiters hearing a release, count only while the round is open */
-    int counts = state == RL_NODE_OK && !rl_round_decided(r) && r->res->node[node].state == RL_NODE_PENDING;
-    if (counts && r->kind == RL_ROUND_ACQUIRE_FENCED && counter > r->top) r->top = counter;
-    if (counts && r->kind == RL_OP_RELEASE && reply->integer == 2) r->res->heard++;
-    if (counts && r->kind == RL_ROUND_ACQUIRE_SLOT) r->voted[node] = (short)counter;
-    return rl_round_vote(r, node, state, why, now_ms);
+    if (state != RL_NODE_OK) return rl_round_vote(r, node, state, why, now_ms);
+    if (waits && !rl_round_decided(r)) { /* the vote waits for the replicas */
+        r->held |= bit;
+        r->held_value[node] = counter;
+        return 0;
+    }
+    return vote_for(r, node, counter, r->kind == RL_OP_RELEASE && reply->integer == 2, now_ms);
+}
+
+void rl_round_await(rl_round *r, int node) {
+    if (node >= 0 && node < RL_MAX_NODES) r->awaiting |= 1u << node;
+}
+
+int rl_round_replicas(rl_round *r, int node, const rl_reply *reply, const char *errstr, int want, int timeout_ms,
+                      double now_ms) {
+    char why[RL_NODE_ERR_LEN];
+    unsigned bit = node >= 0 && node < RL_MAX_NODES ? 1u << node : 0;
+    if (!(r->held & bit)) return 0;
+    r->held &= ~bit;
+    if (reply && reply->type == RL_REPLY_INTEGER && reply->integer >= want)
+        return vote_for(r, node, r->held_value[node], 0, now_ms);
+    if (reply == NULL) snprintf(why, sizeof(why), "WAIT unanswered: %s", errstr ? errstr : "connection lost");
+    else if (reply->type == RL_REPLY_INTEGER)
+        snprintf(why, sizeof(why), "%lld of %d replicas acknowledged the write within %d ms", reply->integer, want,
+                 timeout_ms);
+    else snprintf(why, sizeof(why), "WAIT refused: %.*s", (int)sizeof(why) - 20, reply->type == RL_REPLY_ERROR ? reply->str : "unexpected reply");
+    return rl_round_vote(r, node, RL_NODE_ERROR, why, now_ms);
 }
 
 int rl_round_expire(rl_round *r, const char *errstr, double now_ms) {

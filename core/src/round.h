@@ -12,7 +12,8 @@
 enum {
     RL_ROUND_ACQUIRE_FENCED = 4,  /* SET NX PX + INCR: the counter (decimal bulk string) for, nil against */
     RL_ROUND_COMMIT = 5,          /* raise the counter if ours: 1 for, 0 against */
-    RL_ROUND_ACQUIRE_SLOT = 6     /* a semaphore's acquire: the slot taken (1 to limit) for it, nil against */
+    RL_ROUND_ACQUIRE_SLOT = 6,    /* a semaphore's acquire: the slot taken (1 to limit) for it, nil against */
+    RL_ROUND_REPLICAS = 7         /* not a round: the WAIT behind a round's write (replicas.h), an integer */
 };
 
 typedef struct rl_round {
@@ -25,6 +26,9 @@ typedef struct rl_round {
     int pending;          /* nodes that have not voted yet */
     int limit;            /* RL_ROUND_ACQUIRE_SLOT: the semaphore's slots (set by the caller; rl_round_start keeps it) */
     short voted[RL_MAX_NODES]; /* RL_ROUND_ACQUIRE_SLOT: the slot each node voted for (0: none) */
+    unsigned awaiting;    /* bit i: node i's vote for waits for its WAIT's reply (rl_round_await) */
+    unsigned held;        /* bit i: node i's write said yes; its vote waits for WAIT */
+    long long held_value[RL_MAX_NODES]; /* what that yes carried (a fenced counter, a slot) */
 } rl_round;
 
 /* Start a round of kind (RL_OP_* or RL_ROUND_*) over nodes nodes needing
@@ -43,6 +47,19 @@ int rl_round_vote(rl_round *r, int node, int state, const char *errstr, double n
  * an error vote with the text in errstr (e.g. "connection lost").
  * Return as rl_round_vote. */
 int rl_round_reply(rl_round *r, int node, const rl_reply *reply, const char *errstr, double now_ms);
+
+/* Node i was sent a WAIT behind the round's write: a reply that votes for
+ * is held (rl_round_reply counts it not) until rl_round_replicas. */
+void rl_round_await(rl_round *r, int node);
+
+/* The reply to node's WAIT (NULL: none, errstr says why), which wanted
+ * want replicas within timeout_ms: the vote its write's reply held counts
+ * if the reply reports at least want, else node fails its vote ("1 of 2
+ * replicas acknowledged the write within 25 ms"). Nothing if no vote is
+ * held (the write said no, or the round is decided). Return as
+ * rl_round_vote. */
+int rl_round_replicas(rl_round *r, int node, const rl_reply *reply, const char *errstr, int want, int timeout_ms,
+                      double now_ms);
 
 /* The node timeout passed: every node still pending votes RL_NODE_TIMEOUT
  * with errstr. The round is decided afterwards. Return 1 if this decided it. */

@@ -157,6 +157,11 @@ int rl_stream_detach(rl_stream *s, double now_ms);
  * s->errstr). Never calls on_reply. */
 int rl_stream_send(rl_stream *s, const char *cmd, size_t len, rl_ticket ticket, double now_ms);
 
+/* Queue two commands back to back (a write and the WAIT behind it), as
+ * rl_stream_send: both, or neither (-1). */
+int rl_stream_send_pair(rl_stream *s, const char *cmd, size_t len, rl_ticket ticket, const char *cmd2, size_t len2,
+                        rl_ticket ticket2, double now_ms);
+
 /* The bytes that may be written now (none until connected, and only the
  * setup until it has succeeded); *data is valid until the next call. */
 size_t rl_stream_output(const rl_stream *s, const char **data);

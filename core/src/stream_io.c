@@ -95,6 +95,18 @@ int rl_stream_queue(rl_stream *s, const char *cmd, size_t len, rl_ticket t, doub
     return 0;
 }
 
+/* Room for both is made first, so the second cannot fail once the first
+ * is queued. */
+int rl_stream_send_pair(rl_stream *s, const char *cmd, size_t len, rl_ticket ticket, const char *cmd2, size_t len2,
+                        rl_ticket ticket2, double now_ms) {
+    if (rl_buf_reserve(&s->out, len + len2) != 0 || rl_stream_ring_reserve(s, 2) != 0) {
+        snprintf(s->errstr, sizeof(s->errstr), "out of memory");
+        return -1;
+    }
+    if (rl_stream_send(s, cmd, len, ticket, now_ms) != 0) return -1;
+    return rl_stream_queue(s, cmd2, len2, ticket2, now_ms);
+}
+
 /* Queue the releases kept (rl_stream_redo) not yet queued on this
  * connection, which is up and set up. */
 void rl_stream_flush_redo(rl_stream *s, double now_ms) {

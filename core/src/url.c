@@ -5,6 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "redlock.h"
 #include "url.h"
 
 #define fail(...) do { snprintf(err, errlen, __VA_ARGS__); return -1; } while (0)
@@ -66,6 +67,31 @@ static int parse_int(const char *text, size_t len, long lo, long hi, long *out) 
     return 0;
 }
 
+/* The query after a URL's '?': name=value pairs joined by '&', each name
+ * once: replicas=N (0 to RL_MAX_REPLICAS) and, for a unix socket (with_db),
+ * db=N. */
+static int parse_query(const char *shown, const char *query, int with_db, rl_url *u, char *err, size_t errlen) {
+    const char *p = query;
+    int seen_db = 0;
+    for (;;) {
+        size_t len = strcspn(p, "&");
+        long v;
+        if (with_db && strncmp(p, "db=", 3) == 0 && !seen_db) {
+            if (parse_int(p + 3, len - 3, 0, 1000000, &v) != 0) fail("'%s': db must be a number", shown);
+            u->db = (int)v;
+            seen_db = 1;
+        } else if (strncmp(p, "replicas=", 9) == 0 && len >= 9 && u->replicas < 0) {
+            if (parse_int(p + 9, len - 9, 0, RL_MAX_REPLICAS, &v) != 0)
+                fail("'%s': replicas must be a number from 0 to %d", shown, RL_MAX_REPLICAS);
+            u->replicas = (int)v;
+        } else {
+            fail("'%s': the query may say %sreplicas=N, each once", shown, with_db ? "db=N and " : "");
+        }
+        if (p[len] == '\0') return 0;
+        p += len + 1;
+    }
+}
+
 static int parse_unix(const char *shown, const char *rest, rl_url *u, char *err, size_t errlen) {
     const char *query = strchr(rest, '?');
     size_t plen = query ? (size_t)(query - rest) : strlen(rest);
@@ -73,12 +99,7 @@ static int parse_unix(const char *shown, const char *rest, rl_url *u, char *err,
     if (plen >= sizeof(u->path)) fail("'%s': socket path too long", shown);
     memcpy(u->path, rest, plen);
     u->path[plen] = '\0';
-    if (query) {
-        long db;
-        if (strncmp(query, "?db=", 4) != 0 || parse_int(query + 4, strlen(query + 4), 0, 1000000, &db) != 0)
-            fail("'%s': the only query a unix socket URL takes is ?db=N", shown);
-        u->db = (int)db;
-    }
+    if (query && parse_query(shown, query + 1, 1, u, err, errlen) != 0) return -1;
     snprintf(u->name, sizeof(u->name), "unix://%s", u->path);
     if (u->db) snprintf(u->name + strlen(u->name), sizeof(u->name) - strlen(u->name), "?db=%d", u->db);
     return 0;
@@ -133,15 +154,17 @@ static int parse_tcp(const char *shown, const char *rest, rl_url *u, char *err, 
             fail("'%s': port must be a number from 1 to 65535", shown);
         u->port = (int)port;
     }
+    const char *query = strchr(end, '?');
     if (*end == '/') {
         long db;
         const char *dbp = end + 1;
-        size_t dblen = strlen(dbp);
+        size_t dblen = query ? (size_t)(query - dbp) : strlen(dbp);
         if (dblen > 0 && parse_int(dbp, dblen, 0, 1000000, &db) != 0) fail("'%s': database must be a number", shown);
         if (dblen > 0) u->db = (int)db;
-    } else if (*end != '\0') {
+    } else if (*end != '\0' && end != query) {
         fail("'%s': unexpected '%c' after host and port", shown, *end);
     }
+    if (query && parse_query(shown, query + 1, 0, u, err, errlen) != 0) return -1;
     int v6 = strchr(u->host, ':') != NULL;
     snprintf(u->name, sizeof(u->name), "%s://%s%s%s%s%s:%d", u->tls ? "rediss" : "redis", u->user, u->user[0] ? "@" : "",
              v6 ? "[" : "", u->host, v6 ? "]" : "", u->port);
@@ -151,6 +174,7 @@ static int parse_tcp(const char *shown, const char *rest, rl_url *u, char *err, 
 
 int rl_url_parse(const char *text, rl_url *u, char *err, size_t errlen) {
     memset(u, 0, sizeof(*u));
+    u->replicas = -1;
     if (text == NULL || *text == '\0') fail("empty server URL");
     char shown[SHOWN_MAX + 4];
     shown_url(text, shown, sizeof(shown));

@@ -16,6 +16,8 @@ typedef struct rl_url {
     char user[128];      /* AUTH user ("" for password-only AUTH) */
     char password[256];  /* AUTH password ("" for no AUTH) */
     int db;              /* SELECT db (0: none sent) */
+    int replicas;        /* ?replicas=N: the replicas this node's votes wait for (rl_options.replicas);
+                            -1 when the URL does not say (the client's option holds) */
     char name[416];      /* the URL without its password, for messages */
 } rl_url;
 

@@ -193,6 +193,18 @@ static void bad_cluster_urls(void) {
     CHECK(strstr(err, "empty seed") != NULL);
     const char *none[] = {"redis-cluster://"};
     CHECK(rl_engine_new(none, 1, NULL, err, sizeof(err)) == NULL);
+    const char *trailing[] = {"redis-cluster://127.0.0.1:7000+"};
+    CHECK(rl_engine_new(trailing, 1, NULL, err, sizeof(err)) == NULL);
+    CHECK(strstr(err, "empty seed") != NULL);
+    /* the query is the whole node's: checked for every seed */
+    const char *query[] = {"redis-cluster://127.0.0.1:7000+127.0.0.1:7001?replicas=x"};
+    CHECK(rl_engine_new(query, 1, NULL, err, sizeof(err)) == NULL);
+    CHECK(strstr(err, "replicas must be a number") != NULL);
+    const char *good[] = {"redis-cluster://127.0.0.1:7000+127.0.0.1:7001?replicas=1"};
+    rl_engine *e = rl_engine_new(good, 1, NULL, err, sizeof(err));
+    CHECK(e != NULL);
+    if (e) CHECK_STR(rl_engine_node_name(e, 0), "redis-cluster://127.0.0.1:7000+127.0.0.1:7001?replicas=1");
+    rl_engine_free(e);
 }
 
 int main(void) {

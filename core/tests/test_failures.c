@@ -126,6 +126,36 @@ static void every_client_allocation_fails_once(void) {
     free(r);
 }
 
+/* The same for a client whose votes wait for a replica (rl_options.replicas):
+ * a write with its WAIT behind it, both or neither. The node has no replica,
+ * so every acquire fails, and is undone, whatever allocation failed. */
+static void every_allocation_with_replicas_fails_once(void) {
+    rl_result *r = calloc(1, sizeof(*r));
+    rl_options o;
+    rl_options_init(&o);
+    o.replicas = 1;
+    char err[RL_ERR_LEN];
+    long n;
+    for (n = 0; n < 500; n++) {
+        atomic_store(&failed, 0);
+        atomic_store(&countdown, n);
+        rl_client *c = rl_client_new(urls, 1, &o, err, sizeof(err));
+        if (c) {
+            rl_sleep(c, 5); /* connected and set up, mostly */
+            int rc = rl_acquire(c, "replicas", 8, 1000, r);
+            CHECK(rc != RL_OK || r->status != RL_STATUS_OK); /* no replica: never granted */
+            rl_client_free(c);
+        } else {
+            CHECK(strstr(err, "out of memory") != NULL);
+        }
+        atomic_store(&countdown, -1);
+        if (atomic_load(&failed) == 0) break;
+    }
+    printf("client with replicas: %ld allocations, each failed once\n", n);
+    CHECK(n > 5 && n < 500);
+    free(r);
+}
+
 /* The same for a keeper: whatever allocation fails, rl_keeper_release_all
  * returns (within its bound) and rl_keeper_free cleans up. */
 static void every_keeper_allocation_fails_once(void) {
@@ -208,6 +238,7 @@ int main(void) {
     jitter_without_getrandom();
     keeper_errors_without_a_buffer();
     every_client_allocation_fails_once();
+    every_allocation_with_replicas_fails_once();
     every_keeper_allocation_fails_once();
     return check_report("test_failures");
 }

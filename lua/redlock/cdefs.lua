@@ -25,6 +25,7 @@ enum {
     RL_WAITER_ID_LEN = 16,
     RL_MAX_LIMIT = 1024,
     RL_LABEL_MAX = 15,
+    RL_MAX_REPLICAS = 64,
     RL_STATS_KINDS = 7,
     RL_STATS_OUTCOMES = 6,
     RL_STATS_STATES = 5,
@@ -77,6 +78,7 @@ typedef struct rl_options {
     rl_tls_options tls;
     const char *label;
     int no_stats;
+    int replicas;
 } rl_options;
 
 typedef struct rl_node_result {

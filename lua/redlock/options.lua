@@ -20,7 +20,7 @@ local _M = {}
 
 local NEW_KEYS = { servers = true, ttl = true, node_timeout = true, connect_timeout = true, quorum = true,
                    drift_factor = true, prefix = true, retry = true, max_extensions = true, keepalive = true,
-                   notify = true, tls = true, label = true, stats = true }
+                   notify = true, tls = true, label = true, stats = true, replicas = true }
 local TLS_KEYS = { cafile = true, capath = true, certfile = true, keyfile = true, server_name = true, verify = true }
 local TLS_STRINGS = { "cafile", "capath", "certfile", "keyfile", "server_name" }
 local LOCK_KEYS = { ttl = true, wait = true, retry = true, keepalive = true, margin = true, fence = true,
@@ -75,6 +75,13 @@ local function options_struct(fname, o, nservers)
         end
         opts.label = l -- points into l: the client keeps l (see redlock.new)
     end
+    if o.replicas ~= nil then
+        if not is_int(o.replicas, 0, C.RL_MAX_REPLICAS) then
+            argerror(1, fname, ("replicas must be a whole number from 0 to %d, got %s")
+                :format(C.RL_MAX_REPLICAS, show(o.replicas)))
+        end
+        opts.replicas = o.replicas
+    end
     if o.stats ~= nil then
         if type(o.stats) ~= "boolean" then argerror(1, fname, "stats must be a boolean, got " .. show(o.stats)) end
         opts.no_stats = o.stats and 0 or 1
@@ -115,24 +122,32 @@ function _M.copy_tls_strings(t)
     return c
 end
 
---- A cluster node as the core reads it: { cluster = { "redis://h:p", ... } }
---- (seeds sharing one scheme and one user:password) as
---- "redis-cluster://user:password@h:p+h:p" (rediss-cluster:// for TLS).
+--- A cluster node as the core reads it: { cluster = { "redis://h:p", ... },
+--- replicas = N } (seeds sharing one scheme and one user:password; replicas
+--- optional) as "redis-cluster://user:password@h:p+h:p?replicas=N"
+--- (rediss-cluster:// for TLS).
 local function cluster_url(fname, i, entry)
     local seeds = entry.cluster
     if type(seeds) ~= "table" or #seeds == 0 then
         argerror(1, fname, ("servers[%d].cluster must be a non-empty list of seed URLs, got %s"):format(i, show(seeds)))
     end
     for k in pairs(entry) do
-        if k ~= "cluster" then argerror(1, fname, ("servers[%d] has an unknown field %s"):format(i, show(k))) end
+        if k ~= "cluster" and k ~= "replicas" then
+            argerror(1, fname, ("servers[%d] has an unknown field %s"):format(i, show(k)))
+        end
+    end
+    local replicas = entry.replicas
+    if replicas ~= nil and not is_int(replicas, 0, C.RL_MAX_REPLICAS) then
+        argerror(1, fname, ("servers[%d].replicas must be a whole number from 0 to %d, got %s")
+            :format(i, C.RL_MAX_REPLICAS, show(replicas)))
     end
     local scheme, auth, hosts
     for j = 1, #seeds do
         local where = ("servers[%d].cluster[%d]"):format(i, j)
         local s, rest
         if type(seeds[j]) == "string" then s, rest = seeds[j]:match("^(rediss?)://(.+)$") end
-        if not s or seeds[j]:find("[%z%s+]") then
-            argerror(1, fname, ("%s must be a redis:// or rediss:// URL (no '+', no space), got %s")
+        if not s or seeds[j]:find("[%z%s+?]") then
+            argerror(1, fname, ("%s must be a redis:// or rediss:// URL (no '+', '?' or space), got %s")
                 :format(where, show(seeds[j])))
         end
         local a, h = rest:match("^(.*@)([^@]*)$")
@@ -144,7 +159,7 @@ local function cluster_url(fname, i, entry)
         scheme, auth = s, a
         hosts = hosts and (hosts .. "+" .. h) or h
     end
-    return scheme .. "-cluster://" .. auth .. hosts
+    return scheme .. "-cluster://" .. auth .. hosts .. (replicas and ("?replicas=" .. replicas) or "")
 end
 
 --- The server list as the core reads it (const char *[n]), and the URL

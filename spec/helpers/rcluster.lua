@@ -1,5 +1,5 @@
 -- Spec helper: real Redis Clusters on loopback, each of `masters` masters
--- (no replicas), formed with `redis-cli --cluster create`.
+-- (and, if asked, a replica of each), formed with `redis-cli --cluster create`.
 --
 --   local rcluster = require "helpers.rcluster"
 --   local c = rcluster.start(3)      -- { ports = {...}, pids = {...}, url = "redis-cluster://...", dir = ... }
@@ -9,6 +9,8 @@
 --   rcluster.stop(c)                 -- every process, by pid; its directory removed
 --   rcluster.start(3, { tls = pki })  -- TLS only (helpers.tls' certificates), the cluster bus too;
 --                                       c.url is then rediss-cluster://, c.seeds rediss://
+--   rcluster.start(3, { replicas = 1 }) -- a replica of each master: c.ports[c.n + j] is
+--                                       master j's replica (c.replica_of[c.n + j] == j)
 --
 -- start waits until every master reports cluster_state:ok and all 16384
 -- slots assigned, so a client may use the cluster at once.
@@ -44,11 +46,13 @@ local function await_ok(c, j, deadline)
   end
 end
 
---- Start a cluster of `masters` masters (default 3); opts.tls: TLS only.
+--- Start a cluster of `masters` masters (default 3); opts.tls: TLS only;
+--- opts.replicas = 1: a replica of each master, in sync before this returns.
 --- Raises if it does not form within 20 s, its processes stopped.
 local form
 function M.start(masters, opts)
-  local c = { n = masters or 3, ports = {}, bus = {}, pids = {}, dir = proc.tmpdir(), tls = (opts or {}).tls }
+  local c = { n = masters or 3, ports = {}, bus = {}, pids = {}, dir = proc.tmpdir(), tls = (opts or {}).tls,
+              replicas = (opts or {}).replicas or 0, replica_of = {} }
   started[#started + 1] = c
   local ok, err = pcall(form, c)
   if not ok then
@@ -58,11 +62,27 @@ function M.start(masters, opts)
   return c
 end
 
+--- Master j's replica (once formed): its index, or nil.
+local function replica_index(c, j)
+  for r, m in pairs(c.replica_of) do if m == j then return r end end
+end
+
+--- Wait until every replica of c has its master's data flowing.
+local function await_replicas(c, deadline)
+  for r in pairs(c.replica_of) do
+    while not cli(c, r, "INFO", "replication"):match("master_link_status:up") do
+      if proc.now_ms() > deadline then error("cluster replica " .. r .. " did not sync") end
+      proc.sleep_ms(20)
+    end
+  end
+end
+
 form = function(c)
   local masters = c.n
-  local ports = sys.free_ports(2 * masters) -- each master's, then its cluster bus port
-  for j = 1, masters do c.ports[j], c.bus[j] = ports[j], ports[masters + j] end
-  for j = 1, masters do
+  local count = masters * (1 + c.replicas)
+  local ports = sys.free_ports(2 * count) -- each server's, then its cluster bus port
+  for j = 1, count do c.ports[j], c.bus[j] = ports[j], ports[count + j] end
+  for j = 1, count do
     local dir = ("%s/%d"):format(c.dir, j)
     os.execute("mkdir -p " .. proc.quote(dir))
     local argv = { "redis-server", "--port", tostring(c.ports[j]), "--bind", "127.0.0.1",
@@ -80,7 +100,7 @@ form = function(c)
     c.pids[j] = proc.spawn(argv, { out = dir .. "/log" })
   end
   local deadline = proc.now_ms() + 20000
-  for j = 1, masters do
+  for j = 1, count do
     while not select(2, cli(c, j, "PING")) or cli(c, j, "PING") ~= "PONG" do
       if proc.now_ms() > deadline then error("cluster master " .. j .. " did not start") end
       proc.sleep_ms(10)
@@ -92,6 +112,15 @@ form = function(c)
     .. " --cluster-replicas 0 --cluster-yes")
   assert(rc == 0, out)
   for j = 1, masters do await_ok(c, j, deadline) end
+  for j = masters + 1, count do -- master j - masters's replica
+    local m = j - masters
+    out, rc = proc.sh(("timeout 20 redis-cli%s --cluster add-node 127.0.0.1:%d %s --cluster-slave --cluster-master-id %s")
+      :format(tls_flags(c), c.ports[j], hosts[1], (cli(c, m, "CLUSTER", "MYID"))))
+    assert(rc == 0, out)
+    c.replica_of[j] = m
+  end
+  for j = masters + 1, count do await_ok(c, j, deadline) end
+  await_replicas(c, deadline)
   local scheme = c.tls and "rediss" or "redis"
   c.url = scheme .. "-cluster://" .. table.concat(hosts, "+")
   c.seeds = {}
@@ -153,8 +182,13 @@ function M.flush(c)
   for j = 1, c.n do cli(c, j, "FLUSHALL") end
 end
 
+--- The index of master j's replica (a cluster started with replicas).
+function M.replica(c, j)
+  return replica_index(c, j)
+end
+
 function M.stop(c)
-  for j = 1, c.n do if c.pids[j] then proc.stop(c.pids[j]) end end
+  for j = 1, #c.ports do if c.pids[j] then proc.stop(c.pids[j]) end end
   proc.rmdir(c.dir)
 end
 

@@ -132,9 +132,9 @@ local function config_key(urls, n, opts, t)
         parts[#parts + 1] = #u .. ":" .. u
     end
     local prefix = (opts.prefix ~= nil and opts.prefix_len > 0) and ffi_string(opts.prefix, opts.prefix_len) or ""
-    parts[#parts + 1] = ("%d,%d,%d,%d,%d,%d,%.17g,%d:%s"):format(opts.node_timeout_ms, opts.connect_timeout_ms,
+    parts[#parts + 1] = ("%d,%d,%d,%d,%d,%d,%.17g,%d,%d:%s"):format(opts.node_timeout_ms, opts.connect_timeout_ms,
         opts.reconnect_min_ms, opts.reconnect_max_ms, opts.stall_reset_ms, opts.quorum, opts.drift_factor,
-        #prefix, prefix)
+        opts.replicas, #prefix, prefix)
     -- TLS: clients that verify differently, or show another certificate, get hubs of their own
     parts[#parts + 1] = "tls " .. (t.verify and 1 or 0)
     for _, f in ipairs(tls.STRINGS) do
