@@ -248,7 +248,7 @@ describe("misuse", function()
       misuse(here(), function() redlock.configure { ttl = "x" } end,
         "bad argument #1 to 'configure' (ttl must be a whole number of ms from 1 to 2147483647, got string \"x\")")
       misuse(here(), function() redlock.configure { servers = { 7 } } end,
-        "bad argument #1 to 'configure' (servers[1] must be a URL string, got 7)")
+        "bad argument #1 to 'configure' (servers[1] must be a URL string or { cluster = {...} }, got 7)")
       misuse(here(), function() redlock.configure { tll = 5 } end, { "bad argument #1 to 'configure'", "tll" })
     end)
 
