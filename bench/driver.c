@@ -21,6 +21,9 @@
  *            sleeping on rl_sleep_until between attempts (the default policy's
  *            delay the fallback), hold RB_HOLD_MS, release the slot, at once again.
  *
+ * The nodes: RB_SERVERS (URLs separated by commas or spaces; a cluster node is
+ * one redis-cluster://h:p+h:p URL) when set, else RB_HOST and RB_PORTS.
+ *
  * Built by bench/driver-c (cc, against the static library of the Release build).
  */
 #define _GNU_SOURCE
@@ -36,8 +39,9 @@
 
 #define MAXNODES RL_MAX_NODES
 
-static const char *host;
-static int nodes, ports[MAXNODES];
+static int nodes;
+static char urls[MAXNODES][1024]; /* the nodes' URLs (node_urls) */
+static const char *up[MAXNODES];
 static double dur;
 static long seq_max, warmup;
 static int ttl_ms, conc, waiters, hold_ms, clk_tck;
@@ -453,12 +457,6 @@ static void *locker_main(void *arg) {
     rl_options opts;
     rl_options_init(&opts);
     opts.tls.cafile = getenv("RB_TLS_CAFILE");
-    char urls[MAXNODES][300];
-    const char *up[MAXNODES];
-    for (int i = 0; i < nodes; i++) {
-        snprintf(urls[i], sizeof urls[i], "%s://%s:%d", opts.tls.cafile ? "rediss" : "redis", host, ports[i]);
-        up[i] = urls[i];
-    }
     rl_client *c = rl_client_new(up, nodes, &opts, err, sizeof err);
     if (!c) die(err);
     rl_result *r = malloc(sizeof *r);
@@ -596,11 +594,30 @@ static void wl_sem(void) {
     free(r);
 }
 
+/* The nodes' URLs into urls/up/nodes: RB_SERVERS when set (URLs separated by
+ * commas or spaces, a cluster node one redis-cluster://h:p+h:p URL), else
+ * RB_HOST and RB_PORTS as the harness gives them (rediss:// when tls). */
+static void node_urls(int tls) {
+    const char *servers = getenv("RB_SERVERS");
+    if (servers && *servers) {
+        char *list = strdup(servers);
+        for (char *s = strtok(list, ", \t\n"); s && nodes < MAXNODES; s = strtok(NULL, ", \t\n")) {
+            if (strlen(s) >= sizeof urls[0]) die("a URL of RB_SERVERS is too long");
+            strcpy(urls[nodes++], s);
+        }
+        free(list);
+    } else {
+        const char *host = envs("RB_HOST", "127.0.0.1");
+        char *pl = strdup(envs("RB_PORTS", "17101,17102,17103,17104,17105"));
+        for (char *s = strtok(pl, ","); s && nodes < MAXNODES; s = strtok(NULL, ","))
+            snprintf(urls[nodes++], sizeof urls[0], "%s://%s:%d", tls ? "rediss" : "redis", host, atoi(s));
+        free(pl);
+    }
+    if (!nodes) die("no nodes (RB_SERVERS or RB_PORTS)");
+    for (int i = 0; i < nodes; i++) up[i] = urls[i];
+}
+
 int main(void) {
-    host = envs("RB_HOST", "127.0.0.1");
-    char *pl = strdup(envs("RB_PORTS", "17101,17102,17103,17104,17105"));
-    for (char *s = strtok(pl, ","); s && nodes < MAXNODES; s = strtok(NULL, ",")) ports[nodes++] = atoi(s);
-    free(pl);
     dur = atof(envs("RB_DUR", "5"));
     seq_max = atol(envs("RB_SEQ_MAX", "20000"));
     conc = atoi(envs("RB_CONC", "64"));
@@ -626,12 +643,7 @@ int main(void) {
     /* RB_REPLICAS=N: every vote waits for N replicas (rl_options.replicas; bench/replicas) */
     opts.replicas = atoi(envs("RB_REPLICAS", "0"));
 #endif
-    char urls[MAXNODES][300];
-    const char *up[MAXNODES];
-    for (int i = 0; i < nodes; i++) {
-        snprintf(urls[i], sizeof urls[i], "%s://%s:%d", cafile ? "rediss" : "redis", host, ports[i]);
-        up[i] = urls[i];
-    }
+    node_urls(cafile != NULL);
     char err[RL_ERR_LEN];
     cl = rl_client_new(up, nodes, &opts, err, sizeof err);
     if (!cl) die(err);

@@ -7,6 +7,17 @@
 #include "check.h"
 #include "hashslot.h"
 
+/* CRC16-XMODEM bit by bit, the definition the table-driven rl_crc16 must match. */
+static unsigned crc16_bitwise(const char *buf, size_t len) {
+    unsigned crc = 0;
+    for (size_t i = 0; i < len; i++) {
+        crc ^= (unsigned)(unsigned char)buf[i] << 8;
+        for (int b = 0; b < 8; b++) crc = crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1;
+        crc &= 0xffff;
+    }
+    return crc;
+}
+
 static int slot_of(const char *s) {
     return rl_hash_slot(s, strlen(s));
 }
@@ -36,6 +47,19 @@ static void check_companions(const char *key) {
 int main(void) {
     /* the CRC16 check value, and slots Redis reports (CLUSTER KEYSLOT) */
     CHECK_INT(rl_crc16("123456789", 9), 0x31C3);
+    /* the table against the bitwise definition: every byte alone, and strings of every
+     * length up to 64 over all byte values (pseudo-random, fixed seed) */
+    for (int c = 0; c < 256; c++) {
+        char one = (char)c;
+        CHECK_INT(rl_crc16(&one, 1), crc16_bitwise(&one, 1));
+    }
+    unsigned seed = 12345;
+    char text[64];
+    for (int round = 0; round < 2000; round++) {
+        size_t len = (size_t)round % sizeof(text) + 1;
+        for (size_t i = 0; i < len; i++) seed = seed * 1103515245u + 12345u, text[i] = (char)(seed >> 16);
+        CHECK_INT(rl_crc16(text, len), crc16_bitwise(text, len));
+    }
     CHECK_INT(slot_of("123456789"), 0x31C3 & 16383);
     CHECK_INT(slot_of("foo"), 12182);
     CHECK_INT(slot_of("bar"), 5061);
