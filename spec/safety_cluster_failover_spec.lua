@@ -5,8 +5,9 @@
 -- Node 1 is a Redis Cluster of 3 masters with a replica each
 -- (spec/helpers/rcluster.lua); nodes 2 and 3 are plain. The replica of the
 -- master that serves the resource's slot is stopped (SIGSTOP), and that
--- master is given 40 MB of writes in the same slot first: more than the
--- kernel's socket buffers hold, so what the master writes after them
+-- master is given 80 MB of writes in the same slot first: more than the
+-- kernel's socket buffers hold (a receive buffer grows to tcp_rmem's
+-- maximum at most, 32 MB on some kernels), so what the master writes after them
 -- (A's key) waits in the master's own memory for its replica. Node 3 holds
 -- another value under the key while A starts, so A's quorum must include
 -- node 1; after 1 s the spec deletes it. A holds the lock until its
@@ -35,7 +36,7 @@ local socket = require "socket"
 local names = cluster.names("safety_cluster_failover")
 local TTL = 12000
 local WORKERS = { "B", "C", "D" }
-local JUNK_MB = 40
+local JUNK_WRITES, JUNK_BYTES = 10, 8 * 1024 * 1024 -- 80 MB
 local FILL = "redis.call('SET', KEYS[1], string.rep('x', tonumber(ARGV[1]))) return 1"
 
 --- Wait until server j of c says it is a master and the cluster is ok
@@ -84,8 +85,8 @@ describe("fault row 9 on a cluster node: the cluster promotes a replica that nev
       -- the replica hears nothing more, and the master's stream to it backs up
       assert(proc.kill(c.pids[r], "STOP"))
       stopped = c.pids[r]
-      for k = 1, JUNK_MB do
-        assert(select(2, rcluster.cli(c, m, "EVAL", FILL, 1, ("{%s}junk:%d"):format(res, k), 1000000)))
+      for k = 1, JUNK_WRITES do
+        assert(select(2, rcluster.cli(c, m, "EVAL", FILL, 1, ("{%s}junk:%d"):format(res, k), JUNK_BYTES)))
       end
       assert.is_true(cluster.set_nx(plain, 2, res, "someone-else", 60000))
       local a = run:client("A", { mode = "plain", resource = res, ttl = TTL, hold = "validity", urls = urls,
