@@ -23,6 +23,10 @@
 --   teardown(function() scene:stop() end)
 --   local run = scene:run()                  -- all nodes and the store flushed, a new run
 --   scene:assert_gone()                      -- the last test
+-- Row 9's verdicts (a failover to a replica that never got the key), for a
+-- scenario that returns A's and the workers' summaries, the checker's
+-- counts and the times node 3 was freed and the master killed:
+--   safety.failover_verdict("cluster_", with_option, a, others, h, t)
 local devcluster = require "redlock.devcluster"
 local cluster = require "helpers.cluster"
 local proc = require "helpers.proc"
@@ -159,6 +163,51 @@ function M.report(row, fields)
   for _, kv in ipairs(fields) do parts[#parts + 1] = ("%s=%s"):format(kv[1], tostring(kv[2])) end
   io.write(("\nsafety row %d: %s\n"):format(row, table.concat(parts, " ")))
   io.flush()
+end
+
+--- The first of the workers to enter, and how long before A's exit it did
+-- (ms; < 0: after).
+local function first_in(a, others)
+  local first = others[1]
+  for _, w in ipairs(others) do
+    if w.enter_us < first.enter_us then first = w end
+  end
+  return first, math.floor((a.exit_us - first.enter_us) / 1000)
+end
+
+--- Report and check row 9's outcome (see the top). Without the option: A's
+-- quorum had node 1 (node 3 was taken), the failover hit A's hold, and a
+-- second holder got in while A held the lock, costing updates. With it:
+-- node 1 never voted for A, which got in only once node 3 was free, and
+-- nobody got in before A left.
+function M.failover_verdict(prefix, with_option, a, others, h, t)
+  local luassert = require "luassert"
+  local _, before_ms = first_in(a, others)
+  if with_option then
+    M.report(9, { { "variant", prefix .. "wait_replicas_1" }, { "overlaps", h.overlaps },
+      { "lost_updates", h.lost_updates }, { "acquisitions", h.acquisitions },
+      { "a_entered_after_node3_freed_ms", math.floor((a.enter_us - t.freed_us) / 1000) },
+      { "second_entered_after_a_exit_ms", -before_ms } })
+  else
+    M.report(9, { { "variant", prefix .. "no_wait" }, { "overlaps", h.overlaps }, { "lost_updates", h.lost_updates },
+      { "acquisitions", h.acquisitions }, { "a_entered_before_node3_freed", tostring(a.enter_us < t.freed_us) },
+      { "second_entered_before_a_exit_ms", before_ms } })
+  end
+  luassert.are.equal(0, h.malformed + h.unfinished)
+  luassert.are.equal(1 + #others, h.acquisitions)
+  local when = ("%s; A entered %d ms after node 3 was freed"):format(a.line, math.floor((a.enter_us - t.freed_us) / 1000))
+  luassert.is_true(a.enter_us < t.killed_us and t.killed_us < a.exit_us, when)
+  if with_option then
+    luassert.is_true(a.enter_us > t.freed_us, when)
+    luassert.are.equal(0, h.overlaps, table.concat(h.examples, "; "))
+    luassert.are.equal(0, h.lost_updates)
+    luassert.is_true(before_ms <= 0)
+  else
+    luassert.is_true(a.enter_us < t.freed_us, when)
+    luassert.is_true(h.overlaps >= 1, table.concat(h.examples, "; "))
+    luassert.is_true(before_ms > 0)
+    luassert.is_true(h.lost_updates >= 1)
+  end
 end
 
 return M
