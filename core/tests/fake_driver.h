@@ -41,6 +41,14 @@ static inline int feed(int k, const char *resp, double t) {
     return rl_engine_node_feed(E, k, resp, strlen(resp), t);
 }
 
+/* Take operation id, which must have finished. */
+static inline rl_result take(int id) {
+    rl_result r;
+    memset(&r, 0, sizeof(r));
+    CHECK_INT(rl_engine_take(E, id, &r), 1);
+    return r;
+}
+
 /* Node i (asked for, or opened now) connects fresh at t and answers its
  * setup: INFO naming a server of its own, and the two script loads. */
 static inline void connect_node(int i, double t) {

@@ -128,14 +128,6 @@ static int near(double a, double b) {
     return a > b - 1e-6 && a < b + 1e-6;
 }
 
-/* Take operation id, which must have finished. */
-static rl_result take(int id) {
-    rl_result r;
-    memset(&r, 0, sizeof(r));
-    CHECK_INT(rl_engine_take(E, id, &r), 1);
-    return r;
-}
-
 /* ---- 1. quorum, validity, busy, unavailable ---- */
 
 /* Acquire on 3 nodes: the SET goes out after the setup; quorum of OKs is OK

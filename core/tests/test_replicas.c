@@ -38,13 +38,6 @@ static rl_engine *engine_wanting(int replicas, const char *const *list) {
     return engine(list, 3, &o);
 }
 
-static rl_result take(int id) {
-    rl_result r;
-    memset(&r, 0, sizeof(r));
-    CHECK_INT(rl_engine_take(E, id, &r), 1);
-    return r;
-}
-
 /* A yes counts once WAIT reports the replicas; one WAIT short is a failed
  * vote that names the count; the round is OK on the other two. */
 static void acquire_counts_a_yes_once_the_replicas_have_it(void) {

@@ -84,13 +84,6 @@ static void start(double t) {
     }
 }
 
-static rl_result take(int id) {
-    rl_result r;
-    memset(&r, 0, sizeof(r));
-    CHECK_INT(rl_engine_take(E, id, &r), 1);
-    return r;
-}
-
 /* A shared acquire: a reader's value ('s', then hex); refused by a quorum,
  * it is BUSY, and the node that granted it gets the quiet shared release. */
 static void a_refused_shared_acquire_is_busy_and_cleaned_up_as_shared(void) {
