@@ -38,9 +38,8 @@ typedef struct rl_op {
     unsigned sent;           /* bit i: the first round's command went to node i (not if its connection ended first) */
     unsigned owed;           /* bit i: node i still owes a reply to this phase's command (its WAIT's, if sent) */
     unsigned waits;          /* bit i: this phase's command went to node i with a WAIT behind it (replicas.h) */
-    unsigned resent;         /* bit i: node i's command went again as EVAL (after NOSCRIPT) in this phase */
-    unsigned char wait_redirects[RL_MAX_NODES]; /* on a cluster node: the redirections its write with a WAIT
-                                                   behind it followed; only that write's WAIT decides */
+    unsigned char wait_mark[RL_MAX_NODES]; /* with waits: which send of node i's write (its EVAL flag and
+                                              redirections, ops.c) the WAIT that decides its vote follows */
     unsigned cleanup_sent;   /* bit i: node i was sent the cleanup */
     unsigned late;           /* bit i: node i was counted late for this operation (stats.c) */
     unsigned set_gen;        /* the generation of the first round (the SETs) */

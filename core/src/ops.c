@@ -182,15 +182,29 @@ static void op_round_decided(rl_engine *e, rl_op *op, int timed_out) {
     }
 }
 
+/* Which write of node i a WAIT stands behind: its ticket's EVAL flag and
+ * redirections. Each resend of a write (as EVAL after NOSCRIPT, or where
+ * MOVED/ASK points) raises one of them, so along one write's resends the
+ * mark never repeats. */
+static unsigned char wait_mark(rl_ticket t) {
+    return (unsigned char)(t.redirects * 2 + t.eval);
+}
+
+/* The ticket of the WAIT that goes behind a write of ticket t. */
+static rl_ticket wait_ticket(rl_ticket t) {
+    t.kind = RL_ROUND_REPLICAS;
+    return t;
+}
+
 /* Send node i cmd with ticket t: behind it its WAIT when the round's kind
  * waits for replicas there (replicas.h), whose yes is then held until WAIT
- * answers. Return as rl_stream_send. */
+ * answers; that WAIT now decides node i's vote. Return as rl_stream_send. */
 static int send_write(rl_engine *e, rl_op *op, int i, const char *cmd, size_t len, rl_ticket t) {
     if (!rl_replicas_waits(&e->replicas, t.kind, i)) return rl_route_send(e, i, op->hslot, cmd, len, t);
-    rl_ticket w = t;
-    w.kind = RL_ROUND_REPLICAS;
-    if (rl_route_send_pair(e, i, op->hslot, cmd, len, t, e->replicas.cmd[i], e->replicas.len[i], w) != 0) return -1;
+    if (rl_route_send_pair(e, i, op->hslot, cmd, len, t, e->replicas.cmd[i], e->replicas.len[i], wait_ticket(t)) != 0)
+        return -1;
     op->waits |= 1u << i;
+    op->wait_mark[i] = wait_mark(t);
     if (op->phase == OP_ROUND) rl_round_await(&op->round, i);
     return 0;
 }
@@ -199,19 +213,17 @@ static int send_write(rl_engine *e, rl_op *op, int i, const char *cmd, size_t le
 void rl_op_redirected(rl_engine *e, rl_shard *to, int node, rl_ticket t) {
     rl_op *op = e->ops[t.slot];
     if (!(op->waits & (1u << node)) || !rl_replicas_waits(&e->replicas, t.kind, node)) return;
-    op->wait_redirects[node] = (unsigned char)t.redirects;
-    rl_ticket w = t;
-    w.kind = RL_ROUND_REPLICAS;
+    op->wait_mark[node] = wait_mark(t);
     /* if even that cannot be sent (out of memory), the held yes times out */
-    (void)rl_shard_send(to, e->replicas.cmd[node], e->replicas.len[node], w);
+    (void)rl_shard_send(to, e->replicas.cmd[node], e->replicas.len[node], wait_ticket(t));
 }
 
-/* The reply to node's WAIT: it decides the vote its write's yes held. The
- * WAIT behind a write that went again as EVAL is answered first, and
- * proves nothing: the EVAL's own WAIT follows it. */
+/* The reply to node's WAIT: it decides the vote its write's yes held, if
+ * it stands behind the latest send of that write. One left behind a write
+ * that went again (as EVAL after NOSCRIPT, or where MOVED/ASK pointed) is
+ * answered too, and proves nothing. */
 static void replicas_reply(rl_engine *e, rl_op *op, int node, rl_ticket t, const rl_reply *reply, const char *errstr) {
-    if (!t.eval && (op->resent & (1u << node))) return;
-    if (t.redirects != op->wait_redirects[node]) return; /* left behind on a shard that redirected the write */
+    if (wait_mark(t) != op->wait_mark[node]) return;
     op->owed &= ~(1u << node);
     if (op->phase == OP_ROUND) {
         if (rl_round_replicas(&op->round, node, reply, errstr, e->replicas.want[node], e->replicas.timeout_ms, e->now))
@@ -236,9 +248,7 @@ static int resend_as_eval(rl_engine *e, rl_op *op, int node, rl_ticket t) {
     if (cmd == NULL) return -1;
     t.sent_ms = e->now;
     t.eval = 1;
-    if (send_write(e, op, node, cmd->data, cmd->len, t) != 0) return -1;
-    op->resent |= 1u << node;
-    return 0;
+    return send_write(e, op, node, cmd->data, cmd->len, t);
 }
 
 /* See engine_impl.h. */
@@ -384,8 +394,7 @@ static void skip_suspect(rl_engine *e, rl_op *op, int i, int first) {
 void rl_op_send_round(rl_engine *e, rl_op *op, int kind, double start_ms, int first) {
     op->gen++;
     op->phase = OP_ROUND;
-    op->owed = op->waits = op->resent = 0;
-    memset(op->wait_redirects, 0, sizeof(op->wait_redirects));
+    op->owed = op->waits = 0;
     rl_round_start(&op->round, &op->res, kind, e->nnodes, e->quorum, op->ttl_ms, e->opts.drift_factor, start_ms);
     start_timer(e, op);
     unsigned gen = op->gen;

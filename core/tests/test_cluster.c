@@ -3,7 +3,8 @@
  * routed by hash slot to its shard's link, MOVED (map updated, command sent
  * again, counted), ASK (ASKING, then the command, once), the redirection
  * limit, CLUSTERDOWN as a failed vote, a fenced counter named in the key's
- * slot, and a watch subscribed (SSUBSCRIBE) on the serving shard only. */
+ * slot, a watch subscribed (SSUBSCRIBE) on the serving shard only, and a
+ * vote that waits for replicas decided by the WAIT behind its last send. */
 #include <stdlib.h>
 
 #include "fake_driver.h"
@@ -207,11 +208,41 @@ static void bad_cluster_urls(void) {
     rl_engine_free(e);
 }
 
+/* replicas = 1: the write and its WAIT go to the slot's shard. A write
+ * that MOVED sends elsewhere goes again with a WAIT of its own; the WAIT
+ * left behind on the first shard decides nothing, even answered after the
+ * write's new yes (it counts what that connection wrote, not our key). */
+static void moved_write_waits_on_its_new_shard(void) {
+    rl_options o;
+    rl_options_init(&o);
+    o.replicas = 1;
+    start(&o);
+    int id = rl_engine_begin_acquire(E, "foo", 3, 10000, 1);
+    drain(SEED, 1);
+    feed_map(SEED, MAP, 2);
+    connect_shards(2);
+    const char *first = drain(SHARD(0), 3);
+    CHECK(strstr(first, "$3\r\nfoo\r\n") != NULL && strstr(first, "WAIT") != NULL);
+    CHECK_INT(feed(SHARD(0), "-MOVED 12182 127.0.0.1:7000\r\n", 4), RL_OK);
+    const char *again = drain(SHARD(1), 4);
+    CHECK(strstr(again, "$3\r\nfoo\r\n") != NULL && strstr(again, "WAIT") != NULL);
+    CHECK_INT(feed(SHARD(1), "+OK\r\n", 5), RL_OK); /* the yes, held for its WAIT */
+    CHECK_INT(feed(SHARD(0), ":1\r\n", 5), RL_OK);  /* the old shard's WAIT: not ours */
+    rl_result r;
+    CHECK_INT(rl_engine_take(E, id, &r), 0);
+    CHECK_INT(feed(SHARD(1), ":0\r\n", 6), RL_OK);  /* the new shard's WAIT decides */
+    CHECK_INT(rl_engine_take(E, id, &r), 1);
+    CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
+    CHECK(strstr(r.node[0].errstr, "0 of 1 replicas acknowledged") != NULL);
+    rl_engine_free(E);
+}
+
 int main(void) {
     routes_by_slot_and_follows_moved();
     redirects_are_bounded();
     fenced_counter_and_watch_in_the_slot();
     map_from_the_next_seed();
     bad_cluster_urls();
+    moved_write_waits_on_its_new_shard();
     return check_report("cluster");
 }
