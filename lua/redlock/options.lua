@@ -13,6 +13,14 @@ local ffi_new = ffi.new
 local floor = math.floor
 local type, next, ipairs, pairs = type, next, ipairs, pairs
 local argerror, show, is_int, check_ms, check_opts = check.argerror, check.show, check.is_int, check.ms, check.opts
+
+--- Raise at fname's caller unless v, the option called name, is a number
+--- of replicas a vote may wait for.
+local function check_replicas(fname, name, v)
+    if not is_int(v, 0, C.RL_MAX_REPLICAS) then
+        argerror(1, fname, ("%s must be a whole number from 0 to %d, got %s"):format(name, C.RL_MAX_REPLICAS, show(v)))
+    end
+end
 local check_resource = check.resource
 local MAX_MS = check.MAX_MS
 
@@ -76,10 +84,7 @@ local function options_struct(fname, o, nservers)
         opts.label = l -- points into l: the client keeps l (see redlock.new)
     end
     if o.replicas ~= nil then
-        if not is_int(o.replicas, 0, C.RL_MAX_REPLICAS) then
-            argerror(1, fname, ("replicas must be a whole number from 0 to %d, got %s")
-                :format(C.RL_MAX_REPLICAS, show(o.replicas)))
-        end
+        check_replicas(fname, "replicas", o.replicas)
         opts.replicas = o.replicas
     end
     if o.stats ~= nil then
@@ -137,10 +142,7 @@ local function cluster_url(fname, i, entry)
         end
     end
     local replicas = entry.replicas
-    if replicas ~= nil and not is_int(replicas, 0, C.RL_MAX_REPLICAS) then
-        argerror(1, fname, ("servers[%d].replicas must be a whole number from 0 to %d, got %s")
-            :format(i, C.RL_MAX_REPLICAS, show(replicas)))
-    end
+    if replicas ~= nil then check_replicas(fname, ("servers[%d].replicas"):format(i), replicas) end
     local scheme, auth, hosts
     for j = 1, #seeds do
         local where = ("servers[%d].cluster[%d]"):format(i, j)
