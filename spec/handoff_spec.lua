@@ -253,6 +253,7 @@ describe("hand-off to waiters", function()
       queue_is(N)
       assert.is_true(got:unlock()) -- its release drops 8 entries (nobody listens for them)
       queue_is(N - 8)
+      waiter.client:sleep(600) -- the subscription of its won wait lingers 500 ms
       -- a release still wakes a waiter (popping 8 of the entries, then the
       -- broadcast), and the woken waiter's attempt gets the lock
       lk = assert(holder:lock(r))
@@ -504,6 +505,57 @@ describe("hand-off to waiters", function()
     -- the jitter scaled to the listeners (16% when every woken waiter slept
     -- 0-3 ms first)
     assert.is_true(#h >= 0.8 * total, #h .. " of " .. total)
+  end)
+
+  it("keeps a won wait's subscription for the next wait a while, and drops a failed wait's at once", function()
+    -- rl_unwatch_won: a worker that locks the same resource in a loop
+    -- subscribes once, not around every wait
+    local retry = require "redlock.retry"
+    local holder, waiter = redlock.new { servers = cl.urls }, redlock.new { servers = cl.urls }
+    local function numsub(channel)
+      return tonumber(cl:cli(1, "PUBSUB", "NUMSUB", channel):match("(%d+)$"))
+    end
+    -- drive the waiter's client for ms; the subscribers node 1 counts then
+    local function after(ms, channel)
+      waiter.client:sleep(ms)
+      return numsub(channel)
+    end
+    -- the holder takes every permit (a semaphore's lock call always
+    -- watches, and lingers too); its own linger is let run out
+    local function hold_all(r, limit, ttl)
+      local locks = {}
+      for i = 1, limit or 1 do locks[i] = assert(holder:lock(r, { ttl = ttl, limit = limit })) end
+      holder.client:sleep(600)
+      return locks
+    end
+    for _, limit in ipairs { false, 2 } do
+      limit = limit or nil
+      local r = res(limit and "linger-sem" or "linger")
+      local channel = "redlock:released:" .. r
+      -- a won wait: the holder's locks lapse
+      hold_all(r, limit, 900)
+      assert.equal(0, numsub(channel))
+      local lk = assert(waiter:lock(r, { limit = limit, retry = retry.fixed(50, 40) }))
+      assert.equal(1, after(100, channel)) -- still subscribed
+      assert.is_true(lk:unlock())
+      -- a wait within the linger subscribes nothing new; after it, nothing is
+      local again = assert(waiter:lock(r, { limit = limit }))
+      assert.equal(1, numsub(channel))
+      again:unlock()
+      local n
+      for _ = 1, 100 do
+        n = after(20, channel)
+        if n == 0 then break end
+      end
+      assert.equal(0, n) -- the linger (500 ms) ended
+      -- a failed wait: unsubscribed at once
+      local held = hold_all(r, limit)
+      assert.is_nil(waiter:lock(r, { limit = limit, retry = retry.fixed(20, 2) }))
+      assert.equal(0, after(20, channel))
+      for _, h in ipairs(held) do h:unlock() end
+    end
+    holder:close()
+    waiter:close()
   end)
 
   it("stops listening when the retry policy or an attempt raises while waiting", function()

@@ -431,7 +431,8 @@ int rl_on_slot(rl_client *c, int kind, const char *resource, size_t len, int slo
  * watches, over subscriber connections of its own: one per node, separate
  * from the command connections, opened on the first rl_watch (AUTH, with the
  * URL's user, when the URL has a password), then kept open for the client's
- * life, unsubscribed from a resource once nobody watches it. A subscriber
+ * life, unsubscribed from a resource once nobody watches it (or
+ * RL_WATCH_LINGER_MS later: rl_unwatch_won). A subscriber
  * connection that fails or is lost is opened again, while anything is
  * watched, after the reconnect backoff (reconnect_min_ms doubling to
  * reconnect_max_ms, started over by a confirmed SUBSCRIBE); meanwhile that
@@ -472,9 +473,22 @@ int rl_watch(rl_client *c, const char *resource, size_t len);
  * ignored. */
 void rl_unwatch(rl_client *c, const char *resource, size_t len);
 
+/* rl_unwatch by a waiter whose wait ended with what it waited for taken
+ * (the acquire that won left the nodes' queues). The last one leaves the
+ * resource subscribed for RL_WATCH_LINGER_MS more: a waiter that watches it
+ * again within that time (a worker that locks the same resource in a loop)
+ * subscribes nothing, and its count of releases heard goes on from where it
+ * was. Nothing heard meanwhile counts, and a wake-up from a queue that
+ * still holds this client (its leave not yet there) ends the linger at once,
+ * so that the node passes the turn to the next waiter. Use rl_unwatch after
+ * a wait that failed: this client may still be in a queue, and a listener
+ * that does not wait would hold up the waiters behind it. */
+void rl_unwatch_won(rl_client *c, const char *resource, size_t len);
+#define RL_WATCH_LINGER_MS 500
+
 /* The number of release messages heard for resource while it has been
- * watched (it starts at 0 on the first rl_watch; 0 for a resource not
- * watched). resource NULL: every message heard by the client, for any
+ * watched (it starts at 0 on the first rl_watch, or goes on after a linger,
+ * see rl_unwatch_won; 0 for a resource not watched). resource NULL: every message heard by the client, for any
  * resource (lock_many waits on that). Wraps around; compare, never order. */
 unsigned rl_heard(const rl_client *c, const char *resource, size_t len);
 
@@ -693,11 +707,13 @@ const char *rl_engine_node_errstr(const rl_engine *e, int node);
  * the subscriber links that are not up. Return the watch id (>= 0, the same
  * for every waiter of resource while it is watched), or RL_ERR (empty or too
  * long, out of memory). rl_engine_unwatch undoes one; the last unsubscribes
- * and forgets what was heard. rl_engine_heard and rl_engine_heard_listeners
+ * and forgets what was heard; rl_engine_unwatch_won is rl_unwatch_won (a
+ * lingering watch keeps its id, and rl_engine_heard_next never hands it out). rl_engine_heard and rl_engine_heard_listeners
  * are rl_heard and rl_heard_listeners. rl_engine_listening: subscriber
  * links up. */
 int rl_engine_watch(rl_engine *e, const char *resource, size_t len, double now_ms);
 void rl_engine_unwatch(rl_engine *e, const char *resource, size_t len, double now_ms);
+void rl_engine_unwatch_won(rl_engine *e, const char *resource, size_t len, double now_ms);
 unsigned rl_engine_heard(const rl_engine *e, const char *resource, size_t len);
 int rl_engine_heard_listeners(const rl_engine *e, const char *resource, size_t len);
 int rl_engine_listening(const rl_engine *e);

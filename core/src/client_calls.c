@@ -202,6 +202,10 @@ void rl_unwatch(rl_client *c, const char *resource, size_t len) {
     rl_client_flush_subscribers(c);
 }
 
+void rl_unwatch_won(rl_client *c, const char *resource, size_t len) {
+    rl_engine_unwatch_won(c->engine, resource, len, rl_now_ms());
+}
+
 unsigned rl_heard(const rl_client *c, const char *resource, size_t len) {
     return rl_engine_heard(c->engine, resource, len);
 }

@@ -132,13 +132,13 @@ static int put_command(rl_subs *s, int j, const char *verb, const rl_watched *w,
     int count = 0, rc = 0;
     for (int id = 0; id < (w ? 1 : s->nw); id++) {
         const rl_watched *x = w ? w : &s->w[id];
-        count += (w != NULL || x->waiters > 0) && serves(s, j, x);
+        count += (w != NULL || rl_watched_live(x)) && serves(s, j, x);
     }
     if (count == 0) return 0;
     if (!n->sharded) rc = put_head(&n->out, 1 + 2 * count, verb);
     for (int id = 0; rc == 0 && id < (w ? 1 : s->nw); id++) {
         const rl_watched *x = w ? w : &s->w[id];
-        if ((w == NULL && x->waiters == 0) || !serves(s, j, x)) continue;
+        if ((w == NULL && !rl_watched_live(x)) || !serves(s, j, x)) continue;
         if (n->sharded) {
             rc = put_head(&n->out, 3, verb[0] == 'S' ? "SSUBSCRIBE" : "SUNSUBSCRIBE");
             if (rc == 0) rc = put_word(&n->out, x->cchannel, x->clen);
@@ -280,7 +280,7 @@ static double node_deadline(const rl_substream *n) {
 }
 
 double rl_subs_deadline(const rl_subs *s) {
-    double at = 0;
+    double at = s->linger_next;
     for (int i = 0; i < s->nsubs; i++) {
         double d = node_deadline(&s->nodes[i]);
         if (d > 0 && (at == 0 || d < at)) at = d;
@@ -289,6 +289,7 @@ double rl_subs_deadline(const rl_subs *s) {
 }
 
 void rl_subs_advance(rl_subs *s, double now_ms) {
+    rl_subs_linger_advance(s, now_ms);
     for (int i = 0; i < s->nsubs; i++) {
         rl_substream *n = &s->nodes[i];
         double due = node_deadline(n);
@@ -306,7 +307,7 @@ void rl_subs_advance(rl_subs *s, double now_ms) {
 
 void rl_subs_rerouted(rl_subs *s, double now_ms) {
     for (int id = 0; id < s->nw; id++)
-        if (s->w[id].waiters > 0) rl_subs_changed(s, &s->w[id], 1, now_ms);
+        if (rl_watched_live(&s->w[id])) rl_subs_changed(s, &s->w[id], 1, now_ms);
 }
 
 void rl_subs_changed(rl_subs *s, const rl_watched *w, int subscribe, double now_ms) {

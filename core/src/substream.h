@@ -49,7 +49,13 @@ typedef struct rl_watched {
     char *cchannel, *cwake;
     size_t clen, cwake_len;
     int hslot;
+    double linger_until;     /* waiters 0: still subscribed until then (rl_subs_unwatch); 0: not lingering */
 } rl_watched;
+
+/* w is subscribed: watched, or lingering after its last waiter won. */
+static inline int rl_watched_live(const rl_watched *w) {
+    return w->waiters > 0 || w->linger_until > 0;
+}
 
 /* One node's subscriber connection. */
 typedef struct rl_substream {
@@ -74,7 +80,8 @@ typedef struct rl_subs {
     char *head;              /* RL_CHANNEL_PREFIX prefix */
     size_t head_len;
     rl_watched *w;             /* slots, by watch id */
-    int nw, capw, used;      /* slots made, room, slots watched */
+    int nw, capw, used;      /* slots made, room, slots subscribed (rl_watched_live) */
+    double linger_next;      /* the earliest linger_until set since the last look (maybe over early), or 0 */
     int *news;               /* ids whose news is not handed out yet (each at most once) */
     int nnews;
     size_t longest;          /* the longest channel name watched so far */
@@ -108,8 +115,12 @@ void rl_subs_rerouted(rl_subs *s, double now_ms);
 int rl_subs_watch(rl_subs *s, const char *resource, size_t len, const char *waiter, double now_ms);
 
 /* One waiter fewer; at none the channels are unsubscribed and what was heard
- * is forgotten. A resource not watched is ignored. */
-void rl_subs_unwatch(rl_subs *s, const char *resource, size_t len, double now_ms);
+ * is forgotten, or, linger_ms > 0, that happens linger_ms later unless a
+ * watch of the resource comes first: that watch subscribes nothing. While
+ * it lingers the watch counts nothing heard, and a message on its wake
+ * channel (a node still has this engine in its queue) ends it at once, so
+ * that the node passes the turn on. A resource not watched is ignored. */
+void rl_subs_unwatch(rl_subs *s, const char *resource, size_t len, double now_ms, int linger_ms);
 
 /* What was heard for resource while watched (0 if not watched; resource
  * NULL: for every resource, ever), and what the last message said (the
@@ -134,6 +145,13 @@ int rl_subs_listening(const rl_subs *s);
 void rl_subs_message(rl_subs *s, const char *ch, size_t len, const char *payload, size_t plen);
 void rl_subs_changed(rl_subs *s, const rl_watched *w, int subscribe, double now_ms);
 
+/* End the lingers that are over by now_ms (rl_subs_advance's part in watches.c). */
+void rl_subs_linger_advance(rl_subs *s, double now_ms);
+
+/* A linger_until that is over whatever the clock says: the smallest moment
+ * rl_subs_deadline can report (0 means none). */
+#define RL_LINGER_OVER 1e-9
+
 /* Node i's stream, as the command streams' rl_stream_* (stream.h): the
  * driver's wishes, what it reports, the bytes to write, the bytes read. */
 int rl_subs_take_wants(rl_subs *s, int i);
@@ -147,8 +165,8 @@ size_t rl_subs_output(const rl_subs *s, int i, const char **data);
 void rl_subs_wrote(rl_subs *s, int i, size_t n);
 int rl_subs_feed(rl_subs *s, int i, const char *data, size_t len, double now_ms);
 
-/* The earliest moment rl_subs_advance has work on any node (a reconnect, a
- * connect deadline), or 0 for none; and doing it. */
+/* The earliest moment rl_subs_advance has work (a reconnect, a connect
+ * deadline, a linger's end), or 0 for none; and doing it. */
 double rl_subs_deadline(const rl_subs *s);
 void rl_subs_advance(rl_subs *s, double now_ms);
 

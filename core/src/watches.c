@@ -40,7 +40,7 @@ static int release_says(const char *p, size_t len, int wake) {
 void rl_subs_message(rl_subs *s, const char *ch, size_t len, const char *payload, size_t plen) {
     for (int id = 0; id < s->nw; id++) {
         rl_watched *w = &s->w[id];
-        if (w->waiters == 0) continue;
+        if (!rl_watched_live(w)) continue;
         int wake = (w->wake_len == len && memcmp(w->wake, ch, len) == 0) ||
                    (w->cwake && w->cwake_len == len && memcmp(w->cwake, ch, len) == 0);
         if (!wake && !(w->len == len && memcmp(w->channel, ch, len) == 0) &&
@@ -48,6 +48,12 @@ void rl_subs_message(rl_subs *s, const char *ch, size_t len, const char *payload
             continue;
         int says = release_says(payload, plen, wake);
         if (says == 0) return;
+        if (w->waiters == 0) {
+            /* lingering: a node gave this engine a turn that nobody here
+             * waits for; unsubscribing (at once) lets it pass the turn on */
+            if (wake) w->linger_until = s->linger_next = RL_LINGER_OVER;
+            return;
+        }
         w->heard++;
         s->total++;
         s->heard_total++;
@@ -58,13 +64,14 @@ void rl_subs_message(rl_subs *s, const char *ch, size_t len, const char *payload
     }
 }
 
-/* The id of resource's watch, or -1 (always for a name no key could hold). */
+/* The id of resource's watch (lingering or not), or -1 (always for a name
+ * no key could hold). */
 static int find(const rl_subs *s, const char *resource, size_t len) {
     if (resource == NULL || len > RL_MAX_KEY_LEN) return -1;
     size_t need = s->head_len + len;
     for (int id = 0; id < s->nw; id++) {
         const rl_watched *w = &s->w[id];
-        if (w->waiters > 0 && w->len == need && (len == 0 || memcmp(w->channel + s->head_len, resource, len) == 0))
+        if (rl_watched_live(w) && w->len == need && (len == 0 || memcmp(w->channel + s->head_len, resource, len) == 0))
             return id;
     }
     return -1;
@@ -73,7 +80,7 @@ static int find(const rl_subs *s, const char *resource, size_t len) {
 /* A free slot (made if need be), or -1 when out of memory. */
 static int free_slot(rl_subs *s) {
     for (int id = 0; id < s->nw; id++)
-        if (s->w[id].waiters == 0) return id;
+        if (!rl_watched_live(&s->w[id])) return id;
     if (s->nw == s->capw) {
         int cap = s->capw ? s->capw * 2 : 8;
         rl_watched *w = realloc(s->w, (size_t)cap * sizeof(*w));
@@ -108,6 +115,7 @@ int rl_subs_watch(rl_subs *s, const char *resource, size_t len, const char *wait
     int id = find(s, resource, len);
     if (id >= 0) {
         s->w[id].waiters++;
+        s->w[id].linger_until = 0; /* lingering: still subscribed */
         return id;
     }
     id = free_slot(s);
@@ -136,22 +144,57 @@ int rl_subs_watch(rl_subs *s, const char *resource, size_t len, const char *wait
     return id;
 }
 
-void rl_subs_unwatch(rl_subs *s, const char *resource, size_t len, double now_ms) {
-    int id = find(s, resource, len);
-    if (id < 0 || --s->w[id].waiters > 0) return;
+/* Forget watch id's news (it has no waiter now). */
+static void drop_news(rl_subs *s, int id) {
     rl_watched *w = &s->w[id];
-    s->used--;
-    rl_subs_changed(s, w, 0, now_ms);
     for (int k = 0; w->news && k < s->nnews; k++)
         if (s->news[k] == id) {
             s->news[k] = s->news[--s->nnews];
             break;
         }
+    w->news = 0;
+}
+
+/* Unsubscribe watch id (its last waiter gone, its linger over) and free its slot. */
+static void end_watch(rl_subs *s, int id, double now_ms) {
+    rl_watched *w = &s->w[id];
+    w->linger_until = 0;
+    s->used--;
+    rl_subs_changed(s, w, 0, now_ms);
+    drop_news(s, id);
     free(w->channel);
     free(w->wake);
     free(w->cchannel);
     free(w->cwake);
     memset(w, 0, sizeof(*w));
+}
+
+void rl_subs_unwatch(rl_subs *s, const char *resource, size_t len, double now_ms, int linger_ms) {
+    int id = find(s, resource, len);
+    if (id < 0 || s->w[id].waiters == 0 || --s->w[id].waiters > 0) return;
+    if (linger_ms <= 0) {
+        end_watch(s, id, now_ms);
+        return;
+    }
+    rl_watched *w = &s->w[id];
+    drop_news(s, id);
+    w->linger_until = now_ms + linger_ms;
+    if (w->linger_until <= RL_LINGER_OVER) w->linger_until = RL_LINGER_OVER;
+    if (s->linger_next == 0 || w->linger_until < s->linger_next) s->linger_next = w->linger_until;
+}
+
+void rl_subs_linger_advance(rl_subs *s, double now_ms) {
+    if (s->linger_next == 0 || now_ms < s->linger_next) return;
+    s->linger_next = 0;
+    for (int id = 0; id < s->nw; id++) {
+        rl_watched *w = &s->w[id];
+        if (w->waiters > 0 || w->linger_until == 0) continue;
+        if (w->linger_until <= now_ms) {
+            end_watch(s, id, now_ms);
+        } else if (s->linger_next == 0 || w->linger_until < s->linger_next) {
+            s->linger_next = w->linger_until;
+        }
+    }
 }
 
 unsigned rl_subs_heard(const rl_subs *s, const char *resource, size_t len) {
@@ -189,7 +232,12 @@ int rl_engine_watch(rl_engine *e, const char *resource, size_t len, double now_m
 
 void rl_engine_unwatch(rl_engine *e, const char *resource, size_t len, double now_ms) {
     rl_subs *s = rl_engine_subs(e, &now_ms);
-    rl_subs_unwatch(s, resource, len, now_ms);
+    rl_subs_unwatch(s, resource, len, now_ms, 0);
+}
+
+void rl_engine_unwatch_won(rl_engine *e, const char *resource, size_t len, double now_ms) {
+    rl_subs *s = rl_engine_subs(e, &now_ms);
+    rl_subs_unwatch(s, resource, len, now_ms, RL_WATCH_LINGER_MS);
 }
 
 unsigned rl_engine_heard(const rl_engine *e, const char *resource, size_t len) {

@@ -360,6 +360,76 @@ static void auth_first(void) {
     rl_engine_free(E);
 }
 
+/* ---- lingering after a won wait ---- */
+
+/* A won wait's last unwatch leaves the channels subscribed for
+ * RL_WATCH_LINGER_MS: a watch within that time subscribes nothing and gets
+ * the same id, nothing heard meanwhile counts, and the linger's end
+ * unsubscribes. A plain unwatch of a lingering resource changes nothing. */
+static void won_watch_lingers(void) {
+    E = engine(urls3, 3, NULL);
+    const char *r[] = {"a"};
+    int id = rl_engine_watch(E, "a", 1, 0);
+    connect_link(3, 0);
+    CHECK_STR(drain(3, 0), command("SUBSCRIBE", r, 1));
+    feed(3, message(channel("a"), "2"), 1);
+    CHECK_INT(rl_engine_heard(E, "a", 1), 1);
+    rl_engine_unwatch_won(E, "a", 1, 100);
+    CHECK_STR(drain(3, 100), "");
+    CHECK_INT(rl_engine_heard_next(E, NULL), -1); /* its news went with its waiter */
+    CHECK(rl_engine_deadline(E) == 100 + RL_WATCH_LINGER_MS);
+    feed(3, message(channel("a"), "3"), 150); /* nobody waits: not counted */
+    CHECK_INT(rl_engine_heard_next(E, NULL), -1);
+    rl_engine_unwatch(E, "a", 1, 150); /* no waiter left to undo: ignored */
+    CHECK_INT(rl_engine_watch(E, "a", 1, 200), id);
+    CHECK_STR(drain(3, 200), "");
+    CHECK_INT(rl_engine_heard(E, "a", 1), 1); /* goes on from where it was */
+    feed(3, message(channel("a"), "2"), 210);
+    CHECK_INT(rl_engine_heard(E, "a", 1), 2);
+    CHECK_INT(rl_engine_heard_next(E, NULL), id);
+    rl_engine_unwatch_won(E, "a", 1, 300);
+    rl_engine_advance(E, 300 + RL_WATCH_LINGER_MS - 1);
+    CHECK_STR(drain(3, 300 + RL_WATCH_LINGER_MS - 1), "");
+    rl_engine_advance(E, 300 + RL_WATCH_LINGER_MS);
+    CHECK_STR(drain(3, 300 + RL_WATCH_LINGER_MS), command("UNSUBSCRIBE", r, 1));
+    CHECK_INT(rl_engine_heard(E, "a", 1), 0);
+    CHECK(rl_engine_deadline(E) < 0);
+    /* a watch after the linger subscribes again */
+    rl_engine_watch(E, "a", 1, 900);
+    CHECK_STR(drain(3, 900), command("SUBSCRIBE", r, 1));
+    /* a failed wait's unwatch unsubscribes at once */
+    rl_engine_unwatch(E, "a", 1, 910);
+    CHECK_STR(drain(3, 910), command("UNSUBSCRIBE", r, 1));
+    rl_engine_free(E);
+}
+
+/* A wake-up on a lingering watch's own channel (a node that still has this
+ * engine queued gave it the turn) ends the linger at the next advance, so
+ * that the node, finding nobody listening, passes the turn on. */
+static void wake_ends_a_linger(void) {
+    E = engine(urls3, 3, NULL);
+    const char *r[] = {"a", "b"};
+    rl_engine_watch(E, "a", 1, 0);
+    rl_engine_watch(E, "b", 1, 0);
+    connect_link(3, 0);
+    drain(3, 0);
+    rl_engine_unwatch_won(E, "a", 1, 10);
+    rl_engine_unwatch_won(E, "b", 1, 20);
+    CHECK(rl_engine_deadline(E) == 10 + RL_WATCH_LINGER_MS);
+    feed(3, message(wake_channel("b"), "1"), 30);
+    CHECK_INT(rl_engine_heard_next(E, NULL), -1);
+    CHECK(rl_engine_deadline(E) <= 30);
+    rl_engine_advance(E, 30);
+    CHECK_STR(drain(3, 30), command("UNSUBSCRIBE", r + 1, 1));
+    CHECK(rl_engine_deadline(E) == 10 + RL_WATCH_LINGER_MS); /* a's linger goes on */
+    rl_engine_advance(E, 10 + RL_WATCH_LINGER_MS);
+    CHECK_STR(drain(3, 10 + RL_WATCH_LINGER_MS), command("UNSUBSCRIBE", r, 1));
+    /* a lingering watch is forgotten with its engine */
+    rl_engine_watch(E, "b", 1, 600);
+    rl_engine_unwatch_won(E, "b", 1, 600);
+    rl_engine_free(E);
+}
+
 int main(void) {
     subscribe_on_watch();
     unsubscribe_on_last_unwatch();
@@ -369,5 +439,7 @@ int main(void) {
     resubscribe_after_reconnect();
     backoff_doubles();
     auth_first();
+    won_watch_lingers();
+    wake_ends_a_linger();
     return check_report("substream");
 }

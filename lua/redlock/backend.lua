@@ -62,6 +62,10 @@
 --   sleep(ms)             sleep, serving connections meanwhile
 --   watch(resource, len), unwatch(resource, len)
 --                         listen for releases of resource (nested), and stop
+--   unwatch_won(resource, len)
+--                         stop, after a wait that took what it waited for:
+--                         the last one keeps the subscription a while for
+--                         the next wait (rl_unwatch_won)
 --   heard(resource, len)  releases heard while watched (resource nil: every
 --                         watched resource together); compare, never order
 --   listeners(resource, len)

@@ -140,6 +140,7 @@ int rl_on_slot(rl_client *c, int kind, const char *resource, size_t len, int slo
                rl_result *out);
 int rl_watch(rl_client *c, const char *resource, size_t len);
 void rl_unwatch(rl_client *c, const char *resource, size_t len);
+void rl_unwatch_won(rl_client *c, const char *resource, size_t len);
 unsigned rl_heard(const rl_client *c, const char *resource, size_t len);
 int rl_heard_listeners(const rl_client *c, const char *resource, size_t len);
 int rl_sleep_until(rl_client *c, const char *resource, size_t len, unsigned heard, int ms);
@@ -192,6 +193,7 @@ int rl_engine_node_unanswered(const rl_engine *e, int node);
 const char *rl_engine_node_errstr(const rl_engine *e, int node);
 int rl_engine_watch(rl_engine *e, const char *resource, size_t len, double now_ms);
 void rl_engine_unwatch(rl_engine *e, const char *resource, size_t len, double now_ms);
+void rl_engine_unwatch_won(rl_engine *e, const char *resource, size_t len, double now_ms);
 unsigned rl_engine_heard(const rl_engine *e, const char *resource, size_t len);
 int rl_engine_heard_listeners(const rl_engine *e, const char *resource, size_t len);
 int rl_engine_listening(const rl_engine *e);

@@ -29,6 +29,7 @@ ffi.metatype("struct rl_client", { __index = {
     sleep = C.rl_sleep,
     watch = C.rl_watch,
     unwatch = C.rl_unwatch,
+    unwatch_won = C.rl_unwatch_won,
     heard = C.rl_heard,
     listeners = C.rl_heard_listeners,
     sleep_until = C.rl_sleep_until,

@@ -28,11 +28,15 @@ local function watch(client, a)
     end
 end
 
-local function unwatch(client, a)
+-- won: the wait took what it waited for, and left the nodes' queues; its
+-- subscriptions linger for the next wait (rl_unwatch_won). A wait that
+-- failed may still be queued somewhere, and unsubscribes at once.
+local function unwatch(client, a, won)
+    local method = won and client.unwatch_won or client.unwatch
     if type(a) == "string" then
-        client:unwatch(a, #a)
+        method(client, a, #a)
     else
-        for i = 1, #a do client:unwatch(a[i], #a[i]) end
+        for i = 1, #a do method(client, a[i], #a[i]) end
     end
 end
 
@@ -252,7 +256,7 @@ local function watched_retries(w, owed)
     local d, client = w.d, w.client
     watch(client, w.a)
     local ok, got, why, detail = pcall(retries, w, owed)
-    if d.client == client then unwatch(client, w.a) end
+    if d.client == client then unwatch(client, w.a, ok and got ~= nil) end
     if not ok then error(got, 0) end
     return got, why, detail
 end

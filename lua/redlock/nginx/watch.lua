@@ -13,7 +13,7 @@
 --
 -- Here: the hub's side (post_heard, forget_watches) and the client's
 -- methods of the transport contract that hand-off needs (methods: watch,
--- unwatch, heard, listeners, sleep_until, listening; redlock.nginx.client
+-- unwatch, unwatch_won, heard, listeners, sleep_until, listening; redlock.nginx.client
 -- takes them).
 
 local C = require("redlock.cdefs").lib
@@ -133,7 +133,9 @@ function methods:watch(resource, len)
     return 0
 end
 
-function methods:unwatch(resource, len)
+-- One watch of resource fewer; the last one ends the hub's watch with
+-- unwatch (rl_engine_unwatch, or rl_engine_unwatch_won: lingering).
+local function unwatch_with(self, resource, len, unwatch)
     local hub = self.hub
     local mine = watching(self)
     local r = name_of(resource, len)
@@ -145,9 +147,17 @@ function methods:unwatch(resource, len)
     c.refs = c.refs - 1
     if c.refs <= 0 then
         hub.chans[r], hub.watches[c.id] = nil, nil
-        C.rl_engine_unwatch(hub.e, r, #r, now_ms())
+        unwatch(hub.e, r, #r, now_ms())
         wake(hub)
     end
+end
+
+function methods:unwatch(resource, len)
+    unwatch_with(self, resource, len, C.rl_engine_unwatch)
+end
+
+function methods:unwatch_won(resource, len)
+    unwatch_with(self, resource, len, C.rl_engine_unwatch_won)
 end
 
 function methods:heard(resource, len)
