@@ -321,10 +321,13 @@ int rl_begin_acquire_queued(rl_client *c, const char *resource, size_t len, int 
  * answers its number: the first free in that order, or for a waiter whose
  * turn it is, the one of its place (docs/design.md, "Semaphores"). The slot that reaches a quorum of votes is
  * held, with validity as for a lock, and rl_result.slot says which; the
- * other slots the acquire set are released in its tail. When no slot can
+ * other slots the acquire set are released in its tail (a node that had not
+ * answered, once it answers). When no slot can
  * reach a quorum any more, everything set is released (as after a failed
  * acquire) and status is BUSY (the nodes that refused or chose other slots
- * leave no slot a quorum) or UNAVAILABLE. ticket > 0: a waiter's acquire,
+ * leave no slot a quorum) or UNAVAILABLE; a waiter's acquire (ticket > 0)
+ * is decided so only once every node has answered or the node timeout has
+ * passed. ticket > 0: a waiter's acquire,
  * which joins the nodes' queues of waiters of resource on refusal (see
  * "Hand-off": the channels are resource's, so a release of any slot wakes
  * the waiter of the semaphore whose turn it is; watch resource); ticket is

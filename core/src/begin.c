@@ -138,13 +138,14 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
     op->res.id = rl_opid_make(op->uses, op->slot);
     op->kept = kept ? *kept : (rl_keep_ref){-1, 0};
     op->taken = kept != NULL; /* nobody takes a keep-alive round's result */
-    op->sent = 0;
+    op->sent = op->deferred = 0;
     op->late = 0;
     op->ttl_ms = ttl_ms;
     op->quiet = variant == QUIET;
     e->inflight++;
     int round = op->sem_limit > 0 ? RL_ROUND_ACQUIRE_SLOT : variant == FENCED ? RL_ROUND_ACQUIRE_FENCED : kind;
     op->round.limit = op->sem_limit; /* read by the votes, which may start while it is sent */
+    op->round.settle_loss = op->sem_limit > 0 && op->sem_ticket > 0;
     rl_op_send_round(e, op, round, now, 1);
     return op->res.id;
 

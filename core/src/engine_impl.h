@@ -41,6 +41,8 @@ typedef struct rl_op {
     unsigned char wait_mark[RL_MAX_NODES]; /* with waits: which send of node i's write (its EVAL flag and
                                               redirections, ops.c) the WAIT that decides its vote follows */
     unsigned cleanup_sent;   /* bit i: node i was sent the cleanup */
+    unsigned deferred;       /* bit i: a won semaphore acquire's node i had not answered at the decision:
+                                its cleanup waits for its answer (rl_slot_tail_answer) */
     unsigned late;           /* bit i: node i was counted late for this operation (stats.c) */
     unsigned set_gen;        /* the generation of the first round (the SETs) */
     rl_mark cleanup_out[RL_MAX_NODES];  /* where each node's cleanup ends in its output */
@@ -196,9 +198,20 @@ int rl_op_release_cmd(const rl_op *op, rl_buf *b, int by_sha, int quiet);
 int rl_slot_cleanup_cmd(rl_engine *e, const rl_op *op, int node, rl_buf *b);
 
 /* A semaphore's acquire op won a slot: send every node whose vote went
- * elsewhere or is unknown (another slot, a refusal, an error, a timeout,
- * no answer yet) its cleanup (rl_slot_cleanup_cmd); they are owed in the
- * tail. */
+ * elsewhere or is unknown (another slot, a refusal, an error, a timeout)
+ * its cleanup (rl_slot_cleanup_cmd); they are owed in the tail. A node
+ * that has not answered yet is deferred: what it took is known once it
+ * answers (rl_slot_tail_answer), and most answer with the slot held,
+ * which needs nothing undone. */
 void rl_slot_release_strays(rl_engine *e, rl_op *op);
+
+/* The answer of node (reply NULL: none, the connection ended) to op's
+ * acquire, in its tail: a deferred node is sent the cleanup that answer
+ * calls for, if any (owed in the tail). */
+void rl_slot_tail_answer(rl_engine *e, rl_op *op, int node, const rl_reply *reply);
+
+/* op's tail is over: every node still deferred is sent the cleanup of an
+ * unknown vote (every slot but the one held; it runs after the acquire). */
+void rl_slot_tail_over(rl_engine *e, rl_op *op);
 
 #endif

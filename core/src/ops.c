@@ -67,7 +67,7 @@ static void op_quiet(rl_engine *e, rl_op *op) {
     if (op->phase == OP_TAIL || op->phase == OP_CLEANUP) e->tails--;
     op->gen++;
     op->phase = OP_QUIET;
-    op->owed = 0;
+    op->owed = op->deferred = 0;
     if (op->taken) rl_op_free(e, op);
 }
 
@@ -293,6 +293,7 @@ void rl_op_reply_from(rl_engine *e, rl_stream *s, int node, rl_ticket t, const r
         return;
     }
     if (!write_of_wait) op->owed &= ~(1u << node); /* else its WAIT still owes */
+    if (op->deferred && t.kind == RL_ROUND_ACQUIRE_SLOT) rl_slot_tail_answer(e, op, node, reply);
     /* The cleanup's connection ended, or its setup was given up on, before
      * the cleanup was written: keep it for the node's next connection (if
      * the SET may have run), and wait no more for its bytes to go out. */
@@ -355,6 +356,7 @@ void rl_op_timeout(rl_engine *e, rl_op *op) {
         op_expire_round(e, op);
     } else if (op->phase == OP_TAIL) {
         check_late_nodes(e, op);
+        if (op->deferred) rl_slot_tail_over(e, op);
         op_quiet(e, op);
     } else if (op->phase == OP_CLEANUP) {
         /* A connection whose setup is still under way has sent neither the

@@ -54,7 +54,10 @@ static int best_slot(const rl_round *r, int *votes) {
 
 /* A semaphore's acquire is decided when one slot has a quorum of votes, or
  * when no slot can reach one any more: the slot with the most votes, with
- * every node still to answer added, is short of a quorum. Two different
+ * every node still to answer added, is short of a quorum; with settle_loss
+ * (a queued waiter's acquire, which sleeps after a loss anyway), only once
+ * every node has voted or timed out, so that its cleanup goes only to the
+ * nodes that took a slot for it, not to every node yet to answer. Two different
  * slots can never both reach a quorum in one round (each node votes once),
  * so deciding at the first slot to reach one picks the only one that can.
  * res->ok becomes the votes of the slot held (or the best one), res->taken
@@ -63,7 +66,7 @@ static int best_slot(const rl_round *r, int *votes) {
 static int slot_decide(rl_round *r, double now_ms) {
     rl_result *res = r->res;
     int votes, slot = best_slot(r, &votes), voted = res->ok;
-    if (votes < res->quorum && votes + r->pending >= res->quorum) return 0;
+    if (votes < res->quorum && r->pending > 0 && (votes + r->pending >= res->quorum || r->settle_loss)) return 0;
     res->ok = votes;
     res->taken += voted - votes;
     res->elapsed_ms = now_ms - r->start_ms;

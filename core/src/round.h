@@ -25,6 +25,7 @@ typedef struct rl_round {
     double start_ms;      /* clock reading taken before the first send */
     int pending;          /* nodes that have not voted yet */
     int limit;            /* RL_ROUND_ACQUIRE_SLOT: the semaphore's slots (set by the caller; rl_round_start keeps it) */
+    int settle_loss;      /* RL_ROUND_ACQUIRE_SLOT: a loss waits for every vote (set by the caller; kept likewise) */
     short voted[RL_MAX_NODES]; /* RL_ROUND_ACQUIRE_SLOT: the slot each node voted for (0: none) */
     unsigned awaiting;    /* bit i: node i's vote for waits for its WAIT's reply (rl_round_await) */
     unsigned held;        /* bit i: node i's write said yes; its vote waits for WAIT */

@@ -38,11 +38,11 @@ int rl_op_release_cmd(const rl_op *op, rl_buf *b, int by_sha, int quiet) {
                                op->res.value, quiet);
 }
 
-int rl_slot_cleanup_cmd(rl_engine *e, const rl_op *op, int node, rl_buf *b) {
+/* rl_slot_cleanup_cmd for a node that voted for slot voted (0: none, or
+ * not known) or refused. */
+static int cleanup_cmd(rl_engine *e, const rl_op *op, int voted, int refused, rl_buf *b) {
     int won = op->res.status == RL_STATUS_OK;
     int held = won ? op->res.slot : 0;
-    int voted = op->round.voted[node];
-    int refused = op->res.node[node].state == RL_NODE_TAKEN;
     const char *waiter = op->sem_ticket > 0 ? rl_engine_waiter_id(e) : NULL;
     if (voted != 0 && voted == held) return 1; /* the grant here is ours, and it left the queue */
     if (refused && !(won && waiter)) return 1; /* nothing set here; a loser keeps its place */
@@ -53,13 +53,40 @@ int rl_slot_cleanup_cmd(rl_engine *e, const rl_op *op, int node, rl_buf *b) {
                                 op->sem_ticket, how);
 }
 
-void rl_slot_release_strays(rl_engine *e, rl_op *op) {
+int rl_slot_cleanup_cmd(rl_engine *e, const rl_op *op, int node, rl_buf *b) {
+    return cleanup_cmd(e, op, op->round.voted[node], op->res.node[node].state == RL_NODE_TAKEN, b);
+}
+
+/* Send node i op's cleanup for its vote (voted, refused: as cleanup_cmd),
+ * owed in the tail. Nothing to undo, no memory or the node down: nothing
+ * is sent, and the ttl ends what may be there. */
+static void send_cleanup(rl_engine *e, rl_op *op, int i, int voted, int refused) {
     rl_ticket t = {.slot = op->slot, .gen = op->gen, .kind = RL_OP_RELEASE, .sent_ms = e->now, .eval = 1};
+    int swapped = rl_op_swap_key(e, op, i), rc = cleanup_cmd(e, op, voted, refused, &e->scratch);
+    if (swapped) rl_op_swap_key(e, op, -1);
+    if (rc == 0 && rl_route_send(e, i, op->hslot, e->scratch.data, e->scratch.len, t) == 0) op->owed |= 1u << i;
+}
+
+void rl_slot_release_strays(rl_engine *e, rl_op *op) {
+    op->deferred = 0;
     for (int i = 0; i < e->nnodes; i++) {
-        if (!(op->sent & (1u << i))) continue;
-        int swapped = rl_op_swap_key(e, op, i), rc = rl_slot_cleanup_cmd(e, op, i, &e->scratch);
-        if (swapped) rl_op_swap_key(e, op, -1);
-        if (rc != 0) continue; /* nothing to undo, or no memory: the ttl ends it */
-        if (rl_route_send(e, i, op->hslot, e->scratch.data, e->scratch.len, t) == 0) op->owed |= 1u << i;
+        unsigned bit = 1u << i;
+        if (!(op->sent & bit)) continue;
+        if (op->res.node[i].state == RL_NODE_PENDING && (op->owed & bit)) op->deferred |= bit;
+        else send_cleanup(e, op, i, op->round.voted[i], op->res.node[i].state == RL_NODE_TAKEN);
     }
+}
+
+void rl_slot_tail_answer(rl_engine *e, rl_op *op, int node, const rl_reply *reply) {
+    unsigned bit = 1u << node;
+    if (!(op->deferred & bit)) return;
+    op->deferred &= ~bit;
+    if (!(op->sent & bit)) return; /* its acquire was never written: nothing there */
+    send_cleanup(e, op, node, rl_round_slot_of(&op->round, reply), reply != NULL && reply->type == RL_REPLY_NIL);
+}
+
+void rl_slot_tail_over(rl_engine *e, rl_op *op) {
+    for (int i = 0; i < e->nnodes; i++)
+        if (op->deferred & (1u << i)) send_cleanup(e, op, i, 0, 0);
+    op->deferred = 0;
 }
