@@ -72,8 +72,12 @@ void rl_slot_release_strays(rl_engine *e, rl_op *op) {
     for (int i = 0; i < e->nnodes; i++) {
         unsigned bit = 1u << i;
         if (!(op->sent & bit)) continue;
-        if (op->res.node[i].state == RL_NODE_PENDING && (op->owed & bit)) op->deferred |= bit;
-        else send_cleanup(e, op, i, op->round.voted[i], op->res.node[i].state == RL_NODE_TAKEN);
+        if (op->res.node[i].state != RL_NODE_PENDING || !(op->owed & bit))
+            send_cleanup(e, op, i, op->round.voted[i], op->res.node[i].state == RL_NODE_TAKEN);
+        else if (op->round.held & bit) /* its write answered, its WAIT has not: the answer is known */
+            send_cleanup(e, op, i, (int)op->round.held_value[i], 0);
+        else
+            op->deferred |= bit;
     }
 }
 

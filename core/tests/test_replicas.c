@@ -238,7 +238,32 @@ static void wait_timeout_fits_the_node_timeout(void) {
     }
 }
 
+/* A semaphore's acquire won while a node's write has answered a slot and
+ * its WAIT has not: that node's cleanup goes at the decision, for the slot
+ * it answered (here another one), not when the WAIT answers, which tells
+ * nothing of what the write took. A node yet to answer at all gets its
+ * cleanup once it answers. */
+static void semaphore_cleanup_of_a_write_behind_its_wait(void) {
+    E = engine_wanting(1, urls);
+    int id = rl_engine_begin_acquire_slot(E, "s", 1, 2, 10000, 0, 0);
+    for (int i = 0; i < 3; i++) connect_node(i, 0), drain(i, 0);
+    CHECK_INT(feed(0, ":1\r\n:1\r\n", 1), RL_OK);
+    CHECK_INT(feed(2, ":2\r\n", 1), RL_OK); /* slot 2, its WAIT still out */
+    CHECK_INT(rl_engine_done(E), 0);
+    CHECK_INT(feed(1, ":1\r\n:1\r\n", 2), RL_OK);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    CHECK_INT(r.slot, 1);
+    drain(2, 2);
+    CHECK_INT(count("redlock:slot:2:s"), 1); /* the release of slot 2 there */
+    CHECK_INT(count("redlock:slot:1:s"), 0);
+    CHECK_INT(feed(2, ":1\r\n:1\r\n", 3), RL_OK); /* the WAIT's reply, then the cleanup's */
+    CHECK_INT(rl_engine_tails(E), 0);
+    rl_engine_free(E);
+}
+
 int main(void) {
+    semaphore_cleanup_of_a_write_behind_its_wait();
     acquire_counts_a_yes_once_the_replicas_have_it();
     short_waits_fail_the_acquire_and_are_undone();
     a_node_url_overrides_the_option();
