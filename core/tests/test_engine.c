@@ -2073,6 +2073,28 @@ static void semaphore_split_votes_fail_and_are_undone(void) {
     rl_engine_free(E);
 }
 
+static char w_value[41], w_id[RL_WAITER_ID_LEN + 1];
+
+/* A waiter's acquire (limit 3, ticket 1234.5) on a fresh engine of 5
+ * nodes, sent: its id; w_value and w_id say what it sent (its value, the
+ * engine's waiter id). */
+static int begin_waiter_acquire(void) {
+    E = engine(urls5, 5, NULL);
+    int id = rl_engine_begin_acquire_slot(E, "s", 1, 3, 10000, 1234.5, 0);
+    bring_up_all(5, 0);
+    snprintf(w_value, sizeof(w_value), "%s", slot_value(drain(0, 0)));
+    snprintf(w_id, sizeof(w_id), "%s", rl_engine_waiter_id(E));
+    CHECK(strstr(out, w_id) != NULL);
+    CHECK(strstr(out, "$7\r\n1234500\r\n") != NULL); /* the ticket, in µs */
+    for (int i = 1; i < 5; i++) drain(i, 0);
+    return id;
+}
+
+/* Nodes 0 to 3 answer replies[0 .. 3] at 1; node 4 is left to answer. */
+static void answer_first_four(const char *const *replies) {
+    for (int i = 0; i < 4; i++) CHECK_INT(feed(i, replies[i], 1), RL_OK);
+}
+
 /* A waiter's acquire (a ticket): won, the nodes whose votes went elsewhere
  * are told to let the waiter leave their queue, a node that refused too
  * (with no slot to undo there); a node yet to answer is told once it
@@ -2083,26 +2105,15 @@ static void semaphore_split_votes_fail_and_are_undone(void) {
  * with its ticket, and a node that refused is left alone (the waiter keeps
  * its place there). */
 static void semaphore_waiter_leaves_the_queue_or_keeps_its_place(void) {
-    char value[41], waiter[RL_WAITER_ID_LEN + 1];
     /* won; node 4 answers after the decision: each answer, what it calls for */
     const char *late[] = {":1\r\n", ":2\r\n", "$-1\r\n", NULL};
     for (int k = 0; k < 4; k++) {
-        E = engine(urls5, 5, NULL);
-        int id = rl_engine_begin_acquire_slot(E, "s", 1, 3, 10000, 1234.5, 0);
-        bring_up_all(5, 0);
-        snprintf(value, sizeof(value), "%s", slot_value(drain(0, 0)));
-        snprintf(waiter, sizeof(waiter), "%s", rl_engine_waiter_id(E));
-        CHECK(strstr(out, waiter) != NULL);
-        CHECK(strstr(out, "$7\r\n1234500\r\n") != NULL); /* the ticket, in µs */
-        for (int i = 1; i < 5; i++) drain(i, 0);
-        CHECK_INT(feed(0, ":1\r\n", 1), RL_OK);
-        CHECK_INT(feed(1, ":1\r\n", 1), RL_OK);
-        CHECK_INT(feed(2, "$-1\r\n", 1), RL_OK);
-        CHECK_INT(feed(3, ":1\r\n", 1), RL_OK);
+        int id = begin_waiter_acquire();
+        answer_first_four((const char *[]){":1\r\n", ":1\r\n", "$-1\r\n", ":1\r\n"});
         rl_result r = take(id);
         CHECK_INT(r.status, RL_STATUS_OK);
         CHECK_INT(r.slot, 1);
-        CHECK_STR(drain(2, 1), waiter_cleanup("s", value, 3, -1, 1, waiter, 1234.5, "leave"));
+        CHECK_STR(drain(2, 1), waiter_cleanup("s", w_value, 3, -1, 1, w_id, 1234.5, "leave"));
         CHECK(strstr(out, "$16\r\nredlock:slot:") == NULL); /* refused: nothing to undo */
         for (int i = 0; i < 5; i++)
             if (i != 2) CHECK_INT(drain(i, 1)[0], 0); /* node 4: not yet */
@@ -2115,9 +2126,9 @@ static void semaphore_waiter_leaves_the_queue_or_keeps_its_place(void) {
             CHECK(at > 3);
             rl_engine_advance(E, at);
         }
-        const char *want = k == 0 ? "" : k == 1 ? waiter_cleanup("s", value, 3, 2, 1, waiter, 1234.5, "leave")
-                         : k == 2 ? waiter_cleanup("s", value, 3, -1, 1, waiter, 1234.5, "leave")
-                                  : waiter_cleanup("s", value, 3, 0, 1, waiter, 1234.5, "leave");
+        const char *want = k == 0 ? "" : k == 1 ? waiter_cleanup("s", w_value, 3, 2, 1, w_id, 1234.5, "leave")
+                         : k == 2 ? waiter_cleanup("s", w_value, 3, -1, 1, w_id, 1234.5, "leave")
+                                  : waiter_cleanup("s", w_value, 3, 0, 1, w_id, 1234.5, "leave");
         /* silent: a step check goes first (the node may be out of step) */
         if (k == 3) CHECK(strstr(drain(4, 3), want) != NULL && strstr(out, "ECHO") != NULL);
         else CHECK_STR(drain(4, 3), want);
@@ -2131,31 +2142,23 @@ static void semaphore_waiter_leaves_the_queue_or_keeps_its_place(void) {
 
     /* lost: decided only once node 4 answered, or at the node timeout */
     for (int silent = 0; silent < 2; silent++) {
-        E = engine(urls5, 5, NULL);
-        int id = rl_engine_begin_acquire_slot(E, "s", 1, 3, 10000, 1234.5, 0);
-        bring_up_all(5, 0);
-        snprintf(value, sizeof(value), "%s", slot_value(drain(0, 0)));
-        snprintf(waiter, sizeof(waiter), "%s", rl_engine_waiter_id(E));
-        for (int i = 1; i < 5; i++) drain(i, 0);
-        CHECK_INT(feed(0, ":1\r\n", 1), RL_OK);
-        CHECK_INT(feed(1, ":2\r\n", 1), RL_OK);
-        CHECK_INT(feed(2, "$-1\r\n", 1), RL_OK);
-        CHECK_INT(feed(3, "$-1\r\n", 1), RL_OK);
+        int id = begin_waiter_acquire();
+        answer_first_four((const char *[]){":1\r\n", ":2\r\n", "$-1\r\n", "$-1\r\n"});
         CHECK_INT(rl_engine_done(E), 0); /* lost already, but node 4 has not answered */
         if (silent) rl_engine_advance(E, rl_engine_deadline(E));
         else CHECK_INT(feed(4, "$-1\r\n", 2), RL_OK);
         rl_result r = take(id);
         CHECK_INT(r.status, RL_STATUS_BUSY);
-        CHECK_STR(drain(0, 2), waiter_cleanup("s", value, 3, 1, 0, waiter, 1234.5, "back"));
-        CHECK_STR(drain(1, 2), waiter_cleanup("s", value, 3, 2, 0, waiter, 1234.5, "back"));
-        if (silent) CHECK(strstr(drain(4, 2), waiter_cleanup("s", value, 3, 0, 0, waiter, 1234.5, "back")) != NULL);
+        CHECK_STR(drain(0, 2), waiter_cleanup("s", w_value, 3, 1, 0, w_id, 1234.5, "back"));
+        CHECK_STR(drain(1, 2), waiter_cleanup("s", w_value, 3, 2, 0, w_id, 1234.5, "back"));
+        if (silent) CHECK(strstr(drain(4, 2), waiter_cleanup("s", w_value, 3, 0, 0, w_id, 1234.5, "back")) != NULL);
         else CHECK_STR(drain(4, 2), "");
         CHECK_INT(drain(2, 2)[0], 0);
         CHECK_INT(drain(3, 2)[0], 0);
         rl_engine_free(E);
     }
 
-    /* a lost acquire that is not a waiter's is decided as soon as it is lost */
+    /* a lost acquire that is not a w_id's is decided as soon as it is lost */
     E = engine(urls5, 5, NULL);
     int id = rl_engine_begin_acquire_slot(E, "s", 1, 3, 10000, 0, 0);
     bring_up_all(5, 0);
