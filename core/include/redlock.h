@@ -485,7 +485,10 @@ void rl_unwatch(rl_client *c, const char *resource, size_t len);
  * still holds this client (its leave not yet there) ends the linger at once,
  * so that the node passes the turn to the next waiter. Use rl_unwatch after
  * a wait that failed: this client may still be in a queue, and a listener
- * that does not wait would hold up the waiters behind it. */
+ * that does not wait would hold up the waiters behind it. lua/redlock uses
+ * it for a semaphore's waits only: a lock's releaser that locks again at
+ * once gives a head start to the waiter its release woke, and a lingering
+ * subscription would hear that release's own broadcast and end it. */
 void rl_unwatch_won(rl_client *c, const char *resource, size_t len);
 #define RL_WATCH_LINGER_MS 500
 

@@ -63,7 +63,7 @@
 --   watch(resource, len), unwatch(resource, len)
 --                         listen for releases of resource (nested), and stop
 --   unwatch_won(resource, len)
---                         stop, after a wait that took what it waited for:
+--                         stop, after a semaphore's wait that took its slot:
 --                         the last one keeps the subscription a while for
 --                         the next wait (rl_unwatch_won)
 --   heard(resource, len)  releases heard while watched (resource nil: every

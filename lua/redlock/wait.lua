@@ -28,11 +28,14 @@ local function watch(client, a)
     end
 end
 
--- won: the wait took what it waited for, and left the nodes' queues; its
--- subscriptions linger for the next wait (rl_unwatch_won). A wait that
--- failed may still be queued somewhere, and unsubscribes at once.
-local function unwatch(client, a, won)
-    local method = won and client.unwatch_won or client.unwatch
+-- linger: a semaphore's wait took its slot, and left the nodes' queues;
+-- its subscription lingers for the next wait (rl_unwatch_won). A wait that
+-- failed may still be queued somewhere, and unsubscribes at once. A lock's
+-- does too: a releaser that locks again at once owes the waiter its release
+-- woke a head start, and a lingering subscription would hear that release's
+-- own broadcast from the slower nodes and end the head start at once.
+local function unwatch(client, a, linger)
+    local method = linger and client.unwatch_won or client.unwatch
     if type(a) == "string" then
         method(client, a, #a)
     else
@@ -256,7 +259,7 @@ local function watched_retries(w, owed)
     local d, client = w.d, w.client
     watch(client, w.a)
     local ok, got, why, detail = pcall(retries, w, owed)
-    if d.client == client then unwatch(client, w.a, ok and got ~= nil) end
+    if d.client == client then unwatch(client, w.a, ok and got ~= nil and w.kind.slots ~= nil) end
     if not ok then error(got, 0) end
     return got, why, detail
 end
