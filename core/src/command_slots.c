@@ -13,7 +13,8 @@
  * at place r (from 0) gets the (r+1)-th free slot by number, so that nodes
  * whose queues agree give each waiter the same slot, and two waiters never
  * split the nodes' votes over one slot. A release, or an undone acquire,
- * wakes the waiter at place F-1: the one whose turn it has just become.
+ * wakes the waiters at places 0 to F-1: the one whose turn has just come,
+ * and any woken before whose attempt failed, which still wait at theirs.
  * None of this bears on "never more than L": each node still SETs at most
  * one slot NX per acquire; it only refuses callers a plain SET NX would
  * have let in. */
@@ -37,12 +38,15 @@
     "local function pub() if not PUB then PUB, NUM = \"publish\", \"numsub\" " \
     "if in_cluster() then PUB, NUM = \"spublish\", \"shardnumsub\" end end return PUB, NUM end "
 
-/* turn(k, l, q): wake the waiter of queue q (of the semaphore key k, limit
+/* turn(k, l, q): wake the waiters of queue q (of the semaphore key k, limit
  * l, or nil when unknown: one slot free is assumed) whose turn it is: with
- * f slots free, the one at place f-1. One that no longer listens is dropped
- * and the next one moves up, at most 8 times. With fewer than f queued,
- * every listener on the broadcast channel hears the release, as for a lock.
- * Answers 2 when someone heard it, else 1. */
+ * f slots free, those at places 0 to f-1. Not only the one whose turn has
+ * just come: one woken before whose attempt failed (the nodes were not yet
+ * of one mind) is still at its place with its slot kept free for it, and
+ * would otherwise wait for its policy's next attempt. One that no longer
+ * listens is dropped and the next one moves up; 8 messages at most. With
+ * fewer than f queued, every listener on the broadcast channel hears the
+ * release, as for a lock. Answers 2 when someone heard it, else 1. */
 #define RL_SLOT_TURN \
     RL_PUBLISHING \
     "local function turn(k, l, q) " \
@@ -50,11 +54,13 @@
     "if l then f = 0 for s = 1, l do if redis.call(\"exists\",\"" RL_SLOT_PREFIX "\"..s..\":\"..k) == 0 then f = f + 1 end end end " \
     "local n = redis.pcall(\"zcard\",q) " \
     "if f > 0 and type(n) == \"number\" and n <= " STR(RL_QUEUE_MAX) " then " \
-    "for i = 1, 8 do if f > n then break end " \
-    "local e = redis.pcall(\"zrange\",q,f - 1,f - 1) e = type(e) == \"table\" and e[1] if type(e) ~= \"string\" then break end " \
+    "local i, sent, woke = 0, 0, 0 " \
+    "while i < f and f <= n and sent < 8 do " \
+    "local e = redis.pcall(\"zrange\",q,i,i) e = type(e) == \"table\" and e[1] if type(e) ~= \"string\" then break end " \
+    "sent = sent + 1 " \
     "local s = redis.pcall((pub()),\"" RL_WAKE_PREFIX "\"..e..\":\"..k,1) " \
-    "if type(s) == \"number\" and s > 0 then return 2 end " \
-    "redis.pcall(\"zrem\",q,e) n = n - 1 end " \
+    "if type(s) == \"number\" and s > 0 then woke, i = woke + 1, i + 1 else redis.pcall(\"zrem\",q,e) n = n - 1 end end " \
+    "if woke > 0 then return 2 end " \
     "end " \
     "if f == 0 then return 1 end " \
     "local c = \"" RL_RELEASED_PREFIX "\"..k local s = redis.pcall(\"pubsub\",select(2, pub()),c) " \
@@ -230,7 +236,7 @@ int rl_cmd_acquire_slot(rl_buf *b, const char *key, size_t keylen, const char *v
     return 0;
 }
 
-const char rl_release_slot_sha[] = "db44186c1c18575c679d7936388fc577f6c6d9d9";
+const char rl_release_slot_sha[] = "e52be11008f46631142957ba68cdf6f92539c9a6";
 
 int rl_cmd_release_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *sem, size_t semlen,
                         const char *value, int quiet) {

@@ -1,5 +1,7 @@
 /* test_command.c — the RESP bytes of each command, and lock values. */
 #define _GNU_SOURCE /* memmem */
+#include <openssl/evp.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "redlock.h"
@@ -31,6 +33,22 @@ static void encodes_scripts_by_sha_and_by_source(void) {
     CHECK(memmem(b.data, b.len, "pexpire", 7) != NULL);
     CHECK(b.len > 11 && memcmp(b.data + b.len - 11, "$5\r\n30000\r\n", 11) == 0);
     rl_buf_free(&b);
+}
+
+/* Each script sent by its SHA1 carries the SHA1 of its own text: a stale
+ * constant would make every node answer NOSCRIPT, and every such command
+ * go twice. */
+static void script_shas_match_their_scripts(void) {
+    const char *const scripts[] = {rl_release_script, rl_extend_script, rl_release_slot_script};
+    const char *const shas[] = {rl_release_sha, rl_extend_sha, rl_release_slot_sha};
+    for (int i = 0; i < 3; i++) {
+        unsigned char md[EVP_MAX_MD_SIZE];
+        unsigned int mdlen = 0;
+        char hex[2 * EVP_MAX_MD_SIZE + 1];
+        CHECK_INT(EVP_Digest(scripts[i], strlen(scripts[i]), md, &mdlen, EVP_sha1(), NULL), 1);
+        for (unsigned int k = 0; k < mdlen; k++) snprintf(hex + 2 * k, 3, "%02x", md[k]);
+        CHECK_STR(hex, shas[i]);
+    }
 }
 
 static void encodes_a_waiters_acquire_whole(void) {
@@ -125,6 +143,7 @@ int main(void) {
     adds_the_base_as_a_second_key();
     encodes_set_nx_px();
     encodes_scripts_by_sha_and_by_source();
+    script_shas_match_their_scripts();
     encodes_a_waiters_acquire_whole();
     encodes_any_command_after_what_is_queued();
     encodes_large_keys_and_ttls();
