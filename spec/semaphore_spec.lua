@@ -383,6 +383,58 @@ describe("semaphore", function()
     proc.rmdir(dir)
   end)
 
+  it("a release wakes every waiter whose turn it is, the one woken before included", function()
+    -- Before, only the waiter whose turn had just come (place F-1) was
+    -- woken: one woken earlier whose attempt failed kept its free slot and
+    -- waited for its policy's next attempt. Here w is woken by the first
+    -- release and does not attempt; the second release (2 slots free) must
+    -- wake it again, beside v.
+    local ffi = require "ffi"
+    local lib = require("redlock.cdefs").lib
+    local out = ffi.new("rl_result")
+    local r = res("rewake")
+    local holder = redlock.new { servers = cl.urls }
+    local a = assert(holder:lock(r, { limit = 2 }))
+    local b = assert(holder:lock(r, { limit = 2 }))
+    holder.client:sleep(600) -- its won waits' subscription lingers 500 ms
+    local w, v = redlock.new { servers = cl.urls }, redlock.new { servers = cl.urls }
+    local ok, err = pcall(function()
+      local ticket = lib.rl_wall_ms()
+      for i, c in ipairs { w, v } do -- w first in every node's queue, v second
+        assert.equal(0, lib.rl_watch(c.client, r, #r))
+        assert.equal(0, lib.rl_acquire_slot(c.client, r, #r, 2, 10000, ticket + i, out))
+        assert.equal(lib.RL_STATUS_BUSY, out.status)
+      end
+      -- both subscribed on every node (their loops run meanwhile)
+      assert(cluster.await_all(cl, function(node)
+        w.client:sleep(1)
+        v.client:sleep(1)
+        local n = tonumber(cluster.call(cl, node, "PUBSUB", "NUMSUB", "redlock:released:" .. r):match("(%d+)%s*$"))
+        return n == 2, "subscribers " .. tostring(n)
+      end, 5000))
+      -- heard by c from every node within ms, counting from seen
+      local function hears_all(c, seen, ms)
+        local by = proc.now_ms() + ms
+        while (lib.rl_heard(c.client, r, #r) - seen) % 4294967296 < cl.n and proc.now_ms() < by do
+          lib.rl_sleep_until(c.client, r, #r, lib.rl_heard(c.client, r, #r), 10)
+        end
+        return (lib.rl_heard(c.client, r, #r) - seen) % 4294967296
+      end
+      local w0, v0 = lib.rl_heard(w.client, r, #r), lib.rl_heard(v.client, r, #r)
+      assert.is_true(a:unlock()) -- 1 slot free: w's turn
+      assert.equal(cl.n, hears_all(w, w0, 5000))
+      assert.equal(0, hears_all(v, v0, 200))
+      local w1 = lib.rl_heard(w.client, r, #r)
+      assert.is_true(b:unlock()) -- 2 slots free: w's and v's turn
+      assert.equal(cl.n, hears_all(v, v0, 5000))
+      assert.equal(cl.n, hears_all(w, w1, 5000)) -- before: 0
+    end)
+    w:close()
+    v:close()
+    holder:close()
+    assert(ok, err)
+  end)
+
   it("8 processes, limit 3: every process gets a share, never more than 3 hold", function()
     local h, s, text = run_workers(cl.urls, res("fair"), 8, 3, 3000, 5, 5000)
     assert.are.equal(0, h.malformed + h.unfinished)
