@@ -478,7 +478,8 @@ void rl_unwatch(rl_client *c, const char *resource, size_t len);
 
 /* rl_unwatch by a waiter whose wait ended with what it waited for taken
  * (the acquire that won left the nodes' queues). The last one leaves the
- * resource subscribed for RL_WATCH_LINGER_MS more: a waiter that watches it
+ * resource subscribed for RL_WATCH_LINGER_MS more (until the first call
+ * that drives the client after that): a waiter that watches it
  * again within that time (a worker that locks the same resource in a loop)
  * subscribes nothing, and its count of releases heard goes on from where it
  * was. Nothing heard meanwhile counts, and a wake-up from a queue that
