@@ -68,7 +68,6 @@ static void send_cleanup(rl_engine *e, rl_op *op, int i, int voted, int refused)
 }
 
 void rl_slot_release_strays(rl_engine *e, rl_op *op) {
-    op->deferred = 0;
     for (int i = 0; i < e->nnodes; i++) {
         unsigned bit = 1u << i;
         if (!(op->sent & bit)) continue;

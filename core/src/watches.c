@@ -178,8 +178,7 @@ void rl_subs_unwatch(rl_subs *s, const char *resource, size_t len, double now_ms
     }
     rl_watched *w = &s->w[id];
     drop_news(s, id);
-    w->linger_until = now_ms + linger_ms;
-    if (w->linger_until <= RL_LINGER_OVER) w->linger_until = RL_LINGER_OVER;
+    w->linger_until = now_ms + linger_ms; /* > 0: the engine's clock starts at 0 and never goes back */
     if (s->linger_next == 0 || w->linger_until < s->linger_next) s->linger_next = w->linger_until;
 }
 

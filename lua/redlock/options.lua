@@ -13,6 +13,8 @@ local ffi_new = ffi.new
 local floor = math.floor
 local type, next, ipairs, pairs = type, next, ipairs, pairs
 local argerror, show, is_int, check_ms, check_opts = check.argerror, check.show, check.is_int, check.ms, check.opts
+local check_resource = check.resource
+local MAX_MS = check.MAX_MS
 
 --- Raise at fname's caller unless v, the option called name, is a number
 --- of replicas a vote may wait for.
@@ -21,8 +23,6 @@ local function check_replicas(fname, name, v)
         argerror(1, fname, ("%s must be a whole number from 0 to %d, got %s"):format(name, C.RL_MAX_REPLICAS, show(v)))
     end
 end
-local check_resource = check.resource
-local MAX_MS = check.MAX_MS
 
 local _M = {}
 
