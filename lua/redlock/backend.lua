@@ -71,9 +71,21 @@
 --   listeners(resource, len)
 --                         the waiters that listened for the last release
 --                         heard (nil: the most over what is watched); 0 unknown
---   sleep_until(resource, len, seen, ms)
+--   sleep_until(resource, len, seen, ms, since)
 --                         sleep up to ms: 1 as soon as heard() ~= seen
---                         (at once if it already is), else 0
+--                         (at once if it already is), else 0; since: when
+--                         the waiter began to wait (rl_now_ms): a wake-up
+--                         meant for one of the client's waiters goes to
+--                         the one that has waited longest
+--   waiting(resource, len)
+--                         the calls waiting for resource now that share the
+--                         client's place in the nodes' queues (its waiter id)
+--   first(resource, len, since)
+--                         whether none of those began to wait before since:
+--                         the one whose attempts use the place
+--   pass_turn(resource, len, since)
+--                         the one of since stopped waiting: wake the one
+--                         that has waited longest, if one sleeps
 --   listening()           subscriber connections up (for tests and tools)
 --   errstr()              the reason of the last RL_ERR (a C string or a Lua string)
 --   node_name(i)          node i's name (0-based; no password)

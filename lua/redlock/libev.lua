@@ -32,7 +32,12 @@ ffi.metatype("struct rl_client", { __index = {
     unwatch_won = C.rl_unwatch_won,
     heard = C.rl_heard,
     listeners = C.rl_heard_listeners,
-    sleep_until = C.rl_sleep_until,
+    -- a blocking client has one waiter at a time: nobody to order (since),
+    -- to wait behind or to pass a turn to
+    sleep_until = function(c, resource, len, seen, ms) return C.rl_sleep_until(c, resource, len, seen, ms) end,
+    waiting = function() return 0 end,
+    first = function() return true end,
+    pass_turn = function() end,
     listening = C.rl_client_listening,
     errstr = C.rl_client_errstr,
     node_name = C.rl_client_node_name,

@@ -50,7 +50,10 @@ end
 
 -- The sleeps between attempts, between the host's sleeping() and awake()
 -- (redlock.hooks): ms, or (sleep_until) up to ms or until a release of a is
--- heard since seen (1 then, else 0).
+-- heard since seen (1 then, else 0). since: when the waiter began to wait;
+-- of a client's waiters asleep on one resource, a wake-up meant for one
+-- goes to the one that has waited longest (nginx: many requests wait on
+-- one worker's client).
 local function nap(client, ms)
     local f = on.sleeping
     if f then f() end
@@ -59,11 +62,15 @@ local function nap(client, ms)
     if f then f() end
 end
 
-local function sleep_until(client, a, seen, ms)
+local function sleep_until(client, a, seen, ms, since)
     local f = on.sleeping
     if f then f() end
     local woke
-    if type(a) == "string" then woke = client:sleep_until(a, #a, seen, ms) else woke = client:sleep_until(nil, 0, seen, ms) end
+    if type(a) == "string" then
+        woke = client:sleep_until(a, #a, seen, ms, since)
+    else
+        woke = client:sleep_until(nil, 0, seen, ms, since)
+    end
     f = on.awake
     if f then f() end
     return woke
@@ -102,11 +109,11 @@ end
 -- has heard a quorum of them (since seen) before it attempts.
 local QUORUM_OF_WAKES_MS = 2
 
-local function quorum_of_wakes(client, a, seen, quorum)
+local function quorum_of_wakes(client, a, seen, quorum, since)
     local by, h = now() + QUORUM_OF_WAKES_MS, heard(client, a)
     while (h - seen) % 4294967296 < quorum do
         local left = ceil(by - now())
-        if left <= 0 or sleep_until(client, a, h, left) ~= 1 then return end
+        if left <= 0 or sleep_until(client, a, h, left, since) ~= 1 then return end
         h = heard(client, a)
     end
 end
@@ -169,10 +176,12 @@ local WAKE_ATTEMPTS = 4
 --   a, b          what an attempt takes: the resource (or list) and the ttl
 --   policy        the retry policy; deadline: when the last attempt may
 --                 start at the latest (rl_now_ms), or nil
+--   since         when it began to wait (rl_now_ms), its order among the
+--                 client's waiters of the same resource
 --   err, detail   how the last attempt failed
 local function waiter(d, client, kind, a, b, policy, deadline)
     return { d = d, client = client, kind = kind, a = a, b = b, policy = policy, deadline = deadline,
-             err = nil, detail = nil }
+             since = now(), err = nil, detail = nil }
 end
 
 -- Run w's attempts under its policy, within its deadline if it has one. With
@@ -182,10 +191,15 @@ end
 -- heard during an attempt ends the next sleep at once; one missed costs a
 -- poll interval. Attempts made on a wake-up are extra: the policy counts
 -- those made after its delay, and WAKE_ATTEMPTS bounds them per delay.
+-- Of a client's waiters of one resource, only the first (the one that has
+-- waited longest) attempts: the nodes' queues hold the client once, by its
+-- waiter id, and that place is its (redlock.h, "Hand-off"). The others
+-- sleep on, their policies unasked, until they are first; the end of the
+-- first's wait wakes the next (watched_retries).
 -- owed: a head start still owed (ms), before the first attempt; else the
 -- first attempt has been made, and w.err, w.detail say how it failed.
 local function retries(w, owed)
-    local d, client, a, b = w.d, w.client, w.a, w.b
+    local d, client, a, b, since = w.d, w.client, w.a, w.b, w.since
     local try, err, detail = w.kind.try, w.err, w.detail
     -- a semaphore's waiters hear the releases of every slot: as many
     -- wake-ups per slot as a lock's waiters get
@@ -193,9 +207,13 @@ local function retries(w, owed)
     local n = 1
     local notify = d.notify
     local seen = notify and heard(client, a)
+    -- (only waiters that watch stand in their client's line)
+    local single = type(a) == "string"
+    local in_line = notify and single
+    local function first() return not in_line or client:first(a, #a, since) end
     local got
     if owed then
-        if sleep_until(client, a, seen, ceil(owed)) == 1 then wake_jitter(client, a) end
+        if sleep_until(client, a, seen, ceil(owed), since) == 1 then wake_jitter(client, a) end
         seen = heard(client, a)
     end
     -- a waiter of one plain lock joins the queue at once, rather than after
@@ -203,7 +221,7 @@ local function retries(w, owed)
     local queued = notify and w.kind.queued
     if queued then try = queued end
     local ticket = w.kind.slots and C.rl_wall_ms() or nil
-    if queued or owed then
+    if (queued or owed) and first() then
         got, err, detail = try(d, client, a, b, ticket)
         if got then return got end
     end
@@ -211,7 +229,7 @@ local function retries(w, owed)
         local delay = policy_delay(w.policy, n, err, detail)
         if not delay then return nil, err, detail end
         -- closed by the policy, or by another coroutine while it yielded?
-        live_client(d, type(a) == "string" and "lock" or "lock_many")
+        live_client(d, single and "lock" or "lock_many")
         if w.deadline then
             local left = w.deadline - now()
             if left <= 0 then return nil, err, detail end
@@ -224,42 +242,51 @@ local function retries(w, owed)
             -- policy's attempt comes when the delay has passed
             local wake_by, extra = now() + delay, 0
             while true do
-                local woke = sleep_until(client, a, seen, delay) == 1
+                local woke = sleep_until(client, a, seen, delay, since) == 1
                 if woke and extra == wake_attempts then
                     -- this delay's wake-ups are used up: sleep out the rest
                     local left = floor(wake_by - now())
                     if left > 0 then nap(client, left) end
                     woke = false
                 elseif woke and w.kind.slots then
-                    quorum_of_wakes(client, a, seen, d.quorum)
+                    quorum_of_wakes(client, a, seen, d.quorum, since)
                 elseif woke then
                     wake_jitter(client, a)
                 end
                 seen = heard(client, a)
                 delay = floor(wake_by - now())
                 if not woke or delay <= 0 then break end
-                extra = extra + 1
-                -- (a failure here is superseded by the policy's attempt below)
-                got = try(d, client, a, b, ticket)
-                if got then return got end
+                if first() then
+                    extra = extra + 1
+                    -- (a failure here is superseded by the policy's attempt below)
+                    got = try(d, client, a, b, ticket)
+                    if got then return got end
+                end
             end
         else
             nap(client, delay)
         end
-        n = n + 1
-        got, err, detail = try(d, client, a, b, ticket)
-        if got then return got end
+        if first() then
+            n = n + 1
+            got, err, detail = try(d, client, a, b, ticket)
+            if got then return got end
+        end
     end
 end
 
 -- retries with notifications on: the resource watched throughout. Whatever
 -- ends them (a result, the policy's error, misuse, an attempt that raises)
--- ends the watch, unless the client is closed by then.
+-- ends the watch, unless the client is closed by then, and passes the turn
+-- to the client's next waiter of the resource, if one sleeps (a list's
+-- waiters pass none on: lock_many does not queue).
 local function watched_retries(w, owed)
-    local d, client = w.d, w.client
-    watch(client, w.a)
+    local d, client, a = w.d, w.client, w.a
+    watch(client, a)
     local ok, got, why, detail = pcall(retries, w, owed)
-    if d.client == client then unwatch(client, w.a, ok and got ~= nil and w.kind.slots ~= nil) end
+    if d.client == client then
+        unwatch(client, a, ok and got ~= nil and w.kind.slots ~= nil)
+        if type(a) == "string" then client:pass_turn(a, #a, w.since) end
+    end
     if not ok then error(got, 0) end
     return got, why, detail
 end
@@ -268,15 +295,20 @@ end
 --- the ms within which the last attempt starts after the first, or nil). A
 --- head start owed (see above) is waited out first; with notifications on,
 --- within the same watch as the retries, so that a release heard ends it.
+--- A call that finds others of its client (nginx: of its worker) waiting
+--- for the same resource queues behind them instead: its first attempt
+--- takes only what is free beyond the waiters queued, and its next ones
+--- wait until it is the first of them (retries).
 --- A lock (or group), or nil, err, detail.
 function _M.with_retries(d, client, kind, a, b, policy, wait)
     local deadline = wait and now() + wait
     local owed = head_start_owed(d, a)
-    if owed > 0 and d.notify then
-        return watched_retries(waiter(d, client, kind, a, b, policy, deadline), owed)
+    local behind = d.notify and type(a) == "string" and client:waiting(a, #a) > 0
+    if owed > 0 and not behind then
+        if d.notify then return watched_retries(waiter(d, client, kind, a, b, policy, deadline), owed) end
+        nap(client, ceil(owed))
     end
-    if owed > 0 then nap(client, ceil(owed)) end
-    if d.notify and kind.slots then
+    if d.notify and kind.slots and not behind then
         -- a semaphore's waiter listens from the start: its first attempt is
         -- already its queued one (a second, at once, would be refused too)
         return watched_retries(waiter(d, client, kind, a, b, policy, deadline))

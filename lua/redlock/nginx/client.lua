@@ -145,7 +145,8 @@ function client:sleep(ms) -- luacheck: ignore 212/self
     if phase_refusal() == nil then ngx.sleep(ms / 1000) end
 end
 
--- Hand-off: watch, unwatch, heard, listeners, sleep_until, listening
+-- Hand-off: watch, unwatch, unwatch_won, heard, listeners, sleep_until, waiting,
+-- first, pass_turn, listening
 -- (redlock.nginx.watch).
 for name, f in pairs(watch.methods) do client[name] = f end
 

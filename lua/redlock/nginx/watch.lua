@@ -13,8 +13,8 @@
 --
 -- Here: the hub's side (post_heard, forget_watches) and the client's
 -- methods of the transport contract that hand-off needs (methods: watch,
--- unwatch, unwatch_won, heard, listeners, sleep_until, listening; redlock.nginx.client
--- takes them).
+-- unwatch, unwatch_won, heard, listeners, sleep_until, waiting, first,
+-- pass_turn, listening; redlock.nginx.client takes them).
 
 local C = require("redlock.cdefs").lib
 local calls = require "redlock.nginx.calls"
@@ -22,55 +22,75 @@ local semaphore = require "ngx.semaphore"
 
 local ffi_new = require("ffi").new
 local now_ms = C.rl_now_ms
-local pairs, math_max = pairs, math.max
+local pairs, type, math_max = pairs, type, math.max
 local phase_refusal, start, wake = calls.phase_refusal, calls.start, calls.wake
 
 local int_out = ffi_new("int[1]")
+
+-- How long a waiter awake in line (see methods:first) counts as waiting
+-- without a sign of life: longer than an attempt takes.
+local AWAKE_MS = 1000
 
 local _M = {}
 
 ---------------------------------------------------------------------------
 -- the hub's side
 
+-- The requests asleep on watch c: c.sleepers[sema] = when its request
+-- began to wait (the `since` its sleep_until was given) while it is
+-- registered; c.posted[sema] once a message woke it (its count 0 until it
+-- resumes). A semaphore with count 0 that nobody posted belongs to a
+-- request that was killed asleep (client abort, ngx.exit from another
+-- thread), and is dropped so that it swallows no wake-up.
+local function asleep(c, sema)
+    return c.posted[sema] or sema:count() < 0
+end
+
+-- Wake the request asleep on watch c that has waited longest, unless one
+-- woken before has yet to resume: the worker is one waiter in the nodes'
+-- queues, whose turn goes to its requests in the order they began to wait.
+local function wake_oldest(c)
+    local sleepers, oldest, since = c.sleepers, nil, nil
+    for sema, t in pairs(sleepers) do
+        if c.posted[sema] then return end
+        if sema:count() < 0 then
+            if oldest == nil or t < since then oldest, since = sema, t end
+        else
+            sleepers[sema] = nil
+        end
+    end
+    if oldest then
+        oldest:post(1)
+        c.posted[oldest] = true
+    end
+end
+
 -- Watch c heard a release: wake whoever sleeps on it. broadcast: on the
 -- resource's channel, whose message is the number of connections that
 -- listened (this worker's is one); with the requests asleep here, that is
 -- how many waiters compete, and all are woken. Otherwise only on the hub's
 -- wake channel (the hub was the oldest in a node's queue): one request is
--- woken, alone, whichever node's message comes first.
+-- woken, alone, the one that has waited longest (wake_oldest).
 local function wake_sleepers(hub, c, broadcast)
-    -- sleepers[sema]: true while its request waits on it (count -1),
-    -- "posted" once a message woke it (count 0 until it resumes); a
-    -- semaphore nobody waits on any more belongs to a request that was
-    -- killed asleep (client abort, ngx.exit from another thread), and is
-    -- dropped so that it swallows no wake-up
-    local sleepers, first, pending, asleep = c.sleepers, nil, false, 0
-    for sema, state in pairs(sleepers) do
-        local count = sema:count()
-        if count < 0 then
-            asleep = asleep + 1
-            if broadcast then
-                sema:post(1)
-                sleepers[sema] = "posted"
-            else
-                first = first or sema
-            end
-        elseif state == "posted" and count == 0 then
-            asleep, pending = asleep + 1, true
-        else
-            sleepers[sema] = nil
-        end
-    end
     if not broadcast then
-        if first and not pending then
-            first:post(1)
-            sleepers[first] = "posted"
-        end
+        wake_oldest(c)
         c.listeners = 1
         return
     end
+    local n = 0
+    for sema in pairs(c.sleepers) do
+        if c.posted[sema] then
+            n = n + 1
+        elseif sema:count() < 0 then
+            n = n + 1
+            sema:post(1)
+            c.posted[sema] = true
+        else
+            c.sleepers[sema] = nil
+        end
+    end
     local said = C.rl_engine_heard_listeners(hub.e, c.resource, #c.resource)
-    c.listeners = said - 1 + math_max(asleep, 1)
+    c.listeners = said - 1 + math_max(n, 1)
 end
 
 --- After a read of a subscriber link: wake the requests asleep on watches
@@ -124,7 +144,7 @@ function methods:watch(resource, len)
     if c == nil then
         local id = C.rl_engine_watch(hub.e, r, #r, now_ms())
         if id < 0 then return 0 end -- out of memory: the waiter polls
-        c = { id = id, resource = r, refs = 0, listeners = 0, sleepers = {} }
+        c = { id = id, resource = r, refs = 0, listeners = 0, sleepers = {}, posted = {}, line = {} }
         hub.chans[r], hub.watches[id] = c, c
         wake(hub) -- the loop subscribes (and connects the subscriber links)
     end
@@ -188,8 +208,10 @@ end
 
 -- Sleep up to ms; 1 as soon as heard(resource, len) ~= seen, else 0. Checked
 -- and registered with no yield in between: a release heard after heard()
--- was read either shows in the count here or posts the semaphore.
-function methods:sleep_until(resource, len, seen, ms)
+-- was read either shows in the count here or posts the semaphore. since:
+-- when the request began to wait (rl_now_ms; nil: now), which orders the
+-- worker's sleepers for the wake-ups meant for one (wake_oldest).
+function methods:sleep_until(resource, len, seen, ms, since)
     if phase_refusal() then return 0 end
     if self:heard(resource, len) ~= seen then return 1 end
     local hub = self.hub
@@ -210,13 +232,62 @@ function methods:sleep_until(resource, len, seen, ms)
     if sema then free_semas[n] = nil else sema = semaphore.new(0) end
     local horizon = now_ms() + ms
     if horizon > hub.sleep_horizon then hub.sleep_horizon = horizon end
-    for k = 1, #list do list[k].sleepers[sema] = true end
+    local line = resource ~= nil and since and list[1].line
+    since = since or now_ms()
+    for k = 1, #list do list[k].sleepers[sema] = since end
+    if line then line[since] = sema end
     sema:wait(ms / 1000)
-    for k = 1, #list do list[k].sleepers[sema] = nil end
+    for k = 1, #list do list[k].sleepers[sema], list[k].posted[sema] = nil, nil end
+    if line then line[since] = now_ms() + AWAKE_MS end
     -- posted as the wait timed out, or by more than one channel: drain it
     while sema:count() > 0 do sema:wait(0) end
     free_semas[#free_semas + 1] = sema
     return self:heard(resource, len) ~= seen and 1 or 0
+end
+
+-- The requests of the worker (every client on this hub) that wait for one
+-- resource share its place in the nodes' queues (the hub's waiter id), and
+-- take it in the order they began to wait: c.line[since] for each, by when
+-- it began, is the semaphore it sleeps on, or while it is awake (it
+-- attempts, or sleeps out a jitter) until when it counts as waiting
+-- without a sign of life. One killed asleep shows in its semaphore, one
+-- killed awake once that time has passed; either then leaves the line.
+--   waiting    how many watch the resource now
+--   first      whether none in line began before since: the one whose
+--              attempts use the place (the caller counts as awake)
+--   pass_turn  the one of since stopped waiting (it took the resource, or
+--              gave up): it leaves the line, and the one asleep that has
+--              waited longest is woken (an acquire that won took the
+--              worker out of the queues, and that one takes its own place
+--              there at once, rather than at its policy's next attempt)
+function methods:waiting(resource, len)
+    local c = self.hub.chans[name_of(resource, len)]
+    return c and c.refs or 0
+end
+
+function methods:first(resource, len, since)
+    local c = self.hub.chans[name_of(resource, len)]
+    if c == nil then return true end
+    local line, t0 = c.line, now_ms()
+    line[since] = t0 + AWAKE_MS
+    for t, v in pairs(line) do
+        if t < since then
+            if type(v) == "number" then
+                if v > t0 then return false end
+            elseif asleep(c, v) then
+                return false
+            end
+            line[t] = nil
+        end
+    end
+    return true
+end
+
+function methods:pass_turn(resource, len, since)
+    local c = self.hub.chans[name_of(resource, len)]
+    if c == nil then return end
+    c.line[since] = nil
+    wake_oldest(c)
 end
 
 function methods:listening()
