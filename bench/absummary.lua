@@ -103,6 +103,13 @@ for _, d in ipairs { { "redlock-c", "C" }, { "redlock-lua", "Lua" } } do
         return o and o.p50_us and o.p50_us / 1000
     end)
     fig(n .. " hand-off ceiling/s (one process alone)", "higher", INT, peer, "handoff", "ceiling_rate")
+    fig(n .. " sem acquisitions/s", "higher", INT, peer, "sem", "rate")
+    fig(n .. " sem wait p99 ms", "lower", D2, peer, "sem", function(row)
+        local o = row(peer, "sem")
+        return o and o.p99_us and o.p99_us / 1000
+    end)
+    fig(n .. " sem ceiling/s", "higher", INT, peer, "sem", "ceiling_rate")
+    fig(n .. " sem node CPU ms / 1000", "lower", INT, peer, "sem", "srv_cpu_ms_per_1k")
     fig(n .. " seq-tls cycles/s", "higher", INT, peer, "seq-tls", "rate")
     fig(n .. " seq-tls acquire p50 µs", "lower", INT, peer, "seq-tls", "p50_us")
 end

@@ -51,7 +51,8 @@
     RL_PUBLISHING \
     "local function turn(k, l, q) " \
     "local f = 1 " \
-    "if l then f = 0 for s = 1, l do if redis.call(\"exists\",\"" RL_SLOT_PREFIX "\"..s..\":\"..k) == 0 then f = f + 1 end end end " \
+    "if l then local names = {} for s = 1, l do names[s] = \"" RL_SLOT_PREFIX "\"..s..\":\"..k end " \
+    "f = l - redis.call(\"exists\",unpack(names)) end " \
     "local n = redis.pcall(\"zcard\",q) " \
     "if f > 0 and type(n) == \"number\" and n <= " STR(RL_QUEUE_MAX) " then " \
     "local i, sent, woke = 0, 0, 0 " \
@@ -88,7 +89,8 @@ const char rl_acquire_slot_script[] =
     "local l = #KEYS - 1 local k, w = KEYS[l + 1], ARGV[3] local q = \"" RL_SEM_QUEUE_PREFIX "\"..k "
     "local at, free = {}, {} "
     "for i = 1, l do at[tonumber(ARGV[4 + i])] = i end "
-    "for s = 1, l do local i = at[s] if i and redis.call(\"exists\",KEYS[i]) == 0 then free[#free + 1] = i end end "
+    "local held = redis.call(\"mget\",unpack(KEYS, 1, l)) "
+    "for s = 1, l do local i = at[s] if i and not held[i] then free[#free + 1] = i end end "
     "local n, r, queued "
     "local function place() "
     "n = redis.pcall(\"zcard\",q) if type(n) ~= \"number\" or n > " STR(RL_QUEUE_MAX) " then n = nil end "
@@ -236,7 +238,7 @@ int rl_cmd_acquire_slot(rl_buf *b, const char *key, size_t keylen, const char *v
     return 0;
 }
 
-const char rl_release_slot_sha[] = "e52be11008f46631142957ba68cdf6f92539c9a6";
+const char rl_release_slot_sha[] = "05c011fe108d4a0d19340fb77b886fd382baf7ed";
 
 int rl_cmd_release_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *sem, size_t semlen,
                         const char *value, int quiet) {
