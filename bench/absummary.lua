@@ -86,6 +86,13 @@ local function fig(label, better, fmt, peer, workload, get)
     FIG[#FIG + 1] = { label = label, better = better, fmt = fmt, peer = peer, workload = workload, get = get }
 end
 local INT, D1, D2 = "%.0f", "%.1f", "%.2f"
+-- a figure's getter: field (µs) of peer's workload, in ms
+local function in_ms(peer, workload, field)
+    return function(row)
+        local o = row(peer, workload)
+        return o and o[field] and o[field] / 1000
+    end
+end
 for _, d in ipairs { { "redlock-c", "C" }, { "redlock-lua", "Lua" } } do
     local peer, n = d[1], d[2]
     fig(n .. " seq cycles/s", "higher", INT, peer, "seq", "rate")
@@ -98,16 +105,10 @@ for _, d in ipairs { { "redlock-c", "C" }, { "redlock-lua", "Lua" } } do
     fig(n .. " seq-stall1 cycles/s", "higher", INT, peer, "seq-stall1", "rate")
     fig(n .. " seq-stall1 release p50 µs", "lower", INT, peer, "seq-stall1", "rel_p50_us")
     fig(n .. " hand-off acquisitions/s", "higher", INT, peer, "handoff", "rate")
-    fig(n .. " hand-off p50 ms", "lower", D2, peer, "handoff", function(row)
-        local o = row(peer, "handoff")
-        return o and o.p50_us and o.p50_us / 1000
-    end)
+    fig(n .. " hand-off p50 ms", "lower", D2, peer, "handoff", in_ms(peer, "handoff", "p50_us"))
     fig(n .. " hand-off ceiling/s (one process alone)", "higher", INT, peer, "handoff", "ceiling_rate")
     fig(n .. " sem acquisitions/s", "higher", INT, peer, "sem", "rate")
-    fig(n .. " sem wait p99 ms", "lower", D2, peer, "sem", function(row)
-        local o = row(peer, "sem")
-        return o and o.p99_us and o.p99_us / 1000
-    end)
+    fig(n .. " sem wait p99 ms", "lower", D2, peer, "sem", in_ms(peer, "sem", "p99_us"))
     fig(n .. " sem ceiling/s", "higher", INT, peer, "sem", "ceiling_rate")
     fig(n .. " sem node CPU ms / 1000", "lower", INT, peer, "sem", "srv_cpu_ms_per_1k")
     fig(n .. " seq-tls cycles/s", "higher", INT, peer, "seq-tls", "rate")

@@ -1268,6 +1268,9 @@ describe("redlock inside nginx", function()
             elseif a == "ran" then ngx.say("ran lost=", tostring(b))
             else ngx.say("nil ", tostring(b)) end
           }
+        }]], [[
+        location = /waiting {
+          content_by_lua_block { local r = ngx.var.arg_r ngx.say(DLM.client:waiting(r, #r)) }
         }]] }
     local r, long = res("reload_waiters"), res("reload_long")
     local holder = redlock.new { servers = cl.urls }
@@ -1281,13 +1284,20 @@ describe("redlock inside nginx", function()
         out[k] = tostring(rs.status) .. " " .. tostring(rs.body or rs.err):gsub("\n", "")
       end
       io.write(table.concat(out, "\n"))]]):format("/wl?r=" .. r, srv.port)
-    local sets = cluster.calls(cl, "set", 1)
     local pid = proc.spawn_luajit({ "luajit", "-e", code }, dir .. "/out")
     -- and one request that holds a lock of 600 ms ttl for 2.5 s, across the reload
     local long_pid, long_dir = request_in_background("/wl?r=" .. long .. "&ttl=600&hold=2.5")
     local ok, err = pcall(function()
-      -- all 30 waiting in the worker (each one's first attempt was a SET)
-      assert(cluster.await_all(cl, function(i) return i ~= 1 or cluster.calls(cl, "set", 1) >= sets + 31 end, 10000))
+      -- all 30 waiting in the worker
+      local by, waiting = proc.now_ms() + 10000
+      repeat
+        local status, body = srv:get("/waiting?r=" .. r)
+        assert.equal(200, status, log())
+        waiting = tonumber(body)
+        if waiting == 30 then break end
+        proc.sleep_ms(20)
+      until proc.now_ms() > by
+      assert.equal(30, waiting, log())
       await_held(long)
       proc.kill(srv.pid, "HUP")
       local t0 = proc.now_ms()

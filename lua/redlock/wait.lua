@@ -7,6 +7,7 @@
 local C = require("redlock.cdefs").lib
 local check = require "redlock.check"
 local hooks = require "redlock.hooks"
+local results = require "redlock.results"
 check.ours()
 
 local floor, ceil = math.floor, math.ceil
@@ -46,6 +47,13 @@ end
 local function heard(client, a)
     if type(a) == "string" then return client:heard(a, #a) end
     return client:heard(nil, 0)
+end
+
+-- Whether a waiter of kind for a stands in its client's line of waiters of
+-- a (see retries): it waits for one resource, with notifications on, as a
+-- kind that queues on the nodes under the client's waiter id.
+local function lined(d, kind, a)
+    return d.notify and kind.queued ~= nil and type(a) == "string"
 end
 
 -- The sleeps between attempts, between the host's sleeping() and awake()
@@ -207,9 +215,7 @@ local function retries(w, owed)
     local n = 1
     local notify = d.notify
     local seen = notify and heard(client, a)
-    -- (only waiters that watch stand in their client's line)
-    local single = type(a) == "string"
-    local in_line = notify and single
+    local single, in_line = type(a) == "string", lined(d, w.kind, a)
     local function first() return not in_line or client:first(a, #a, since) end
     local got
     if owed then
@@ -276,16 +282,15 @@ end
 
 -- retries with notifications on: the resource watched throughout. Whatever
 -- ends them (a result, the policy's error, misuse, an attempt that raises)
--- ends the watch, unless the client is closed by then, and passes the turn
--- to the client's next waiter of the resource, if one sleeps (a list's
--- waiters pass none on: lock_many does not queue).
+-- ends the watch, unless the client is closed by then, and a waiter in its
+-- client's line passes the turn to the next, if one sleeps.
 local function watched_retries(w, owed)
     local d, client, a = w.d, w.client, w.a
     watch(client, a)
     local ok, got, why, detail = pcall(retries, w, owed)
     if d.client == client then
         unwatch(client, a, ok and got ~= nil and w.kind.slots ~= nil)
-        if type(a) == "string" then client:pass_turn(a, #a, w.since) end
+        if lined(d, w.kind, a) then client:pass_turn(a, #a, w.since) end
     end
     if not ok then error(got, 0) end
     return got, why, detail
@@ -295,20 +300,25 @@ end
 --- the ms within which the last attempt starts after the first, or nil). A
 --- head start owed (see above) is waited out first; with notifications on,
 --- within the same watch as the retries, so that a release heard ends it.
---- A call that finds others of its client (nginx: of its worker) waiting
---- for the same resource queues behind them instead: its first attempt
---- takes only what is free beyond the waiters queued, and its next ones
---- wait until it is the first of them (retries).
+--- A call that finds others of its client's line (nginx: of its worker)
+--- waiting for the same resource stands behind them instead, and makes no
+--- attempt until it is the first of them (retries); its policy is first
+--- asked as if an attempt had found the resource busy.
 --- A lock (or group), or nil, err, detail.
 function _M.with_retries(d, client, kind, a, b, policy, wait)
     local deadline = wait and now() + wait
     local owed = head_start_owed(d, a)
-    local behind = d.notify and type(a) == "string" and client:waiting(a, #a) > 0
-    if owed > 0 and not behind then
+    if lined(d, kind, a) and client:waiting(a, #a) > 0 then
+        local w = waiter(d, client, kind, a, b, policy, deadline)
+        local _
+        _, w.err, w.detail = results.refusal(d, "busy", "other calls of this client wait for it first")
+        return watched_retries(w)
+    end
+    if owed > 0 then
         if d.notify then return watched_retries(waiter(d, client, kind, a, b, policy, deadline), owed) end
         nap(client, ceil(owed))
     end
-    if d.notify and kind.slots and not behind then
+    if d.notify and kind.slots then
         -- a semaphore's waiter listens from the start: its first attempt is
         -- already its queued one (a second, at once, would be refused too)
         return watched_retries(waiter(d, client, kind, a, b, policy, deadline))
