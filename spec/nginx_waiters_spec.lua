@@ -5,10 +5,13 @@
 -- and one killed while it waits must not hold up the others. Each test
 -- runs its waiters as light threads of one request, starting each once the
 -- one before is asleep (the sleeping hook says so: no timing is assumed),
--- and frees the resource only when all of them wait.
+-- and frees the resource only when all of them wait. Last, two workers
+-- under wrk, every request waiting for a semaphore's slot: never more
+-- holders than its limit, and every request served.
 
 local nginx = require "helpers.nginx"
 local cluster = require "helpers.cluster"
+local proc = require "helpers.proc"
 
 local K = 6
 
@@ -96,5 +99,71 @@ describe("the waiters of one nginx worker", function()
     assert.equal(in_order(1), line("kind=lock&kill=1"))
     assert.equal(in_order(3), line("kind=sem&kill=3"))
     assert.equal(in_order(1), line("kind=sem&kill=1"))
+  end)
+end)
+
+describe("the waiters of two nginx workers under wrk", function()
+  local LIMIT = 2
+  local cl, srv
+
+  lazy_setup(function()
+    cl = cluster.start(3)
+    srv = nginx.start_tree {
+      workers = 2,
+      http = "lua_shared_dict holders 1m;",
+      init = ([[
+        redlock = require "redlock"
+        DLM = redlock.new { servers = %s }
+      ]]):format(nginx.lua_list(cl.urls)),
+      locations = { ([[
+        location = /hold {
+          content_by_lua_block {
+            local stats = ngx.shared.holders
+            local lk, err = DLM:lock("holders", { limit = %d, ttl = 10000, wait = 20000 })
+            if not lk then ngx.status = 503 return ngx.say("lock: ", tostring(err)) end
+            -- each count reached is remembered, so the most is exact
+            stats:set("seen:" .. stats:incr("now", 1, 0), true)
+            ngx.sleep(0.005)
+            stats:incr("now", -1, 0)
+            lk:unlock()
+            ngx.say("ok")
+          }
+        }]]):format(LIMIT), [[
+        location = /most {
+          content_by_lua_block {
+            local stats, most = ngx.shared.holders, 0
+            for _, k in ipairs(stats:get_keys(0)) do
+              local n = tonumber(k:match("^seen:(%d+)$"))
+              if n and n > most then most = n end
+            end
+            ngx.say(most, " ", stats:get("now") or 0)
+          }
+        }]] },
+    }
+  end)
+  teardown(function()
+    nginx.stop_all()
+    cluster.stop_all()
+  end)
+
+  it("never let more than the limit hold a slot, and serve every request", function()
+    local w = assert(srv:wrk("/hold", { threads = 2, connections = 16, seconds = 3, timeout = 25 }))
+    -- requests still running when wrk stopped finish by themselves
+    local body, most, now
+    local by = proc.now_ms() + 10000
+    repeat
+      local status
+      status, body = srv:get("/most")
+      assert.equal(200, status)
+      most, now = body:match("^(%d+) (%-?%d+)")
+      if now ~= "0" then proc.sleep_ms(20) end
+    until now == "0" or proc.now_ms() > by
+    print(("    wrk: %d requests, %d non-2xx, %d socket errors; most holders %s"):format(w.requests,
+      w.non2xx, w.socket_errors, most))
+    assert.is_true(tonumber(most) >= 1 and tonumber(most) <= LIMIT, body)
+    assert.equal("0", now)
+    assert.equal(0, w.non2xx, w.out)
+    assert.equal(0, w.socket_errors, w.out)
+    assert.is_true(w.requests > 0)
   end)
 end)
