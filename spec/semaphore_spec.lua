@@ -263,6 +263,12 @@ describe("semaphore", function()
     out, rc = host("exec --limit 2 --shared " .. proc.quote(r) .. " -- true")
     assert.are.equal(64, rc, out)
     assert.matches("%-%-limit and %-%-shared exclude each other", out)
+    -- a limit out of range names the range a semaphore has, whichever end it misses
+    for _, cmd in ipairs { "exec --limit 0 r -- true", "exec --limit 1025 r -- true", "status --limit 2000 r" } do
+      out, rc = host(cmd)
+      assert.are.equal(64, rc, out)
+      assert.matches("%-%-limit expects an integer from 1 to 1024, got", out)
+    end
     for w = 1, 2 do assert.is_true(proc.wait_gone(pids[w], 20000)) end
     out, rc = host("exec -n --limit 2 " .. proc.quote(r) .. " -- echo third")
     assert.are.equal(0, rc, out)

@@ -5,7 +5,8 @@
 --
 -- A spec is a list of { name =, short =, long =, arg = "METAVAR", check =,
 -- warn_bare = } where check is one of "ms" (a time > 0), "ms0" (a time >= 0),
--- "status" (0..255), "count" (integer >= 1) or nil (any string). A time is a
+-- "status" (0..255), "count" (integer >= 1), "limit" (a semaphore's: 1 to
+-- RL_MAX_LIMIT) or nil (any string). A time is a
 -- number with a unit (500ms, 10s, 1.5s, 2m, 1h) or a bare number of
 -- milliseconds, and comes out in whole milliseconds; numbers above MAX (what
 -- a C int holds, and the most any core call takes in ms) are refused. With
@@ -16,6 +17,7 @@ local _M = {}
 
 local MAX = 2147483647
 _M.MAX = MAX
+local MAX_LIMIT = require("redlock.cdefs").lib.RL_MAX_LIMIT
 
 -- The units a time may carry, in ms.
 local UNITS = { ms = 1, s = 1000, m = 60000, h = 3600000 }
@@ -49,6 +51,8 @@ local checks = {
         function(n) return n and n >= 0 and n <= MAX end, true },
     status = { "an exit status from 0 to 255", function(n) return n and n >= 0 and n <= 255 end },
     count = { ("an integer from 1 to %d"):format(MAX), function(n) return n and n >= 1 and n <= MAX end },
+    limit = { ("an integer from 1 to %d"):format(MAX_LIMIT),
+        function(n) return n and n >= 1 and n <= MAX_LIMIT end },
 }
 
 -- The value of option opt given as text (shown: the option as typed), and

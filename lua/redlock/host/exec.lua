@@ -73,7 +73,7 @@ local SPEC = config.spec {
         help = "when COMMAND exits, stop the rest of its process group instead of waiting for it" },
     { name = "fence", long = "fence",
         help = "take a fencing token with the lock, in COMMAND's environment as REDLOCK_TOKEN" },
-    { name = "limit", long = "limit", arg = "L", check = "count",
+    { name = "limit", long = "limit", arg = "L", check = "limit",
         help = "RESOURCE is a semaphore: run when fewer than L holders run anywhere (1 to 1024); REDLOCK_SLOT says which slot" },
     { name = "shared", short = "s", long = "shared",
         help = "take a shared hold (flock -s): held with other shared holders, never with an exclusive one" },
@@ -242,9 +242,8 @@ function _M.run(opts, argv, k)
     if opts.limit and opts.shared then
         return host.usage_error("exec", "--limit and --shared exclude each other: a semaphore's slots are exclusive holds")
     end
-    if opts.limit and (opts.limit > 1024 or opts.fence) then
-        return host.usage_error("exec", opts.fence and "--limit and --fence exclude each other"
-            or "--limit must be from 1 to 1024")
+    if opts.limit and opts.fence then
+        return host.usage_error("exec", "--limit and --fence exclude each other")
     end
     local policy
     if opts.policy then
