@@ -200,10 +200,10 @@ end
 -- poll interval. Attempts made on a wake-up are extra: the policy counts
 -- those made after its delay, and WAKE_ATTEMPTS bounds them per delay.
 -- Of a client's waiters of one resource, only the first (the one that has
--- waited longest) attempts: the nodes' queues hold the client once, by its
--- waiter id, and that place is its (redlock.h, "Hand-off"). The others
--- sleep on, their policies unasked, until they are first; the end of the
--- first's wait wakes the next (watched_retries).
+-- waited longest) attempts: the nodes' queues hold the client once, by
+-- its waiter id (redlock.h, "Hand-off"), and that place is the first's.
+-- The others sleep on, their policies unasked, until they are first; the
+-- end of the first's wait wakes the next (watched_retries).
 -- owed: a head start still owed (ms), before the first attempt; else the
 -- first attempt has been made, and w.err, w.detail say how it failed.
 local function retries(w, owed)
