@@ -15,10 +15,11 @@ local proc = require "helpers.proc"
 
 local K = 6
 
--- The location: /line?kind=lock|sem[&kill=i] takes the resource (a lock,
--- or both slots of a semaphore of limit 2), starts K waiters one after the
--- other, kills waiter `kill` (if asked) once all sleep, frees the resource,
--- and answers the order in which the waiters took it.
+-- The location: /line?kind=lock|sem[&kill=i][&killwoken=1] takes the
+-- resource (a lock, or both slots of a semaphore of limit 2), starts K
+-- waiters one after the other, kills waiter `kill` once all sleep (or
+-- wakes the first and kills it before it resumes), frees the resource, and
+-- answers the order in which the waiters took it.
 local LINE = [[
   location = /line {
     content_by_lua_block {
@@ -48,6 +49,12 @@ local LINE = [[
         await(threads[i])
       end
       if kill then assert(ngx.thread.kill(threads[kill])) end
+      if ngx.var.arg_killwoken then
+        -- the first is woken (as a heard release would) and killed before it resumes
+        DLM.client:pass_turn(r, #r, 0)
+        assert(ngx.thread.kill(threads[1]))
+        kill = 1
+      end
       for _, lk in ipairs(held) do lk:unlock() end
       for i = 1, #threads do if i ~= kill then ngx.thread.wait(threads[i]) end end
       ngx.say(table.concat(order, ","))
@@ -99,6 +106,11 @@ describe("the waiters of one nginx worker", function()
     assert.equal(in_order(1), line("kind=lock&kill=1"))
     assert.equal(in_order(3), line("kind=sem&kill=3"))
     assert.equal(in_order(1), line("kind=sem&kill=1"))
+  end)
+
+  it("are not held up by one killed after it was woken and before it resumed", function()
+    assert.equal(in_order(1), line("kind=lock&killwoken=1"))
+    assert.equal(in_order(1), line("kind=sem&killwoken=1"))
   end)
 end)
 

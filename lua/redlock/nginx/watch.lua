@@ -27,8 +27,9 @@ local phase_refusal, start, wake = calls.phase_refusal, calls.start, calls.wake
 
 local int_out = ffi_new("int[1]")
 
--- How long a waiter awake in line (see methods:first) counts as waiting
--- without a sign of life: longer than an attempt takes.
+-- How long a waiter awake in line (see methods:first), or woken and not
+-- yet resumed, counts as waiting without a sign of life: longer than an
+-- attempt takes.
 local AWAKE_MS = 1000
 
 local _M = {}
@@ -38,30 +39,38 @@ local _M = {}
 
 -- The requests asleep on watch c: c.sleepers[sema] = when its request
 -- began to wait (the `since` its sleep_until was given) while it is
--- registered; c.posted[sema] once a message woke it (its count 0 until it
--- resumes). A semaphore with count 0 that nobody posted belongs to a
+-- registered; c.posted[sema] = when a message woke it (its count 0 until
+-- it resumes). A semaphore with count 0 that nobody posted belongs to a
 -- request that was killed asleep (client abort, ngx.exit from another
--- thread), and is dropped so that it swallows no wake-up.
-local function asleep(c, sema)
-    return c.posted[sema] or sema:count() < 0
+-- thread), one posted that has not resumed AWAKE_MS later to a request
+-- killed in between; either is dropped, so that it swallows no wake-up.
+local function asleep(c, sema, t0)
+    local posted = c.posted[sema]
+    if posted then return t0 - posted < AWAKE_MS end
+    return sema:count() < 0
+end
+
+local function drop(c, sema)
+    c.sleepers[sema], c.posted[sema] = nil, nil
 end
 
 -- Wake the request asleep on watch c that has waited longest, unless one
 -- woken before has yet to resume: the worker is one waiter in the nodes'
 -- queues, whose turn goes to its requests in the order they began to wait.
 local function wake_oldest(c)
-    local sleepers, oldest, since = c.sleepers, nil, nil
-    for sema, t in pairs(sleepers) do
-        if c.posted[sema] then return end
-        if sema:count() < 0 then
-            if oldest == nil or t < since then oldest, since = sema, t end
-        else
-            sleepers[sema] = nil
+    local t0, oldest, since = now_ms(), nil, nil
+    for sema, t in pairs(c.sleepers) do
+        if not asleep(c, sema, t0) then
+            drop(c, sema)
+        elseif c.posted[sema] then
+            return
+        elseif oldest == nil or t < since then
+            oldest, since = sema, t
         end
     end
     if oldest then
         oldest:post(1)
-        c.posted[oldest] = true
+        c.posted[oldest] = t0
     end
 end
 
@@ -77,16 +86,16 @@ local function wake_sleepers(hub, c, broadcast)
         c.listeners = 1
         return
     end
-    local n = 0
+    local n, t0 = 0, now_ms()
     for sema in pairs(c.sleepers) do
-        if c.posted[sema] then
-            n = n + 1
-        elseif sema:count() < 0 then
-            n = n + 1
-            sema:post(1)
-            c.posted[sema] = true
+        if not asleep(c, sema, t0) then
+            drop(c, sema)
         else
-            c.sleepers[sema] = nil
+            n = n + 1
+            if not c.posted[sema] then
+                sema:post(1)
+                c.posted[sema] = t0
+            end
         end
     end
     local said = C.rl_engine_heard_listeners(hub.e, c.resource, #c.resource)
@@ -251,7 +260,8 @@ end
 -- it began, is the semaphore it sleeps on, or while it is awake (it
 -- attempts, or sleeps out a jitter) until when it counts as waiting
 -- without a sign of life. One killed asleep shows in its semaphore, one
--- killed awake once that time has passed; either then leaves the line.
+-- killed awake (or woken, before it resumed) once AWAKE_MS have passed;
+-- either then leaves the line.
 --   waiting    how many watch the resource now
 --   first      whether none in line began before since: the one whose
 --              attempts use the place (the caller counts as awake)
@@ -274,7 +284,7 @@ function methods:first(resource, len, since)
         if t < since then
             if type(v) == "number" then
                 if v > t0 then return false end
-            elseif asleep(c, v) then
+            elseif asleep(c, v, t0) then
                 return false
             end
             line[t] = nil
