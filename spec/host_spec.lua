@@ -992,13 +992,17 @@ echo end >> %s
       .. " after the grace period), then releases and exits with the command's status", function()
       local tag = tostring(wall_ms() % 100000)
       local marks = TMP .. "/killgroup2.marks"
-      -- a member that obeys SIGTERM, and one that ignores it and says so every 10 ms
+      os.remove(marks)
+      -- a member that obeys SIGTERM, and one that ignores it and says so every
+      -- 10 ms; the command exits once the second has set its trap (else a
+      -- SIGTERM could come first, and end it by default)
       write_file(TMP .. "/killgroup2.sh", ([[
 echo $$ > killgroup2.pgid
 sleep 31.%s &
-( trap 'echo TERM >> %s' TERM; while :; do sleep 0.01; echo tick >> %s; done ) &
+( trap 'echo TERM >> %s' TERM; echo ready >> %s; while :; do sleep 0.01; echo tick >> %s; done ) &
+while ! grep -q ready %s 2>/dev/null; do sleep 0.01; done
 exit 3
-]]):format(tag, q(marks), q(marks)))
+]]):format(tag, q(marks), q(marks), q(marks), q(marks)))
       local job = bg("exec -v --kill-group --grace 300 --ttl 2000 group:kill -- sh killgroup2.sh", ENV)
       local rc, out = job:wait(10000)
       local pgrp = tonumber(read_file(TMP .. "/killgroup2.pgid") or "")
