@@ -95,6 +95,7 @@ extern const char rl_commit_script[];
 #define RL_SEM_QUEUE_PREFIX "redlock:squeue:"
 #define RL_LIMIT_PREFIX "redlock:limit:"
 extern const char rl_acquire_slot_script[];
+extern const char rl_acquire_slot_sha[];
 extern const char rl_release_slot_script[];
 extern const char rl_release_slot_sha[];
 extern const char rl_release_slots_script[];
@@ -108,10 +109,10 @@ int rl_slot_key(rl_buf *b, const char *key, size_t keylen, int slot);
 size_t rl_slot_head_len(int slot);
 
 /* Encode into b, as below; 0, or -1 when out of memory.
- *   acquire_slot:  EVAL acquire_slot_script L+1 slotkey(order[0]) .. slotkey(order[L-1]) key
- *                  value ttl waiter-or-"" ticket order[0] .. order[L-1]   (a reply: the slot taken, or
- *                  nil); ticket: the waiter's place (wall-clock ms), sent as whole µs (0 without
- *                  waiter)
+ *   acquire_slot:  EVALSHA acquire_slot_sha L+1 slotkey(order[0]) .. slotkey(order[L-1]) key
+ *                  value ttl waiter-or-"" ticket order[0] .. order[L-1] (by_sha = 0: EVAL script
+ *                  ...; a reply: the slot taken, or nil); ticket: the waiter's place (wall-clock
+ *                  ms), sent as whole µs (0 without waiter)
  *   release_slot:  EVALSHA release_slot_sha 2 key sem value [quiet] (by_sha = 0: EVAL script ...):
  *                  the release of a slot's key, waking the waiter of the semaphore sem whose turn
  *                  it is (answers as a release)
@@ -119,7 +120,7 @@ size_t rl_slot_head_len(int slot);
  *                  only's key (only > 0), none (only < 0), or every slot's key from 1 to limit but
  *                  except's; how "" (no waiter), "back" (a waiter's failed acquire: queued again) or
  *                  "leave" (a waiter's won acquire: it leaves the queue) */
-int rl_cmd_acquire_slot(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms,
+int rl_cmd_acquire_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value, int ttl_ms,
                         const char *waiter, double ticket, const int *order, int limit);
 int rl_cmd_release_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *sem, size_t semlen,
                         const char *value, int quiet);

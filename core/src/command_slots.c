@@ -1,7 +1,8 @@
 /* command_slots.c — a semaphore's commands (docs/design.md, "Semaphores"):
  * the names of its slots' keys, the scripts that take a slot, release one
- * and undo an acquire, and their RESP encoding. Sent whole (EVAL): they run
- * once per acquire or release of a slot, like the fenced scripts.
+ * and undo an acquire, and their RESP encoding. The acquire and the release
+ * go by SHA1 (EVALSHA, then EVAL where a node answers NOSCRIPT); the undo,
+ * rarer, goes whole (EVAL).
  *
  * The order of waiters. Each node keeps the semaphore's queue of waiters
  * (RL_SEM_QUEUE_PREFIX .. key): a sorted set of waiter ids, each scored by
@@ -81,9 +82,11 @@
  * queue with its ticket (a waiter in it keeps its place) and leaves the
  * limit (RL_LIMIT_PREFIX .. key) for releases to count free slots with. A
  * queue of another type, or of more than RL_QUEUE_MAX entries (only others'
- * writes make one), is ignored: nobody waits in it. Sent whole (EVAL):
- * by SHA1, a node that answered NOSCRIPT after the round was decided would
- * never run it, and the slot would be held on fewer nodes. */
+ * writes make one), is ignored: nobody waits in it. Sent by its SHA1
+ * (rl_acquire_slot_sha): a node that does not know it answers NOSCRIPT,
+ * and the acquire goes there again as EVAL, in the round or its tail
+ * (ops.c), which teaches the node the script. Sent whole every time, its
+ * SHA1 was the nodes' largest single cost in the sem benchmark. */
 const char rl_acquire_slot_script[] =
     RL_PUBLISHING
     "local l = #KEYS - 1 local k, w = KEYS[l + 1], ARGV[3] local q = \"" RL_SEM_QUEUE_PREFIX "\"..k "
@@ -220,12 +223,14 @@ static char *put_ticket(char *p, double ticket_ms) {
     return put_bulk(p, digits, (size_t)(put_uint(digits, us) - digits));
 }
 
-int rl_cmd_acquire_slot(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms,
+const char rl_acquire_slot_sha[] = "e52a66c29ea7b429c9c036f3120a57045e1cfe63";
+
+int rl_cmd_acquire_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value, int ttl_ms,
                         const char *waiter, double ticket, const int *order, int limit) {
     size_t l = (size_t)limit, per_key = keylen + 32 + 2 * HEADER_MAX;
     size_t extra = (l + 1) * per_key + RL_VALUE_LEN + RL_WAITER_ID_LEN + (l + 4) * 2 * HEADER_MAX;
-    char *p = eval_head(b, 3 + (l + 1) + 4 + l, NULL, rl_acquire_slot_script, sizeof(rl_acquire_slot_script) - 1, l + 1,
-                        extra);
+    char *p = eval_head(b, 3 + (l + 1) + 4 + l, by_sha ? rl_acquire_slot_sha : NULL, rl_acquire_slot_script,
+                        sizeof(rl_acquire_slot_script) - 1, l + 1, extra);
     if (p == NULL) return -1;
     for (size_t i = 0; i < l; i++) p = put_slot_key(p, order[i], key, keylen);
     p = put_bulk(p, key, keylen);

@@ -183,8 +183,9 @@ int rl_op_cleanup_out(rl_engine *e, const rl_op *op);
 
 /* Encode into b a semaphore's acquire op (its slots in a random order),
  * and into cb, when op has a cluster key, its cluster form (the same
- * order). 0, or -1 when out of memory. */
-int rl_slot_acquire_cmd(rl_engine *e, rl_op *op, rl_buf *b, rl_buf *cb, int ttl_ms);
+ * order); by its script's SHA1 (EVALSHA) or, by_sha 0, the script itself.
+ * 0, or -1 when out of memory. */
+int rl_slot_acquire_cmd(rl_engine *e, rl_op *op, rl_buf *b, rl_buf *cb, int ttl_ms, int by_sha);
 
 /* Encode op's release into b: a slot's (waking the semaphore's waiters) or
  * a lock's. 0, or -1 when out of memory. */

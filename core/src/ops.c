@@ -237,11 +237,15 @@ static int is_noscript(const rl_reply *r) {
     return r && r->type == RL_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
 }
 
-/* The node has flushed its scripts: send the script itself (EVAL) instead. */
+/* The node has flushed its scripts: send the script itself (EVAL) instead.
+ * (A semaphore's acquire draws its order of slots again: any order is as
+ * safe as another, and only this node's vote is asked again.) */
 static int resend_as_eval(rl_engine *e, rl_op *op, int node, rl_ticket t) {
     int swapped = rl_op_swap_key(e, op, node);
     int rc = t.kind == RL_OP_RELEASE
                  ? rl_op_release_cmd(op, &e->scratch, 0, op->quiet || op->phase == OP_CLEANUP)
+             : t.kind == RL_ROUND_ACQUIRE_SLOT
+                 ? rl_slot_acquire_cmd(e, op, &e->scratch, NULL, op->ttl_ms, 0)
                  : rl_cmd_extend(&e->scratch, 0, op->key.data, op->key.len, op->res.value, op->ttl_ms);
     if (swapped) rl_op_swap_key(e, op, -1);
     const rl_buf *cmd = rc == 0 ? rl_op_scratch_for(e, op, node) : NULL;
@@ -285,8 +289,8 @@ void rl_op_reply_from(rl_engine *e, rl_stream *s, int node, rl_ticket t, const r
     /* A script the node does not know is sent as EVAL, once, in the round
      * or its tail alike. (NOSCRIPT to a SET is just a failed vote: there is
      * no script to send; a fenced lock's scripts always go as EVAL.) */
-    if (is_noscript(reply) && (t.kind == RL_OP_RELEASE || t.kind == RL_OP_EXTEND) && !t.eval &&
-        resend_as_eval(e, op, node, t) == 0)
+    if (is_noscript(reply) && (t.kind == RL_OP_RELEASE || t.kind == RL_OP_EXTEND || t.kind == RL_ROUND_ACQUIRE_SLOT) &&
+        !t.eval && resend_as_eval(e, op, node, t) == 0)
         return;
     if (t.kind == RL_ROUND_REPLICAS) {
         replicas_reply(e, op, node, t, reply, errstr);

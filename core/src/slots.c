@@ -19,16 +19,16 @@ static void draw_order(int *order, int limit) {
     }
 }
 
-int rl_slot_acquire_cmd(rl_engine *e, rl_op *op, rl_buf *b, rl_buf *cb, int ttl_ms) {
+int rl_slot_acquire_cmd(rl_engine *e, rl_op *op, rl_buf *b, rl_buf *cb, int ttl_ms, int by_sha) {
     int order[RL_MAX_LIMIT];
     draw_order(order, op->sem_limit);
     const char *waiter = op->sem_ticket > 0 ? rl_engine_waiter_id(e) : NULL;
-    if (rl_cmd_acquire_slot(b, op->key.data, op->key.len, op->res.value, ttl_ms, waiter, op->sem_ticket, order,
-                            op->sem_limit) != 0)
+    if (rl_cmd_acquire_slot(b, by_sha, op->key.data, op->key.len, op->res.value, ttl_ms, waiter, op->sem_ticket,
+                            order, op->sem_limit) != 0)
         return -1;
     if (cb == NULL || op->ckey.len == 0) return 0;
-    return rl_cmd_acquire_slot(cb, op->ckey.data, op->ckey.len, op->res.value, ttl_ms, waiter, op->sem_ticket,
-                               order, op->sem_limit);
+    return rl_cmd_acquire_slot(cb, by_sha, op->ckey.data, op->ckey.len, op->res.value, ttl_ms, waiter,
+                               op->sem_ticket, order, op->sem_limit);
 }
 
 int rl_op_release_cmd(const rl_op *op, rl_buf *b, int by_sha, int quiet) {

@@ -39,9 +39,10 @@ static void encodes_scripts_by_sha_and_by_source(void) {
  * constant would make every node answer NOSCRIPT, and every such command
  * go twice. */
 static void script_shas_match_their_scripts(void) {
-    const char *const scripts[] = {rl_release_script, rl_extend_script, rl_release_slot_script};
-    const char *const shas[] = {rl_release_sha, rl_extend_sha, rl_release_slot_sha};
-    for (int i = 0; i < 3; i++) {
+    const char *const scripts[] = {rl_release_script, rl_extend_script, rl_release_slot_script,
+                                   rl_acquire_slot_script};
+    const char *const shas[] = {rl_release_sha, rl_extend_sha, rl_release_slot_sha, rl_acquire_slot_sha};
+    for (int i = 0; i < 4; i++) {
         unsigned char md[EVP_MAX_MD_SIZE];
         unsigned int mdlen = 0;
         char hex[2 * EVP_MAX_MD_SIZE + 1];

@@ -1960,6 +1960,7 @@ static void reserved_keys_are_refused(void) {
 static const char *slot_value(const char *bytes) {
     static char value[41];
     const char *p = strstr(bytes, "\r\n$40\r\n");
+    if (p && strncmp(p + 7, rl_acquire_slot_sha, 40) == 0) p = strstr(p + 7, "\r\n$40\r\n"); /* EVALSHA's */
     value[0] = '\0';
     if (p) snprintf(value, sizeof(value), "%.40s", p + 7);
     return value;
@@ -1993,7 +1994,7 @@ static void semaphore_holds_the_slot_a_quorum_took(void) {
     char value[41];
     snprintf(value, sizeof(value), "%s", slot_value(drain(0, 0)));
     CHECK_INT(strlen(value), 40);
-    CHECK(strstr(out, rl_acquire_slot_script) != NULL);
+    CHECK(strstr(out, "$7\r\nEVALSHA\r\n$40\r\n") != NULL && strstr(out, rl_acquire_slot_sha) != NULL);
     for (int k = 1; k <= 3; k++) {
         char key[32];
         snprintf(key, sizeof(key), "$16\r\nredlock:slot:%d:s\r\n", k);
@@ -2019,6 +2020,58 @@ static void semaphore_holds_the_slot_a_quorum_took(void) {
         if (i != 1) CHECK_INT(drain(i, 3)[0], 0);
     CHECK_INT(feed(1, ":1\r\n", 4), RL_OK);
     CHECK_INT(rl_engine_tails(E), 0);
+    rl_engine_free(E);
+}
+
+/* NOSCRIPT to a semaphore's acquire (EVALSHA): that node is sent the
+ * script itself (EVAL, the same value), in the round and in its tail alike.
+ * In the round, the EVAL's answer is the node's vote; in the tail, it gets
+ * what any late vote gets (the slot it took undone, when not the one held).
+ * NOSCRIPT to the EVAL is a failed vote, with no third try. */
+static void semaphore_acquire_noscript_goes_again_as_eval(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_acquire_slot(E, "s", 1, 2, 10000, 0, 0);
+    bring_up_all(3, 0);
+    char value[41];
+    snprintf(value, sizeof(value), "%s", slot_value(drain(0, 0)));
+    CHECK_INT(strlen(value), 40);
+    for (int i = 1; i < 3; i++) CHECK_STR(slot_value(drain(i, 0)), value);
+    CHECK_INT(feed(1, NOSCRIPT, 1), RL_OK);
+    const char *again = drain(1, 1);
+    CHECK(strncmp(again, "*12\r\n$4\r\nEVAL\r\n", 15) == 0 && strstr(again, rl_acquire_slot_script) != NULL);
+    CHECK_STR(slot_value(again), value);
+    CHECK_INT(drain(0, 1)[0], 0);
+    CHECK_INT(feed(0, ":1\r\n", 2), RL_OK);
+    CHECK_INT(rl_engine_done(E), 0);
+    CHECK_INT(feed(1, ":1\r\n", 3), RL_OK); /* the EVAL's answer: node 1's vote */
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    CHECK_INT(r.slot, 1);
+    CHECK_INT(r.ok, 2);
+    CHECK_INT(rl_engine_tails(E), 1);
+    CHECK_INT(feed(2, NOSCRIPT, 4), RL_OK); /* in the tail: EVAL too */
+    again = drain(2, 4);
+    CHECK(strstr(again, "EVAL") != NULL && strstr(again, rl_acquire_slot_script) != NULL);
+    CHECK_INT(feed(2, ":2\r\n", 5), RL_OK); /* it took slot 2 there: undone */
+    CHECK_STR(drain(2, 5), slots_cleanup("s", value, 2, 2, 0));
+    CHECK_INT(feed(2, ":1\r\n", 6), RL_OK);
+    CHECK_INT(rl_engine_tails(E), 0);
+    rl_engine_free(E);
+
+    E = engine(urls5, 3, NULL);
+    id = rl_engine_begin_acquire_slot(E, "s", 1, 2, 10000, 0, 0);
+    bring_up_all(3, 0);
+    for (int i = 0; i < 3; i++) drain(i, 0);
+    CHECK_INT(feed(0, NOSCRIPT, 1), RL_OK);
+    drain(0, 1);
+    CHECK_INT(feed(0, NOSCRIPT, 2), RL_OK); /* to the EVAL: a failed vote */
+    CHECK_INT(drain(0, 2)[0], 0);
+    CHECK_INT(feed(1, ":1\r\n", 2), RL_OK);
+    CHECK_INT(feed(2, ":1\r\n", 2), RL_OK);
+    r = take(id);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    CHECK_INT(r.node[0].state, RL_NODE_ERROR);
+    CHECK(strstr(r.node[0].errstr, "NOSCRIPT after EVAL") != NULL);
     rl_engine_free(E);
 }
 
@@ -2249,6 +2302,7 @@ int main(void) {
     setup_in_front_of_a_full_ring();
     waiter_id_per_process();
     semaphore_holds_the_slot_a_quorum_took();
+    semaphore_acquire_noscript_goes_again_as_eval();
     semaphore_split_votes_fail_and_are_undone();
     semaphore_slot_release_and_extend();
     semaphore_waiter_leaves_the_queue_or_keeps_its_place();
