@@ -255,7 +255,7 @@ int rl_cmd_with_base(rl_buf *dst, const rl_buf *src, const char *base, size_t ba
     size_t argc = 0;
     for (p++; p < end && *p >= '0' && *p <= '9'; p++) argc = argc * 10 + (size_t)(*p - '0');
     p += 2;
-    size_t verb_len, script_len, nk_len, key_len;
+    size_t verb_len = 0, script_len = 0, nk_len = 0, key_len = 0;
     const char *verb = read_bulk(&p, end, &verb_len);
     const char *script = verb ? read_bulk(&p, end, &script_len) : NULL;
     const char *nk = script ? read_bulk(&p, end, &nk_len) : NULL;

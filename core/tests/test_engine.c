@@ -576,7 +576,7 @@ static void replies_split_at_every_byte(void) {
     CHECK_INT(ref[1].status, RL_STATUS_BUSY);
     CHECK_INT(ref[1].taken, 2);
     CHECK(near(ref[1].elapsed_ms, 2));
-    char want[4096];
+    char want[20000];
     snprintf(want, sizeof(want), "%s%s", plain_setup(), set_cmd("a", ref[0].value, 10000));
     snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s", set_cmd("b", ref[1].value, 10000));
     CHECK_STR(split_written, want);
@@ -874,7 +874,7 @@ static void acquire_timeout_counts_no_late_reply(void) {
     rl_engine_advance(E, rl_engine_deadline(E));
     CHECK_INT(rl_engine_done(E), 1);
     CHECK_INT(rl_engine_tails(E), 1); /* the cleanup is out for answers */
-    char nonce[32], want[8192];
+    char nonce[32], want[8192 + 128];
     CHECK_STR(drain(0, 50), cleanup_cmd(1, "r", value));
     for (int i = 1; i < 3; i++) {
         drain(i, 50);
