@@ -140,14 +140,8 @@ describe("replicas: nodes whose replicas keep up", function()
     assert.is_true(d.evalsha >= 3)
     assert.are.equal(0, d.wait) -- the release sent no WAIT
 
-    -- a fenced lock (its grant and its commit), a shared hold (scripts sent whole), a semaphore's slot
+    -- a fenced lock (its grant and its commit), a shared hold, a semaphore's slot: scripts sent whole
     for _, opts in ipairs { { fence = true }, { shared = true }, { limit = 2 } } do
-      if opts.limit then
-        -- the slot's scripts go by SHA1: the first acquire on a fresh node goes twice (EVALSHA,
-        -- NOSCRIPT, EVAL), each with its WAIT; count from the second
-        settle(rs)
-        assert(assert(dlm:lock(names("kind"), opts)):unlock())
-      end
       settle(rs) -- the last release's tail
       local c = counts(rs)
       local l = assert(dlm:lock(names("kind"), opts))

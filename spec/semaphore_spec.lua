@@ -310,6 +310,34 @@ describe("semaphore", function()
   -- while that waiter cannot take it yet (SIGSTOP), and a try_lock does not
   -- take it meanwhile; a waiter that died does not keep the turn. Before the
   -- turns, the try_lock got the slot that a stopped waiter was woken for.
+  it("drops waiters that died from the head of the queue, 16 per attempt, until one that listens", function()
+    local r = res("dead")
+    local queue = "redlock:squeue:" .. r
+    -- 20 waiters queued on every node whose wake channels nobody listens on (processes that died)
+    for i = 1, cl.n do
+      for k = 1, 20 do cluster.call(cl, i, "ZADD", queue, tostring(1000 + k), ("dead%02d"):format(k)) end
+    end
+    local function left()
+      local n = {}
+      for i = 1, cl.n do n[i] = tonumber(cluster.call(cl, i, "ZCARD", queue)) end
+      return table.concat(n, " ")
+    end
+    -- the slot is free but kept for the queue's first: a try_lock is refused, and drops 16
+    local lk, err = dlm:try_lock(r, { limit = 1 })
+    assert.is_nil(lk)
+    assert.are.equal("busy", err)
+    assert(cluster.await_all(cl, function(i)
+      local n = tonumber(cluster.call(cl, i, "ZCARD", queue))
+      return n == 4, "queued: " .. left()
+    end, 2000, nil, dlm))
+    -- the next drops the other 4, and takes the slot
+    lk = assert(dlm:try_lock(r, { limit = 1 }))
+    assert.is_true(lk:unlock())
+    assert(cluster.await_all(cl, function(i)
+      return tonumber(cluster.call(cl, i, "ZCARD", queue)) == 0, "queued: " .. left()
+    end, 2000, nil, dlm))
+  end)
+
   it("serves waiters in the order they began waiting; a try_lock cannot take a waiter's turn", function()
     local r = res("turns")
     local queue = "redlock:squeue:" .. r

@@ -30,7 +30,10 @@ static int fenced_cmd(rl_engine *e, rl_op *op, int ttl_ms) {
 /* The acquire's command (op->key: the lock's key, or a semaphore's). */
 static int acquire_cmd(rl_engine *e, rl_op *op, int variant, int ttl_ms) {
     const char *waiter = variant == QUEUED ? rl_engine_waiter_id(e) : NULL;
-    if (op->sem_limit > 0) return rl_slot_acquire_cmd(e, op, &op->cmd, &op->ccmd, ttl_ms, 1);
+    if (op->sem_limit > 0) {
+        rl_slot_draw(op);
+        return rl_slot_acquire_cmd(e, op, &op->cmd, &op->ccmd, ttl_ms, 1);
+    }
     return variant == SHARED ? rl_cmd_shared_acquire(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms)
            : variant == FENCED ? fenced_cmd(e, op, ttl_ms)
            : waiter          ? rl_cmd_acquire_queued(&op->cmd, op->key.data, op->key.len, op->res.value, ttl_ms, waiter)

@@ -76,8 +76,10 @@
  * answered, or nil. A waiter's place is its rank in the queue, or, not in
  * it, the number of tickets before its own; a caller without a waiter id
  * comes after the whole queue. When the free slots are all kept for waiters
- * ahead, those of them that no longer listen are dropped (16 looked at, at
- * most). A waiter takes the free slot of its place; a caller without one,
+ * ahead, the first waiters that no longer listen are dropped, until as many
+ * that listen as slots free are found (16 looked at, at most: a queue of
+ * dead waiters drains 16 at a time, not one). A waiter takes the free slot
+ * of its place; a caller without one,
  * of those not kept, the first in its order. A refused waiter joins the
  * queue with its ticket (a waiter in it keeps its place) and leaves the
  * limit (RL_LIMIT_PREFIX .. key) for releases to count free slots with. A
@@ -106,10 +108,12 @@ const char rl_acquire_slot_script[] =
     "end "
     "place() "
     "if #free > 0 and r >= #free then "
-    "local ids, dropped = redis.pcall(\"zrange\",q,0,math.min(#free,16) - 1), 0 "
-    "if type(ids) == \"table\" then for _, e in ipairs(ids) do "
+    "local i, live, looked, dropped = 0, 0, 0, 0 "
+    "while live < #free and looked < 16 do "
+    "local e = redis.pcall(\"zrange\",q,i,i) e = type(e) == \"table\" and e[1] if type(e) ~= \"string\" then break end "
+    "looked = looked + 1 "
     "local s = redis.pcall(\"pubsub\",select(2, pub()),\"" RL_WAKE_PREFIX "\"..e..\":\"..k) "
-    "if type(s) == \"table\" and s[2] == 0 then redis.pcall(\"zrem\",q,e) dropped = dropped + 1 end end end "
+    "if type(s) == \"table\" and s[2] == 0 then redis.pcall(\"zrem\",q,e) dropped = dropped + 1 else live, i = live + 1, i + 1 end end "
     "if dropped > 0 then place() end "
     "end "
     "if r < #free then "
@@ -144,11 +148,12 @@ const char rl_release_slot_script[] =
  * id or "", ARGV[4] the semaphore's key, ARGV[5] its limit, ARGV[6] the
  * waiter's ticket. Each of KEYS holding the value is deleted. "back" (a
  * waiter's failed acquire): a waiter whose slot was deleted here is queued
- * again with its ticket, at its place. "leave" (a waiter's won acquire, on
- * a node whose vote went elsewhere): the waiter leaves the queue, and
- * nobody is woken (what it undid here was free here before it asked). Else
- * turn() when a slot was deleted: it is free again here. Answers 1 or 2, as
- * a release does. */
+ * again with its ticket, at its place (and the limit left again for
+ * releases, as a refused waiter leaves it). "leave" (a waiter's won
+ * acquire, on a node whose vote went elsewhere): the waiter leaves the
+ * queue. Then turn() when a slot was deleted: it is free again here, and
+ * a waiter refused while it was taken waits for its turn. Answers 1 or 2,
+ * as a release does. */
 const char rl_release_slots_script[] =
     RL_SLOT_TURN
     "local undone = 0 "
@@ -157,9 +162,10 @@ const char rl_release_slots_script[] =
     "local q = \"" RL_SEM_QUEUE_PREFIX "\"..k "
     "local n = redis.pcall(\"zcard\",q) "
     "if type(n) ~= \"number\" or n > " STR(RL_QUEUE_MAX) " then n = nil end "
-    "if how == \"leave\" then if n and n > 0 then redis.pcall(\"zrem\",q,w) end return 1 end "
+    "if how == \"leave\" and n and n > 0 then redis.pcall(\"zrem\",q,w) end "
     "if how == \"back\" and undone > 0 and n and n < " STR(RL_QUEUE_MAX) " then "
-    "redis.pcall(\"zadd\",q,\"NX\",ARGV[6],w) redis.pcall(\"pexpire\",q,60000) end "
+    "redis.pcall(\"zadd\",q,\"NX\",ARGV[6],w) redis.pcall(\"pexpire\",q,60000) "
+    "if l then redis.pcall(\"set\",\"" RL_LIMIT_PREFIX "\"..k,l,\"PX\",60000) end end "
     "if undone == 0 then return 1 end "
     "return turn(k, l, q)";
 
@@ -223,7 +229,7 @@ static char *put_ticket(char *p, double ticket_ms) {
     return put_bulk(p, digits, (size_t)(put_uint(digits, us) - digits));
 }
 
-const char rl_acquire_slot_sha[] = "e52a66c29ea7b429c9c036f3120a57045e1cfe63";
+const char rl_acquire_slot_sha[] = "eea566fb85db1dd3e857087fde6fabda5a47a10f";
 
 int rl_cmd_acquire_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value, int ttl_ms,
                         const char *waiter, double ticket, const int *order, int limit) {

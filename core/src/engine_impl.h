@@ -35,6 +35,8 @@ typedef struct rl_op {
     int sem_limit;           /* a semaphore's acquire: its limit (key: the semaphore's); else 0 */
     int sem_slot;            /* a release or extension of a semaphore's slot (key: the slot's); else 0 */
     double sem_ticket;       /* a semaphore's acquire by a waiter: its ticket (its place in the queue); else 0 */
+    unsigned long long sem_seed; /* a semaphore's acquire: what its order of the slots is drawn from
+                                    (rl_slot_draw), the same in every send of it */
     unsigned sent;           /* bit i: the first round's command went to node i (not if its connection ended first) */
     unsigned owed;           /* bit i: node i still owes a reply to this phase's command (its WAIT's, if sent) */
     unsigned waits;          /* bit i: this phase's command went to node i with a WAIT behind it (replicas.h) */
@@ -181,10 +183,14 @@ int rl_op_cleanup_out(rl_engine *e, const rl_op *op);
 
 /* slots.c: a semaphore's operations */
 
-/* Encode into b a semaphore's acquire op (its slots in a random order),
- * and into cb, when op has a cluster key, its cluster form (the same
- * order); by its script's SHA1 (EVALSHA) or, by_sha 0, the script itself.
- * 0, or -1 when out of memory. */
+/* Draw a semaphore's acquire op a random order of its slots (rl_random),
+ * which every encoding of it then uses. */
+void rl_slot_draw(rl_op *op);
+
+/* Encode into b a semaphore's acquire op (its slots in the order drawn),
+ * and into cb, when op has a cluster key, its cluster form; by its
+ * script's SHA1 (EVALSHA) or, by_sha 0, the script itself. 0, or -1 when
+ * out of memory. */
 int rl_slot_acquire_cmd(rl_engine *e, rl_op *op, rl_buf *b, rl_buf *cb, int ttl_ms, int by_sha);
 
 /* Encode op's release into b: a slot's (waking the semaphore's waiters) or

@@ -237,9 +237,8 @@ static int is_noscript(const rl_reply *r) {
     return r && r->type == RL_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
 }
 
-/* The node has flushed its scripts: send the script itself (EVAL) instead.
- * (A semaphore's acquire draws its order of slots again: any order is as
- * safe as another, and only this node's vote is asked again.) */
+/* The node has flushed its scripts: send the script itself (EVAL) instead
+ * (a semaphore's acquire in the order of slots it was first sent in). */
 static int resend_as_eval(rl_engine *e, rl_op *op, int node, rl_ticket t) {
     int swapped = rl_op_swap_key(e, op, node);
     int rc = t.kind == RL_OP_RELEASE
@@ -288,10 +287,14 @@ void rl_op_reply_from(rl_engine *e, rl_stream *s, int node, rl_ticket t, const r
     }
     /* A script the node does not know is sent as EVAL, once, in the round
      * or its tail alike. (NOSCRIPT to a SET is just a failed vote: there is
-     * no script to send; a fenced lock's scripts always go as EVAL.) */
-    if (is_noscript(reply) && (t.kind == RL_OP_RELEASE || t.kind == RL_OP_EXTEND || t.kind == RL_ROUND_ACQUIRE_SLOT) &&
-        !t.eval && resend_as_eval(e, op, node, t) == 0)
-        return;
+     * no script to send; a fenced lock's scripts always go as EVAL.) A
+     * semaphore's acquire goes again only while its round is open: once it
+     * is decided, the caller may have released the slot already, and an
+     * acquire sent behind that release would take the slot again there, for
+     * its ttl. In the tail the node ran nothing, which its cleanup covers. */
+    int may_resend = t.kind == RL_OP_RELEASE || t.kind == RL_OP_EXTEND ||
+                     (t.kind == RL_ROUND_ACQUIRE_SLOT && op->phase == OP_ROUND);
+    if (is_noscript(reply) && may_resend && !t.eval && resend_as_eval(e, op, node, t) == 0) return;
     if (t.kind == RL_ROUND_REPLICAS) {
         replicas_reply(e, op, node, t, reply, errstr);
         return;

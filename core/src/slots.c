@@ -7,21 +7,35 @@
  * round.c's; the phases are ops.c's. */
 #include "engine_impl.h"
 
-/* A random order of the slots 1 to limit (Fisher-Yates, rl_random). */
-static void draw_order(int *order, int limit) {
+/* The next number of the splitmix64 sequence in *state. */
+static unsigned long long next_random(unsigned long long *state) {
+    unsigned long long z = (*state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* The order of the slots 1 to limit that seed stands for (Fisher-Yates).
+ * An acquire sent again (as EVAL after NOSCRIPT) asks in the order it first
+ * asked: a caller outside the queue takes the first free slot of its order,
+ * and nodes asked in different orders would split its votes. */
+static void draw_order(int *order, int limit, unsigned long long seed) {
     for (int i = 0; i < limit; i++) order[i] = i + 1;
     for (int i = limit - 1; i > 0; i--) {
-        int j = (int)(rl_random() * (i + 1));
-        if (j > i) j = i;
+        int j = (int)(next_random(&seed) % (unsigned long long)(i + 1));
         int t = order[i];
         order[i] = order[j];
         order[j] = t;
     }
 }
 
+void rl_slot_draw(rl_op *op) {
+    op->sem_seed = (unsigned long long)(rl_random() * 9007199254740992.0); /* 53 random bits */
+}
+
 int rl_slot_acquire_cmd(rl_engine *e, rl_op *op, rl_buf *b, rl_buf *cb, int ttl_ms, int by_sha) {
     int order[RL_MAX_LIMIT];
-    draw_order(order, op->sem_limit);
+    draw_order(order, op->sem_limit, op->sem_seed);
     const char *waiter = op->sem_ticket > 0 ? rl_engine_waiter_id(e) : NULL;
     if (rl_cmd_acquire_slot(b, by_sha, op->key.data, op->key.len, op->res.value, ttl_ms, waiter, op->sem_ticket,
                             order, op->sem_limit) != 0)

@@ -138,11 +138,16 @@ int rl_stream_detach(rl_stream *s, double now_ms) {
 
 /* ---- the setup of a fresh connection ---- */
 
-/* Append the SCRIPT LOADs of the release and extend scripts to cmd, and
- * their tickets to *t (n of them so far). Return 0, or -1 when out of memory. */
+/* The scripts that go by SHA1 (EVALSHA): a lock's release and extension,
+ * a semaphore's acquire and a slot's release. */
+#define SHA_SCRIPTS 4
+
+/* Append the SCRIPT LOADs of the scripts sent by SHA1 to cmd, and their
+ * tickets to *t (n of them so far). Return 0, or -1 when out of memory. */
 static int script_loads(rl_buf *cmd, rl_ticket *t, int *n, double now_ms) {
-    const char *scripts[2] = {rl_release_script, rl_extend_script};
-    for (int i = 0; i < 2; i++) {
+    const char *scripts[SHA_SCRIPTS] = {rl_release_script, rl_extend_script, rl_acquire_slot_script,
+                                        rl_release_slot_script};
+    for (int i = 0; i < SHA_SCRIPTS; i++) {
         const char *argv[3] = {"SCRIPT", "LOAD", scripts[i]};
         size_t lens[3] = {6, 4, strlen(scripts[i])};
         if (rl_cmd_append_argv(cmd, 3, argv, lens) != 0) return -1;
@@ -151,14 +156,14 @@ static int script_loads(rl_buf *cmd, rl_ticket *t, int *n, double now_ms) {
     return 0;
 }
 
-/* Queue SCRIPT LOAD of the release and extend scripts (unless loads are in
+/* Queue SCRIPT LOAD of the scripts sent by SHA1 (unless loads are in
  * flight), so EVALSHA finds them. A node that lost them (SCRIPT FLUSH, a
  * restart) answers NOSCRIPT; a round then falls back to EVAL, but a reply
  * that comes after its round is over has nobody to fall back for. */
 void rl_stream_load_scripts(rl_stream *s, double now_ms) {
     if (!connected_or_connecting(s) || s->scripts_loading) return;
     rl_buf cmd = {0};
-    rl_ticket t[2];
+    rl_ticket t[SHA_SCRIPTS];
     int n = 0, rc = script_loads(&cmd, t, &n, now_ms);
     size_t start = 0;
     for (int i = 0; i < n && rc == 0; i++) {
@@ -173,7 +178,7 @@ void rl_stream_load_scripts(rl_stream *s, double now_ms) {
  * server, then the script loads; cmd gets their bytes, t[] their tickets
  * (ends relative to cmd). Return the number of tickets, or -1 when out of
  * memory. */
-static int build_setup(const rl_stream *s, rl_buf *cmd, rl_ticket t[6], double now_ms) {
+static int build_setup(const rl_stream *s, rl_buf *cmd, rl_ticket t[3 + SHA_SCRIPTS], double now_ms) {
     int n = 0;
     int auth = rl_cmd_auth(cmd, s->url->user, s->url->password);
     if (auth < 0) return -1;
@@ -198,7 +203,7 @@ static int build_setup(const rl_stream *s, rl_buf *cmd, rl_ticket t[6], double n
  * the first command after it, so what was queued keeps its ends. */
 static int put_setup_first(rl_stream *s, double now_ms) {
     rl_buf cmd = {0};
-    rl_ticket t[6];
+    rl_ticket t[3 + SHA_SCRIPTS];
     int n = build_setup(s, &cmd, t, now_ms);
     if (n < 0 || rl_buf_reserve(&s->out, cmd.len) != 0 || rl_stream_ring_reserve(s, (unsigned)n) != 0) {
         rl_buf_free(&cmd);
@@ -215,7 +220,7 @@ static int put_setup_first(rl_stream *s, double now_ms) {
         s->ring[s->ring_head] = t[i];
         s->ring_count++;
     }
-    s->setup_left = n - 2; /* the script loads are not setup: nothing waits for them */
+    s->setup_left = n - SHA_SCRIPTS; /* the script loads are not setup: nothing waits for them */
     s->holding = 1;
     s->scripts_loading = 1;
     s->seen_id[0] = '\0';

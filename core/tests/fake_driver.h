@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "command.h"
 #include "redlock.h"
 
 static rl_engine *E;
@@ -50,7 +51,7 @@ static inline rl_result take(int id) {
 }
 
 /* Node i (asked for, or opened now) connects fresh at t and answers its
- * setup: INFO naming a server of its own, and the two script loads. */
+ * setup: INFO naming a server of its own, and the four script loads. */
 static inline void connect_node(int i, double t) {
     char info[256], body[160];
     rl_engine_node_open(E, i, t);
@@ -60,8 +61,12 @@ static inline void connect_node(int i, double t) {
     int len = snprintf(body, sizeof(body), "# Server\r\nrun_id:%040x\r\n", 0xa0 + i);
     snprintf(info, sizeof(info), "$%d\r\n%s\r\n", len, body);
     CHECK_INT(feed(i, info, t), RL_OK);
-    CHECK_INT(feed(i, "$40\r\na83d41725921d88143e95fed5dacc5fa0b9625f0\r\n"
-                      "$40\r\n36e94d1c6e02fcefaa7ee5d79eee614dbac55f10\r\n", t), RL_OK);
+    const char *const shas[] = {rl_release_sha, rl_extend_sha, rl_acquire_slot_sha, rl_release_slot_sha};
+    for (int k = 0; k < 4; k++) {
+        char load[64];
+        snprintf(load, sizeof(load), "$40\r\n%s\r\n", shas[k]);
+        CHECK_INT(feed(i, load, t), RL_OK);
+    }
 }
 
 #endif
