@@ -61,6 +61,113 @@ local LINE = [[
     }
   }]]
 
+-- The location: /behind?case=... runs one of these, each with a holder of
+-- the resource and a plain waiter (L) asleep first, so that the request
+-- under test stands behind L in the worker's line:
+--   zero       B behind L with a retry delay of 0 (and no other bound than
+--              its policy's 3 attempts): the spawn of B must return while B
+--              still waits (B yields to the others), and B gives up busy
+--   bound      B behind L (retry.forever) with retry.fixed(50, 3): B gives
+--              up busy while the resource is still held (its policy counts
+--              the delays it spent behind L)
+--   nonlined   20 shared and 20 fenced waiters (which do not stand in the
+--              line: they do not queue on the nodes under the worker's id)
+--              give up: none of them is left in the line
+--   many       (on a client of one node, with a waiter W of its own) a
+--              lock_many of other resources of the same client asleep
+--              before W: the hub's wake-up for W's resource goes to W, not
+--              to the lock_many call (which does not queue on the nodes)
+local BEHIND = [[
+  location = /behind {
+    content_by_lua_block {
+      local case = ngx.var.arg_case
+      local function name(tag) return "behind:" .. tag .. ":" .. ngx.now() .. ":" .. math.random(1e9) end
+      local r = name(case)
+      local retry = redlock.retry
+      local asleep = {}
+      redlock.hooks { sleeping = function() asleep[coroutine.running()] = true end }
+      local function await(co)
+        local by = ngx.now() + 10
+        while not asleep[co] do
+          if ngx.now() > by then error("a waiter never slept") end
+          ngx.sleep(0.001)
+        end
+      end
+      local function line_size(res)
+        local hub = DLM.client.hub
+        local c = hub.chans[res]
+        local n = 0
+        if c then for _ in pairs(c.line) do n = n + 1 end end
+        return n
+      end
+      local H = assert(DLM:lock(r, { ttl = 20000 }))
+      local got = {}
+      local L = ngx.thread.spawn(function()
+        local lk = DLM:lock(r, { ttl = 10000, retry = retry.forever() })
+        got.L = lk and "got" or "fail"
+        if lk then lk:unlock() end
+      end)
+      await(L)
+      if case == "zero" then
+        local B = ngx.thread.spawn(function()
+          local lk, err = DLM:lock(r, { ttl = 10000, retry = retry.fixed(0, 3) })
+          got.B = lk and "got" or tostring(err)
+        end)
+        local running = got.B == nil -- B yielded before it was done
+        ngx.thread.wait(B)
+        ngx.say("yielded=", tostring(running), " B=", got.B)
+      elseif case == "bound" then
+        local B = ngx.thread.spawn(function()
+          local lk, err = DLM:lock(r, { ttl = 10000, retry = retry.fixed(50, 3) })
+          got.B = lk and "got" or tostring(err)
+        end)
+        -- the holder lets go after 10 s at the latest (a B that waits for it came too late)
+        local release = ngx.thread.spawn(function() ngx.sleep(10) got.H = "released" end)
+        ngx.thread.wait(B)
+        ngx.say("B=", got.B, " before the release=", tostring(got.H == nil))
+        ngx.thread.kill(release)
+      elseif case == "nonlined" then
+        local threads = {}
+        for i = 1, 40 do
+          threads[i] = ngx.thread.spawn(function()
+            DLM:lock(r, { ttl = 10000, wait = 30, shared = i <= 20, fence = i > 20 })
+          end)
+        end
+        for i = 1, 40 do ngx.thread.wait(threads[i]) end
+        ngx.say("line=", line_size(r)) -- L alone
+      elseif case == "many" then
+        -- on a client of one node, whose wake-up is the only one: the hub's
+        -- wake-up for x goes to W, not to the older lock_many call S asleep
+        -- on every watch of its client (x's too, once it sleeps again)
+        local D = DLM1
+        local x, a, b = name("x"), name("a"), name("b")
+        local Hx, Ha = assert(D:lock(x, { ttl = 20000 })), assert(D:lock(a, { ttl = 20000 }))
+        local S = ngx.thread.spawn(function()
+          local locks = D:lock_many({ a, b }, { ttl = 10000, wait = 20000 })
+          if locks then for _, lk in ipairs(locks) do lk:unlock() end end
+        end)
+        await(S)
+        local W = ngx.thread.spawn(function()
+          local lk = D:lock(x, { ttl = 10000, retry = retry.fixed(15000, 100) })
+          got.W = lk and "got" or "fail"
+          if lk then lk:unlock() end
+        end)
+        await(W)
+        asleep[S] = nil
+        await(S) -- asleep again, now on x's watch too
+        Hx:unlock()
+        local guard = ngx.thread.spawn(function() ngx.sleep(5) got.late = true end)
+        ngx.thread.wait(W)
+        ngx.say("W=", got.W, " woken=", tostring(not got.late))
+        ngx.thread.kill(guard)
+        Ha:unlock()
+        ngx.thread.wait(S)
+      end
+      H:unlock()
+      ngx.thread.wait(L)
+    }
+  }]]
+
 describe("the waiters of one nginx worker", function()
   local cl, srv
 
@@ -71,8 +178,9 @@ describe("the waiters of one nginx worker", function()
       init = ([[
         redlock = require "redlock"
         DLM = redlock.new { servers = %s }
-      ]]):format(nginx.lua_list(cl.urls)),
-      locations = { LINE },
+        DLM1 = redlock.new { servers = { %q } }
+      ]]):format(nginx.lua_list(cl.urls), cl.urls[1]),
+      locations = { LINE, BEHIND },
     }
   end)
   teardown(function()
@@ -111,6 +219,25 @@ describe("the waiters of one nginx worker", function()
   it("are not held up by one killed after it was woken and before it resumed", function()
     assert.equal(in_order(1), line("kind=lock&killwoken=1"))
     assert.equal(in_order(1), line("kind=sem&killwoken=1"))
+  end)
+
+  local function behind(case)
+    local status, body = srv:get("/behind?case=" .. case)
+    assert.equal(200, status, tostring(body) .. "\n" .. srv:error_log():sub(-2000))
+    return (body:gsub("\n$", ""))
+  end
+
+  it("yield to the first when their retry delay is 0, and give up when their policy does", function()
+    assert.equal("yielded=true B=busy", behind("zero"))
+    assert.equal("B=busy before the release=true", behind("bound"))
+  end)
+
+  it("leave no trace in the line when they do not stand in it (shared, fenced)", function()
+    assert.equal("line=1", behind("nonlined"))
+  end)
+
+  it("get the wake-up meant for them, not a lock_many call of the same worker", function()
+    assert.equal("W=got woken=true", behind("many"))
   end)
 end)
 

@@ -202,8 +202,11 @@ end
 -- Of a client's waiters of one resource, only the first (the one that has
 -- waited longest) attempts: the nodes' queues hold the client once, by
 -- its waiter id (redlock.h, "Hand-off"), and that place is the first's.
--- The others sleep on, their policies unasked, until they are first; the
--- end of the first's wait wakes the next (watched_retries).
+-- The others sleep on until they are first: each delay of their policy
+-- that passes counts as an attempt that found the resource busy (so a
+-- policy that gives up does, and its delays grow as after attempts), and
+-- each sleep lasts 1 ms at least (a delay of 0 must still yield to the
+-- first). The end of the first's wait wakes the next (watched_retries).
 -- owed: a head start still owed (ms), before the first attempt; else the
 -- first attempt has been made, and w.err, w.detail say how it failed.
 local function retries(w, owed)
@@ -217,9 +220,11 @@ local function retries(w, owed)
     local seen = notify and heard(client, a)
     local single, in_line = type(a) == "string", lined(d, w.kind, a)
     local function first() return not in_line or client:first(a, #a, since) end
+    -- only a waiter in line sleeps as one (its place among the sleepers)
+    local line_since = in_line and since or nil
     local got
     if owed then
-        if sleep_until(client, a, seen, ceil(owed), since) == 1 then wake_jitter(client, a) end
+        if sleep_until(client, a, seen, ceil(owed), line_since) == 1 then wake_jitter(client, a) end
         seen = heard(client, a)
     end
     -- a waiter of one plain lock joins the queue at once, rather than after
@@ -241,6 +246,7 @@ local function retries(w, owed)
             if left <= 0 then return nil, err, detail end
             if delay > left then delay = left end
         end
+        if delay < 1 and in_line and not first() then delay = 1 end
         if notify then
             -- a release heard within the delay earns an extra attempt that the
             -- policy does not count (a busy resource would otherwise use up
@@ -248,14 +254,14 @@ local function retries(w, owed)
             -- policy's attempt comes when the delay has passed
             local wake_by, extra = now() + delay, 0
             while true do
-                local woke = sleep_until(client, a, seen, delay, since) == 1
+                local woke = sleep_until(client, a, seen, delay, line_since) == 1
                 if woke and extra == wake_attempts then
                     -- this delay's wake-ups are used up: sleep out the rest
                     local left = floor(wake_by - now())
                     if left > 0 then nap(client, left) end
                     woke = false
                 elseif woke and w.kind.slots then
-                    quorum_of_wakes(client, a, seen, d.quorum, since)
+                    quorum_of_wakes(client, a, seen, d.quorum, line_since)
                 elseif woke then
                     wake_jitter(client, a)
                 end
@@ -272,8 +278,8 @@ local function retries(w, owed)
         else
             nap(client, delay)
         end
+        n = n + 1
         if first() then
-            n = n + 1
             got, err, detail = try(d, client, a, b, ticket)
             if got then return got end
         end
@@ -302,8 +308,8 @@ end
 --- within the same watch as the retries, so that a release heard ends it.
 --- A call that finds others of its client's line (nginx: of its worker)
 --- waiting for the same resource stands behind them instead, and makes no
---- attempt until it is the first of them (retries); its policy is first
---- asked as if an attempt had found the resource busy.
+--- attempt until it is the first of them (retries); its policy is asked
+--- as if each of its delays had ended in an attempt that found it busy.
 --- A lock (or group), or nil, err, detail.
 function _M.with_retries(d, client, kind, a, b, policy, wait)
     local deadline = wait and now() + wait

@@ -40,7 +40,8 @@ local _M = {}
 -- The requests asleep on watch c: c.sleepers[sema] = when its request
 -- began to wait (the `since` its sleep_until was given) while it is
 -- registered; c.posted[sema] = when a message woke it (its count 0 until
--- it resumes). A semaphore with count 0 that nobody posted belongs to a
+-- it resumes); c.many[sema] = true for a lock_many call's (asleep on every
+-- watch of its client, it takes no wake-up meant for one waiter). A semaphore with count 0 that nobody posted belongs to a
 -- request that was killed asleep (client abort, ngx.exit from another
 -- thread), one posted that has not resumed AWAKE_MS later to a request
 -- killed in between; either is dropped, so that it swallows no wake-up.
@@ -51,21 +52,21 @@ local function asleep(c, sema, t0)
 end
 
 local function drop(c, sema)
-    c.sleepers[sema], c.posted[sema] = nil, nil
+    c.sleepers[sema], c.posted[sema], c.many[sema] = nil, nil, nil
 end
 
 -- Wake the request asleep on watch c that has waited longest, unless one
 -- woken before has yet to resume: the worker is one waiter in the nodes'
 -- queues, whose turn goes to its requests in the order they began to wait.
+-- (A lock_many call is not one of them: it does not queue on the nodes.)
 local function wake_oldest(c)
     local t0, oldest, since = now_ms(), nil, nil
     for sema, t in pairs(c.sleepers) do
         if not asleep(c, sema, t0) then
             drop(c, sema)
-        elseif c.posted[sema] then
-            return
-        elseif oldest == nil or t < since then
-            oldest, since = sema, t
+        elseif not c.many[sema] then
+            if c.posted[sema] then return end
+            if oldest == nil or t < since then oldest, since = sema, t end
         end
     end
     if oldest then
@@ -153,7 +154,7 @@ function methods:watch(resource, len)
     if c == nil then
         local id = C.rl_engine_watch(hub.e, r, #r, now_ms())
         if id < 0 then return 0 end -- out of memory: the waiter polls
-        c = { id = id, resource = r, refs = 0, listeners = 0, sleepers = {}, posted = {}, line = {} }
+        c = { id = id, resource = r, refs = 0, listeners = 0, sleepers = {}, posted = {}, many = {}, line = {} }
         hub.chans[r], hub.watches[id] = c, c
         wake(hub) -- the loop subscribes (and connects the subscriber links)
     end
@@ -242,11 +243,12 @@ function methods:sleep_until(resource, len, seen, ms, since)
     local horizon = now_ms() + ms
     if horizon > hub.sleep_horizon then hub.sleep_horizon = horizon end
     local line = resource ~= nil and since and list[1].line
+    local many = resource == nil or nil
     since = since or now_ms()
-    for k = 1, #list do list[k].sleepers[sema] = since end
+    for k = 1, #list do list[k].sleepers[sema], list[k].many[sema] = since, many end
     if line then line[since] = sema end
     sema:wait(ms / 1000)
-    for k = 1, #list do list[k].sleepers[sema], list[k].posted[sema] = nil, nil end
+    for k = 1, #list do drop(list[k], sema) end
     if line then line[since] = now_ms() + AWAKE_MS end
     -- posted as the wait timed out, or by more than one channel: drain it
     while sema:count() > 0 do sema:wait(0) end
