@@ -29,15 +29,7 @@ local LINE = [[
       local opts = sem and { limit = 2, ttl = 10000, wait = 20000 } or { ttl = 10000, wait = 20000 }
       local held = {}
       for i = 1, sem and 2 or 1 do held[i] = assert(DLM:lock(r, opts)) end
-      local asleep, order, threads = {}, {}, {}
-      redlock.hooks { sleeping = function() asleep[coroutine.running()] = true end }
-      local function await(co)
-        local by = ngx.now() + 10
-        while not asleep[co] do
-          if ngx.now() > by then error("a waiter never slept") end
-          ngx.sleep(0.001)
-        end
-      end
+      local order, threads = {}, {}
       for i = 1, ]] .. K .. [[ do
         threads[i] = ngx.thread.spawn(function()
           local lk, err = DLM:lock(r, opts)
@@ -46,7 +38,7 @@ local LINE = [[
           ngx.sleep(0.005)
           lk:unlock()
         end)
-        await(threads[i])
+        AWAIT(threads[i])
       end
       if kill then assert(ngx.thread.kill(threads[kill])) end
       if ngx.var.arg_killwoken then
@@ -84,15 +76,6 @@ local BEHIND = [[
       local function name(tag) return "behind:" .. tag .. ":" .. ngx.now() .. ":" .. math.random(1e9) end
       local r = name(case)
       local retry = redlock.retry
-      local asleep = {}
-      redlock.hooks { sleeping = function() asleep[coroutine.running()] = true end }
-      local function await(co)
-        local by = ngx.now() + 10
-        while not asleep[co] do
-          if ngx.now() > by then error("a waiter never slept") end
-          ngx.sleep(0.001)
-        end
-      end
       local function line_size(res)
         local hub = DLM.client.hub
         local c = hub.chans[res]
@@ -107,7 +90,7 @@ local BEHIND = [[
         got.L = lk and "got" or "fail"
         if lk then lk:unlock() end
       end)
-      await(L)
+      AWAIT(L)
       if case == "zero" then
         local B = ngx.thread.spawn(function()
           local lk, err = DLM:lock(r, { ttl = 10000, retry = retry.fixed(0, 3) })
@@ -146,15 +129,15 @@ local BEHIND = [[
           local locks = D:lock_many({ a, b }, { ttl = 10000, wait = 20000 })
           if locks then for _, lk in ipairs(locks) do lk:unlock() end end
         end)
-        await(S)
+        AWAIT(S)
         local W = ngx.thread.spawn(function()
           local lk = D:lock(x, { ttl = 10000, retry = retry.fixed(15000, 100) })
           got.W = lk and "got" or "fail"
           if lk then lk:unlock() end
         end)
-        await(W)
-        asleep[S] = nil
-        await(S) -- asleep again, now on x's watch too
+        AWAIT(W)
+        ASLEEP[S] = nil
+        AWAIT(S) -- asleep again, now on x's watch too
         Hx:unlock()
         local guard = ngx.thread.spawn(function() ngx.sleep(5) got.late = true end)
         ngx.thread.wait(W)
@@ -179,6 +162,17 @@ describe("the waiters of one nginx worker", function()
         redlock = require "redlock"
         DLM = redlock.new { servers = %s }
         DLM1 = redlock.new { servers = { %q } }
+        -- AWAIT(co): until light thread co sleeps between attempts (the
+        -- sleeping hook says so); ASLEEP[co] is set when it does
+        ASLEEP = setmetatable({}, { __mode = "k" })
+        redlock.hooks { sleeping = function() ASLEEP[coroutine.running()] = true end }
+        function AWAIT(co)
+          local by = ngx.now() + 10
+          while not ASLEEP[co] do
+            if ngx.now() > by then error("a waiter never slept") end
+            ngx.sleep(0.001)
+          end
+        end
       ]]):format(nginx.lua_list(cl.urls), cl.urls[1]),
       locations = { LINE, BEHIND },
     }
