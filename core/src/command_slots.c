@@ -85,10 +85,10 @@
  * limit (RL_LIMIT_PREFIX .. key) for releases to count free slots with. A
  * queue of another type, or of more than RL_QUEUE_MAX entries (only others'
  * writes make one), is ignored: nobody waits in it. Sent by its SHA1
- * (rl_acquire_slot_sha): a node that does not know it answers NOSCRIPT,
- * and the acquire goes there again as EVAL, in the round or its tail
- * (ops.c), which teaches the node the script. Sent whole every time, its
- * SHA1 was the nodes' largest single cost in the sem benchmark. */
+ * (rl_acquire_slot_sha; every connection's setup loads it): a node that
+ * lost it answers NOSCRIPT, and the acquire goes there again as EVAL while
+ * its round is open (ops.c). Sent whole every time, its SHA1 was the
+ * nodes' largest single cost in the sem benchmark. */
 const char rl_acquire_slot_script[] =
     RL_PUBLISHING
     "local l = #KEYS - 1 local k, w = KEYS[l + 1], ARGV[3] local q = \"" RL_SEM_QUEUE_PREFIX "\"..k "

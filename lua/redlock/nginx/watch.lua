@@ -41,10 +41,11 @@ local _M = {}
 -- began to wait (the `since` its sleep_until was given) while it is
 -- registered; c.posted[sema] = when a message woke it (its count 0 until
 -- it resumes); c.many[sema] = true for a lock_many call's (asleep on every
--- watch of its client, it takes no wake-up meant for one waiter). A semaphore with count 0 that nobody posted belongs to a
--- request that was killed asleep (client abort, ngx.exit from another
--- thread), one posted that has not resumed AWAKE_MS later to a request
--- killed in between; either is dropped, so that it swallows no wake-up.
+-- watch of its client, it takes no wake-up meant for one waiter). A
+-- semaphore with count 0 that nobody posted belongs to a request that was
+-- killed asleep (client abort, ngx.exit from another thread), one posted
+-- that has not resumed AWAKE_MS later to a request killed in between;
+-- either is dropped, so that it swallows no wake-up.
 local function asleep(c, sema, t0)
     local posted = c.posted[sema]
     if posted then return t0 - posted < AWAKE_MS end
