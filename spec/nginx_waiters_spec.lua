@@ -69,6 +69,8 @@ local LINE = [[
 --              lock_many of other resources of the same client asleep
 --              before W: the hub's wake-up for W's resource goes to W, not
 --              to the lock_many call (which does not queue on the nodes)
+--   outside    the same with a shared or fenced lock of W's resource
+--              asleep before W (&kind=shared|fenced)
 local BEHIND = [[
   location = /behind {
     content_by_lua_block {
@@ -145,6 +147,30 @@ local BEHIND = [[
         ngx.thread.kill(guard)
         Ha:unlock()
         ngx.thread.wait(S)
+      elseif case == "outside" then
+        -- the same with a shared or fenced lock R of x asleep before W: R does
+        -- not stand in the line, and the wake-up for x is W's
+        local D = DLM1
+        local x = name("x")
+        local Hx = assert(D:lock(x, { ttl = 20000 }))
+        local R = ngx.thread.spawn(function()
+          local kind = ngx.var.arg_kind
+          local lk = D:lock(x, { ttl = 10000, wait = 20000, shared = kind == "shared", fence = kind == "fenced" })
+          if lk then ngx.sleep(2.5) lk:unlock() end
+        end)
+        AWAIT(R)
+        local W = ngx.thread.spawn(function()
+          local lk = D:lock(x, { ttl = 10000, retry = retry.fixed(15000, 100) })
+          got.W = lk and "got" or "fail"
+          if lk then lk:unlock() end
+        end)
+        AWAIT(W)
+        Hx:unlock()
+        local guard = ngx.thread.spawn(function() ngx.sleep(2) got.late = true end)
+        ngx.thread.wait(W)
+        ngx.say("W=", got.W, " woken=", tostring(not got.late))
+        ngx.thread.kill(guard)
+        ngx.thread.wait(R)
       end
       H:unlock()
       ngx.thread.wait(L)
@@ -230,8 +256,10 @@ describe("the waiters of one nginx worker", function()
     assert.equal("line=1", behind("nonlined"))
   end)
 
-  it("get the wake-up meant for them, not a lock_many call of the same worker", function()
+  it("get the wake-up meant for them, not a lock_many call, a shared or a fenced lock of the same worker", function()
     assert.equal("W=got woken=true", behind("many"))
+    assert.equal("W=got woken=true", behind("outside&kind=shared"))
+    assert.equal("W=got woken=true", behind("outside&kind=fenced"))
   end)
 end)
 

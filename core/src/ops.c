@@ -291,10 +291,14 @@ void rl_op_reply_from(rl_engine *e, rl_stream *s, int node, rl_ticket t, const r
      * semaphore's acquire goes again only while its round is open: once it
      * is decided, the caller may have released the slot already, and an
      * acquire sent behind that release would take the slot again there, for
-     * its ttl. In the tail the node ran nothing, which its cleanup covers. */
-    int may_resend = t.kind == RL_OP_RELEASE || t.kind == RL_OP_EXTEND ||
-                     (t.kind == RL_ROUND_ACQUIRE_SLOT && op->phase == OP_ROUND);
-    if (is_noscript(reply) && may_resend && !t.eval && resend_as_eval(e, op, node, t) == 0) return;
+     * its ttl. In the tail the node ran nothing, which its cleanup covers,
+     * and it is taught the scripts for the acquires to come. */
+    if (is_noscript(reply) && !t.eval) {
+        int may_resend = t.kind == RL_OP_RELEASE || t.kind == RL_OP_EXTEND ||
+                         (t.kind == RL_ROUND_ACQUIRE_SLOT && op->phase == OP_ROUND);
+        if (may_resend && resend_as_eval(e, op, node, t) == 0) return;
+        if (!may_resend) rl_stream_load_scripts(s, e->now);
+    }
     if (t.kind == RL_ROUND_REPLICAS) {
         replicas_reply(e, op, node, t, reply, errstr);
         return;

@@ -74,9 +74,10 @@
 --   sleep_until(resource, len, seen, ms, since)
 --                         sleep up to ms: 1 as soon as heard() ~= seen
 --                         (at once if it already is), else 0; since: when
---                         the waiter began to wait (rl_now_ms): a wake-up
---                         meant for one of the client's waiters goes to
---                         the one that has waited longest
+--                         the waiter began to wait (rl_now_ms), for one in
+--                         the client's line (nil otherwise): a wake-up meant
+--                         for one of the line goes to the one that has
+--                         waited longest
 --   waiting(resource, len)
 --                         the calls waiting for resource now that share the
 --                         client's place in the nodes' queues (its waiter id)

@@ -58,10 +58,10 @@ end
 
 -- The sleeps between attempts, between the host's sleeping() and awake()
 -- (redlock.hooks): ms, or (sleep_until) up to ms or until a release of a is
--- heard since seen (1 then, else 0). since: when the waiter began to wait;
--- of a client's waiters asleep on one resource, a wake-up meant for one
--- goes to the one that has waited longest (nginx: many requests wait on
--- one worker's client).
+-- heard since seen (1 then, else 0). since: when the waiter began to wait,
+-- for a waiter in its client's line (nil otherwise); of the line's waiters
+-- asleep, a wake-up meant for one goes to the one that has waited longest
+-- (nginx: many requests wait on one worker's client).
 local function nap(client, ms)
     local f = on.sleeping
     if f then f() end
@@ -241,12 +241,12 @@ local function retries(w, owed)
         if not delay then return nil, err, detail end
         -- closed by the policy, or by another coroutine while it yielded?
         live_client(d, single and "lock" or "lock_many")
+        if delay < 1 and in_line and not first() then delay = 1 end
         if w.deadline then
             local left = w.deadline - now()
             if left <= 0 then return nil, err, detail end
             if delay > left then delay = left end
         end
-        if delay < 1 and in_line and not first() then delay = 1 end
         if notify then
             -- a release heard within the delay earns an extra attempt that the
             -- policy does not count (a busy resource would otherwise use up

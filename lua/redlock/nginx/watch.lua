@@ -40,8 +40,10 @@ local _M = {}
 -- The requests asleep on watch c: c.sleepers[sema] = when its request
 -- began to wait (the `since` its sleep_until was given) while it is
 -- registered; c.posted[sema] = when a message woke it (its count 0 until
--- it resumes); c.many[sema] = true for a lock_many call's (asleep on every
--- watch of its client, it takes no wake-up meant for one waiter). A
+-- it resumes); c.outside[sema] = true for a call asleep outside the line
+-- (lock_many, asleep on every watch of its client, or a fenced or shared
+-- lock: none of them queues on the nodes, and none takes a wake-up meant
+-- for the line). A
 -- semaphore with count 0 that nobody posted belongs to a request that was
 -- killed asleep (client abort, ngx.exit from another thread), one posted
 -- that has not resumed AWAKE_MS later to a request killed in between;
@@ -53,19 +55,19 @@ local function asleep(c, sema, t0)
 end
 
 local function drop(c, sema)
-    c.sleepers[sema], c.posted[sema], c.many[sema] = nil, nil, nil
+    c.sleepers[sema], c.posted[sema], c.outside[sema] = nil, nil, nil
 end
 
 -- Wake the request asleep on watch c that has waited longest, unless one
 -- woken before has yet to resume: the worker is one waiter in the nodes'
 -- queues, whose turn goes to its requests in the order they began to wait.
--- (A lock_many call is not one of them: it does not queue on the nodes.)
+-- (A call asleep outside the line is not one of them.)
 local function wake_oldest(c)
     local t0, oldest, since = now_ms(), nil, nil
     for sema, t in pairs(c.sleepers) do
         if not asleep(c, sema, t0) then
             drop(c, sema)
-        elseif not c.many[sema] then
+        elseif not c.outside[sema] then
             if c.posted[sema] then return end
             if oldest == nil or t < since then oldest, since = sema, t end
         end
@@ -155,7 +157,7 @@ function methods:watch(resource, len)
     if c == nil then
         local id = C.rl_engine_watch(hub.e, r, #r, now_ms())
         if id < 0 then return 0 end -- out of memory: the waiter polls
-        c = { id = id, resource = r, refs = 0, listeners = 0, sleepers = {}, posted = {}, many = {}, line = {} }
+        c = { id = id, resource = r, refs = 0, listeners = 0, sleepers = {}, posted = {}, outside = {}, line = {} }
         hub.chans[r], hub.watches[id] = c, c
         wake(hub) -- the loop subscribes (and connects the subscriber links)
     end
@@ -220,8 +222,9 @@ end
 -- Sleep up to ms; 1 as soon as heard(resource, len) ~= seen, else 0. Checked
 -- and registered with no yield in between: a release heard after heard()
 -- was read either shows in the count here or posts the semaphore. since:
--- when the request began to wait (rl_now_ms; nil: now), which orders the
--- worker's sleepers for the wake-ups meant for one (wake_oldest).
+-- when the request, one in the line, began to wait (rl_now_ms), which
+-- orders the line's sleepers for the wake-ups meant for one (wake_oldest);
+-- nil for a call outside the line, which such wake-ups pass by.
 function methods:sleep_until(resource, len, seen, ms, since)
     if phase_refusal() then return 0 end
     if self:heard(resource, len) ~= seen then return 1 end
@@ -244,9 +247,9 @@ function methods:sleep_until(resource, len, seen, ms, since)
     local horizon = now_ms() + ms
     if horizon > hub.sleep_horizon then hub.sleep_horizon = horizon end
     local line = resource ~= nil and since and list[1].line
-    local many = resource == nil or nil
+    local outside = since == nil or nil
     since = since or now_ms()
-    for k = 1, #list do list[k].sleepers[sema], list[k].many[sema] = since, many end
+    for k = 1, #list do list[k].sleepers[sema], list[k].outside[sema] = since, outside end
     if line then line[since] = sema end
     sema:wait(ms / 1000)
     for k = 1, #list do drop(list[k], sema) end
