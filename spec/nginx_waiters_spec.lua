@@ -120,57 +120,44 @@ local BEHIND = [[
         end
         for i = 1, 40 do ngx.thread.wait(threads[i]) end
         ngx.say("line=", line_size(r)) -- L alone
-      elseif case == "many" then
-        -- on a client of one node, whose wake-up is the only one: the hub's
-        -- wake-up for x goes to W, not to the older lock_many call S asleep
-        -- on every watch of its client (x's too, once it sleeps again)
+      elseif case == "many" or case == "outside" then
+        -- on a client of one node, whose wake-up is the only one: an older
+        -- call O outside the line asleep, then W waiting for x; x freed, the
+        -- hub's wake-up for x is W's. many: O a lock_many of other resources
+        -- (asleep on every watch of its client, x's too once it sleeps
+        -- again); outside: a shared or fenced lock of x (&kind=)
         local D = DLM1
         local x, a, b = name("x"), name("a"), name("b")
         local Hx, Ha = assert(D:lock(x, { ttl = 20000 })), assert(D:lock(a, { ttl = 20000 }))
-        local S = ngx.thread.spawn(function()
-          local locks = D:lock_many({ a, b }, { ttl = 10000, wait = 20000 })
-          if locks then for _, lk in ipairs(locks) do lk:unlock() end end
+        local kind = ngx.var.arg_kind
+        local O = ngx.thread.spawn(function()
+          if case == "many" then
+            local locks = D:lock_many({ a, b }, { ttl = 10000, wait = 20000 })
+            if locks then for _, lk in ipairs(locks) do lk:unlock() end end
+          else
+            local lk = D:lock(x, { ttl = 10000, wait = 20000, shared = kind == "shared", fence = kind == "fenced" })
+            if lk then ngx.sleep(2.5) lk:unlock() end
+          end
         end)
-        AWAIT(S)
+        AWAIT(O)
         local W = ngx.thread.spawn(function()
           local lk = D:lock(x, { ttl = 10000, retry = retry.fixed(15000, 100) })
           got.W = lk and "got" or "fail"
           if lk then lk:unlock() end
         end)
         AWAIT(W)
-        ASLEEP[S] = nil
-        AWAIT(S) -- asleep again, now on x's watch too
+        if case == "many" then
+          ASLEEP[O] = nil
+          AWAIT(O)
+        end
         Hx:unlock()
-        local guard = ngx.thread.spawn(function() ngx.sleep(5) got.late = true end)
-        ngx.thread.wait(W)
-        ngx.say("W=", got.W, " woken=", tostring(not got.late))
-        ngx.thread.kill(guard)
-        Ha:unlock()
-        ngx.thread.wait(S)
-      elseif case == "outside" then
-        -- the same with a shared or fenced lock R of x asleep before W: R does
-        -- not stand in the line, and the wake-up for x is W's
-        local D = DLM1
-        local x = name("x")
-        local Hx = assert(D:lock(x, { ttl = 20000 }))
-        local R = ngx.thread.spawn(function()
-          local kind = ngx.var.arg_kind
-          local lk = D:lock(x, { ttl = 10000, wait = 20000, shared = kind == "shared", fence = kind == "fenced" })
-          if lk then ngx.sleep(2.5) lk:unlock() end
-        end)
-        AWAIT(R)
-        local W = ngx.thread.spawn(function()
-          local lk = D:lock(x, { ttl = 10000, retry = retry.fixed(15000, 100) })
-          got.W = lk and "got" or "fail"
-          if lk then lk:unlock() end
-        end)
-        AWAIT(W)
-        Hx:unlock()
+        -- (an O that took the wake-up and x holds it 2.5 s; a missed wake-up costs W 15 s)
         local guard = ngx.thread.spawn(function() ngx.sleep(2) got.late = true end)
         ngx.thread.wait(W)
         ngx.say("W=", got.W, " woken=", tostring(not got.late))
         ngx.thread.kill(guard)
-        ngx.thread.wait(R)
+        Ha:unlock()
+        ngx.thread.wait(O)
       end
       H:unlock()
       ngx.thread.wait(L)
