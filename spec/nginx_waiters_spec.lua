@@ -195,11 +195,14 @@ describe("the waiters of one nginx worker", function()
     cluster.stop_all()
   end)
 
-  local function line(query)
-    local status, body = srv:get("/line?" .. query)
+  -- the body of a GET of path (asserted 200)
+  local function get(path)
+    local status, body = srv:get(path)
     assert.equal(200, status, tostring(body) .. "\n" .. srv:error_log():sub(-2000))
     return (body:gsub("\n$", ""))
   end
+  local function line(query) return get("/line?" .. query) end
+  local function behind(case) return get("/behind?case=" .. case) end
 
   local function in_order(except)
     local t = {}
@@ -227,12 +230,6 @@ describe("the waiters of one nginx worker", function()
     assert.equal(in_order(1), line("kind=lock&killwoken=1"))
     assert.equal(in_order(1), line("kind=sem&killwoken=1"))
   end)
-
-  local function behind(case)
-    local status, body = srv:get("/behind?case=" .. case)
-    assert.equal(200, status, tostring(body) .. "\n" .. srv:error_log():sub(-2000))
-    return (body:gsub("\n$", ""))
-  end
 
   it("yield to the first when their retry delay is 0, and give up when their policy does", function()
     assert.equal("yielded=true B=busy", behind("zero"))

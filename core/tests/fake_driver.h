@@ -50,8 +50,24 @@ static inline rl_result take(int id) {
     return r;
 }
 
+/* The scripts a fresh connection's setup loads (SCRIPT LOAD), in order,
+ * and their SHA1s. */
+static const char *const setup_scripts[] = {rl_release_script, rl_extend_script, rl_acquire_slot_script,
+                                            rl_release_slot_script};
+static const char *const setup_shas[] = {rl_release_sha, rl_extend_sha, rl_acquire_slot_sha, rl_release_slot_sha};
+#define SETUP_SCRIPTS 4
+
+/* A node's replies to the setup's script loads. */
+static inline const char *loads_reply(void) {
+    static char buf[256];
+    buf[0] = '\0';
+    for (int k = 0; k < SETUP_SCRIPTS; k++)
+        snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), "$40\r\n%s\r\n", setup_shas[k]);
+    return buf;
+}
+
 /* Node i (asked for, or opened now) connects fresh at t and answers its
- * setup: INFO naming a server of its own, and the four script loads. */
+ * setup: INFO naming a server of its own, and the script loads. */
 static inline void connect_node(int i, double t) {
     char info[256], body[160];
     rl_engine_node_open(E, i, t);
@@ -61,12 +77,7 @@ static inline void connect_node(int i, double t) {
     int len = snprintf(body, sizeof(body), "# Server\r\nrun_id:%040x\r\n", 0xa0 + i);
     snprintf(info, sizeof(info), "$%d\r\n%s\r\n", len, body);
     CHECK_INT(feed(i, info, t), RL_OK);
-    const char *const shas[] = {rl_release_sha, rl_extend_sha, rl_acquire_slot_sha, rl_release_slot_sha};
-    for (int k = 0; k < 4; k++) {
-        char load[64];
-        snprintf(load, sizeof(load), "$40\r\n%s\r\n", shas[k]);
-        CHECK_INT(feed(i, load, t), RL_OK);
-    }
+    CHECK_INT(feed(i, loads_reply(), t), RL_OK);
 }
 
 #endif

@@ -37,27 +37,15 @@ static const char *info_reply(const char *id) {
     return buf;
 }
 
-/* The scripts sent by SHA1, in the order a setup loads them, and their SHA1s. */
-static const char *const loaded[] = {rl_release_script, rl_extend_script, rl_acquire_slot_script,
-                                     rl_release_slot_script};
-static const char *const loaded_sha[] = {rl_release_sha, rl_extend_sha, rl_acquire_slot_sha, rl_release_slot_sha};
-
-/* The SCRIPT LOADs' replies. */
-static const char *loads_reply(void) {
-    static char buf[256];
-    buf[0] = '\0';
-    for (int i = 0; i < 4; i++) snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), "$40\r\n%s\r\n", loaded_sha[i]);
-    return buf;
-}
 #define LOADS_REPLY loads_reply()
 
 /* The setup's script loads, as written. */
 static const char *script_loads(void) {
     static char buf[8192];
     buf[0] = '\0';
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < SETUP_SCRIPTS; i++)
         snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), "*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n$%zu\r\n%s\r\n",
-                 strlen(loaded[i]), loaded[i]);
+                 strlen(setup_scripts[i]), setup_scripts[i]);
     return buf;
 }
 
