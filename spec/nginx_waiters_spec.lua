@@ -164,6 +164,48 @@ local BEHIND = [[
     }
   }]]
 
+-- The location: /killed?kind=lock|sem: a waiter W of the resource (a lock,
+-- or a semaphore of limit 2 with both slots taken) is killed asleep, its
+-- coroutine collected; the hub's sweep must end its watch. Then a waiter V
+-- on a client of another hub (another waiter id on the nodes) waits, and
+-- the holder frees the resource (one slot): V must be woken, where a hub
+-- still listening for W would have taken V's wake-up (and a semaphore's
+-- nodes kept the free slot for it).
+local KILLED = [[
+  location = /killed {
+    content_by_lua_block {
+      local sem = ngx.var.arg_kind == "sem"
+      local r = "killed:" .. ngx.var.arg_kind .. ":" .. ngx.now() .. ":" .. math.random(1e9)
+      local limit = sem and 2 or nil
+      local held = {}
+      for i = 1, sem and 2 or 1 do held[i] = assert(DLM:lock(r, { limit = limit, ttl = 20000 })) end
+      local W = ngx.thread.spawn(function()
+        DLM:lock(r, { limit = limit, ttl = 10000, retry = redlock.retry.fixed(15000, 100) })
+      end)
+      AWAIT(W)
+      assert(ngx.thread.kill(W))
+      W = nil
+      collectgarbage()
+      collectgarbage()
+      local chans, by = DLM.client.hub.chans, ngx.now() + 5
+      while chans[r] and ngx.now() < by do ngx.sleep(0.01) end
+      local got = {}
+      local V = ngx.thread.spawn(function()
+        local lk = DLM2:lock(r, { limit = limit, ttl = 10000, retry = redlock.retry.fixed(8000, 100) })
+        got.V = lk and "got" or "fail"
+        if lk then lk:unlock() end
+      end)
+      AWAIT(V)
+      held[1]:unlock()
+      -- (a missed wake-up costs V 8 s)
+      local guard = ngx.thread.spawn(function() ngx.sleep(3) got.late = true end)
+      ngx.thread.wait(V)
+      ngx.thread.kill(guard)
+      for i = 2, #held do held[i]:unlock() end
+      ngx.say("watch ended=", tostring(chans[r] == nil), " V=", got.V, " woken=", tostring(not got.late))
+    }
+  }]]
+
 describe("the waiters of one nginx worker", function()
   local cl, srv
 
@@ -175,6 +217,7 @@ describe("the waiters of one nginx worker", function()
         redlock = require "redlock"
         DLM = redlock.new { servers = %s }
         DLM1 = redlock.new { servers = { %q } }
+        DLM2 = redlock.new { servers = %s, node_timeout = 777 } -- a hub of its own
         -- AWAIT(co): until light thread co sleeps between attempts (the
         -- sleeping hook says so); ASLEEP[co] is set when it does
         ASLEEP = setmetatable({}, { __mode = "k" })
@@ -186,8 +229,8 @@ describe("the waiters of one nginx worker", function()
             ngx.sleep(0.001)
           end
         end
-      ]]):format(nginx.lua_list(cl.urls), cl.urls[1]),
-      locations = { LINE, BEHIND },
+      ]]):format(nginx.lua_list(cl.urls), cl.urls[1], nginx.lua_list(cl.urls)),
+      locations = { LINE, BEHIND, KILLED },
     }
   end)
   teardown(function()
@@ -196,8 +239,8 @@ describe("the waiters of one nginx worker", function()
   end)
 
   -- the body of a GET of path (asserted 200)
-  local function get(path)
-    local status, body = srv:get(path)
+  local function get(path, opts)
+    local status, body = srv:get(path, opts)
     assert.equal(200, status, tostring(body) .. "\n" .. srv:error_log():sub(-2000))
     return (body:gsub("\n$", ""))
   end
@@ -229,6 +272,11 @@ describe("the waiters of one nginx worker", function()
   it("are not held up by one killed after it was woken and before it resumed", function()
     assert.equal(in_order(1), line("kind=lock&killwoken=1"))
     assert.equal(in_order(1), line("kind=sem&killwoken=1"))
+  end)
+
+  it("do not keep the worker listening once killed: a waiter elsewhere gets the wake-up", function()
+    assert.equal("watch ended=true V=got woken=true", get("/killed?kind=lock", { timeout_ms = 30000 }))
+    assert.equal("watch ended=true V=got woken=true", get("/killed?kind=sem", { timeout_ms = 30000 }))
   end)
 
   it("yield to the first when their retry delay is 0, and give up when their policy does", function()

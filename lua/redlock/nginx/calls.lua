@@ -164,6 +164,11 @@ local function gone(hub, w)
     return w.co ~= nil and gone_cos[w.co] ~= nil
 end
 
+--- Whether coroutine co was found killed while it waited for a result.
+function _M.is_gone(co)
+    return gone_cos[co] ~= nil
+end
+
 --- Hand every finished operation to the call waiting for it. Pure engine
 --- work, no I/O: any coroutine of the worker may do it.
 function _M.deliver(hub)

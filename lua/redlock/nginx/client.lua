@@ -167,7 +167,7 @@ function _M.client_new(urls, n, opts, errbuf, errlen)
     local hub = get_hub(urls, n, opts, errbuf, errlen)
     if hub == nil then return nil end
     return setmetatable({
-        hub = hub, err = "", watching = {}, epoch = hub.epoch,
+        hub = hub, err = "", watched = {}, epoch = hub.epoch,
         wait_s = (opts.node_timeout_ms + opts.connect_timeout_ms + WAIT_MARGIN_MS) / 1000,
     }, client_mt)
 end

@@ -18,11 +18,12 @@ local xpcall, ipairs, setmetatable, math_max = xpcall, ipairs, setmetatable, mat
 local start, deliver, sweep, keeping, retry_orphans = calls.start, calls.deliver, calls.sweep, calls.keeping,
     calls.retry_orphans
 local service, reap, shut = links.service, links.reap, links.shut
-local forget_watches, forget_unowned = watch.forget_watches, keep.forget_unowned
+local sweep_watches, forget_watches, forget_unowned = watch.sweep_watches, watch.forget_watches, keep.forget_unowned
 
 local HUB_IDLE_MS = 10000      -- a hub with nothing to do for this long stops
 local HUB_SLICE_MS = 500       -- the longest the hub sleeps without looking at the worker's state
 local STALE_MS = calls.STALE_MS -- how often the loop sweeps results nobody took
+local WATCH_SWEEP_MS = 1000    -- how often it sweeps the watches of requests killed while they waited
 local EXIT_GC_MS = 5000        -- an exiting worker's hub that keeps locks collects garbage this often
 -- Each connect costs the timer's request a little memory that nginx frees
 -- only when the timer ends: after this many, the hub starts a fresh timer at
@@ -49,7 +50,7 @@ end
 local function loop(hub, premature)
     local e, work = hub.e, hub.work
     local exit_by = premature and now_ms() + hub.node_timeout or nil
-    local sweep_at = now_ms() + STALE_MS
+    local sweep_at, watch_sweep_at = now_ms() + STALE_MS, now_ms() + WATCH_SWEEP_MS
     local gc_at = 0 -- the next collection (exiting)
     while true do
         local now = now_ms()
@@ -62,6 +63,10 @@ local function loop(hub, premature)
         if now >= sweep_at then
             sweep(hub, now)
             sweep_at = now + STALE_MS
+        end
+        if now >= watch_sweep_at then
+            sweep_watches(hub)
+            watch_sweep_at = now + WATCH_SWEEP_MS
         end
         if hub.ended[1] ~= nil then reap(hub) end
         if exit_by == nil and ngx.worker.exiting() then exit_by = now + hub.node_timeout end

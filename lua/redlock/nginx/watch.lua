@@ -11,7 +11,16 @@
 -- engine connects again after its backoff, and waiters poll as the retry
 -- policy says.
 --
--- Here: the hub's side (post_heard, forget_watches) and the client's
+-- A watch counts who holds it: the coroutines of the calls that watch. One
+-- whose request was killed while it waited never unwatches; once its
+-- coroutine is found gone or collected, the hub's sweep (sweep_watches)
+-- takes its holds off, and the last one ends the watch. Else the hub would
+-- listen on for it until idle, which a busy worker never is: the nodes
+-- would keep the worker's place in their queues, and a release would wake
+-- the worker, where nobody waits, instead of the next waiter; a
+-- semaphore's node would keep a free slot for it.
+--
+-- Here: the hub's side (post_heard, sweep_watches, forget_watches) and the client's
 -- methods of the transport contract that hand-off needs (methods: watch,
 -- unwatch, unwatch_won, heard, listeners, sleep_until, waiting, first,
 -- pass_turn, listening; redlock.nginx.client takes them).
@@ -22,8 +31,9 @@ local semaphore = require "ngx.semaphore"
 
 local ffi_new = require("ffi").new
 local now_ms = C.rl_now_ms
-local pairs, type, math_max = pairs, type, math.max
-local phase_refusal, start, wake = calls.phase_refusal, calls.start, calls.wake
+local pairs, type, math_max, setmetatable = pairs, type, math.max, setmetatable
+local co_running, co_status = coroutine.running, coroutine.status
+local phase_refusal, start, wake, is_gone = calls.phase_refusal, calls.start, calls.wake, calls.is_gone
 
 local int_out = ffi_new("int[1]")
 
@@ -33,6 +43,15 @@ local int_out = ffi_new("int[1]")
 local AWAKE_MS = 1000
 
 local _M = {}
+
+local watching -- (the client's side)
+
+-- Who holds a watch: the running coroutine (MAIN outside any: nginx runs
+-- every request, light thread and timer in one of its own).
+local MAIN = {}
+local function holder()
+    return co_running() or MAIN
+end
 
 ---------------------------------------------------------------------------
 -- the hub's side
@@ -118,6 +137,47 @@ function _M.post_heard(hub)
     end
 end
 
+-- End hub's watch c (nobody holds it now) with unwatch (rl_engine_unwatch,
+-- or rl_engine_unwatch_won: lingering).
+local function end_watch(hub, c, unwatch)
+    local r = c.resource
+    hub.chans[r], hub.watches[c.id] = nil, nil
+    unwatch(hub.e, r, #r, now_ms())
+    wake(hub)
+end
+
+-- Whether coroutine co, which holds a watch, is gone: it ended without
+-- unwatching (its client was closed), or its request was killed while it
+-- waited for a result. (One killed otherwise is gone once collected: it is
+-- no longer among the holders at all.)
+local function holder_gone(co)
+    return co ~= MAIN and (co_status(co) == "dead" or is_gone(co))
+end
+
+--- Take off the holds of callers that are gone (see the top), and end the
+--- watches nobody else holds. The hub's loop calls it now and then.
+function _M.sweep_watches(hub)
+    for _, c in pairs(hub.chans) do
+        local held = 0
+        for co, h in pairs(c.holders) do
+            if holder_gone(co) then c.holders[co] = nil else held = held + h.n end
+        end
+        if held < c.refs then
+            c.refs = held
+            -- each client's count of its watches of the resource, anew
+            local r = c.resource
+            for client in pairs(c.clients) do
+                local n = 0
+                for _, h in pairs(c.holders) do
+                    if h.client == client then n = n + h.n end
+                end
+                watching(client)[r] = n > 0 and n or nil
+            end
+            if held == 0 then end_watch(hub, c, C.rl_engine_unwatch) end
+        end
+    end
+end
+
 --- The hub stopped for good (idle, the worker exiting): whatever was still
 --- watched is forgotten (a call killed while it waited never unwatches).
 function _M.forget_watches(hub)
@@ -141,11 +201,13 @@ end
 
 -- This client's watches (resource -> count), as of the hub's epoch: a hub
 -- that stopped for good forgot every watch, and so does the client.
-local function watching(self)
+function watching(self)
     local hub = self.hub
-    if self.epoch ~= hub.epoch then self.watching, self.epoch = {}, hub.epoch end
-    return self.watching
+    if self.epoch ~= hub.epoch then self.watched, self.epoch = {}, hub.epoch end
+    return self.watched
 end
+
+local WEAK_KEYS = { __mode = "k" }
 
 function methods:watch(resource, len)
     if phase_refusal() then return 0 end
@@ -157,32 +219,39 @@ function methods:watch(resource, len)
     if c == nil then
         local id = C.rl_engine_watch(hub.e, r, #r, now_ms())
         if id < 0 then return 0 end -- out of memory: the waiter polls
-        c = { id = id, resource = r, refs = 0, listeners = 0, sleepers = {}, posted = {}, outside = {}, line = {} }
+        -- holders[co] = { n = its holds, client = its client }; clients: every client that held it
+        c = { id = id, resource = r, refs = 0, listeners = 0, sleepers = {}, posted = {}, outside = {}, line = {},
+              holders = setmetatable({}, WEAK_KEYS), clients = setmetatable({}, WEAK_KEYS) }
         hub.chans[r], hub.watches[id] = c, c
         wake(hub) -- the loop subscribes (and connects the subscriber links)
     end
     c.refs = c.refs + 1
     mine[r] = (mine[r] or 0) + 1
+    local co = holder()
+    local h = c.holders[co]
+    if h then h.n = h.n + 1 else c.holders[co] = { n = 1, client = self } end
+    c.clients[self] = true
     return 0
 end
 
 -- One watch of resource fewer; the last one ends the hub's watch with
--- unwatch (rl_engine_unwatch, or rl_engine_unwatch_won: lingering).
+-- unwatch (see end_watch). A caller whose hold is not there any more (the
+-- hub forgot its watches, or the sweep took its holds off) has none to end.
 local function unwatch_with(self, resource, len, unwatch)
     local hub = self.hub
     local mine = watching(self)
     local r = name_of(resource, len)
-    local k = mine[r]
-    if k == nil then return end
-    mine[r] = k > 1 and k - 1 or nil
     local c = hub.chans[r]
     if c == nil then return end
+    local co = holder()
+    local h = c.holders[co]
+    if h == nil then return end
+    h.n = h.n - 1
+    if h.n == 0 then c.holders[co] = nil end
+    local k = mine[r]
+    if k then mine[r] = k > 1 and k - 1 or nil end
     c.refs = c.refs - 1
-    if c.refs <= 0 then
-        hub.chans[r], hub.watches[c.id] = nil, nil
-        unwatch(hub.e, r, #r, now_ms())
-        wake(hub)
-    end
+    if c.refs <= 0 then end_watch(hub, c, unwatch) end
 end
 
 function methods:unwatch(resource, len)
