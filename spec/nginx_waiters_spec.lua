@@ -206,6 +206,45 @@ local KILLED = [[
     }
   }]]
 
+-- The location: /lapse: the first waiter F of a held lock (a retry delay
+-- of 4 s) hears five releases (forged on one node, each saying one
+-- listener, so that F does not jitter): it attempts on four of them, and
+-- the fifth uses up its wake-ups for this delay. Past the line's awake
+-- window (1 s), a newer request N begins to wait, and the lock is freed:
+-- F, asleep in line, must still be first, and take the lock before N.
+local LAPSE = [[
+  location = /lapse {
+    content_by_lua_block {
+      local r = "lapse:" .. ngx.now() .. ":" .. math.random(1e9)
+      local H = assert(DLM:lock(r, { ttl = 20000 }))
+      local order = {}
+      local function waiter(tag)
+        return ngx.thread.spawn(function()
+          local lk = DLM:lock(r, { ttl = 10000, retry = redlock.retry.fixed(4000, 100) })
+          order[#order + 1] = lk and tag or "fail"
+          if lk then lk:unlock() end
+        end)
+      end
+      local F = waiter("F")
+      AWAIT(F)
+      local sock = ngx.socket.tcp()
+      assert(sock:connect("127.0.0.1", PORT1))
+      for _ = 1, 5 do
+        ASLEEP[F] = nil
+        require("helpers.resp").call(sock, "PUBLISH", "redlock:released:" .. r, "1")
+        AWAIT(F)
+      end
+      sock:close()
+      ngx.sleep(1.5)
+      local N = waiter("N")
+      AWAIT(N)
+      H:unlock()
+      ngx.thread.wait(F)
+      ngx.thread.wait(N)
+      ngx.say(table.concat(order, ","))
+    }
+  }]]
+
 describe("the waiters of one nginx worker", function()
   local cl, srv
 
@@ -218,6 +257,7 @@ describe("the waiters of one nginx worker", function()
         DLM = redlock.new { servers = %s }
         DLM1 = redlock.new { servers = { %q } }
         DLM2 = redlock.new { servers = %s, node_timeout = 777 } -- a hub of its own
+        PORT1 = %d
         -- AWAIT(co): until light thread co sleeps between attempts (the
         -- sleeping hook says so); ASLEEP[co] is set when it does
         ASLEEP = setmetatable({}, { __mode = "k" })
@@ -229,8 +269,8 @@ describe("the waiters of one nginx worker", function()
             ngx.sleep(0.001)
           end
         end
-      ]]):format(nginx.lua_list(cl.urls), cl.urls[1], nginx.lua_list(cl.urls)),
-      locations = { LINE, BEHIND, KILLED },
+      ]]):format(nginx.lua_list(cl.urls), cl.urls[1], nginx.lua_list(cl.urls), cl.ports[1]),
+      locations = { LINE, BEHIND, KILLED, LAPSE },
     }
   end)
   teardown(function()
@@ -277,6 +317,10 @@ describe("the waiters of one nginx worker", function()
   it("do not keep the worker listening once killed: a waiter elsewhere gets the wake-up", function()
     assert.equal("watch ended=true V=got woken=true", get("/killed?kind=lock", { timeout_ms = 30000 }))
     assert.equal("watch ended=true V=got woken=true", get("/killed?kind=sem", { timeout_ms = 30000 }))
+  end)
+
+  it("keep the first's place while it sleeps out a delay whose wake-ups it used up", function()
+    assert.equal("F,N", get("/lapse", { timeout_ms = 30000 }))
   end)
 
   it("yield to the first when their retry delay is 0, and give up when their policy does", function()

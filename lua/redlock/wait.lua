@@ -111,6 +111,22 @@ local function wake_jitter(client, a)
     if ms > 0 then nap(client, ms) end
 end
 
+-- Sleep until by (rl_now_ms), whatever is heard meanwhile. since: as for
+-- sleep_until; a waiter in its client's line sleeps as one of it (a nap
+-- would not keep its place there: after a while, the line takes it for
+-- gone, and a newer waiter for the first).
+local function sleep_out(client, a, by, since)
+    local left = floor(by - now())
+    if since == nil then
+        if left > 0 then nap(client, left) end
+        return
+    end
+    while left > 0 do
+        sleep_until(client, a, heard(client, a), left, since)
+        left = floor(by - now())
+    end
+end
+
 -- A semaphore's waiter woken by a release hears it from every node that
 -- gives it the turn, each once that node has freed the slot; a node that
 -- has not yet would refuse it. So it waits, at most this many ms, until it
@@ -257,8 +273,7 @@ local function retries(w, owed)
                 local woke = sleep_until(client, a, seen, delay, line_since) == 1
                 if woke and extra == wake_attempts then
                     -- this delay's wake-ups are used up: sleep out the rest
-                    local left = floor(wake_by - now())
-                    if left > 0 then nap(client, left) end
+                    sleep_out(client, a, wake_by, line_since)
                     woke = false
                 elseif woke and w.kind.slots then
                     quorum_of_wakes(client, a, seen, d.quorum, line_since)
