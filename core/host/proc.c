@@ -49,9 +49,31 @@ static struct {
     int watch_fd;  /* > 0: the write end of the watcher's pipe */
     pid_t watcher;
     int leader_gone; /* pid is reaped; its group, still running, is what is supervised */
-    int tstp_ignored; /* the host ignores SIGTSTP meanwhile (tstp_saved: as it was) */
+    int stops_ignored; /* the host ignores STOP_SIGNALS meanwhile (stops_saved: as they were) */
 } sup;
-static struct sigaction tstp_saved;
+
+/* The signals that stop a process unless it handles or ignores them, but
+ * SIGSTOP. The host ignores them while it supervises a child: stopped alone,
+ * it would stop extending the lock and let it run out under the child, which
+ * runs on. (Ctrl-Z reaches the child's group, the terminal's foreground;
+ * the host sees the child stop, and stops itself: rl_host_stop_self.) */
+static const int STOP_SIGNALS[] = {SIGTSTP, SIGTTIN, SIGTTOU};
+#define RL_HOST_STOP_SIGNALS (sizeof(STOP_SIGNALS) / sizeof(STOP_SIGNALS[0]))
+static struct sigaction stops_saved[RL_HOST_STOP_SIGNALS];
+
+/* Ignore STOP_SIGNALS, or restore them as they were (under sup_lock). */
+static void ignore_stops(int ignore) {
+    if (ignore == sup.stops_ignored) return;
+    struct sigaction ign;
+    memset(&ign, 0, sizeof(ign));
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    for (size_t i = 0; i < RL_HOST_STOP_SIGNALS; i++) {
+        if (ignore) sigaction(STOP_SIGNALS[i], &ign, &stops_saved[i]);
+        else sigaction(STOP_SIGNALS[i], &stops_saved[i], NULL);
+    }
+    sup.stops_ignored = ignore;
+}
 
 /* Set once a signal is ending the host: a child that ends from then on was
  * stopped by the signal thread, which still waits for the rest of its group
@@ -128,7 +150,7 @@ static void forget(pid_t pid) {
     pthread_mutex_lock(&sup_lock);
     if (sup.pid == pid && pid != 0) {
         if (sup.terminal) reclaim_terminal();
-        if (sup.tstp_ignored) sigaction(SIGTSTP, &tstp_saved, NULL);
+        ignore_stops(0);
         disarm_watcher(1);
         memset(&sup, 0, sizeof(sup));
     }
@@ -139,22 +161,16 @@ static void forget(pid_t pid) {
  * a process group that still has live members, that group stays supervised
  * (a signal to the host stops it, the watcher still watches it) until
  * rl_host_forget; the terminal comes back to the host meanwhile, so that
- * Ctrl-C reaches the host, which stops the group, and the host ignores
- * SIGTSTP: Ctrl-Z would stop the host alone and let the lock run out under
- * the group. Otherwise forget pid. */
+ * Ctrl-C reaches the host, which stops the group (Ctrl-Z then stops nothing:
+ * the host ignores it, see STOP_SIGNALS). Otherwise forget pid. */
 static void reaped(pid_t pid) {
     pthread_mutex_lock(&sup_lock);
     int keep = sup.pid == pid && pid != 0 && sup.group && rl_host_group_alive(pid);
     if (keep && !sup.leader_gone) {
         sup.leader_gone = 1;
         if (sup.terminal) {
-            struct sigaction ign;
-            memset(&ign, 0, sizeof(ign));
-            ign.sa_handler = SIG_IGN;
-            sigemptyset(&ign.sa_mask);
             reclaim_terminal();
             sup.terminal = 0;
-            sup.tstp_ignored = sigaction(SIGTSTP, &ign, &tstp_saved) == 0;
         }
     }
     pthread_mutex_unlock(&sup_lock);
@@ -267,8 +283,12 @@ void rl_host_child_defaults(void) {
     sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
-/* The child between fork and exec: async-signal-safe calls only. */
-static void child(const char *path, const char *const *argv, int flags, pid_t parent, int errfd) {
+/* The child between fork and exec: async-signal-safe calls only. A file
+ * without a #! line (ENOEXEC) runs under /bin/sh, as execvp(3) and flock(1)
+ * run it: sh_argv is "sh", path, then argv's arguments (NULL: no memory for
+ * it, and ENOEXEC is the error). */
+static void child(const char *path, const char *const *argv, const char *const *sh_argv, int flags, pid_t parent,
+                  int errfd) {
     int e;
     rl_host_child_defaults();
     if ((flags & RL_HOST_NEWPGRP) && setpgid(0, 0) != 0) goto fail;
@@ -277,6 +297,7 @@ static void child(const char *path, const char *const *argv, int flags, pid_t pa
         if (getppid() != parent) _exit(127); /* the host is already gone */
     }
     execve(path, (char *const *)argv, environ);
+    if (errno == ENOEXEC && sh_argv != NULL) execve("/bin/sh", (char *const *)sh_argv, environ);
 fail:
     e = errno;
     if (write(errfd, &e, sizeof(e)) < 0) { /* nothing more to do */ }
@@ -296,15 +317,25 @@ static int spawn(const char *file, int search, const char *const *argv, int flag
     } else {
         snprintf(path, sizeof(path), "%s", file);
     }
+    size_t argc = 0;
+    while (argv[argc] != NULL) argc++;
+    const char **sh_argv = malloc((argc + 2) * sizeof(*sh_argv));
+    if (sh_argv != NULL) {
+        sh_argv[0] = "sh";
+        sh_argv[1] = path;
+        for (size_t i = 1; i <= argc; i++) sh_argv[i + 1] = argv[i];
+    }
     if (pipe2(fds, O_CLOEXEC) != 0) {
         *errnum = errno;
+        free(sh_argv);
         return -1;
     }
 
     pthread_mutex_lock(&sup_lock);
     pid_t pid = fork();
-    if (pid == 0) child(path, argv, flags, parent, fds[1]);
+    if (pid == 0) child(path, argv, sh_argv, flags, parent, fds[1]);
     if (pid < 0) e = errno;
+    free(sh_argv);
     close(fds[1]);
     if (pid > 0) {
         /* EOF: exec succeeded (the pipe is close-on-exec); else the child's errno */
@@ -324,6 +355,7 @@ static int spawn(const char *file, int search, const char *const *argv, int flag
         sup.group = (flags & RL_HOST_NEWPGRP) != 0;
         sup.grace_ms = grace_ms;
         sup.terminal = 0;
+        ignore_stops(1);
         if ((flags & RL_HOST_WATCHDOG) && sup.group) start_watcher(pid, grace_ms);
         if ((flags & RL_HOST_FOREGROUND) && sup.group && isatty(STDIN_FILENO) &&
             tcgetpgrp(STDIN_FILENO) == getpgrp()) {
@@ -382,7 +414,7 @@ int rl_host_stop_self(int pid, int sig) {
      * a debugger or a CPU limiter, which may continue the child alone) is the
      * child's: the host goes on supervising it and keeping its lock. */
     if (!((sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU) && isatty(STDIN_FILENO))) return 0;
-    raise(sig);
+    raise(SIGSTOP); /* (sig itself is ignored while the host supervises) */
     /* continued: the terminal back to the child, if it had it and we have it */
     pthread_mutex_lock(&sup_lock);
     if (sup.pid == pid && sup.terminal && isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp()) {

@@ -175,12 +175,15 @@ local function load_policy(path)
     return policy
 end
 
---- Stop the child's process group: SIGTERM, then SIGKILL after grace_ms.
--- status: the child's exit status if it has been reaped already. Return the
--- child's status (false if reaped elsewhere).
+--- Stop the child's process group: SIGTERM, then SIGKILL after grace_ms
+-- (at once, without SIGTERM or SIGCONT first, when grace_ms is 0). status:
+-- the child's exit status if it has been reaped already. Return the child's
+-- status (false if reaped elsewhere).
 local function stop_child(pid, grace_ms, status)
-    sys.kill(pid, sys.SIGTERM, true)
-    sys.kill(pid, sys.SIGCONT, true)
+    if grace_ms > 0 then
+        sys.kill(pid, sys.SIGTERM, true)
+        sys.kill(pid, sys.SIGCONT, true)
+    end
     local deadline = sys.now_ms() + grace_ms
     local function reap()
         if status == nil then
@@ -324,8 +327,9 @@ function _M.run(opts, argv, k)
     sys.setenv("REDLOCK_RESOURCE", resource)
     sys.setenv("REDLOCK_VALUE", lock.value)
     sys.setenv("REDLOCK_VALIDITY_MS", math.floor(lock.validity or ttl))
-    if lock.token then sys.setenv("REDLOCK_TOKEN", lock.token_string) end
-    if lock.slot then sys.setenv("REDLOCK_SLOT", tostring(lock.slot)) end
+    -- (unset otherwise: COMMAND must not take an outer exec's token or slot for this lock's)
+    sys.setenv("REDLOCK_TOKEN", lock.token and lock.token_string or nil)
+    sys.setenv("REDLOCK_SLOT", lock.slot and tostring(lock.slot) or nil)
     local pid, serr, errno = sys.spawn(command,
         sys.NEWPGRP + sys.SUPERVISE + sys.FOREGROUND + sys.DIE_WITH_HOST + sys.WATCHDOG, grace)
     if not pid then
@@ -387,14 +391,18 @@ function _M.run(opts, argv, k)
             next_group_check = sys.now_ms() + GROUP_POLL_MS
         end
         if config.lost(lock) or config.remaining(lock) <= grace + POLL_MS then
+            -- the grace period ends `safety` ms before the validity, if at all:
+            -- after a stop (Ctrl-Z, continued too late) none may be left, and
+            -- then SIGKILL comes at once (no SIGCONT first)
+            local g = math.max(0, math.min(grace, math.floor(config.remaining(lock)) - safety))
+            local how = g > 0 and ("SIGTERM, SIGKILL after %d ms"):format(g) or "SIGKILL (no validity left)"
             if status == nil then
-                host.fail(EXIT.LOST, "lock on '%s' lost; stopping %s (pid %d): SIGTERM, SIGKILL after %d ms",
-                    resource, command[1], pid, grace)
+                host.fail(EXIT.LOST, "lock on '%s' lost; stopping %s (pid %d): %s", resource, command[1], pid, how)
             else
                 host.fail(EXIT.LOST, "lock on '%s' lost; stopping what %s (pid %d, exited %d) left in its"
-                    .. " process group: SIGTERM, SIGKILL after %d ms", resource, command[1], pid, status, grace)
+                    .. " process group: %s", resource, command[1], pid, status, how)
             end
-            stop_child(pid, grace, status)
+            stop_child(pid, g, status)
             sys.forget(pid)
             config.release(lock)
             return EXIT.LOST

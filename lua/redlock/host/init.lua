@@ -24,11 +24,13 @@ end
 -- A URL cut short before its '@' (a password with a comma, a space or a '#'
 -- in it, split there): scheme://[user]:rest up to the end of the fragment.
 -- rest is kept only when it is a port (host:port[/db], [v6]:port, a port
--- that ends a sentence or a label: "...:6379:", and the word "port" of the
--- usage messages).
+-- that ends a sentence or a label: "...:6379:", the word "port" of the
+-- usage messages, and a port followed by ; or | and another URL: a list
+-- split at the wrong character, which the message must show).
 local function redact_cut(scheme, user, rest)
     if rest:sub(1, 3) == "***" then return nil end
-    if user ~= "" and (user:sub(1, 1) == "[" or rest == "port" or rest:match("^%d+[:.;]?$") or rest:match("^%d+[/?)%]]")) then
+    if user ~= "" and (user:sub(1, 1) == "[" or rest == "port" or rest:match("^%d+[:.;]?$") or rest:match("^%d+[/?)%]]")
+            or rest:match("^%d+[;|]%a[%w+.-]*://")) then -- (host:port, then a list split at the wrong character)
         return nil
     end
     return scheme .. user .. ":***"
@@ -64,8 +66,9 @@ Exit status:
   69       too few nodes answered to decide (unavailable)
   75       exec: the lock was lost while the command ran; it was stopped
   126/127  exec: the command cannot be executed / was not found
-  128+N    killed by signal N; SIGINT and SIGTERM to redlock release its
-           locks first and exit 130 and 143]]
+  128+N    killed by signal N; SIGINT, SIGTERM and SIGHUP to redlock (and
+           SIGPIPE to a run script's output) release its locks first and
+           exit 130, 143, 129 (141)]]
 
 local function usage()
     return ([[

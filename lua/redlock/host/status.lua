@@ -18,6 +18,7 @@ local EXIT = host.EXIT
 local _M = {}
 
 local TIMEOUT_MS = 500
+local semaphore_hint -- (below)
 local SHARED_MARK = "redlock:shared" -- a key held by shared holders (core/src/shared.h)
 
 local SPEC = config.spec {
@@ -48,10 +49,13 @@ value's first characters, the nodes it is on and its most time left.
 Options:
 %s
 
-With --limit L, RESOURCE is a semaphore: one line per slot (its key
-redlock:slot:<k>:<key>) saying which value holds it on how many nodes, and
-its holder's label, then the number of slots held by a quorum; exit status
-0 when a quorum of nodes answered, 69 when too few did.
+A semaphore's RESOURCE shows as free (its slots are keys of their own):
+status then says that it looks like one. With --limit L, RESOURCE is a
+semaphore: one line per slot (its key redlock:slot:<k>:<key>) saying which
+value holds it on how many nodes, and its holder's label ("unknown" where
+too few nodes answered), then the number of slots held by a quorum and the
+nodes that did not answer (each asked once); exit status 0 when a quorum
+of nodes answered, 69 when too few did.
 
 Exit status: 0 held by a quorum (without RESOURCE: a quorum answers),
 1 not held by a quorum, 64 usage, 69 too few nodes answered to tell.
@@ -95,17 +99,28 @@ end
 _M.label_of = label_of
 
 -- Probe every node (key nil: PING); rows, the probes that answered, and
--- their number; or nil and the exit status of a usage error.
-local function probe_all(opts, servers, key)
+-- their number; or nil and the exit status of a usage error. failed: the
+-- rows of nodes that did not answer an earlier probe (index -> row), not
+-- asked again (each would cost TIMEOUT_MS again); the nodes that do not
+-- answer this one are added.
+local function probe_all(opts, servers, key, failed)
     local tls = config.tls_options(opts)
     local rows, answers, answered = {}, {}, 0
     for idx, url in ipairs(servers) do
-        local r, perr, kind, name = sys.probe(url, key, TIMEOUT_MS, tls)
-        if not r and kind == sys.PROBE_EINVAL then return nil, host.fail(EXIT.USAGE, "%s", config.flag_message(perr)) end
-        rows[idx] = { name = r and r.name or name, state = "error", info = perr }
-        if r then
-            answered = answered + 1
-            answers[idx] = r
+        if failed and failed[idx] then
+            rows[idx] = failed[idx]
+        else
+            local r, perr, kind, name = sys.probe(url, key, TIMEOUT_MS, tls)
+            if not r and kind == sys.PROBE_EINVAL then
+                return nil, host.fail(EXIT.USAGE, "%s", config.flag_message(perr))
+            end
+            rows[idx] = { name = r and r.name or name, state = "error", info = perr }
+            if r then
+                answered = answered + 1
+                answers[idx] = r
+            elseif failed then
+                failed[idx] = rows[idx]
+            end
         end
     end
     return rows, answers, answered
@@ -155,15 +170,32 @@ local function token_of(answers, value)
     return best
 end
 
+-- The limit a semaphore's waiters left on the nodes that answered (the
+-- most common), or nil: they leave it while they wait, for a minute.
+local function limit_left(opts, servers, key, failed)
+    local rows, answers = probe_all(opts, servers, "redlock:limit:" .. key, failed)
+    if not rows then return nil end
+    local votes, best, count = {}, nil, 0
+    for _, r in pairs(answers) do
+        local l = r.exists and tonumber(r.value)
+        if l then
+            votes[l] = (votes[l] or 0) + 1
+            if votes[l] > count then best, count = l, votes[l] end
+        end
+    end
+    return best
+end
+
 -- A semaphore of limit slots on key: per slot, the value most nodes hold,
--- on how many, and its label. Exit status: OK, or UNAVAILABLE when fewer
--- than a quorum of nodes answered.
+-- on how many, and its label (unknown when too few nodes answered); then
+-- the nodes that did not answer, each asked once. Exit status: OK, or
+-- UNAVAILABLE when fewer than a quorum of nodes answered.
 local function slots_status(opts, servers, key, limit, resource, quorum)
     local n = #servers
     print(("semaphore '%s' of %d slots on %d nodes, quorum %d"):format(resource, limit, n, quorum))
-    local held, worst = 0, n
+    local held, worst, failed = 0, n, {}
     for slot = 1, limit do
-        local rows, answers, answered = probe_all(opts, servers, ("redlock:slot:%d:%s"):format(slot, key))
+        local rows, answers, answered = probe_all(opts, servers, ("redlock:slot:%d:%s"):format(slot, key), failed)
         if not rows then return answers end
         if answered < worst then worst = answered end
         local votes = {}
@@ -176,11 +208,48 @@ local function slots_status(opts, servers, key, limit, resource, quorum)
         end
         if best and count >= quorum then held = held + 1 end
         local label = label_of(best)
-        print(("  slot %-3d %s"):format(slot, best and ("%s... on %d of %d nodes%s%s"):format(best:sub(1, 12), count, n,
-            count >= quorum and "" or " (no quorum)", label and ("  label " .. label) or "") or "free"))
+        local shown = answered < quorum and count < quorum and ("unknown: only %d of %d nodes answered"):format(answered, n)
+            or best and ("%s... on %d of %d nodes%s%s"):format(best:sub(1, 12), count, n,
+                count >= quorum and "" or " (no quorum)", label and ("  label " .. label) or "")
+            or "free"
+        print(("  slot %-3d %s"):format(slot, shown))
     end
     print(("%d of %d slots held by a quorum"):format(held, limit))
+    if next(failed) then
+        print("nodes that did not answer:")
+        local list = {}
+        for idx, row in pairs(failed) do list[#list + 1] = { idx = idx, row = row } end
+        table.sort(list, function(a, b) return a.idx < b.idx end)
+        for _, f in ipairs(list) do
+            print((("  %2d  %s  %s"):format(f.idx, f.row.name, f.row.info)):gsub("%s+$", ""))
+        end
+    end
+    local left = limit_left(opts, servers, key, failed)
+    if left and left ~= limit then
+        print(("note: the waiters of '%s' say its limit is %d, not %d"):format(resource, left, limit))
+    end
     return worst >= quorum and EXIT.OK or EXIT.UNAVAILABLE
+end
+
+-- A free RESOURCE may be a semaphore's (its slots are keys of their own):
+-- say so when its first slot is held on a node, or its waiters left a
+-- limit. rows: the nodes' rows of the probe of RESOURCE (those that did not
+-- answer are not asked again).
+function semaphore_hint(opts, servers, key, resource, rows)
+    local failed = {}
+    for idx, row in ipairs(rows) do
+        if row.state == "error" then failed[idx] = row end
+    end
+    local limit = limit_left(opts, servers, key, failed)
+    local first_held = false
+    local srows, answers = probe_all(opts, servers, "redlock:slot:1:" .. key, failed)
+    if srows then
+        for _, r in pairs(answers) do first_held = first_held or r.exists end
+    end
+    if limit or first_held then
+        print(("'%s' looks like a semaphore (%s): redlock status --limit %s %s shows its slots"):format(resource,
+            limit and ("its waiters say limit " .. limit) or "its slot 1 is held", limit or "L", resource))
+    end
 end
 
 function _M.run(opts, argv, k)
@@ -255,6 +324,7 @@ function _M.run(opts, argv, k)
         print(("not held: at most %d of %d nodes agree on a value (quorum %d)"):format(count, n, quorum))
     else
         print(("free: no node holds '%s'"):format(key))
+        semaphore_hint(opts, servers, key, resource, rows)
     end
     return EXIT.FAIL
 end
