@@ -257,6 +257,20 @@ describe("semaphore", function()
     assert.matches("on [345] of 5 nodes  label [^%s]+:%d+", out)
     local slots = (proc.read_file(dir .. "/h1") .. proc.read_file(dir .. "/h2")):gsub("%s", "")
     assert.is_true(slots == "12" or slots == "21", slots)
+    -- status without --limit finds the resource free, and says it looks like a semaphore
+    out, rc = host("status " .. proc.quote(r))
+    assert.are.equal(1, rc, out)
+    assert.matches("looks like a semaphore %(its slot 1 is held%): redlock status %-%-limit L", out)
+    -- a node that does not answer is asked once, not once per slot, and shown
+    local function conns(i) return tonumber(cl:cli(i, "INFO", "stats"):match("total_connections_received:(%d+)")) end
+    local before = conns(5)
+    assert(proc.kill(cl.pids[5], "STOP"))
+    out, rc = host("status --limit 8 " .. proc.quote(r))
+    assert(proc.kill(cl.pids[5], "CONT"))
+    assert.are.equal(0, rc, out)
+    assert.matches("2 of 8 slots held by a quorum", out)
+    assert.matches("nodes that did not answer:\n +5 +[^\n]+", out)
+    assert.are.equal(before + 1 + 1, conns(5)) -- the status's one probe, and the INFO's own connection
     out, rc = host("exec --limit 2 --fence " .. proc.quote(r) .. " -- true")
     assert.are.equal(64, rc, out)
     assert.matches("%-%-limit and %-%-fence exclude each other", out)
@@ -392,10 +406,10 @@ describe("semaphore", function()
       assert.equal("busy", err)
       proc.sleep_ms(50)
     end
-    assert.is_false(proc.exists(dir .. "/w2.got"))
+    assert.is_nil(proc.read_file(dir .. "/w2.got"), "w2 took the turn")
     proc.kill(w1, "CONT")
     assert(proc.wait_file(dir .. "/w1.got", 5000), out("w1"))
-    assert.is_false(proc.exists(dir .. "/w2.got"))
+    assert.is_nil(proc.read_file(dir .. "/w2.got"), "w2 took the turn")
     proc.write_file(dir .. "/w1.release", "1")
     assert(proc.wait_file(dir .. "/w2.got", 5000), out("w2"))
     -- a waiter that died keeps no turn: its subscriptions are gone
@@ -414,6 +428,64 @@ describe("semaphore", function()
     assert(lk, "the slot stayed with a dead waiter")
     assert(lk:unlock())
     for _, pid in ipairs({ w1, w2, w3 }) do proc.stop(pid) end
+    proc.rmdir(dir)
+  end)
+
+  -- A waiter whose turn came while it was stopped (or hung, or cut off
+  -- with its connection open: it still listens) keeps the free slot for
+  -- 1 s (RL_SEM_KEEP_MS) of the nodes' time at most; then a caller behind it
+  -- drops it, and the waiter whose turn that makes is woken. Before, the
+  -- slot stayed free, and every other caller was refused, for as long as
+  -- the stopped waiter's connections lived.
+  it("a stopped waiter keeps its turn for a second at most; the next is woken for it", function()
+    local r = res("stalled")
+    local dir = proc.tmpdir()
+    local function waiter(name)
+      local script = ("%s/%s.lua"):format(dir, name)
+      proc.write_file(script, ([[
+        local redlock = require "redlock"
+        local proc = require "helpers.proc"
+        local dlm = redlock.new { servers = { %s } }
+        -- only a wake-up brings an attempt within the spec's time
+        local lk = assert(dlm:lock(%q, { limit = 1, wait = 60000, retry = function() return 30000 end }))
+        proc.write_file(%q, tostring(proc.now_ms()))
+        assert(proc.wait_file(%q, 30000))
+        assert(lk:unlock())
+        dlm:close()
+      ]]):format("'" .. table.concat(cl.urls, "','") .. "'", r, ("%s/%s.got"):format(dir, name),
+        ("%s/%s.release"):format(dir, name)))
+      return proc.spawn_luajit({ "luajit", script }, ("%s/%s.out"):format(dir, name))
+    end
+    local queue = "redlock:squeue:" .. r
+    local function queued(n)
+      return cluster.await_all(cl, function(i) return tonumber(cluster.call(cl, i, "ZCARD", queue)) == n end, 20000)
+    end
+    local function out(name) return proc.read_file(("%s/%s.out"):format(dir, name)) or "" end
+    local holder = assert(dlm:lock(r, { limit = 1 }))
+    local w1 = waiter("w1")
+    assert(queued(1), out("w1"))
+    local w2 = waiter("w2")
+    assert(queued(2), out("w2"))
+    proc.kill(w1, "STOP")
+    assert(holder:unlock())
+    -- callers keep asking (as waiters with a short policy would): the slot
+    -- goes to w2 while w1 is still stopped, never to a try_lock
+    local by = proc.now_ms() + 15000
+    repeat
+      local lk, err = dlm:try_lock(r, { limit = 1 })
+      assert.is_nil(lk, "a try_lock took the turn of a waiter")
+      assert.equal("busy", err)
+      proc.sleep_ms(100)
+    until proc.read_file(dir .. "/w2.got") or proc.now_ms() > by
+    assert.is_not_nil(proc.read_file(dir .. "/w2.got"), "the slot stayed kept for the stopped waiter: " .. out("w2"))
+    assert.is_nil(proc.read_file(dir .. "/w1.got"), "w1 got the slot while stopped")
+    -- w1, continued, joins again at its place: the next turn is its
+    proc.kill(w1, "CONT")
+    proc.write_file(dir .. "/w2.release", "1")
+    assert(proc.wait_file(dir .. "/w1.got", 10000), out("w1"))
+    proc.write_file(dir .. "/w1.release", "1")
+    assert.is_true(proc.wait_gone(w1, 10000) and proc.wait_gone(w2, 10000))
+    for _, pid in ipairs({ w1, w2 }) do proc.stop(pid) end
     proc.rmdir(dir)
   end)
 

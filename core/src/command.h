@@ -90,10 +90,16 @@ extern const char rl_commit_script[];
  * prefix .. resource), inside the reserved namespace, so no lock's key is
  * one. Its waiters queue in RL_SEM_QUEUE_PREFIX .. key (a sorted set: waiter
  * ids by ticket); RL_LIMIT_PREFIX .. key holds the limit its waiters last
- * asked with (for the releases to count free slots). */
+ * asked with (for the releases to count free slots); RL_KEPT_PREFIX .. key
+ * when each waiter a free slot is kept for was first found kept (a hash:
+ * waiter id -> the node's time, ms). A waiter kept for longer than
+ * RL_SEM_KEEP_MS without taking its slot (stopped, hung, cut off with its
+ * connection still open) loses its place to the callers behind it. */
 #define RL_SLOT_PREFIX "redlock:slot:"
 #define RL_SEM_QUEUE_PREFIX "redlock:squeue:"
 #define RL_LIMIT_PREFIX "redlock:limit:"
+#define RL_KEPT_PREFIX "redlock:kept:"
+#define RL_SEM_KEEP_MS 1000
 extern const char rl_acquire_slot_script[];
 extern const char rl_acquire_slot_sha[];
 extern const char rl_release_slot_script[];

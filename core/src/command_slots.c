@@ -61,7 +61,8 @@
     "local e = redis.pcall(\"zrange\",q,i,i) e = type(e) == \"table\" and e[1] if type(e) ~= \"string\" then break end " \
     "sent = sent + 1 " \
     "local s = redis.pcall((pub()),\"" RL_WAKE_PREFIX "\"..e..\":\"..k,1) " \
-    "if type(s) == \"number\" and s > 0 then woke, i = woke + 1, i + 1 else redis.pcall(\"zrem\",q,e) n = n - 1 end end " \
+    "if type(s) == \"number\" and s > 0 then woke, i = woke + 1, i + 1 " \
+    "else redis.pcall(\"zrem\",q,e) redis.pcall(\"hdel\",\"" RL_KEPT_PREFIX "\"..k,e) n = n - 1 end end " \
     "if woke > 0 then return 2 end " \
     "end " \
     "if f == 0 then return 1 end " \
@@ -78,9 +79,15 @@
  * comes after the whole queue. When the free slots are all kept for waiters
  * ahead, the first waiters that no longer listen are dropped, until as many
  * that listen as slots free are found (16 looked at, at most: a queue of
- * dead waiters drains 16 at a time, not one). A waiter takes the free slot
- * of its place; a caller without one,
- * of those not kept, the first in its order. A refused waiter joins the
+ * dead waiters drains 16 at a time, not one); so is one that still listens
+ * but was first found kept more than RL_SEM_KEEP_MS ago by the node's clock
+ * (stopped, hung, or cut off with its connection open: it would keep the
+ * slot idle until its connection dies). One dropped that is alive after all
+ * joins again at its place (its ticket) when it next asks. After a drop,
+ * the waiters now found at those places are woken: it is their turn. A
+ * waiter takes the free slot of its place (and its mark of being kept
+ * goes); a caller without one, of those not kept, the first in its order.
+ * A refused waiter joins the
  * queue with its ticket (a waiter in it keeps its place) and leaves the
  * limit (RL_LIMIT_PREFIX .. key) for releases to count free slots with. A
  * queue of another type, or of more than RL_QUEUE_MAX entries (only others'
@@ -92,6 +99,7 @@
 const char rl_acquire_slot_script[] =
     RL_PUBLISHING
     "local l = #KEYS - 1 local k, w = KEYS[l + 1], ARGV[3] local q = \"" RL_SEM_QUEUE_PREFIX "\"..k "
+    "local K = \"" RL_KEPT_PREFIX "\"..k "
     "local at, free = {}, {} "
     "for i = 1, l do at[tonumber(ARGV[4 + i])] = i end "
     "local held = redis.call(\"mget\",unpack(KEYS, 1, l)) "
@@ -108,19 +116,28 @@ const char rl_acquire_slot_script[] =
     "end "
     "place() "
     "if #free > 0 and r >= #free then "
-    "local i, live, looked, dropped = 0, 0, 0, 0 "
+    "local i, live, looked, dropped, kept = 0, 0, 0, 0, {} "
+    "local tm, now = redis.pcall(\"time\") "
+    "if type(tm) == \"table\" then now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000) end "
     "while live < #free and looked < 16 do "
     "local e = redis.pcall(\"zrange\",q,i,i) e = type(e) == \"table\" and e[1] if type(e) ~= \"string\" then break end "
     "looked = looked + 1 "
     "local s = redis.pcall(\"pubsub\",select(2, pub()),\"" RL_WAKE_PREFIX "\"..e..\":\"..k) "
-    "if type(s) == \"table\" and s[2] == 0 then redis.pcall(\"zrem\",q,e) dropped = dropped + 1 else live, i = live + 1, i + 1 end end "
-    "if dropped > 0 then place() end "
+    "local gone = type(s) == \"table\" and s[2] == 0 "
+    "if not gone and now then local t = tonumber(redis.pcall(\"hget\",K,e)) "
+    "if not t then redis.pcall(\"hset\",K,e,now) redis.pcall(\"pexpire\",K,60000) "
+    "elseif now - t > " STR(RL_SEM_KEEP_MS) " then gone = true end end "
+    "if gone then redis.pcall(\"zrem\",q,e) redis.pcall(\"hdel\",K,e) dropped = dropped + 1 "
+    "else live, i, kept[#kept + 1] = live + 1, i + 1, e end end "
+    "if dropped > 0 then "
+    "for _, e in ipairs(kept) do if e ~= w then redis.pcall((pub()),\"" RL_WAKE_PREFIX "\"..e..\":\"..k,1) end end "
+    "place() end "
     "end "
     "if r < #free then "
     "local i = free[r + 1] "
     "if not queued then for j = r + 2, #free do if free[j] < i then i = free[j] end end end "
     "if not redis.call(\"set\",KEYS[i],ARGV[1],\"NX\",\"PX\",ARGV[2]) then return false end "
-    "if queued and n and n > 0 then redis.pcall(\"zrem\",q,w) end "
+    "if queued and n and n > 0 then redis.pcall(\"zrem\",q,w) redis.pcall(\"hdel\",K,w) end "
     "return tonumber(ARGV[4 + i]) "
     "end "
     "if w == \"\" or not n or n >= " STR(RL_QUEUE_MAX) " then return false end "
@@ -163,7 +180,8 @@ const char rl_release_slots_script[] =
     "local q = \"" RL_SEM_QUEUE_PREFIX "\"..k "
     "local n = redis.pcall(\"zcard\",q) "
     "if type(n) ~= \"number\" or n > " STR(RL_QUEUE_MAX) " then n = nil end "
-    "if how == \"leave\" then if n and n > 0 then redis.pcall(\"zrem\",q,w) end return 1 end "
+    "if how == \"leave\" then if n and n > 0 then redis.pcall(\"zrem\",q,w) redis.pcall(\"hdel\",\"" RL_KEPT_PREFIX "\"..k,w) end "
+    "return 1 end "
     "if how == \"back\" and undone > 0 and n and n < " STR(RL_QUEUE_MAX) " then "
     "redis.pcall(\"zadd\",q,\"NX\",ARGV[6],w) redis.pcall(\"pexpire\",q,60000) "
     "if l then redis.pcall(\"set\",\"" RL_LIMIT_PREFIX "\"..k,l,\"PX\",60000) end end "
@@ -230,7 +248,7 @@ static char *put_ticket(char *p, double ticket_ms) {
     return put_bulk(p, digits, (size_t)(put_uint(digits, us) - digits));
 }
 
-const char rl_acquire_slot_sha[] = "eea566fb85db1dd3e857087fde6fabda5a47a10f";
+const char rl_acquire_slot_sha[] = "4ab5d0c33fd21ff4be5f27fa868e08848aa1c241";
 
 int rl_cmd_acquire_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value, int ttl_ms,
                         const char *waiter, double ticket, const int *order, int limit) {
@@ -250,7 +268,7 @@ int rl_cmd_acquire_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, c
     return 0;
 }
 
-const char rl_release_slot_sha[] = "05c011fe108d4a0d19340fb77b886fd382baf7ed";
+const char rl_release_slot_sha[] = "19c5d57b37b8b02be4dfd65ba5053307151fcfb4";
 
 int rl_cmd_release_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *sem, size_t semlen,
                         const char *value, int quiet) {
