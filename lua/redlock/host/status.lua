@@ -221,7 +221,7 @@ local function slots_status(opts, servers, key, limit, resource, quorum)
         for idx, row in pairs(failed) do list[#list + 1] = { idx = idx, row = row } end
         table.sort(list, function(a, b) return a.idx < b.idx end)
         for _, f in ipairs(list) do
-            print((("  %2d  %s  %s"):format(f.idx, f.row.name, f.row.info)):gsub("%s+$", ""))
+            print((("  %2d  %s  %s"):format(f.idx, f.row.name, f.row.info):gsub("%s+$", "")))
         end
     end
     local left = limit_left(opts, servers, key, failed)
