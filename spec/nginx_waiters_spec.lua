@@ -164,30 +164,43 @@ local BEHIND = [[
     }
   }]]
 
--- The location: /killed?kind=lock|sem: a waiter W of the resource (a lock,
--- or a semaphore of limit 2 with both slots taken) is killed asleep, its
--- coroutine collected; the hub's sweep must end its watch. Then a waiter V
--- on a client of another hub (another waiter id on the nodes) waits, and
--- the holder frees the resource (one slot): V must be woken, where a hub
--- still listening for W would have taken V's wake-up (and a semaphore's
--- nodes kept the free slot for it).
+-- The locations /killed_*: ?kind=lock|sem&r=R. hold takes R (a lock, or
+-- both slots of a semaphore of limit 2); wait (its client aborts it) waits
+-- for R with a retry delay of 8 s; slept says whether that waiter slept
+-- between its attempts; check collects the garbage, waits for the hub's
+-- sweep to end the killed waiter's watch, then has a waiter V on a client
+-- of another hub (another waiter id on the nodes) wait for R, frees R (one
+-- slot), and says whether V was woken: a hub still listening for the
+-- killed waiter would have taken V's wake-up (and a semaphore's nodes kept
+-- the free slot for it).
 local KILLED = [[
-  location = /killed {
+  location = /killed_hold {
     content_by_lua_block {
-      local sem = ngx.var.arg_kind == "sem"
-      local r = "killed:" .. ngx.var.arg_kind .. ":" .. ngx.now() .. ":" .. math.random(1e9)
-      local limit = sem and 2 or nil
-      local held = {}
-      for i = 1, sem and 2 or 1 do held[i] = assert(DLM:lock(r, { limit = limit, ttl = 20000 })) end
-      local W = ngx.thread.spawn(function()
-        DLM:lock(r, { limit = limit, ttl = 10000, retry = redlock.retry.fixed(15000, 100) })
-      end)
-      AWAIT(W)
-      assert(ngx.thread.kill(W))
-      W = nil
+      local r, sem = ngx.var.arg_r, ngx.var.arg_kind == "sem"
+      HELD[r] = {}
+      for i = 1, sem and 2 or 1 do HELD[r][i] = assert(DLM:lock(r, { limit = sem and 2 or nil, ttl = 20000 })) end
+      ngx.say("ok")
+    }
+  }
+  location = /killed_wait {
+    lua_check_client_abort on;
+    content_by_lua_block {
+      local r = ngx.var.arg_r
+      ngx.ctx.waits = r
+      DLM:lock(r, { limit = ngx.var.arg_kind == "sem" and 2 or nil, ttl = 10000,
+        retry = redlock.retry.fixed(8000, 100) })
+      ngx.say("not killed")
+    }
+  }
+  location = /killed_slept {
+    content_by_lua_block { ngx.say(tostring(SLEPT[ngx.var.arg_r] == true)) }
+  }
+  location = /killed_check {
+    content_by_lua_block {
+      local r, limit = ngx.var.arg_r, ngx.var.arg_kind == "sem" and 2 or nil
       collectgarbage()
       collectgarbage()
-      local chans, by = DLM.client.hub.chans, ngx.now() + 5
+      local chans, by = DLM.client.hub.chans, ngx.now() + 3
       while chans[r] and ngx.now() < by do ngx.sleep(0.01) end
       local got = {}
       local V = ngx.thread.spawn(function()
@@ -196,13 +209,47 @@ local KILLED = [[
         if lk then lk:unlock() end
       end)
       AWAIT(V)
-      held[1]:unlock()
+      HELD[r][1]:unlock()
       -- (a missed wake-up costs V 8 s)
       local guard = ngx.thread.spawn(function() ngx.sleep(3) got.late = true end)
       ngx.thread.wait(V)
       ngx.thread.kill(guard)
-      for i = 2, #held do held[i]:unlock() end
+      for i = 2, #HELD[r] do HELD[r][i]:unlock() end
       ngx.say("watch ended=", tostring(chans[r] == nil), " V=", got.V, " woken=", tostring(not got.late))
+    }
+  }]]
+
+-- The locations /reuse_*: acq (aborted by its client) takes a lock (on
+-- a client whose node timeout outlasts the abort);
+-- probe waits for a resource held on another hub (DLM2) in its entry
+-- coroutine, which nginx may have reused from a request killed while its
+-- acquire was in flight; a light thread frees the resource 1.5 s after the
+-- probe sleeps, and the probe says whether it was woken (rather than at
+-- its policy's 8 s).
+local REUSE = [[
+  location = /reuse_acq {
+    lua_check_client_abort on;
+    content_by_lua_block {
+      local lk = DLM5:lock(ngx.var.arg_r, { ttl = 60000 })
+      ngx.say(lk and "held" or "fail")
+    }
+  }
+  location = /reuse_probe {
+    content_by_lua_block {
+      local r = "reuse:" .. ngx.now() .. ":" .. math.random(1e9)
+      local H = assert(DLM2:lock(r, { ttl = 20000 }))
+      local me, got = coroutine.running(), {}
+      local releaser = ngx.thread.spawn(function()
+        AWAIT(me)
+        ngx.sleep(1.5) -- (past a sweep of the hub's watches)
+        H:unlock()
+        ngx.sleep(3)
+        got.late = true
+      end)
+      local lk = DLM:lock(r, { ttl = 5000, retry = redlock.retry.fixed(8000, 100) })
+      ngx.thread.kill(releaser)
+      if lk then lk:unlock() end
+      ngx.say("got=", tostring(lk ~= nil), " woken=", tostring(not got.late))
     }
   }]]
 
@@ -258,10 +305,17 @@ describe("the waiters of one nginx worker", function()
         DLM1 = redlock.new { servers = { %q } }
         DLM2 = redlock.new { servers = %s, node_timeout = 777 } -- a hub of its own
         PORT1 = %d
+        DLM5 = redlock.new { servers = %s, node_timeout = 5000 } -- waits 5 s for a stopped node
         -- AWAIT(co): until light thread co sleeps between attempts (the
         -- sleeping hook says so); ASLEEP[co] is set when it does
         ASLEEP = setmetatable({}, { __mode = "k" })
-        redlock.hooks { sleeping = function() ASLEEP[coroutine.running()] = true end }
+        -- SLEPT[r]: a request that set ngx.ctx.waits = r slept between attempts
+        HELD, SLEPT = {}, {}
+        redlock.hooks { sleeping = function()
+          ASLEEP[coroutine.running()] = true
+          local r = ngx.ctx.waits
+          if r then SLEPT[r] = true end
+        end }
         function AWAIT(co)
           local by = ngx.now() + 10
           while not ASLEEP[co] do
@@ -269,8 +323,8 @@ describe("the waiters of one nginx worker", function()
             ngx.sleep(0.001)
           end
         end
-      ]]):format(nginx.lua_list(cl.urls), cl.urls[1], nginx.lua_list(cl.urls), cl.ports[1]),
-      locations = { LINE, BEHIND, KILLED, LAPSE },
+      ]]):format(nginx.lua_list(cl.urls), cl.urls[1], nginx.lua_list(cl.urls), cl.ports[1], nginx.lua_list(cl.urls)),
+      locations = { LINE, BEHIND, KILLED, REUSE, LAPSE },
     }
   end)
   teardown(function()
@@ -315,8 +369,38 @@ describe("the waiters of one nginx worker", function()
   end)
 
   it("do not keep the worker listening once killed: a waiter elsewhere gets the wake-up", function()
-    assert.equal("watch ended=true V=got woken=true", get("/killed?kind=lock", { timeout_ms = 30000 }))
-    assert.equal("watch ended=true V=got woken=true", get("/killed?kind=sem", { timeout_ms = 30000 }))
+    for _, kind in ipairs { "lock", "sem" } do
+      local q = ("kind=%s&r=killed:%s:%d"):format(kind, kind, math.random(1e9))
+      assert.equal("ok", get("/killed_hold?" .. q))
+      -- a request waits for it, from a client that is then killed: nginx aborts the request
+      local dir = proc.tmpdir()
+      local client = proc.spawn_luajit({ "luajit", "-e", ([[require("helpers.nginx").request(%d, %q,
+        { timeout_ms = 60000 })]]):format(srv.port, "/killed_wait?" .. q) }, dir .. "/out")
+      local by = proc.now_ms() + 10000
+      while get("/killed_slept?" .. q) ~= "true" do
+        assert(proc.now_ms() < by, "the waiter never slept: " .. (proc.read_file(dir .. "/out") or ""))
+        proc.sleep_ms(20)
+      end
+      proc.kill(client, "KILL")
+      assert.is_true(proc.wait_gone(client, 5000))
+      proc.rmdir(dir)
+      assert.equal("watch ended=true V=got woken=true", get("/killed_check?" .. q, { timeout_ms = 30000 }))
+    end
+  end)
+
+  -- nginx reuses a finished request's coroutine, a killed one's too. A
+  -- coroutine once found killed while its acquire was in flight marked
+  -- every later request on it as gone: the hub's sweep ended such a live
+  -- request's watch, and it slept out its whole policy delay.
+  it("keep their watches on a coroutine nginx reused from a killed request", function()
+    local reqs = {}
+    for k = 1, 8 do reqs[k] = ("/reuse_acq?r=reuse:aborted:%d:%d"):format(k, math.random(1e9)) end
+    for i = 1, 2 do assert(proc.kill(cl.pids[i], "STOP")) end
+    -- (their acquires wait for the stopped nodes: the clients give up first)
+    srv:get_many(reqs, 8, { timeout_ms = 300 })
+    for i = 1, 2 do assert(proc.kill(cl.pids[i], "CONT")) end
+    proc.sleep_ms(500) -- (their results come in: the hub finds their requests killed)
+    for _ = 1, 4 do assert.equal("got=true woken=true", get("/reuse_probe", { timeout_ms = 30000 })) end
   end)
 
   it("keep the first's place while it sleeps out a delay whose wake-ups it used up", function()

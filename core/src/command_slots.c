@@ -47,7 +47,9 @@
  * would otherwise wait for its policy's next attempt. One that no longer
  * listens is dropped and the next one moves up; 8 messages at most. With
  * fewer than f queued, every listener on the broadcast channel hears the
- * release, as for a lock. Answers 2 when someone heard it, else 1. */
+ * release, as for a lock. A waiter woken (or dropped) loses its mark of
+ * being kept (RL_KEPT_PREFIX): its time to come counts from this turn on.
+ * Answers 2 when someone heard it, else 1. */
 #define RL_SLOT_TURN \
     RL_PUBLISHING \
     "local function turn(k, l, q) " \
@@ -62,7 +64,7 @@
     "sent = sent + 1 " \
     "local s = redis.pcall((pub()),\"" RL_WAKE_PREFIX "\"..e..\":\"..k,1) " \
     "if type(s) == \"number\" and s > 0 then woke, i = woke + 1, i + 1 " \
-    "else redis.pcall(\"zrem\",q,e) redis.pcall(\"hdel\",\"" RL_KEPT_PREFIX "\"..k,e) n = n - 1 end end " \
+    "else redis.pcall(\"zrem\",q,e) n = n - 1 end redis.pcall(\"hdel\",\"" RL_KEPT_PREFIX "\"..k,e) end " \
     "if woke > 0 then return 2 end " \
     "end " \
     "if f == 0 then return 1 end " \
@@ -268,7 +270,7 @@ int rl_cmd_acquire_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, c
     return 0;
 }
 
-const char rl_release_slot_sha[] = "19c5d57b37b8b02be4dfd65ba5053307151fcfb4";
+const char rl_release_slot_sha[] = "5b7e189b9bdf5d885b0d78184037d566f64c6979";
 
 int rl_cmd_release_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *sem, size_t semlen,
                         const char *value, int quiet) {

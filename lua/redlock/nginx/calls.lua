@@ -71,7 +71,7 @@ function _M.take_waiter()
         nfree = nfree - 1
     else
         w = { sema = semaphore.new(0), res = ffi_new("rl_result"), done = false, done_at = 0, err = nil, id = -1,
-              co = nil, resource = nil, waiting = false, abandoned = false }
+              co = nil, ctx = nil, resource = nil, waiting = false, abandoned = false }
     end
     return w
 end
@@ -79,7 +79,7 @@ end
 -- Only a waiter whose semaphore holds nothing (it was waited on to the end,
 -- or never posted) goes back to the list.
 function _M.give_waiter(w)
-    w.done, w.err, w.id, w.co, w.resource, w.abandoned = false, nil, -1, nil, nil, false
+    w.done, w.err, w.id, w.co, w.ctx, w.resource, w.abandoned = false, nil, -1, nil, nil, nil, false
     if w.sema:count() ~= 0 then return end
     nfree = nfree + 1
     free_waiters[nfree] = w
@@ -125,8 +125,31 @@ end
 -- count, -1 while it waits, is 0 again with nobody resumed. A lock such a
 -- result grants is released by the hub, as is one granted after its caller
 -- gave up waiting (w.abandoned) or left untaken until swept.
+--
+-- nginx reuses the coroutine of a finished request, a killed one's too, for
+-- a later request: a coroutine found killed is marked with its request's
+-- ngx.ctx (w.ctx, see request), and the mark counts for that request only;
+-- a call begun on the coroutine clears it.
 
-local gone_cos = setmetatable({}, { __mode = "k" }) -- coroutines found killed while they waited
+-- coroutine -> the ngx.ctx of its request found killed (weak both ways: a
+-- mark outlives neither the coroutine nor the killed request's ctx)
+local gone_cos = setmetatable({}, { __mode = "kv" })
+
+local function ngx_ctx() return ngx.ctx end
+
+--- The running request's ngx.ctx (one per request: its light threads share
+--- it; a timer has its own), which no later request has; or nil where
+--- there is none.
+function _M.request()
+    local ok, ctx = pcall(ngx_ctx)
+    return ok and ctx or nil
+end
+
+--- Coroutine co begins a call: it is not (or no longer) the killed request
+--- it was marked for.
+function _M.running(co)
+    if co then gone_cos[co] = nil end
+end
 
 local function granted(r)
     return r.op == OP_ACQUIRE and r.status == STATUS_OK
@@ -137,12 +160,12 @@ local function orphaned(hub, w, r)
     if granted(r) and w.resource then release_orphan(hub, w.resource, ffi_string(r.value), r.slot) end
 end
 
--- The request of coroutine co is gone: results of its other operations
--- that came in before and are not taken never will be.
-local function forsake(hub, co)
+-- The request of coroutine co (of ngx.ctx ctx) is gone: results of its
+-- other operations that came in before and are not taken never will be.
+local function forsake(hub, co, ctx)
     local waiters = hub.waiters
     for id, w in pairs(waiters) do
-        if w.co == co and w.done then
+        if w.co == co and w.ctx == ctx and w.done then
             waiters[id] = nil
             if w.err == nil then orphaned(hub, w, w.res) end
         end
@@ -155,18 +178,13 @@ local function gone(hub, w)
     if w.waiting then
         if w.sema:count() < 0 then return false end
         local co = w.co
-        if co and not gone_cos[co] then
-            gone_cos[co] = true
-            forsake(hub, co)
+        if co and gone_cos[co] ~= w.ctx then
+            gone_cos[co] = w.ctx
+            forsake(hub, co, w.ctx)
         end
         return true
     end
-    return w.co ~= nil and gone_cos[w.co] ~= nil
-end
-
---- Whether coroutine co was found killed while it waited for a result.
-function _M.is_gone(co)
-    return gone_cos[co] ~= nil
+    return w.co ~= nil and w.ctx ~= nil and gone_cos[w.co] == w.ctx
 end
 
 --- Hand every finished operation to the call waiting for it. Pure engine

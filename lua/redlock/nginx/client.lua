@@ -16,7 +16,7 @@ local now_ms = C.rl_now_ms
 local co_running = coroutine.running
 local type, tonumber, pairs, setmetatable = type, tonumber, pairs, setmetatable
 local phase_refusal, start, wake = calls.phase_refusal, calls.start, calls.wake
-local take_waiter, give_waiter = calls.take_waiter, calls.give_waiter
+local take_waiter, give_waiter, request, running = calls.take_waiter, calls.give_waiter, calls.request, calls.running
 local get_hub = hub_mod.get
 
 local RL_OK, RL_ERR = C.RL_OK, C.RL_ERR
@@ -56,7 +56,8 @@ function client:begin(kind, resource, len, value, ttl, sem, ticket)
         return id
     end
     local w = take_waiter()
-    w.id, w.co = id, co_running()
+    w.id, w.co, w.ctx = id, co_running(), request()
+    running(w.co)
     -- an acquire's resource: the hub releases a grant whose caller is gone
     if kind == 1 or kind == 4 or kind == 5 or kind == 7 or kind == 10 then
         w.resource = (type(resource) == "string" and len == #resource) and resource or ffi_string(resource, len)

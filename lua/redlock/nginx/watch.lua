@@ -11,9 +11,10 @@
 -- engine connects again after its backoff, and waiters poll as the retry
 -- policy says.
 --
--- A watch counts who holds it: the coroutines of the calls that watch. One
--- whose request was killed while it waited never unwatches; once its
--- coroutine is found gone or collected, the hub's sweep (sweep_watches)
+-- A watch counts who holds it: the requests of the calls that watch, by
+-- their ngx.ctx (not by coroutine: nginx reuses a finished request's
+-- coroutine, a killed one's too). A request killed while it waited never
+-- unwatches; once its ngx.ctx is collected, the hub's sweep (sweep_watches)
 -- takes its holds off, and the last one ends the watch. Else the hub would
 -- listen on for it until idle, which a busy worker never is: the nodes
 -- would keep the worker's place in their queues, and a release would wake
@@ -32,8 +33,7 @@ local semaphore = require "ngx.semaphore"
 local ffi_new = require("ffi").new
 local now_ms = C.rl_now_ms
 local pairs, type, math_max, setmetatable = pairs, type, math.max, setmetatable
-local co_running, co_status = coroutine.running, coroutine.status
-local phase_refusal, start, wake, is_gone = calls.phase_refusal, calls.start, calls.wake, calls.is_gone
+local phase_refusal, start, wake, request = calls.phase_refusal, calls.start, calls.wake, calls.request
 
 local int_out = ffi_new("int[1]")
 
@@ -46,11 +46,12 @@ local _M = {}
 
 local watching -- (the client's side)
 
--- Who holds a watch: the running coroutine (MAIN outside any: nginx runs
--- every request, light thread and timer in one of its own).
+-- Who holds a watch: the running request's ngx.ctx (MAIN where there is
+-- none). A light thread killed while its request runs on holds on until
+-- the request ends.
 local MAIN = {}
 local function holder()
-    return co_running() or MAIN
+    return request() or MAIN
 end
 
 ---------------------------------------------------------------------------
@@ -146,22 +147,13 @@ local function end_watch(hub, c, unwatch)
     wake(hub)
 end
 
--- Whether coroutine co, which holds a watch, is gone: it ended without
--- unwatching (its client was closed), or its request was killed while it
--- waited for a result. (One killed otherwise is gone once collected: it is
--- no longer among the holders at all.)
-local function holder_gone(co)
-    return co ~= MAIN and (co_status(co) == "dead" or is_gone(co))
-end
-
---- Take off the holds of callers that are gone (see the top), and end the
---- watches nobody else holds. The hub's loop calls it now and then.
+--- Take off the holds of requests that are gone (collected: see the top),
+--- and end the watches nobody else holds. The hub's loop calls it now and
+--- then.
 function _M.sweep_watches(hub)
     for _, c in pairs(hub.chans) do
         local held = 0
-        for co, h in pairs(c.holders) do
-            if holder_gone(co) then c.holders[co] = nil else held = held + h.n end
-        end
+        for _, h in pairs(c.holders) do held = held + h.n end
         if held < c.refs then
             c.refs = held
             -- each client's count of its watches of the resource, anew
@@ -219,7 +211,7 @@ function methods:watch(resource, len)
     if c == nil then
         local id = C.rl_engine_watch(hub.e, r, #r, now_ms())
         if id < 0 then return 0 end -- out of memory: the waiter polls
-        -- holders[co] = { n = its holds, client = its client }; clients: every client that held it
+        -- holders[ctx] = { n = its holds, client = its client }; clients: every client that held it
         c = { id = id, resource = r, refs = 0, listeners = 0, sleepers = {}, posted = {}, outside = {}, line = {},
               holders = setmetatable({}, WEAK_KEYS), clients = setmetatable({}, WEAK_KEYS) }
         hub.chans[r], hub.watches[id] = c, c
@@ -227,9 +219,9 @@ function methods:watch(resource, len)
     end
     c.refs = c.refs + 1
     mine[r] = (mine[r] or 0) + 1
-    local co = holder()
-    local h = c.holders[co]
-    if h then h.n = h.n + 1 else c.holders[co] = { n = 1, client = self } end
+    local who = holder()
+    local h = c.holders[who]
+    if h then h.n = h.n + 1 else c.holders[who] = { n = 1, client = self } end
     c.clients[self] = true
     return 0
 end
@@ -243,11 +235,11 @@ local function unwatch_with(self, resource, len, unwatch)
     local r = name_of(resource, len)
     local c = hub.chans[r]
     if c == nil then return end
-    local co = holder()
-    local h = c.holders[co]
+    local who = holder()
+    local h = c.holders[who]
     if h == nil then return end
     h.n = h.n - 1
-    if h.n == 0 then c.holders[co] = nil end
+    if h.n == 0 then c.holders[who] = nil end
     local k = mine[r]
     if k then mine[r] = k > 1 and k - 1 or nil end
     c.refs = c.refs - 1
