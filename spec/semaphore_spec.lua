@@ -353,26 +353,30 @@ describe("semaphore", function()
     end, 2000, nil, dlm))
   end)
 
+  -- A process (pid) that waits for a slot of semaphore r (limit 1) and
+  -- attempts only on wake-ups within a spec's time; DIR/NAME.got is written
+  -- once it holds the slot, which it releases once DIR/NAME.release exists.
+  local function slot_waiter(dir, r, name)
+    local script = ("%s/%s.lua"):format(dir, name)
+    proc.write_file(script, ([[
+      local redlock = require "redlock"
+      local proc = require "helpers.proc"
+      local dlm = redlock.new { servers = { %s } }
+      local lk = assert(dlm:lock(%q, { limit = 1, wait = 60000, retry = function() return 30000 end }))
+      proc.write_file(%q, tostring(proc.now_ms()))
+      assert(proc.wait_file(%q, 30000))
+      assert(lk:unlock())
+      dlm:close()
+    ]]):format("'" .. table.concat(cl.urls, "','") .. "'", r, ("%s/%s.got"):format(dir, name),
+      ("%s/%s.release"):format(dir, name)))
+    return proc.spawn_luajit({ "luajit", script }, ("%s/%s.out"):format(dir, name))
+  end
+
   it("serves waiters in the order they began waiting; a try_lock cannot take a waiter's turn", function()
     local r = res("turns")
     local queue = "redlock:squeue:" .. r
     local dir = proc.tmpdir()
-    local function waiter(name)
-      local script = ("%s/%s.lua"):format(dir, name)
-      proc.write_file(script, ([[
-        local redlock = require "redlock"
-        local proc = require "helpers.proc"
-        local dlm = redlock.new { servers = { %s } }
-        -- only a wake-up brings an attempt within the spec's time
-        local lk = assert(dlm:lock(%q, { limit = 1, wait = 60000, retry = function() return 30000 end }))
-        proc.write_file(%q, tostring(proc.now_ms()))
-        assert(proc.wait_file(%q, 30000))
-        assert(lk:unlock())
-        dlm:close()
-      ]]):format("'" .. table.concat(cl.urls, "','") .. "'", r, ("%s/%s.got"):format(dir, name),
-        ("%s/%s.release"):format(dir, name)))
-      return proc.spawn_luajit({ "luajit", script }, ("%s/%s.out"):format(dir, name))
-    end
+    local function waiter(name) return slot_waiter(dir, r, name) end
     -- every node has n waiters queued, in one order
     local function queued(n)
       local by = proc.now_ms() + 20000
@@ -441,22 +445,7 @@ describe("semaphore", function()
   it("a stopped waiter keeps its turn for a second at most; the next is woken for it", function()
     local r = res("stalled")
     local dir = proc.tmpdir()
-    local function waiter(name)
-      local script = ("%s/%s.lua"):format(dir, name)
-      proc.write_file(script, ([[
-        local redlock = require "redlock"
-        local proc = require "helpers.proc"
-        local dlm = redlock.new { servers = { %s } }
-        -- only a wake-up brings an attempt within the spec's time
-        local lk = assert(dlm:lock(%q, { limit = 1, wait = 60000, retry = function() return 30000 end }))
-        proc.write_file(%q, tostring(proc.now_ms()))
-        assert(proc.wait_file(%q, 30000))
-        assert(lk:unlock())
-        dlm:close()
-      ]]):format("'" .. table.concat(cl.urls, "','") .. "'", r, ("%s/%s.got"):format(dir, name),
-        ("%s/%s.release"):format(dir, name)))
-      return proc.spawn_luajit({ "luajit", script }, ("%s/%s.out"):format(dir, name))
-    end
+    local function waiter(name) return slot_waiter(dir, r, name) end
     local queue = "redlock:squeue:" .. r
     local function queued(n)
       return cluster.await_all(cl, function(i) return tonumber(cluster.call(cl, i, "ZCARD", queue)) == n end, 20000)
