@@ -224,8 +224,8 @@ local KILLED = [[
 -- probe waits for a resource held on another hub (DLM2) in its entry
 -- coroutine, which nginx may have reused from a request killed while its
 -- acquire was in flight; a light thread frees the resource 1.5 s after the
--- probe sleeps, and the probe says whether it was woken (rather than at
--- its policy's 8 s).
+-- probe sleeps (&swap=1: after it replaced the request's ngx.ctx), and the
+-- probe says whether it was woken (rather than at its policy's 8 s).
 local REUSE = [[
   location = /reuse_acq {
     lua_check_client_abort on;
@@ -241,6 +241,10 @@ local REUSE = [[
       local me, got = coroutine.running(), {}
       local releaser = ngx.thread.spawn(function()
         AWAIT(me)
+        if ngx.var.arg_swap then
+          ngx.ctx = { replaced = true } -- (allowed: the request's ctx is the user's)
+          collectgarbage()
+        end
         ngx.sleep(1.5) -- (past a sweep of the hub's watches)
         H:unlock()
         ngx.sleep(3)
@@ -401,6 +405,10 @@ describe("the waiters of one nginx worker", function()
     for i = 1, 2 do assert(proc.kill(cl.pids[i], "CONT")) end
     proc.sleep_ms(500) -- (their results come in: the hub finds their requests killed)
     for _ = 1, 4 do assert.equal("got=true woken=true", get("/reuse_probe", { timeout_ms = 30000 })) end
+  end)
+
+  it("keep their watches when their request replaces its ngx.ctx", function()
+    assert.equal("got=true woken=true", get("/reuse_probe?swap=1", { timeout_ms = 30000 }))
   end)
 
   it("keep the first's place while it sleeps out a delay whose wake-ups it used up", function()

@@ -60,9 +60,13 @@
 --                         release (kind RL_OP_RELEASE) or extend (RL_OP_EXTEND)
 --                         a semaphore's slot held: begun, or blocking
 --   sleep(ms)             sleep, serving connections meanwhile
---   watch(resource, len), unwatch(resource, len)
---                         listen for releases of resource (nested), and stop
---   unwatch_won(resource, len)
+--   watch(resource, len, holder), unwatch(resource, len, holder)
+--                         listen for releases of resource (nested), and stop;
+--                         holder: a table of the wait's own, the same for
+--                         both (one wait's frame holds it: a transport whose
+--                         waits can be killed, nginx, tells by its
+--                         collection that the wait will never unwatch)
+--   unwatch_won(resource, len, holder)
 --                         stop, after a semaphore's wait that took its slot:
 --                         the last one keeps the subscription a while for
 --                         the next wait (rl_unwatch_won)

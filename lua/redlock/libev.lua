@@ -27,9 +27,10 @@ ffi.metatype("struct rl_client", { __index = {
     begin_release_quiet = C.rl_begin_release_quiet,
     wait = C.rl_wait,
     sleep = C.rl_sleep,
-    watch = C.rl_watch,
-    unwatch = C.rl_unwatch,
-    unwatch_won = C.rl_unwatch_won,
+    -- (a blocking wait cannot be killed half-way: the holder is not needed)
+    watch = function(c, resource, len) return C.rl_watch(c, resource, len) end,
+    unwatch = function(c, resource, len) C.rl_unwatch(c, resource, len) end,
+    unwatch_won = function(c, resource, len) C.rl_unwatch_won(c, resource, len) end,
     heard = C.rl_heard,
     listeners = C.rl_heard_listeners,
     -- a blocking client has one waiter at a time: nobody to order (since),

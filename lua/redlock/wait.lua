@@ -20,12 +20,14 @@ local MAX_MS = check.MAX_MS
 local _M = {}
 
 -- What a waiter listens to is its resource (a string), or for lock_many
--- every resource of the list, counted together (rl_heard(NULL)).
-local function watch(client, a)
+-- every resource of the list, counted together (rl_heard(NULL)). holder:
+-- a table of this wait's own, which its unwatch passes too (a transport
+-- may tell by it that a waiter killed in between will never unwatch).
+local function watch(client, a, holder)
     if type(a) == "string" then
-        client:watch(a, #a)
+        client:watch(a, #a, holder)
     else
-        for i = 1, #a do client:watch(a[i], #a[i]) end
+        for i = 1, #a do client:watch(a[i], #a[i], holder) end
     end
 end
 
@@ -35,12 +37,12 @@ end
 -- does too: a releaser that locks again at once owes the waiter its release
 -- woke a head start, and a lingering subscription would hear that release's
 -- own broadcast from the slower nodes and end the head start at once.
-local function unwatch(client, a, linger)
+local function unwatch(client, a, linger, holder)
     local method = linger and client.unwatch_won or client.unwatch
     if type(a) == "string" then
-        method(client, a, #a)
+        method(client, a, #a, holder)
     else
-        for i = 1, #a do method(client, a[i], #a[i]) end
+        for i = 1, #a do method(client, a[i], #a[i], holder) end
     end
 end
 
@@ -307,10 +309,11 @@ end
 -- client's line passes the turn to the next, if one sleeps.
 local function watched_retries(w, owed)
     local d, client, a = w.d, w.client, w.a
-    watch(client, a)
+    local holder = {}
+    watch(client, a, holder)
     local ok, got, why, detail = pcall(retries, w, owed)
     if d.client == client then
-        unwatch(client, a, ok and got ~= nil and w.kind.slots ~= nil)
+        unwatch(client, a, ok and got ~= nil and w.kind.slots ~= nil, holder)
         if lined(d, w.kind, a) then client:pass_turn(a, #a, w.since) end
     end
     if not ok then error(got, 0) end

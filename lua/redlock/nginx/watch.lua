@@ -11,11 +11,13 @@
 -- engine connects again after its backoff, and waiters poll as the retry
 -- policy says.
 --
--- A watch counts who holds it: the requests of the calls that watch, by
--- their ngx.ctx (not by coroutine: nginx reuses a finished request's
--- coroutine, a killed one's too). A request killed while it waited never
--- unwatches; once its ngx.ctx is collected, the hub's sweep (sweep_watches)
--- takes its holds off, and the last one ends the watch. Else the hub would
+-- A watch counts who holds it: the waits that watch, each by the holder
+-- table it passes (redlock.wait: one per wait, held by the wait's frame;
+-- not by coroutine, which nginx reuses for a later request, a killed
+-- one's too; nor by ngx.ctx, which user code may replace). A request
+-- killed while it waited never unwatches; once the garbage collector has
+-- collected its wait's holder, the hub's sweep (sweep_watches) takes its
+-- holds off, and the last one ends the watch. Else the hub would
 -- listen on for it until idle, which a busy worker never is: the nodes
 -- would keep the worker's place in their queues, and a release would wake
 -- the worker, where nobody waits, instead of the next waiter; a
@@ -33,7 +35,7 @@ local semaphore = require "ngx.semaphore"
 local ffi_new = require("ffi").new
 local now_ms = C.rl_now_ms
 local pairs, type, math_max, setmetatable = pairs, type, math.max, setmetatable
-local phase_refusal, start, wake, request = calls.phase_refusal, calls.start, calls.wake, calls.request
+local phase_refusal, start, wake = calls.phase_refusal, calls.start, calls.wake
 
 local int_out = ffi_new("int[1]")
 
@@ -46,13 +48,9 @@ local _M = {}
 
 local watching -- (the client's side)
 
--- Who holds a watch: the running request's ngx.ctx (MAIN where there is
--- none). A light thread killed while its request runs on holds on until
--- the request ends.
-local MAIN = {}
-local function holder()
-    return request() or MAIN
-end
+-- Holds given no holder table (a caller outside redlock.wait) count as
+-- this one's, which is never collected.
+local ANYONE = {}
 
 ---------------------------------------------------------------------------
 -- the hub's side
@@ -147,9 +145,9 @@ local function end_watch(hub, c, unwatch)
     wake(hub)
 end
 
---- Take off the holds of requests that are gone (collected: see the top),
---- and end the watches nobody else holds. The hub's loop calls it now and
---- then.
+--- Take off the holds of waits that are gone (their holders collected: see
+--- the top), and end the watches nobody else holds. The hub's loop calls it
+--- now and then.
 function _M.sweep_watches(hub)
     for _, c in pairs(hub.chans) do
         local held = 0
@@ -201,7 +199,7 @@ end
 
 local WEAK_KEYS = { __mode = "k" }
 
-function methods:watch(resource, len)
+function methods:watch(resource, len, holder)
     if phase_refusal() then return 0 end
     local hub = self.hub
     if start(hub) then return 0 end -- no timer: the waiter polls
@@ -211,7 +209,7 @@ function methods:watch(resource, len)
     if c == nil then
         local id = C.rl_engine_watch(hub.e, r, #r, now_ms())
         if id < 0 then return 0 end -- out of memory: the waiter polls
-        -- holders[ctx] = { n = its holds, client = its client }; clients: every client that held it
+        -- holders[holder] = { n = its holds, client = its client }; clients: every client that held it
         c = { id = id, resource = r, refs = 0, listeners = 0, sleepers = {}, posted = {}, outside = {}, line = {},
               holders = setmetatable({}, WEAK_KEYS), clients = setmetatable({}, WEAK_KEYS) }
         hub.chans[r], hub.watches[id] = c, c
@@ -219,7 +217,7 @@ function methods:watch(resource, len)
     end
     c.refs = c.refs + 1
     mine[r] = (mine[r] or 0) + 1
-    local who = holder()
+    local who = holder or ANYONE
     local h = c.holders[who]
     if h then h.n = h.n + 1 else c.holders[who] = { n = 1, client = self } end
     c.clients[self] = true
@@ -229,13 +227,13 @@ end
 -- One watch of resource fewer; the last one ends the hub's watch with
 -- unwatch (see end_watch). A caller whose hold is not there any more (the
 -- hub forgot its watches, or the sweep took its holds off) has none to end.
-local function unwatch_with(self, resource, len, unwatch)
+local function unwatch_with(self, resource, len, holder, unwatch)
     local hub = self.hub
     local mine = watching(self)
     local r = name_of(resource, len)
     local c = hub.chans[r]
     if c == nil then return end
-    local who = holder()
+    local who = holder or ANYONE
     local h = c.holders[who]
     if h == nil then return end
     h.n = h.n - 1
@@ -246,12 +244,12 @@ local function unwatch_with(self, resource, len, unwatch)
     if c.refs <= 0 then end_watch(hub, c, unwatch) end
 end
 
-function methods:unwatch(resource, len)
-    unwatch_with(self, resource, len, C.rl_engine_unwatch)
+function methods:unwatch(resource, len, holder)
+    unwatch_with(self, resource, len, holder, C.rl_engine_unwatch)
 end
 
-function methods:unwatch_won(resource, len)
-    unwatch_with(self, resource, len, C.rl_engine_unwatch_won)
+function methods:unwatch_won(resource, len, holder)
+    unwatch_with(self, resource, len, holder, C.rl_engine_unwatch_won)
 end
 
 function methods:heard(resource, len)
