@@ -89,12 +89,12 @@
  * waiter's first refusal, the commonest (the sem benchmark's releaser that
  * asks again at once), neither marks nor drops: marking on every refusal
  * cost that benchmark 10-11 % more node CPU per acquisition, this 1-3 %
- * (bench/ab, 6 rounds each, within the noise). One dropped that is alive after all
- * joins again at its place (its ticket) when it next asks. After a drop,
- * the waiters now found at those places are woken: it is their turn. A
- * waiter takes the free slot of its place (and its mark of being kept
- * goes); a caller without one, of those not kept, the first in its order.
- * A refused waiter joins the
+ * (bench/ab, 6 rounds each, within the noise). One dropped that is alive
+ * after all joins again at its place (its ticket) when it next asks. After
+ * a drop, the waiters now found at those places are woken: it is their
+ * turn. A waiter takes the free slot of its place (and its mark of being
+ * kept goes); a caller without one, of those not kept, the first in its
+ * order. A refused waiter joins the
  * queue with its ticket (a waiter in it keeps its place) and leaves the
  * limit (RL_LIMIT_PREFIX .. key) for releases to count free slots with. A
  * queue of another type, or of more than RL_QUEUE_MAX entries (only others'
