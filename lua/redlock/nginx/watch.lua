@@ -23,10 +23,10 @@
 -- the worker, where nobody waits, instead of the next waiter; a
 -- semaphore's node would keep a free slot for it.
 --
--- Here: the hub's side (post_heard, sweep_watches, forget_watches) and the client's
--- methods of the transport contract that hand-off needs (methods: watch,
--- unwatch, unwatch_won, heard, listeners, sleep_until, waiting, first,
--- pass_turn, listening; redlock.nginx.client takes them).
+-- Here: the hub's side (post_heard, sweep_watches, forget_watches) and
+-- the client's methods of the transport contract that hand-off needs
+-- (methods: watch, unwatch, unwatch_won, heard, listeners, sleep_until,
+-- waiting, first, pass_turn, listening; redlock.nginx.client takes them).
 
 local C = require("redlock.cdefs").lib
 local calls = require "redlock.nginx.calls"
