@@ -372,12 +372,14 @@ describe("semaphore", function()
     return proc.spawn_luajit({ "luajit", script }, ("%s/%s.out"):format(dir, name))
   end
 
-  it("serves waiters in the order they began waiting; a try_lock cannot take a waiter's turn", function()
-    local r = res("turns")
+  -- The scene of the tests of turns: a holder of r's slot, then slot
+  -- waiters w1 and w2 queued in that order on every node, w1 stopped
+  -- (SIGSTOP), the slot freed. Returns w1, w2, out(name) (a waiter's
+  -- output), waiter(name) (one more) and queued(n) (whether every node has
+  -- n waiters queued, in one order, within 20 s).
+  local function first_waiter_stopped(dir, r)
     local queue = "redlock:squeue:" .. r
-    local dir = proc.tmpdir()
     local function waiter(name) return slot_waiter(dir, r, name) end
-    -- every node has n waiters queued, in one order
     local function queued(n)
       local by = proc.now_ms() + 20000
       repeat
@@ -403,7 +405,12 @@ describe("semaphore", function()
     assert(queued(2), out("w2"))
     proc.kill(w1, "STOP")
     assert(holder:unlock())
-    -- the slot is free, and it is w1's turn: nobody else gets it
+    return w1, w2, out, waiter, queued
+  end
+
+  it("serves waiters in the order they began waiting; a try_lock cannot take a waiter's turn", function()
+    local r, dir = res("turns"), proc.tmpdir()
+    local w1, w2, out, waiter, queued = first_waiter_stopped(dir, r)
     local t0 = proc.now_ms()
     while proc.now_ms() - t0 < 500 do
       local lk, err = dlm:try_lock(r, { limit = 1 })
@@ -443,21 +450,8 @@ describe("semaphore", function()
   -- slot stayed free, and every other caller was refused, for as long as
   -- the stopped waiter's connections lived.
   it("a stopped waiter keeps its turn for a second at most; the next is woken for it", function()
-    local r = res("stalled")
-    local dir = proc.tmpdir()
-    local function waiter(name) return slot_waiter(dir, r, name) end
-    local queue = "redlock:squeue:" .. r
-    local function queued(n)
-      return cluster.await_all(cl, function(i) return tonumber(cluster.call(cl, i, "ZCARD", queue)) == n end, 20000)
-    end
-    local function out(name) return proc.read_file(("%s/%s.out"):format(dir, name)) or "" end
-    local holder = assert(dlm:lock(r, { limit = 1 }))
-    local w1 = waiter("w1")
-    assert(queued(1), out("w1"))
-    local w2 = waiter("w2")
-    assert(queued(2), out("w2"))
-    proc.kill(w1, "STOP")
-    assert(holder:unlock())
+    local r, dir = res("stalled"), proc.tmpdir()
+    local w1, w2, out = first_waiter_stopped(dir, r)
     -- callers keep asking (as waiters with a short policy would): the slot
     -- goes to w2 while w1 is still stopped, never to a try_lock
     local by = proc.now_ms() + 15000
