@@ -18,7 +18,6 @@ local EXIT = host.EXIT
 local _M = {}
 
 local TIMEOUT_MS = 500
-local semaphore_hint -- (below)
 local SHARED_MARK = "redlock:shared" -- a key held by shared holders (core/src/shared.h)
 
 local SPEC = config.spec {
@@ -170,20 +169,36 @@ local function token_of(answers, value)
     return best
 end
 
+-- The value with the most votes (value -> count), and its count; nil, 0
+-- when there are none.
+local function most_common(votes)
+    local best, count = nil, 0
+    for v, c in pairs(votes) do
+        if c > count then best, count = v, c end
+    end
+    return best, count
+end
+
+-- most_common of what the probes that answered say: value_of(r), or nil
+-- for a probe that says nothing.
+local function tally(answers, value_of)
+    local votes = {}
+    for _, r in pairs(answers) do
+        local v = value_of(r)
+        if v ~= nil then votes[v] = (votes[v] or 0) + 1 end
+    end
+    return most_common(votes)
+end
+
+local function held_value(r) return r.exists and r.value or nil end
+local function limit_value(r) return r.exists and tonumber(r.value) or nil end
+
 -- The limit a semaphore's waiters left on the nodes that answered (the
 -- most common), or nil: they leave it while they wait, for a minute.
 local function limit_left(opts, servers, key, failed)
     local rows, answers = probe_all(opts, servers, "redlock:limit:" .. key, failed)
     if not rows then return nil end
-    local votes, best, count = {}, nil, 0
-    for _, r in pairs(answers) do
-        local l = r.exists and tonumber(r.value)
-        if l then
-            votes[l] = (votes[l] or 0) + 1
-            if votes[l] > count then best, count = l, votes[l] end
-        end
-    end
-    return best
+    return (tally(answers, limit_value))
 end
 
 -- A semaphore of limit slots on key: per slot, the value most nodes hold,
@@ -198,14 +213,7 @@ local function slots_status(opts, servers, key, limit, resource, quorum)
         local rows, answers, answered = probe_all(opts, servers, ("redlock:slot:%d:%s"):format(slot, key), failed)
         if not rows then return answers end
         if answered < worst then worst = answered end
-        local votes = {}
-        for _, r in pairs(answers) do
-            if r.exists then votes[r.value] = (votes[r.value] or 0) + 1 end
-        end
-        local best, count = nil, 0
-        for v, c in pairs(votes) do
-            if c > count then best, count = v, c end
-        end
+        local best, count = tally(answers, held_value)
         if best and count >= quorum then held = held + 1 end
         local label = label_of(best)
         local shown = answered < quorum and count < quorum and ("unknown: only %d of %d nodes answered"):format(answered, n)
@@ -235,7 +243,7 @@ end
 -- say so when its first slot is held on a node, or its waiters left a
 -- limit. rows: the nodes' rows of the probe of RESOURCE (those that did not
 -- answer are not asked again).
-function semaphore_hint(opts, servers, key, resource, rows)
+local function semaphore_hint(opts, servers, key, resource, rows)
     local failed = {}
     for idx, row in ipairs(rows) do
         if row.state == "error" then failed[idx] = row end
@@ -298,10 +306,7 @@ function _M.run(opts, argv, k)
     print(("resource '%s'%s on %d nodes, quorum %d"):format(resource,
         key ~= resource and (" (key '" .. key .. "')") or "", n, quorum))
     print_rows(rows)
-    local best, count = nil, 0
-    for v, c in pairs(votes) do
-        if c > count then best, count = v, c end
-    end
+    local best, count = most_common(votes)
     local readers = shared_lines(results, quorum)
     if best == SHARED_MARK and count >= quorum then
         print(("held shared: %d holder%s on a quorum; the mark on %d of %d nodes (quorum %d)")
