@@ -29,6 +29,11 @@ local function migrate(c, slot, a, b, hold_ms)
   for j = 1, c.n do rcluster.cli(c, j, "CLUSTER", "SETSLOT", slot, "NODE", idb) end
 end
 
+--- Errors of kind word (e.g. "TRYAGAIN") master j has answered (INFO errorstats).
+local function errors_of(c, j, word)
+  return tonumber(rcluster.cli(c, j, "INFO", "errorstats"):match("errorstat_" .. word .. ":count=(%d+)")) or 0
+end
+
 describe("a slot migrating under 4 locking processes", function()
   teardown(function()
     rcluster.stop_all()
@@ -95,6 +100,51 @@ describe("a slot migrating under 4 locking processes", function()
     proc.write_file(stopfile, "stop\n")
     for _, pid in ipairs(pids) do proc.stop(pid) end
     proc.rmdir(dir)
+    assert(ok, err)
+  end)
+
+  -- A semaphore's acquire names every slot's key. While its slot migrates
+  -- with some of those keys on each side, Redis answers TRYAGAIN; the engine
+  -- sends the script again after a pause, so the acquire goes through once
+  -- the migration ends within the node timeout (before: a failed vote).
+  it("sends a semaphore's acquire again after TRYAGAIN until its slot's migration ends", function()
+    local c = rcluster.start(3)
+    local resource = res("tryagain")
+    local dir = proc.tmpdir()
+    local pid
+    local ok, err = pcall(function()
+      local redlock = require "redlock"
+      local dlm = redlock.new { servers = { c.url }, ttl = 10000 }
+      local first = assert(dlm:try_lock(resource, { limit = 2 })) -- one slot's key exists, the other's not
+      local slot = rcluster.slot(c, resource)
+      local from = rcluster.slot_owner(c, slot)
+      local to = from % c.n + 1
+      assert(select(2, rcluster.cli(c, to, "CLUSTER", "SETSLOT", slot, "IMPORTING", rcluster.id(c, from))))
+      assert(select(2, rcluster.cli(c, from, "CLUSTER", "SETSLOT", slot, "MIGRATING", rcluster.id(c, to))))
+      local before = errors_of(c, from, "TRYAGAIN")
+      pid = proc.spawn_luajit({ "luajit", "spec/helpers/sem_once.lua", resource, "2", "5000", c.url },
+        dir .. "/out")
+      local deadline = proc.now_ms() + 10000
+      while errors_of(c, from, "TRYAGAIN") == before do
+        assert(proc.now_ms() < deadline, "the acquire never met TRYAGAIN")
+        proc.sleep_ms(10)
+      end
+      -- the migration ends: the keys move, every master learns the slot's new owner
+      local keys = rcluster.cli(c, from, "CLUSTER", "GETKEYSINSLOT", slot, 100)
+      local args = { "MIGRATE", "127.0.0.1", c.ports[to], "", 0, 5000, "KEYS" }
+      for k in keys:gmatch("[^\n]+") do args[#args + 1] = k end
+      assert(select(2, rcluster.cli(c, from, unpack(args))))
+      for j = 1, c.n do rcluster.cli(c, j, "CLUSTER", "SETSLOT", slot, "NODE", rcluster.id(c, to)) end
+      assert(proc.wait_gone(pid, 15000), "the acquire did not end")
+      local out = proc.read_file(dir .. "/out") or ""
+      local got, tryagain = out:match("slot=(%S+) tryagain=(%d+)")
+      assert.are.equal("2", got, out)
+      assert.is_true(tonumber(tryagain) >= 1, out)
+      assert.is_true(first:unlock())
+    end)
+    if pid then proc.stop(pid) end
+    proc.rmdir(dir)
+    rcluster.stop(c)
     assert(ok, err)
   end)
 end)

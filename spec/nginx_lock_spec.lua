@@ -838,8 +838,8 @@ describe("redlock inside nginx", function()
     srv = one_worker { [[
         location = /with {
           content_by_lua_block {
-            local lost, left = DLM:with_lock(ngx.var.arg_r, { ttl = 300 }, function(lock)
-              ngx.sleep(1)
+            local lost, left = DLM:with_lock(ngx.var.arg_r, { ttl = 1500 }, function(lock)
+              ngx.sleep(2.5)
               return lock:lost(), lock:remaining()
             end)
             ngx.say("lost=", tostring(lost), " remaining=", tostring(left))
@@ -850,8 +850,9 @@ describe("redlock inside nginx", function()
     local ok, err = pcall(function()
       await_held(r)
       local t0 = proc.now_ms()
-      -- past the 300 ms ttl (and before the 1 s sleep ends): only the keep-alive can hold it there
-      for _, at in ipairs { 350, 600 } do
+      -- past the 1500 ms ttl (and before the 2.5 s sleep ends): only the keep-alive can hold it
+      -- there. A ttl this long leaves each extension (every 500 ms) room on a loaded machine.
+      for _, at in ipairs { 1700, 2100 } do
         proc.sleep_ms(math.max(0, t0 + at - proc.now_ms()))
         local n = holding(r)
         print(("    [keepalive] %d ms after the lock: held on %d of 5"):format(proc.now_ms() - t0, n))

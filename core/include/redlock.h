@@ -1012,6 +1012,8 @@ typedef struct rl_node_stats {
     unsigned long long moved;        /* a cluster node: MOVED replies met (the map was refreshed; followed
                                         unless the command had been redirected 5 times) */
     unsigned long long ask;          /* a cluster node: ASK replies met (followed once per command) */
+    unsigned long long tryagain;     /* a cluster node: TRYAGAIN replies met (a slot in migration; the
+                                        command goes again after a pause, up to 12 times) */
     int up;                          /* gauge: 1 while connected and set up */
     int suspect;                     /* gauge: 1 while suspect (sent nothing but probes) */
 } rl_node_stats;

@@ -13,8 +13,12 @@
  * map, asks for a fresh one and sends the command again to the shard
  * named; ASK sends ASKING and the command to the shard named, once. A
  * command is redirected RL_CLUSTER_REDIRECTS times at most: after that its
- * reply (the last MOVED or ASK) is a failed vote, as CLUSTERDOWN, TRYAGAIN
- * and a shard that cannot be reached are. */
+ * reply (the last MOVED or ASK) is a failed vote, as CLUSTERDOWN and a
+ * shard that cannot be reached are. TRYAGAIN (a command naming several
+ * keys of a slot in migration, not all of them in one place) sends the
+ * command to the same shard again after a pause (cluster_retry.c), up to
+ * RL_TRYAGAIN_MAX times and only while rl_op_may_resend allows; then it is
+ * a failed vote too. */
 #ifndef RL_CLUSTER_H
 #define RL_CLUSTER_H
 
@@ -23,6 +27,9 @@
 #include "substream.h"
 
 #define RL_CLUSTER_REDIRECTS 5  /* MOVED/ASK followed per command, at most */
+#define RL_TRYAGAIN_MAX 12      /* sends again after TRYAGAIN per command, at most */
+#define RL_TRYAGAIN_MIN_MS 2    /* the pause before each: an eighth of the node timeout, */
+#define RL_TRYAGAIN_MAX_MS 100  /* within these bounds */
 
 _Static_assert(RL_MAX_LINKS == 2 * RL_MAX_NODES + 2 * RL_MAX_SHARDS, "RL_MAX_LINKS");
 _Static_assert(RL_MAX_SHARDS < 255, "a hash slot's owner is a shard number + 1 in a byte");
@@ -128,6 +135,26 @@ int rl_shard_send(rl_shard *sh, const char *cmd, size_t len, rl_ticket t);
 /* A shard stream's replies (its on_reply; owner: the shard): MOVED and ASK
  * followed, everything else to the operation (cluster_redirect.c). */
 void rl_shard_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, const char *errstr);
+
+/* Send ASKING through shard sh: the next command there is served in a
+ * slot it is importing. Return rl_shard_send's result. */
+int rl_shard_send_asking(rl_shard *sh);
+
+/* A reply on shard sh to the command of ticket t, whose bytes are in
+ * e->redirect: if it is TRYAGAIN and the command may go again, keep it to
+ * go again after a pause and return 1 (the reply is not passed on);
+ * else 0. */
+int rl_cluster_retry_later(struct rl_engine *e, rl_shard *sh, rl_ticket t, const rl_reply *reply);
+
+/* When the next kept command is due (engine time, ms), or -1 if none. */
+double rl_cluster_retry_deadline(const struct rl_engine *e);
+
+/* Send every kept command that is due (or, if it may no longer go again,
+ * answer its operation with the TRYAGAIN it met). */
+void rl_cluster_retry_advance(struct rl_engine *e);
+
+/* Drop every kept command (the engine is being freed). */
+void rl_cluster_retry_free(struct rl_engine *e);
 
 /* Shard number k of e, or NULL. */
 rl_shard *rl_cluster_shard(const struct rl_engine *e, int k);

@@ -1,7 +1,7 @@
 /* cluster_redirect.c — what a cluster node's shard does with a reply
  * (see cluster.h): the commands it awaits replies to, kept so that MOVED
- * or ASK can send one again, and following those redirections. Part of the
- * engine: no I/O, no clock. */
+ * or ASK can send one again, and following those redirections (TRYAGAIN
+ * goes to cluster_retry.c). Part of the engine: no I/O, no clock. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,6 +60,13 @@ int rl_shard_send(rl_shard *sh, const char *cmd, size_t len, rl_ticket t) {
     return 0;
 }
 
+/* See cluster.h. */
+int rl_shard_send_asking(rl_shard *sh) {
+    static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
+    rl_ticket a = {-1, 0, RL_KIND_ASKING, sh->e->now, 0, 0, 0, 0, 0, 0};
+    return rl_shard_send(sh, asking, sizeof(asking) - 1, a);
+}
+
 /* ---- MOVED and ASK ---- */
 
 /* "MOVED 3999 127.0.0.1:6381" or "ASK ...": the slot, host and port, or -1. */
@@ -108,9 +115,7 @@ static int follow(rl_engine *e, rl_shard *sh, rl_ticket t, const rl_reply *reply
     t.redirects++;
     t.sent_ms = e->now;
     if (ask) {
-        static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
-        rl_ticket a = {-1, 0, RL_KIND_ASKING, e->now, 0, 0, 0, 0, 0};
-        if (rl_shard_send(to, asking, sizeof(asking) - 1, a) != 0) return 0;
+        if (rl_shard_send_asking(to) != 0) return 0;
         t.asked = 1;
     } else {
         t.asked = 0;
@@ -132,6 +137,6 @@ void rl_shard_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, c
         rl_cluster_map_reply(e, node, &sh->st, reply, errstr);
         return;
     }
-    if (t.kind == RL_KIND_ASKING || follow(e, sh, t, reply)) return;
+    if (t.kind == RL_KIND_ASKING || follow(e, sh, t, reply) || rl_cluster_retry_later(e, sh, t, reply)) return;
     rl_op_reply_from(e, &sh->st, node, t, reply, errstr);
 }

@@ -252,6 +252,8 @@ double rl_engine_deadline(const rl_engine *e) {
     }
     d = rl_keep_deadline(&e->keep);
     if (d >= 0 && (at < 0 || d < at)) at = d;
+    d = rl_cluster_retry_deadline(e);
+    if (d >= 0 && (at < 0 || d < at)) at = d;
     return at;
 }
 
@@ -260,6 +262,7 @@ void rl_engine_advance(rl_engine *e, double now_ms) {
     for (int i = 0; i < e->nnodes; i++) rl_stream_advance(&e->nodes[i], now);
     for (int k = 0; k < e->nshards; k++) rl_stream_advance(&e->shards[k]->st, now);
     rl_subs_advance(&e->subs, now);
+    rl_cluster_retry_advance(e);
     int slot;
     while ((slot = rl_deadlines_first(&e->deadlines, &at)) >= 0 && at <= now) rl_op_timeout(e, e->ops[slot]);
     rl_keep_advance(e, &e->keep, now);

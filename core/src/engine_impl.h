@@ -88,6 +88,8 @@ struct rl_engine {
     int nshards;
     int nclusters;           /* nodes that are clusters */
     rl_buf redirect;         /* a command MOVED or ASK sends again (cluster.c) */
+    struct rl_retry *retries; /* commands refused with TRYAGAIN, to go again (cluster_retry.c) */
+    int nretries, capretries;
     rl_buf base;             /* a key's companion base on cluster nodes (rl_cluster_base) */
     rl_buf scratch2;         /* a command in scratch as a cluster node gets it (rl_op_cluster_form) */
 
@@ -136,6 +138,23 @@ void rl_op_reply_from(rl_engine *e, rl_stream *s, int node, rl_ticket t, const r
  * for replicas, its WAIT goes behind it there, and only that WAIT decides
  * the vote (the one left behind on the old shard proves nothing). */
 void rl_op_redirected(rl_engine *e, rl_shard *to, int node, rl_ticket t);
+
+/* May the write of ticket t go again now (after TRYAGAIN)? Only while
+ * its operation still waits for it, and a write that takes a key (an
+ * acquire, a fence's commit) only while its round is open: once decided,
+ * the caller may have released already, and the write sent behind that
+ * release would take the key again there, for its ttl. */
+int rl_op_may_resend(const rl_engine *e, rl_ticket t);
+
+/* Node's write of ticket t will go again later (ticket t being that
+ * later send): the WAIT behind the earlier send proves nothing. */
+void rl_op_resend_later(rl_engine *e, int node, rl_ticket t);
+
+/* Node's write of ticket t, kept to go again, may not (rl_op_may_resend)
+ * or could not be sent: reply (the refusal it met, on stream s), or the
+ * failure errstr, is its answer after all. */
+void rl_op_resend_refused(rl_engine *e, rl_stream *s, int node, rl_ticket t, const rl_reply *reply,
+                          const char *errstr);
 
 /* The command op sends node i in its current phase: op->ccmd on a cluster
  * node when it has one, else op->cmd. */

@@ -107,7 +107,7 @@ static void op_start_cleanup(rl_engine *e, rl_op *op) {
     op->cleanup_sent = 0;
     int encoded = rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, op->res.value, 1) == 0 &&
                   rl_op_cluster_form(e, op, &op->cmd, &op->ccmd) >= 0;
-    rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, e->now, 0, 0, 0, 0, 0};
+    rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, e->now, 0, 0, 0, 0, 0, 0};
     for (int i = 0; i < e->nnodes; i++) {
         rl_node_result *n = &op->res.node[i];
         if (!(op->sent & (1u << i)) || n->state == RL_NODE_TAKEN) continue;
@@ -187,7 +187,8 @@ static void op_round_decided(rl_engine *e, rl_op *op, int timed_out) {
  * MOVED/ASK points) raises one of them, so along one write's resends the
  * mark never repeats. */
 static unsigned char wait_mark(rl_ticket t) {
-    return (unsigned char)(t.redirects * 2 + t.eval);
+    _Static_assert(RL_CLUSTER_REDIRECTS * 2 + 1 < 16 && RL_TRYAGAIN_MAX * 16 + 15 < 256, "wait_mark fits a byte");
+    return (unsigned char)(t.tryagains * 16 + t.redirects * 2 + t.eval);
 }
 
 /* The ticket of the WAIT that goes behind a write of ticket t. */
@@ -216,6 +217,29 @@ void rl_op_redirected(rl_engine *e, rl_shard *to, int node, rl_ticket t) {
     op->wait_mark[node] = wait_mark(t);
     /* if even that cannot be sent (out of memory), the held yes times out */
     (void)rl_shard_send(to, e->replicas.cmd[node], e->replicas.len[node], wait_ticket(t));
+}
+
+/* See engine_impl.h. */
+int rl_op_may_resend(const rl_engine *e, rl_ticket t) {
+    if (t.slot < 0 || t.slot >= e->nops) return 0;
+    const rl_op *op = e->ops[t.slot];
+    if (op->gen != t.gen || op->phase == OP_QUIET || op->phase == OP_FREE) return 0;
+    return t.kind == RL_OP_RELEASE || t.kind == RL_OP_EXTEND || op->phase == OP_ROUND;
+}
+
+/* See engine_impl.h. */
+void rl_op_resend_later(rl_engine *e, int node, rl_ticket t) {
+    rl_op *op = e->ops[t.slot];
+    if (op->waits & (1u << node)) op->wait_mark[node] = wait_mark(t);
+}
+
+/* See engine_impl.h. */
+void rl_op_resend_refused(rl_engine *e, rl_stream *s, int node, rl_ticket t, const rl_reply *reply,
+                          const char *errstr) {
+    if (t.slot < 0 || t.slot >= e->nops) return;
+    rl_op *op = e->ops[t.slot];
+    if (op->gen == t.gen) op->waits &= ~(1u << node); /* its WAIT was answered already, and ignored */
+    rl_op_reply_from(e, s, node, t, reply, errstr);
 }
 
 /* The reply to node's WAIT: it decides the vote its write's yes held, if
@@ -412,7 +436,7 @@ void rl_op_send_round(rl_engine *e, rl_op *op, int kind, double start_ms, int fi
     start_timer(e, op);
     unsigned gen = op->gen;
     if (first) op->set_gen = gen;
-    rl_ticket t = {op->slot, gen, kind, e->now, 0, 0, 0, 0, 0};
+    rl_ticket t = {op->slot, gen, kind, e->now, 0, 0, 0, 0, 0, 0};
     /* Every node that can take the command gets it before any failed vote
      * is counted: a round decided by its failures (a quorum of nodes down
      * or suspect) still reaches the others, so a release deletes our value

@@ -151,7 +151,7 @@ static int script_loads(rl_buf *cmd, rl_ticket *t, int *n, double now_ms) {
         const char *argv[3] = {"SCRIPT", "LOAD", scripts[i]};
         size_t lens[3] = {6, 4, strlen(scripts[i])};
         if (rl_cmd_append_argv(cmd, 3, argv, lens) != 0) return -1;
-        t[(*n)++] = (rl_ticket){-1, 0, LOAD_SCRIPT, now_ms, 0, (long long)cmd->len, 0, 0, 0};
+        t[(*n)++] = (rl_ticket){-1, 0, LOAD_SCRIPT, now_ms, 0, (long long)cmd->len, 0, 0, 0, 0};
     }
     return 0;
 }
@@ -182,18 +182,18 @@ static int build_setup(const rl_stream *s, rl_buf *cmd, rl_ticket t[3 + SHA_SCRI
     int n = 0;
     int auth = rl_cmd_auth(cmd, s->url->user, s->url->password);
     if (auth < 0) return -1;
-    if (auth) t[n++] = (rl_ticket){-1, 0, SETUP_AUTH, now_ms, 0, (long long)cmd->len, 0, 0, 0};
+    if (auth) t[n++] = (rl_ticket){-1, 0, SETUP_AUTH, now_ms, 0, (long long)cmd->len, 0, 0, 0, 0};
     if (s->url->db) {
         char db[16];
         const char *argv[2] = {"SELECT", db};
         size_t lens[2] = {6, (size_t)snprintf(db, sizeof(db), "%d", s->url->db)};
         if (rl_cmd_append_argv(cmd, 2, argv, lens) != 0) return -1;
-        t[n++] = (rl_ticket){-1, 0, SETUP_SELECT, now_ms, 0, (long long)cmd->len, 0, 0, 0};
+        t[n++] = (rl_ticket){-1, 0, SETUP_SELECT, now_ms, 0, (long long)cmd->len, 0, 0, 0, 0};
     }
     const char *argv[2] = {"INFO", "server"};
     size_t lens[2] = {4, 6};
     if (rl_cmd_append_argv(cmd, 2, argv, lens) != 0) return -1;
-    t[n++] = (rl_ticket){-1, 0, SETUP_INFO, now_ms, 0, (long long)cmd->len, 0, 0, 0};
+    t[n++] = (rl_ticket){-1, 0, SETUP_INFO, now_ms, 0, (long long)cmd->len, 0, 0, 0, 0};
     if (script_loads(cmd, t, &n, now_ms) != 0) return -1;
     return n;
 }

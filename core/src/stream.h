@@ -40,6 +40,7 @@ typedef struct rl_ticket {
     int unsent;   /* answered without a reply because its connection ended before all of it was written */
     int redirects; /* on a cluster node: MOVED/ASK redirections it followed (cluster.c) */
     int asked;     /* on a cluster node: sent after ASKING (an ASK is followed once) */
+    int tryagains; /* on a cluster node: times sent again after TRYAGAIN (cluster_redirect.c) */
 } rl_ticket;
 
 /* Called for every reply to a command sent with rl_stream_send, in order.

@@ -114,7 +114,7 @@ void rl_stream_flush_redo(rl_stream *s, double now_ms) {
     size_t off = 0;
     for (unsigned i = 0; i < s->redo_count; i++) {
         if (i >= s->redo_queued) {
-            rl_ticket t = {-1, 0, REDO, now_ms, 0, 0, 0, 0, 0};
+            rl_ticket t = {-1, 0, REDO, now_ms, 0, 0, 0, 0, 0, 0};
             if (rl_stream_queue(s, s->redo.data + off, s->redo_lens[i], t, now_ms) != 0) break;
             s->redo_queued = i + 1;
             s->redo_end = s->queued_total;
@@ -271,7 +271,7 @@ void rl_stream_queue_check(rl_stream *s, double now_ms) {
     char nonce[48], cmd[80];
     int nlen = step_nonce(s, s->checks_queued, nonce, sizeof(nonce));
     int len = snprintf(cmd, sizeof(cmd), "*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n", nlen, nonce);
-    rl_ticket t = {-1, 0, CHECK_ECHO, now_ms, 0, 0, 0, 0, 0};
+    rl_ticket t = {-1, 0, CHECK_ECHO, now_ms, 0, 0, 0, 0, 0, 0};
     if (rl_stream_queue(s, cmd, (size_t)len, t, now_ms) != 0) return;
     s->checks_queued++;
     s->step_check++;

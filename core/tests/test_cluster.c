@@ -3,8 +3,10 @@
  * routed by hash slot to its shard's link, MOVED (map updated, command sent
  * again, counted), ASK (ASKING, then the command, once), the redirection
  * limit, CLUSTERDOWN as a failed vote, a fenced counter named in the key's
- * slot, a watch subscribed (SSUBSCRIBE) on the serving shard only, and a
- * vote that waits for replicas decided by the WAIT behind its last send. */
+ * slot, a watch subscribed (SSUBSCRIBE) on the serving shard only, a
+ * vote that waits for replicas decided by the WAIT behind its last send,
+ * and TRYAGAIN (the command sent again after a pause, a bounded number of
+ * times, an acquire only while its round is open). */
 #include <stdlib.h>
 
 #include "fake_driver.h"
@@ -237,6 +239,97 @@ static void moved_write_waits_on_its_new_shard(void) {
     rl_engine_free(E);
 }
 
+static const char TRYAGAIN[] = "-TRYAGAIN Multiple keys request during rehashing of slot\r\n";
+
+/* TRYAGAIN: the same bytes go to the same shard again after a pause (an
+ * eighth of the node timeout), after ASKING when they went so; counted. */
+static void tryagain_goes_again_after_a_pause(void) {
+    start(NULL); /* node timeout 50 ms: a pause of 6.25 ms */
+    map_known(1);
+    int id = rl_engine_begin_acquire(E, "foo", 3, 10000, 2); /* 12182: 7001, shard 0 */
+    drain(SHARD(0), 2);
+    CHECK_INT(feed(SHARD(0), "+OK\r\n", 3), RL_OK);
+    rl_result r;
+    CHECK_INT(rl_engine_take(E, id, &r), 1);
+    char value[sizeof(r.value)];
+    memcpy(value, r.value, sizeof(value));
+    id = rl_engine_begin_release(E, "foo", 3, value, 10);
+    char first[512];
+    snprintf(first, sizeof(first), "%s", drain(SHARD(0), 10));
+    CHECK(strstr(first, "EVALSHA") != NULL);
+    CHECK_INT(feed(SHARD(0), TRYAGAIN, 11), RL_OK);
+    CHECK_INT(rl_engine_take(E, id, &r), 0); /* no vote yet */
+    CHECK(rl_engine_deadline(E) > 17.2 && rl_engine_deadline(E) < 17.3);
+    rl_engine_advance(E, 17);
+    CHECK_INT(drain(SHARD(0), 17)[0], '\0');
+    rl_engine_advance(E, 17.3);
+    CHECK_STR(drain(SHARD(0), 17.3), first);
+    CHECK_INT(feed(SHARD(0), ":1\r\n", 18), RL_OK);
+    CHECK_INT(rl_engine_take(E, id, &r), 1);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    /* after ASK, on the shard it pointed to, with ASKING again */
+    id = rl_engine_begin_release(E, "foo", 3, value, 20);
+    drain(SHARD(0), 20);
+    CHECK_INT(feed(SHARD(0), "-ASK 12182 127.0.0.1:7000\r\n", 21), RL_OK);
+    snprintf(first, sizeof(first), "%s", drain(SHARD(1), 21));
+    CHECK(strncmp(first, "*1\r\n$6\r\nASKING\r\n", 16) == 0 && strstr(first, "EVALSHA") != NULL);
+    CHECK_INT(feed(SHARD(1), "+OK\r\n", 21), RL_OK);
+    CHECK_INT(feed(SHARD(1), TRYAGAIN, 22), RL_OK);
+    rl_engine_advance(E, 29);
+    CHECK_STR(drain(SHARD(1), 29), first);
+    CHECK_INT(drain(SHARD(0), 29)[0], '\0');
+    CHECK_INT(feed(SHARD(1), "+OK\r\n:1\r\n", 30), RL_OK);
+    CHECK_INT(rl_engine_take(E, id, &r), 1);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    rl_stats st;
+    rl_engine_stats(E, &st);
+    CHECK_INT(st.node[0].tryagain, 2);
+    CHECK_INT(st.node[0].ask, 1);
+    rl_engine_free(E);
+}
+
+/* At most 12 sends again (RL_TRYAGAIN_MAX), then TRYAGAIN is the failed vote;
+ * and an acquire whose round ended while it waited to go again does not go
+ * (its caller may have released already): the TRYAGAIN answers it. */
+static void tryagain_is_bounded(void) {
+    rl_options o;
+    rl_options_init(&o);
+    o.node_timeout_ms = 2000; /* a pause of 100 ms: 12 of them fit */
+    start(&o);
+    map_known(1);
+    int id = rl_engine_begin_acquire_fenced(E, "foo", 3, 10000, 10);
+    char first[1024];
+    snprintf(first, sizeof(first), "%s", drain(SHARD(0), 10));
+    CHECK(strstr(first, "{foo}:fence") != NULL);
+    int sends = 1;
+    double t = 10;
+    CHECK_INT(feed(SHARD(0), TRYAGAIN, t), RL_OK);
+    for (; t < 2000; t += 100) {
+        rl_engine_advance(E, t + 100);
+        if (strcmp(drain(SHARD(0), t + 100), first) != 0) break;
+        sends++;
+        CHECK_INT(feed(SHARD(0), TRYAGAIN, t + 100), RL_OK);
+    }
+    CHECK_INT(sends, 1 + 12); /* RL_TRYAGAIN_MAX */
+    rl_result r;
+    CHECK_INT(rl_engine_take(E, id, &r), 1);
+    CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
+    CHECK(strstr(r.node[0].errstr, "TRYAGAIN") != NULL);
+    rl_engine_free(E);
+
+    start(NULL); /* node timeout 50 ms */
+    map_known(1);
+    id = rl_engine_begin_acquire_fenced(E, "foo", 3, 10000, 10);
+    snprintf(first, sizeof(first), "%s", drain(SHARD(0), 10));
+    CHECK_INT(feed(SHARD(0), TRYAGAIN, 58), RL_OK); /* due at 64.25, the round ends at 60 */
+    rl_engine_advance(E, 60);
+    CHECK_INT(rl_engine_take(E, id, &r), 1);
+    CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
+    rl_engine_advance(E, 65);
+    CHECK(strcmp(drain(SHARD(0), 65), first) != 0);
+    rl_engine_free(E);
+}
+
 int main(void) {
     routes_by_slot_and_follows_moved();
     redirects_are_bounded();
@@ -244,5 +337,7 @@ int main(void) {
     map_from_the_next_seed();
     bad_cluster_urls();
     moved_write_waits_on_its_new_shard();
+    tryagain_goes_again_after_a_pause();
+    tryagain_is_bounded();
     return check_report("cluster");
 }

@@ -261,6 +261,7 @@ typedef struct rl_node_stats {
     rl_histogram reply;
     unsigned long long moved;
     unsigned long long ask;
+    unsigned long long tryagain;
     int up;
     int suspect;
 } rl_node_stats;

@@ -44,6 +44,8 @@ local FAMILIES = {
     { "redlock_node_suspected_total", "counter", "Times a node was found not answering (it became suspect)." },
     { "redlock_node_moved_total", "counter", "MOVED replies a cluster node's shards sent (its map changed)." },
     { "redlock_node_ask_total", "counter", "ASK replies a cluster node's shards sent (a slot migrating)." },
+    { "redlock_node_tryagain_total", "counter",
+      "TRYAGAIN replies a cluster node's shards sent (a slot migrating; the command went again)." },
     { "redlock_node_up", "gauge", "Connections to the node that are up (one per client and worker)." },
     { "redlock_node_suspect", "gauge",
       "Clients (and workers) that find the node not answering now: it is sent nothing but probes." },
@@ -121,6 +123,7 @@ function _M.samples(t, map)
         put(map, "redlock_node_suspected_total", "", node, nil, n.suspected)
         put(map, "redlock_node_moved_total", "", node, nil, n.moved or 0)
         put(map, "redlock_node_ask_total", "", node, nil, n.ask or 0)
+        put(map, "redlock_node_tryagain_total", "", node, nil, n.tryagain or 0)
         put(map, "redlock_node_up", "", node, nil, (n.up == true and 1) or (type(n.up) == "number" and n.up) or 0)
         local suspect = (n.suspect == true and 1) or (type(n.suspect) == "number" and n.suspect) or 0
         put(map, "redlock_node_suspect", "", node, nil, suspect)

@@ -10,7 +10,8 @@
 --                                 lost = n, kept = n (now) }
 --   nodes[i]                    { name, up, suspect, votes = {state = n},
 --                                 timeouts, connects, reconnects, resets, lost,
---                                 step_checks, suspected, moved, ask, reply_ms = histogram }
+--                                 step_checks, suspected, moved, ask, tryagain,
+--                                 reply_ms = histogram }
 -- A histogram: { count = n, sum_ms = ms, buckets = { { le_ms = 0.5,
 -- count = n }, ..., { le_ms = math.huge, count = n } } }, each bucket's
 -- count cumulative (the times of at most le_ms).
@@ -53,7 +54,7 @@ local function node(n, name)
         connects = tonumber(n.connects), reconnects = tonumber(n.reconnects), resets = tonumber(n.resets),
         lost = tonumber(n.lost), step_checks = tonumber(n.step_checks), reply_ms = histogram(n.reply),
         suspected = tonumber(n.suspected), suspect = n.suspect ~= 0,
-        moved = tonumber(n.moved), ask = tonumber(n.ask),
+        moved = tonumber(n.moved), ask = tonumber(n.ask), tryagain = tonumber(n.tryagain),
     }
 end
 
