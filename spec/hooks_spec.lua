@@ -76,6 +76,23 @@ describe("redlock.hooks", function()
     assert.same({ "acquiring", "acquired" }, calls) -- with_lock's lock
   end)
 
+  -- Before: the caller got the hook's error and the lock stayed on the
+  -- nodes with no handle to it (kept alive, too, until collected).
+  it("releases what the call took when acquired raises, and passes its error on", function()
+    local r = res("hook_raises")
+    redlock.hooks { acquired = function() error("hook says no", 0) end }
+    for _, kept in ipairs { false, true } do
+      local ok, e = pcall(dlm.try_lock, dlm, r, { ttl = 30000, keepalive = kept })
+      assert.is_false(ok)
+      assert.are.equal("hook says no", e)
+      assert(cluster.await_value(cl, r, nil, 1000), "the lock is left on the nodes")
+    end
+    local ok, e = pcall(dlm.lock_many, dlm, { r, res("hook_raises2") })
+    assert.is_false(ok)
+    assert.are.equal("hook says no", e)
+    assert(cluster.await_value(cl, r, nil, 1000), "lock_many's lock is left on the nodes")
+  end)
+
   it("leaves the others as they are when a call names some, and false removes one", function()
     local r = res("busy2")
     local held = assert(dlm:try_lock(r, { ttl = 30000 }))

@@ -839,8 +839,8 @@ sh -c 'sleep %s; echo late > %s'
       { what = "without --grace, a short --ttl's derived grace period applies", trap = "", killed = true,
         ttl = 2000, grace = 900, derived = true },
     } do
-      it("lock stolen: " .. case.what .. ", before the validity runs out; exit 75", function()
-        local key = ("stolen:%d:%s"):format(case.ttl, tostring(case.killed))
+      it("lock lost (nodes silent): " .. case.what .. ", before the validity runs out; exit 75", function()
+        local key = ("silent:%d:%s"):format(case.ttl, tostring(case.killed))
         local marks = TMP .. "/" .. key .. ".marks"
         -- the trap runs once the current sleep ends: short sleeps date SIGTERM closely
         local child = script(key .. ".sh", ([[
@@ -853,11 +853,11 @@ echo end >> %s
           case.derived and "" or ("--grace " .. case.grace), key, child), ENV)
         assert.is_true(eventually(function() return (read_file(marks) or ""):find("start") end))
         sleep_ms(200)
-        -- steal it by hand on a majority (SET replaces our value). An
-        -- extension may still succeed until the last node is taken, so the
-        -- validity is counted from then (redis-cli is slow on a loaded machine)
-        for i = 1, 3 do cl:cli(i, "SET", key, "thief", "PX", "10000") end
-        local stolen_at = wall_ms()
+        -- a majority stops answering: no extension can succeed from here, so
+        -- the validity ends at most ttl ms after the last one, before now
+        finally(function() for i = 3, 5 do cl:kill(i, "CONT") end end)
+        for i = 3, 5 do cl:kill(i, "STOP") end
+        local silent_at = wall_ms()
         local rc, out = job:wait(5000)
         local exited_at = wall_ms()
         assert.are.equal(75, rc, out)
@@ -867,11 +867,10 @@ echo end >> %s
         assert(grace and grace > 0 and grace <= case.grace, out)
         local term_at = tonumber((read_file(marks) or ""):match("TERM (%d+)"))
         assert.is_not_nil(term_at, "the command got no SIGTERM")
-        -- our last extension happened before the theft, so our validity
-        -- ended at most ttl ms after it; SIGTERM must leave the grace period
-        assert.is_true(term_at - stolen_at < case.ttl - case.grace,
-          ("SIGTERM %d ms after the theft"):format(term_at - stolen_at))
-        assert.is_true(exited_at - stolen_at < case.ttl, ("exit %d ms after the theft"):format(exited_at - stolen_at))
+        -- SIGTERM must leave the grace period before the validity ends
+        assert.is_true(term_at - silent_at < case.ttl - case.grace,
+          ("SIGTERM %d ms after the nodes stopped"):format(term_at - silent_at))
+        assert.is_true(exited_at - silent_at < case.ttl, ("exit %d ms after the nodes stopped"):format(exited_at - silent_at))
         assert.is_nil((read_file(marks) or ""):find("end"), "the command ran to its end")
         if case.killed then
           assert.is_true(exited_at - term_at >= grace,
@@ -879,9 +878,36 @@ echo end >> %s
         else
           assert.is_true(exited_at - term_at < grace, "waited the grace period for a command that had exited")
         end
-        for i = 1, 3 do assert.are.equal("thief", get(i, key)) end
       end)
     end
+
+    -- Before: a lock whose keys were taken over still counted the validity
+    -- of its last extension, and COMMAND got SIGTERM and the grace period
+    -- (2 s by default) beside the new holder.
+    it("lock stolen (our value gone from a quorum): SIGKILL at once, no SIGTERM; exit 75", function()
+      local key = "stolen:r"
+      local marks = TMP .. "/stolen.marks"
+      local child = script("stolen.sh", ([[
+trap 'echo TERM >> %s' TERM
+echo start >> %s
+i=0; while [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done
+echo end >> %s
+]]):format(marks, marks, marks))
+      local job = bg(("exec --ttl 3000 %s -- sh %s"):format(key, child), ENV)
+      assert.is_true(eventually(function() return (read_file(marks) or ""):find("start") end))
+      -- steal it by hand on a majority (SET replaces our value)
+      for i = 1, 3 do cl:cli(i, "SET", key, "thief", "PX", "10000") end
+      local stolen_at = wall_ms()
+      local rc, out = job:wait(5000)
+      local exited_at = wall_ms()
+      assert.are.equal(75, rc, out)
+      assert.matches("lock on 'stolen:r' lost; stopping sh %(pid %d+%): SIGKILL %(no validity left%)", out)
+      assert.is_nil((read_file(marks) or ""):find("TERM"), "the command got SIGTERM")
+      assert.is_nil((read_file(marks) or ""):find("end"), "the command ran to its end")
+      -- found by the next extension (every ttl/3), not at the validity's end
+      assert.is_true(exited_at - stolen_at < 3000, ("exit %d ms after the theft"):format(exited_at - stolen_at))
+      for i = 1, 3 do assert.are.equal("thief", get(i, key)) end
+    end)
 
     it("with a short --ttl and no --grace, runs the command (the grace period fits the ttl)", function()
       local out, rc = redlock("exec --ttl 1000 short:r -- echo ran", ENV)

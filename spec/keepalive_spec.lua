@@ -150,6 +150,48 @@ describe("keep-alive", function()
     assert(lock:unlock())
   end)
 
+  -- Before: keep-alive found our value gone from a quorum and lost() said
+  -- so, but remaining() still counted the last extension's validity (about
+  -- 3.9 s of a 6 s ttl): redlock exec gave its command the grace period
+  -- beside the next holder.
+  it("leaves no validity to a kept lock whose value is gone from a quorum", function()
+    local r = res("taken")
+    local lock = assert(dlm:lock(r, { ttl = 6000, keepalive = true }))
+    for i = 1, 2 do cl:cli(i, "SET", r, "someone-else", "PX", "6000") end
+    local deadline = proc.now_ms() + 5000 -- an extension every 2 s finds it
+    while not lock:lost() and proc.now_ms() < deadline do proc.sleep_ms(20) end
+    assert.is_true(lock:lost())
+    assert.is_true(lock:remaining() <= 0, "remaining() " .. lock:remaining())
+    assert.is_false(lock:valid())
+    local ok, err = lock:extend()
+    assert.is_nil(ok)
+    assert.are.equal("expired", err)
+  end)
+
+  -- Before: extend() on a lock keep-alive had found lost extended it on the
+  -- nodes and returned true, while lost() stayed true, check() raised and
+  -- the keeper never extended it again.
+  it("refuses to extend a kept lock once it is lost, and sends nothing", function()
+    local r = res("lost_extend")
+    local lock = assert(dlm:lock(r, { ttl = 3000, keepalive = true, margin = 1500 }))
+    cl:kill(2, "STOP")
+    cl:kill(3, "STOP")
+    local ok, err = pcall(function()
+      local deadline = proc.now_ms() + 5000
+      while not lock:lost() and proc.now_ms() < deadline do proc.sleep_ms(20) end
+      assert.is_true(lock:lost())
+    end)
+    cl:kill(2, "CONT")
+    cl:kill(3, "CONT")
+    assert(ok, err)
+    local pexpires = cluster.calls(cl, "pexpire") + cluster.calls(cl, "evalsha")
+    local done, why = lock:extend()
+    assert.is_nil(done)
+    assert.are.equal("expired", why)
+    assert.is_true(lock:lost())
+    assert.are.equal(pexpires, cluster.calls(cl, "pexpire") + cluster.calls(cl, "evalsha"))
+  end)
+
   -- Before: the keeper went on extending with the ttl it was first handed.
   it("goes on with the ttl of a manual extend", function()
     local r = res("extend")

@@ -74,6 +74,28 @@ describe("redlock status", function()
     dlm:close()
   end)
 
+  -- Before: the token was the highest counter among the holders (a node
+  -- whose grant came after the decision counts higher than the token), a
+  -- key without expiry counted as the shortest time to live, and a value's
+  -- control bytes went to the terminal as they were.
+  it("shows the token a quorum committed, counts no expiry as the longest, and escapes control bytes", function()
+    local r = res("forged")
+    local value = "w\27[2K\rx:1/0123456789abcdef0123456789abcdef012345"
+    for i, node in ipairs { { 5000, 6 }, { 9000, 6 }, { nil, 101 } } do
+      if node[1] then cl:cli(i, "SET", r, value, "PX", tostring(node[1]))
+      else cl:cli(i, "SET", r, value) end
+      cl:cli(i, "SET", r .. ":fence", tostring(node[2]))
+    end
+    local out, rc = status(q(r))
+    for i = 1, 3 do cl:cli(i, "DEL", r, r .. ":fence") end
+    assert.equals(0, rc, out)
+    assert.matches("fencing token 6,", out, 1, true)
+    local left = tonumber(out:match("quorum held for (%d+) ms"))
+    assert.is_true(left ~= nil and left > 5000 and left <= 9000, out)
+    assert.is_nil(out:find("\27", 1, true), out)
+    assert.matches("w\\x1b[2K\\x0dx", out, 1, true)
+  end)
+
   it("without RESOURCE shows every node's state and latency", function()
     local out, rc = status()
     assert.equals(0, rc, out)

@@ -231,6 +231,9 @@ void rl_keep_result(rl_keep *k, rl_keep_ref ref, const rl_result *r, double now)
         x->valid_until = x->extend_start + r->validity_ms;
         x->next_due = now + period_of(x);
     } else if (r->status == RL_STATUS_NOT_HELD) {
+        /* our value is gone from a quorum: nothing is left of the validity
+         * (someone else may hold the lock already) */
+        if (x->extend_start < x->valid_until) x->valid_until = x->extend_start;
         set_lost(k, ref.entry);
         return;
     } else {

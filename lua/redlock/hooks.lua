@@ -5,7 +5,8 @@
 --   acquiring(dlm)    before every lock, try_lock, lock_many and adopt (with_lock's
 --                     lock too), before its arguments are checked
 --   acquired()        after it, whatever ended it: a result, a failure, or
---                     an error raised (which then passes on)
+--                     an error raised (which then passes on); if it raises,
+--                     what the call took is released and its error passes on
 --   sleeping()        before each sleep between two attempts of a call:
 --                     nothing is in flight for it then, so a host may end
 --                     the process meanwhile
@@ -61,7 +62,15 @@ function _M.set(t)
 end
 
 local function finish(acquired, ok, ...)
-    if acquired then acquired() end
+    if acquired then
+        local fine, err = pcall(acquired)
+        if not fine then
+            -- its caller never gets what was taken: let it go, then raise
+            local taken = ok and ...
+            if type(taken) == "table" and type(taken.unlock) == "function" then pcall(taken.unlock, taken) end
+            error(err, 0)
+        end
+    end
     if not ok then error((...), 0) end
     return ...
 end

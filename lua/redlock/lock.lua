@@ -233,6 +233,9 @@ function lock:extend(ttl)
     if max and self.extensions >= max then
         return refusal(self.dlm, "invalid", ("extension limit (%d) reached"):format(max))
     end
+    if self:lost() then
+        return refusal(self.dlm, "expired", "the lock was lost: keep-alive found it gone or could not extend it in time")
+    end
     if self:remaining() <= 0 then return refusal(self.dlm, "expired", "no validity left to extend") end
     local client = live_client(self.dlm, "extend")
     local started = now()

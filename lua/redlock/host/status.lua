@@ -125,11 +125,17 @@ local function probe_all(opts, servers, key, failed)
     return rows, answers, answered
 end
 
+-- s with its control bytes written as \xNN: values and labels come from
+-- the nodes, and must not drive the terminal.
+local function printable(s)
+    return (s:gsub("[%z\1-\31\127]", function(c) return ("\\x%02x"):format(c:byte()) end))
+end
+
 local function print_rows(rows)
     local width = 4
     for _, row in ipairs(rows) do width = math.max(width, #row.name) end
     for idx, row in ipairs(rows) do
-        print((("  %2d  %-" .. width .. "s  %-5s  %s"):format(idx, row.name, row.state, row.info)
+        print((("  %2d  %-" .. width .. "s  %-5s  %s"):format(idx, row.name, row.state, printable(row.info))
             :gsub("%s+$", "")))
     end
 end
@@ -147,24 +153,27 @@ local function nodes_status(opts, servers, quorum)
 end
 
 -- How long a quorum still holds value: the quorum-th longest PTTL among the
--- nodes that hold it (nil if a node holds it without expiry).
+-- nodes that hold it, a key without expiry (PTTL -1) the longest of all
+-- (nil if a quorum holds it without expiry).
 local function quorum_left(answers, value, quorum)
     local left = {}
     for _, r in pairs(answers) do
-        if r.exists and r.value == value then left[#left + 1] = r.pttl end
+        if r.exists and r.value == value then left[#left + 1] = r.pttl < 0 and math.huge or r.pttl end
     end
     table.sort(left, function(a, b) return a > b end)
     local v = left[quorum]
-    return v and v >= 0 and v or nil
+    return v ~= math.huge and v or nil
 end
 
--- The holder's fencing token: the highest counter among the nodes holding
--- value (the commit raised it there), if any holds one.
+-- The holder's fencing token: the lowest counter among the nodes holding
+-- value, if any holds one. The commit left the grant's quorum at the token
+-- and raised every other holder to it at least; a node whose late grant
+-- counted higher is above it.
 local function token_of(answers, value)
     local best
     for _, r in pairs(answers) do
         local n = r.exists and r.value == value and r.fence and tonumber(r.fence)
-        if n and (not best or #r.fence > #best or (#r.fence == #best and r.fence > best)) then best = r.fence end
+        if n and (not best or #r.fence < #best or (#r.fence == #best and r.fence < best)) then best = r.fence end
     end
     return best
 end
@@ -315,9 +324,9 @@ function _M.run(opts, argv, k)
     end
     if best and count >= quorum then
         local label, token, left = label_of(best), token_of(answers, best), quorum_left(answers, best, quorum)
-        print(("held: value %s... on %d of %d nodes (quorum %d)"):format(best:sub(1, 12), count, n, quorum))
+        print(("held: value %s... on %d of %d nodes (quorum %d)"):format(printable(best:sub(1, 12)), count, n, quorum))
         print(("  holder %s, fencing token %s, quorum held for %s more"):format(
-            label and ("'" .. label .. "'") or "(no label)", token or "none",
+            label and ("'" .. printable(label) .. "'") or "(no label)", token or "none",
             left and (left .. " ms") or "ever (no expiry!)"))
         return EXIT.OK
     end
