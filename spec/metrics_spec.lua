@@ -133,6 +133,24 @@ describe("metrics", function()
     dlm:close()
   end)
 
+  -- Before: a tab in a node's name (a user %09 in its URL) split the
+  -- sample's key, and bytes that are not UTF-8 (a unix socket's path) went
+  -- out as they were: promtool refused both expositions.
+  it("writes any node name as a valid label value: tabs, bytes that are not UTF-8", function()
+    if not prometheus.installed("promtool") then
+      pending("promtool is not installed (scripts/deps installs prometheus)")
+      return
+    end
+    local dlm = redlock.new { servers = { "redis://us%09er:pw@127.0.0.1:1", "unix:///tmp/r\255l.sock",
+                                          "redis://127.0.0.1:2" } }
+    local text = redlock.metrics(dlm)
+    dlm:close()
+    local ok, out = prometheus.check(text)
+    assert(ok, out .. "\n" .. text)
+    assert.matches('redlock_node_up{node="redis://us\ter@127.0.0.1:1"} 0', text, 1, true)
+    assert.matches('redlock_node_up{node="unix:///tmp/r\239\191\189l.sock"} 0', text, 1, true)
+  end)
+
   it("adds no series for 10,000 distinct resources", function()
     local dlm = redlock.new { servers = cl.urls }
     cluster.drive(dlm)

@@ -29,13 +29,29 @@ local function sample(text, name)
   return v and tonumber(v)
 end
 
-describe("nginx /metrics", function()
-  local cl, srv
-  setup(function()
-    cl = cluster.start(3)
-    srv = nginx.start_tree {
+--- Every histogram in text is cumulative and ends where its _count says.
+local function histograms_whole(text)
+  local last, inf = {}, {}
+  for series, le, v in text:gmatch('\n([%w_]+_bucket{[^\n]-)le="([^"]+)"} (%S+)') do
+    v = tonumber(v)
+    if last[series] and v < last[series] then return false, series .. " le=" .. le .. " falls" end
+    last[series] = v
+    if le == "+Inf" then inf[series] = v end
+  end
+  for series, v in pairs(inf) do
+    local base, lbl = series:match("^([%w_]+)_bucket{(.-),?$")
+    local count = sample(text, base .. "_count" .. (lbl ~= "" and ("{" .. lbl .. "}") or ""))
+    if count ~= v then return false, ("%s: +Inf %s, _count %s"):format(series, v, tostring(count)) end
+  end
+  return next(inf) ~= nil, "no histogram"
+end
+
+--- An nginx of 2 workers, each making EACH acquisitions from a timer at
+--- start, that pushes to a dict of dict_size every 0.2 s.
+local function start_nginx(cl, dict_size)
+  return nginx.start_tree {
       workers = 2,
-      http = "lua_shared_dict redlock_metrics 1m;",
+      http = ("lua_shared_dict redlock_metrics %s;"):format(dict_size),
       init = ([[
         redlock = require "redlock"
         URLS = %s
@@ -67,6 +83,13 @@ describe("nginx /metrics", function()
           }]],
       },
     }
+end
+
+describe("nginx /metrics", function()
+  local cl, srv
+  setup(function()
+    cl = cluster.start(3)
+    srv = start_nginx(cl, "1m")
   end)
   teardown(function()
     nginx.stop_all()
@@ -99,5 +122,39 @@ describe("nginx /metrics", function()
       local ok, out = prometheus.check(text)
       assert(ok, out)
     end
+  end)
+
+  -- Before: each worker wrote its ~240 samples one by one with set(), which
+  -- evicts other keys when the dict is full: sums lost part of a worker
+  -- (acquisitions counted 20 of 24, histograms not cumulative), silently.
+  it("with a dict too small for every worker, says so and shows whole workers only", function()
+    local small = start_nginx(cl, "28k") -- room for one worker's entry (14 KB), not two
+    finally(function() small:stop() end)
+    local deadline = proc.now_ms() + 10000
+    local text
+    repeat
+      local status, body = small:get("/done")
+      if status == 200 and tonumber(body) == 2 then
+        local st
+        st, text = small:get("/metrics")
+        assert.equals(200, st)
+        if sample(text, 'redlock_operations_total{kind="release",outcome="ok"}') then break end
+      end
+      proc.sleep_ms(100)
+    until proc.now_ms() > deadline
+    local workers = sample(text, ('redlock_node_connects_total{node="%s"}'):format(cl.urls[1]))
+    assert.equals(1, workers, text)
+    assert.equals(EACH, sample(text, 'redlock_operations_total{kind="acquire",outcome="ok"}'), text)
+    assert.equals(EACH, sample(text, 'redlock_operations_total{kind="release",outcome="ok"}'), text)
+    assert(histograms_whole(text))
+    local said = "this worker's counts were not written (no memory)"
+    deadline = proc.now_ms() + 5000 -- the other worker's next push (every 0.2 s)
+    while not small:error_log():find(said, 1, true) and proc.now_ms() < deadline do proc.sleep_ms(50) end
+    assert.matches(said, small:error_log(), 1, true)
+  end)
+
+  it("keeps every histogram cumulative", function()
+    local _, text = srv:get("/metrics")
+    assert(histograms_whole(text))
   end)
 end)

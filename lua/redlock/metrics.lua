@@ -54,8 +54,42 @@ local ORDER = {}
 for i, f in ipairs(FAMILIES) do ORDER[f[1]] = i end
 local SUFFIX_ORDER = { [""] = 0, _bucket = 1, _sum = 2, _count = 3 }
 
+-- s with NUL and every byte that is not part of a UTF-8 sequence replaced
+-- by U+FFFD. Shortest forms only, no surrogates, nothing above U+10FFFF.
+local REPLACEMENT = "\239\191\189"
+local function utf8_only(s)
+    if not s:find("[%z\128-\255]") then return s end
+    local out, i, n = {}, 1, #s
+    while i <= n do
+        local c = s:byte(i)
+        local len, lo, hi = 0, 0x80, 0xBF
+        if c >= 0x01 and c <= 0x7F then len = 1
+        elseif c >= 0xC2 and c <= 0xDF then len = 2
+        elseif c >= 0xE0 and c <= 0xEF then len = 3; lo = c == 0xE0 and 0xA0 or 0x80; hi = c == 0xED and 0x9F or 0xBF
+        elseif c >= 0xF0 and c <= 0xF4 then len = 4; lo = c == 0xF0 and 0x90 or 0x80; hi = c == 0xF4 and 0x8F or 0xBF
+        end
+        local ok = len > 0 and i + len - 1 <= n
+        for k = 1, len - 1 do
+            local b = ok and s:byte(i + k)
+            if not b or b < (k == 1 and lo or 0x80) or b > (k == 1 and hi or 0xBF) then ok = false end
+        end
+        if ok then
+            out[#out + 1] = s:sub(i, i + len - 1)
+            i = i + len
+        else
+            out[#out + 1] = REPLACEMENT
+            i = i + 1
+        end
+    end
+    return concat(out)
+end
+
+-- A label value as the exposition writes it: backslash, quote and newline
+-- escaped; a NUL (the samples' separator here), and bytes that are not
+-- UTF-8 (a label value must be), as U+FFFD.
 local function escape(v)
-    return (tostring(v):gsub("[\\\"\n]", { ["\\"] = "\\\\", ['"'] = '\\"', ["\n"] = "\\n" }))
+    v = tostring(v):gsub("[\\\"\n]", { ["\\"] = "\\\\", ['"'] = '\\"', ["\n"] = "\\n" })
+    return utf8_only(v)
 end
 
 -- Labels as the exposition writes them, from name, value pairs.
@@ -72,8 +106,10 @@ local function le_text(le_ms)
     return ("%.6g"):format(le_ms / 1000)
 end
 
+-- A sample's key: its family, suffix, labels and le, NUL between them (no
+-- label value holds one: escape).
 local function put(map, family, suffix, lbl, le, value)
-    local key = family .. "\t" .. suffix .. "\t" .. lbl .. "\t" .. (le or "")
+    local key = family .. "\0" .. suffix .. "\0" .. lbl .. "\0" .. (le or "")
     map[key] = (map[key] or 0) + value
 end
 
@@ -132,7 +168,7 @@ function _M.samples(t, map)
 end
 
 local function split(key)
-    local family, suffix, lbl, le = key:match("^([^\t]*)\t([^\t]*)\t([^\t]*)\t(.*)$")
+    local family, suffix, lbl, le = key:match("^([^%z]*)%z([^%z]*)%z([^%z]*)%z(.*)$")
     return family, suffix, lbl, le
 end
 
