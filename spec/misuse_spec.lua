@@ -250,6 +250,11 @@ describe("misuse", function()
       misuse(here(), function() redlock.configure { servers = { 7 } } end,
         "bad argument #1 to 'configure' (servers[1] must be a URL string or { cluster = {...} }, got 7)")
       misuse(here(), function() redlock.configure { tll = 5 } end, { "bad argument #1 to 'configure'", "tll" })
+      -- without servers too (before: kept, and refused by default() later)
+      for _, q in ipairs { "three", 0 / 0, -1, 2.5, 17, {} } do
+        misuse(here(), function() redlock.configure { quorum = q } end,
+          { "bad argument #1 to 'configure' (quorum must be a whole number from 1 to 16, got " })
+      end
     end)
 
     -- Before: the URL was silently cut at the NUL.

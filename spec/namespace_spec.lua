@@ -88,6 +88,23 @@ describe("keys of our own", function()
     assert(ok, err)
   end)
 
+  -- Before: no bound below Redis' 512 MB: a 2 MB name's release missed the
+  -- node timeout (and every later unlock said "not held"), an 8 MB one
+  -- failed the client's next small call too.
+  it("refuses a key longer than 65,536 bytes, prefix included, before anything is sent", function()
+    local before = sent()
+    local long = ("r"):rep(65537)
+    misuse(here(), function() dlm:try_lock(long) end,
+      { "bad argument #1 to 'try_lock'", "resource is 65537 bytes long, more than a key may be (65536 bytes" })
+    misuse(here(), function() dlm:lock_many({ res("a"), long }) end, { "resources[2] is 65537 bytes long" })
+    local p = redlock.new { servers = cl.urls, prefix = "app:" }
+    misuse(here(), function() p:lock(long:sub(1, 65533)) end, { "resource is 65533 bytes long" })
+    assert.equal(before, sent(), "a refused call sent something")
+    local lk = assert(p:try_lock(long:sub(1, 65532))) -- the longest: 65,536 with the prefix
+    assert.is_true(lk:unlock())
+    p:close()
+  end)
+
   it("are refused by every C begin function, RL_ERR with the reason", function()
     local c = dlm.client
     local value = ("0"):rep(40)

@@ -78,7 +78,8 @@ extern "C" {
 #define RL_VALUE_LEN 40     /* hex characters in a lock value (20 random bytes) */
 #define RL_NODE_ERR_LEN 96  /* error text kept per node in a result */
 #define RL_ID_SLOTS 65536   /* operations in flight on one client: ids % RL_ID_SLOTS differ */
-#define RL_MAX_KEY_LEN 536870912 /* longest key (prefix + resource), Redis' 512 MB limit */
+#define RL_MAX_KEY_LEN 65536     /* longest key (prefix + resource): every round sends it to every node
+                                    within a node timeout, and a longer name would hold up later calls */
 #define RL_WAITER_ID_LEN 16 /* hex characters of a client's waiter id (hand-off's queue) */
 #define RL_MAX_LIMIT 1024   /* most slots a semaphore may have */
 #define RL_LABEL_MAX 15     /* longest holder label a lock value carries (rl_options.label) */

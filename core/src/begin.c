@@ -71,7 +71,7 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
     if (resource == NULL || len == 0)
         return snprintf(e->errstr, sizeof(e->errstr), "resource must be a non-empty string"), RL_ERR;
     if (len > RL_MAX_KEY_LEN - e->opts.prefix_len)
-        return snprintf(e->errstr, sizeof(e->errstr), "resource is longer than a key may be (512 MB with the prefix)"), RL_ERR;
+        return snprintf(e->errstr, sizeof(e->errstr), "resource is longer than a key may be (%d bytes with the prefix)", RL_MAX_KEY_LEN), RL_ERR;
     const char *reserved = rl_reserved_key(e->prefix, e->opts.prefix_len, resource, len);
     if (reserved) return snprintf(e->errstr, sizeof(e->errstr), "resource is reserved: %s", reserved), RL_ERR;
     if (kind != RL_OP_RELEASE && ttl_ms <= 0)

@@ -30,7 +30,7 @@ enum {
     RL_STATS_OUTCOMES = 6,
     RL_STATS_STATES = 5,
     RL_STATS_BUCKETS = 14,
-    RL_MAX_KEY_LEN = 536870912
+    RL_MAX_KEY_LEN = 65536
 };
 
 enum {

@@ -93,6 +93,11 @@ local function check_resource(d, pos, fname, resource, name)
         argerror(pos, fname, ("%s must be a non-empty string, got %s")
             :format(name or "resource", resource == "" and "an empty string" or show(resource)))
     end
+    local room = C.RL_MAX_KEY_LEN - #(d.prefix or "")
+    if #resource > room then
+        argerror(pos, fname, ("%s is %d bytes long, more than a key may be (%d bytes with the prefix)")
+            :format(name or "resource", #resource, C.RL_MAX_KEY_LEN))
+    end
     local why = reserved(d, resource)
     if why then argerror(pos, fname, ("%s %s is reserved: %s"):format(name or "resource", show(resource), why)) end
 end

@@ -280,8 +280,9 @@ end
 --- close every connection now instead of at garbage collection. Bounded in
 --- time: the releases go out together and end within the node timeout (more
 --- than a client can have in flight wait for room, within one node and
---- connect timeout more: see redlock.batch); the keeper gets a second for
---- what it still releases itself (dropped locks). A lock() or lock_many()
+--- connect timeout more: see redlock.batch); a release waiting for a node's
+--- connection gets the connect timeout and the reconnect cap (1 s) more; the
+--- keeper gets a second for what it still releases itself (dropped locks). A lock() or lock_many()
 --- retrying on this client raises "'lock' on a closed client" instead of
 --- trying again. Closing twice is fine.
 function dlm:close()

@@ -63,6 +63,9 @@ local function options_struct(fname, o, nservers)
                 :format(majority, nservers, nservers, show(o.quorum)))
         end
         opts.quorum = o.quorum
+    elseif o.quorum ~= nil and not is_int(o.quorum, 1, C.RL_MAX_NODES) then
+        -- the servers come later (configure without them): what any list would refuse
+        argerror(1, fname, ("quorum must be a whole number from 1 to %d, got %s"):format(C.RL_MAX_NODES, show(o.quorum)))
     end
     if o.drift_factor ~= nil then
         local d = o.drift_factor
