@@ -97,6 +97,17 @@ describe("the redlock host", function()
     return name
   end
 
+  -- A command (script `name`) that writes "start" to marks, "TERM" on each
+  -- SIGTERM (which it ignores), and "end" after about steps × 10 ms.
+  local function marking_script(name, marks, steps)
+    return script(name, ([[
+trap 'echo TERM >> %s' TERM
+echo start >> %s
+i=0; while [ $i -lt %d ]; do sleep 0.01; i=$((i+1)); done
+echo end >> %s
+]]):format(marks, marks, steps, marks))
+  end
+
   setup(function()
     local f = io.open(BIN, "rb")
     assert(f, BIN .. " is not built (cmake -S . -B build && cmake --build build)")
@@ -887,12 +898,7 @@ echo end >> %s
     it("lock stolen (our value gone from a quorum): SIGKILL at once, no SIGTERM; exit 75", function()
       local key = "stolen:r"
       local marks = TMP .. "/stolen.marks"
-      local child = script("stolen.sh", ([[
-trap 'echo TERM >> %s' TERM
-echo start >> %s
-i=0; while [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done
-echo end >> %s
-]]):format(marks, marks, marks))
+      local child = marking_script("stolen.sh", marks, 500)
       local job = bg(("exec --ttl 3000 %s -- sh %s"):format(key, child), ENV)
       assert.is_true(eventually(function() return (read_file(marks) or ""):find("start") end))
       -- steal it by hand on a majority (SET replaces our value)
@@ -1226,12 +1232,7 @@ exit 3
 
     it("stopped itself (SIGSTOP) past its validity, then continued: SIGKILLs the command at once; exit 75", function()
       local marks = TMP .. "/late.marks"
-      local child = script("late.sh", ([[
-trap 'echo TERM >> %s' TERM
-echo start >> %s
-i=0; while [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done
-echo end >> %s
-]]):format(marks, marks, marks))
+      local child = marking_script("late.sh", marks, 1000)
       local job = bg(("exec --ttl 1000 late:r -- sh %s"):format(child), ENV)
       assert.is_true(eventually(function() return (read_file(marks) or ""):find("start") end), job.output())
       assert.is_true(job:signal("STOP"))

@@ -46,6 +46,24 @@ local function histograms_whole(text)
   return next(inf) ~= nil, "no histogram"
 end
 
+--- srv's /metrics once both workers have made their acquisitions and
+--- enough(text) holds (within 10 s); the last text read otherwise.
+local function scrape(srv, enough)
+  local deadline = proc.now_ms() + 10000
+  local text
+  repeat
+    local status, body = srv:get("/done")
+    if status == 200 and tonumber(body) == 2 then
+      local st
+      st, text = srv:get("/metrics")
+      assert.equals(200, st)
+      if enough(text) then break end
+    end
+    proc.sleep_ms(100)
+  until proc.now_ms() > deadline
+  return text
+end
+
 --- An nginx of 2 workers, each making EACH acquisitions from a timer at
 --- start, that pushes to a dict of dict_size every 0.2 s.
 local function start_nginx(cl, dict_size)
@@ -97,20 +115,9 @@ describe("nginx /metrics", function()
   end)
 
   it("sums every worker's counts, and sits beside another exposition", function()
-    local deadline = proc.now_ms() + 10000
-    local text, ok_n
-    repeat
-      local status, body = srv:get("/done")
-      if status == 200 and tonumber(body) == 2 then
-        local st
-        st, text = srv:get("/metrics")
-        assert.equals(200, st)
-        ok_n = sample(text, 'redlock_operations_total{kind="acquire",outcome="ok"}')
-        if ok_n == 2 * EACH then break end
-      end
-      proc.sleep_ms(100)
-    until proc.now_ms() > deadline
-    assert.equals(2 * EACH, ok_n, text)
+    local ok_sample = 'redlock_operations_total{kind="acquire",outcome="ok"}'
+    local text = scrape(srv, function(t) return sample(t, ok_sample) == 2 * EACH end)
+    assert.equals(2 * EACH, sample(text, ok_sample), text)
     assert.equals(2 * EACH, sample(text, 'redlock_operations_total{kind="release",outcome="ok"}'))
     -- each worker's hub connected to every node once: the sum says 2
     assert.equals(2, sample(text, ('redlock_node_connects_total{node="%s"}'):format(cl.urls[1])))
@@ -130,25 +137,14 @@ describe("nginx /metrics", function()
   it("with a dict too small for every worker, says so and shows whole workers only", function()
     local small = start_nginx(cl, "28k") -- room for one worker's entry (14 KB), not two
     finally(function() small:stop() end)
-    local deadline = proc.now_ms() + 10000
-    local text
-    repeat
-      local status, body = small:get("/done")
-      if status == 200 and tonumber(body) == 2 then
-        local st
-        st, text = small:get("/metrics")
-        assert.equals(200, st)
-        if sample(text, 'redlock_operations_total{kind="release",outcome="ok"}') then break end
-      end
-      proc.sleep_ms(100)
-    until proc.now_ms() > deadline
+    local text = scrape(small, function(t) return sample(t, 'redlock_operations_total{kind="release",outcome="ok"}') end)
     local workers = sample(text, ('redlock_node_connects_total{node="%s"}'):format(cl.urls[1]))
     assert.equals(1, workers, text)
     assert.equals(EACH, sample(text, 'redlock_operations_total{kind="acquire",outcome="ok"}'), text)
     assert.equals(EACH, sample(text, 'redlock_operations_total{kind="release",outcome="ok"}'), text)
     assert(histograms_whole(text))
     local said = "this worker's counts were not written (no memory)"
-    deadline = proc.now_ms() + 5000 -- the other worker's next push (every 0.2 s)
+    local deadline = proc.now_ms() + 5000 -- the other worker's next push (every 0.2 s)
     while not small:error_log():find(said, 1, true) and proc.now_ms() < deadline do proc.sleep_ms(50) end
     assert.matches(said, small:error_log(), 1, true)
   end)
