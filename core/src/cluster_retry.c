@@ -34,8 +34,9 @@ static double pause_ms(const rl_engine *e) {
 
 /* See cluster.h. */
 int rl_cluster_retry_later(rl_engine *e, rl_shard *sh, rl_ticket t, const rl_reply *reply) {
-    if (!is_tryagain(reply) || e->redirect.len == 0 || t.tryagains >= RL_TRYAGAIN_MAX || !rl_op_may_resend(e, t))
-        return 0;
+    if (!is_tryagain(reply)) return 0;
+    if (!e->opts.no_stats) e->stats.node[sh->node].tryagain++;
+    if (e->redirect.len == 0 || t.tryagains >= RL_TRYAGAIN_MAX || !rl_op_may_resend(e, t)) return 0;
     if (e->nretries == e->capretries) {
         int cap = e->capretries ? e->capretries * 2 : 8;
         rl_retry *more = realloc(e->retries, (size_t)cap * sizeof(*more));
@@ -57,7 +58,6 @@ int rl_cluster_retry_later(rl_engine *e, rl_shard *sh, rl_ticket t, const rl_rep
     r->due = e->now + pause_ms(e);
     r->refusal = *reply;
     e->nretries++;
-    if (!e->opts.no_stats) e->stats.node[sh->node].tryagain++;
     rl_op_resend_later(e, sh->node, r->t);
     return 1;
 }

@@ -315,6 +315,9 @@ static void tryagain_is_bounded(void) {
     CHECK_INT(rl_engine_take(E, id, &r), 1);
     CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
     CHECK(strstr(r.node[0].errstr, "TRYAGAIN") != NULL);
+    rl_stats st;
+    rl_engine_stats(E, &st);
+    CHECK_INT(st.node[0].tryagain, 13); /* every TRYAGAIN met, the last (not sent again) too */
     rl_engine_free(E);
 
     start(NULL); /* node timeout 50 ms */

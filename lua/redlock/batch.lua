@@ -12,7 +12,6 @@ check.ours()
 local ffi_string = ffi.string
 local RL_OK, RL_ERR_FULL = C.RL_OK, C.RL_ERR_FULL
 local result = results.result
-local raise = check.raise
 
 local _M = {}
 
@@ -22,16 +21,21 @@ local function room_deadline(d)
     return C.rl_now_ms() + d.options.node_timeout_ms + d.options.connect_timeout_ms
 end
 
---- A blocking form op(client, ...) returned rc, not RL_OK: while that is
---- RL_ERR_FULL, let earlier tails end and call op again, within
---- room_deadline; any other failure raises.
+--- A blocking form op(client, ..., out) returned rc, not RL_OK: while that
+--- is RL_ERR_FULL, let earlier tails end and call op again, within
+--- room_deadline. A call in an nginx phase without cosockets raises. Any
+--- other failure is the transport's (the arguments were checked before):
+--- out then says "unavailable", with the reason as every node's error, and
+--- the call returns that like any failed round.
 function _M.again_when_full(d, client, rc, op, ...)
     local deadline = room_deadline(d)
     while rc == RL_ERR_FULL and C.rl_now_ms() < deadline do
         client:sleep(1)
         rc = op(client, ...)
     end
-    if rc ~= RL_OK then raise("redlock: " .. ffi_string(client:errstr())) end
+    if rc == RL_OK then return end
+    check.phase()
+    results.unavailable(d, select(select("#", ...), ...), ffi_string(client:errstr()))
 end
 
 --- A done() for results nobody reads.

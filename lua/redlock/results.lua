@@ -41,6 +41,19 @@ function _M.failure(d, r)
     return nil, STATUS_WORDS[r.status] or "invalid", detail_of(d, r)
 end
 
+--- Fill r as a round that no node could answer, every node's error why:
+--- the transport failed (inside nginx: the hub's timer could not start, or
+--- no result came from it in time). Its failure reads "unavailable".
+function _M.unavailable(d, r, why)
+    r.status, r.ok, r.failed, r.taken = C.RL_STATUS_UNAVAILABLE, 0, #d.names, 0
+    r.nodes, r.quorum, r.elapsed_ms, r.validity_ms, r.token, r.slot = #d.names, d.quorum, 0, 0, 0, 0
+    why = why:sub(1, C.RL_NODE_ERR_LEN - 1)
+    for i = 0, #d.names - 1 do
+        r.node[i].state = C.RL_NODE_ERROR
+        ffi.copy(r.node[i].errstr, why)
+    end
+end
+
 --- nil, word, detail for a call refused before anything was sent (invalid,
 --- expired): the detail has the shape of a round's, no node asked, and says
 --- why in detail.message.

@@ -165,19 +165,6 @@ local function quorum_left(answers, value, quorum)
     return v ~= math.huge and v or nil
 end
 
--- The holder's fencing token: the lowest counter among the nodes holding
--- value, if any holds one. The commit left the grant's quorum at the token
--- and raised every other holder to it at least; a node whose late grant
--- counted higher is above it.
-local function token_of(answers, value)
-    local best
-    for _, r in pairs(answers) do
-        local n = r.exists and r.value == value and r.fence and tonumber(r.fence)
-        if n and (not best or #r.fence < #best or (#r.fence == #best and r.fence < best)) then best = r.fence end
-    end
-    return best
-end
-
 -- The value with the most votes (value -> count), and its count; nil, 0
 -- when there are none.
 local function most_common(votes)
@@ -186,6 +173,22 @@ local function most_common(votes)
         if c > count then best, count = v, c end
     end
     return best, count
+end
+
+-- The holder's fencing token: the counter a quorum of the nodes holding
+-- value agree on (the grant's commit left its quorum at the token; a node
+-- whose grant came too late counts higher, one the commit missed lower).
+-- "unknown" when no quorum of them agrees; nil when none holds a counter.
+local function token_of(answers, value, quorum)
+    local counts = {}
+    for _, r in pairs(answers) do
+        if r.exists and r.value == value and r.fence and tonumber(r.fence) then
+            counts[r.fence] = (counts[r.fence] or 0) + 1
+        end
+    end
+    local best, count = most_common(counts)
+    if best == nil then return nil end
+    return count >= quorum and best or "unknown"
 end
 
 -- most_common of what the probes that answered say: value_of(r), or nil
@@ -323,7 +326,7 @@ function _M.run(opts, argv, k)
         return EXIT.OK
     end
     if best and count >= quorum then
-        local label, token, left = label_of(best), token_of(answers, best), quorum_left(answers, best, quorum)
+        local label, token, left = label_of(best), token_of(answers, best, quorum), quorum_left(answers, best, quorum)
         print(("held: value %s... on %d of %d nodes (quorum %d)"):format(printable(best:sub(1, 12)), count, n, quorum))
         print(("  holder %s, fencing token %s, quorum held for %s more"):format(
             label and ("'" .. printable(label) .. "'") or "(no label)", token or "none",

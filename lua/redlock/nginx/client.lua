@@ -142,8 +142,10 @@ function client:on_slot(kind, resource, len, slot, value, ttl, out)
     return blocking(self, self:begin_on_slot(kind, resource, len, slot, value, ttl), out)
 end
 
+-- Sleep ms, at least 1 (nginx's timers count whole milliseconds, and warns
+-- of ngx.sleep(0) without its delayed-events patch).
 function client:sleep(ms) -- luacheck: ignore 212/self
-    if phase_refusal() == nil then ngx.sleep(ms / 1000) end
+    if phase_refusal() == nil then ngx.sleep((ms < 1 and 1 or ms) / 1000) end
 end
 
 -- Hand-off: watch, unwatch, unwatch_won, heard, listeners, sleep_until, waiting,

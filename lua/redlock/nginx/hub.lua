@@ -76,14 +76,18 @@ local function loop(hub, premature)
             -- (a lock object dropped without unlock is released once it is
             -- collected, one whose owner ended is left to lapse: so collect).
             -- Operations begun are served until decided (the engine bounds
-            -- that), tails for a node timeout.
+            -- that), tails for a node timeout, waits on a watched channel
+            -- until they end.
             if keeping(hub) then
                 if now >= gc_at then
                     collectgarbage()
                     forget_unowned(hub)
                     gc_at = now + EXIT_GC_MS
                 end
-            elseif C.rl_engine_inflight(e) == 0 and (not busy(e) or now >= exit_by) then
+            elseif C.rl_engine_inflight(e) == 0 and (not busy(e) or now >= exit_by) and now >= hub.sleep_horizon then
+                -- (requests still waiting on a watched channel keep it: without
+                -- the hub each of their attempts would start one, connect to
+                -- every node, and stop again)
                 return "the nginx worker is exiting"
             end
         elseif not busy(e) then
