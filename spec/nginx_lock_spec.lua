@@ -977,6 +977,40 @@ describe("redlock inside nginx", function()
     assert(cluster.await_all(cl, function(i) return cluster.pttl(cl, i, r) == -2 end, 1500), log())
   end)
 
+  -- Before: a request killed while it held a kept lock (the client went
+  -- away, lua_check_client_abort on) left the lock extended until the
+  -- worker's collector ran, which a quiet worker's never does (still held
+  -- 30 s later). The hub now pushes the collector along while the worker is
+  -- quiet and keeps a lock.
+  it("releases the kept lock of a request killed while it held it, on a quiet worker", function()
+    srv = one_worker { [[
+        location = /hold {
+          lua_check_client_abort on;
+          content_by_lua_block {
+            local lock = DLM:lock(ngx.var.arg_r, { ttl = 1000, keepalive = true })
+            ngx.say(lock and "held" or "not held")
+            ngx.flush(true)
+            ngx.sleep(60)
+            ngx.say(tostring(lock:unlock()))
+          }
+        }]] }
+    local r = res("aborted")
+    local dir = proc.tmpdir()
+    local pid = proc.spawn({ "curl", "-s", "-N", ("http://127.0.0.1:%d/hold?r=%s"):format(srv.port, r) },
+      { out = dir .. "/out" })
+    local ok, err = pcall(function()
+      assert.are.equal("held\n", proc.wait_file(dir .. "/out", 5000))
+      proc.sleep_ms(1500) -- past the ttl: only keep-alive holds it
+      assert.is_true(cluster.exists(cl, 1, r), "not kept alive" .. log())
+      proc.kill(pid, "KILL") -- the client goes away: nginx ends the request
+      local released = cluster.await_all(cl, function(i) return cluster.pttl(cl, i, r) == -2 end, 30000)
+      assert(released, "the lock is still held 30 s after its request ended" .. log())
+    end)
+    proc.stop(pid)
+    proc.rmdir(dir)
+    assert(ok, err)
+  end)
+
   -- Keep-alive runs on the hub's own timer. Before: every kept lock had an
   -- ngx.timer of its own, left pending after unlock until it fired (a third
   -- of the ttl later), and nginx allows lua_max_pending_timers (1,024) per

@@ -14,7 +14,7 @@ local keep = require "redlock.nginx.keep"
 local ngx = ngx
 local ffi_string, ffi_new = ffi.string, ffi.new
 local now_ms = C.rl_now_ms
-local xpcall, ipairs, setmetatable, math_max = xpcall, ipairs, setmetatable, math.max
+local xpcall, ipairs, setmetatable, next, math_max, math_ceil = xpcall, ipairs, setmetatable, next, math.max, math.ceil
 local start, deliver, sweep, keeping, retry_orphans = calls.start, calls.deliver, calls.sweep, calls.keeping,
     calls.retry_orphans
 local service, reap, shut = links.service, links.reap, links.shut
@@ -25,6 +25,7 @@ local HUB_SLICE_MS = 500       -- the longest the hub sleeps without looking at 
 local STALE_MS = calls.STALE_MS -- how often the loop sweeps results nobody took
 local WATCH_SWEEP_MS = 1000    -- how often it sweeps the watches of requests killed while they waited
 local EXIT_GC_MS = 5000        -- an exiting worker's hub that keeps locks collects garbage this often
+local QUIET_GC_MS = 1000       -- with no call for this long, it pushes the collector along (see loop)
 -- Each connect costs the timer's request a little memory that nginx frees
 -- only when the timer ends: after this many, the hub starts a fresh timer at
 -- its first quiet moment (nothing in flight, no tail).
@@ -66,6 +67,13 @@ local function loop(hub, premature)
         end
         if now >= watch_sweep_at then
             sweep_watches(hub)
+            -- What only the collector ends (a killed request's kept lock, or
+            -- its watch) must not wait for a collection that a quiet worker,
+            -- allocating nothing, may never make: then each sweep does as
+            -- much collecting as a tenth of the heap allocated would.
+            if (keeping(hub) or next(hub.chans) ~= nil) and now - hub.last_call >= QUIET_GC_MS then
+                collectgarbage("step", math_ceil(collectgarbage("count") / 10))
+            end
             watch_sweep_at = now + WATCH_SWEEP_MS
         end
         if hub.ended[1] ~= nil then reap(hub) end
