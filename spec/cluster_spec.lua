@@ -396,5 +396,9 @@ describe("cluster nodes", function()
     end, "bad argument #1 to 'new' (servers[1].cluster[2]: every seed of a cluster must share its scheme and password)")
     assert.has_error(function() redlock.new({ servers = { { cluster = { "redis://127.0.0.1:1/2" } } } }) end,
       "bad argument #1 to 'new' (servers[1].cluster[1]: a cluster has only database 0: no /db)")
+    -- before: the seed's URL was cut to 600 bytes, and a cut port connected elsewhere
+    local pw = ("%41"):rep(191) .. "ab"
+    assert.has_error(function() redlock.new({ servers = { "redis-cluster://:" .. pw .. "@127.0.0.1:260019" } }) end,
+      "bad argument #1 to 'new' (server 1: 'redis-cluster://127.0.0.1:260019': a seed URL is too long)")
   end)
 end)

@@ -335,6 +335,8 @@ echo end >> %s
       write_file(TMP .. "/blank.servers", "redis://:hunTer2 topSecret@127.0.0.1:1\n")
       write_file(TMP .. "/hash.servers", "redis://:abcHash#defHash@127.0.0.1:1\n")
       write_file(TMP .. "/colon.servers", "redis://me:paSS:woRD,xyz@127.0.0.1:bad\n")
+      -- before: the '#' started a comment, and the rest was a valid URL of host "ssw"
+      write_file(TMP .. "/at.servers", "redis://:Pa@ssw#rd@127.0.0.1:1\n")
       for _, case in ipairs {
         { "exec -n --servers 'redis://:paSS,woRD@127.0.0.1:1' r -- true", "paSS", "woRD" },
         { "status --servers 'redis://:paSS,woRD@127.0.0.1:1' r", "paSS", "woRD" },
@@ -342,6 +344,8 @@ echo end >> %s
         { "status --servers-file blank.servers r", "hunTer2", "topSecret" },
         { "exec -n --servers-file hash.servers r -- true", "abcHash", "defHash" },
         { "exec -n --servers-file colon.servers r -- true", "paSS", "woRD" },
+        { "exec -n --servers-file at.servers r -- true", "ssw", "rd@" },
+        { "status --servers-file at.servers r", "ssw", "rd@" },
       } do
         local out, rc = redlock(case[1], "-u REDLOCK_SERVERS")
         assert.are.equal(64, rc, case[1] .. ": " .. out)
@@ -516,6 +520,21 @@ echo end >> %s
       local out, rc = redlock("run " .. name, ENV)
       assert.are.equal(1, rc)
       assert.matches("^redlock: syntax.lua:1: unexpected symbol near '='", out)
+    end)
+
+    -- Before: "redlock: error in error handling", the script's error lost.
+    it("reports an error object whose __tostring raises or returns no string by its type, exit 1", function()
+      for _, ts in ipairs { "error('no')", "return 42" } do
+        local name = script("badts.lua", ([[
+          local lock = assert(require("redlock").default():lock("run:badts", { ttl = 30000 }))
+          error(setmetatable({}, { __tostring = function() %s end }))
+        ]]):format(ts))
+        local out, rc = redlock("run " .. name, ENV)
+        assert.are.equal(1, rc, out)
+        assert.matches("(error object is a table value)", out, 1, true)
+        assert.is_nil(out:find("error in error handling", 1, true), out)
+        assert.is_true(gone_everywhere("run:badts"))
+      end
     end)
 
     it("releases held locks on os.exit", function()

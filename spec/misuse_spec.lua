@@ -257,6 +257,15 @@ describe("misuse", function()
       end
     end)
 
+    -- Before: a URL whose password was cut from its host (a list split at a
+    -- comma inside the password) showed the password in the message.
+    it("never shows the password of a URL cut before its '@'", function()
+      local ok, e = pcall(redlock.new, { servers = { "redis://:topsecret", cl.urls[2], cl.urls[3] } })
+      assert.is_false(ok)
+      assert.matches("'redis://:***': missing host", e, 1, true)
+      assert.is_nil(e:find("topsecret", 1, true), e)
+    end)
+
     -- Before: the URL was silently cut at the NUL.
     it("refuses a server URL holding a NUL byte", function()
       misuse(here(), function() redlock.new { servers = { cl.urls[1] .. "\0junk", cl.urls[2], cl.urls[3] } } end,

@@ -80,7 +80,8 @@ int rl_cluster_add(rl_engine *e, int i, const char *text, char *err, size_t errl
         char seed[600], why[RL_ERR_LEN];
         rl_url u;
         if (len == 0) return snprintf(err, errlen, "'%s': an empty seed", c->name), -1;
-        snprintf(seed, sizeof(seed), "%s://%.*s%.*s%s", tls ? "rediss" : "redis", userlen, rest, (int)len, p, query);
+        int n = snprintf(seed, sizeof(seed), "%s://%.*s%.*s%s", tls ? "rediss" : "redis", userlen, rest, (int)len, p, query);
+        if (n < 0 || (size_t)n >= sizeof(seed)) return snprintf(err, errlen, "'%s': a seed URL is too long", c->name), -1;
         if (rl_url_parse(seed, &u, why, sizeof(why)) != 0) return snprintf(err, errlen, "cluster seed %d: %s", seeds + 1, why), -1;
         if (u.db != 0) return snprintf(err, errlen, "'%s': a cluster has only database 0", c->name), -1;
         if (seeds++ == 0) {

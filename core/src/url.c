@@ -29,7 +29,16 @@ static void shown_url(const char *text, char *out, size_t cap) {
         snprintf(tmp, sizeof(tmp), "%.*s***%.*s", (int)(keep_to - text) > SHOWN_MAX ? SHOWN_MAX : (int)(keep_to - text),
                  text, SHOWN_MAX, at);
     } else {
-        snprintf(tmp, sizeof(tmp), "%.*s", SHOWN_MAX + 1, text);
+        /* no '@': "user:REST" where REST is no port may be a password cut
+         * from its host (a list split inside it), so REST is not shown */
+        const char *colon = scheme_end && at == NULL && strncmp(text, "unix://", 7) != 0 ? strchr(start, ':') : NULL;
+        size_t rest = colon ? strcspn(colon + 1, "/?#") : 0;
+        size_t digits = colon ? strspn(colon + 1, "0123456789") : 0;
+        if (colon && rest > 0 && digits < rest)
+            snprintf(tmp, sizeof(tmp), "%.*s***%.*s", (int)(colon + 1 - text) > SHOWN_MAX ? SHOWN_MAX : (int)(colon + 1 - text),
+                     text, SHOWN_MAX, colon + 1 + rest);
+        else
+            snprintf(tmp, sizeof(tmp), "%.*s", SHOWN_MAX + 1, text);
     }
     if (strlen(tmp) > SHOWN_MAX) snprintf(out, cap, "%.*s...", SHOWN_MAX - 3, tmp);
     else snprintf(out, cap, "%s", tmp);

@@ -56,7 +56,9 @@ local function read_servers_file(path)
     if not text then
         return nil, ("--servers-file: cannot read %s: %s"):format(path, tostring(rerr))
     end
-    text = text:gsub("#[^\n]*", "")
+    -- a comment starts a line or follows white space: a '#' inside a URL
+    -- (an unencoded password) stays, and the URL is refused as it is
+    text = ("\n" .. text):gsub("(%s)#[^\n]*", "%1"):sub(2)
     if not text:find("[^,%s]") then return nil, "--servers-file " .. path .. " names no servers" end
     return text
 end

@@ -77,7 +77,9 @@ local function handler(e)
     local msg = e
     if type(e) ~= "string" then
         local mt = getmetatable(e)
-        msg = (mt and mt.__tostring) and tostring(e) or ("(error object is a %s value)"):format(type(e))
+        local shown, text = false, nil
+        if mt and mt.__tostring then shown, text = pcall(tostring, e) end
+        msg = shown and type(text) == "string" and text or ("(error object is a %s value)"):format(type(e))
     end
     return trim_traceback(debug.traceback(msg, 2))
 end
