@@ -258,6 +258,24 @@ describe("TLS (libev driver)", function()
       dlm:close()
     end)
 
+    -- Before: any handshake failure without a client certificate of ours
+    -- was reported as the server requiring one.
+    it("says what a handshake with no cipher in common failed on, not a missing certificate", function()
+      -- (started by hand: the helpers' readiness check is a TLS client too,
+      -- and would not get in either; gather tries for 3 s meanwhile)
+      local port = require("helpers.nginx").free_port()
+      local pid = proc.spawn({ "redis-server", "--port", "0", "--tls-port", tostring(port), "--bind", "127.0.0.1",
+        "--tls-cert-file", pki.server_cert, "--tls-key-file", pki.server_key, "--tls-ca-cert-file", pki.ca,
+        "--tls-auth-clients", "no", "--tls-protocols", "TLSv1.3", "--tls-ciphersuites", "TLS_AES_128_CCM_8_SHA256",
+        "--save", "", "--appendonly", "no" })
+      local dlm = redlock.new { servers = { ("rediss://127.0.0.1:%d"):format(port) }, tls = { cafile = pki.ca } }
+      local seen, ok = gather(dlm, { "handshake failure" })
+      dlm:close()
+      proc.stop(pid)
+      assert.is_true(ok, show(seen))
+      for _, text in pairs(seen) do assert.is_nil(text:find("client certificate", 1, true), show(seen)) end
+    end)
+
     it("skips verification with verify = false", function()
       local dlm = redlock.new { servers = ocl.urls, tls = { cafile = pki.wrong_ca, verify = false } }
       local lk, err, detail = dlm:lock(res("insecure"))
@@ -661,6 +679,15 @@ describe("TLS (libev driver)", function()
       assert.equal(64, rc, out)
       assert.matches("--cacert '" .. dir .. "/none.pem': No such file or directory", out, 1, true)
       assert.not_matches(PASSWORD, out, 1, true)
+      -- run too (before: a traceback from the script's first redlock.default(), exit 1)
+      local script = dir .. "/uses_default.lua"
+      proc.write_file(script, "print('script ran') require('redlock').default()\n")
+      out, rc = host(("run --cacert %s --servers %s %s"):format(
+        q(dir .. "/none.pem"), q(table.concat(tcl.urls, ",")), q(script)))
+      assert.equal(64, rc, out)
+      assert.matches("--cacert '" .. dir .. "/none.pem': No such file or directory", out, 1, true)
+      assert.is_nil(out:find("traceback", 1, true), out)
+      assert.is_nil(out:find("script ran", 1, true), out)
     end)
 
     it("--insecure (and REDLOCK_INSECURE) warn that verification is off", function()

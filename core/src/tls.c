@@ -85,8 +85,10 @@ static void describe(rl_tls_session *s, int rc, int during, char *err, size_t er
             snprintf(err, errlen, "certificate verify failed: %s", X509_verify_cert_error_string(v));
         }
     } else if (reason == SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED ||
-               (!s->tls->has_cert && (reason == SSL_R_SSLV3_ALERT_HANDSHAKE_FAILURE ||
-                                      reason == SSL_R_SSLV3_ALERT_BAD_CERTIFICATE))) {
+               (!s->tls->has_cert && s->cert_asked &&
+                (reason == SSL_R_SSLV3_ALERT_HANDSHAKE_FAILURE || reason == SSL_R_SSLV3_ALERT_BAD_CERTIFICATE))) {
+        /* (a handshake failure before the server asked for a certificate is
+         * something else, such as no cipher in common: OpenSSL's reason) */
         snprintf(err, errlen, "server requires a client certificate");
 #ifdef SSL_R_UNEXPECTED_EOF_WHILE_READING
     } else if (reason == SSL_R_UNEXPECTED_EOF_WHILE_READING) {

@@ -94,6 +94,13 @@ function _M.run(opts, argv, k)
     if servers then
         local ok, err = config.check_servers(servers)
         if not ok then return host.fail(EXIT.USAGE, "%s", err) end
+        -- TLS files are read when a client is made: made now, one that
+        -- cannot be read is a usage error too, as for exec and status
+        if config.tls_options(opts) then
+            local dlm, terr = config.client(opts)
+            if not dlm then return host.fail(EXIT.USAGE, "%s", terr) end
+            dlm:close()
+        end
     end
     config.install(opts)
 
