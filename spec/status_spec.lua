@@ -100,6 +100,31 @@ describe("redlock status", function()
     assert.matches("w\\x1b[2K\\x0dx", out, 1, true)
   end)
 
+  -- Before: the same server under two spellings counted twice: "held on 2
+  -- of 3 nodes" for a key on one server, and exit 0.
+  it("counts a server named twice once, and says so", function()
+    local r = res("twice")
+    cl:cli(1, "SET", r, "me:1/0123456789abcdef0123456789abcdef0123", "PX", "20000")
+    local alias = cl.urls[1]:gsub("127%.0%.0%.1", "127.1")
+    local list = q(table.concat({ cl.urls[1], alias, cl.urls[2] }, ","))
+    local out, rc = proc.sh(("%s status --servers %s %s"):format(q(BIN), list, q(r)))
+    cl:cli(1, "DEL", r)
+    assert.equals(1, rc, out)
+    assert.matches("2  " .. alias .. "%s+error  same server as node 1 %(run_id %x+%.%.%.%)", out)
+    assert.matches("not held: at most 1 of 3 nodes agree", out, 1, true)
+    out, rc = proc.sh(("%s status --servers %s"):format(q(BIN), list))
+    assert.equals(0, rc, out)
+    assert.matches("up: 2 of 3 nodes answer (quorum 2)", out, 1, true)
+  end)
+
+  -- Before: "'redis-cluster://...': unknown scheme", as if the URL were wrong.
+  it("says that it does not read cluster nodes yet (64)", function()
+    local list = q("redis-cluster://127.0.0.1:1+127.0.0.1:2," .. cl.urls[1] .. "," .. cl.urls[2])
+    local out, rc = proc.sh(("%s status --servers %s r 2>&1"):format(q(BIN), list))
+    assert.equals(64, rc, out)
+    assert.matches("server 1 is a Redis Cluster node: status reads plain nodes only", out, 1, true)
+  end)
+
   it("without RESOURCE shows every node's state and latency", function()
     local out, rc = status()
     assert.equals(0, rc, out)

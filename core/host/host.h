@@ -174,6 +174,7 @@ typedef struct rl_host_probe_result {
     int readers;                          /* the value is the shared mark: the live shared holders */
     char reader[RL_HOST_PROBE_READERS][RL_HOST_PROBE_READER_LEN]; /* the first of them (their values) */
     long long reader_pttl[RL_HOST_PROBE_READERS];                 /* and the ms each has left */
+    char run_id[41];                      /* the server's run_id (INFO server), "" if it said none */
 } rl_host_probe_result;
 
 /* TLS settings for probing rediss:// nodes (as rl_tls_options; NULL strings

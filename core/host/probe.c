@@ -4,7 +4,8 @@
  * One blocking hiredis connection per call: connect with a timeout, AUTH and
  * SELECT as the URL says (parsed by the core's own rl_url_parse), then GET,
  * GET of the fence counter (key:fence) and PTTL pipelined in one round trip,
- * or only a PING (no key: `redlock status` without RESOURCE), timed. Written against hiredis' public API
+ * or only a PING (no key: `redlock status` without RESOURCE), timed, and
+ * INFO server behind them (its run_id: two URLs may name one server). Written against hiredis' public API
  * only, so the compiler checks every field read here; the Lua side sees
  * nothing of hiredis, only rl_host_probe_result. A reply of the wrong type (a
  * server that answers +OK to everything, something that is not Redis) is an
@@ -31,6 +32,7 @@
 
 #include "command.h"
 #include "host.h"
+#include "reply.h"
 #include "shared.h"
 #include "tls.h"
 #include "url.h"
@@ -298,18 +300,35 @@ static int take_string(probe *p, const char *what, char *buf, size_t size, size_
     return 0;
 }
 
-/* PING alone (key NULL), or GET key, GET key:fence and PTTL key, in one
- * round trip, timed. Return 0 with the result filled, or -1 with the probe
- * failed. */
+static const char *info_server[2] = {"INFO", "server"};
+static size_t info_server_lens[2] = {4, 6};
+
+/* Take the reply to INFO server: the server's run_id into p->out (two URLs
+ * may name one server). Return 0, or -1 with the probe failed. */
+static int take_run_id(probe *p) {
+    redisReply *v = take(p, "INFO", WANT(REDIS_REPLY_STRING));
+    if (v == NULL) return -1;
+    rl_reply_run_id(v->str, v->len, p->out->run_id);
+    freeReplyObject(v);
+    return 0;
+}
+
+/* PING alone (key NULL), or GET key, GET key:fence and PTTL key, then INFO
+ * server, in one round trip, timed. Return 0 with the result filled, or -1
+ * with the probe failed. */
 static int look(probe *p, const char *key, size_t keylen) {
     rl_host_probe_result *out = p->out;
     double start = mono_ms();
     if (key == NULL) {
         const char *ping[1] = {"PING"};
         size_t pinglen[1] = {4};
-        int rc = expect_status(p, "PING", 1, ping, pinglen);
+        if (append(p, 1, ping, pinglen) != REDIS_OK || append(p, 2, info_server, info_server_lens) != REDIS_OK)
+            return fail_io(p, "PING");
+        redisReply *r = take(p, "PING", WANT(REDIS_REPLY_STATUS));
+        if (r == NULL) return -1;
+        freeReplyObject(r);
         out->latency_ms = mono_ms() - start;
-        return rc;
+        return take_run_id(p);
     }
     rl_buf fk = {0}; /* key:fence */
     if (rl_buf_reserve(&fk, keylen + 6) != 0) return fail(out, RL_HOST_PROBE_ENODE, "out of memory");
@@ -318,7 +337,7 @@ static int look(probe *p, const char *key, size_t keylen) {
     const char *get[2] = {"GET", key}, *fence[2] = {"GET", fk.data}, *pttl[2] = {"PTTL", key};
     size_t getlens[2] = {3, keylen}, fencelens[2] = {3, keylen + 6}, pttllens[2] = {4, keylen};
     int sent = append(p, 2, get, getlens) == REDIS_OK && append(p, 2, fence, fencelens) == REDIS_OK &&
-               append(p, 2, pttl, pttllens) == REDIS_OK;
+               append(p, 2, pttl, pttllens) == REDIS_OK && append(p, 2, info_server, info_server_lens) == REDIS_OK;
     rl_buf_free(&fk);
     if (!sent) return fail_io(p, "GET");
     if (take_string(p, "GET", out->value, sizeof(out->value), &out->value_len, &out->exists) != 0 ||
@@ -329,6 +348,7 @@ static int look(probe *p, const char *key, size_t keylen) {
     out->pttl = t->integer;
     freeReplyObject(t);
     out->latency_ms = mono_ms() - start;
+    if (take_run_id(p) != 0) return -1;
     if (out->exists && strcmp(out->value, RL_SHARED_MARK) == 0) return look_readers(p, key, keylen);
     return 0;
 }

@@ -60,10 +60,8 @@ static int all_hex(const char *v, size_t n) {
     return 1;
 }
 
-/* The value of a "run_id:" line in text (INFO server), copied to out when it
- * is RL_RUN_ID_LEN hex digits; out is "" otherwise (a run_id holding a NUL
- * would compare as a shorter one: two servers could look like one). */
-static void find_run_id(const char *text, size_t len, char *out) {
+/* See reply.h. */
+void rl_reply_run_id(const char *text, size_t len, char *out) {
     static const char tag[] = "run_id:";
     const size_t tlen = sizeof(tag) - 1;
     for (size_t i = 0; i + tlen + RL_RUN_ID_LEN <= len; i++) {
@@ -123,7 +121,7 @@ static void *create_string(const redisReadTask *task, char *str, size_t len) {
     memcpy(r->str, str, keep);
     r->str[keep] = '\0';
     r->len = len;
-    if (task->type == REDIS_REPLY_STRING) find_run_id(str, len, r->run_id);
+    if (task->type == REDIS_REPLY_STRING) rl_reply_run_id(str, len, r->run_id);
     if (rd->keep_top && task->type == REDIS_REPLY_STRING && keep_bytes(rd, str, len) != 0) return NULL;
     return r;
 }

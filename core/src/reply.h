@@ -46,6 +46,12 @@ typedef struct rl_reply {
     char run_id[RL_RUN_ID_LEN + 1];  /* a string holding a "run_id:" line (INFO server): its value, else "" */
 } rl_reply;
 
+/* The value of a "run_id:" line in text[0..len) (INFO server), copied to
+ * out (RL_RUN_ID_LEN + 1 bytes) when it is RL_RUN_ID_LEN hex digits; out is
+ * "" otherwise (a run_id holding a NUL would compare as a shorter one: two
+ * servers could look like one). Sets out only where it finds one. */
+void rl_reply_run_id(const char *text, size_t len, char *out);
+
 /* One connection's reply stream.
  *
  * What the reader accepts does not depend on how the stream was cut into

@@ -122,6 +122,19 @@ local function probe_all(opts, servers, key, failed)
             end
         end
     end
+    -- one server named twice (two spellings of its address) votes once, as
+    -- a client's engine finds at its connections' setup
+    local first_of = {}
+    for idx = 1, #servers do
+        local r = answers[idx]
+        local id = r and r.run_id
+        if id and first_of[id] then
+            answers[idx], answered = nil, answered - 1
+            rows[idx].info = ("same server as node %d (run_id %s...)"):format(first_of[id], id:sub(1, 8))
+        elseif id then
+            first_of[id] = idx
+        end
+    end
     return rows, answers, answered
 end
 
@@ -282,6 +295,12 @@ function _M.run(opts, argv, k)
     -- is a usage error
     local ok, cerr = config.check_servers(servers)
     if not ok then return host.fail(EXIT.USAGE, "%s", cerr) end
+    for i, url in ipairs(servers) do
+        if url:find("^rediss?%-cluster://") then
+            return host.fail(EXIT.USAGE, "server %d is a Redis Cluster node: status reads plain nodes only "
+                .. "(exec and run take cluster nodes)", i)
+        end
+    end
     local n = #servers
     local quorum = math.floor(n / 2) + 1
     if resource == nil and opts.limit then return host.usage_error("status", "--limit needs RESOURCE") end

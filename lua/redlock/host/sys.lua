@@ -38,6 +38,7 @@ if not pcall(ffi.typeof, "rl_host_timespec") then
       int readers;
       char reader[16][41];
       long long reader_pttl[16];
+      char run_id[41];
     } rl_host_probe_result;
     typedef struct rl_host_tls {
       const char *cafile, *capath, *certfile, *keyfile, *server_name;
@@ -153,7 +154,8 @@ local probe_result = ffi.new("rl_host_probe_result")
 --- Ask the node at url what it holds under key (rl_host_probe; key nil:
 -- only PING it); tls: the options for a rediss:// node, as redlock.new
 -- takes them (nil: defaults). Return { name =, exists =, value =,
--- value_len =, pttl =, fence =, latency_ms =, readers =, shared = }, where
+-- value_len =, pttl =, fence =, latency_ms =, readers =, shared =, run_id = },
+-- where
 -- value is at most the first 127 bytes of the value (value_len is the whole
 -- length), fence the fenced lock's counter (key:fence) or nil, and with the
 -- shared holders' mark in the key, readers is their number and shared a
@@ -189,6 +191,7 @@ function _M.probe(url, key, timeout_ms, tls)
         pttl = tonumber(r.pttl),
         fence = r.has_fence ~= 0 and ffi.string(r.fence) or nil,
         latency_ms = r.latency_ms,
+        run_id = r.run_id[0] ~= 0 and ffi.string(r.run_id) or nil,
     }
 end
 
