@@ -455,8 +455,9 @@ describe("faults", function()
     it("does not reset a node that is still taking a large command through a slow link", function()
       local big = redlock.new { servers = servers, ttl = 60000, quorum = 5, node_timeout = 60000 }
       for i = 1, 5 do assert(await_vote(big, cl, i, COMEBACK_MS)) end
-      px[1]:set("throttle 300") -- 300 bytes/ms: 600 kB take about 2 s, 4x the watchdog's 500 ms
-      local r = res("slowlink") .. ("s"):rep(600 * 1000)
+      px[1]:set("throttle 30") -- 30 bytes/ms: the longest key, 64 kB, takes about 2.2 s, 4x the watchdog's 500 ms
+      local r = res("slowlink")
+      r = r .. ("s"):rep(65536 - #r)
       local lock, err, detail = big:try_lock(r)
       px[1]:set("pass")
       assert.is_nil(err, tostring(err) .. " " .. cluster.show(detail))

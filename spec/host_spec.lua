@@ -1233,8 +1233,10 @@ exit 3
     end)
 
     it("ignores SIGTSTP sent to it while the command runs: stopped alone, it would let the lock run out", function()
-      local job = bg("exec --ttl 600 tstp:r -- sh -c 'sleep 2; echo finished'", ENV)
-      assert.is_true(eventually(function() return get(1, "tstp:r") ~= nil end), job.output())
+      local started = TMP .. "/tstp.started"
+      local job = bg(("exec --ttl 600 tstp:r -- sh -c 'touch %s; sleep 2; echo finished'"):format(q(started)), ENV)
+      -- the command runs: redlock supervises it (before, it may still be acquiring)
+      assert.is_true(eventually(function() return read_file(started) ~= nil end), job.output())
       finally(function()
         proc.kill(job.pid, "CONT")
         if job:wait(0) == nil then proc.kill(job.pid, "KILL") end

@@ -182,10 +182,10 @@ static void op_round_decided(rl_engine *e, rl_op *op, int timed_out) {
     }
 }
 
-/* Which write of node i a WAIT stands behind: its ticket's EVAL flag and
- * redirections. Each resend of a write (as EVAL after NOSCRIPT, or where
- * MOVED/ASK points) raises one of them, so along one write's resends the
- * mark never repeats. */
+/* Which write of node i a WAIT stands behind: its ticket's EVAL flag,
+ * redirections and sends after TRYAGAIN. Each resend of a write (as EVAL
+ * after NOSCRIPT, where MOVED/ASK points, or after TRYAGAIN) raises one of
+ * them, so along one write's resends the mark never repeats. */
 static unsigned char wait_mark(rl_ticket t) {
     _Static_assert(RL_CLUSTER_REDIRECTS * 2 + 1 < 16 && RL_TRYAGAIN_MAX * 16 + 15 < 256, "wait_mark fits a byte");
     return (unsigned char)(t.tryagains * 16 + t.redirects * 2 + t.eval);

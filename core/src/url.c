@@ -29,9 +29,11 @@ static void shown_url(const char *text, char *out, size_t cap) {
         snprintf(tmp, sizeof(tmp), "%.*s***%.*s", (int)(keep_to - text) > SHOWN_MAX ? SHOWN_MAX : (int)(keep_to - text),
                  text, SHOWN_MAX, at);
     } else {
-        /* no '@': "user:REST" where REST is no port may be a password cut
-         * from its host (a list split inside it), so REST is not shown */
-        const char *colon = scheme_end && at == NULL && strncmp(text, "unix://", 7) != 0 ? strchr(start, ':') : NULL;
+        /* no '@': ":REST" (no user, or no host) where REST is no port is a
+         * password cut from its host (a list split inside it): not shown.
+         * ("host:abc" is shown: more likely a port mistyped than a user.) */
+        const char *colon = scheme_end && at == NULL && strncmp(text, "unix://", 7) != 0 && start[0] == ':' ? start
+                                                                                                         : NULL;
         size_t rest = colon ? strcspn(colon + 1, "/?#") : 0;
         size_t digits = colon ? strspn(colon + 1, "0123456789") : 0;
         if (colon && rest > 0 && digits < rest)

@@ -233,8 +233,8 @@ static void frame_over_the_cap(void) {
     CHECK_INT(feed(3, "*3\r\n$7\r\nmessage\r\n$1\r\nx\r\n$900000\r\n", 52), RL_ERR);
     CHECK(strstr(rl_engine_node_errstr(E, 3), "reply too large") != NULL);
     free(frame);
-    /* a resource of 100 KB: its messages are frames of more than 64 KB */
-    size_t rlen = 100000;
+    /* the longest resource (64 KB): its messages are frames of more than 64 KB */
+    size_t rlen = RL_MAX_KEY_LEN;
     char *r = malloc(rlen + 1);
     memset(r, 'r', rlen);
     r[rlen] = '\0';

@@ -12,6 +12,7 @@ check.ours()
 local ffi_string = ffi.string
 local RL_OK, RL_ERR_FULL = C.RL_OK, C.RL_ERR_FULL
 local result = results.result
+local raise = check.raise
 
 local _M = {}
 
@@ -23,10 +24,11 @@ end
 
 --- A blocking form op(client, ..., out) returned rc, not RL_OK: while that
 --- is RL_ERR_FULL, let earlier tails end and call op again, within
---- room_deadline. A call in an nginx phase without cosockets raises. Any
---- other failure is the transport's (the arguments were checked before):
---- out then says "unavailable", with the reason as every node's error, and
---- the call returns that like any failed round.
+--- room_deadline. A client still full then, or whose transport failed
+--- (inside nginx: client.unreachable, its hub could not start or answer),
+--- fills out with "unavailable" and the reason as every node's error: the
+--- call returns that like any failed round. Anything else (what the core
+--- refused: a tampered value, a phase without cosockets) raises.
 function _M.again_when_full(d, client, rc, op, ...)
     local deadline = room_deadline(d)
     while rc == RL_ERR_FULL and C.rl_now_ms() < deadline do
@@ -34,7 +36,8 @@ function _M.again_when_full(d, client, rc, op, ...)
         rc = op(client, ...)
     end
     if rc == RL_OK then return end
-    check.phase()
+    local unreachable = type(client) == "table" and client.unreachable -- (a libev client is cdata)
+    if rc ~= RL_ERR_FULL and not unreachable then raise("redlock: " .. ffi_string(client:errstr())) end
     results.unavailable(d, select(select("#", ...), ...), ffi_string(client:errstr()))
 end
 

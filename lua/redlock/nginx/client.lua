@@ -34,11 +34,12 @@ local client_mt = { __index = client }
 -- limit; ticket: a waiter's, or 0), 8 and 9 a release and an extension of
 -- slot sem, 10 shared.
 function client:begin(kind, resource, len, value, ttl, sem, ticket)
+    self.unreachable = false
     local why = phase_refusal()
     if why then self.err = why; return RL_ERR end
     local hub = self.hub
     why = start(hub)
-    if why then self.err = why; return RL_ERR end
+    if why then self.err, self.unreachable = why, true; return RL_ERR end
     local e, now = hub.e, now_ms()
     local id
     if kind == 1 then id = C.rl_engine_begin_acquire(e, resource, len, ttl, now)
@@ -94,6 +95,7 @@ function client:wait(id, out)
             -- result, and releases a lock it grants)
             w.abandoned = true
             self.err = ("no result from redlock's hub within %.0f ms"):format(self.wait_s * 1000)
+            self.unreachable = true
             return RL_ERR
         end
     end
@@ -101,7 +103,7 @@ function client:wait(id, out)
     local err = w.err
     if err == nil and out ~= nil then ffi_copy(out, w.res, RESULT_SIZE) end
     give_waiter(w)
-    if err ~= nil then self.err = err; return RL_ERR end
+    if err ~= nil then self.err, self.unreachable = err, true; return RL_ERR end -- the hub stopped
     return RL_OK
 end
 
