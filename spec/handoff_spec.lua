@@ -371,6 +371,25 @@ describe("hand-off to waiters", function()
     assert(ok, err)
   end)
 
+  -- Before: a lock with wait = 0 made its attempt, then the queued one "at
+  -- once" too, and left its place in the nodes' queues for a minute.
+  it("makes one attempt with wait = 0, and leaves no place in the nodes' queues", function()
+    local holder = redlock.new { servers = cl.urls }
+    local dlm = redlock.new { servers = cl.urls }
+    local r = res("wait0")
+    local lk = assert(holder:lock(r, { ttl = 10000 }))
+    assert(cluster.await_value(cl, r, lk.value, 5000, nil, holder)) -- (its tail in too)
+    local sets = cluster.calls(cl, "set")
+    local got, err = dlm:lock(r, { wait = 0 })
+    assert.is_nil(got)
+    assert.are.equal("busy", err)
+    assert.are.equal(3, cluster.calls(cl, "set") - sets) -- one attempt: a SET a node
+    for i = 1, 3 do assert.is_false(cluster.exists(cl, i, "redlock:queue:" .. r)) end
+    assert(lk:unlock())
+    holder:close()
+    dlm:close()
+  end)
+
   it("does not publish when the release deleted nothing", function()
     local dlm = redlock.new { servers = cl.urls }
     local r = res("nopublish")

@@ -45,7 +45,10 @@
  *     rl_run drives the I/O, rl_collect / rl_wait hand back finished ones;
  *   - the blocking calls (rl_acquire, rl_release, rl_extend) are built on that.
  *
- * A client is not thread-safe: use it from one thread at a time.
+ * A client is not thread-safe: use it from one thread at a time. Nor does it
+ * survive fork(): in a forked child its calls are refused (RL_ERR, and
+ * rl_sleep / rl_sleep_until only sleep), since its sockets are the parent's
+ * too; rl_client_free there only closes them. Make a new one in the child.
  * Plain declarations only (no macros in prototypes, no varargs) so that
  * lua/redlock/cdefs.lua can mirror this file; a spec checks that it does.
  */
@@ -82,6 +85,8 @@ extern "C" {
                                     within a node timeout, and a longer name would hold up later calls */
 #define RL_WAITER_ID_LEN 16 /* hex characters of a client's waiter id (hand-off's queue) */
 #define RL_MAX_LIMIT 1024   /* most slots a semaphore may have */
+#define RL_MAX_SLOT_KEYS 1048576 /* a semaphore's acquire names every slot's key: limit * (key + 24)
+                                    bytes at most (1 MB a node, within a node timeout) */
 #define RL_LABEL_MAX 15     /* longest holder label a lock value carries (rl_options.label) */
 #define RL_MAX_REPLICAS 64  /* most replicas a vote may wait for (rl_options.replicas, ?replicas=N) */
 
@@ -338,7 +343,9 @@ int rl_begin_acquire_queued(rl_client *c, const char *resource, size_t len, int 
  * caller outside the queue only when more slots are free than waiters
  * queued. Mixing locks and
  * semaphores on one resource, or semaphores of different limits, is misuse:
- * nothing checks it. limit from 1 to RL_MAX_LIMIT; RL_ERR otherwise.
+ * nothing checks it. limit from 1 to RL_MAX_LIMIT, and limit * (key length
+ * + 24) at most RL_MAX_SLOT_KEYS (the acquire names every slot's key);
+ * RL_ERR otherwise.
  */
 int rl_begin_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, double ticket);
 
@@ -960,8 +967,10 @@ int rl_keeper_release(rl_keeper *k, int timeout_ms);
  * handlers themselves). Return the number of locks released.
  * The first rl_keeper_new registers an exit handler (atexit) that calls this
  * with a 1000 ms bound, so exit() with locks still kept releases them; a
- * second call finds nothing left to release. _exit(), a fatal signal and
- * exit() in a forked child (which has no keeper threads) release nothing. */
+ * second call finds nothing left to release. _exit() and a fatal signal
+ * release nothing. In a forked child it releases what the keepers the child
+ * made keep; the keepers it inherited are the parent's (their threads and
+ * sockets), and are left alone. */
 int rl_keeper_release_all(int timeout_ms);
 
 /*

@@ -79,6 +79,11 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
     if (sem < 0 || sem > RL_MAX_LIMIT)
         return snprintf(e->errstr, sizeof(e->errstr), "%s must be from 1 to %d (got %d)",
                         kind == RL_OP_ACQUIRE ? "limit" : "slot", RL_MAX_LIMIT, sem), RL_ERR;
+    if (kind == RL_OP_ACQUIRE && sem > 0 && (size_t)sem * (len + e->opts.prefix_len + 24) > RL_MAX_SLOT_KEYS)
+        return snprintf(e->errstr, sizeof(e->errstr),
+                        "limit %d with a key of %zu bytes: the acquire would name %zu bytes of slot keys (at most %d)",
+                        sem, len + e->opts.prefix_len, (size_t)sem * (len + e->opts.prefix_len + 24), RL_MAX_SLOT_KEYS),
+               RL_ERR;
     if (kind != RL_OP_ACQUIRE && (value == NULL || strnlen(value, RL_VALUE_LEN + 1) != RL_VALUE_LEN))
         return snprintf(e->errstr, sizeof(e->errstr), "value must be %d characters", RL_VALUE_LEN), RL_ERR;
     rl_op *op = rl_op_alloc(e);

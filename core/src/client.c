@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "client_impl.h"
+#include "value.h"
 
 static void after_event(void *owner) {
     rl_client_service(owner);
@@ -191,6 +192,7 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
     }
     c->tls = tls;
     c->engine = e;
+    c->generation = rl_fork_generation();
     c->loop = loop;
     c->nnodes = nurls;
     ev_timer_init(&c->run_timer, on_run_timer, 0., 0.);
@@ -255,8 +257,14 @@ void rl_client_run_while(rl_client *c, int (*busy)(const rl_engine *), int ms) {
 
 void rl_client_free(rl_client *c) {
     if (c == NULL) return;
-    finish_tails(c);
-    for (int i = 0; i < c->nlinks; i++) rl_evsock_free(&c->links[i]);
+    /* in a forked child the sockets are the parent's too: nothing is read
+     * or written (no tails, no TLS close_notify), they are only closed here */
+    int forked = c->generation != rl_fork_generation();
+    if (!forked) finish_tails(c);
+    for (int i = 0; i < c->nlinks; i++) {
+        if (forked) rl_evsock_disown(&c->links[i]);
+        else rl_evsock_free(&c->links[i]);
+    }
     for (int k = 0; k < RL_MAX_SHARDS; k++) free(c->shard_addrs[k]);
     ev_timer_stop(c->loop, &c->run_timer);
     ev_timer_stop(c->loop, &c->deadline);

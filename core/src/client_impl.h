@@ -27,6 +27,7 @@ struct rl_client {
     int connect_timeout_ms;  /* with reconnect_max_ms, bounds the unwritten commands served by rl_client_free */
     int reconnect_max_ms;
     rl_tls *tls;             /* one TLS context for every rediss:// node (NULL: none) */
+    unsigned generation;     /* rl_fork_generation() when made: a forked child's calls are refused */
     void (*unlock)(void *);  /* rl_client_share: around the loop's waits */
     void (*lock)(void *);
     void *lock_arg;

@@ -226,6 +226,11 @@ void rl_evsock_take_ready_of(rl_evsock *socks, int n, unsigned which) {
     }
 }
 
+void rl_evsock_disown(rl_evsock *s) {
+    s->conn.session.failed = 1; /* rl_tls_end sends no close_notify then */
+    rl_evsock_free(s);
+}
+
 void rl_evsock_free(rl_evsock *s) {
     rl_evsock_close(s);
     if (s->opened) rl_conn_free(&s->conn);

@@ -66,6 +66,10 @@ void rl_evsock_take_ready(rl_evsock *socks, int n);
  * have, without waiting (the send queues are not asked). */
 void rl_evsock_take_ready_of(rl_evsock *socks, int n, unsigned which);
 
+/* Free s without a word to its peer: no TLS close_notify, only close(2)
+ * (a forked child's copy of a socket its parent goes on using). */
+void rl_evsock_disown(rl_evsock *s);
+
 /* Close, and abandon a name lookup still running. */
 void rl_evsock_free(rl_evsock *s);
 

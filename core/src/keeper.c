@@ -36,6 +36,7 @@ struct rl_keeper {
     int release_count;
     double release_deadline;
     struct rl_keeper *next_keeper;
+    pid_t pid;             /* the process that made it (a forked child inherits it, not its thread) */
 };
 
 /* What the exit handler waits at most for the releases it starts. */
@@ -44,7 +45,6 @@ struct rl_keeper {
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static rl_keeper *registry;
 static pthread_once_t exit_handler_once = PTHREAD_ONCE_INIT;
-static pid_t exit_handler_pid; /* the process that registered it (not a forked child) */
 
 static void unlock_mu(void *mu) {
     pthread_mutex_unlock(mu);
@@ -93,17 +93,15 @@ static void *keeper_main(void *arg) {
     return NULL;
 }
 
-/* atexit: release what every keeper still keeps, bounded in time. A forked
- * child that calls exit() has the registry but none of the threads (and maybe
- * a mutex locked by one of them): it does nothing. Keepers already freed have
- * left the registry, so there is nothing to touch. */
+/* atexit: release what every keeper of this process still keeps, bounded
+ * in time (a forked child inherits the handler, and releases the keepers it
+ * made itself: see rl_keeper_release_all). Keepers already freed have left
+ * the registry, so there is nothing to touch. */
 static void release_at_exit(void) {
-    if (getpid() != exit_handler_pid) return;
     rl_keeper_release_all(RL_KEEPER_EXIT_RELEASE_MS);
 }
 
 static void register_exit_handler(void) {
-    exit_handler_pid = getpid();
     atexit(release_at_exit);
 }
 
@@ -140,6 +138,7 @@ rl_keeper *rl_keeper_new(const char *const *urls, int nurls, const rl_options *o
         return snprintf(err, errlen, "cannot start the keep-alive thread"), NULL;
     }
     pthread_once(&exit_handler_once, register_exit_handler);
+    k->pid = getpid();
     pthread_mutex_lock(&registry_mu);
     k->next_keeper = registry;
     registry = k;
@@ -256,10 +255,16 @@ int rl_keeper_release_all(int timeout_ms) {
     int total = 0;
     if (timeout_ms < 0) timeout_ms = 0;
     double deadline = rl_now_ms() + timeout_ms;
+    pid_t self = getpid();
     pthread_mutex_lock(&registry_mu);
-    /* every keeper releases at once; then collect the answers */
-    for (rl_keeper *k = registry; k; k = k->next_keeper) ask_release(k, deadline);
-    for (rl_keeper *k = registry; k; k = k->next_keeper) total += await_release(k, deadline);
+    /* every keeper of this process releases at once; then collect the
+     * answers. One inherited by a forked child is left alone: its thread
+     * stayed in the parent (and may have held its mutex at the fork), and its
+     * sockets are the parent's. */
+    for (rl_keeper *k = registry; k; k = k->next_keeper)
+        if (k->pid == self) ask_release(k, deadline);
+    for (rl_keeper *k = registry; k; k = k->next_keeper)
+        if (k->pid == self) total += await_release(k, deadline);
     pthread_mutex_unlock(&registry_mu);
     return total;
 }

@@ -594,6 +594,44 @@ static void keeper_hung_extensions(void) {
     rl_client_free(c);
 }
 
+/* A client made before fork(): in the child its calls are refused (its
+ * sockets are the parent's: it would take the parent's replies for its
+ * own), and freeing it touches nothing of the parent's; a client and a
+ * keeper the child makes work, and exit() releases what that keeper keeps.
+ * The parent's client goes on as before. */
+static void client_made_before_fork(rl_client *c, rl_result *r) {
+    CHECK_INT(verdict(rl_acquire(c, "fork:parent", 11, 10000, r), r), RL_STATUS_OK);
+    char value[RL_VALUE_LEN + 1];
+    memcpy(value, r->value, sizeof(value));
+    fflush(NULL);
+    pid_t child = fork();
+    if (child == 0) {
+        int bad = 0;
+        rl_result cr;
+        char err[RL_ERR_LEN];
+        if (rl_acquire(c, "fork:child", 10, 10000, &cr) != RL_ERR || !strstr(rl_client_errstr(c), "before fork()"))
+            bad |= 1;
+        if (rl_run(c, 10) != RL_ERR) bad |= 2;
+        rl_client_free(c);
+        rl_keeper *k = rl_keeper_new(url_list, NODES, NULL, err, sizeof(err));
+        rl_client *own = rl_client_new(url_list, NODES, NULL, err, sizeof(err));
+        if (k == NULL || own == NULL || verdict(rl_acquire(own, "fork:kept", 9, 30000, &cr), &cr) != RL_STATUS_OK)
+            bad |= 4;
+        else if (rl_keeper_add(k, "fork:kept", 9, cr.value, 30000, rl_now_ms() + cr.validity_ms, 0, err, sizeof(err)) < 0)
+            bad |= 8;
+        rl_client_free(own);
+        for (int i = 0; i < NODES; i++) pids[i] = 0; /* the nodes are the parent's to stop */
+        exit(bad); /* the child's keeper releases fork:kept */
+    }
+    int status = -1;
+    CHECK(child > 0 && waitpid(child, &status, 0) == child);
+    CHECK(WIFEXITED(status));
+    CHECK_INT(WEXITSTATUS(status), 0);
+    for (int i = 0; i < NODES; i++) CHECK(node_holds(i, "fork:kept", "")); /* released (GET: nil) */
+    for (int i = 0; i < NODES; i++) CHECK(node_holds(i, "fork:parent", value));
+    CHECK_INT(verdict(rl_release(c, "fork:parent", 11, value, r), r), RL_STATUS_OK); /* its sockets intact */
+}
+
 int main(void) {
     if (!have_redis_server()) {
         printf("test_client: redis-server not found, skipped\n");
@@ -625,6 +663,7 @@ int main(void) {
     keeper_extends_and_releases();
     keeper_extends_many_ttls();
     keeper_hung_extensions();
+    client_made_before_fork(c, r);
     /* freeing with operations in flight abandons them cleanly */
     rl_begin_acquire(c, "abandoned", 9, 1000);
     rl_client_free(c);

@@ -246,11 +246,13 @@ local function retries(w, owed)
         seen = heard(client, a)
     end
     -- a waiter of one plain lock joins the queue at once, rather than after
-    -- the first delay
+    -- the first delay (not one with no time left: it would only leave its
+    -- place in the nodes' queues behind)
     local queued = notify and w.kind.queued
     if queued then try = queued end
     local ticket = w.kind.slots and C.rl_wall_ms() or nil
-    if (queued or owed) and first() then
+    local time_left = w.deadline == nil or now() < w.deadline
+    if (queued or owed) and time_left and first() then
         got, err, detail = try(d, client, a, b, ticket)
         if got then return got end
     end
