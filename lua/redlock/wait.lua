@@ -247,11 +247,12 @@ local function retries(w, owed)
     end
     -- a waiter of one plain lock joins the queue at once, rather than after
     -- the first delay (not one with no time left: it would only leave its
-    -- place in the nodes' queues behind)
+    -- place in the nodes' queues behind). After a head start this is the
+    -- first attempt: it is made.
     local queued = notify and w.kind.queued
     if queued then try = queued end
     local ticket = w.kind.slots and C.rl_wall_ms() or nil
-    local time_left = w.deadline == nil or now() < w.deadline
+    local time_left = owed or w.deadline == nil or now() < w.deadline
     if (queued or owed) and time_left and first() then
         got, err, detail = try(d, client, a, b, ticket)
         if got then return got end
