@@ -4,13 +4,14 @@
 -- results it began itself, or else lets the tails of earlier operations end.
 
 local ffi = require "ffi"
-local C = require("redlock.cdefs").lib
+local cdefs = require "redlock.cdefs"
+local C = cdefs.lib
 local check = require "redlock.check"
 local results = require "redlock.results"
 check.ours()
 
 local ffi_string = ffi.string
-local RL_OK, RL_ERR_FULL = C.RL_OK, C.RL_ERR_FULL
+local RL_OK, RL_ERR_FULL, UNREACHABLE = C.RL_OK, C.RL_ERR_FULL, cdefs.UNREACHABLE
 local result = results.result
 local raise = check.raise
 
@@ -25,7 +26,7 @@ end
 --- A blocking form op(client, ..., out) returned rc, not RL_OK: while that
 --- is RL_ERR_FULL, let earlier tails end and call op again, within
 --- room_deadline. A client still full then, or whose transport failed
---- (inside nginx: client.unreachable, its hub could not start or answer),
+--- (cdefs.UNREACHABLE: inside nginx, its hub could not start or answer),
 --- fills out with "unavailable" and the reason as every node's error: the
 --- call returns that like any failed round. Anything else (what the core
 --- refused: a tampered value, a phase without cosockets) raises.
@@ -36,8 +37,7 @@ function _M.again_when_full(d, client, rc, op, ...)
         rc = op(client, ...)
     end
     if rc == RL_OK then return end
-    local unreachable = type(client) == "table" and client.unreachable -- (a libev client is cdata)
-    if rc ~= RL_ERR_FULL and not unreachable then raise("redlock: " .. ffi_string(client:errstr())) end
+    if rc ~= RL_ERR_FULL and rc ~= UNREACHABLE then raise("redlock: " .. ffi_string(client:errstr())) end
     results.unavailable(d, select(select("#", ...), ...), ffi_string(client:errstr()))
 end
 

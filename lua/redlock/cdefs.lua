@@ -300,6 +300,13 @@ const char *rl_version(void);
 
 ffi.cdef(_M.source)
 
+-- What a transport's call returns, beside the core's RL_OK, RL_ERR and
+-- RL_ERR_FULL (0, -1, -2), when it could not reach its engine (inside
+-- nginx: the hub's timer could not start, or no result came from it in
+-- time): nothing the caller did wrong (redlock.batch turns it into a round
+-- no node answered).
+_M.UNREACHABLE = -3
+
 local function in_executable()
     local ok = pcall(function() return ffi.C.rl_version end)
     return ok and ffi.C or nil

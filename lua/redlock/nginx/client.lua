@@ -20,6 +20,7 @@ local take_waiter, give_waiter, request, running = calls.take_waiter, calls.give
 local get_hub = hub_mod.get
 
 local RL_OK, RL_ERR = C.RL_OK, C.RL_ERR
+local UNREACHABLE = require("redlock.cdefs").UNREACHABLE
 local RESULT_SIZE = calls.RESULT_SIZE
 local WAIT_MARGIN_MS = 2000    -- a call's safety timeout: node + connect timeout + this
 
@@ -29,17 +30,17 @@ local client = {}
 local client_mt = { __index = client }
 
 -- Begin an operation on the hub's engine and register its waiter; the id,
--- or RL_ERR with self.err set. kind: 1 acquire, 2 release, 3 extend, 4
+-- or RL_ERR (UNREACHABLE when the hub cannot start) with self.err set.
+-- kind: 1 acquire, 2 release, 3 extend, 4
 -- fenced, 5 queued, 6 quiet release, 7 a semaphore's acquire (sem: its
 -- limit; ticket: a waiter's, or 0), 8 and 9 a release and an extension of
 -- slot sem, 10 shared.
 function client:begin(kind, resource, len, value, ttl, sem, ticket)
-    self.unreachable = false
     local why = phase_refusal()
     if why then self.err = why; return RL_ERR end
     local hub = self.hub
     why = start(hub)
-    if why then self.err, self.unreachable = why, true; return RL_ERR end
+    if why then self.err = why; return UNREACHABLE end
     local e, now = hub.e, now_ms()
     local id
     if kind == 1 then id = C.rl_engine_begin_acquire(e, resource, len, ttl, now)
@@ -95,20 +96,19 @@ function client:wait(id, out)
             -- result, and releases a lock it grants)
             w.abandoned = true
             self.err = ("no result from redlock's hub within %.0f ms"):format(self.wait_s * 1000)
-            self.unreachable = true
-            return RL_ERR
+            return UNREACHABLE
         end
     end
     if hub.waiters[id] == w then hub.waiters[id] = nil end
     local err = w.err
     if err == nil and out ~= nil then ffi_copy(out, w.res, RESULT_SIZE) end
     give_waiter(w)
-    if err ~= nil then self.err, self.unreachable = err, true; return RL_ERR end -- the hub stopped
+    if err ~= nil then self.err = err; return UNREACHABLE end -- the hub stopped
     return RL_OK
 end
 
 local function blocking(self, id, out)
-    if id < 0 then return id end -- RL_ERR, or RL_ERR_FULL: nothing was sent
+    if id < 0 then return id end -- RL_ERR, RL_ERR_FULL or UNREACHABLE: nothing was sent
     return self:wait(id, out)
 end
 
