@@ -1,10 +1,12 @@
 -- A node that stops answering (SIGSTOP on its redis-server) costs no more
--- than a dead one: once it is suspect, it is sent nothing but a probe, on
--- every transport (the libev client, the keeper's client, the nginx hub).
+-- than a dead one: once it is suspect, it is sent nothing but a probe (and
+-- the release of a value its SET may have carried there), on every
+-- transport (the libev client, the keeper's client, the nginx hub).
 -- Counted on the node itself: after SIGCONT it runs everything that waited
 -- in its socket, and INFO commandstats says what we had sent. Then it votes
--- again, and the release it was owed (a lock taken before it stopped)
--- reaches it. Slow nodes keep their vote: see the far-node row of the
+-- again. The release it was owed (a lock taken before it stopped) went
+-- behind what waited in its socket, so it runs then even if the client is
+-- gone. Slow nodes keep their vote: see the far-node row of the
 -- benchmark and spec/batches_spec.lua (a node busy with a large batch).
 
 local redlock = require "redlock"
@@ -12,6 +14,7 @@ local cluster = require "helpers.cluster"
 local nginx = require "helpers.nginx"
 local faults = require "helpers.faults"
 local proc = require "helpers.proc"
+local C = require("redlock.cdefs").lib
 
 local NODE_TIMEOUT = 50
 local CYCLES = 1000
@@ -100,7 +103,7 @@ describe("a node that stops answering", function()
     assert.equal(1, st.suspected)
     assert.matches('\nredlock_node_suspect{node="[^"]+"} 1\n', redlock.metrics(dlm))
     cycles_while_suspect(dlm, CYCLES, res("cycle"), { ttl = 10000 })
-    assert(held:unlock()) -- node 1 may hold it: its release waits for node 1
+    assert(held:unlock()) -- node 1 may hold it: its release goes behind what waits there
     cl:kill(1, "CONT")
     stopped = nil
     -- Node 1 runs what waited in its socket; nothing of the 1000 cycles is there.
@@ -108,7 +111,7 @@ describe("a node that stops answering", function()
     assert.is_true(n.set <= before + 2, ("%d SETs for %d cycles before it was suspect"):format(n.set, before))
     assert.is_true(n.evalsha <= before + 1, ("%d EVALSHAs for %d cycles"):format(n.evalsha, before))
     assert.is_true(n.echo >= 1 and n.echo <= max_probes(proc.now_ms() - t0), ("%d probes"):format(n.echo))
-    assert.equal(0, n.eval)
+    assert.is_true(n.eval <= 2, ("%d releases"):format(n.eval)) -- the held lock's (below)
     -- It votes again as soon as the client hears from it.
     local back = proc.now_ms()
     local voted, detail
@@ -128,6 +131,37 @@ describe("a node that stops answering", function()
     assert.is_true(evals >= 1 and evals <= 2, ("%d releases kept"):format(evals))
   end)
 
+  -- Before: the release was kept in the client until node 1 answered, and
+  -- a client closed before that dropped it: the key stayed its whole ttl.
+  -- (Few commands wait in node 1's socket here: a node that runs again
+  -- finds its client gone once it answers the first of them, and drops
+  -- whatever it had not read by then.)
+  it("gets its release even when the client is closed before it runs again", function()
+    local held = assert(dlm:lock(res("closed"), { ttl = 60000 })) -- on node 1 before it stops
+    assert.equal(held.value, cluster.get(cl, 1, held.resource))
+    stop()
+    local t0 = proc.now_ms()
+    local detail
+    repeat -- a few cycles, the client idle in between: node 1 falls silent
+      C.rl_sleep(dlm.client, 20)
+      local lock = assert(dlm:try_lock(res("idle"), { ttl = 10000 }))
+      detail = select(3, lock:unlock())
+      assert(proc.now_ms() - t0 < 10000, "node 1 never became suspect: " .. cluster.show(detail))
+    until detail_error(detail, 1):match("^not answering")
+    local ok, _
+    ok, _, detail = held:unlock()
+    assert(ok)
+    assert.matches("^not answering for %d+ ms %(suspect", detail_error(detail, 1))
+    dlm:close()
+    cl:kill(1, "CONT")
+    stopped = nil
+    dlm = redlock.new { servers = cl.urls } -- for after_each; not used
+    assert(cluster.await_all(cl, function(i)
+      local v = i == 1 and cluster.get(cl, 1, held.resource)
+      return not v, "key left on node 1: " .. tostring(v)
+    end, REJOIN_MS))
+  end)
+
   it("is skipped by a semaphore's slots too, and gets the release of a slot it holds once it runs again", function()
     local r = res("sem")
     local held = assert(dlm:lock(r, { limit = 2, ttl = 60000 })) -- its slot on node 1 before it stops
@@ -138,7 +172,7 @@ describe("a node that stops answering", function()
     cycles_while_suspect(dlm, 50, r, { limit = 2, ttl = 10000 }, function(lock)
       assert.are_not.equal(held.slot, lock.slot)
     end)
-    assert(held:unlock()) -- node 1 holds the slot: its release waits for node 1
+    assert(held:unlock()) -- node 1 holds the slot: its release goes behind what waits there
     cl:kill(1, "CONT")
     stopped = nil
     local back = proc.now_ms()

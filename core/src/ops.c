@@ -72,7 +72,8 @@ static void op_quiet(rl_engine *e, rl_op *op) {
 }
 
 /* Keep a (quiet) release of op's value for node i, to go out once it can:
- * on its next connection, or once a suspect node answers: a slot's release
+ * at once behind what waits on a suspect node's connection, or on the
+ * node's next connection: a slot's release
  * on the slot's key, and for a semaphore's acquire whatever it may have set
  * there (rl_slot_cleanup_cmd; nothing to undo is 0). Return 0, or -1 if it
  * cannot be kept (out of memory, RL_REDO_MAX bytes kept already). */
@@ -414,8 +415,9 @@ void rl_op_timeout(rl_engine *e, rl_op *op) {
 
 /* A round's command was not sent to node i, which has stopped answering
  * (see rl_stream_suspect). An acquire's value is noted: its key is not
- * there. A release of a value not noted is kept until the node answers:
- * the key may be there (its SET went out before the node stopped). */
+ * there. A release of a value not noted is kept (and goes out behind what
+ * waits on the connection): the key may be there (its SET went out before
+ * the node stopped). */
 static void skip_suspect(rl_engine *e, rl_op *op, int i, int first) {
     rl_stream *s = rl_route(e, i, op->hslot);
     rl_count_late(e, op, i); /* its vote is lost to its silence, as a timeout */

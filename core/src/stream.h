@@ -12,7 +12,7 @@
  *   - the step check (ECHO of a nonce) of a stream whose replies may no
  *     longer pair with its commands, and the stall watchdog;
  *   - suspicion: a node that has stopped answering gets no new commands,
- *     only the step check as its probe, until it answers (see
+ *     only the step check as its probe (and the releases kept for it), until it answers (see
  *     rl_stream_suspect).
  * A driver learns what the stream wants (rl_stream_take_wants) and reports
  * what its socket did; every call takes the time, now_ms. */
@@ -80,7 +80,7 @@ typedef struct rl_stream {
     int step_check;          /* step checks (ECHO) in flight on this connection, */
     unsigned checks_queued;  /* of the checks queued on it so far, */
     double check_ms;         /* the last one queued then */
-    int suspect;             /* the node stopped answering: it gets no new commands (rl_stream_suspect) */
+    int suspect;             /* the node stopped answering: no new commands but releases (rl_stream_suspect) */
     double silent_ms;        /* suspect: since when it has not answered */
     rl_skipped skipped;      /* suspect: values of acquires it was not sent */
     double peeked_ms;        /* suspect: when the driver was last asked to look at its socket */
@@ -261,15 +261,16 @@ int rl_stream_passed(const rl_stream *s, rl_mark m);
  * connected (or being connected), rl_stream_send refuses every command at
  * once (errstr: "not answering for N ms (suspect: ...)", or what its
  * connection's setup is doing, see rl_stream_setup_text), so a round
- * counts its vote as a timeout without sending it anything, and releases
- * meant for it are kept (rl_stream_redo) until it answers. A suspect node
+ * counts its vote as a timeout without sending it anything. Releases
+ * meant for it are kept (rl_stream_redo) and queued at once behind what
+ * waits on the connection, so they run when the node runs again, even if
+ * nobody drives the client then. A suspect node
  * whose connection is down fails commands as any node that is down. The connection stays open, quiet:
  * what was queued on it before stays queued, in order, and the step check
  * in flight is the probe: a suspect node is sent nothing else but another
  * probe now and then (at doubling intervals, up to one a second: see the
  * stall watchdog). The first bytes that come from the node (the
- * probe's answer, or any reply before it) clear the suspicion, and the
- * releases kept go out behind everything queued before them.
+ * probe's answer, or any reply before it) clear the suspicion.
  * A node becomes suspect when
  *   - a step check is in flight (a round timed out on the node) and no
  *     byte has come from it for node_timeout_ms since the check was

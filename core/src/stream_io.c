@@ -108,9 +108,11 @@ int rl_stream_send_pair(rl_stream *s, const char *cmd, size_t len, rl_ticket tic
 }
 
 /* Queue the releases kept (rl_stream_redo) not yet queued on this
- * connection, which is up and set up. */
+ * connection, which is up and set up: a suspect node's too, behind what
+ * was queued before them, so that they run when it runs again, whether or
+ * not anyone drives the client then. */
 void rl_stream_flush_redo(rl_stream *s, double now_ms) {
-    if (s->state != RL_STREAM_UP || s->holding || s->suspect || s->redo_queued == s->redo_count) return;
+    if (s->state != RL_STREAM_UP || s->holding || s->redo_queued == s->redo_count) return;
     size_t off = 0;
     for (unsigned i = 0; i < s->redo_count; i++) {
         if (i >= s->redo_queued) {
@@ -214,11 +216,9 @@ int rl_stream_feed(rl_stream *s, const char *data, size_t len, double now_ms) {
     unsigned conn = s->conn;
     s->read_ms = now_ms;
     if (s->suspect && len > 0) {
-        /* it answers again: it votes again, and the releases kept for it
-         * go out behind what was queued before them */
+        /* it answers again: it votes again */
         s->suspect = 0;
         rl_skipped_clear(&s->skipped);
-        rl_stream_flush_redo(s, now_ms);
     }
     if (rl_reader_feed(&s->reader, data, len) != 0) {
         rl_stream_drop(s, "connection lost: out of memory", 1, now_ms);
