@@ -230,7 +230,8 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
  * lost). NULL is ignored. */
 void rl_client_free(rl_client *c);
 
-/* Number of nodes, and the name of node i (its URL without password). */
+/* Number of nodes, and the name of node i (its URL without password), or
+ * NULL unless 0 <= i < rl_client_nodes(c). */
 int rl_client_nodes(const rl_client *c);
 const char *rl_client_node_name(const rl_client *c, int i);
 

@@ -281,7 +281,7 @@ int rl_client_nodes(const rl_client *c) {
 }
 
 const char *rl_client_node_name(const rl_client *c, int i) {
-    return rl_engine_node_name(c->engine, i);
+    return i >= 0 && i < c->nnodes ? rl_engine_node_name(c->engine, i) : NULL;
 }
 
 int rl_client_quorum(const rl_client *c) {

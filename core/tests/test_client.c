@@ -342,6 +342,13 @@ static void misuse_is_refused(rl_client *c, rl_result *r) {
     o.prefix_len = SIZE_MAX;
     CHECK(rl_client_new(url_list, NODES, &o, err, sizeof(err)) == NULL);
     CHECK(strstr(err, "prefix") != NULL);
+    /* a node's name, and nothing past the nodes (before: the names of the
+     * subscriber links and shards behind them) */
+    CHECK_INT(rl_client_nodes(c), NODES);
+    CHECK(rl_client_node_name(c, NODES - 1) != NULL);
+    CHECK(rl_client_node_name(c, NODES) == NULL);
+    CHECK(rl_client_node_name(c, 2 * NODES - 1) == NULL);
+    CHECK(rl_client_node_name(c, -1) == NULL);
 }
 
 /* Reconnect delays up to INT_MAX through a real client (test_engine checks
