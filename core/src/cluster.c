@@ -246,6 +246,14 @@ void rl_cluster_ask_map(rl_engine *e, int i) {
     c->tried = 0; /* every stream was asked: the next spell starts over */
 }
 
+/* See cluster.h. */
+void rl_cluster_shard_unreachable(rl_engine *e, int i) {
+    rl_cluster *c = e->clusters[i];
+    if (!c->known || e->now < c->remap_at) return;
+    c->remap_at = e->now + RL_CLUSTER_REMAP_MS;
+    rl_cluster_ask_map(e, i);
+}
+
 void rl_cluster_seed_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, const char *errstr) {
     rl_engine *e = owner;
     if (t.kind == RL_KIND_TOPOLOGY) rl_cluster_map_reply(e, node, &e->nodes[node], reply, errstr);
@@ -294,7 +302,9 @@ int rl_route_send(rl_engine *e, int i, int hslot, const char *cmd, size_t len, r
         rl_cluster_ask_map(e, i);
         return -1;
     }
-    return rl_shard_send(e->shards[c->owner[hslot] - 1], cmd, len, t);
+    if (rl_shard_send(e->shards[c->owner[hslot] - 1], cmd, len, t) == 0) return 0;
+    rl_cluster_shard_unreachable(e, i);
+    return -1;
 }
 
 int rl_route_send_pair(rl_engine *e, int i, int hslot, const char *cmd, size_t len, rl_ticket t, const char *cmd2,

@@ -14,7 +14,8 @@
  * named; ASK sends ASKING and the command to the shard named, once. A
  * command is redirected RL_CLUSTER_REDIRECTS times at most: after that its
  * reply (the last MOVED or ASK) is a failed vote, as CLUSTERDOWN and a
- * shard that cannot be reached are. TRYAGAIN (a command naming several
+ * shard that cannot be reached are (the latter also asks for the map
+ * again: a failover may have promoted a replica). TRYAGAIN (a command naming several
  * keys of a slot in migration, not all of them in one place) sends the
  * command to the same shard again after a pause (cluster_retry.c), up to
  * RL_TRYAGAIN_MAX times and only while rl_op_may_resend allows; then it is
@@ -30,6 +31,7 @@
 #define RL_TRYAGAIN_MAX 12      /* sends again after TRYAGAIN per command, at most */
 #define RL_TRYAGAIN_MIN_MS 2    /* the pause before each: an eighth of the node timeout, */
 #define RL_TRYAGAIN_MAX_MS 100  /* within these bounds */
+#define RL_CLUSTER_REMAP_MS 1000 /* a shard that cannot be reached asks for the map at most this often */
 
 _Static_assert(RL_MAX_LINKS == 2 * RL_MAX_NODES + 2 * RL_MAX_SHARDS, "RL_MAX_LINKS");
 _Static_assert(RL_MAX_SHARDS < 255, "a hash slot's owner is a shard number + 1 in a byte");
@@ -69,6 +71,7 @@ typedef struct rl_cluster {
     int asking;          /* a CLUSTER NODES is in flight */
     int refresh;         /* a MOVED came since it was sent: ask again once it is in */
     unsigned long long tried; /* the streams asked in this spell: bit 0 the seed's, bit k + 1 shard k's */
+    double remap_at;     /* engine time before which an unreachable shard asks for no map */
     rl_buf pend;         /* the bytes of the commands waiting for the first map, back to back */
     rl_pending *pends;
     unsigned npend, cappend;
@@ -122,6 +125,13 @@ rl_shard *rl_cluster_shard_at(struct rl_engine *e, int i, const char *host, int 
  * or on the first shard that will take it. Unless one is in flight (then
  * once more after it). */
 void rl_cluster_ask_map(struct rl_engine *e, int i);
+
+/* A command for node i could not reach the shard serving its slot (the
+ * connection is down or lost, or the shard stopped answering): a master
+ * that is gone sends no MOVED, and the cluster may have promoted its
+ * replica meanwhile, so ask for the map again, at most once per
+ * RL_CLUSTER_REMAP_MS while the shard stays unreachable. */
+void rl_cluster_shard_unreachable(struct rl_engine *e, int i);
 
 /* A reply to CLUSTER NODES (reply NULL: its failure, errstr) that came on
  * stream s of node i: the map is read and the commands waiting for it

@@ -138,5 +138,6 @@ void rl_shard_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, c
         return;
     }
     if (t.kind == RL_KIND_ASKING || follow(e, sh, t, reply) || rl_cluster_retry_later(e, sh, t, reply)) return;
+    if (reply == NULL) rl_cluster_shard_unreachable(e, node); /* before the reply: it may send again */
     rl_op_reply_from(e, &sh->st, node, t, reply, errstr);
 }

@@ -186,6 +186,51 @@ static void map_from_the_next_seed(void) {
     rl_engine_free(E);
 }
 
+/* An acquire of foo at t whose shard (7001, gone) refuses the connection
+ * if it tries one: one failed vote. */
+static void acquire_foo_refused(double t) {
+    int id = rl_engine_begin_acquire(E, "foo", 3, 10000, t);
+    if (rl_engine_node_wants(E, SHARD(0)) & RL_WANT_CONNECT) rl_engine_node_down(E, SHARD(0), "connection refused", t);
+    rl_result r;
+    CHECK_INT(rl_engine_take(E, id, &r), 1);
+    CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
+}
+
+/* A master that is gone sends no MOVED: a command it cannot take asks for
+ * the map again (at most once a second while it stays unreachable), and
+ * the map names the replica the cluster promoted. */
+static void lost_master_asks_for_the_map(void) {
+    start(NULL);
+    map_known(1);
+    rl_engine_node_down(E, SHARD(0), "connection refused", 10); /* 7001 (foo's) is gone */
+    CHECK_INT(drain(SEED, 10)[0], '\0'); /* nothing was waiting on it: no map asked */
+    acquire_foo_refused(20);
+    CHECK(strstr(drain(SEED, 20), "CLUSTER\r\n$5\r\nNODES") != NULL);
+    feed_map(SEED, MAP, 21); /* the failover has not happened yet: the same map */
+    for (double t = 100; t < 1000; t += 100) {
+        acquire_foo_refused(t);
+        CHECK_INT(drain(SEED, t)[0], '\0'); /* within the second: not asked again */
+    }
+    acquire_foo_refused(1030);
+    CHECK(strstr(drain(SEED, 1030), "CLUSTER\r\n$5\r\nNODES") != NULL);
+    /* the replica (7002) now serves 7001's slots */
+    feed_map(SEED,
+             "id0 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-8191\n"
+             "id1 127.0.0.1:7001@17001 master,fail - 0 0 2 disconnected\n"
+             "id2 127.0.0.1:7002@17002 master - 0 0 3 connected 8192-16383\n",
+             1031);
+    CHECK_INT(rl_engine_links(E), 8);
+    CHECK_INT(rl_engine_node_port(E, SHARD(2)), 7002);
+    connect_node(SHARD(2), 1032);
+    rl_result r;
+    int id = rl_engine_begin_acquire(E, "foo", 3, 10000, 1040);
+    CHECK(strstr(drain(SHARD(2), 1040), "$3\r\nfoo\r\n") != NULL);
+    CHECK_INT(feed(SHARD(2), "+OK\r\n", 1041), RL_OK);
+    CHECK_INT(rl_engine_take(E, id, &r), 1);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    rl_engine_free(E);
+}
+
 static void bad_cluster_urls(void) {
     char err[RL_ERR_LEN];
     const char *nodb[] = {"redis-cluster://127.0.0.1:7000+127.0.0.1:7001/2"};
@@ -338,6 +383,7 @@ int main(void) {
     redirects_are_bounded();
     fenced_counter_and_watch_in_the_slot();
     map_from_the_next_seed();
+    lost_master_asks_for_the_map();
     bad_cluster_urls();
     moved_write_waits_on_its_new_shard();
     tryagain_goes_again_after_a_pause();
