@@ -143,7 +143,10 @@ describe("keep-alive", function()
     local r = res("extend_margin")
     local lock = assert(dlm:lock(r, { ttl = 30000, keepalive = true, margin = 2500 }))
     assert.has_error(function() lock:extend(2500) end,
-      "bad argument #1 to 'extend' (ttl must be above the lock's keep-alive margin (2500 ms), got 2500)")
+      "bad argument #1 to 'extend' (ttl must leave a validity above the lock's keep-alive margin (2500 ms), got 2500)")
+    -- nor one whose validity would not be above it (2530 would: 2530 - 27.3 ms)
+    assert.has_error(function() lock:extend(2520) end,
+      "bad argument #1 to 'extend' (ttl must leave a validity above the lock's keep-alive margin (2500 ms), got 2520)")
     assert.is_false(lock:lost())
     assert(lock:extend(20000))
     assert.is_false(lock:lost())

@@ -12,6 +12,7 @@ local batch = require "redlock.batch"
 local held = require "redlock.held"
 local keep = require "redlock.keep"
 local wait = require "redlock.wait"
+local max_margin = require("redlock.options").max_margin
 check.ours()
 
 local ffi_string = ffi.string
@@ -225,8 +226,9 @@ end
 function lock:extend(ttl)
     check_self(self, lock_mt, "extend", "a lock", "lock:extend(ttl)")
     if ttl == nil then ttl = self.ttl else check_ms(1, "extend", "ttl", ttl) end
-    if self.kept ~= nil and ttl <= self.margin then
-        argerror(1, "extend", ("ttl must be above the lock's keep-alive margin (%d ms), got %d"):format(self.margin, ttl))
+    if self.kept ~= nil and max_margin(self.dlm, ttl) < self.margin then
+        argerror(1, "extend", ("ttl must leave a validity above the lock's keep-alive margin (%d ms), got %d")
+            :format(self.margin, ttl))
     end
     if self.released then return refusal(self.dlm, "invalid", "the lock was unlocked") end
     local max = self.dlm.max_extensions

@@ -242,6 +242,16 @@ function _M.tls_from_env()
     return t
 end
 
+--- The largest keep-alive margin a lock of ttl ms on client d can have:
+--- below the validity of a grant that took no time at all (ttl less the
+--- drift allowance, ttl * drift_factor + 2 ms), or it would be lost as it
+--- is granted; 0 if even that is no time.
+local function max_margin(d, ttl)
+    local m = math.ceil(ttl - ttl * tonumber(d.options.drift_factor) - 2) - 1
+    return m > 0 and m or 0
+end
+_M.max_margin = max_margin
+
 --- Check every option of a lock call before anything is sent (d: the
 --- client, for its defaults and prefix); returns ttl, wait, policy,
 --- keepalive, margin, fence, shared, limit (a semaphore's, or nil for a
@@ -274,9 +284,10 @@ local function lock_options(d, fname, resource, opts, keys, pos)
             keepalive = opts.keepalive
         end
         if opts.margin ~= nil then
-            if not is_int(opts.margin, 0, ttl - 1) then
-                argerror(pos, fname, ("margin must be a whole number of ms from 0 to ttl - 1 (%d), got %s")
-                    :format(ttl - 1, show(opts.margin)))
+            local most = max_margin(d, ttl)
+            if not is_int(opts.margin, 0, most) then
+                argerror(pos, fname, ("margin must be a whole number of ms from 0 to %d (below the validity of a "
+                    .. "ttl of %d ms), got %s"):format(most, ttl, show(opts.margin)))
             end
             margin = opts.margin
         end
