@@ -225,7 +225,8 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
 
 /* Close every connection and free the client. Tails still running (see
  * above) are served first, for at most the node timeout, then commands not
- * yet written (rl_engine_unwritten), for at most reconnect_max_ms +
+ * yet written (rl_engine_unwritten), and then replies still owed by nodes
+ * that answer (rl_engine_unanswered), each for at most reconnect_max_ms +
  * connect_timeout_ms; operations in flight are abandoned (their results are
  * lost). NULL is ignored. */
 void rl_client_free(rl_client *c);
@@ -776,6 +777,13 @@ int rl_engine_tails(const rl_engine *e);
  * to stop should first let them go out, for a bounded time (the libev
  * client: the reconnect backoff's cap plus the connect timeout). */
 int rl_engine_unwritten(const rl_engine *e);
+
+/* Nodes that owe replies to commands written on a connection that is set
+ * up and answering (not suspect): a node still working through a batch. A
+ * driver about to close should first let them answer, for a bounded time:
+ * a node that finds its client's socket closed while it answers drops the
+ * commands it had not read yet (the releases at the end of a batch). */
+int rl_engine_unanswered(const rl_engine *e);
 
 /* What a driver asks before it hands a result back, so that it gives the
  * guarantees rl_client gives (rl_wait, rl_collect):

@@ -242,12 +242,18 @@ static void run_while(rl_client *c, int (*done)(const rl_engine *), int ms) {
 /* Before closing: serve the tails for at most the node timeout, then give
  * nodes with commands not written yet (releases kept for a reconnecting
  * node, a tail queued behind a connection's setup) the time to take them,
- * at most the reconnect backoff's cap plus the connect timeout: a key left
- * behind would stand for its whole ttl. */
+ * and nodes still answering what they took (a large batch) the time to
+ * answer it, each at most the reconnect backoff's cap plus the connect
+ * timeout: a node that finds our socket closed while it answers drops what
+ * it has not read, and a key left behind would stand for its whole ttl. A
+ * node that stops answering meanwhile becomes suspect, and is not waited
+ * for. */
 static void finish_tails(rl_client *c) {
     run_while(c, rl_engine_tails, c->node_timeout_ms);
     long long bound = (long long)c->reconnect_max_ms + c->connect_timeout_ms;
-    run_while(c, rl_engine_unwritten, bound < INT_MAX ? (int)bound : INT_MAX);
+    int ms = bound < INT_MAX ? (int)bound : INT_MAX;
+    run_while(c, rl_engine_unwritten, ms);
+    run_while(c, rl_engine_unanswered, ms);
     rl_client_flush(c);
 }
 

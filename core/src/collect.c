@@ -82,6 +82,13 @@ int rl_engine_unwritten(const rl_engine *e) {
     return n;
 }
 
+int rl_engine_unanswered(const rl_engine *e) {
+    int n = 0;
+    for (int i = 0; i < e->nnodes; i++) n += rl_stream_unanswered(&e->nodes[i]);
+    for (int k = 0; k < e->nshards; k++) n += rl_stream_unanswered(&e->shards[k]->st);
+    return n;
+}
+
 int rl_engine_cleanup_unwritten(rl_engine *e, int id) {
     rl_op *op = op_of(e, id);
     return op != NULL && op->phase == OP_CLEANUP && !rl_op_cleanup_out(e, op);

@@ -248,6 +248,10 @@ int rl_backoff_next(int cur_ms, int max_ms);
  * connection, or output queued on a connection being made or up. */
 int rl_stream_unwritten(const rl_stream *s);
 
+/* 1 when s owes replies on a connection that is up, set up and answering
+ * (not suspect). */
+int rl_stream_unanswered(const rl_stream *s);
+
 /* While commands wait for the setup of a new connection: when that setup
  * was queued; otherwise 0. */
 double rl_stream_held_since(const rl_stream *s);

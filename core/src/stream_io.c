@@ -300,6 +300,10 @@ int rl_stream_unwritten(const rl_stream *s) {
     return s->redo_count > 0 || queued;
 }
 
+int rl_stream_unanswered(const rl_stream *s) {
+    return s->state == RL_STREAM_UP && !s->holding && !s->suspect && s->ring_count > 0;
+}
+
 double rl_stream_held_since(const rl_stream *s) {
     int waiting = s->state == RL_STREAM_CONNECTING ? s->out.len > 0
                                                    : s->state == RL_STREAM_UP && s->holding && s->hold_at < s->out.len;
