@@ -6,6 +6,7 @@
  * place where its slot is undone (command_slots.c). The round itself (the votes per slot) is
  * round.c's; the phases are ops.c's. */
 #include "engine_impl.h"
+#include "text.h"
 
 /* The next number of the splitmix64 sequence in *state. */
 static unsigned long long next_random(unsigned long long *state) {
@@ -72,13 +73,23 @@ int rl_slot_cleanup_cmd(rl_engine *e, const rl_op *op, int node, rl_buf *b) {
 }
 
 /* Send node i op's cleanup for its vote (voted, refused: as cleanup_cmd),
- * owed in the tail. Nothing to undo, no memory or the node down: nothing
- * is sent, and the ttl ends what may be there. */
+ * owed in the tail (its acquire was written there). A node that cannot
+ * take it now (down, or suspect) gets it kept (rl_stream_redo): behind
+ * what waits on a suspect node's connection, or on its next connection.
+ * Only when it cannot even be kept (no memory, the kept releases full)
+ * does the ttl end what may be there; the node's error says so. */
 static void send_cleanup(rl_engine *e, rl_op *op, int i, int voted, int refused) {
     rl_ticket t = {.slot = op->slot, .gen = op->gen, .kind = RL_OP_RELEASE, .sent_ms = e->now, .eval = 1};
     int swapped = rl_op_swap_key(e, op, i), rc = cleanup_cmd(e, op, voted, refused, &e->scratch);
     if (swapped) rl_op_swap_key(e, op, -1);
-    if (rc == 0 && rl_route_send(e, i, op->hslot, e->scratch.data, e->scratch.len, t) == 0) op->owed |= 1u << i;
+    if (rc != 0) return;
+    if (rl_route_send(e, i, op->hslot, e->scratch.data, e->scratch.len, t) == 0) {
+        op->owed |= 1u << i;
+        return;
+    }
+    rl_stream *s = rl_route(e, i, op->hslot);
+    if (rl_stream_redo(s, e->scratch.data, e->scratch.len, e->now) != 0)
+        rl_text_join(s->errstr, sizeof(s->errstr), s->errstr, "; release not kept");
 }
 
 void rl_slot_release_strays(rl_engine *e, rl_op *op) {

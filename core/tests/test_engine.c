@@ -2027,6 +2027,36 @@ static void semaphore_holds_the_slot_a_quorum_took(void) {
     rl_engine_free(E);
 }
 
+/* 3 nodes, limit 2: nodes 0 and 1 grant slot 1; node 2, sent the acquire,
+ * loses its connection before it answers. What it may have set (any slot
+ * but the one held) is released on its next connection. Before, that
+ * cleanup was sent only if the node could take it at once, and a stray
+ * slot stayed there for its ttl. */
+static void semaphore_stray_cleanup_waits_for_a_node_that_is_down(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_acquire_slot(E, "s", 1, 2, 10000, 0, 0);
+    bring_up_all(3, 0);
+    char value[41];
+    snprintf(value, sizeof(value), "%s", slot_value(drain(0, 0)));
+    for (int i = 1; i < 3; i++) drain(i, 0);
+    CHECK_INT(feed(0, ":1\r\n", 1), RL_OK);
+    CHECK_INT(feed(1, ":1\r\n", 1), RL_OK);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    CHECK_INT(r.slot, 1);
+    rl_engine_node_down(E, 2, "connection lost", 5); /* its acquire was written: it may have run */
+    CHECK_INT(rl_engine_unwritten(E), 1);
+    rl_engine_advance(E, 60);
+    CHECK_INT(rl_engine_node_connected(E, 2, 1, 60), RL_OK);
+    CHECK_STR(drain(2, 60), plain_setup());
+    CHECK_INT(feed(2, info_reply(run_id(2)), 61), RL_OK);
+    CHECK_INT(feed(2, LOADS_REPLY, 61), RL_OK);
+    CHECK_STR(drain(2, 61), slots_cleanup("s", value, 2, 0, 1));
+    CHECK_INT(feed(2, ":1\r\n", 62), RL_OK);
+    CHECK_INT(rl_engine_unwritten(E), 0);
+    rl_engine_free(E);
+}
+
 /* What follows the script (or its SHA1) in a semaphore's acquire: its
  * keys, in the order of slots drawn, and its arguments. */
 static const char *after_script(const char *cmd) {
@@ -2317,6 +2347,7 @@ int main(void) {
     setup_in_front_of_a_full_ring();
     waiter_id_per_process();
     semaphore_holds_the_slot_a_quorum_took();
+    semaphore_stray_cleanup_waits_for_a_node_that_is_down();
     semaphore_acquire_noscript_goes_again_as_eval();
     semaphore_split_votes_fail_and_are_undone();
     semaphore_slot_release_and_extend();
