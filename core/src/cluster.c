@@ -1,7 +1,6 @@
 /* cluster.c — a node that is a Redis Cluster (see cluster.h): its seeds,
  * its map of hash slots to shards, the shards' streams, and what MOVED
  * and ASK make of a reply. Part of the engine: no I/O, no clock. */
-#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,12 +84,6 @@ int rl_cluster_add(rl_engine *e, int i, const char *text, char *err, size_t errl
         if (n < 0 || (size_t)n >= sizeof(seed)) return snprintf(err, errlen, "'%s': a seed URL is too long", c->name), -1;
         if (rl_url_parse(seed, &u, why, sizeof(why)) != 0) return snprintf(err, errlen, "cluster seed %d: %s", seeds + 1, why), -1;
         if (u.db != 0) return snprintf(err, errlen, "'%s': a cluster has only database 0", c->name), -1;
-        rl_seed *sd = &c->seeds[c->nseeds];
-        if (c->nseeds < RL_CLUSTER_SEEDS && (inet_pton(sd->family = AF_INET, u.host, sd->addr) == 1 ||
-                                             inet_pton(sd->family = AF_INET6, u.host, sd->addr) == 1)) {
-            sd->port = u.port;
-            c->nseeds++;
-        }
         if (seeds++ == 0) {
             e->urls[i] = u;
             snprintf(e->urls[i].name, sizeof(e->urls[i].name), "%s", c->name);
@@ -145,63 +138,11 @@ static void send_pending(rl_engine *e, int i, const char *why) {
     if (c->npend == 0) c->pend.len = 0;
 }
 
-/* 1 if the map names seed sd: a line whose address (ip:port@cport,...)
- * is sd's, or the line of the server it came from (myself), whose address
- * is from's. */
-static int names_seed(const char *text, size_t len, const rl_seed *sd, const rl_url *from) {
-    unsigned char a[16];
-    if (from->port == sd->port && inet_pton(sd->family, from->host, a) == 1 &&
-        memcmp(a, sd->addr, sd->family == AF_INET ? 4 : 16) == 0)
-        return 1;
-    for (size_t at = 0; at < len;) {
-        const char *line = text + at, *nl = memchr(line, '\n', len - at);
-        size_t ll = nl ? (size_t)(nl - line) : len - at;
-        at += ll + 1;
-        const char *sp = memchr(line, ' ', ll);
-        if (sp == NULL) continue;
-        const char *addr = sp + 1, *end = memchr(addr, ' ', ll - (size_t)(addr - line));
-        if (end == NULL) continue;
-        char buf[96];
-        size_t n = (size_t)(end - addr);
-        if (n >= sizeof(buf)) continue;
-        memcpy(buf, addr, n);
-        buf[n] = '\0';
-        char *cut = strpbrk(buf, "@,");
-        if (cut) *cut = '\0';
-        char *colon = strrchr(buf, ':');
-        if (colon == NULL || atoi(colon + 1) != sd->port) continue;
-        *colon = '\0';
-        char *host = buf;
-        if (host[0] == '[') host++, host[strcspn(host, "]")] = '\0';
-        if (inet_pton(sd->family, host, a) == 1 && memcmp(a, sd->addr, sd->family == AF_INET ? 4 : 16) == 0)
-            return 1;
-    }
-    return 0;
-}
-
-/* Every seed given by address must be in the map: seeds of two clusters
- * would let one vote stand for two (each client using the cluster its
- * first seed names). Return 1, or 0 with the reason in c->refused. */
-static int map_has_seeds(rl_cluster *c, const char *text, size_t len, const rl_url *from) {
-    for (int k = 0; k < c->nseeds; k++) {
-        if (names_seed(text, len, &c->seeds[k], from)) continue;
-        char ip[INET6_ADDRSTRLEN];
-        inet_ntop(c->seeds[k].family, c->seeds[k].addr, ip, sizeof(ip));
-        snprintf(c->refused, sizeof(c->refused), "seed %s:%d is not in the cluster %.60s:%d belongs to", ip,
-                 c->seeds[k].port, from->host, from->port);
-        return 0;
-    }
-    return 1;
-}
-
 /* Read a CLUSTER NODES text into node i's map: every master's slots. from:
  * where it came from (a master that does not know its own address says
- * ":0"). Return the number of slots served (0: a map refused, with the
- * reason in c->refused, or one that serves nothing). */
+ * ":0"). Return the number of slots served. */
 static int read_map(rl_engine *e, int i, const char *text, size_t len, const rl_url *from) {
     rl_cluster *c = e->clusters[i];
-    c->refused[0] = '\0';
-    if (!map_has_seeds(c, text, len, from)) return 0;
     unsigned char owner[RL_HASH_SLOTS];
     memset(owner, 0, sizeof(owner));
     int served = 0;
@@ -273,9 +214,7 @@ void rl_cluster_map_reply(rl_engine *e, int i, rl_stream *s, const rl_reply *rep
         if (c->asking) return;
         char why[RL_NODE_ERR_LEN];
         snprintf(why, sizeof(why), "cluster map not known: %.70s",
-                 c->refused[0] ? c->refused
-                 : reply      ? (reply->type == RL_REPLY_ERROR ? reply->str : "no slot served")
-                              : errstr);
+                 reply ? (reply->type == RL_REPLY_ERROR ? reply->str : "no slot served") : errstr);
         send_pending(e, i, why);
     }
 }

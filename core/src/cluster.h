@@ -65,15 +65,6 @@ typedef struct rl_pending {
     size_t len;
 } rl_pending;
 
-/* A seed given by address (an IP literal): the map must name it. */
-typedef struct rl_seed {
-    unsigned char addr[16];
-    int family;
-    int port;
-} rl_seed;
-
-#define RL_CLUSTER_SEEDS (RL_MAX_SHARDS + 1) /* most seeds a cluster node may name */
-
 typedef struct rl_cluster {
     unsigned char owner[RL_HASH_SLOTS]; /* each hash slot's shard number + 1; 0: not served (or not known) */
     int known;           /* a map was read */
@@ -85,9 +76,6 @@ typedef struct rl_cluster {
     rl_pending *pends;
     unsigned npend, cappend;
     char name[RL_NODE_ERR_LEN]; /* "redis-cluster://h:p+h:p" (no password) */
-    rl_seed seeds[RL_CLUSTER_SEEDS]; /* the seeds given as IP literals, */
-    int nseeds;                      /* how many */
-    char refused[160];               /* why the last map was refused ("" if it was not) */
 } rl_cluster;
 
 /* 1 if text is a cluster URL (redis-cluster:// or rediss-cluster://). */

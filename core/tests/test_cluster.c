@@ -231,40 +231,6 @@ static void lost_master_asks_for_the_map(void) {
     rl_engine_free(E);
 }
 
-/* Seeds of two clusters: each map lacks the other seed, and is refused
- * (before, the first seed's cluster was used, and a client that named the
- * other first used the other: one vote counted on two clusters). A seed
- * that a map names as a replica is in it. */
-static void seeds_of_two_clusters_are_refused(void) {
-    const char *urls[] = {"redis-cluster://127.0.0.1:7000+127.0.0.1:7005"};
-    E = engine(urls, 1, NULL);
-    int id = rl_engine_begin_acquire(E, "foo", 3, 10000, 1);
-    connect_node(SEED, 1);
-    drain(SEED, 1);
-    feed_map(SEED, MAP, 2); /* 7000's cluster: no 7005 in it */
-    connect_node(SHARD(0), 2); /* the other seed, asked instead */
-    CHECK(strstr(drain(SHARD(0), 2), "CLUSTER\r\n$5\r\nNODES") != NULL);
-    feed_map(SHARD(0), "id5 127.0.0.1:7005@17005 myself,master - 0 0 1 connected 0-16383\n", 3);
-    rl_result r;
-    CHECK_INT(rl_engine_take(E, id, &r), 1);
-    CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
-    CHECK_STR(r.node[0].errstr, "cluster map not known: seed 127.0.0.1:7000 is not in the cluster 127.0.0.1:7005 belongs to");
-    rl_engine_free(E);
-
-    const char *one[] = {"redis-cluster://127.0.0.1:7000+127.0.0.1:7002"};
-    E = engine(one, 1, NULL);
-    id = rl_engine_begin_acquire(E, "foo", 3, 10000, 1);
-    connect_node(SEED, 1);
-    drain(SEED, 1);
-    char map[512];
-    snprintf(map, sizeof(map), "%sid2 127.0.0.1:7002@17002 slave id0 0 0 1 connected\n", MAP);
-    feed_map(SEED, map, 2);
-    CHECK_INT(rl_engine_node_port(E, SHARD(2)), 7001); /* shards: 7002 (the seed), 7000, 7001 */
-    connect_node(SHARD(2), 2);
-    CHECK(strstr(drain(SHARD(2), 2), "$3\r\nfoo\r\n") != NULL); /* the map was taken */
-    rl_engine_free(E);
-}
-
 static void bad_cluster_urls(void) {
     char err[RL_ERR_LEN];
     const char *nodb[] = {"redis-cluster://127.0.0.1:7000+127.0.0.1:7001/2"};
@@ -418,7 +384,6 @@ int main(void) {
     fenced_counter_and_watch_in_the_slot();
     map_from_the_next_seed();
     lost_master_asks_for_the_map();
-    seeds_of_two_clusters_are_refused();
     bad_cluster_urls();
     moved_write_waits_on_its_new_shard();
     tryagain_goes_again_after_a_pause();
