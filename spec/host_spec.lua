@@ -753,6 +753,17 @@ sh -c 'sleep %s; echo late > %s'
       assert.is_true(gone_everywhere("sig:r"))
     end)
 
+    -- Before: redlock installed its SIGHUP handler and gave the command SIGHUP
+    -- at default whatever its caller had ignored, so `nohup redlock exec`
+    -- died of a hangup (129) and took the command with it.
+    it("leaves a signal its caller ignored (nohup's SIGHUP) ignored, in itself and in the command", function()
+      write_file(TMP .. "/hup.sh", "kill -HUP $$; kill -HUP $PPID; sleep 0.3; echo survived\n")
+      local out, rc = sh(("cd %s && trap '' HUP && env %s %s exec nohup:r -- sh ./hup.sh"):format(q(TMP), ENV, q(BIN)))
+      assert.are.equal(0, rc, out)
+      assert.matches("survived", out, 1, true)
+      assert.is_true(gone_everywhere("nohup:r"))
+    end)
+
     it("-n on a held resource exits with the conflict status at once; -w gives up after MS", function()
       local holder = bg("exec held:r -- sleep 3", ENV)
       assert.is_true(eventually(function() return get(1, "held:r") ~= nil end))

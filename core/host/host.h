@@ -35,8 +35,15 @@
 int rl_host_set_paths(lua_State *L);
 
 /* signals.c: install the handlers and start the signal thread. Return 0 or -1
- * with errno set. */
+ * with errno set. A signal ignored when redlock started (nohup's SIGHUP, a
+ * background job's SIGINT and SIGQUIT) stays ignored, as flock(1) leaves
+ * it: no handler is installed for it. */
 int rl_host_signals_start(void);
+
+/* signals.c: 1 if sig (SIGINT, SIGTERM, SIGHUP or SIGQUIT) was ignored when
+ * rl_host_signals_start ran (a command then starts with it ignored too),
+ * else 0. Async-signal-safe: it reads what was noted then. */
+int rl_host_ignored_at_start(int sig);
 
 /* signals.c: the process is about to exit normally. Release every kept lock,
  * unless the signal thread has already taken over the exit, in which case this

@@ -276,9 +276,12 @@ void rl_host_child_defaults(void) {
     struct sigaction sa;
     sigset_t none;
     memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = SIG_DFL;
     sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < sizeof(dflt) / sizeof(dflt[0]); i++) sigaction(dflt[i], &sa, NULL);
+    for (size_t i = 0; i < sizeof(dflt) / sizeof(dflt[0]); i++) {
+        /* what the caller ignored when it started us stays ignored (nohup) */
+        sa.sa_handler = rl_host_ignored_at_start(dflt[i]) ? SIG_IGN : SIG_DFL;
+        sigaction(dflt[i], &sa, NULL);
+    }
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
 }
