@@ -756,6 +756,23 @@ sh -c 'sleep %s; echo late > %s'
     -- Before: redlock installed its SIGHUP handler and gave the command SIGHUP
     -- at default whatever its caller had ignored, so `nohup redlock exec`
     -- died of a hangup (129) and took the command with it.
+    -- Before: -w was taken for the command, after the lock was taken without it.
+    it("refuses an option after RESOURCE as a usage error, before locking", function()
+      local out, rc = redlock("exec opt:r -w 10s -- echo ran", ENV)
+      assert.are.equal(64, rc, out)
+      assert.matches("options go before RESOURCE", out, 1, true)
+      assert.is_nil(out:find("ran", 1, true))
+      assert.is_true(gone_everywhere("opt:r"))
+    end)
+
+    -- Before: exit 1 ("held elsewhere") with a Lua traceback.
+    it("refuses a RESOURCE longer than a key may be as a usage error (64)", function()
+      local out, rc = redlock("exec " .. string.rep("a", 70000) .. " -- true", ENV)
+      assert.are.equal(64, rc, out:sub(1, 300))
+      assert.matches("RESOURCE: resource is 70000 bytes long", out, 1, true)
+      assert.is_nil(out:find("traceback", 1, true))
+    end)
+
     it("leaves a signal its caller ignored (nohup's SIGHUP) ignored, in itself and in the command", function()
       write_file(TMP .. "/hup.sh", "kill -HUP $$; kill -HUP $PPID; sleep 0.3; echo survived\n")
       local out, rc = sh(("cd %s && trap '' HUP && env %s %s exec nohup:r -- sh ./hup.sh"):format(q(TMP), ENV, q(BIN)))

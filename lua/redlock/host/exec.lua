@@ -210,7 +210,18 @@ function _M.run(opts, argv, k)
         return host.usage_error("exec", "missing RESOURCE")
     end
     k = k + 1
-    if argv[k] == "--" then k = k + 1 end
+    if argv[k] == "--" then
+        k = k + 1
+    elseif type(argv[k]) == "string" and argv[k]:sub(1, 1) == "-" then
+        -- an option after RESOURCE (`exec deploy -w 10s -- cmd`) would be taken
+        -- for the command, and the lock taken without it
+        for j = k + 1, #argv do
+            if argv[j] == "--" then
+                return host.usage_error("exec", ("options go before RESOURCE: redlock exec [OPTIONS] %s -- COMMAND"
+                    .. " (%s came after it)"):format(shell_quote(resource), argv[k]))
+            end
+        end
+    end
     local command = {}
     for j = k, #argv do command[#command + 1] = argv[j] end
     if #command == 0 then
@@ -304,6 +315,9 @@ function _M.run(opts, argv, k)
         end
         -- a --policy that returned what is not a delay: the user's file, so a usage error
         local msg = tostring(lock)
+        -- a RESOURCE the library refuses (longer than a key may be): the user's argument
+        local bad_resource = msg:match("^bad argument #1 to '[%w_]+' %((resource .*)%)$")
+        if bad_resource then return host.usage_error("exec", "RESOURCE: " .. bad_resource) end
         local bad = opts.policy and msg:match("(bad retry policy:.*)$")
         if not bad then error(lock, 0) end
         return host.fail(EXIT.USAGE, "--policy %s: %s", opts.policy, bad)
