@@ -41,6 +41,13 @@ function _M.again_when_full(d, client, rc, op, ...)
     results.unavailable(d, select(select("#", ...), ...), ffi_string(client:errstr()))
 end
 
+--- Operations one run keeps in flight at most: a node answers a pipeline
+--- in order, so the last of a larger one would wait for all before it, and
+--- time out though the node answers every command (each operation's node
+--- timeout starts when it begins). Half a window is taken before more
+--- begin.
+_M.WINDOW = 512
+
 --- A done() for results nobody reads.
 function _M.ignore() end
 
@@ -54,18 +61,21 @@ function _M.ignore() end
 --- nil, or why the first operation that could not start failed.
 function _M.run(d, client, n, begin, done, stop)
     local ids, begun, taken, deadline, why = {}, 0, 0, nil, nil
-    local function take()
-        for i = taken + 1, begun do
+    local window = _M.WINDOW
+    local function take(upto)
+        for i = taken + 1, upto do
             if ids[i] then done(i, client:wait(ids[i], result) == RL_OK) end
+            ids[i] = nil
+            taken = i
         end
-        taken = begun
     end
     for i = 1, n do
+        if begun - taken >= window then take(begun - window / 2) end
         if stop and (why or stop()) then break end
         local id = begin(i)
         while id == RL_ERR_FULL do
             if taken < begun then
-                take()
+                take(begun)
             else
                 deadline = deadline or room_deadline(d)
                 if C.rl_now_ms() >= deadline then break end
@@ -77,7 +87,7 @@ function _M.run(d, client, n, begin, done, stop)
         ids[i] = id and id >= 0 and id
         begun = i
     end
-    take()
+    take(begun)
     return why
 end
 
