@@ -607,7 +607,7 @@ describe("hand-off to waiters", function()
     for policy, says in pairs {
       [function(n) if n >= 2 then error("policy gave out") end return 5 end] = "policy gave out",
       [function(n) if n >= 2 then return "later" end return 5 end] = "bad retry policy: after attempt 2",
-      [fill_slots] = "too many operations in flight",
+      [fill_slots] = "no operation slot free",
     } do
       dlm = redlock.new { servers = cl.urls }
       local ok, got, err, detail = pcall(dlm.lock, dlm, r, { retry = policy })

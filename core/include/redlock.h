@@ -72,7 +72,7 @@ extern "C" {
 
 #define RL_OK 0
 #define RL_ERR -1
-#define RL_ERR_FULL -2 /* RL_ID_SLOTS operations in flight: nothing was sent; try again once some end */
+#define RL_ERR_FULL -2 /* RL_ID_SLOTS operations in flight or still in their tails: nothing was sent; try again once some end */
 
 #define RL_ERR_LEN 256      /* size of caller-owned error buffers */
 #define RL_MAX_NODES 16     /* most nodes one client may use */
@@ -248,7 +248,9 @@ const char *rl_client_errstr(const rl_client *c);
  * prefix, or reserved: see rl_reserved_key; ttl <= 0, value not
  * RL_VALUE_LEN long, out of memory), or
  * RL_ERR_FULL when RL_ID_SLOTS operations are already in flight on this
- * client (the blocking forms below return it too).
+ * client (the blocking forms below return it too; an operation collected
+ * while its tail still runs keeps its slot until the tail ends, at most
+ * its node timeout later).
  * The command is queued; it goes out when the client's loop next runs
  * (rl_run, rl_wait, rl_sleep), in one write per node for everything begun
  * since, so begin a batch, then drive. The clock and the node timeout start
@@ -692,7 +694,8 @@ void rl_engine_node_wrote(rl_engine *e, int node, size_t n, double now_ms);
 
 /* Bytes node sent. Return RL_OK, or RL_ERR if the engine dropped the
  * connection on the way (garbage, a reply nobody asked for, a refused AUTH,
- * a stream out of step): feed nothing more from it, and close it. */
+ * a stream out of step): feed nothing more from it; the link then wants
+ * RL_WANT_CLOSE, and is closed there, once, like any other. */
 int rl_engine_node_feed(rl_engine *e, int node, const char *data, size_t len, double now_ms);
 
 /* Optional: bytes written to node but not yet taken by its end (the send

@@ -63,17 +63,23 @@ static int semaphore_ckey(rl_engine *e, rl_op *op) {
     return 0;
 }
 
+/* See engine.h. */
+int rl_engine_check_resource(rl_engine *e, const char *resource, size_t len) {
+    if (resource == NULL || len == 0)
+        return snprintf(e->errstr, sizeof(e->errstr), "resource must be a non-empty string"), -1;
+    if (len > RL_MAX_KEY_LEN - e->opts.prefix_len)
+        return snprintf(e->errstr, sizeof(e->errstr), "resource is longer than a key may be (%d bytes with the prefix)", RL_MAX_KEY_LEN), -1;
+    const char *reserved = rl_reserved_key(e->prefix, e->opts.prefix_len, resource, len);
+    if (reserved) return snprintf(e->errstr, sizeof(e->errstr), "resource is reserved: %s", reserved), -1;
+    return 0;
+}
+
 /* Begin an operation of kind. sem: a semaphore's limit (an acquire), or the
  * slot released or extended; 0 for a lock. ticket: a semaphore's waiter's
  * (variant QUEUED). */
 static int begin(rl_engine *e, int kind, int variant, const char *resource, size_t len, int sem, double ticket,
                  const char *value, int ttl_ms, const rl_keep_ref *kept, double now_ms) {
-    if (resource == NULL || len == 0)
-        return snprintf(e->errstr, sizeof(e->errstr), "resource must be a non-empty string"), RL_ERR;
-    if (len > RL_MAX_KEY_LEN - e->opts.prefix_len)
-        return snprintf(e->errstr, sizeof(e->errstr), "resource is longer than a key may be (%d bytes with the prefix)", RL_MAX_KEY_LEN), RL_ERR;
-    const char *reserved = rl_reserved_key(e->prefix, e->opts.prefix_len, resource, len);
-    if (reserved) return snprintf(e->errstr, sizeof(e->errstr), "resource is reserved: %s", reserved), RL_ERR;
+    if (rl_engine_check_resource(e, resource, len) != 0) return RL_ERR;
     if (kind != RL_OP_RELEASE && ttl_ms <= 0)
         return snprintf(e->errstr, sizeof(e->errstr), "ttl must be > 0 ms (got %d)", ttl_ms), RL_ERR;
     if (sem < 0 || sem > RL_MAX_LIMIT)
@@ -88,7 +94,9 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
         return snprintf(e->errstr, sizeof(e->errstr), "value must be %d characters", RL_VALUE_LEN), RL_ERR;
     rl_op *op = rl_op_alloc(e);
     if (op == NULL && e->nops == RL_OPID_MAX_SLOTS)
-        return snprintf(e->errstr, sizeof(e->errstr), "too many operations in flight (%d)", RL_OPID_MAX_SLOTS),
+        return snprintf(e->errstr, sizeof(e->errstr),
+                        "no operation slot free (%d): %d in flight, %d decided with their tails still running",
+                        RL_OPID_MAX_SLOTS, e->inflight, e->tails),
                RL_ERR_FULL;
     if (op == NULL) return snprintf(e->errstr, sizeof(e->errstr), "out of memory"), RL_ERR;
 

@@ -23,6 +23,11 @@ double rl_engine_clock(rl_engine *e, double now_ms);
 /* Set the text rl_engine_errstr reports. */
 void rl_engine_fail(rl_engine *e, const char *why);
 
+/* 0 if resource (len bytes) may name a lock of e: not empty, not longer
+ * than a key may be with e's prefix, not reserved; else -1, the reason
+ * set as rl_engine_errstr's (the checks every rl_engine_begin_* makes). */
+int rl_engine_check_resource(rl_engine *e, const char *resource, size_t len);
+
 /* Begin a round of the keep-alive schedule: an extension (kind
  * RL_OP_EXTEND) or a release (RL_OP_RELEASE) of the kept lock ref names
  * (slot: the semaphore's slot it holds, or 0 for a lock).

@@ -282,7 +282,8 @@ int rl_engine_keep_add(rl_engine *e, const char *resource, size_t len, const cha
 int rl_engine_keep_add_slot(rl_engine *e, const char *resource, size_t len, int slot, const char *value, int ttl_ms,
                             double valid_until_ms, int margin_ms, double now_ms) {
     char why[RL_ERR_LEN];
-    if (!resource || len == 0) return rl_engine_fail(e, "resource must be a non-empty string"), RL_ERR;
+    /* one that could never be extended is refused here, as rl_begin_* refuse it */
+    if (rl_engine_check_resource(e, resource, len) != 0) return RL_ERR;
     if (!value || strnlen(value, RL_VALUE_LEN + 1) != RL_VALUE_LEN)
         return snprintf(why, sizeof(why), "value must be %d characters", RL_VALUE_LEN), rl_engine_fail(e, why), RL_ERR;
     if (ttl_ms <= 0) return rl_engine_fail(e, "ttl must be > 0 ms"), RL_ERR;

@@ -315,6 +315,13 @@ static void refusals(void) {
     CHECK_INT(rl_engine_keep_add(E, "k", 1, VALUE, 3000, 3900, 3000, 1000), RL_ERR);
     CHECK_STR(rl_engine_errstr(E), "margin must be from 0 to ttl - 1 ms (got 3000)");
     CHECK_INT(rl_engine_keep_add(E, "", 0, VALUE, 3000, 3900, 0, 1000), RL_ERR);
+    /* a name no extension could ever use (before: held, then lost, unsaid) */
+    CHECK_INT(rl_engine_keep_add(E, "x:fence", 7, VALUE, 3000, 3900, 0, 1000), RL_ERR);
+    CHECK(strstr(rl_engine_errstr(E), "resource is reserved") != NULL);
+    static char huge[RL_MAX_KEY_LEN + 1];
+    memset(huge, 'a', sizeof(huge));
+    CHECK_INT(rl_engine_keep_add(E, huge, sizeof(huge), VALUE, 3000, 3900, 0, 1000), RL_ERR);
+    CHECK(strstr(rl_engine_errstr(E), "longer than a key may be") != NULL);
     CHECK_INT(rl_engine_keep_add(E, "k", 1, VALUE, 0, 3900, 0, 1000), RL_ERR);
     CHECK_INT(rl_engine_keep_add(E, "k", 1, VALUE, 3000, 1.0 / 0.0, 0, 1000), RL_ERR);
     int id = rl_engine_keep_add(E, "k", 1, VALUE, 3000, 3900, 500, 1000);
