@@ -20,7 +20,9 @@ local MAX_MS = check.MAX_MS
 local _M = {}
 
 -- What a waiter listens to is its resource (a string), or for lock_many
--- every resource of the list, counted together (rl_heard(NULL)). holder:
+-- resources of the list, counted together (rl_heard(NULL)): at most
+-- WATCH_MANY of them (the one that refused the last attempt first), since
+-- each watch costs its client a lookup among the others. holder:
 -- a table of this wait's own, which its unwatch passes too (a transport
 -- may tell by it that a waiter killed in between will never unwatch).
 local function watch(client, a, holder)
@@ -44,6 +46,20 @@ local function unwatch(client, a, linger, holder)
     else
         for i = 1, #a do method(client, a[i], #a[i], holder) end
     end
+end
+
+local WATCH_MANY = 64
+
+-- The resources a waiter of a (after an attempt refused on detail) listens to.
+local function listened(a, detail)
+    if type(a) == "string" or #a <= WATCH_MANY then return a end
+    local t, refused = {}, detail and detail.resource
+    if type(refused) == "string" then t[1] = refused end
+    for i = 1, #a do
+        if #t >= WATCH_MANY then break end
+        if a[i] ~= refused then t[#t + 1] = a[i] end
+    end
+    return t
 end
 
 local function heard(client, a)
@@ -312,11 +328,13 @@ end
 -- client's line passes the turn to the next, if one sleeps.
 local function watched_retries(w, owed)
     local d, client, a = w.d, w.client, w.a
-    local holder = {}
-    watch(client, a, holder)
+    -- a list whose wait is over makes no attempt more: nothing to listen for
+    if type(a) == "table" and not owed and w.deadline and now() >= w.deadline then return retries(w) end
+    local holder, on = {}, listened(a, w.detail)
+    watch(client, on, holder)
     local ok, got, why, detail = pcall(retries, w, owed)
     if d.client == client then
-        unwatch(client, a, ok and got ~= nil and w.kind.slots ~= nil, holder)
+        unwatch(client, on, ok and got ~= nil and w.kind.slots ~= nil, holder)
         if lined(d, w.kind, a) then client:pass_turn(a, #a, w.since) end
     end
     if not ok then error(got, 0) end

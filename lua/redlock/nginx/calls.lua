@@ -17,8 +17,12 @@ local pairs, setmetatable, tostring = pairs, setmetatable, tostring
 local OP_ACQUIRE, ERR_FULL, STATUS_OK = C.RL_OP_ACQUIRE, C.RL_ERR_FULL, C.RL_STATUS_OK
 local RESULT_SIZE = ffi.sizeof("rl_result")
 local STALE_MS = 10000 -- a result nobody took for this long is dropped (its call is gone)
+-- A result handed to a call that was waiting for it and has not woken to
+-- take it for this long: its request was killed between the hand-over and
+-- its turn to run (the semaphore still holds the post). Its call is gone.
+local UNCLAIMED_MS = 1000
 
-local _M = { STALE_MS = STALE_MS, RESULT_SIZE = RESULT_SIZE }
+local _M = { STALE_MS = STALE_MS, UNCLAIMED_MS = UNCLAIMED_MS, RESULT_SIZE = RESULT_SIZE }
 
 -- The phases where nginx offers cosockets (ngx.get_phase()).
 local COSOCKET_PHASES = { rewrite = true, access = true, content = true, timer = true,
@@ -221,13 +225,19 @@ function _M.fail_waiters(hub, why)
     end
 end
 
+-- Was w's result handed over long ago to a call that never woke to take it?
+local function unclaimed(w, now)
+    return w.waiting and now - w.done_at > UNCLAIMED_MS and w.sema:count() > 0
+end
+
 --- Results whose call is gone (killed while it waited, and not seen to be:
---- say, between its wake-up and its turn to run) are dropped after a while;
---- a lock one grants is released.
+--- say, between its wake-up and its turn to run) are dropped: a result
+--- handed to a waiting call that has not woken within UNCLAIMED_MS, any
+--- result not taken within STALE_MS; a lock one grants is released.
 function _M.sweep(hub, now)
     local waiters = hub.waiters
     for id, w in pairs(waiters) do
-        if w.done and now - w.done_at > STALE_MS then
+        if w.done and (now - w.done_at > STALE_MS or unclaimed(w, now)) then
             waiters[id] = nil
             if w.err == nil then orphaned(hub, w, w.res) end
         end

@@ -22,7 +22,7 @@ local sweep_watches, forget_watches, forget_unowned = watch.sweep_watches, watch
 
 local HUB_IDLE_MS = 10000      -- a hub with nothing to do for this long stops
 local HUB_SLICE_MS = 500       -- the longest the hub sleeps without looking at the worker's state
-local STALE_MS = calls.STALE_MS -- how often the loop sweeps results nobody took
+local SWEEP_MS = calls.UNCLAIMED_MS -- how often the loop sweeps results nobody took
 local WATCH_SWEEP_MS = 1000    -- how often it sweeps the watches of requests killed while they waited
 local EXIT_GC_MS = 5000        -- an exiting worker's hub that keeps locks collects garbage this often
 local QUIET_GC_MS = 1000       -- with no call for this long, it pushes the collector along (see loop)
@@ -51,7 +51,7 @@ end
 local function loop(hub, premature)
     local e, work = hub.e, hub.work
     local exit_by = premature and now_ms() + hub.node_timeout or nil
-    local sweep_at, watch_sweep_at = now_ms() + STALE_MS, now_ms() + WATCH_SWEEP_MS
+    local sweep_at, watch_sweep_at = now_ms() + SWEEP_MS, now_ms() + WATCH_SWEEP_MS
     local gc_at = 0 -- the next collection (exiting)
     while true do
         local now = now_ms()
@@ -63,7 +63,7 @@ local function loop(hub, premature)
         now = hub.now
         if now >= sweep_at then
             sweep(hub, now)
-            sweep_at = now + STALE_MS
+            sweep_at = now + SWEEP_MS
         end
         if now >= watch_sweep_at then
             sweep_watches(hub)
@@ -98,14 +98,15 @@ local function loop(hub, premature)
                 -- every node, and stop again)
                 return "the nginx worker is exiting"
             end
-        elseif not busy(e) then
-            -- idle: no call for idle_ms, nobody sleeping on a watched channel, no kept lock
+        elseif not busy(e) and next(hub.waiters) == nil then
+            -- idle: no call for idle_ms, nobody sleeping on a watched channel, no kept lock,
+            -- no result left to sweep (one handed to a request killed before it woke)
             if now - hub.last_call >= _M.idle_ms and now >= hub.sleep_horizon and not keeping(hub) then return nil end
             if hub.connects >= _M.rotate_connects then return nil, true end
         end
         local at = C.rl_engine_deadline(e)
         local wait_ms = HUB_SLICE_MS
-        if exit_by == nil and not busy(e) and not keeping(hub) then
+        if exit_by == nil and not busy(e) and not keeping(hub) and next(hub.waiters) == nil then
             local idle_left = math_max(hub.last_call + _M.idle_ms, hub.sleep_horizon) - now
             if idle_left < wait_ms then wait_ms = idle_left end
         end
