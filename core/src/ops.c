@@ -358,12 +358,21 @@ void rl_op_reply_from(rl_engine *e, rl_stream *s, int node, rl_ticket t, const r
 }
 
 /* Has every node that was sent the cleanup been handed its bytes (or lost
- * the connection)? A cleanup that times out is done only then: the caller
- * may stop driving the engine once it has the result, and the release must
- * not be left in our buffer while the SET it undoes is on the node. */
+ * the connection, or stopped answering)? A cleanup that times out is done
+ * only then: the caller may stop driving the engine once it has the
+ * result, and the release must not be left in our buffer while the SET it
+ * undoes is on the node. A node that has stopped (suspect) is not waited
+ * for: its end may take nothing for as long as it stays stopped, and
+ * resetting its connection would throw away what its kernel holds already
+ * (the node, run again, finds the connection gone after the first chunk it
+ * reads). The cleanup stays queued behind that, and goes out when the
+ * client is next driven with room on the socket. */
 int rl_op_cleanup_out(rl_engine *e, const rl_op *op) {
-    for (int i = 0; i < e->nnodes; i++)
-        if ((op->cleanup_sent & (1u << i)) && !rl_stream_passed(rl_route(e, i, op->hslot), op->cleanup_out[i])) return 0;
+    for (int i = 0; i < e->nnodes; i++) {
+        const rl_stream *s = rl_route(e, i, op->hslot);
+        if ((op->cleanup_sent & (1u << i)) && !rl_stream_passed(s, op->cleanup_out[i]) && !rl_stream_suspect(s))
+            return 0;
+    }
     return 1;
 }
 

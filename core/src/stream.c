@@ -309,16 +309,6 @@ static double suspicion_due(const rl_stream *s) {
     return (s->check_ms > s->read_ms ? s->check_ms : s->read_ms) + s->opts->node_timeout_ms;
 }
 
-/* When the oldest command not yet wholly written to the socket was queued
- * (0: everything is written). */
-static double unwritten_since(const rl_stream *s) {
-    for (unsigned k = 0; k < s->ring_count; k++) {
-        const rl_ticket *t = &s->ring[(s->ring_head + k) % s->ring_cap];
-        if (t->end > s->written_total) return t->sent_ms;
-    }
-    return 0;
-}
-
 /* Commands unanswered and the node not keeping up for stall_reset_ms. Only
  * a reply proves the node's process alive: its kernel takes our bytes
  * whether or not the process runs. So the oldest unanswered command is
@@ -326,12 +316,6 @@ static double unwritten_since(const rl_stream *s) {
  *   - not all at the node yet (a large batch, a slow link): the connection
  *     is stalled only if the node's end has taken no bytes at all for
  *     stall_reset_ms, and is then reset;
- *   - all at the node, but later commands still in our buffer, which the
- *     node's end has taken no byte of for stall_reset_ms (a stopped
- *     process whose kernel buffers are full): reset too, so that what
- *     waits there (the releases behind a large batch) is answered as never
- *     sent and kept for the next connection, instead of holding up the
- *     caller who waits for it to be written;
  *   - all at the node: if no reply has come for stall_reset_ms since, the
  *     node has stopped answering (a stopped process, or a reply lost on the
  *     way). It becomes suspect, and keeps its connection: a stopped process
@@ -355,12 +339,6 @@ static void watchdog_look(rl_stream *s, double now_ms) {
     if (head->end > s->acked) {
         since = head->sent_ms > s->acked_ms ? head->sent_ms : s->acked_ms;
         if (now_ms - since < s->opts->stall_reset_ms) return;
-        snprintf(s->errstr, sizeof(s->errstr), "connection reset: no bytes taken for %d ms", s->opts->stall_reset_ms);
-        rl_stream_drop(s, s->errstr, 1, now_ms);
-        return;
-    }
-    double waiting = unwritten_since(s);
-    if (waiting > 0 && now_ms - (waiting > s->acked_ms ? waiting : s->acked_ms) >= s->opts->stall_reset_ms) {
         snprintf(s->errstr, sizeof(s->errstr), "connection reset: no bytes taken for %d ms", s->opts->stall_reset_ms);
         rl_stream_drop(s, s->errstr, 1, now_ms);
         return;
