@@ -35,14 +35,19 @@
 int rl_host_set_paths(lua_State *L);
 
 /* signals.c: install the handlers and start the signal thread. Return 0 or -1
- * with errno set. A signal ignored when redlock started (nohup's SIGHUP, a
- * background job's SIGINT and SIGQUIT) stays ignored, as flock(1) leaves
- * it: no handler is installed for it. */
+ * with errno set. A SIGHUP ignored when redlock started (nohup) stays
+ * ignored: no handler is installed for it. SIGINT and SIGTERM are always
+ * redlock's (a shell starts a script's background jobs with SIGINT
+ * ignored, and they must still release their locks on it). */
 int rl_host_signals_start(void);
 
-/* signals.c: 1 if sig (SIGINT, SIGTERM, SIGHUP or SIGQUIT) was ignored when
- * rl_host_signals_start ran (a command then starts with it ignored too),
- * else 0. Async-signal-safe: it reads what was noted then. */
+/* proc.c: note which of SIGINT, SIGTERM, SIGHUP and SIGQUIT are ignored now
+ * (at start, before any handler is installed); a command redlock starts
+ * gets them ignored too, as flock(1) passes them on. */
+void rl_host_note_ignored_signals(void);
+
+/* proc.c: 1 if sig was ignored when rl_host_note_ignored_signals ran, else
+ * 0. Async-signal-safe: it reads what was noted then. */
 int rl_host_ignored_at_start(int sig);
 
 /* signals.c: the process is about to exit normally. Release every kept lock,

@@ -271,6 +271,24 @@ static int resolve(const char *file, char *out, size_t outlen) {
     return found_unexecutable ? EACCES : ENOENT;
 }
 
+/* The signals a caller may have set to be ignored before starting us, and
+ * which of them it had. */
+static const int INHERITED[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+static int ignored_at_start[sizeof(INHERITED) / sizeof(INHERITED[0])];
+
+void rl_host_note_ignored_signals(void) {
+    for (size_t i = 0; i < sizeof(INHERITED) / sizeof(INHERITED[0]); i++) {
+        struct sigaction was;
+        ignored_at_start[i] = sigaction(INHERITED[i], NULL, &was) == 0 && was.sa_handler == SIG_IGN;
+    }
+}
+
+int rl_host_ignored_at_start(int sig) {
+    for (size_t i = 0; i < sizeof(INHERITED) / sizeof(INHERITED[0]); i++)
+        if (INHERITED[i] == sig) return ignored_at_start[i];
+    return 0;
+}
+
 void rl_host_child_defaults(void) {
     static const int dflt[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTTOU, SIGTTIN, SIGTSTP};
     struct sigaction sa;

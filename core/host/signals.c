@@ -150,24 +150,10 @@ static void *signal_thread(void *ud) {
     }
 }
 
-/* The signals a caller may have set to be ignored before starting us, and
- * which of them it had. */
-static const int INHERITED[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-static int ignored_at_start[sizeof(INHERITED) / sizeof(INHERITED[0])];
-
-int rl_host_ignored_at_start(int sig) {
-    for (size_t i = 0; i < sizeof(INHERITED) / sizeof(INHERITED[0]); i++)
-        if (INHERITED[i] == sig) return ignored_at_start[i];
-    return 0;
-}
-
 int rl_host_signals_start(void) {
     static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
     struct sigaction sa;
-    for (size_t i = 0; i < sizeof(INHERITED) / sizeof(INHERITED[0]); i++) {
-        struct sigaction was;
-        ignored_at_start[i] = sigaction(INHERITED[i], NULL, &was) == 0 && was.sa_handler == SIG_IGN;
-    }
+    rl_host_note_ignored_signals();
     sigset_t all, old;
     pthread_t tid;
     /* Close-on-exec: a command must not inherit the pipe (a byte written to it
@@ -198,7 +184,7 @@ int rl_host_signals_start(void) {
     pthread_detach(tid);
     sa.sa_handler = on_signal;
     for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
-        if (!rl_host_ignored_at_start(sigs[i]) && sigaction(sigs[i], &sa, NULL) != 0) return -1;
+        if (!(sigs[i] == SIGHUP && rl_host_ignored_at_start(SIGHUP)) && sigaction(sigs[i], &sa, NULL) != 0) return -1;
     return 0;
 }
 
