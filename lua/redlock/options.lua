@@ -243,11 +243,13 @@ function _M.tls_from_env()
 end
 
 --- The largest keep-alive margin a lock of ttl ms on client d can have:
---- below the validity of a grant that took no time at all (ttl less the
---- drift allowance, ttl * drift_factor + 2 ms), or it would be lost as it
---- is granted; 0 if even that is no time.
+--- more than 1 ms below the validity of a grant that took no time at all
+--- (ttl less the drift allowance, ttl * drift_factor + 2 ms), or it would
+--- be lost as it is granted; 0 if even that is no time. (A grant that
+--- takes longer than its validity less the margin is lost as it is
+--- granted all the same.)
 local function max_margin(d, ttl)
-    local m = math.ceil(ttl - ttl * tonumber(d.options.drift_factor) - 2) - 1
+    local m = math.ceil(ttl - ttl * tonumber(d.options.drift_factor) - 2) - 2
     return m > 0 and m or 0
 end
 _M.max_margin = max_margin
