@@ -12,8 +12,8 @@
  *   - the step check (ECHO of a nonce) of a stream whose replies may no
  *     longer pair with its commands, and the stall watchdog;
  *   - suspicion: a node that has stopped answering gets no new commands,
- *     only the step check as its probe (and the releases kept for it), until it answers (see
- *     rl_stream_suspect).
+ *     only the step check as its probe (and the releases kept for it),
+ *     until it answers (see rl_stream_suspect).
  * A driver learns what the stream wants (rl_stream_take_wants) and reports
  * what its socket did; every call takes the time, now_ms. */
 #ifndef RL_STREAM_H
