@@ -330,11 +330,11 @@ local function watched_retries(w, owed)
     local d, client, a = w.d, w.client, w.a
     -- a list whose wait is over makes no attempt more: nothing to listen for
     if type(a) == "table" and not owed and w.deadline and now() >= w.deadline then return retries(w) end
-    local holder, on = {}, listened(a, w.detail)
-    watch(client, on, holder)
+    local holder, heard_on = {}, listened(a, w.detail)
+    watch(client, heard_on, holder)
     local ok, got, why, detail = pcall(retries, w, owed)
     if d.client == client then
-        unwatch(client, on, ok and got ~= nil and w.kind.slots ~= nil, holder)
+        unwatch(client, heard_on, ok and got ~= nil and w.kind.slots ~= nil, holder)
         if lined(d, w.kind, a) then client:pass_turn(a, #a, w.since) end
     end
     if not ok then error(got, 0) end
