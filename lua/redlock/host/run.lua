@@ -39,10 +39,10 @@ Run a Lua job script under LuaJIT. Inside it:
 `arg` and `...` hold ARGS. Locks are kept alive by default in the host, and
 released on every way out: the end of the script, an error, os.exit(),
 SIGINT (exit 130), SIGTERM (exit 143). (One taken with keepalive = false is
-the script's to release; otherwise it stays until its ttl.) A script that returns a number from
-0 to 255 exits with it (another number is an error, exit 1); a script error
-prints its message and a traceback and exits 1; redlock.default() with no
-servers configured exits 64.
+the script's to release; otherwise it stays until its ttl.) A script that
+returns a number from 0 to 255 exits with it (another number is an error,
+exit 1); a script error prints its message and a traceback and exits 1;
+redlock.default() with no servers configured exits 64.
 
 Options (before SCRIPT):
 %s
