@@ -267,7 +267,11 @@ describe("hand-off to waiters", function()
       assert.equal(0, lib.rl_acquire_queued(listener.client, r, #r, 10000, out))
       assert.equal(lib.RL_STATUS_OK, out.status)
       local value = ffi.string(out.value)
-      assert(cluster.await_value(cl, r, value, 5000, nil, listener))
+      -- held on a quorum (a node slow under the 2,000,000 entries may have
+      -- refused or timed out: the grant does not need it)
+      local held = 0
+      for node = 1, cl.n do if cluster.get(cl, node, r) == value then held = held + 1 end end
+      assert.is_true(held >= out.quorum, ("held on %d nodes, quorum %d"):format(held, out.quorum))
       assert.equal(0, lib.rl_release(listener.client, r, #r, value, out))
       lib.rl_unwatch(listener.client, r, #r)
       queue_is(N - 24)

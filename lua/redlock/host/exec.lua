@@ -288,6 +288,12 @@ function _M.run(opts, argv, k)
         dlm:close()
         return host.usage_error("exec", ("RESOURCE '%s' is reserved: %s"):format(resource, reserved))
     end
+    local max_key = require("redlock.cdefs").lib.RL_MAX_KEY_LEN
+    if #resource + #(dlm.prefix or "") > max_key then
+        dlm:close()
+        return host.usage_error("exec", ("RESOURCE is %d bytes long, more than a key may be (%d bytes with the prefix)")
+            :format(#resource, max_key))
+    end
 
     -- Waiting for a lock held elsewhere is silent; failing to reach a quorum of
     -- the nodes is not: say so after UNREACHABLE_FIRST_MS, then every
@@ -315,9 +321,6 @@ function _M.run(opts, argv, k)
         end
         -- a --policy that returned what is not a delay: the user's file, so a usage error
         local msg = tostring(lock)
-        -- a RESOURCE the library refuses (longer than a key may be): the user's argument
-        local bad_resource = msg:match("^bad argument #1 to '[%w_]+' %((resource .*)%)$")
-        if bad_resource then return host.usage_error("exec", "RESOURCE: " .. bad_resource) end
         local bad = opts.policy and msg:match("(bad retry policy:.*)$")
         if not bad then error(lock, 0) end
         return host.fail(EXIT.USAGE, "--policy %s: %s", opts.policy, bad)
