@@ -239,7 +239,8 @@ const char *rl_client_node_name(const rl_client *c, int i);
 /* Votes needed for a decision. */
 int rl_client_quorum(const rl_client *c);
 
-/* The text of the last error an rl_begin_* call on this client reported. */
+/* The text of the last error an rl_begin_* call (or rl_watch) on this
+ * client reported. */
 const char *rl_client_errstr(const rl_client *c);
 
 /*
@@ -387,8 +388,8 @@ int rl_begin_acquire_shared(rl_client *c, const char *resource, size_t len, int 
  */
 int rl_run(rl_client *c, int timeout_ms);
 
-/* Copy the oldest finished operation into *out and forget it. Return 1 if one
- * was copied, 0 if none had finished. A failed acquire is handed back once
+/* Copy the oldest finished operation into *out (out NULL: drop it) and
+ * forget it. Return 1 if one was handed back, 0 if none had finished. A failed acquire is handed back once
  * its cleanup is written: if a node's socket has no room for it yet, this
  * drives the I/O until it has (see the top of this file). */
 int rl_collect(rl_client *c, rl_result *out);
@@ -481,7 +482,8 @@ int rl_on_slot(rl_client *c, int kind, const char *resource, size_t len, int slo
 
 /* Listen for releases of resource: one more waiter (watches nest; the first
  * subscribes, connecting the subscriber connections if they are not yet).
- * Return RL_OK, or RL_ERR (empty resource, out of memory). */
+ * Return RL_OK, or RL_ERR (an empty or too long resource, out of memory)
+ * with the reason in rl_client_errstr. */
 int rl_watch(rl_client *c, const char *resource, size_t len);
 
 /* Undo one rl_watch; the last one unsubscribes. An unwatched resource is
@@ -618,7 +620,8 @@ int rl_engine_quorum(const rl_engine *e);
  * one engine differ): a driver's subscriber listens on its wake channels. */
 const char *rl_engine_waiter_id(const rl_engine *e);
 
-/* The reason the last rl_engine_begin_* or rl_engine_take call failed. */
+/* The reason the last rl_engine_begin_*, rl_engine_take or rl_engine_watch
+ * call failed. */
 const char *rl_engine_errstr(const rl_engine *e);
 
 /* Start an operation at now_ms, as rl_begin_* do (same ids, same errors):
@@ -726,7 +729,7 @@ const char *rl_engine_node_errstr(const rl_engine *e, int node);
  * resource (watches nest); the first subscribes on every node, asking for
  * the subscriber links that are not up. Return the watch id (>= 0, the same
  * for every waiter of resource while it is watched), or RL_ERR (empty or too
- * long, out of memory). rl_engine_unwatch undoes one; the last unsubscribes
+ * long, out of memory; the reason in rl_engine_errstr). rl_engine_unwatch undoes one; the last unsubscribes
  * and forgets what was heard; rl_engine_unwatch_won is rl_unwatch_won (a
  * lingering watch keeps its id, and rl_engine_heard_next never hands it out). rl_engine_heard and rl_engine_heard_listeners
  * are rl_heard and rl_heard_listeners. rl_engine_listening: subscriber
@@ -754,8 +757,8 @@ double rl_engine_deadline(const rl_engine *e);
 /* Do everything due by now_ms. */
 void rl_engine_advance(rl_engine *e, double now_ms);
 
-/* Copy the oldest finished operation into *out and forget it: 1, or 0 if
- * none has finished. */
+/* Copy the oldest finished operation into *out (out NULL: drop it) and
+ * forget it: 1, or 0 if none has finished. */
 int rl_engine_collect(rl_engine *e, rl_result *out);
 
 /* Copy operation id into *out (out NULL: drop it) and forget it if it has
@@ -857,10 +860,11 @@ enum {
 
 /* Keep a held lock from now_ms on. valid_until_ms: when its validity ends
  * (the clock reading before the acquire + validity_ms). Return an id (>= 0;
- * the id of a lock removed or dropped may be handed out again) or RL_ERR
+ * the id of a lock removed or dropped names nothing from then on: it comes
+ * back only after its place has been used 1,024 times more) or RL_ERR
  * with the reason in rl_engine_errstr (resource empty, value not
  * RL_VALUE_LEN long, ttl <= 0, margin not from 0 to ttl - 1, valid_until
- * not finite, out of memory). */
+ * not finite, 2,097,152 locks kept already, out of memory). */
 int rl_engine_keep_add(rl_engine *e, const char *resource, size_t len, const char *value, int ttl_ms,
                        double valid_until_ms, int margin_ms, double now_ms);
 /* The same for a semaphore's slot held (slot 1 to RL_MAX_LIMIT; 0: a lock):

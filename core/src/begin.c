@@ -64,11 +64,16 @@ static int semaphore_ckey(rl_engine *e, rl_op *op) {
 }
 
 /* See engine.h. */
-int rl_engine_check_resource(rl_engine *e, const char *resource, size_t len) {
+int rl_engine_check_name(rl_engine *e, const char *resource, size_t len) {
     if (resource == NULL || len == 0)
         return snprintf(e->errstr, sizeof(e->errstr), "resource must be a non-empty string"), -1;
     if (len > RL_MAX_KEY_LEN - e->opts.prefix_len)
         return snprintf(e->errstr, sizeof(e->errstr), "resource is longer than a key may be (%d bytes with the prefix)", RL_MAX_KEY_LEN), -1;
+    return 0;
+}
+
+int rl_engine_check_resource(rl_engine *e, const char *resource, size_t len) {
+    if (rl_engine_check_name(e, resource, len) != 0) return -1;
     const char *reserved = rl_reserved_key(e->prefix, e->opts.prefix_len, resource, len);
     if (reserved) return snprintf(e->errstr, sizeof(e->errstr), "resource is reserved: %s", reserved), -1;
     return 0;

@@ -156,7 +156,7 @@ static void write_cleanup(rl_client *c, int id) {
 int rl_collect(rl_client *c, rl_result *out) {
     if (forked(c)) return RL_ERR;
     int id = rl_engine_first_done(c->engine);
-    if (id >= 0 && out != NULL) write_cleanup(c, id);
+    if (id >= 0) write_cleanup(c, id);
     return rl_engine_collect(c->engine, out);
 }
 

@@ -42,7 +42,7 @@ static void op_take(rl_engine *e, rl_op *op, rl_result *out) {
 
 int rl_engine_collect(rl_engine *e, rl_result *out) {
     rl_op *op = e->done_head;
-    if (op == NULL || out == NULL) return 0;
+    if (op == NULL) return 0;
     op_take(e, op, out);
     return 1;
 }

@@ -28,6 +28,10 @@ void rl_engine_fail(rl_engine *e, const char *why);
  * set as rl_engine_errstr's (the checks every rl_engine_begin_* makes). */
 int rl_engine_check_resource(rl_engine *e, const char *resource, size_t len);
 
+/* The first two of those checks (not empty, not too long), for a name that
+ * is only listened on (rl_engine_watch). */
+int rl_engine_check_name(rl_engine *e, const char *resource, size_t len);
+
 /* Begin a round of the keep-alive schedule: an extension (kind
  * RL_OP_EXTEND) or a release (RL_OP_RELEASE) of the kept lock ref names
  * (slot: the semaphore's slot it holds, or 0 for a lock).

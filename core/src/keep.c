@@ -119,6 +119,7 @@ static void free_entry(rl_keep *k, int i) {
     x->resource = NULL;
     x->state = 0;
     x->seq++;
+    x->gen++;
     x->busy = x->release = x->lapsed = 0;
     x->next = k->free_head;
     k->free_head = i;
@@ -247,11 +248,19 @@ void rl_keep_result(rl_keep *k, rl_keep_ref ref, const rl_result *r, double now)
 
 /* ---- the public functions (redlock.h) ---- */
 
-/* The entry id names for its owner (a dropped one is no longer the owner's), or NULL. */
-static rl_kept *owned(rl_keep *k, int id) {
-    if (id < 0 || id >= k->n) return NULL;
-    rl_kept *x = &k->entries[id];
-    return x->state != 0 && x->state != KEEP_DROPPING ? x : NULL;
+/* Entry i's id (its generation above its index). */
+static int id_of(const rl_keep *k, int i) {
+    unsigned gen = k->entries[i].gen & ((1u << (31 - KEEP_INDEX_BITS)) - 1);
+    return (int)(gen << KEEP_INDEX_BITS) | i;
+}
+
+/* The index of the entry id names for its owner (a dropped one is no longer
+ * the owner's, a freed one's id names nothing), or -1. */
+static int owned(const rl_keep *k, int id) {
+    int i = id & (KEEP_MAX_ENTRIES - 1);
+    if (id < 0 || i >= k->n || id_of(k, i) != id) return -1;
+    const rl_kept *x = &k->entries[i];
+    return x->state != 0 && x->state != KEEP_DROPPING ? i : -1;
 }
 
 /* A free entry: the last one freed, else a new one (entries and heap grow
@@ -262,6 +271,7 @@ static int take_entry(rl_keep *k) {
         k->free_head = k->entries[i].next;
         return i;
     }
+    if (k->n == KEEP_MAX_ENTRIES) return -1;
     if (k->n == k->cap) {
         int cap = k->cap ? k->cap * 2 : 16;
         rl_kept *entries = realloc(k->entries, (size_t)cap * sizeof(*entries));
@@ -270,7 +280,7 @@ static int take_entry(rl_keep *k) {
         if (rl_deadlines_reserve(&k->deadlines, cap) != 0) return -1;
         k->cap = cap;
     }
-    k->entries[k->n].seq = 0;
+    k->entries[k->n].seq = k->entries[k->n].gen = 0;
     return k->n++;
 }
 
@@ -293,6 +303,8 @@ int rl_engine_keep_add_slot(rl_engine *e, const char *resource, size_t len, int 
                rl_engine_fail(e, why), RL_ERR;
     if (!isfinite(valid_until_ms)) return rl_engine_fail(e, "valid_until must be a finite number"), RL_ERR;
     rl_keep *k = rl_engine_keeps(e);
+    if (k->free_head < 0 && k->n == KEEP_MAX_ENTRIES)
+        return snprintf(why, sizeof(why), "%d locks are kept already", KEEP_MAX_ENTRIES), rl_engine_fail(e, why), RL_ERR;
     char *copy = malloc(len);
     int i = copy ? take_entry(k) : -1;
     if (i < 0) {
@@ -301,9 +313,10 @@ int rl_engine_keep_add_slot(rl_engine *e, const char *resource, size_t len, int 
     }
     memcpy(copy, resource, len);
     rl_kept *x = &k->entries[i];
-    unsigned seq = x->seq;
+    unsigned seq = x->seq, gen = x->gen;
     memset(x, 0, sizeof(*x));
     x->seq = seq;
+    x->gen = gen;
     x->state = RL_KEEP_HELD;
     x->resource = copy;
     x->len = len;
@@ -315,14 +328,15 @@ int rl_engine_keep_add_slot(rl_engine *e, const char *resource, size_t len, int 
     x->next_due = rl_engine_clock(e, now_ms) + period_of(x);
     x->prev = x->next = -1;
     schedule(k, i);
-    return i;
+    return id_of(k, i);
 }
 
 int rl_engine_keep_state(rl_engine *e, int id, double *valid_until_ms, double now_ms) {
     rl_keep *k = rl_engine_keeps(e);
-    rl_kept *x = owned(k, id);
-    if (!x) return RL_ERR;
-    lost_if_out_of_time(k, id, rl_engine_clock(e, now_ms));
+    int i = owned(k, id);
+    if (i < 0) return RL_ERR;
+    rl_kept *x = &k->entries[i];
+    lost_if_out_of_time(k, i, rl_engine_clock(e, now_ms));
     if (valid_until_ms) *valid_until_ms = x->valid_until;
     return x->state;
 }
@@ -330,8 +344,10 @@ int rl_engine_keep_state(rl_engine *e, int id, double *valid_until_ms, double no
 int rl_engine_keep_update(rl_engine *e, int id, int ttl_ms, double started_ms, double valid_until_ms,
                           double now_ms) {
     rl_keep *k = rl_engine_keeps(e);
-    rl_kept *x = owned(k, id);
-    if (!x || x->state != RL_KEEP_HELD || ttl_ms <= x->margin_ms || !isfinite(valid_until_ms)) return RL_ERR;
+    int i = owned(k, id);
+    if (i < 0) return RL_ERR;
+    rl_kept *x = &k->entries[i];
+    if (x->state != RL_KEEP_HELD || ttl_ms <= x->margin_ms || !isfinite(valid_until_ms)) return RL_ERR;
     double now = rl_engine_clock(e, now_ms);
     x->ttl_ms = ttl_ms;
     if (x->busy || x->extend_start >= started_ms) {
@@ -343,32 +359,34 @@ int rl_engine_keep_update(rl_engine *e, int id, int ttl_ms, double started_ms, d
         x->valid_until = valid_until_ms;
         x->next_due = now + period_of(x);
     }
-    schedule(k, id);
+    schedule(k, i);
     return RL_OK;
 }
 
 int rl_engine_keep_remove(rl_engine *e, int id) {
     rl_keep *k = rl_engine_keeps(e);
-    if (!owned(k, id)) return RL_ERR;
-    free_entry(k, id);
+    int i = owned(k, id);
+    if (i < 0) return RL_ERR;
+    free_entry(k, i);
     return RL_OK;
 }
 
 int rl_engine_keep_drop(rl_engine *e, int id, double now_ms) {
     rl_keep *k = rl_engine_keeps(e);
-    rl_kept *x = owned(k, id);
-    if (!x) return RL_ERR;
-    if (x->state == RL_KEEP_RELEASED && !x->release) free_entry(k, id);
-    else let_go(k, id, KEEP_DROPPING, rl_engine_clock(e, now_ms));
+    int i = owned(k, id);
+    if (i < 0) return RL_ERR;
+    rl_kept *x = &k->entries[i];
+    if (x->state == RL_KEEP_RELEASED && !x->release) free_entry(k, i);
+    else let_go(k, i, KEEP_DROPPING, rl_engine_clock(e, now_ms));
     return RL_OK;
 }
 
 int rl_engine_keep_lapse(rl_engine *e, int id) {
     rl_keep *k = rl_engine_keeps(e);
-    rl_kept *x = owned(k, id);
-    if (!x) return RL_ERR;
-    x->lapsed = 1;
-    rl_deadlines_remove(&k->deadlines, id);
+    int i = owned(k, id);
+    if (i < 0) return RL_ERR;
+    k->entries[i].lapsed = 1;
+    rl_deadlines_remove(&k->deadlines, i);
     return RL_OK;
 }
 

@@ -17,9 +17,16 @@ typedef struct rl_keep_ref {
     unsigned seq;
 } rl_keep_ref;
 
+/* An id: the entry's generation (the low 31 - KEEP_INDEX_BITS bits of
+ * gen) above its index; at most KEEP_MAX_ENTRIES locks kept at once. */
+#define KEEP_INDEX_BITS 21
+#define KEEP_MAX_ENTRIES (1 << KEEP_INDEX_BITS)
+
 #define KEEP_DROPPING 100 /* beside the public RL_KEEP_*: the owner let go of it; released, then freed */
 
-/* One kept lock (keep.c's entry; its id is its index). */
+/* One kept lock (keep.c's entry). Its id is its index with the entry's
+ * generation above it (KEEP_INDEX_BITS), so that the id of a lock removed
+ * or dropped names nothing when the entry is used again. */
 typedef struct rl_kept {
     int state;              /* 0: free; RL_KEEP_HELD, RL_KEEP_LOST, RL_KEEP_RELEASED or KEEP_DROPPING */
     char *resource;
@@ -33,6 +40,7 @@ typedef struct rl_kept {
     double extend_start;    /* when the extension in flight (or the last one) began */
     int extend_ttl;         /* the ttl that extension asked for */
     unsigned seq;           /* rounds begun for the entry over all its uses: names the one in flight */
+    unsigned gen;           /* uses of the entry that ended: part of its id */
     unsigned char busy;     /* a round of it (number seq) is in flight */
     unsigned char release;  /* its release is wanted: queued or in flight */
     unsigned char queued;   /* in the FIFO of releases to begin */
@@ -43,7 +51,7 @@ typedef struct rl_kept {
 } rl_kept;
 
 typedef struct rl_keep {
-    rl_kept *entries;         /* by id */
+    rl_kept *entries;         /* by index (an id's low KEEP_INDEX_BITS) */
     int n, cap;               /* entries used (free ones included), allocated */
     int free_head;            /* a free entry below n, or -1 */
     rl_deadlines deadlines;   /* every HELD entry still extended: its next look */

@@ -225,8 +225,10 @@ int rl_subs_news(rl_subs *s, int *broadcast) {
 
 int rl_engine_watch(rl_engine *e, const char *resource, size_t len, double now_ms) {
     rl_subs *s = rl_engine_subs(e, &now_ms);
+    if (rl_engine_check_name(e, resource, len) != 0) return RL_ERR;
     int id = rl_subs_watch(s, resource, len, rl_engine_waiter_id(e), now_ms);
-    return id >= 0 ? id : RL_ERR;
+    if (id < 0) return rl_engine_fail(e, "out of memory"), RL_ERR;
+    return id;
 }
 
 void rl_engine_unwatch(rl_engine *e, const char *resource, size_t len, double now_ms) {

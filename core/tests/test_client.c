@@ -523,7 +523,11 @@ static void keeper_extends_many_ttls(void) {
     /* a freed slot is handed out again, with a fresh state */
     CHECK_INT(verdict(rl_acquire(c, "heapnew", 7, 1000, r), r), RL_STATUS_OK);
     int id = rl_keeper_add(k, "heapnew", 7, r->value, 1000, rl_now_ms() + 900, 0, err, sizeof(err));
-    CHECK(id == ids[gone[0]] || id == ids[gone[1]]);
+    /* (its place, under a new id: the old ids still name nothing) */
+    CHECK((id & 0xfffff) == (ids[gone[0]] & 0xfffff) || (id & 0xfffff) == (ids[gone[1]] & 0xfffff));
+    CHECK(id != ids[gone[0]] && id != ids[gone[1]]);
+    CHECK_INT(rl_keeper_state(k, ids[gone[0]], NULL), RL_ERR);
+    CHECK_INT(rl_keeper_state(k, ids[gone[1]], NULL), RL_ERR);
     CHECK_INT(rl_keeper_state(k, id, NULL), RL_KEEP_HELD);
     CHECK_INT(rl_keeper_remove(k, id), RL_OK);
     rl_release(c, "heapnew", 7, r->value, r);
@@ -574,7 +578,8 @@ static void keeper_hung_extensions(void) {
     CHECK_INT(rl_keeper_remove(k, gone_id), RL_OK);
     double fresh_until = rl_now_ms() + 29000.5;
     int fresh_id = rl_keeper_add(k, "fresh", 5, fresh, 30000, fresh_until, 0, err, sizeof(err));
-    CHECK_INT(fresh_id, gone_id); /* the freed slot, with the old extension still in flight */
+    CHECK_INT(fresh_id & 0xfffff, gone_id & 0xfffff); /* the freed place, with the old extension still in flight */
+    CHECK_INT(rl_keeper_state(k, gone_id, NULL), RL_ERR);
 
     double until = 0, deadline = rl_now_ms() + 3000;
     int state;

@@ -1893,6 +1893,13 @@ static void ids_and_fifo_pairing(void) {
     CHECK_INT(b % RL_ID_SLOTS, a % RL_ID_SLOTS);
     CHECK_INT(rl_engine_take(E, a, &r), RL_ERR);
     CHECK_INT(rl_engine_take(E, b, &r), 0);
+
+    /* collecting into NULL drops the oldest finished one, like take */
+    CHECK_INT(feed(0, ":1\r\n", 1), RL_OK);
+    CHECK_INT(rl_engine_done(E), 1);
+    CHECK_INT(rl_engine_collect(E, NULL), 1);
+    CHECK_INT(rl_engine_done(E), 0);
+    CHECK_INT(rl_engine_take(E, b, &r), RL_ERR);
     rl_engine_free(E);
 }
 

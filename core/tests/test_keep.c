@@ -258,7 +258,12 @@ static void drop_releases(void) {
     CHECK_INT(rl_engine_keeping(E), 1);
     answer(OK1, 2006);
     CHECK_INT(rl_engine_keeping(E), 0);
-    CHECK_INT(rl_engine_keep_add(E, "n", 1, VALUE, 3000, 5000, 0, 2006), id); /* the id is free again */
+    /* the entry is used again, under an id of its own: the old id names nothing */
+    int again = rl_engine_keep_add(E, "n", 1, VALUE, 3000, 5000, 0, 2006);
+    CHECK(again >= 0 && again != id);
+    CHECK_INT(state(id, 2006), RL_ERR);
+    CHECK_INT(rl_engine_keep_remove(E, id), RL_ERR);
+    CHECK_INT(state(again, 2006), RL_KEEP_HELD);
     finish();
 }
 

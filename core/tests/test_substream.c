@@ -76,6 +76,12 @@ static void subscribe_on_watch(void) {
     CHECK_INT(rl_engine_listening(E), 0);
     CHECK_INT(rl_engine_watch(E, "", 0, 0), RL_ERR);
     CHECK_INT(rl_engine_watch(E, NULL, 3, 0), RL_ERR);
+    CHECK(strstr(rl_engine_errstr(E), "non-empty") != NULL);
+    static char too_long[RL_MAX_KEY_LEN + 1];
+    memset(too_long, 'r', sizeof(too_long));
+    CHECK_INT(rl_engine_watch(E, too_long, sizeof(too_long), 0), RL_ERR);
+    CHECK(strstr(rl_engine_errstr(E), "longer than a key") != NULL);
+    CHECK_INT(rl_engine_wanting(E), 0);
     int id = rl_engine_watch(E, "a", 1, 0);
     CHECK(id >= 0);
     CHECK_INT(rl_engine_wanting(E), 7 << 3); /* links 3, 4, 5: the nodes' subscribers */
