@@ -56,6 +56,8 @@ void rl_subs_free(rl_subs *s) {
     free(s->w);
     free(s->news);
     free(s->head);
+    rl_names_free(&s->by_resource);
+    rl_names_free(&s->by_channel);
     memset(s, 0, sizeof(*s));
 }
 

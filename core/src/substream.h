@@ -27,6 +27,7 @@
 #define RL_SUBSTREAM_H
 
 #include "command.h"
+#include "names.h"
 #include "redlock.h"
 #include "reply.h"
 #include "url.h"
@@ -80,6 +81,8 @@ typedef struct rl_subs {
     char *head;              /* RL_CHANNEL_PREFIX prefix */
     size_t head_len;
     rl_watched *w;             /* slots, by watch id */
+    rl_names by_resource;    /* each live watch's resource (its channel past head) -> id */
+    rl_names by_channel;     /* each live watch's channel names (channel, wake, cluster forms) -> id */
     int nw, capw, used;      /* slots made, room, slots subscribed (rl_watched_live) */
     double linger_next;      /* the earliest linger_until set since the last look (maybe over early), or 0 */
     int *news;               /* ids whose news is not handed out yet (each at most once) */

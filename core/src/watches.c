@@ -38,42 +38,55 @@ static int release_says(const char *p, size_t len, int wake) {
 }
 
 void rl_subs_message(rl_subs *s, const char *ch, size_t len, const char *payload, size_t plen) {
-    for (int id = 0; id < s->nw; id++) {
-        rl_watched *w = &s->w[id];
-        if (!rl_watched_live(w)) continue;
-        int wake = (w->wake_len == len && memcmp(w->wake, ch, len) == 0) ||
-                   (w->cwake && w->cwake_len == len && memcmp(w->cwake, ch, len) == 0);
-        if (!wake && !(w->len == len && memcmp(w->channel, ch, len) == 0) &&
-            !(w->cchannel && w->clen == len && memcmp(w->cchannel, ch, len) == 0))
-            continue;
-        int says = release_says(payload, plen, wake);
-        if (says == 0) return;
-        if (w->waiters == 0) {
-            /* lingering: a node gave this engine a turn that nobody here
-             * waits for; unsubscribing (at once) lets it pass the turn on */
-            if (wake) w->linger_until = s->linger_next = RL_LINGER_OVER;
-            return;
-        }
-        w->heard++;
-        s->total++;
-        s->heard_total++;
-        w->listeners = says;
-        if (w->news == 0) s->news[s->nnews++] = id;
-        w->news |= wake ? 1 : 3;
+    int id = rl_names_find(&s->by_channel, ch, len);
+    if (id < 0) return;
+    rl_watched *w = &s->w[id];
+    int wake = (w->wake_len == len && memcmp(w->wake, ch, len) == 0) ||
+               (w->cwake && w->cwake_len == len && memcmp(w->cwake, ch, len) == 0);
+    int says = release_says(payload, plen, wake);
+    if (says == 0) return;
+    if (w->waiters == 0) {
+        /* lingering: a node gave this engine a turn that nobody here
+         * waits for; unsubscribing (at once) lets it pass the turn on */
+        if (wake) w->linger_until = s->linger_next = RL_LINGER_OVER;
         return;
     }
+    w->heard++;
+    s->total++;
+    s->heard_total++;
+    w->listeners = says;
+    if (w->news == 0) s->news[s->nnews++] = id;
+    w->news |= wake ? 1 : 3;
+}
+
+/* Take watch id's names out of the index (those that are in it). */
+static void unindex_watch(rl_subs *s, int id) {
+    rl_watched *w = &s->w[id];
+    rl_names_remove(&s->by_resource, w->channel + s->head_len, w->len - s->head_len, id);
+    rl_names_remove(&s->by_channel, w->channel, w->len, id);
+    rl_names_remove(&s->by_channel, w->wake, w->wake_len, id);
+    if (w->cchannel) rl_names_remove(&s->by_channel, w->cchannel, w->clen, id);
+    if (w->cwake) rl_names_remove(&s->by_channel, w->cwake, w->cwake_len, id);
 }
 
 /* The id of resource's watch (lingering or not), or -1 (always for a name
  * no key could hold). */
 static int find(const rl_subs *s, const char *resource, size_t len) {
-    if (resource == NULL || len > RL_MAX_KEY_LEN) return -1;
-    size_t need = s->head_len + len;
-    for (int id = 0; id < s->nw; id++) {
-        const rl_watched *w = &s->w[id];
-        if (rl_watched_live(w) && w->len == need && (len == 0 || memcmp(w->channel + s->head_len, resource, len) == 0))
-            return id;
-    }
+    if (resource == NULL || len == 0 || len > RL_MAX_KEY_LEN) return -1;
+    return rl_names_find(&s->by_resource, resource, len);
+}
+
+/* Index live watch id by its resource and its channel names (0), or
+ * index nothing of it (-1, out of memory). */
+static int index_watch(rl_subs *s, int id) {
+    rl_watched *w = &s->w[id];
+    int failed = rl_names_add(&s->by_resource, w->channel + s->head_len, w->len - s->head_len, id) != 0 ||
+                 rl_names_add(&s->by_channel, w->channel, w->len, id) != 0 ||
+                 rl_names_add(&s->by_channel, w->wake, w->wake_len, id) != 0 ||
+                 (w->cchannel && rl_names_add(&s->by_channel, w->cchannel, w->clen, id) != 0) ||
+                 (w->cwake && rl_names_add(&s->by_channel, w->cwake, w->cwake_len, id) != 0);
+    if (!failed) return 0;
+    unindex_watch(s, id);
     return -1;
 }
 
@@ -126,7 +139,8 @@ int rl_subs_watch(rl_subs *s, const char *resource, size_t len, const char *wait
     w->channel = join(s->head, s->head_len, resource, len, "", 0, &w->len);
     w->wake = join(wake, (size_t)wlen, s->opts->prefix, s->opts->prefix_len, resource, len, &w->wake_len);
     w->hslot = -1;
-    if (w->channel == NULL || w->wake == NULL || (s->clusters && cluster_names(w, wake, (size_t)wlen) != 0)) {
+    if (w->channel == NULL || w->wake == NULL || (s->clusters && cluster_names(w, wake, (size_t)wlen) != 0) ||
+        index_watch(s, id) != 0) {
         free(w->channel);
         free(w->wake);
         free(w->cchannel);
@@ -162,6 +176,7 @@ static void end_watch(rl_subs *s, int id, double now_ms) {
     s->used--;
     rl_subs_changed(s, w, 0, now_ms);
     drop_news(s, id);
+    unindex_watch(s, id);
     free(w->channel);
     free(w->wake);
     free(w->cchannel);

@@ -188,6 +188,37 @@ static void counts_only_releases(void) {
     rl_engine_free(E);
 }
 
+/* Thousands of watches: each message reaches its own, whichever watches
+ * came and went before (their places reused, the index rebuilt as it grew). */
+static void many_watches(void) {
+    E = engine(urls3, 3, NULL);
+    enum { N = 3000 };
+    char name[32];
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof(name), "r%d", i);
+        CHECK_INT(rl_engine_watch(E, name, strlen(name), 0), i);
+    }
+    for (int i = 0; i < N; i += 2) {
+        snprintf(name, sizeof(name), "r%d", i);
+        rl_engine_unwatch(E, name, strlen(name), 0);
+    }
+    for (int i = 0; i < N; i += 2) { /* the freed places, under other names */
+        snprintf(name, sizeof(name), "s%d", i);
+        CHECK(rl_engine_watch(E, name, strlen(name), 0) >= 0);
+    }
+    connect_link(3, 0);
+    drain(3, 0);
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof(name), "%c%d", i % 2 ? 'r' : 's', i);
+        CHECK_INT(feed(3, message(i % 3 ? channel(name) : wake_channel(name), "1"), 1), RL_OK);
+        CHECK_INT(rl_engine_heard(E, name, strlen(name)), 1);
+        snprintf(name, sizeof(name), "r%d", i);
+        if (i % 2 == 0) CHECK_INT(rl_engine_heard(E, name, strlen(name)), 0); /* unwatched */
+    }
+    CHECK_INT(rl_engine_heard(E, NULL, 0), N);
+    rl_engine_free(E);
+}
+
 /* Bytes that are no RESP, and an error reply (a refused SUBSCRIBE), end the
  * connection: the driver closes it, the engine connects again later. */
 static void garbage_drops_the_connection(void) {
@@ -447,5 +478,6 @@ int main(void) {
     auth_first();
     won_watch_lingers();
     wake_ends_a_linger();
+    many_watches();
     return check_report("substream");
 }
