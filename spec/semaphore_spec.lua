@@ -95,6 +95,17 @@ describe("semaphore", function()
     c2:unlock(); b:unlock()
   end)
 
+  it("wait = 0 makes one attempt: a free slot is taken, a full semaphore says busy", function()
+    local r = res("nowait")
+    local a = assert(dlm:lock(r, { limit = 2, wait = 0 }))
+    assert.is_true(dlm:with_lock(r, { limit = 2, wait = 0 }, function(lk) return lk.slot ~= a.slot end))
+    local b = assert(dlm:lock(r, { limit = 2, wait = 0 }))
+    local c, err = dlm:lock(r, { limit = 2, wait = 0 })
+    assert.is_nil(c)
+    assert.are.equal("busy", err)
+    a:unlock(); b:unlock()
+  end)
+
   it("limit 1 is a lock on slot 1's key; with_lock and keep-alive work on slots", function()
     local r = res("one")
     local a = assert(dlm:lock(r, { limit = 1 }))
@@ -452,6 +463,14 @@ describe("semaphore", function()
   it("a stopped waiter keeps its turn for a second at most; the next is woken for it", function()
     local r, dir = res("stalled"), proc.tmpdir()
     local w1, w2, out = first_waiter_stopped(dir, r)
+    -- its second counts from the turn: the release that woke it marked it
+    -- kept, so the first caller behind it that asks a second later drops
+    -- it, however long that caller's policy's delay (no try_lock needed)
+    local first = cluster.call(cl, 1, "ZRANGE", "redlock:squeue:" .. r, "0", "0")
+    assert.is_truthy(first:match("^%x+$"), first)
+    assert(cluster.await_all(cl, function(i)
+      return tonumber(cluster.call(cl, i, "HGET", "redlock:kept:" .. r, first)) ~= nil
+    end, 5000, nil, dlm), "the release's turn did not mark the stopped waiter kept")
     -- callers keep asking (as waiters with a short policy would): the slot
     -- goes to w2 while w1 is still stopped, never to a try_lock
     local by = proc.now_ms() + 15000

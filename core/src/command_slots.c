@@ -47,9 +47,11 @@
  * would otherwise wait for its policy's next attempt. One that no longer
  * listens is dropped and the next one moves up; 8 messages at most. With
  * fewer than f queued, every listener on the broadcast channel hears the
- * release, as for a lock. A waiter woken (or dropped) loses its mark of
- * being kept (RL_KEPT_PREFIX): its time to come counts from this turn on.
- * Answers 2 when someone heard it, else 1. */
+ * release, as for a lock. A waiter woken is marked kept (RL_KEPT_PREFIX)
+ * from now, by the node's clock: its RL_SEM_KEEP_MS to come count from
+ * this turn (a stopped one is dropped by the first caller behind it that
+ * asks after that, whatever its policy's delay); one dropped loses its
+ * mark. Answers 2 when someone heard it, else 1. */
 #define RL_SLOT_TURN \
     RL_PUBLISHING \
     "local function turn(k, l, q) " \
@@ -58,14 +60,16 @@
     "f = l - redis.call(\"exists\",unpack(names)) end " \
     "local n = redis.pcall(\"zcard\",q) " \
     "if f > 0 and type(n) == \"number\" and n <= " STR(RL_QUEUE_MAX) " then " \
-    "local i, sent, woke = 0, 0, 0 " \
+    "local i, sent, woke, K, now = 0, 0, 0, \"" RL_KEPT_PREFIX "\"..k " \
     "while i < f and f <= n and sent < 8 do " \
     "local e = redis.pcall(\"zrange\",q,i,i) e = type(e) == \"table\" and e[1] if type(e) ~= \"string\" then break end " \
     "sent = sent + 1 " \
     "local s = redis.pcall((pub()),\"" RL_WAKE_PREFIX "\"..e..\":\"..k,1) " \
     "if type(s) == \"number\" and s > 0 then woke, i = woke + 1, i + 1 " \
-    "else redis.pcall(\"zrem\",q,e) n = n - 1 end redis.pcall(\"hdel\",\"" RL_KEPT_PREFIX "\"..k,e) end " \
-    "if woke > 0 then return 2 end " \
+    "if not now then local tm = redis.call(\"time\") now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000) end " \
+    "redis.pcall(\"hset\",K,e,now) " \
+    "else redis.pcall(\"zrem\",q,e) redis.pcall(\"hdel\",K,e) n = n - 1 end end " \
+    "if woke > 0 then redis.pcall(\"pexpire\",K,60000) return 2 end " \
     "end " \
     "if f == 0 then return 1 end " \
     "local c = \"" RL_RELEASED_PREFIX "\"..k local s = redis.pcall(\"pubsub\",select(2, pub()),c) " \
@@ -275,7 +279,7 @@ int rl_cmd_acquire_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, c
     return 0;
 }
 
-const char rl_release_slot_sha[] = "5b7e189b9bdf5d885b0d78184037d566f64c6979";
+const char rl_release_slot_sha[] = "5945aa0257b0ea60dc5b845584654f28260adc64";
 
 int rl_cmd_release_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *sem, size_t semlen,
                         const char *value, int quiet) {

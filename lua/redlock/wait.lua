@@ -363,9 +363,10 @@ function _M.with_retries(d, client, kind, a, b, policy, wait)
         if d.notify then return watched_retries(waiter(d, client, kind, a, b, policy, deadline), owed) end
         nap(client, ceil(owed))
     end
-    if d.notify and kind.slots then
+    if d.notify and kind.slots and (deadline == nil or now() < deadline) then
         -- a semaphore's waiter listens from the start: its first attempt is
-        -- already its queued one (a second, at once, would be refused too)
+        -- already its queued one (a second, at once, would be refused too);
+        -- with no time to wait (wait = 0), it makes a plain one below
         return watched_retries(waiter(d, client, kind, a, b, policy, deadline))
     end
     local got, err, detail = kind.try(d, client, a, b)
