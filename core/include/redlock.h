@@ -827,7 +827,9 @@ double rl_engine_held_until(const rl_engine *e, int id);
  * A kept lock has a ttl, a margin (0 to ttl - 1 ms) and the end of its
  * validity (valid_until, on the driver's clock).
  *   - It is extended (to its ttl) every third of ttl - margin, counted from
- *     the last successful extension's answer (from the add, at first); its
+ *     the last successful extension's answer (from the add, at first), or
+ *     halfway to the moment it would be lost when that is sooner than two
+ *     such thirds away (a grant or extension that took long); its
  *     validity is then the extension's, from when the extension began.
  *     Extensions are begun at most once every 10 ms: those falling due in
  *     between go out together, at most 10 ms late.

@@ -50,6 +50,17 @@ static double period_of(const rl_kept *x) {
     return p >= 1 ? p : 1;
 }
 
+/* When x, added or extended at now, is extended next: after its period,
+ * or halfway to the moment it would be called lost when that comes within
+ * two periods (a grant or an extension that took long, next to its ttl:
+ * a node timeout near the ttl, slow nodes, waiting for replicas), so that
+ * it is still tried before then. */
+static double due_after(const rl_kept *x, double now) {
+    double wait = period_of(x), left = lost_at(x) - now;
+    if (left < 2 * wait) wait = left / 2;
+    return now + (wait >= 1 ? wait : 1);
+}
+
 /* When x must be looked at next: its extension, unless one is in flight or
  * it would come after x is lost. */
 static double deadline_of(const rl_kept *x) {
@@ -230,7 +241,7 @@ void rl_keep_result(rl_keep *k, rl_keep_ref ref, const rl_result *r, double now)
         x->next_due = now;
     } else if (r->status == RL_STATUS_OK) {
         x->valid_until = x->extend_start + r->validity_ms;
-        x->next_due = now + period_of(x);
+        x->next_due = due_after(x, now);
     } else if (r->status == RL_STATUS_NOT_HELD) {
         /* our value is gone from a quorum: nothing is left of the validity
          * (someone else may hold the lock already) */
@@ -325,7 +336,7 @@ int rl_engine_keep_add_slot(rl_engine *e, const char *resource, size_t len, int 
     x->ttl_ms = x->extend_ttl = ttl_ms;
     x->margin_ms = margin_ms;
     x->valid_until = valid_until_ms;
-    x->next_due = rl_engine_clock(e, now_ms) + period_of(x);
+    x->next_due = due_after(x, rl_engine_clock(e, now_ms));
     x->prev = x->next = -1;
     schedule(k, i);
     return id_of(k, i);
@@ -357,7 +368,7 @@ int rl_engine_keep_update(rl_engine *e, int id, int ttl_ms, double started_ms, d
         x->next_due = now;
     } else {
         x->valid_until = valid_until_ms;
-        x->next_due = now + period_of(x);
+        x->next_due = due_after(x, now);
     }
     schedule(k, i);
     return RL_OK;

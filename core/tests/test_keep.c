@@ -109,6 +109,28 @@ static void extends_every_third(void) {
     finish();
 }
 
+/* A grant or an extension that took long next to its ttl leaves less than
+ * two periods before the lock would be called lost: the next extension
+ * comes halfway there, not after the period (which fell after it: the lock
+ * was called lost with no extension tried). */
+static void slow_rounds_are_extended_in_time(void) {
+    start(1000);
+    /* ttl 900, no margin: period 300; the grant left validity until 1184 */
+    int id = rl_engine_keep_add(E, "k", 1, VALUE, 900, 1184, 0, 1000);
+    CHECK(keep_at() == 1092);
+    advance_expect(1092, script("k", 900));
+    answer(OK1, 1442); /* 350 ms: validity 900 - 350 - (9 + 2) from 1092 */
+    CHECK_INT(state(id, 1442), RL_KEEP_HELD);
+    CHECK(until(id, 1442) == 1631);
+    CHECK(keep_at() == 1536.5);
+    advance_expect(1537, script("k", 900));
+    answer(OK1, 1547);
+    CHECK_INT(state(id, 1547), RL_KEEP_HELD);
+    CHECK(until(id, 1547) == 2416);
+    CHECK(keep_at() == 1847); /* a quick one: the period again */
+    finish();
+}
+
 /* Extensions falling due within a tick go out together, at the later end. */
 static void due_together_in_a_tick(void) {
     start(1000);
@@ -341,6 +363,7 @@ static void refusals(void) {
 
 int main(void) {
     extends_every_third();
+    slow_rounds_are_extended_in_time();
     due_together_in_a_tick();
     failed_extension_is_retried();
     lost_when_not_held();
