@@ -312,6 +312,18 @@ describe("misuse", function()
       assert(locks:unlock())
     end)
 
+    -- Before: "bad argument #1" whichever argument was not a client.
+    it("names the argument of redlock.metrics that is not a client", function()
+      misuse(here(), function() redlock.metrics("x") end,
+        "bad argument #1 to 'metrics' (a client expected, got string \"x\"; call it as redlock.metrics(dlm, ...))")
+      misuse(here(), function() redlock.metrics(dlm, "x") end,
+        "bad argument #2 to 'metrics' (a client expected, got string \"x\"; call it as redlock.metrics(dlm, ...))")
+      misuse(here(), function() redlock.metrics(dlm, nil, other) end,
+        "bad argument #2 to 'metrics' (a client expected, got nil; call it as redlock.metrics(dlm, ...))")
+      misuse(here(), function() redlock.metrics(dlm, other, 7) end,
+        "bad argument #3 to 'metrics' (a client expected, got 7; call it as redlock.metrics(dlm, ...))")
+    end)
+
     it("raises inside with_lock's function at that function's line", function()
       local line
       local ok, e = pcall(dlm.with_lock, dlm, res("inner"), nil, function(lock)

@@ -71,10 +71,11 @@ local function is_int(v, lo, hi)
 end
 _M.is_int = is_int
 
---- v must be an object of metatable mt (a method called with a colon).
-function _M.self(v, mt, fname, what, how)
+--- v must be an object of metatable mt (a method called with a colon; pos:
+--- where v is among the arguments, 1 unless given).
+function _M.self(v, mt, fname, what, how, pos)
     if getmetatable(v) ~= mt then
-        argerror(1, fname, ("%s expected, got %s; call it as %s"):format(what, show(v), how))
+        argerror(pos or 1, fname, ("%s expected, got %s; call it as %s"):format(what, show(v), how))
     end
 end
 

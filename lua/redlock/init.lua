@@ -137,7 +137,7 @@ function _M.metrics(...)
     local tables = {}
     for i = 1, select("#", ...) do
         local d = select(i, ...)
-        check_self(d, dlm_mt, "metrics", "a client", "redlock.metrics(dlm, ...)")
+        check_self(d, dlm_mt, "metrics", "a client", "redlock.metrics(dlm, ...)", i)
         if d.client ~= nil then tables[#tables + 1] = d:stats() end
     end
     return metrics.text(tables)
