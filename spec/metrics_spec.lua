@@ -180,6 +180,17 @@ describe("metrics", function()
     dlm:close()
   end)
 
+  it("sums clients of engines of their own, and takes a client given twice once", function()
+    local ok = 'redlock_operations_total{kind="acquire",outcome="ok"} '
+    local a, b = redlock.new { servers = cl.urls }, redlock.new { servers = cl.urls }
+    assert(a:try_lock(res("two:a"))):unlock()
+    assert(b:try_lock(res("two:b"))):unlock()
+    assert.matches(ok .. "2\n", redlock.metrics(a, b), 1, true)
+    assert.matches(ok .. "1\n", redlock.metrics(a, a), 1, true)
+    a:close()
+    b:close()
+  end)
+
   it("counts nothing with stats = false", function()
     local dlm = redlock.new { servers = cl.urls, stats = false }
     cluster.drive(dlm)

@@ -99,6 +99,17 @@ local function start_nginx(cl, dict_size)
         [[location = /stats {
             content_by_lua_block { ngx.say(redlock.new({ servers = URLS }):stats().operations.acquire.ok) }
           }]],
+        -- two clients of one configuration (a prefix of their own: a hub nothing else uses)
+        -- share one engine; one acquisition, then what each view says
+        [[location = /shared_engine {
+            content_by_lua_block {
+              local a = redlock.new { servers = URLS, prefix = "spec:shared_engine:" }
+              local b = redlock.new { servers = URLS, prefix = "spec:shared_engine:" }
+              assert(a:try_lock("r", { ttl = 5000 })):unlock()
+              ngx.say(a:stats().operations.acquire.ok)
+              ngx.print(redlock.metrics(a, b))
+            }
+          }]],
       },
     }
 end
@@ -147,6 +158,18 @@ describe("nginx /metrics", function()
     local deadline = proc.now_ms() + 5000 -- the other worker's next push (every 0.2 s)
     while not small:error_log():find(said, 1, true) and proc.now_ms() < deadline do proc.sleep_ms(50) end
     assert.matches(said, small:error_log(), 1, true)
+  end)
+
+  -- Before: redlock.metrics(a, b) summed a's and b's tables, each the whole
+  -- of the engine they share: one acquisition showed as 2.
+  it("counts an engine that clients share once", function()
+    local status, body = srv:get("/shared_engine")
+    assert.equals(200, status, body)
+    local said = tonumber(body:match("^(%d+)\n"))
+    assert.equals(1, said, body)
+    assert.equals(1, sample(body, 'redlock_operations_total{kind="acquire",outcome="ok"}'), body)
+    assert.equals(1, sample(body, 'redlock_operations_total{kind="release",outcome="ok"}'), body)
+    assert.equals(1, sample(body, ('redlock_node_connects_total{node="%s"}'):format(cl.urls[1])), body)
   end)
 
   it("keeps every histogram cumulative", function()

@@ -97,6 +97,9 @@
 --   quorum()              the votes a decision needs
 --   stats(out)            the engine's counts into out (an rl_stats), as
 --                         rl_client_stats
+--   engine()              what stats() reads, as a value to compare: clients
+--                         that share an engine (inside nginx, one hub's)
+--                         return the same one, so their counts are taken once
 --   free()                close what this client owns; safe once its
 --                         operations are collected
 --

@@ -132,13 +132,18 @@ function _M.default()
 end
 
 --- The Prometheus text exposition of the clients given (closed ones are
---- left out): docs/observability.md.
+--- left out), each engine counted once however many of them share it
+--- (inside nginx, clients of one configuration do): docs/observability.md.
 function _M.metrics(...)
-    local tables = {}
+    local tables, taken = {}, {}
     for i = 1, select("#", ...) do
         local d = select(i, ...)
         check_self(d, dlm_mt, "metrics", "a client", "redlock.metrics(dlm, ...)", i)
-        if d.client ~= nil then tables[#tables + 1] = d:stats() end
+        local engine = d.client ~= nil and d.client:engine()
+        if engine and not taken[engine] then
+            taken[engine] = true
+            tables[#tables + 1] = d:stats()
+        end
     end
     return metrics.text(tables)
 end

@@ -44,6 +44,7 @@ ffi.metatype("struct rl_client", { __index = {
     node_name = C.rl_client_node_name,
     quorum = C.rl_client_quorum,
     stats = C.rl_client_stats,
+    engine = function(c) return c end, -- each client has an engine of its own
     free = function(c) C.rl_client_free(ffi.gc(c, nil)) end,
 } })
 

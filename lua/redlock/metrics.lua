@@ -5,7 +5,8 @@
 -- without password), kind, outcome, state; never a resource, so the number
 -- of series does not grow with the resources locked. Series of several
 -- clients with the same labels are summed (two clients of the same nodes
--- show as one).
+-- show as one); redlock.metrics passes each engine's table once, so
+-- clients that share one (inside nginx) are not counted twice.
 --
 -- Samples are kept in a flat map, key -> value, the key being
 -- family TAB suffix TAB labels TAB le: nginx workers sum their maps through

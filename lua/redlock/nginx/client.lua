@@ -160,6 +160,7 @@ function client:node_name(i) return self.hub.names[i] end
 function client:quorum() return self.hub.quorum end
 -- the hub's engine: every client of the worker's configuration, and its kept locks
 function client:stats(out) C.rl_engine_stats(self.hub.e, out) end
+function client:engine() return self.hub end
 
 -- The hub is the worker's, shared with every client of the same
 -- configuration: closing one client leaves it running (it stops when idle).
