@@ -72,7 +72,7 @@ extern "C" {
 
 #define RL_OK 0
 #define RL_ERR -1
-#define RL_ERR_FULL -2 /* RL_ID_SLOTS operations in flight or still in their tails: nothing was sent; try again once some end */
+#define RL_ERR_FULL -2 /* RL_ID_SLOTS operations in flight, finished and not collected, or in their tails: nothing was sent; try again once some end */
 
 #define RL_ERR_LEN 256      /* size of caller-owned error buffers */
 #define RL_MAX_NODES 16     /* most nodes one client may use */
@@ -249,9 +249,9 @@ const char *rl_client_errstr(const rl_client *c);
  * prefix, or reserved: see rl_reserved_key; ttl <= 0, value not
  * RL_VALUE_LEN long, out of memory), or
  * RL_ERR_FULL when RL_ID_SLOTS operations are already in flight on this
- * client (the blocking forms below return it too; an operation collected
- * while its tail still runs keeps its slot until the tail ends, at most
- * its node timeout later).
+ * client (the blocking forms below return it too; a finished operation
+ * keeps its slot until it is collected, and one collected while its tail
+ * still runs until the tail ends, at most its node timeout later).
  * The command is queued; it goes out when the client's loop next runs
  * (rl_run, rl_wait, rl_sleep), in one write per node for everything begun
  * since, so begin a batch, then drive. The clock and the node timeout start

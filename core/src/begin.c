@@ -100,8 +100,9 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
     rl_op *op = rl_op_alloc(e);
     if (op == NULL && e->nops == RL_OPID_MAX_SLOTS)
         return snprintf(e->errstr, sizeof(e->errstr),
-                        "no operation slot free (%d): %d in flight, %d decided with their tails still running",
-                        RL_OPID_MAX_SLOTS, e->inflight, e->tails),
+                        "no operation slot free (%d): %d in flight, %d finished and not collected "
+                        "(rl_collect / rl_wait them), %d decided with their tails still running",
+                        RL_OPID_MAX_SLOTS, e->inflight, e->ndone, e->tails),
                RL_ERR_FULL;
     if (op == NULL) return snprintf(e->errstr, sizeof(e->errstr), "out of memory"), RL_ERR;
 

@@ -1900,6 +1900,21 @@ static void ids_and_fifo_pairing(void) {
     CHECK_INT(rl_engine_collect(E, NULL), 1);
     CHECK_INT(rl_engine_done(E), 0);
     CHECK_INT(rl_engine_take(E, b, &r), RL_ERR);
+
+    /* finished operations nobody collects hold their slots: the refusal says so */
+    enum { BATCH = 64 };
+    static char replies[4 * BATCH + 1];
+    for (int k = 0; k < BATCH; k++) memcpy(replies + 4 * k, ":1\r\n", 4);
+    for (int n = 0; n < RL_ID_SLOTS; n += BATCH) {
+        for (int k = 0; k < BATCH; k++) CHECK(rl_engine_begin_release(E, "r", 1, VALUE, 2) >= 0);
+        drain(0, 2);
+        CHECK_INT(feed(0, replies, 3), RL_OK);
+    }
+    CHECK_INT(rl_engine_done(E), RL_ID_SLOTS);
+    CHECK_INT(rl_engine_begin_release(E, "r", 1, VALUE, 4), RL_ERR_FULL);
+    CHECK(strstr(rl_engine_errstr(E), "65536 finished and not collected") != NULL);
+    CHECK_INT(rl_engine_collect(E, NULL), 1);
+    CHECK(rl_engine_begin_release(E, "r", 1, VALUE, 4) >= 0);
     rl_engine_free(E);
 }
 
