@@ -100,6 +100,91 @@ describe("redlock status", function()
     assert.matches("w\\x1b[2K\\x0dx", out, 1, true)
   end)
 
+  -- Before: the summary compared the vote of a value longer than the probe
+  -- keeps (its first bytes and its length) with the nodes' values: no label,
+  -- no token, and "quorum held for ever (no expiry!)" for a key expiring.
+  it("tells the holder, token and time left of a value longer than 127 bytes", function()
+    local r = res("long")
+    local value = "w1/" .. ("0123456789abcdef"):rep(9):sub(1, 140)
+    for i = 1, 3 do
+      cl:cli(i, "SET", r, value, "PX", "60000")
+      cl:cli(i, "SET", r .. ":fence", "5")
+    end
+    local out, rc = status(q(r))
+    for i = 1, 3 do cl:cli(i, "DEL", r, r .. ":fence") end
+    assert.equals(0, rc, out)
+    assert.matches("held: value w1/012345678... on 3 of 3 nodes (quorum 2)", out, 1, true)
+    assert.matches("holder 'w1', fencing token 5, quorum held for %d+ ms more", out)
+    local left = tonumber(out:match("quorum held for (%d+) ms"))
+    assert.is_true(left > 50000 and left <= 60000, out)
+  end)
+
+  -- Before: slot values went to the terminal as they were, control bytes
+  -- and all.
+  it("escapes control bytes in the slots of status --limit", function()
+    local r = res("slots")
+    for i = 1, 3 do cl:cli(i, "SET", "redlock:slot:1:" .. r, "ev\27[31mil\n/abc", "PX", "60000") end
+    local out, rc = status("--limit 2 " .. q(r))
+    for i = 1, 3 do cl:cli(i, "DEL", "redlock:slot:1:" .. r) end
+    assert.equals(0, rc, out)
+    assert.is_nil(out:find("\27", 1, true), out)
+    assert.matches("slot 1   ev\\x1b[31mil\\x0a/a... on 3 of 3 nodes", out, 1, true)
+  end)
+
+  -- Mark RESOURCE as held shared on every node by the holders values (each
+  -- with a minute left), as redlock exec --shared leaves it.
+  local function share(r, values)
+    local until_ms = tostring(os.time() * 1000 + 60000)
+    for i = 1, 3 do
+      cl:cli(i, "SET", r, "redlock:shared", "PX", "60000")
+      local args = {}
+      for _, v in ipairs(values) do args[#args + 1] = until_ms; args[#args + 1] = v end
+      cl:cli(i, "ZADD", "redlock:readers:" .. r, unpack(args))
+    end
+  end
+  local function unshare(r)
+    for i = 1, 3 do cl:cli(i, "DEL", r, "redlock:readers:" .. r) end
+  end
+
+  -- Before: a shared holder's value went to the terminal as it was.
+  it("escapes control bytes in the shared holders' values", function()
+    local r = res("shared_esc")
+    share(r, { "x\27[2Jy" })
+    local out, rc = status(q(r))
+    unshare(r)
+    assert.equals(0, rc, out)
+    assert.is_nil(out:find("\27", 1, true), out)
+    assert.matches("\n  x\\x1b[2Jy...  on 3 nodes", out, 1, true)
+  end)
+
+  -- Before: each node listed its first 16 shared holders only, and the
+  -- summary counted those: "20 shared holders" on every node, but "held
+  -- shared: 16 holders on a quorum".
+  it("counts every shared holder up to the list's cap, and says 'at least' past it", function()
+    local r = res("many")
+    local values = {}
+    for k = 1, 20 do values[k] = ("reader-%02d/0123456789abcdef0123456789abcs"):format(k) end
+    share(r, values)
+    local out, rc = status(q(r))
+    assert.equals(0, rc, out)
+    for i = 1, 3 do
+      assert.matches(("%d  %s%%s+read%%s+20 shared holders"):format(i, cl.urls[i]:gsub("%p", "%%%0")), out)
+    end
+    assert.matches("held shared: 20 holders on a quorum; the mark on 3 of 3 nodes (quorum 2)", out, 1, true)
+    local _, listed = out:gsub("\n  reader%-%d%d/01%.%.%.  on 3 nodes", "")
+    assert.equals(20, listed, out)
+    -- past the cap (64 a node): the count is a floor, and status says so
+    for k = 21, 70 do values[k] = ("reader-%02d/0123456789abcdef0123456789abcs"):format(k) end
+    share(r, values)
+    out, rc = status(q(r))
+    unshare(r)
+    assert.equals(0, rc, out)
+    assert.matches("read%s+70 shared holders", out)
+    assert.matches("held shared: at least 64 holders on a quorum (each node's list cut at 64, those expiring "
+      .. "first; up to 70 on a node); the mark on 3 of 3 nodes (quorum 2)", out, 1, true)
+    assert.matches("\n  ... and up to 6 more a node, not listed\n", out, 1, true)
+  end)
+
   -- Before: the same server under two spellings counted twice: "held on 2
   -- of 3 nodes" for a key on one server, and exit 0.
   it("counts a server named twice once, and says so", function()

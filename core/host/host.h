@@ -163,7 +163,7 @@ void rl_host_sleep_ms(int ms);
  * answers a PING, and how fast). */
 
 #define RL_HOST_PROBE_VALUE_LEN 128
-#define RL_HOST_PROBE_READERS 16    /* shared holders listed per node, at most */
+#define RL_HOST_PROBE_READERS 64    /* shared holders listed per node, at most (sys.lua too) */
 #define RL_HOST_PROBE_READER_LEN 41 /* a lock value and its NUL */
 
 enum {
@@ -201,7 +201,8 @@ typedef struct rl_host_tls {
  * the core reads them) within timeout_ms, AUTH and SELECT as the URL says,
  * then GET and PTTL key[0..keylen) and, when the key holds the mark of
  * shared holders (core/src/shared.h), the live ones with the ms each has
- * left (up to RL_HOST_PROBE_READERS of them). Every reply is awaited at most
+ * left (the RL_HOST_PROBE_READERS that expire first, at most; out->readers
+ * counts them all). Every reply is awaited at most
  * timeout_ms. Return 0 with *out filled, or -1 with out->err and
  * out->errstr set (bad TLS files: RL_HOST_PROBE_EINVAL). */
 int rl_host_probe(const char *url, const char *key, size_t keylen, int timeout_ms, const rl_host_tls *tls,

@@ -43,7 +43,10 @@ something other than what they return, is shown as an error and counts as
 not answering.
 A resource held shared (redlock exec --shared, or { shared = true }) shows
 "read" and its number of shared holders on each node, then each holder: its
-value's first characters, the nodes it is on and its most time left.
+value's first characters, the nodes it is on and its most time left. Each
+node lists at most 64 holders (those expiring first); when a node has more,
+status says how many it left out and counts "at least" N on a quorum.
+Control characters in values and labels are shown as \xNN.
 
 Options:
 %s
@@ -61,13 +64,28 @@ Exit status: 0 held by a quorum (without RESOURCE: a quorum answers),
 ]]):format(TIMEOUT_MS, args.describe(SPEC))
 end
 
+-- s with its control bytes written as \xNN: values and labels come from
+-- the nodes, and must not drive the terminal.
+local function printable(s)
+    return (s:gsub("[%z\1-\31\127]", function(c) return ("\\x%02x"):format(c:byte()) end))
+end
+
 -- The shared holders seen on the nodes (probe results r with r.readers):
 -- one line per holder, with the nodes it is on and the most ms it has left
--- there; the number of holders on a quorum.
+-- there. Return the number of holders on a quorum. A node lists only the
+-- holders that expire first (RL_HOST_PROBE_READERS in core/host/host.h):
+-- when a node has more, that number is a floor, the list says how many it
+-- left out, and the most holders a node listed and the most a node has
+-- are returned too.
 local function shared_lines(results, quorum)
     local seen, order = {}, {}
+    local listed, most, unlisted = 0, 0, 0
     for _, r in ipairs(results) do
-        for _, h in ipairs(r.shared or {}) do
+        local shared = r.shared or {}
+        listed = math.max(listed, #shared)
+        most = math.max(most, r.readers)
+        unlisted = math.max(unlisted, r.readers - #shared)
+        for _, h in ipairs(shared) do
             local s = seen[h.value]
             if not s then
                 s = { value = h.value, nodes = 0, pttl = 0 }
@@ -80,7 +98,12 @@ local function shared_lines(results, quorum)
     if #order > 0 then print("shared holders:") end
     for _, s in ipairs(order) do
         if s.nodes >= quorum then on_quorum = on_quorum + 1 end
-        print(("  %s...  on %d node%s, pttl %d ms"):format(s.value:sub(1, 12), s.nodes, s.nodes == 1 and "" or "s", s.pttl))
+        print(("  %s...  on %d node%s, pttl %d ms"):format(printable(s.value:sub(1, 12)), s.nodes,
+            s.nodes == 1 and "" or "s", s.pttl))
+    end
+    if unlisted > 0 then
+        print(("  ... and up to %d more a node, not listed"):format(unlisted))
+        return on_quorum, listed, most
     end
     return on_quorum
 end
@@ -138,12 +161,6 @@ local function probe_all(opts, servers, key, failed)
     return rows, answers, answered
 end
 
--- s with its control bytes written as \xNN: values and labels come from
--- the nodes, and must not drive the terminal.
-local function printable(s)
-    return (s:gsub("[%z\1-\31\127]", function(c) return ("\\x%02x"):format(c:byte()) end))
-end
-
 local function print_rows(rows)
     local width = 4
     for _, row in ipairs(rows) do width = math.max(width, #row.name) end
@@ -165,13 +182,20 @@ local function nodes_status(opts, servers, quorum)
     return answered >= quorum and EXIT.OK or EXIT.UNAVAILABLE
 end
 
--- How long a quorum still holds value: the quorum-th longest PTTL among the
--- nodes that hold it, a key without expiry (PTTL -1) the longest of all
--- (nil if a quorum holds it without expiry).
-local function quorum_left(answers, value, quorum)
+-- What tells the value a probe r found apart from others: the value, or
+-- for one longer than the probe keeps (r.value is its first bytes), those
+-- bytes and its length.
+local function value_id(r)
+    return #r.value == r.value_len and r.value or (r.value .. "\0" .. r.value_len)
+end
+
+-- How long a quorum still holds the value of id (value_id): the quorum-th
+-- longest PTTL among the nodes that hold it, a key without expiry (PTTL -1)
+-- the longest of all (nil if a quorum holds it without expiry).
+local function quorum_left(answers, id, quorum)
     local left = {}
     for _, r in pairs(answers) do
-        if r.exists and r.value == value then left[#left + 1] = r.pttl < 0 and math.huge or r.pttl end
+        if r.exists and value_id(r) == id then left[#left + 1] = r.pttl < 0 and math.huge or r.pttl end
     end
     table.sort(left, function(a, b) return a > b end)
     local v = left[quorum]
@@ -189,13 +213,14 @@ local function most_common(votes)
 end
 
 -- The holder's fencing token: the counter a quorum of the nodes holding
--- value agree on (the grant's commit left its quorum at the token; a node
--- whose grant came too late counts higher, one the commit missed lower).
+-- the value of id (value_id) agree on (the grant's commit left its quorum
+-- at the token; a node whose grant came too late counts higher, one the
+-- commit missed lower).
 -- "unknown" when no quorum of them agrees; nil when none holds a counter.
-local function token_of(answers, value, quorum)
+local function token_of(answers, id, quorum)
     local counts = {}
     for _, r in pairs(answers) do
-        if r.exists and r.value == value and r.fence and tonumber(r.fence) then
+        if r.exists and value_id(r) == id and r.fence and tonumber(r.fence) then
             counts[r.fence] = (counts[r.fence] or 0) + 1
         end
     end
@@ -242,8 +267,8 @@ local function slots_status(opts, servers, key, limit, resource, quorum)
         if best and count >= quorum then held = held + 1 end
         local label = label_of(best)
         local shown = answered < quorum and count < quorum and ("unknown: only %d of %d nodes answered"):format(answered, n)
-            or best and ("%s... on %d of %d nodes%s%s"):format(best:sub(1, 12), count, n,
-                count >= quorum and "" or " (no quorum)", label and ("  label " .. label) or "")
+            or best and ("%s... on %d of %d nodes%s%s"):format(printable(best:sub(1, 12)), count, n,
+                count >= quorum and "" or " (no quorum)", label and ("  label " .. printable(label)) or "")
             or "free"
         print(("  slot %-3d %s"):format(slot, shown))
     end
@@ -254,7 +279,7 @@ local function slots_status(opts, servers, key, limit, resource, quorum)
         for idx, row in pairs(failed) do list[#list + 1] = { idx = idx, row = row } end
         table.sort(list, function(a, b) return a.idx < b.idx end)
         for _, f in ipairs(list) do
-            print((("  %2d  %s  %s"):format(f.idx, f.row.name, f.row.info):gsub("%s+$", "")))
+            print((("  %2d  %s  %s"):format(f.idx, printable(f.row.name), printable(f.row.info)):gsub("%s+$", "")))
         end
     end
     local left = limit_left(opts, servers, key, failed)
@@ -312,7 +337,7 @@ function _M.run(opts, argv, k)
 
     local rows, answers, answered = probe_all(opts, servers, key)
     if not rows then return answers end
-    local votes, results = {}, {}
+    local votes, results, held_values = {}, {}, {} -- held_values: value_id -> the value
     for idx = 1, n do
         local r, row = answers[idx], rows[idx]
         if r then results[#results + 1] = r end
@@ -321,9 +346,8 @@ function _M.run(opts, argv, k)
             row.state = "read"
             row.info = ("%d shared holder%s, pttl %s"):format(r.readers, r.readers == 1 and "" or "s", show_pttl(r.pttl))
         elseif r and r.exists then
-            -- a value longer than what the probe keeps is told apart by its length too
-            local id = #r.value == r.value_len and r.value or (r.value .. "\0" .. r.value_len)
-            votes[id] = (votes[id] or 0) + 1
+            local id = value_id(r)
+            votes[id], held_values[id] = (votes[id] or 0) + 1, r.value
             local shown = r.value:sub(1, 12) .. (r.value_len > 12 and "..." or "")
             local label = label_of(r.value)
             row.state = "held"
@@ -338,15 +362,19 @@ function _M.run(opts, argv, k)
         key ~= resource and (" (key '" .. key .. "')") or "", n, quorum))
     print_rows(rows)
     local best, count = most_common(votes)
-    local readers = shared_lines(results, quorum)
+    local readers, listed, most = shared_lines(results, quorum)
     if best == SHARED_MARK and count >= quorum then
-        print(("held shared: %d holder%s on a quorum; the mark on %d of %d nodes (quorum %d)")
-            :format(readers, readers == 1 and "" or "s", count, n, quorum))
+        print(("held shared: %s%d holder%s on a quorum%s; the mark on %d of %d nodes (quorum %d)")
+            :format(listed and "at least " or "", readers, readers == 1 and "" or "s",
+                listed and (" (each node's list cut at %d, those expiring first; up to %d on a node)")
+                    :format(listed, most) or "",
+                count, n, quorum))
         return EXIT.OK
     end
     if best and count >= quorum then
-        local label, token, left = label_of(best), token_of(answers, best, quorum), quorum_left(answers, best, quorum)
-        print(("held: value %s... on %d of %d nodes (quorum %d)"):format(printable(best:sub(1, 12)), count, n, quorum))
+        local value = held_values[best]
+        local label, token, left = label_of(value), token_of(answers, best, quorum), quorum_left(answers, best, quorum)
+        print(("held: value %s... on %d of %d nodes (quorum %d)"):format(printable(value:sub(1, 12)), count, n, quorum))
         print(("  holder %s, fencing token %s, quorum held for %s more"):format(
             label and ("'" .. printable(label) .. "'") or "(no label)", token or "none",
             left and (left .. " ms") or "ever (no expiry!)"))

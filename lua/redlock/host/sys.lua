@@ -36,8 +36,8 @@ if not pcall(ffi.typeof, "rl_host_timespec") then
       char fence[24];
       double latency_ms;
       int readers;
-      char reader[16][41];
-      long long reader_pttl[16];
+      char reader[64][41];
+      long long reader_pttl[64];
       char run_id[41];
     } rl_host_probe_result;
     typedef struct rl_host_tls {
@@ -159,7 +159,8 @@ local probe_result = ffi.new("rl_host_probe_result")
 -- value is at most the first 127 bytes of the value (value_len is the whole
 -- length), fence the fenced lock's counter (key:fence) or nil, and with the
 -- shared holders' mark in the key, readers is their number and shared a
--- list of { value =, pttl = } (the first 16); or nil, a message, the kind
+-- list of { value =, pttl = } (the 64 that expire first: fewer than
+-- readers when it has more); or nil, a message, the kind
 -- of failure (PROBE_EINVAL: bad URL; PROBE_ENODE: the node failed) and the
 -- node's name.
 local probe_tls = ffi.new("rl_host_tls")
