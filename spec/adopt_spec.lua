@@ -83,6 +83,24 @@ describe("dlm:adopt", function()
     assert.are.equal("not held", err)
   end)
 
+  it("a value left on a minority only: 'not held', and the minority's keys are released, not extended", function()
+    local r = res("minority")
+    for _, shared in ipairs({ false, true }) do
+      local lk = assert(owner:lock(r, { shared = shared or nil }))
+      for i = 3, 5 do cluster.del(cl, i, r) end -- a majority lost the key (restarted empty)
+      if shared then for i = 3, 5 do cluster.del(cl, i, "redlock:readers:" .. r) end end
+      local a, err = taker:adopt(r, lk.value, { ttl = 600000 })
+      assert.is_nil(a)
+      assert.are.equal("not held", err)
+      -- before, nodes 1 and 2 kept the value for the adopter's 600 s
+      assert(cluster.await_all(cl, function(i)
+        local pttl = cluster.pttl(cl, i, r)
+        return pttl < 0, "pttl " .. pttl
+      end, 3000, nil, taker))
+      lk:unlock()
+    end
+  end)
+
   it("keeps an adopted lock alive past the ttl it was taken with, and sees it lost once it is gone", function()
     local r = res("keep")
     local lk = assert(owner:lock(r, { ttl = 600 }))
@@ -123,6 +141,8 @@ describe("dlm:adopt", function()
     raises("bad argument #3 to 'adopt' %(unknown option 'wait'%)", r, good, { wait = 10 })
     raises("bad argument #3 to 'adopt' %(ttl must be", r, good, { ttl = 0 })
     raises("bad argument #3 to 'adopt' %(options must be a table", r, good, 5)
+    raises("bad argument #3 to 'adopt' %(slot goes with a semaphore's value, not a shared hold's",
+      r, good:sub(1, 39) .. "s", { slot = 1 })
     local ok, e = pcall(redlock.new { servers = cl.urls }.adopt, {}, r, good)
     assert.is_false(ok)
     assert.matches("bad argument #1 to 'adopt' %(a client expected", e)

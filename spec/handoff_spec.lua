@@ -394,6 +394,18 @@ describe("hand-off to waiters", function()
     dlm:close()
   end)
 
+  it("a waiter on a key of another type is refused 'busy', as try_lock is, not 'unavailable'", function()
+    local dlm = redlock.new { servers = cl.urls }
+    local r = res("hash")
+    for i = 1, 3 do cluster.call(cl, i, "HSET", r, "f", "v") end
+    local got, err, detail = dlm:lock(r, { wait = 200, retry = redlock.retry.fixed(50, 4) })
+    assert.is_nil(got)
+    assert.are.equal("busy", err, cluster.show(detail))
+    assert.are.equal("busy", select(2, dlm:try_lock(r)))
+    for i = 1, 3 do cluster.del(cl, i, r) end
+    dlm:close()
+  end)
+
   it("does not publish when the release deleted nothing", function()
     local dlm = redlock.new { servers = cl.urls }
     local r = res("nopublish")

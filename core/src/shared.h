@@ -37,7 +37,7 @@
  * goes; on a refusal while readers hold, it is set. */
 #define RL_INTENT_GRANTED "redis.pcall(\"del\",\"" RL_INTENT_PREFIX "\"..B) "
 #define RL_INTENT_REFUSED                                                                       \
-    "if redis.call(\"get\",KEYS[1]) == \"" RL_SHARED_MARK "\" then "                            \
+    "if redis.pcall(\"get\",KEYS[1]) == \"" RL_SHARED_MARK "\" then "                           \
     "redis.pcall(\"set\",\"" RL_INTENT_PREFIX "\"..B,ARGV[3],\"PX\",ARGV[2]) end "
 
 /* The scripts (EVAL script 1 key value ttl|word):

@@ -162,12 +162,17 @@ end
 --- A lock acquired elsewhere (value: its holder's; slot: a semaphore's
 --- slot it holds, or nil), taken over by one extension to ttl: the lock it
 --- makes, with the validity that extension left, or nil, err, detail ("not
---- held" when value is not on a quorum).
+--- held" when value is not on a quorum). A value on no quorum is nobody's
+--- lock: the nodes of a minority that took the extension would keep it for
+--- ttl (blocking the resource there), so it is released on every node.
 function _M.adopt(d, client, resource, value, ttl, slot)
     local started = now()
     on_key(d, client, EXTEND, resource, slot, value, ttl)
     if result.status == OK then return new_lock(d, resource, ttl, started, result) end
-    return failure(d, result)
+    local extended = result.status == C.RL_STATUS_NOT_HELD and result.ok > 0
+    local _, err, detail = failure(d, result)
+    if extended then on_key(d, client, RELEASE, resource, slot, value) end
+    return nil, err, detail
 end
 
 --- Milliseconds of validity left (<= 0 once it has run out).

@@ -347,6 +347,9 @@ function _M.adopt_options(d, fname, resource, value, opts)
     if slot ~= nil and not is_int(slot, 1, MAX_LIMIT) then
         argerror(3, fname, ("slot must be a whole number from 1 to %d, got %s"):format(MAX_LIMIT, show(slot)))
     end
+    if slot ~= nil and value:sub(-1) == "s" then
+        argerror(3, fname, "slot goes with a semaphore's value, not a shared hold's (a value ending in 's')")
+    end
     return ttl, keepalive, margin, slot
 end
 
