@@ -92,9 +92,10 @@ describe("cluster nodes", function()
     dlm:close()
   end)
 
-  it("fencing tokens increase; the counter sits in the key's slot ({name}:fence, name:fence for a tagged name)", function()
+  it("fencing tokens increase; the counter sits in the key's slot ({name}:fence, {tag}name:fence for a tagged name)", function()
     local dlm = client()
-    local tagged = "job:{" .. res("tag") .. "}:x"
+    local tag = res("tag")
+    local tagged = "job:{" .. tag .. "}:x"
     local odd = res("odd") .. "}x" -- a '}' without a tag: the counter gets a tag of the same slot
     for _, name in ipairs({ res("fence"), tagged, odd }) do
       local last = 0
@@ -115,7 +116,7 @@ describe("cluster nodes", function()
         end
         assert.is_truthy(counter, "no counter for " .. name)
         assert.are.equal(rcluster.slot(c, name), rcluster.slot(c, counter))
-        if name == tagged then assert.are.equal(name .. ":fence", counter) end
+        if name == tagged then assert.are.equal("{" .. tag .. "}" .. name .. ":fence", counter) end
         if name ~= tagged and name ~= odd then assert.are.equal("{" .. name .. "}:fence", counter) end
         assert.are.equal("3", (rcluster.cli(c, owner, "GET", counter)))
       end
@@ -294,6 +295,12 @@ describe("cluster nodes", function()
     assert.are.equal(a.slot, d.slot)
     d:unlock()
     b:unlock()
+    -- "{name}" is a resource of its own, not another name for this one: its
+    -- slots, queue and counter are its own (its base is not name's)
+    local full = assert(dlm:try_lock(name, { limit = 1 }))
+    local braced = assert(other:try_lock("{" .. name .. "}", { limit = 1 }))
+    full:unlock()
+    braced:unlock()
     dlm:close()
     other:close()
   end)

@@ -91,14 +91,21 @@ int rl_cluster_base(rl_buf *b, const char *key, size_t len) {
     size_t flen = 0;
     int own = tag != key || tlen != len; /* a valid tag of its own */
     int wrap = !own && memchr(key, '}', len) == NULL;
+    const char *tag_in_front = NULL;
     if (!own && !wrap) flen = tag_for_slot(rl_hash_slot(key, len), found);
+    if (own) { /* its tag again, in front: "{T}" + key */
+        flen = tlen;
+        tag_in_front = tag;
+    } else if (flen) {
+        tag_in_front = found;
+    }
     b->len = 0;
-    if (rl_buf_reserve(b, len + 8) != 0) return -1;
+    if (rl_buf_reserve(b, len + flen + 8) != 0) return -1;
     char *p = b->data;
     if (wrap) *p++ = '{';
     if (flen) {
         *p++ = '{';
-        memcpy(p, found, flen);
+        memcpy(p, tag_in_front, flen);
         p += flen;
         *p++ = '}';
     }

@@ -27,11 +27,14 @@ int rl_hash_slot(const char *key, size_t len);
  * a cluster node: every companion name is made of a fixed head free of
  * braces, the base, and a fixed tail (RL_FENCE_SUFFIX), so its hash tag is
  * the base's and it lands in key's slot:
- *   - key has a hash tag already ("a{b}c"): the base is key itself;
  *   - key holds no '}': "{" key "}" (its tag is the whole key);
+ *   - key has a hash tag T already ("a{b}c"): "{T}" key ("{b}a{b}c");
  *   - otherwise ("a}b", "{}x"): "{T}" key, where T is the first string of
  *     the search order below, free of braces, whose CRC16 is key's slot:
  *     the same T on every client, so every client names the same keys.
+ * Two keys never share a base: the first '}' of a base ends its first
+ * part, which then says which form it is and where the key begins (a key
+ * that is a base itself, as "{orders}" is, gets a base of its own).
  * Return 0, or -1 when out of memory. */
 int rl_cluster_base(rl_buf *b, const char *key, size_t len);
 

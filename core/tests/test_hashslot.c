@@ -73,15 +73,29 @@ int main(void) {
     CHECK_INT(slot_of("a{b"), rl_crc16("a{b", 3) & 16383);
     CHECK_INT(slot_of("a}b{"), rl_crc16("a}b{", 4) & 16383);
 
-    /* bases: a key's own tag kept, a plain key wrapped, others given a tag of the same slot */
+    /* bases: a plain key wrapped, a key's own tag put in front, others given a tag of the same slot */
     CHECK_STR(base_of("orders"), "{orders}");
-    CHECK_STR(base_of("app:{user7}:cart"), "app:{user7}:cart");
+    CHECK_STR(base_of("app:{user7}:cart"), "{user7}app:{user7}:cart");
+    /* a key that is another key's base gets a base of its own */
+    CHECK_STR(base_of("{orders}"), "{orders}{orders}");
+    CHECK(strcmp(base_of("{T}a}b"), "{T}{T}a}b") == 0);
     CHECK_STR(base_of("a{b"), "{a{b}");
     const char *odd = base_of("a}b");
     CHECK(odd[0] == '{' && strstr(odd, "}a}b") != NULL);
     const char *keys[] = {"orders", "x", "app:{user7}:cart", "a{b", "a}b", "{}x}", "}{", "{}", "}", "{",
                           "foo{}{bar}", "job:42", "{a}{b}"};
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) check_companions(keys[i]);
+    /* no two keys share a base: each key, and each base taken as a key */
+    char seen[2 * sizeof(keys) / sizeof(keys[0])][64];
+    size_t nseen = 0;
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        snprintf(seen[nseen++], sizeof(seen[0]), "%.60s", base_of(keys[i]));
+        char as_key[64];
+        snprintf(as_key, sizeof(as_key), "%.60s", seen[nseen - 1]);
+        snprintf(seen[nseen++], sizeof(seen[0]), "%.60s", base_of(as_key));
+    }
+    for (size_t i = 0; i < nseen; i++)
+        for (size_t j = i + 1; j < nseen; j++) CHECK(strcmp(seen[i], seen[j]) != 0);
     /* every slot has a tag (the search never comes back empty-handed):
      * keys "}<n>" of many slots */
     int missing = 0;
