@@ -649,4 +649,81 @@ describe("hand-off to waiters", function()
     assert.is_true(lk:unlock())
     holder:close()
   end)
+
+  it("lets go of a wait dropped in a yielding retry policy once it is collected: the next waiter gets the turn", function()
+    -- Before: the libev transport took no notice of a wait's holder, so a
+    -- coroutine dropped (never resumed) inside its policy left its client
+    -- subscribed and queued for the client's life, and the release woke
+    -- that dead wait instead of the waiter queued behind it, which got the
+    -- lock only after its policy's delay (5 s here).
+    local lua_list = require("helpers.nginx").lua_list
+    local r = res("abandoned")
+    local channel, queue = "redlock:released:" .. r, "redlock:queue:" .. r
+    local function numsub(node, name)
+      return tonumber(cl:cli(node, "PUBSUB", "NUMSUB", name):match("(%d+)%s*$"))
+    end
+    local function queued(node)
+      local ids = {}
+      for id in cl:cli(node, "LRANGE", queue, 0, -1):gmatch("%x+") do ids[#ids + 1] = id end
+      return ids
+    end
+    local holder, a = redlock.new { servers = cl.urls }, redlock.new { servers = cl.urls }
+    local dir = proc.tmpdir()
+    local pid
+    local ok, err = pcall(function()
+      local held = assert(holder:lock(r, { ttl = 30000 }))
+      assert(cluster.await_value(cl, r, held.value, 5000, nil, holder))
+      -- a's wait: subscribed and queued, then its policy yields for good
+      local co = coroutine.create(function()
+        return a:lock(r, { retry = function() coroutine.yield(); return 10 end })
+      end)
+      assert(coroutine.resume(co))
+      assert.equal("suspended", coroutine.status(co))
+      local id
+      assert(cluster.await_all(cl, function(node)
+        a.client:sleep(1)
+        id = queued(node)[1]
+        if id == nil then return false, "not queued" end
+        local w, b = numsub(node, "redlock:wake:" .. id .. ":" .. r), numsub(node, channel)
+        return w == 1 and b == 1, ("wake %d, released %d"):format(w, b)
+      end, 5000))
+      local wake = "redlock:wake:" .. id .. ":" .. r
+      co = nil -- luacheck: ignore (dropped: never resumed)
+      collectgarbage()
+      collectgarbage()
+      -- one more call on the client: it is no longer subscribed
+      assert.is_nil((a:try_lock(r)))
+      assert(cluster.await_all(cl, function(node)
+        a.client:sleep(1)
+        local w, b = numsub(node, wake), numsub(node, channel)
+        return w == 0 and b == 0, ("wake %d, released %d"):format(w, b)
+      end, 2000))
+      -- b, in a process of its own, queues behind a's stale place
+      local code = ([[
+        local proc, redlock = require "helpers.proc", require "redlock"
+        local dlm = redlock.new { servers = %s }
+        local lk, err = dlm:lock(%q, { retry = redlock.retry.fixed(5000, 3) })
+        proc.write_file(%q, ("%%s %%.1f"):format(lk and "ok" or tostring(err), proc.now_ms()))
+      ]]):format(lua_list(cl.urls), r, dir .. "/result")
+      pid = proc.spawn_luajit({ "luajit", "-e", code }, dir .. "/out")
+      assert(cluster.await_all(cl, function(node)
+        local ids = queued(node)
+        return #ids == 2 and ids[1] == id and numsub(node, channel) == 1,
+               ("queued %s, released %d"):format(table.concat(ids, ","), numsub(node, channel))
+      end, 10000), "b did not queue behind a")
+      local released = proc.now_ms()
+      assert.is_true(held:unlock())
+      local text = proc.wait_file(dir .. "/result", 10000)
+      local word, at = text:match("^(%S+) ([%d.]+)$")
+      assert.equal("ok", word, "b said: " .. text .. " " .. tostring(proc.read_file(dir .. "/out")))
+      -- woken: well before its policy's delay
+      local after = tonumber(at) - released
+      assert.is_true(after < 2500, ("b acquired %.0f ms after the release"):format(after))
+    end)
+    if pid then proc.stop(pid) end
+    holder:close()
+    a:close()
+    proc.rmdir(dir)
+    assert(ok, err)
+  end)
 end)

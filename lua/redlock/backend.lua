@@ -34,6 +34,10 @@
 --   phase_refusal()       optional: nil, or why no call can do I/O here (an
 --                         nginx phase without cosockets); asked before a
 --                         call changes any state
+--   sweep(client)         optional: undo the watches of client's waits that
+--                         are gone (their holders collected, see watch
+--                         below); called at the start of every call on the
+--                         client. libev's; the nginx hub sweeps on its own
 --
 -- A client (the methods of rl_client; resource, len: a binary-safe name and
 -- its length; value: a lock's RL_VALUE_LEN bytes; out: an rl_result):
@@ -63,9 +67,10 @@
 --   watch(resource, len, holder), unwatch(resource, len, holder)
 --                         listen for releases of resource (nested), and stop;
 --                         holder: a table of the wait's own, the same for
---                         both (one wait's frame holds it: a transport whose
---                         waits can be killed, nginx, tells by its
---                         collection that the wait will never unwatch)
+--                         both (one wait's frame holds it: its collection
+--                         tells that the wait will never unwatch, a request
+--                         killed inside nginx, or a coroutine dropped while
+--                         its retry policy yielded)
 --   unwatch_won(resource, len, holder)
 --                         stop, after a semaphore's wait that took its slot:
 --                         the last one keeps the subscription a while for

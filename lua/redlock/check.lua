@@ -145,10 +145,15 @@ function _M.opts(pos, fname, opts, known)
     return opts
 end
 
+local sweep = backend.sweep
+
 --- The backend client of d (a redlock.new table); raises once d is closed.
+--- First, the transport undoes what waits that are gone still hold on it
+--- (backend.sweep, where the transport has one).
 function _M.live_client(d, fname)
     local client = d.client
     if client == nil then raise(("'%s' on a closed client"):format(fname)) end
+    if sweep then sweep(client) end
     return client
 end
 

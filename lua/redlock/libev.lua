@@ -8,7 +8,94 @@
 local ffi = require "ffi"
 local C = require("redlock.cdefs").lib
 
+local pairs, next, setmetatable = pairs, next, setmetatable
+
 local _M = {}
+
+---------------------------------------------------------------------------
+-- who holds each watch
+--
+-- A blocking wait cannot be killed half-way, but a coroutine can be
+-- dropped while its retry policy yields, and then never unwatches. So the
+-- watches of each client count who holds them: the waits that watch, each
+-- by the holder table it passes (redlock.wait: one per wait, held by the
+-- wait's frame only). Once the garbage collector has collected a wait's
+-- holder, the next call on the client (sweep) undoes that wait's watches,
+-- and the last one unsubscribes: the nodes, finding nobody listening, then
+-- drop the client's place in their queues at the next release and wake
+-- the next waiter. Else the client would listen on for the dead wait for
+-- its life, and a release would wake it where nobody waits. Not from a
+-- finalizer: the sweep runs between calls, never inside the client's loop.
+--
+-- holds[client][resource] = { n = its rl_watch calls not undone,
+--                             by = { [holder] = how many of them are its } }
+-- (by: weak keys). A watch given no holder is not counted: its caller
+-- unwatches it itself.
+local holds = setmetatable({}, { __mode = "k" })
+local WEAK_KEYS = { __mode = "k" }
+
+local function name_of(resource, len)
+    return len ~= #resource and resource:sub(1, len) or resource
+end
+
+local function watch(c, resource, len, holder)
+    local rc = C.rl_watch(c, resource, len)
+    if rc ~= C.RL_OK or holder == nil then return rc end
+    local mine = holds[c]
+    if mine == nil then
+        mine = {}
+        holds[c] = mine
+    end
+    local r = name_of(resource, len)
+    local w = mine[r]
+    if w == nil then
+        w = { n = 0, by = setmetatable({}, WEAK_KEYS) }
+        mine[r] = w
+    end
+    w.n = w.n + 1
+    w.by[holder] = (w.by[holder] or 0) + 1
+    return rc
+end
+
+-- One watch of holder's fewer, with undo (rl_unwatch or rl_unwatch_won). A
+-- holder with no watch of resource counted (its rl_watch failed) has none
+-- to undo.
+local function unwatch_with(c, resource, len, holder, undo)
+    if holder ~= nil then
+        local mine = holds[c]
+        local r = name_of(resource, len)
+        local w = mine and mine[r]
+        local k = w and w.by[holder]
+        if k == nil then return end
+        w.by[holder] = k > 1 and k - 1 or nil
+        w.n = w.n - 1
+        if w.n == 0 then
+            mine[r] = nil
+            if next(mine) == nil then holds[c] = nil end
+        end
+    end
+    undo(c, resource, len)
+end
+
+--- Undo the watches of client c's waits that are gone (their holders
+--- collected: see above), as a wait that failed does (rl_unwatch). The
+--- library calls it at the start of every call on the client
+--- (check.live_client); nothing to do costs one lookup.
+function _M.sweep(c)
+    local mine = holds[c]
+    if mine == nil then return end
+    for r, w in pairs(mine) do
+        local held = 0
+        for _, k in pairs(w.by) do held = held + k end
+        for _ = held + 1, w.n do C.rl_unwatch(c, r, #r) end
+        w.n = held
+        if held == 0 then mine[r] = nil end
+    end
+    if next(mine) == nil then holds[c] = nil end
+end
+
+---------------------------------------------------------------------------
+-- the client and the keeper
 
 ffi.metatype("struct rl_client", { __index = {
     acquire = C.rl_acquire,
@@ -27,10 +114,10 @@ ffi.metatype("struct rl_client", { __index = {
     begin_release_quiet = C.rl_begin_release_quiet,
     wait = C.rl_wait,
     sleep = C.rl_sleep,
-    -- (a blocking wait cannot be killed half-way: the holder is not needed)
-    watch = function(c, resource, len) return C.rl_watch(c, resource, len) end,
-    unwatch = function(c, resource, len) C.rl_unwatch(c, resource, len) end,
-    unwatch_won = function(c, resource, len) C.rl_unwatch_won(c, resource, len) end,
+    -- counted by holder, for the sweep (see "who holds each watch")
+    watch = watch,
+    unwatch = function(c, resource, len, holder) unwatch_with(c, resource, len, holder, C.rl_unwatch) end,
+    unwatch_won = function(c, resource, len, holder) unwatch_with(c, resource, len, holder, C.rl_unwatch_won) end,
     heard = C.rl_heard,
     listeners = C.rl_heard_listeners,
     -- a blocking client has one waiter at a time: nobody to order (since),
@@ -45,7 +132,10 @@ ffi.metatype("struct rl_client", { __index = {
     quorum = C.rl_client_quorum,
     stats = C.rl_client_stats,
     engine = function(c) return c end, -- each client has an engine of its own
-    free = function(c) C.rl_client_free(ffi.gc(c, nil)) end,
+    free = function(c)
+        holds[c] = nil
+        C.rl_client_free(ffi.gc(c, nil))
+    end,
 } })
 
 ffi.metatype("struct rl_keeper", { __index = {
