@@ -105,6 +105,37 @@ describe("hostile nodes", function()
     end)
   end)
 
+  describe("a node whose reply never ends, though each array in it is small", function()
+    local fake
+    lazy_setup(function() fake = faults.fakeserver("nested") end)
+    lazy_teardown(function() if fake then fake:stop() end end)
+
+    -- Before, the keeper thread read that reply for ever (each array within
+    -- the limits, the whole without one) and never got to its timers: the
+    -- lock was called lost, and another client took it while the holder ran.
+    it("is one failed vote: a kept lock stays held, and nobody else gets it", function()
+      local servers = { fake.url, cl.urls[2], cl.urls[3] }
+      local dlm = redlock.new { servers = servers, node_timeout = NODE_TIMEOUT }
+      local other = redlock.new { servers = { cl.urls[2], cl.urls[3] }, quorum = 2 }
+      local r = res("nested")
+      local lock, err, detail = dlm:try_lock(r, { ttl = 1000, keepalive = true })
+      assert.is_nil(err, tostring(err) .. " " .. cluster.show(detail))
+      -- eight ttls: before, the keeper was lost in the reply within about five
+      local by = proc.now_ms() + 8000
+      repeat
+        assert.is_nil((other:try_lock(r)), "another client got the lock while it was kept")
+        assert.is_false(lock:lost())
+        proc.sleep_ms(200)
+      until proc.now_ms() > by
+      assert.is_false(lock:lost())
+      assert.is_true(lock:valid())
+      for i = 2, 3 do assert.are.equal(lock.value, cluster.get(cl, i, r), "the healthy nodes let it expire") end
+      assert(lock:unlock())
+      dlm:close()
+      other:close()
+    end)
+  end)
+
   describe("a node that answers NOSCRIPT to everything", function()
     local fake
     lazy_setup(function() fake = faults.fakeserver("noscript") end)

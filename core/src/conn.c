@@ -185,11 +185,15 @@ static size_t rl_conn_pending(const rl_conn *c) {
 
 int rl_conn_drain(rl_conn *c, int (*take)(void *arg, const char *data, size_t len), void *arg) {
     char buf[16384];
+    size_t taken = 0;
     for (;;) {
         ssize_t got = rl_conn_read(c, buf, sizeof(buf));
         if (got <= 0) return (int)got; /* RL_CONN_AGAIN or RL_CONN_FAIL */
         if (take(arg, buf, (size_t)got) != 0) return 1;
-        if (got < (ssize_t)sizeof(buf) && rl_conn_pending(c) == 0) {
+        taken += (size_t)got;
+        /* the socket is empty, or this call has read its share: what is
+         * left keeps the socket readable (TLS: once nothing decrypted waits) */
+        if ((got < (ssize_t)sizeof(buf) || taken >= RL_CONN_DRAIN_MAX) && rl_conn_pending(c) == 0) {
             c->want = RL_TLS_WANT_READ;
             return RL_CONN_AGAIN;
         }

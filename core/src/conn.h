@@ -52,11 +52,17 @@ int rl_conn_finish_connect(rl_conn *c);
  * errstr (then closed). */
 int rl_conn_handshake(rl_conn *c);
 
-/* Read everything there is (over TLS, every byte already decrypted too),
- * handing each chunk to take(arg, data, len); take returns nonzero to stop.
- * Return RL_CONN_AGAIN once there is nothing more (want: RL_TLS_WANT_WRITE
- * when a TLS read waits for the socket to be writable), 1 when take stopped,
- * or RL_CONN_FAIL with the reason in errstr. */
+/* At most a read of RL_CONN_DRAIN_MAX bytes a call: a node that sends
+ * without pause (a reply that never ends) cannot keep the loop from its
+ * timers; what is left keeps the socket readable for the next turn. */
+#define RL_CONN_DRAIN_MAX (256 * 1024)
+
+/* Read what there is, up to about RL_CONN_DRAIN_MAX bytes (over TLS, every
+ * byte already decrypted too), handing each chunk to take(arg, data, len);
+ * take returns nonzero to stop. Return RL_CONN_AGAIN once there is nothing
+ * more or the call has read its share (want: RL_TLS_WANT_READ, or
+ * RL_TLS_WANT_WRITE when a TLS read waits for the socket to be writable),
+ * 1 when take stopped, or RL_CONN_FAIL with the reason in errstr. */
 int rl_conn_drain(rl_conn *c, int (*take)(void *arg, const char *data, size_t len), void *arg);
 
 /* Write up to len bytes: the count taken, RL_CONN_AGAIN (want says for

@@ -44,6 +44,7 @@ static rl_reply *top(const redisReadTask *task) {
     rl_reader *rd = task->privdata;
     rd->nkept = 0;
     rd->kept.len = 0;
+    rd->elements = 0;
     rl_reply *r = &rd->slot;
     r->type = task->type;
     r->integer = 0;
@@ -106,6 +107,18 @@ static int keep_element(rl_reader *rd, const redisReadTask *task, const char *st
     return keep_bytes(rd, str, len);
 }
 
+/* An element nested in the reply (at any depth): counted, and kept as
+ * keep_element says. The placeholder, or NULL to stop the reader: a reply
+ * of more than RL_REPLY_MAX_NESTED elements in all (arrays of arrays, each
+ * within RL_REPLY_MAX_ELEMENTS, that would never end), or out of memory. */
+static void *nested_element(rl_reader *rd, const redisReadTask *task, const char *str, size_t len) {
+    if (++rd->elements > RL_REPLY_MAX_NESTED) {
+        snprintf(rd->err, sizeof(rd->err), "reply too large: more than %d elements in all", RL_REPLY_MAX_NESTED);
+        return NULL;
+    }
+    return keep_element(rd, task, str, len) == 0 ? &nested : NULL;
+}
+
 static void *create_string(const redisReadTask *task, char *str, size_t len) {
     rl_reader *rd = task->privdata;
     if (is_string(task->type) && len > max_string(rd)) {
@@ -116,7 +129,7 @@ static void *create_string(const redisReadTask *task, char *str, size_t len) {
         return NULL; /* the reader stops with an error */
     }
     rl_reply *r = top(task);
-    if (r == NULL) return keep_element(rd, task, is_string(task->type) ? str : NULL, len) == 0 ? &nested : NULL;
+    if (r == NULL) return nested_element(rd, task, is_string(task->type) ? str : NULL, len);
     size_t keep = len < sizeof(r->str) - 1 ? len : sizeof(r->str) - 1;
     memcpy(r->str, str, keep);
     r->str[keep] = '\0';
@@ -134,21 +147,21 @@ static void *create_array(const redisReadTask *task, array_len elements) {
         return NULL; /* the reader stops with an error */
     }
     rl_reply *r = top(task);
-    if (r == NULL) return keep_element(rd, task, NULL, 0) == 0 ? &nested : NULL;
+    if (r == NULL) return nested_element(rd, task, NULL, 0);
     r->integer = (long long)elements;
     return r;
 }
 
 static void *create_integer(const redisReadTask *task, long long value) {
     rl_reply *r = top(task);
-    if (r == NULL) return keep_element(task->privdata, task, NULL, 0) == 0 ? &nested : NULL;
+    if (r == NULL) return nested_element(task->privdata, task, NULL, 0);
     r->integer = value;
     return r;
 }
 
 static void *create_nil(const redisReadTask *task) {
     rl_reply *r = top(task);
-    if (r == NULL) return keep_element(task->privdata, task, NULL, 0) == 0 ? &nested : NULL;
+    if (r == NULL) return nested_element(task->privdata, task, NULL, 0);
     r->type = RL_REPLY_NIL;  /* a nil array, too */
     return r;
 }

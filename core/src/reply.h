@@ -20,6 +20,7 @@
  * error for the connection, found before its bytes are even waited for. */
 #define RL_REPLY_MAX_STRING 65536
 #define RL_REPLY_MAX_ELEMENTS 1024
+#define RL_REPLY_MAX_NESTED (4 * RL_REPLY_MAX_ELEMENTS) /* elements of one reply, at every depth */
 #define RL_REPLY_MAX_BUFFERED (2 * RL_REPLY_MAX_STRING)
 
 /* How many string elements of an array reply a reader keeps (rl_reader.keep):
@@ -81,6 +82,7 @@ typedef struct rl_reader {
     rl_buf kept;                   /* their bytes, back to back */
     size_t kept_at[RL_REPLY_KEPT], kept_len[RL_REPLY_KEPT];
     int nkept;                     /* elements kept (a non-string element is kept as absent) */
+    int elements;                  /* elements of the reply being read, at every depth */
     char kept_str[RL_REPLY_KEPT];  /* kept_str[i]: element i is a string */
 } rl_reader;
 

@@ -134,6 +134,37 @@ static void refuses_huge_arrays_and_endless_lines(void) {
     CHECK(strstr(rl_reader_error(&rd), "without CRLF") != NULL);
 }
 
+/* Arrays of arrays, each within RL_REPLY_MAX_ELEMENTS, sent without end
+ * (a hostile node): refused once the reply holds more than
+ * RL_REPLY_MAX_NESTED elements in all, not read for ever. A reply of that
+ * many elements is still taken, and the count starts over with the next. */
+static void refuses_endless_nested_arrays(void) {
+    CHECK_INT(rl_reader_reset(&rd), 0);
+    const rl_reply *r;
+    CHECK_INT(rl_reader_feed(&rd, "*1000\r\n", 7), 0);
+    int rc = 0, rounds = 0;
+    while (rc == 0 && rounds < 100) {
+        CHECK_INT(rl_reader_feed(&rd, "*1000\r\n", 7), 0);
+        for (int i = 0; i < 1000; i++) CHECK_INT(rl_reader_feed(&rd, ":1\r\n", 4), 0);
+        rc = rl_reader_next(&rd, &r);
+        rounds++;
+    }
+    CHECK_INT(rc, -1);
+    CHECK(rounds <= 5);
+    CHECK(strstr(rl_reader_error(&rd), "more than 4096 elements in all") != NULL);
+    /* 4096 in all: taken, twice in a row */
+    CHECK_INT(rl_reader_reset(&rd), 0);
+    for (int k = 0; k < 2; k++) {
+        CHECK_INT(rl_reader_feed(&rd, "*4\r\n", 4), 0);
+        for (int a = 0; a < 4; a++) {
+            CHECK_INT(rl_reader_feed(&rd, "*1023\r\n", 7), 0);
+            for (int i = 0; i < 1023; i++) CHECK_INT(rl_reader_feed(&rd, ":1\r\n", 4), 0);
+        }
+        CHECK_INT(rl_reader_next(&rd, &r), 1);
+        CHECK_INT(r->type, RL_REPLY_ARRAY);
+    }
+}
+
 /* Feed s in pieces of step bytes (0: at once), taking replies after every
  * feed until the reader refuses the stream. Return the replies taken, and
  * in *refused whether it refused. */
@@ -234,6 +265,7 @@ static void takes_only_hex_run_ids(void) {
 int main(void) {
     refuses_a_huge_declared_string_before_its_bytes();
     refuses_huge_arrays_and_endless_lines();
+    refuses_endless_nested_arrays();
     refuses_alike_however_the_bytes_are_cut();
     finds_the_run_id_in_info();
     takes_only_hex_run_ids();

@@ -18,6 +18,10 @@
  *   noscript  answers every command with  -NOSCRIPT No matching script. Please use EVAL.
  *   huge      answers every command with a string declared 1 GB long
  *             ($1073741824), then sends its bytes for as long as the peer takes them
+ *   nested    answers INFO as a server would, then every other command with
+ *             an array of 1000 arrays of 1000 arrays of 1000 integers, sent
+ *             as fast as it is taken (each array small, the reply 4 GB);
+ *             a process a connection
  *
  * Commands are counted by parsing RESP arrays (and inline commands), so a
  * pipeline of k commands gets exactly k replies. Every command is logged on
@@ -43,7 +47,7 @@
 #define MAX_CONNS 128
 #define BUF_CAP 65536
 
-enum mode { M_GARBAGE, M_SILENT, M_RESET, M_ERROR, M_READONLY, M_OOM, M_LOADING, M_OK, M_NOSCRIPT, M_HUGE };
+enum mode { M_GARBAGE, M_SILENT, M_RESET, M_ERROR, M_READONLY, M_OOM, M_LOADING, M_OK, M_NOSCRIPT, M_HUGE, M_NESTED };
 
 #define HUGE_LEN 1073741824L
 
@@ -58,7 +62,7 @@ static int parse_mode(const char *s, enum mode *m) {
         {"garbage", M_GARBAGE}, {"silent", M_SILENT},   {"reset", M_RESET},
         {"error", M_ERROR},     {"readonly", M_READONLY}, {"oom", M_OOM},
         {"loading", M_LOADING}, {"ok", M_OK},     {"noscript", M_NOSCRIPT},
-        {"huge", M_HUGE},
+        {"huge", M_HUGE},       {"nested", M_NESTED},
     };
     for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
         if (strcmp(s, modes[i].name) == 0) {
@@ -78,6 +82,7 @@ static const char *reply_for(enum mode m) {
     case M_OK: return "+OK\r\n";
     case M_NOSCRIPT: return "-NOSCRIPT No matching script. Please use EVAL.\r\n";
     case M_HUGE: return "$1073741824\r\n";
+    case M_NESTED: return "*1000\r\n";
     default: return NULL;
     }
 }
@@ -166,6 +171,28 @@ static int send_huge(int fd) {
     return write_all(fd, "\r\n", 2);
 }
 
+/* A reply that never ends though each array in it is small: after the
+ * reply's header (an array of 1000), its elements, each an array of 1000
+ * arrays of 1000 integers (4 MB), as fast as the peer takes them, until it
+ * goes (or takes nothing for 10 s, or 1 GB has gone). Its own process: it
+ * may wait. */
+static int send_nested(int fd) {
+    enum { ARRAY = 7 + 1000 * 4, ELEMENT = 7 + 1000 * ARRAY };
+    static char element[ELEMENT];
+    memcpy(element, "*1000\r\n", 7);
+    for (int a = 0; a < 1000; a++) {
+        char *p = element + 7 + a * ARRAY;
+        memcpy(p, "*1000\r\n", 7);
+        for (int i = 0; i < 1000; i++) memcpy(p + 7 + 4 * i, ":1\r\n", 4);
+    }
+    for (long sent = 0; sent < HUGE_LEN; sent += (long)sizeof(element)) {
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        if (poll(&p, 1, 10000) != 1 || stop_requested) return -1;
+        if (write_all(fd, element, sizeof(element)) < 0) return -1;
+    }
+    return -1;
+}
+
 /* Handle readable data on c; return -1 when the connection should close. */
 static int serve(struct conn *c, enum mode m) {
     ssize_t r = recv(c->fd, c->buf + c->len, BUF_CAP - c->len, 0);
@@ -187,10 +214,17 @@ static int serve(struct conn *c, enum mode m) {
         if (k < 0) return -1;
         if (k == 0) break;
         log_command(c->buf, k);
+        int info = k > 14 && memcmp(c->buf, "*2\r\n$4\r\nINFO\r\n", 14) == 0;
         memmove(c->buf, c->buf + k, c->len - (size_t)k);
         c->len -= (size_t)k;
+        if (m == M_NESTED && info) { /* the setup passes: the flood comes with the first real command */
+            static const char server[] = "$59\r\n# Server\r\nrun_id:0123456789abcdef0123456789abcdef01234567\r\n\r\n";
+            if (write_all(c->fd, server, sizeof(server) - 1) < 0) return -1;
+            continue;
+        }
         if (write_all(c->fd, reply, strlen(reply)) < 0) return -1;
         if (m == M_HUGE && send_huge(c->fd) < 0) return -1;
+        if (m == M_NESTED && send_nested(c->fd) < 0) return -1;
     }
     if (c->len == BUF_CAP) return -1; /* a command larger than we care for */
     return 0;
@@ -201,10 +235,11 @@ int main(int argc, char **argv) {
     enum mode m;
     if (argc != 3 || parse_mode(argv[1], &m) != 0) {
         fprintf(stderr,
-                "usage: rl-fakeserver garbage|silent|reset|error|readonly|oom|loading|ok|noscript|huge PORTFILE\n");
+                "usage: rl-fakeserver garbage|silent|reset|error|readonly|oom|loading|ok|noscript|huge|nested PORTFILE\n");
         return 2;
     }
     tool_init("rl-fakeserver");
+    if (m == M_NESTED) signal(SIGCHLD, SIG_IGN); /* its per-connection processes reap themselves */
 
     int port;
     int lfd = listen_loopback(&port);
@@ -242,6 +277,19 @@ int main(int argc, char **argv) {
             fflush(stdout);
             if (m == M_RESET || nconns == MAX_CONNS) {
                 reset_close(fd);
+                continue;
+            }
+            if (m == M_NESTED) { /* a process per connection: each floods on its own, without pause */
+                pid_t pid = fork();
+                if (pid == 0) {
+                    close(lfd);
+                    struct conn *c = &conns[nconns];
+                    c->fd = fd;
+                    c->len = 0;
+                    while (!stop_requested && serve(c, m) == 0) {}
+                    _exit(0);
+                }
+                close(fd);
                 continue;
             }
             conns[nconns].fd = fd;
