@@ -1,14 +1,22 @@
 -- Keep-alive against real nodes: a kept lock outlives its ttl while Lua is
 -- busy; a kept lock that is dropped without unlock() is released, not kept
 -- forever; an error after the acquire does not leave the lock behind; a
--- manual extend sets the ttl the keeper goes on with; a tampered lock raises
--- instead of answering with another call's result.
+-- manual extend sets the ttl the keeper goes on with; an unlock that finds
+-- our value gone makes the lock lost; check() raises for a released lock; a
+-- tampered lock raises instead of answering with another call's result.
 
 local redlock = require "redlock"
 local cluster = require "helpers.cluster"
 local proc = require "helpers.proc"
 
 local res = cluster.names("keepalive") -- res(tag): a resource name no other run uses
+
+-- lock:check() raises, with message (after the caller's position).
+local function check_raises(lock, message)
+  local ok, err = pcall(function() lock:check() end)
+  assert.is_false(ok)
+  assert.are.equal(message, (tostring(err):gsub("^[^:]+:%d+: ", "")))
+end
 
 -- The smallest PTTL of key over the nodes (-2 where a node lacks it).
 local function min_pttl(cl, key)
@@ -195,6 +203,27 @@ describe("keep-alive", function()
     assert.are.equal(pexpires, cluster.calls(cl, "pexpire") + cluster.calls(cl, "evalsha"))
   end)
 
+  -- Before: the keeper had let go of the lock before the release was sent,
+  -- and "not held" marked nothing: lost() false, valid() true, check()
+  -- passing and remaining() about 1400 while another client held the lock.
+  it("turns a kept lock lost when its unlock finds our value gone", function()
+    local r = res("unlock_gone")
+    local lock = assert(dlm:lock(r, { ttl = 3000, keepalive = true }))
+    for i = 1, cl.n do cluster.del(cl, i, r) end
+    local dlm2 = redlock.new { servers = cl.urls }
+    local other = assert(dlm2:lock(r, { ttl = 10000 }))
+    local ok, err = lock:unlock()
+    assert.is_nil(ok)
+    assert.are.equal("not held", err)
+    assert.is_true(lock:lost())
+    assert.is_false(lock:valid())
+    assert.is_true(lock:remaining() <= 0, "remaining() " .. lock:remaining())
+    check_raises(lock, ("lost: the lock on '%s' is no longer held"):format(r))
+    assert(cluster.await_value(cl, r, other.value, 10)) -- the other holder's key is intact
+    assert(other:unlock())
+    dlm2:close()
+  end)
+
   -- Before: the keeper went on extending with the ttl it was first handed.
   it("goes on with the ttl of a manual extend", function()
     local r = res("extend")
@@ -206,6 +235,40 @@ describe("keep-alive", function()
     assert.is_true(pttl > 20000, "PTTL after the keeper's extensions: " .. pttl)
     assert.is_true(lock:remaining() > 20000)
     assert(lock:unlock())
+  end)
+end)
+
+-- Before: valid() said false, but lost() said false too and check()
+-- returned the lock, though check() is the guard before a commit.
+describe("check() on a lock that was released", function()
+  local cl, dlm
+
+  lazy_setup(function() cl = cluster.start(3) end)
+  lazy_teardown(function() if cl then cl:stop() end end)
+  before_each(function() dlm = redlock.new { servers = cl.urls, ttl = 5000 } end)
+  after_each(function() dlm:close() end)
+
+  it("raises once unlock() released it", function()
+    local r = res("released")
+    local lock = assert(dlm:lock(r, { keepalive = true }))
+    assert(lock:unlock())
+    assert.is_false(lock:valid())
+    assert.is_false(lock:lost())
+    check_raises(lock, ("unlocked: the lock on '%s' was released"):format(r))
+  end)
+
+  it("raises for a lock that leaked out of with_lock", function()
+    local r = res("leaked")
+    local leaked = dlm:with_lock(r, nil, function(lock) return lock end)
+    check_raises(leaked, ("unlocked: the lock on '%s' was released"):format(r))
+  end)
+
+  it("raises for a lock its client's close() released", function()
+    local r = res("closed")
+    local closing = redlock.new { servers = cl.urls }
+    local lock = assert(closing:lock(r, { keepalive = true }))
+    closing:close()
+    check_raises(lock, ("unlocked: the lock on '%s' was released when its client was closed"):format(r))
   end)
 end)
 

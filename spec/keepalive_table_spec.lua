@@ -14,7 +14,12 @@
 --   - 2 of 3 nodes killed: the lock turns lost once its validity less the
 --     margin has passed, not before;
 --   - a kept lock whose object is collected without unlock() is released
---     by keep-alive while the holder goes on running.
+--     by keep-alive while the holder goes on running;
+--   - the owner's extend in flight while the lock turned lost (2 of 3
+--     nodes stopped): its success takes the lock back, and keep-alive
+--     goes on extending it;
+--   - an unlock that fails leaves the lock as it was: kept and extended
+--     while held, lost (and check() raising) once lost.
 
 local cluster = require "helpers.cluster"
 local faults = require "helpers.faults"
@@ -187,6 +192,161 @@ local SCENARIOS = {
       assert.truthy(out:find(("check=lost: the lock on '%s' is no longer held"):format(ctx.args.r), 1, true), out)
     end,
     teardown = function(ctx) if ctx.own then ctx.own:stop() end end,
+  },
+  {
+    name = "takes a lock back when the owner's extend, in flight as it turned lost, succeeds",
+    -- ttl 2426, margin 1500: 900 ms from the acquire to the margin, an
+    -- extension every 309 ms. Nodes 1 and 2 stopped from 150 ms to 950 ms:
+    -- keep-alive's extension (at about 310 ms) cannot reach a quorum and
+    -- the lock turns lost at about 900 ms, while the owner's extend begun
+    -- at 650 ms is out (begun before the stopped nodes had been silent for
+    -- the 500 ms that make a node suspect inside nginx, where both share
+    -- the connections); it leaves validity to about 2700 ms.
+    setup = function(ctx)
+      ctx.own = cluster.start(3)
+      return { urls = ctx.own.urls, r = res("takeback") }
+    end,
+    holder = [[
+      return function(T, A)
+        local dlm = require("redlock").new { servers = A.urls, node_timeout = 3000 }
+        local t0 = T.now()
+        local lock = dlm:lock(A.r, { ttl = 2426, margin = 1500, keepalive = true })
+        if not lock then return "not held" end
+        T.mark("held", ("%.3f"):format(t0))
+        T.sleep(math.max(0, t0 + 650 - T.now()))
+        local ok, err = lock:extend(2426)
+        local out = ("extend=%s at=%.0f lost=%s check=%s"):format(tostring(ok or err), T.now() - t0,
+          tostring(lock:lost()), pcall(lock.check, lock) and "ok" or "raised")
+        T.sleep(math.max(0, t0 + 4000 - T.now())) -- past what that extension left: keep-alive's turn
+        out = out .. (" later: lost=%s remaining=%.0f"):format(tostring(lock:lost()), lock:remaining())
+        local released = lock:unlock()
+        dlm:close()
+        return out .. " unlock=" .. tostring(released)
+      end]],
+    drive = function(ctx, dir)
+      assert(proc.wait_file(dir .. "/held", 10000))
+      local t0 = tonumber(proc.read_file(dir .. "/held"))
+      proc.sleep_ms(math.max(0, t0 + 150 - proc.now_ms()))
+      ctx.stopped = {}
+      for i = 1, 2 do assert(ctx.own:kill(i, "STOP")); ctx.stopped[i] = true end
+      proc.sleep_ms(math.max(0, t0 + 950 - proc.now_ms()))
+      for i = 1, 2 do ctx.own:kill(i, "CONT"); ctx.stopped[i] = nil end
+    end,
+    check = function(out)
+      local at = tonumber(out:match("^extend=true at=(%d+) lost=false check=ok later: lost=false remaining=%d+ unlock=true$"))
+      assert(at, out)
+      assert.is_true(at >= 930, "the extend came back before the lock turned lost: " .. out)
+      assert.is_true(tonumber(out:match("remaining=(%d+)")) > 1000, out)
+    end,
+    teardown = function(ctx)
+      for i in pairs(ctx.stopped or {}) do ctx.own:kill(i, "CONT") end
+      if ctx.own then ctx.own:stop() end
+    end,
+  },
+  {
+    name = "keeps extending a lock whose unlock failed, until an unlock succeeds",
+    -- Nodes 1 and 2 cut off (their proxies discard everything) for the
+    -- unlock alone: it fails; keep-alive, tried again every 100 ms, then
+    -- holds the lock past two ttls, and unlocks tried again release it
+    -- once the client's connections to those nodes are back (the last one
+    -- may find it "not held": node 3 dropped it at the first, and a try
+    -- may have reached one node but not the other).
+    setup = function(ctx)
+      ctx.own = cluster.start(3)
+      ctx.pxs = {}
+      local urls = { ctx.own.urls[1], ctx.own.urls[2], ctx.own.urls[3] }
+      for i = 1, 2 do
+        ctx.pxs[i] = faults.proxy(ctx.own.ports[i])
+        urls[i] = ctx.pxs[i].url
+      end
+      return { urls = urls, r = res("unlockfail") }
+    end,
+    holder = [[
+      return function(T, A)
+        local dlm = require("redlock").new { servers = A.urls, node_timeout = 100 }
+        local lock = dlm:lock(A.r, { ttl = 1500, keepalive = true })
+        if not lock then return "not held" end
+        T.mark("held")
+        T.await("cut")
+        local ok, err = lock:unlock()
+        T.mark("failed")
+        T.await("restored")
+        T.sleep(3000)
+        local out = ("unlock=%s lost=%s valid=%s remaining=%.0f"):format(tostring(ok or err), tostring(lock:lost()),
+          tostring(lock:valid()), lock:remaining())
+        local released, why
+        for _ = 1, 20 do -- until the client's own connections to nodes 1 and 2 are back
+          released, why = lock:unlock()
+          if released or why == "not held" then break end
+          T.sleep(100)
+        end
+        dlm:close()
+        return out .. " again=" .. tostring(released or why)
+      end]],
+    drive = function(ctx, dir)
+      assert(proc.wait_file(dir .. "/held", 10000))
+      for i = 1, 2 do ctx.pxs[i]:set("blackhole") end
+      proc.write_file(dir .. "/cut", "1")
+      local failed = proc.wait_file(dir .. "/failed", 10000)
+      for i = 1, 2 do ctx.pxs[i]:set("pass") end
+      proc.write_file(dir .. "/restored", "1")
+      assert(failed, "no failed unlock")
+    end,
+    check = function(out, ctx)
+      local left, again = out:match("^unlock=unavailable lost=false valid=true remaining=(%d+) again=(.*)$")
+      assert(left, out)
+      assert.is_true(tonumber(left) > 500, out)
+      assert.is_true(again == "true" or again == "not held", out)
+      local gone, why = cluster.await_value(ctx.own, ctx.args.r, nil, 1000)
+      assert(gone, why)
+    end,
+    teardown = function(ctx)
+      for _, px in ipairs(ctx.pxs or {}) do px:stop() end
+      if ctx.own then ctx.own:stop() end
+    end,
+  },
+  {
+    name = "leaves a lost lock lost when its unlock fails",
+    -- ttl 3000, margin 1500, nodes 1 and 2 stopped: lost at about 1.45 s;
+    -- the unlock then fails (unavailable)
+    setup = function(ctx)
+      ctx.own = cluster.start(3)
+      return { urls = ctx.own.urls, r = res("lostunlock") }
+    end,
+    holder = [[
+      return function(T, A)
+        local dlm = require("redlock").new { servers = A.urls, node_timeout = 50 }
+        local lock = dlm:lock(A.r, { ttl = 3000, margin = 1500, keepalive = true })
+        if not lock then return "not held" end
+        T.mark("held")
+        T.await("stopped")
+        local t0 = T.now()
+        while not lock:lost() and T.now() - t0 < 5000 do T.sleep(10) end
+        local before = lock:lost()
+        local ok, err = lock:unlock()
+        local out = ("before=%s unlock=%s lost=%s valid=%s check=%s"):format(tostring(before), tostring(ok or err),
+          tostring(lock:lost()), tostring(lock:valid()), select(2, pcall(lock.check, lock)))
+        T.mark("unlocked")
+        dlm:close()
+        return out
+      end]],
+    drive = function(ctx, dir)
+      assert(proc.wait_file(dir .. "/held", 10000))
+      ctx.stopped = {}
+      for i = 1, 2 do assert(ctx.own:kill(i, "STOP")); ctx.stopped[i] = true end
+      proc.write_file(dir .. "/stopped", "1")
+      local unlocked = proc.wait_file(dir .. "/unlocked", 10000)
+      for i = 1, 2 do ctx.own:kill(i, "CONT"); ctx.stopped[i] = nil end
+      assert(unlocked, "no unlock")
+    end,
+    check = function(out, ctx)
+      assert.equal(("before=true unlock=unavailable lost=true valid=false check=lost: the lock on '%s' is no longer held")
+        :format(ctx.args.r), out)
+    end,
+    teardown = function(ctx)
+      for i in pairs(ctx.stopped or {}) do ctx.own:kill(i, "CONT") end
+      if ctx.own then ctx.own:stop() end
+    end,
   },
   {
     name = "releases a kept lock whose object was collected without unlock(), while the holder runs on",

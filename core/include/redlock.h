@@ -843,7 +843,10 @@ double rl_engine_held_until(const rl_engine *e, int id);
  *     keep-alive's own extensions was in flight then, or began after the
  *     owner's did, nodes may hold either ttl: the shorter validity counts,
  *     and the lock is extended again at once (one of keep-alive's that
- *     comes back with the old ttl does the same).
+ *     comes back with the old ttl does the same). An owner's extension
+ *     that comes back after the lock turned lost for want of time takes it
+ *     back (held, extended again at once) if it leaves validity above the
+ *     margin; a lock whose value was found gone stays lost.
  *   - A dropped lock (its owner let go of it without releasing it) is
  *     released by the engine; releases of kept locks are at most 256 in
  *     flight at once, the rest wait their turn.
@@ -880,9 +883,14 @@ int rl_engine_keep_add_slot(rl_engine *e, const char *resource, size_t len, int 
 int rl_engine_keep_state(rl_engine *e, int id, double *valid_until_ms, double now_ms);
 
 /* The owner extended lock id itself: an extension to ttl_ms begun at
- * started_ms that left validity until valid_until_ms (see the rules).
- * RL_ERR for an unknown id, a lock not held, a ttl_ms not above the lock's
- * margin, or a valid_until_ms not finite. */
+ * started_ms that left validity until valid_until_ms (see the rules; after
+ * one that failed, valid_until_ms may only lower what the lock had). A lock
+ * lost for want of time is held again if valid_until_ms less the margin
+ * (and less what one of keep-alive's extensions in flight with a shorter
+ * ttl may leave) is still ahead of now_ms. RL_ERR for an unknown id, a lock
+ * released, a lost lock that stays lost (its value was found gone, or too
+ * little validity is left), a ttl_ms not above the lock's margin, or a
+ * valid_until_ms not finite. */
 int rl_engine_keep_update(rl_engine *e, int id, int ttl_ms, double started_ms, double valid_until_ms,
                           double now_ms);
 
@@ -956,9 +964,9 @@ int rl_keeper_state(rl_keeper *k, int id, double *valid_until_ms);
 
 /* The caller extended lock id itself (say, to change its ttl): an extension
  * begun at started_ms (rl_now_ms) to ttl_ms that left validity until
- * valid_until_ms (rl_engine_keep_update). Return RL_OK, or RL_ERR for an
- * unknown id, a lock that is not held, or a ttl_ms not above the lock's
- * margin. */
+ * valid_until_ms (rl_engine_keep_update: it may take a lock lost for want
+ * of time back). Return RL_OK, or RL_ERR for an unknown id, a lock that is
+ * not held and stays lost, or a ttl_ms not above the lock's margin. */
 int rl_keeper_update(rl_keeper *k, int id, int ttl_ms, double started_ms, double valid_until_ms);
 
 /* Stop extending lock id and forget it (the caller releases it).

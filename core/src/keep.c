@@ -352,14 +352,47 @@ int rl_engine_keep_state(rl_engine *e, int id, double *valid_until_ms, double no
     return x->state;
 }
 
+/* The owner's extension (to ttl_ms, begun at started_ms, valid until
+ * valid_until_ms: a quorum confirmed it) came back after entry i turned
+ * lost for want of time: the lock is held again if that leaves validity
+ * above the margin. One of ours begun before the loss is not waited for
+ * (its answer would count from before it), but a node it reaches last
+ * keeps the key only for the ttl it asked for: if that is the shorter, it
+ * counts from when ours began, less what the owner's lost to elapsed time
+ * and drift. The lock is extended again at once either way. A lock lost
+ * because an extension found our value gone (no validity was left after
+ * that extension began) stays lost. RL_OK, or RL_ERR when it stays lost. */
+static int take_back(rl_keep *k, int i, int ttl_ms, double started_ms, double valid_until_ms, double now) {
+    rl_kept *x = &k->entries[i];
+    if (x->valid_until <= x->extend_start) return RL_ERR;
+    double until = valid_until_ms;
+    if ((x->busy || x->extend_start >= started_ms) && x->extend_ttl < ttl_ms) {
+        double ours = x->extend_start + x->extend_ttl - (started_ms + ttl_ms - valid_until_ms);
+        if (ours < until) until = ours;
+    }
+    if (until - x->margin_ms <= now) return RL_ERR;
+    if (x->busy) {
+        x->seq++;
+        x->busy = 0;
+    }
+    x->state = RL_KEEP_HELD;
+    x->ttl_ms = ttl_ms;
+    x->valid_until = until;
+    x->next_due = now;
+    schedule(k, i);
+    return RL_OK;
+}
+
 int rl_engine_keep_update(rl_engine *e, int id, int ttl_ms, double started_ms, double valid_until_ms,
                           double now_ms) {
     rl_keep *k = rl_engine_keeps(e);
     int i = owned(k, id);
     if (i < 0) return RL_ERR;
     rl_kept *x = &k->entries[i];
-    if (x->state != RL_KEEP_HELD || ttl_ms <= x->margin_ms || !isfinite(valid_until_ms)) return RL_ERR;
+    if (x->state != RL_KEEP_HELD && x->state != RL_KEEP_LOST) return RL_ERR;
+    if (ttl_ms <= x->margin_ms || !isfinite(valid_until_ms)) return RL_ERR;
     double now = rl_engine_clock(e, now_ms);
+    if (x->state == RL_KEEP_LOST) return take_back(k, i, ttl_ms, started_ms, valid_until_ms, now);
     x->ttl_ms = ttl_ms;
     if (x->busy || x->extend_start >= started_ms) {
         /* One of ours overlapped the owner's: nodes may hold either ttl.

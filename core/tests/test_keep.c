@@ -264,6 +264,54 @@ static void update_while_in_flight(void) {
     finish();
 }
 
+/* Lost for want of time while the owner's own extension was in flight:
+ * that extension, confirmed by a quorum, takes the lock back (held, and
+ * extended again at once; the answer to ours begun before the loss no
+ * longer counts). Not when it leaves no validity above the margin; and a
+ * lock whose value an extension found gone stays lost (lost_when_not_held). */
+static void owner_extension_takes_back_a_lost_lock(void) {
+    start(1000);
+    int id = rl_engine_keep_add(E, "k", 1, VALUE, 3000, 3900, 500, 1000);
+    advance_expect(1834, script("k", 3000)); /* ours, unanswered */
+    CHECK_INT(state(id, 3400), RL_KEEP_LOST);
+    /* the owner's extend to 3000, begun at 2500, answered at 3420 */
+    CHECK_INT(rl_engine_keep_update(E, id, 3000, 2500, 5400, 3420), RL_OK);
+    CHECK_INT(state(id, 3420), RL_KEEP_HELD);
+    CHECK(until(id, 3420) == 5400);
+    CHECK_INT(rl_engine_keeping(E), 1);
+    answer(OK1, 3425); /* ours from 1834: it would count from before the loss */
+    CHECK(until(id, 3425) == 5400);
+    advance_expect(3430, script("k", 3000)); /* again at once */
+    answer(OK1, 3440);                       /* 3000 - 10 - 32 from 3430 */
+    CHECK(until(id, 3440) == 6388);
+    CHECK_INT(state(id, 3440), RL_KEEP_HELD);
+    finish();
+
+    /* ours in flight asked for a shorter ttl than the owner's: a node it
+     * reaches last keeps the key only extend_start + its ttl, less what the
+     * owner's extension lost to elapsed time and drift (2500 + 9000 - 11400) */
+    start(1000);
+    id = rl_engine_keep_add(E, "k", 1, VALUE, 3000, 3900, 500, 1000);
+    advance_expect(1834, script("k", 3000));
+    CHECK_INT(state(id, 3400), RL_KEEP_LOST);
+    CHECK_INT(rl_engine_keep_update(E, id, 9000, 2500, 11400, 3420), RL_OK);
+    CHECK(until(id, 3420) == 4734);
+    answer(OK1, 3425);
+    CHECK(until(id, 3425) == 4734);
+    advance_expect(3430, script("k", 9000));
+    finish();
+
+    /* an extension that leaves no more than the margin: still lost */
+    start(1000);
+    id = rl_engine_keep_add(E, "k", 1, VALUE, 3000, 3900, 500, 1000);
+    advance_expect(1834, script("k", 3000));
+    CHECK_INT(state(id, 3400), RL_KEEP_LOST);
+    CHECK_INT(rl_engine_keep_update(E, id, 3000, 1000, 3920, 3420), RL_ERR);
+    CHECK_INT(state(id, 3420), RL_KEEP_LOST);
+    CHECK_INT(rl_engine_keeping(E), 0);
+    finish();
+}
+
 /* A dropped lock is released by the engine (once its extension in flight
  * is out: the release follows it), then forgotten. */
 static void drop_releases(void) {
@@ -369,6 +417,7 @@ int main(void) {
     lost_when_not_held();
     lost_on_time();
     update_while_in_flight();
+    owner_extension_takes_back_a_lost_lock();
     drop_releases();
     remove_forgets();
     release_all_counts();

@@ -8,7 +8,6 @@ local check = require "redlock.check"
 local results = require "redlock.results"
 local batch = require "redlock.batch"
 local held = require "redlock.held"
-local keep = require "redlock.keep"
 local lock = require "redlock.lock"
 local wait = require "redlock.wait"
 check.ours()
@@ -20,8 +19,7 @@ local result = results.result
 local failure, refusal = results.failure, results.refusal
 local run, ignore = batch.run, batch.ignore
 local forget = held.forget
-local stop_keeping = keep.stop
-local new_lock = lock.new
+local new_lock, after_release = lock.new, lock.after_release
 local mark_head_start = wait.mark_head_start
 local check_self, raise, live_client, check_phase = check.self, check.raise, check.live_client, check.phase
 
@@ -109,20 +107,21 @@ function group:unlock()
         if not self[i].released then any = true end
     end
     if not any then return refusal(d, "invalid", "the locks were already unlocked") end
-    check_phase() -- before keep-alive lets go of them
+    check_phase() -- a phase without cosockets: say so first (release refuses anyway)
     local client = live_client(d, "unlock")
     local ok, err, detail, missing = true, nil, nil, nil
+    local started = C.rl_now_ms()
     local refused = run(d, client, #self, function(i)
         local lk = self[i]
-        stop_keeping(lk)
         if lk.released then return nil end
         return client:begin_release(lk.resource, #lk.resource, lk.value)
     end, function(i, got)
         if not got then
             missing = missing or ffi_string(client:errstr())
-        elseif result.status == OK then
-            self[i].released = true
-            forget(self[i])
+            return
+        end
+        after_release(self[i], started, result.status)
+        if result.status == OK then
             if result.heard > 0 then mark_head_start(d, self[i].resource) end
         elseif ok then
             ok, err, detail = failure(d, result)

@@ -110,17 +110,26 @@ function _M.state(lk)
 end
 
 --- A kept lock was extended by its owner (begun at started, to ttl): the
---- keeper goes on from there, with lk.valid_until.
+--- keeper goes on from there, with lk.valid_until. True, or false when the
+--- keeper refused it: it had found the lock lost and that stays so (our
+--- value gone, or too little validity left above the margin: redlock.h,
+--- "Keep-alive"), or the lock was released. True for a lock not kept.
 function _M.update(lk, ttl, started)
     if lk.kept ~= nil and lk.dlm.keeper ~= nil then
-        lk.dlm.keeper:update(lk.kept, ttl, started, lk.valid_until)
+        return lk.dlm.keeper:update(lk.kept, ttl, started, lk.valid_until) == C.RL_OK
     end
+    return true
 end
 
---- The keeper lets go of lk; the client lists it again until its key would
---- be gone by itself (the keeper's last extension was at most a ttl ago).
+--- The keeper lets go of lk, after its last word on it: lk.valid_until is
+--- the keeper's latest (lk.margin stays, and lost() goes on counting it).
+--- The client lists it again until its key would be gone by itself (the
+--- keeper's last extension was at most a ttl ago).
 function _M.stop(lk)
-    if lk.kept ~= nil then hold_until(lk, now(), lk.ttl) end
+    if lk.kept ~= nil then
+        _M.state(lk)
+        hold_until(lk, now(), lk.ttl)
+    end
     if lk.kept ~= nil and lk.dlm.keeper ~= nil then lk.dlm.keeper:remove(lk.kept) end
     if lk.guard ~= nil then ffi_gc(lk.guard, nil) end
     lk.kept, lk.guard = nil, nil

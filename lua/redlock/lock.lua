@@ -189,18 +189,26 @@ function lock:valid()
     return not self.released and not self:lost() and self:remaining() > 0
 end
 
---- True once the lock is known to be gone: keep-alive failed, or validity ran out.
+--- True once the lock is known to be gone: an extension or unlock found our
+--- value gone, keep-alive failed, or validity (less a keep-alive margin) ran
+--- out. False for a lock that was unlocked (check() says so).
 function lock:lost()
     check_self(self, lock_mt, "lost", "a lock", "lock:lost()")
     if self.released then return false end
     local state = kept_state(self)
     if state ~= nil then return state == C.RL_KEEP_LOST end
-    return self.valid_until - now() <= 0
+    return self.valid_until - (self.margin or 0) - now() <= 0
 end
 
---- Raise "lost: ..." if the lock has been lost; return the lock otherwise.
+--- Raise "unlocked: ..." if the lock was released (by unlock() or its
+--- client's close()), "lost: ..." if it has been lost; return the lock
+--- otherwise.
 function lock:check()
     check_self(self, lock_mt, "check", "a lock", "lock:check()")
+    if self.released then
+        error("unlocked: the lock on '" .. self.resource .. "' was released"
+            .. (self.closed and " when its client was closed" or ""), 2)
+    end
     if self:lost() then
         error("lost: the lock on '" .. self.resource .. "' is no longer held", 2)
     end
@@ -257,10 +265,34 @@ function lock:extend(ttl)
     self.ttl = ttl
     self.validity = floor(result.validity_ms)
     self.valid_until = started + self.validity
-    -- the keeper goes on with this ttl, not the one it was handed
-    keep_update(self, ttl, started)
+    -- the keeper goes on with this ttl, not the one it was handed; if it
+    -- found the lock lost while the round was out, this extension takes it
+    -- back, unless it leaves no validity above the margin
+    if not keep_update(self, ttl, started) then
+        local detail = detail_of(self.dlm, result)
+        detail.status, detail.message = "expired", "the lock was lost while the extension was out: keep-alive found "
+            .. "it gone or too little validity was left above the margin"
+        return nil, "expired", detail
+    end
     return true, nil, detail_of(self.dlm, result)
 end
+
+--- The release of lk, begun at started, came back with status. Done: lk is
+--- released (keep-alive lets go of it). "Not held": our value is gone from
+--- too many nodes, so lk is lost at once, and keep-alive lets go of it too.
+--- Anything else leaves lk as it was (still kept, if it was) until an
+--- unlock succeeds.
+function _M.after_release(lk, started, status)
+    if status == OK then
+        stop_keeping(lk)
+        lk.released = true
+        forget(lk)
+    elseif status == C.RL_STATUS_NOT_HELD then
+        stop_keeping(lk)
+        if started < lk.valid_until then lk.valid_until = started end
+    end
+end
+local after_release = _M.after_release
 
 --- Release the lock on every node. true, nil, detail once a quorum deleted
 --- our value, or nil, err, detail ("not held" when our value was no longer
@@ -268,20 +300,21 @@ end
 --- had not answered by then is "pending" in detail, and the client sends it
 --- the rest (a late NOSCRIPT gets its EVAL) on its next calls, or close().
 --- After a failure the lock may be unlocked again (say, once nodes are
---- back); once it succeeded, unlocking again returns nil, "invalid", detail.
+--- back): keep-alive goes on extending a kept lock until then, and "not
+--- held" makes the lock lost. Once it succeeded, unlocking again returns
+--- nil, "invalid", detail.
 function lock:unlock()
     check_self(self, lock_mt, "unlock", "a lock", "lock:unlock()")
     if self.released then
         return refusal(self.dlm, "invalid", self.closed and "the lock was released when its client was closed"
             or "the lock was already unlocked")
     end
-    if self.kept ~= nil then check_phase() end -- before keep-alive lets go of it (release refuses anyway)
-    stop_keeping(self)
+    if self.kept ~= nil then check_phase() end -- a phase without cosockets: say so first (release refuses anyway)
     local client = live_client(self.dlm, "unlock")
+    local started = now()
     on_key(self.dlm, client, RELEASE, self.resource, self.slot, self.value)
+    after_release(self, started, result.status)
     if result.status == OK then
-        self.released = true
-        forget(self)
         -- a semaphore's nodes keep their waiters' turns themselves: a
         -- releaser that asks again at once is refused while it is not its turn
         if result.heard > 0 and not self.slot then mark_head_start(self.dlm, self.resource) end
