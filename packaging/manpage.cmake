@@ -5,7 +5,8 @@
 #
 # help2man turns `redlock --help` into the page; every command listed under
 # "Commands:" there gets a section of its own, made by help2man from
-# `redlock COMMAND --help` (its DESCRIPTION and OPTIONS, one level down).
+# `redlock COMMAND --help` (its SYNOPSIS, DESCRIPTION and OPTIONS, one level
+# down).
 # INCLUDE adds NAME, SEE ALSO and COPYRIGHT. Nothing is written by hand, so
 # the page says what the executable says.
 
@@ -42,14 +43,16 @@ set(sections "${dir}/redlock-commands.h2m")
 file(WRITE "${sections}" "")
 foreach(cmd IN LISTS commands)
   run(page ${HELP2MAN} --no-info "--version-string=${VERSION}" "--help-option=${cmd} --help" ${REDLOCK})
-  string(FIND "${page}" "\n.SH DESCRIPTION\n" at)
+  # From its SYNOPSIS (the "Usage: redlock CMD ..." line) to the end.
+  string(FIND "${page}" "\n.SH SYNOPSIS\n" at)
   if(at LESS 0)
-    message(FATAL_ERROR "manpage.cmake: help2man found no description in 'redlock ${cmd} --help'")
+    message(FATAL_ERROR "manpage.cmake: help2man found no usage line in 'redlock ${cmd} --help'")
   endif()
-  math(EXPR at "${at} + 17")
   string(SUBSTRING "${page}" ${at} -1 body)
-  # Its sections become subsections of the command's.
+  # Its sections (SYNOPSIS, DESCRIPTION, OPTIONS, ...) become subsections of
+  # the command's.
   string(REGEX REPLACE "\n\\.SH ([^\n]*)" "\n.SS \\1" body "${body}")
+  string(SUBSTRING "${body}" 1 -1 body)
   string(TOUPPER "${cmd}" upper)
   file(APPEND "${sections}" "[REDLOCK ${upper}]\n${body}\n")
 endforeach()

@@ -44,11 +44,15 @@ if(TARGET redlock)
 endif()
 
 # -- documentation --------------------------------------------------------------
-install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
-install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR} FILES_MATCHING PATTERN "*.md")
-# The license and the changelog under their own names; the package has them
-# as Debian's copyright and changelog.gz instead (below).
-install(FILES LICENSE CHANGELOG.md DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT plain)
+# Off in the rockspecs: LuaRocks passes no CMAKE_INSTALL_PREFIX, so the doc
+# directory would be /usr/local's, outside the rock's tree.
+if(REDLOCK_INSTALL_DOCS)
+  install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+  install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR} FILES_MATCHING PATTERN "*.md")
+  # The license and the changelog under their own names; the package has them
+  # as Debian's copyright and changelog.gz instead (below).
+  install(FILES LICENSE CHANGELOG.md DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT plain)
+endif()
 
 # -- the Debian package ---------------------------------------------------------
 set(REDLOCK_DEB_MAINTAINER "the redlock authors <maintainers@users.noreply.a-seed-6e2dd13f.example>"

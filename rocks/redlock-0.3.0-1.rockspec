@@ -51,5 +51,8 @@ build = {
     BUILD_TESTING = "OFF",
     REDLOCK_BUILD_HOST = "OFF",
     REDLOCK_C_LIBRARY = "OFF",
+    -- Nor the docs: LuaRocks gives CMake no install prefix, so they would go
+    -- to /usr/local/share/doc, outside the tree.
+    REDLOCK_INSTALL_DOCS = "OFF",
   },
 }

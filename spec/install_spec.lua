@@ -1,7 +1,9 @@
 -- `luarocks make` installs a module that `require "redlock"` loads with
--- nothing but the target tree on the path: not the checkout's lua/, not build/.
+-- nothing but the target tree on the path: not the checkout's lua/, not build/;
+-- it writes nothing outside that tree, and `luarocks remove` takes it all away.
 -- `cmake --install` of the build tree puts the host, the modules, the C
--- library and a man page that renders cleanly under any prefix. (The
+-- library and a man page that renders cleanly under any prefix, with each
+-- command's usage line. (The
 -- packages made from the checkout are tried by spec/package_spec.lua.)
 
 local proc = require "helpers.proc"
@@ -41,6 +43,7 @@ io.write("path ", package.path, "\n", "cpath ", package.cpath, "\n")
 
 describe("luarocks make redlock-scm-1.rockspec", function()
   local tmp, tree
+  local installed = {} -- what CMake's install step wrote, as its output names it
 
   setup(function()
     tmp = proc.tmpdir()
@@ -68,6 +71,15 @@ describe("luarocks make redlock-scm-1.rockspec", function()
     for _, file in ipairs(lua_modules()) do
       assert.is_true(exists(tree .. file), "not installed: " .. tree .. file)
     end
+    -- Nothing outside the tree: every file CMake's install step wrote (or
+    -- found up to date) is under it. Before, the docs went to
+    -- /usr/local/share/doc/redlock: a user without root could not install
+    -- the rock at all, and `luarocks remove` left them behind.
+    for path in out:gmatch("\n%-%- [%a-]+: (/[^\n]*)") do installed[#installed + 1] = path end
+    assert.is_true(#installed > #lua_modules(), "no CMake install lines in the output:\n" .. out)
+    for _, path in ipairs(installed) do
+      assert.are.equal(tree .. "/", path:sub(1, #tree + 1), "installed outside the tree: " .. path)
+    end
   end)
 
   it("gives a module that loads from that tree alone", function()
@@ -91,6 +103,17 @@ describe("luarocks make redlock-scm-1.rockspec", function()
     end
     assert.is_true(mapped > 0, "redlock_core.so not mapped:\n" .. out)
     assert.is_nil(out:find(" [^ \n]*/build/", 1), "the build tree leaked onto the path:\n" .. out)
+  end)
+
+  it("is removed by luarocks remove, leaving no file of its own", function()
+    local out, rc = sh(("timeout 120 luarocks --lua-version=5.1 --tree %s remove redlock"):format(q(tree)))
+    assert.are.equal(0, rc, "luarocks remove failed:\n" .. out)
+    out = sh(("find %s -name '*redlock*'"):format(q(tree)))
+    assert.are.equal("", out)
+    assert.is_true(#installed > 0)
+    for _, path in ipairs(installed) do
+      assert.is_false(exists(path), "left behind: " .. path)
+    end
   end)
 end)
 
@@ -142,12 +165,12 @@ describe("cmake --install", function()
     local page
     setup(function()
       page = sh(("gzip -dc %s"):format(q(prefix .. "/share/man/man1/redlock.1.gz")))
-    end)
-
-    it("that renders without a warning", function()
       local f = assert(io.open(tmp .. "/redlock.1", "w"))
       f:write(page)
       f:close()
+    end)
+
+    it("that renders without a warning", function()
       local out, rc = sh(("groff -ww -z -man %s"):format(q(tmp .. "/redlock.1")))
       assert.are.equal(0, rc, out)
       assert.are.equal("", out)
@@ -174,6 +197,53 @@ describe("cmake --install", function()
         end
       end
       assert.is_true(n >= 3, block)
+    end)
+
+    -- The commands of `redlock --help`, each with its own --help text.
+    local function commands()
+      local help = sh(q(proc.build .. "/redlock") .. " --help")
+      local list = {}
+      for line in assert(help:match("\nCommands:\n(.-)\n\n"), help):gmatch("[^\n]+") do
+        local cmd, args = line:match("^  ([a-z][a-z-]*) ?(.-)  ")
+        if cmd then
+          list[#list + 1] = { name = cmd, args = args, help = sh(q(proc.build .. "/redlock") .. " " .. cmd .. " --help") }
+        end
+      end
+      assert.is_true(#list >= 3, help)
+      return list
+    end
+
+    -- Before: only the text after each command's usage line was kept, so
+    -- the page's one synopsis of status was "status RESOURCE".
+    it("with each command's usage line in its section", function()
+      local out, rc = sh(("LC_ALL=C MANWIDTH=1000 man -E ascii -l %s | col -b"):format(q(tmp .. "/redlock.1")))
+      assert.are.equal(0, rc, out)
+      out = out:gsub("[ \t]+", " ")
+      for _, cmd in ipairs(commands()) do
+        local usage = assert(cmd.help:match("^Usage: (redlock [^\n]+)"), cmd.help):gsub("%s+", " ")
+        local section = assert(out:match("\nREDLOCK " .. cmd.name:upper() .. "\n(.-)\n%u"), cmd.name .. ":\n" .. out)
+        assert.is_truthy(section:find(usage, 1, true), cmd.name .. ": no '" .. usage .. "' in\n" .. section)
+      end
+    end)
+
+    it("whose list of commands makes optional what each command's usage does", function()
+      for _, cmd in ipairs(commands()) do
+        local usage = cmd.help:match("^Usage: [^\n]+")
+        for optional in usage:gmatch("%[([^%]]+)%]") do
+          if cmd.args:find(optional, 1, true) then
+            assert.is_truthy(cmd.args:find("[" .. optional .. "]", 1, true),
+              ("redlock --help has '%s %s', its usage '%s'"):format(cmd.name, cmd.args, usage))
+          end
+        end
+      end
+    end)
+
+    -- Before: "--insecure; or REDLOCK_CACERT, ..." began a line of the TLS
+    -- sentence in redlock --help, and help2man made it an option (.HP),
+    -- outdented, cutting the sentence.
+    it("with no line of a help text taken for an option", function()
+      local line = page:match("\n%.HP\n([^\n]*)")
+      assert.is_nil(line, "a sentence's line taken for an option: " .. tostring(line))
     end)
   end)
 end)

@@ -80,9 +80,10 @@ and a LuaJIT host for lock-protected work.
 Commands:
   run SCRIPT.lua [ARGS...]             run a Lua job script; require "redlock" works
                                        and redlock.default() is a configured client
-  exec [OPTIONS] RESOURCE -- CMD...    run a command while holding RESOURCE, like
+  exec [OPTIONS] RESOURCE [--] CMD...  run a command while holding RESOURCE, like
                                        flock(1) across machines
-  status RESOURCE                      who holds RESOURCE, node by node
+  status [RESOURCE]                    who holds RESOURCE, node by node (without
+                                       RESOURCE: which nodes answer)
   dev [N]                              start N (5) throwaway redis-server nodes
   demo                                 watch workers contend for one lock
 
@@ -91,8 +92,8 @@ Servers (for run, exec, status, demo):
   --servers-file FILE     one URL a line, # comments: keeps passwords out of argv
   URL: redis://[[user]:password@]host:port[/db]  or  unix:///path/to.sock[?db=N]
        rediss://... for TLS (certificates verified against the system's CAs)
-  TLS: --cacert FILE, --cacertdir DIR, --cert FILE, --key FILE, --sni NAME,
-       --insecure; or REDLOCK_CACERT, REDLOCK_CACERTDIR, REDLOCK_CERT,
+  TLS: --cacert FILE, --cacertdir DIR, --cert FILE, --key FILE, --sni NAME
+       and --insecure, or REDLOCK_CACERT, REDLOCK_CACERTDIR, REDLOCK_CERT,
        REDLOCK_KEY, REDLOCK_SNI, REDLOCK_INSECURE=1 (the flags win)
   No servers yet? 'redlock dev' starts some; 'redlock demo' needs none.
 
