@@ -278,6 +278,14 @@ describe("the source rock", function()
       :format(q(tmp), q(tree), q(ROCK)))
     assert.are.equal(0, rc, "luarocks install failed:\n" .. out)
     assert.is_truthy(out:find("redlock " .. VERSION .. "-1 is now installed", 1, true), out)
+    -- Every file CMake's install step wrote (or found up to date) is in the
+    -- tree: before, the docs went to /usr/local/share/doc/redlock.
+    local n = 0
+    for path in out:gmatch("\n%-%- [%a-]+: (/[^\n]*)") do
+      n = n + 1
+      assert.are.equal(tree .. "/", path:sub(1, #tree + 1), "installed outside the tree: " .. path)
+    end
+    assert.is_true(n > 10, "no CMake install lines in the output:\n" .. out)
     out = sh(("luarocks --lua-version=5.1 --tree %s list --porcelain redlock"):format(q(tree)))
     assert.is_truthy(out:find("redlock\t" .. VERSION .. "-1\tinstalled", 1, true), out)
   end)
