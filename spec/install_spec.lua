@@ -215,10 +215,15 @@ describe("cmake --install", function()
 
     -- Before: only the text after each command's usage line was kept, so
     -- the page's one synopsis of status was "status RESOURCE".
-    it("with each command's usage line in its section", function()
+    -- The page as plain text, a paragraph a line, blanks squeezed.
+    local function text()
       local out, rc = sh(("LC_ALL=C MANWIDTH=1000 man -E ascii -l %s | col -b"):format(q(tmp .. "/redlock.1")))
       assert.are.equal(0, rc, out)
-      out = out:gsub("[ \t]+", " ")
+      return (out:gsub("[ \t]+", " "))
+    end
+
+    it("with each command's usage line in its section", function()
+      local out = text()
       for _, cmd in ipairs(commands()) do
         local usage = assert(cmd.help:match("^Usage: (redlock [^\n]+)"), cmd.help):gsub("%s+", " ")
         local section = assert(out:match("\nREDLOCK " .. cmd.name:upper() .. "\n(.-)\n%u"), cmd.name .. ":\n" .. out)
@@ -240,10 +245,12 @@ describe("cmake --install", function()
 
     -- Before: "--insecure; or REDLOCK_CACERT, ..." began a line of the TLS
     -- sentence in redlock --help, and help2man made it an option (.HP),
-    -- outdented, cutting the sentence.
+    -- outdented, cutting the sentence in three paragraphs.
     it("with no line of a help text taken for an option", function()
       local line = page:match("\n%.HP\n([^\n]*)")
       assert.is_nil(line, "a sentence's line taken for an option: " .. tostring(line))
+      local tls = assert(text():match("[^\n]*%-%-cacert FILE, %-%-cacertdir[^\n]*"), page)
+      assert.is_truthy(tls:find("(the flags win)", 1, true), "the TLS sentence is cut: " .. tls)
     end)
   end)
 end)

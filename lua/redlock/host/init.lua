@@ -92,9 +92,9 @@ Servers (for run, exec, status, demo):
   --servers-file FILE     one URL a line, # comments: keeps passwords out of argv
   URL: redis://[[user]:password@]host:port[/db]  or  unix:///path/to.sock[?db=N]
        rediss://... for TLS (certificates verified against the system's CAs)
-  TLS: --cacert FILE, --cacertdir DIR, --cert FILE, --key FILE, --sni NAME
-       and --insecure, or REDLOCK_CACERT, REDLOCK_CACERTDIR, REDLOCK_CERT,
-       REDLOCK_KEY, REDLOCK_SNI, REDLOCK_INSECURE=1 (the flags win)
+  TLS:  --cacert FILE, --cacertdir DIR, --cert FILE, --key FILE, --sni NAME
+        and --insecure, or REDLOCK_CACERT, REDLOCK_CACERTDIR, REDLOCK_CERT,
+        REDLOCK_KEY, REDLOCK_SNI, REDLOCK_INSECURE=1 (the flags win)
   No servers yet? 'redlock dev' starts some; 'redlock demo' needs none.
 
 Times (exec --ttl, -w, --grace): a number with a unit, 500ms, 10s, 1.5s, 2m,
