@@ -105,6 +105,32 @@ describe("hostile nodes", function()
     end)
   end)
 
+  -- A node that is down answers first (connection refused): the word must
+  -- still be the holders' (busy), not unavailable, which cron jobs under
+  -- `redlock exec -E 0` would report as an error.
+  it("a held resource with one node down is busy, whichever node answers first", function()
+    local servers = { dead_url(), cl.urls[2], cl.urls[3] }
+    local holder = redlock.new { servers = servers, node_timeout = NODE_TIMEOUT }
+    local dlm = redlock.new { servers = servers, node_timeout = NODE_TIMEOUT }
+    local r = res("onedown")
+    local lock = assert(holder:try_lock(r, { ttl = 30000 }))
+    local words = {}
+    for _ = 1, 20 do
+      local got, err = dlm:try_lock(r)
+      assert.is_nil(got)
+      words[err] = (words[err] or 0) + 1
+    end
+    assert.are.same({ busy = 20 }, words)
+    local bin = os.getenv("REDLOCK_HOST") or "build/redlock"
+    local out, rc = proc.sh(("%s exec -q -n -E 0 --servers %s %s -- true")
+      :format(bin, proc.quote(table.concat(servers, ",")), proc.quote(r)))
+    assert.are.equal(0, rc, out)
+    assert.are.equal("", out) -- -q: nothing said
+    assert(lock:unlock())
+    holder:close()
+    dlm:close()
+  end)
+
   describe("a node whose reply never ends, though each array in it is small", function()
     local fake
     lazy_setup(function() fake = faults.fakeserver("nested") end)

@@ -98,6 +98,11 @@ static int try_decide(rl_round *r, double now_ms) {
         return 1;
     }
     if (res->ok + r->pending < res->quorum) {
+        /* No quorum now, but which word: the nodes still to answer may be
+         * the holders that make it busy (not held), not unavailable. One
+         * node down must not turn "busy" into "unavailable" by answering
+         * first: wait for them (their node timeout bounds it). */
+        if (res->taken <= against && res->taken + r->pending > against) return 0;
         res->elapsed_ms = now_ms - r->start_ms;
         /* against: another value holds it (a lock), ours is gone (the rest) */
         if (res->taken > against)

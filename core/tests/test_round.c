@@ -56,11 +56,41 @@ static void failures_without_holders_are_unavailable(void) {
 }
 
 static void mixed_failures_are_busy_only_when_holders_alone_block(void) {
+    /* holders on 2, a node down: no quorum, and the last node decides the
+     * word, so the round waits for it; a holder there makes it busy */
     start(RL_OP_ACQUIRE, 5, 3, 10000);
     CHECK_INT(rl_round_reply(&r, 0, &status_ok, NULL, 1001), 0);
     CHECK_INT(rl_round_reply(&r, 1, &nil, NULL, 1001), 0);
     CHECK_INT(rl_round_reply(&r, 2, &nil, NULL, 1001), 0);
-    CHECK_INT(rl_round_reply(&r, 3, NULL, "down", 1001), 1);
+    CHECK_INT(rl_round_reply(&r, 3, NULL, "down", 1001), 0);
+    CHECK_INT(rl_round_reply(&r, 4, &nil, NULL, 1002), 1);
+    CHECK_INT(res.status, RL_STATUS_BUSY);
+    /* ... a failure there makes it unavailable */
+    start(RL_OP_ACQUIRE, 5, 3, 10000);
+    CHECK_INT(rl_round_reply(&r, 0, &status_ok, NULL, 1001), 0);
+    CHECK_INT(rl_round_reply(&r, 1, &nil, NULL, 1001), 0);
+    CHECK_INT(rl_round_reply(&r, 2, &nil, NULL, 1001), 0);
+    CHECK_INT(rl_round_reply(&r, 3, NULL, "down", 1001), 0);
+    CHECK_INT(rl_round_reply(&r, 4, NULL, "down", 1002), 1);
+    CHECK_INT(res.status, RL_STATUS_UNAVAILABLE);
+    /* ... and so does its silence, at the node timeout */
+    start(RL_OP_ACQUIRE, 5, 3, 10000);
+    CHECK_INT(rl_round_reply(&r, 1, &nil, NULL, 1001), 0);
+    CHECK_INT(rl_round_reply(&r, 2, &nil, NULL, 1001), 0);
+    CHECK_INT(rl_round_reply(&r, 3, NULL, "down", 1001), 0);
+    CHECK_INT(rl_round_reply(&r, 0, NULL, "down", 1001), 0);
+    CHECK_INT(rl_round_expire(&r, "no reply", 1050), 1);
+    CHECK_INT(res.status, RL_STATUS_UNAVAILABLE);
+    /* one node down of three, the other two held: busy, whoever answers first */
+    start(RL_OP_ACQUIRE, 3, 2, 10000);
+    CHECK_INT(rl_round_reply(&r, 0, NULL, "connection refused", 1001), 0);
+    CHECK_INT(rl_round_reply(&r, 1, &nil, NULL, 1001), 0);
+    CHECK_INT(rl_round_reply(&r, 2, &nil, NULL, 1002), 1);
+    CHECK_INT(res.status, RL_STATUS_BUSY);
+    /* with no holder possible any more, the failure is decided at once */
+    start(RL_OP_ACQUIRE, 3, 2, 10000);
+    CHECK_INT(rl_round_reply(&r, 0, NULL, "down", 1001), 0);
+    CHECK_INT(rl_round_reply(&r, 1, NULL, "down", 1001), 1);
     CHECK_INT(res.status, RL_STATUS_UNAVAILABLE);
 }
 
