@@ -186,6 +186,8 @@ describe("misuse", function()
       misuse(here(), function() retry.fixed(2 ^ 31, 3) end, { "bad argument #1 to 'fixed'", "delay" })
       misuse(here(), function() retry.jitter(0, 2 ^ 40, 3) end, { "bad argument #2 to 'jitter'", "max" })
       misuse(here(), function() retry.forever(0, 2 ^ 31) end, { "bad argument #2 to 'forever'", "max" })
+      misuse(here(), function() retry.forever(false, 100) end, { "bad argument #1 to 'forever'", "min" })
+      misuse(here(), function() retry.exponential { base = false } end, { "bad argument #1 to 'exponential'", "base" })
       misuse(here(), function() retry.exponential { cap = 2 ^ 40 } end, { "bad argument #1 to 'exponential'", "cap" })
       misuse(here(), function() retry.exponential { bse = 5 } end,
         "bad argument #1 to 'exponential' (unknown option 'bse')")

@@ -24,6 +24,12 @@ local function check_ms(fname, pos, name, v, allow_zero)
     end
 end
 
+-- v, or d when v is nil (only nil: false is a bad value, not "the default").
+local function or_default(v, d)
+    if v == nil then return d end
+    return v
+end
+
 local function check_attempts(fname, pos, n)
     if type(n) ~= "number" or n < 1 or n % 1 ~= 0 then
         error(("bad argument #%d to '%s' (attempts must be a positive integer, got %s)"):format(pos, fname, show(n)), 3)
@@ -60,7 +66,7 @@ function _M.exponential(opts)
                 type(k) == "string" and ("'" .. k .. "'") or ("[" .. show(k) .. "]")), 2)
         end
     end
-    local base, cap, attempts = opts.base or 10, opts.cap or 1000, opts.attempts or 32
+    local base, cap, attempts = or_default(opts.base, 10), or_default(opts.cap, 1000), or_default(opts.attempts, 32)
     check_ms("exponential", 1, "base", base)
     check_ms("exponential", 1, "cap", cap)
     check_attempts("exponential", 1, attempts)
@@ -74,7 +80,7 @@ end
 
 --- Never give up: uniform in [min_ms, max_ms) (default 50-250 ms). Bound it with `wait`.
 function _M.forever(min_ms, max_ms)
-    min_ms, max_ms = min_ms or 50, max_ms or 250
+    min_ms, max_ms = or_default(min_ms, 50), or_default(max_ms, 250)
     check_ms("forever", 1, "min", min_ms, true)
     check_ms("forever", 2, "max", max_ms)
     if max_ms < min_ms then error("bad argument #2 to 'forever' (max must be >= min)", 2) end
