@@ -48,10 +48,12 @@
  * listens is dropped and the next one moves up; 8 messages at most. With
  * fewer than f queued, every listener on the broadcast channel hears the
  * release, as for a lock. A waiter woken is marked kept (RL_KEPT_PREFIX)
- * from now, by the node's clock: its RL_SEM_KEEP_MS to come count from
- * this turn (a stopped one is dropped by the first caller behind it that
- * asks after that, whatever its policy's delay); one dropped loses its
- * mark. Answers 2 when someone heard it, else 1. */
+ * from now, by the node's clock, unless it is marked already: its
+ * RL_SEM_KEEP_MS to come count from its first turn (a stopped one is
+ * dropped by the first caller behind it that asks after that, whatever its
+ * policy's delay; releases of other slots, woken again, do not start its
+ * time over); one dropped loses its mark. Answers 2 when someone heard it,
+ * else 1. */
 #define RL_SLOT_TURN \
     RL_PUBLISHING \
     "local function turn(k, l, q) " \
@@ -67,7 +69,7 @@
     "local s = redis.pcall((pub()),\"" RL_WAKE_PREFIX "\"..e..\":\"..k,1) " \
     "if type(s) == \"number\" and s > 0 then woke, i = woke + 1, i + 1 " \
     "if not now then local tm = redis.call(\"time\") now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000) end " \
-    "redis.pcall(\"hset\",K,e,now) " \
+    "redis.pcall(\"hsetnx\",K,e,now) " \
     "else redis.pcall(\"zrem\",q,e) redis.pcall(\"hdel\",K,e) n = n - 1 end end " \
     "if woke > 0 then redis.pcall(\"pexpire\",K,60000) return 2 end " \
     "end " \
@@ -279,7 +281,7 @@ int rl_cmd_acquire_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, c
     return 0;
 }
 
-const char rl_release_slot_sha[] = "5945aa0257b0ea60dc5b845584654f28260adc64";
+const char rl_release_slot_sha[] = "b513bdb51832de540c329e1c3521c332d55fc46f";
 
 int rl_cmd_release_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *sem, size_t semlen,
                         const char *value, int quiet) {

@@ -11,7 +11,9 @@
  * rl_engine_keep_release_all lets go of) waits in a FIFO for its release,
  * at most KEEP_RELEASE_WINDOW of them in flight: every round must be
  * answered within the node timeout, and ten thousand begun together are
- * not. Ids are entry indexes; a freed entry's id may be handed out again. */
+ * not. An id is an entry's index with the entry's generation above it:
+ * the id of a freed entry names nothing until the entry has been used
+ * 1,024 times more. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -232,7 +234,12 @@ void rl_keep_result(rl_keep *k, rl_keep_ref ref, const rl_result *r, double now)
         release_done(k, ref.entry, r->status == RL_STATUS_OK);
         return;
     }
-    if (x->state != RL_KEEP_HELD) return; /* lost by time meanwhile */
+    if (x->state != RL_KEEP_HELD) {
+        /* lost by time meanwhile; a quorum without our value still ends
+         * what validity the owner's extension could take back (take_back) */
+        if (r->status == RL_STATUS_NOT_HELD && x->extend_start < x->valid_until) x->valid_until = x->extend_start;
+        return;
+    }
     if (r->status == RL_STATUS_OK && x->extend_ttl != x->ttl_ms) {
         /* The owner extended to another ttl meanwhile (rl_engine_keep_update):
          * nodes may hold either; count the shorter, extend again at once. */

@@ -58,6 +58,7 @@ void rl_subs_free(rl_subs *s) {
     free(s->head);
     rl_names_free(&s->by_resource);
     rl_names_free(&s->by_channel);
+    rl_names_free(&s->by_shard_channel);
     memset(s, 0, sizeof(*s));
 }
 
@@ -169,7 +170,7 @@ static int on_reply(rl_subs *s, rl_substream *n, const rl_reply *r, double now_m
     if (r->type != RL_REPLY_ARRAY || r->integer != 3 || kind == NULL || ch == NULL) return 0;
     if ((klen == 7 && memcmp(kind, "message", 7) == 0) || (klen == 8 && memcmp(kind, "smessage", 8) == 0)) {
         const char *payload = rl_reader_element(&n->reader, 2, &plen);
-        rl_subs_message(s, ch, clen, payload, plen);
+        rl_subs_message(s, ch, clen, payload, plen, n->sharded);
     } else if ((klen == 9 && memcmp(kind, "subscribe", 9) == 0) || (klen == 10 && memcmp(kind, "ssubscribe", 10) == 0)) {
         n->backoff_ms = 0;
     }

@@ -82,7 +82,9 @@ typedef struct rl_subs {
     size_t head_len;
     rl_watched *w;             /* slots, by watch id */
     rl_names by_resource;    /* each live watch's resource (its channel past head) -> id */
-    rl_names by_channel;     /* each live watch's channel names (channel, wake, cluster forms) -> id */
+    rl_names by_channel;     /* each live watch's channel and wake channel on plain nodes -> id */
+    rl_names by_shard_channel; /* the same on a cluster's shards (cchannel, cwake): the names of
+                                  two resources may meet across the two ("{a}"'s and "a"'s) */
     int nw, capw, used;      /* slots made, room, slots subscribed (rl_watched_live) */
     double linger_next;      /* the earliest linger_until set since the last look (maybe over early), or 0 */
     int *news;               /* ids whose news is not handed out yet (each at most once) */
@@ -139,13 +141,13 @@ int rl_subs_news(rl_subs *s, int *broadcast);
 int rl_subs_listening(const rl_subs *s);
 
 /* Between the two halves. rl_subs_message: a message on channel ch, from
- * any node, counted for the watch it belongs to if it is a release's (that
- * watch then has news). rl_subs_changed: watch w was added (subscribe 1) or
+ * a plain node or (sharded) a cluster's shard, counted for the watch it
+ * belongs to if it is a release's (that watch then has news). rl_subs_changed: watch w was added (subscribe 1) or
  * is going (0; s->used already counts it out): SUBSCRIBE or UNSUBSCRIBE
  * its channels on every node up; a watch asks idle nodes for a connection,
  * and with nothing watched any more a connection not yet begun is not
  * needed. */
-void rl_subs_message(rl_subs *s, const char *ch, size_t len, const char *payload, size_t plen);
+void rl_subs_message(rl_subs *s, const char *ch, size_t len, const char *payload, size_t plen, int sharded);
 void rl_subs_changed(rl_subs *s, const rl_watched *w, int subscribe, double now_ms);
 
 /* End the lingers that are over by now_ms (rl_subs_advance's part in watches.c). */

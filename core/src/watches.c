@@ -37,12 +37,12 @@ static int release_says(const char *p, size_t len, int wake) {
     return v;
 }
 
-void rl_subs_message(rl_subs *s, const char *ch, size_t len, const char *payload, size_t plen) {
-    int id = rl_names_find(&s->by_channel, ch, len);
+void rl_subs_message(rl_subs *s, const char *ch, size_t len, const char *payload, size_t plen, int sharded) {
+    int id = rl_names_find(sharded ? &s->by_shard_channel : &s->by_channel, ch, len);
     if (id < 0) return;
     rl_watched *w = &s->w[id];
-    int wake = (w->wake_len == len && memcmp(w->wake, ch, len) == 0) ||
-               (w->cwake && w->cwake_len == len && memcmp(w->cwake, ch, len) == 0);
+    int wake = sharded ? w->cwake_len == len && memcmp(w->cwake, ch, len) == 0
+                       : w->wake_len == len && memcmp(w->wake, ch, len) == 0;
     int says = release_says(payload, plen, wake);
     if (says == 0) return;
     if (w->waiters == 0) {
@@ -65,8 +65,8 @@ static void unindex_watch(rl_subs *s, int id) {
     rl_names_remove(&s->by_resource, w->channel + s->head_len, w->len - s->head_len, id);
     rl_names_remove(&s->by_channel, w->channel, w->len, id);
     rl_names_remove(&s->by_channel, w->wake, w->wake_len, id);
-    if (w->cchannel) rl_names_remove(&s->by_channel, w->cchannel, w->clen, id);
-    if (w->cwake) rl_names_remove(&s->by_channel, w->cwake, w->cwake_len, id);
+    if (w->cchannel) rl_names_remove(&s->by_shard_channel, w->cchannel, w->clen, id);
+    if (w->cwake) rl_names_remove(&s->by_shard_channel, w->cwake, w->cwake_len, id);
 }
 
 /* The id of resource's watch (lingering or not), or -1 (always for a name
@@ -83,8 +83,8 @@ static int index_watch(rl_subs *s, int id) {
     int failed = rl_names_add(&s->by_resource, w->channel + s->head_len, w->len - s->head_len, id) != 0 ||
                  rl_names_add(&s->by_channel, w->channel, w->len, id) != 0 ||
                  rl_names_add(&s->by_channel, w->wake, w->wake_len, id) != 0 ||
-                 (w->cchannel && rl_names_add(&s->by_channel, w->cchannel, w->clen, id) != 0) ||
-                 (w->cwake && rl_names_add(&s->by_channel, w->cwake, w->cwake_len, id) != 0);
+                 (w->cchannel && rl_names_add(&s->by_shard_channel, w->cchannel, w->clen, id) != 0) ||
+                 (w->cwake && rl_names_add(&s->by_shard_channel, w->cwake, w->cwake_len, id) != 0);
     if (!failed) return 0;
     unindex_watch(s, id);
     return -1;

@@ -269,6 +269,20 @@ static void update_while_in_flight(void) {
  * extended again at once; the answer to ours begun before the loss no
  * longer counts). Not when it leaves no validity above the margin; and a
  * lock whose value an extension found gone stays lost (lost_when_not_held). */
+/* Lost by time with keep-alive's extension out; that extension then finds
+ * our value gone from a quorum: the owner's extension, begun before it and
+ * answered after, takes nothing back (the value was gone after it began). */
+static void value_found_gone_is_not_taken_back(void) {
+    start(1000);
+    int id = rl_engine_keep_add(E, "k", 1, VALUE, 3000, 3900, 500, 1000);
+    advance_expect(1834, script("k", 3000));
+    CHECK_INT(state(id, 3400), RL_KEEP_LOST);
+    answer(GONE, 3410);
+    CHECK_INT(rl_engine_keep_update(E, id, 3000, 1800, 4700, 3420), RL_ERR);
+    CHECK_INT(state(id, 3420), RL_KEEP_LOST);
+    finish();
+}
+
 static void owner_extension_takes_back_a_lost_lock(void) {
     start(1000);
     int id = rl_engine_keep_add(E, "k", 1, VALUE, 3000, 3900, 500, 1000);
@@ -418,6 +432,7 @@ int main(void) {
     lost_on_time();
     update_while_in_flight();
     owner_extension_takes_back_a_lost_lock();
+    value_found_gone_is_not_taken_back();
     drop_releases();
     remove_forgets();
     release_all_counts();

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/substream.h"
 #include "fake_driver.h"
 #include "redlock.h"
 
@@ -217,6 +218,32 @@ static void many_watches(void) {
     }
     CHECK_INT(rl_engine_heard(E, NULL, 0), N);
     rl_engine_free(E);
+}
+
+/* With cluster nodes, "{orders}"'s plain channels are "orders"'s sharded
+ * ones: a message counts for the watch whose names it came on, by the kind
+ * of stream it came from, whichever was watched first. */
+static void plain_and_sharded_names_apart(void) {
+    rl_options o;
+    rl_options_init(&o);
+    rl_subs s;
+    CHECK_INT(rl_subs_init(&s, NULL, 0, &o), 0);
+    s.clusters = 1;
+    const char waiter[] = "0123456789abcdef";
+    int braced = rl_subs_watch(&s, "{orders}", 8, waiter, 1);
+    int plain = rl_subs_watch(&s, "orders", 6, waiter, 1);
+    CHECK(braced >= 0 && plain >= 0 && braced != plain);
+    const rl_watched *w = &s.w[plain];
+    CHECK(w->clen == s.w[braced].len && memcmp(w->cchannel, s.w[braced].channel, w->clen) == 0);
+    rl_subs_message(&s, w->cchannel, w->clen, "1", 1, 1); /* a shard's release of "orders" */
+    CHECK_INT(rl_subs_heard(&s, "orders", 6), 1);
+    CHECK_INT(rl_subs_heard(&s, "{orders}", 8), 0);
+    rl_subs_message(&s, w->cwake, w->cwake_len, "1", 1, 1);
+    CHECK_INT(rl_subs_heard(&s, "orders", 6), 2);
+    rl_subs_message(&s, s.w[braced].channel, s.w[braced].len, "1", 1, 0); /* a plain node's of "{orders}" */
+    CHECK_INT(rl_subs_heard(&s, "{orders}", 8), 1);
+    CHECK_INT(rl_subs_heard(&s, "orders", 6), 2);
+    rl_subs_free(&s);
 }
 
 /* Bytes that are no RESP, and an error reply (a refused SUBSCRIBE), end the
@@ -479,5 +506,6 @@ int main(void) {
     won_watch_lingers();
     wake_ends_a_linger();
     many_watches();
+    plain_and_sharded_names_apart();
     return check_report("substream");
 }
