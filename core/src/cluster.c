@@ -38,6 +38,7 @@ rl_shard *rl_cluster_shard_at(rl_engine *e, int i, const char *host, int port) {
     /* no peers: a shard's server is the cluster's, not a voter of its own */
     rl_stream_init(&sh->st, &sh->url, i, &e->opts, rl_shard_reply, sh, NULL, 0);
     sh->st.reader.keep_top = 1;
+    sh->st.reader.max_string = RL_CLUSTER_TEXT_MAX;
     e->shards[e->nshards++] = sh;
     if (e->subs.nsubs > 0) rl_subs_add(&e->subs, &sh->url); /* stream nnodes + number */
     return sh;

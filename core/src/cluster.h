@@ -32,6 +32,10 @@
 #define RL_TRYAGAIN_MIN_MS 2    /* the pause before each: an eighth of the node timeout, */
 #define RL_TRYAGAIN_MAX_MS 100  /* within these bounds */
 #define RL_CLUSTER_REMAP_MS 1000 /* a shard that cannot be reached asks for the map at most this often */
+/* The longest CLUSTER NODES text taken (a line a node: replicas, and slots
+ * in many ranges, make it long): a cluster node's connections (its seeds',
+ * its shards') take strings up to this long, where others take 64 KB. */
+#define RL_CLUSTER_TEXT_MAX (1024 * 1024)
 
 _Static_assert(RL_MAX_LINKS == 2 * RL_MAX_NODES + 2 * RL_MAX_SHARDS, "RL_MAX_LINKS");
 _Static_assert(RL_MAX_SHARDS < 255, "a hash slot's owner is a shard number + 1 in a byte");

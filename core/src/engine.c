@@ -141,6 +141,7 @@ rl_engine *rl_engine_new(const char *const *urls, int nurls, const rl_options *o
         rl_stream_init(&e->nodes[i], &e->urls[i], i, &e->opts, e->clusters[i] ? rl_cluster_seed_reply : rl_op_reply, e,
                        e->nodes, nurls);
         e->nodes[i].reader.keep_top = e->clusters[i] != NULL; /* its CLUSTER NODES text */
+        if (e->clusters[i]) e->nodes[i].reader.max_string = RL_CLUSTER_TEXT_MAX;
     }
     rl_keep_init(&e->keep);
     if (rl_subs_init(&e->subs, e->urls, nurls, &e->opts) != 0) {

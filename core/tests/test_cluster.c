@@ -378,8 +378,38 @@ static void tryagain_is_bounded(void) {
     rl_engine_free(E);
 }
 
+/* A CLUSTER NODES text longer than other replies may be (64 KB: many
+ * replicas listed) is read, and routes as a short one does. */
+static void reads_a_long_map(void) {
+    start(NULL);
+    enum { REPLICAS = 1200 };
+    size_t cap = sizeof(MAP) + REPLICAS * 128 + 64;
+    char *map = malloc(cap), *resp = malloc(cap + 32);
+    size_t len = (size_t)snprintf(map, cap, "%s", MAP);
+    for (int k = 0; k < REPLICAS; k++)
+        len += (size_t)snprintf(map + len, cap - len,
+                                "replica%06d 127.0.0.%d:%d@%d slave id%d 0 0 %d connected\n", k, 2 + k % 200,
+                                8000 + k, 18000 + k, k % 2, 1 + k % 2);
+    CHECK(len > 65536);
+    int id = rl_engine_begin_acquire(E, "foo", 3, 10000, 1);
+    drain(SEED, 1);
+    int n = snprintf(resp, cap + 32, "$%zu\r\n%s\r\n", len, map);
+    CHECK_INT(feed(SEED, resp, 2), RL_OK);
+    connect_shards(2);
+    CHECK(strstr(drain(SHARD(0), 3), "$3\r\nfoo\r\n") != NULL); /* slot 12182: 7001 */
+    CHECK_INT(feed(SHARD(0), "+OK\r\n", 4), RL_OK);
+    rl_result r;
+    CHECK_INT(rl_engine_take(E, id, &r), 1);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    (void)n;
+    free(map);
+    free(resp);
+    rl_engine_free(E);
+}
+
 int main(void) {
     routes_by_slot_and_follows_moved();
+    reads_a_long_map();
     redirects_are_bounded();
     fenced_counter_and_watch_in_the_slot();
     map_from_the_next_seed();
