@@ -307,6 +307,38 @@ describe("TLS (libev driver)", function()
       dlm:close()
     end)
 
+    -- Before: any connection a server that had asked for a client
+    -- certificate ended before its first reply was "server requires a client
+    -- certificate", a close_notify too (a TLS proxy with optional client
+    -- certificates whose backend is down); and a reset after a refused
+    -- certificate was a bare "Connection reset by peer".
+    it("before any reply: the reason first, the client certificate only as a hedge", function()
+      local mine = { certfile = pki.client_cert, keyfile = pki.client_key }
+      local NOTIFY = "connection lost: closed by the server (TLS close_notify)"
+      local cases = {
+        { "notify", nil, NOTIFY },
+        { "notify", mine, NOTIFY },
+        { "ask-notify", nil, NOTIFY .. "; it had asked for a client certificate" },
+        { "ask-notify", mine, NOTIFY .. "; it had asked for a client certificate" },
+        { "ask-reset", nil, "connection lost: server requires a client certificate? (connection reset before any reply)" },
+        { "ask-reset", mine, "connection lost: server refused the client certificate? (connection reset before any reply)" },
+      }
+      for _, case in ipairs(cases) do
+        local mode, cert, want = case[1], case[2], case[3]
+        local fake = faults.tlsfake(mode, pki.server_cert, pki.server_key)
+        local ok, err = pcall(function()
+          local t = { cafile = pki.ca }
+          for k, v in pairs(cert or {}) do t[k] = v end
+          local dlm = redlock.new { servers = { fake.url }, tls = t }
+          local seen, found = gather(dlm, { "^" .. want:gsub("%p", "%%%0") .. "$" })
+          dlm:close()
+          assert.is_true(found, ("%s%s: %s"):format(mode, cert and " (with a certificate)" or "", show(seen)))
+        end)
+        fake:stop()
+        assert(ok, err)
+      end
+    end)
+
     it("the subscriber connections reconnect over TLS and hear releases again", function()
       local waiter = redlock.new { servers = tcl.urls, tls = { cafile = pki.ca } }
       local holder = redlock.new { servers = tcl.urls, tls = { cafile = pki.ca } }
@@ -400,6 +432,18 @@ describe("TLS (libev driver)", function()
       dlm:close()
     end)
 
+    -- Before: a certificate without subject alternative names passed on its
+    -- subject's CN (OpenSSL's fallback), though names are checked against
+    -- the SANs.
+    it("a certificate without subject alternative names is for no name, whatever its CN", function()
+      local ncl = cluster.start(1, { tls = { cert = pki.nosan_cert, key = pki.nosan_key, ca = pki.ca } })
+      local dlm = redlock.new { servers = ncl.urls, tls = { cafile = pki.ca, server_name = "localhost" } }
+      local seen, ok = gather(dlm, { "^hostname mismatch: the server's certificate is not for localhost$" })
+      dlm:close()
+      ncl:stop()
+      assert.is_true(ok, show(seen))
+    end)
+
     it("no client certificate for a node that requires one", function()
       local dlm = redlock.new { servers = mcl.urls, tls = { cafile = pki.ca } }
       local seen, ok = gather(dlm, every(3, "server requires a client certificate"), nil, nil, MAJORITY)
@@ -484,6 +528,10 @@ describe("TLS (libev driver)", function()
       assert.has_error(new { verify = "no" }, "bad argument #1 to 'new' (tls.verify must be a boolean, got string \"no\")")
       assert.has_error(new { ca = pki.ca }, "bad argument #1 to 'new' (unknown option 'tls.ca')")
       assert.has_error(new { keyfile = pki.client_key }, "bad argument #1 to 'new' (tls.keyfile needs tls.certfile)")
+      -- SNI's limit (before: made, then every round failed every node)
+      assert.has_error(new { server_name = ("x"):rep(256) },
+        "bad argument #1 to 'new' (tls.server_name: longer than 255 bytes)")
+      redlock.new({ servers = tcl.urls, tls = { server_name = ("x"):rep(255) } }):close()
     end)
   end)
 
@@ -688,6 +736,36 @@ describe("TLS (libev driver)", function()
       assert.matches("--cacert '" .. dir .. "/none.pem': No such file or directory", out, 1, true)
       assert.is_nil(out:find("traceback", 1, true), out)
       assert.is_nil(out:find("script ran", 1, true), out)
+    end)
+
+    -- Before: only a message's leading "tls.<option>" became a flag, and
+    -- always the flag: "--key: needs tls.certfile", "--cert '...': no private
+    -- key in it (and no tls.keyfile)", "--cacert '/nonexist': ..." for
+    -- REDLOCK_CACERT=/nonexist.
+    it("names the flag or the variable that set each TLS file, wherever the message mentions it", function()
+      local servers = q(table.concat(tcl.urls, ","))
+      local cases = {
+        { ("status --servers %s --cacert %s --key %s r1"):format(servers, q(pki.ca), q(pki.client_key)), nil,
+          "redlock: --key needs --cert\n" },
+        { ("status --servers %s --cacert %s --cert %s r1"):format(servers, q(pki.ca), q(pki.client_cert)), nil,
+          ("redlock: --cert '%s': no private key in it (and no --key)\n"):format(pki.client_cert) },
+        { ("status --servers %s r1"):format(servers), "REDLOCK_CACERT=/nonexist",
+          "redlock: REDLOCK_CACERT '/nonexist': No such file or directory\n" },
+        { ("status --servers %s --cacert %s r1"):format(servers, q(pki.ca)), "REDLOCK_KEY=" .. q(pki.client_key),
+          "redlock: REDLOCK_KEY needs --cert\n" },
+        { ("exec -n --servers %s --cacert %s --key %s r1 -- true"):format(servers, q(pki.ca), q(pki.client_key)), nil,
+          "redlock: --key needs --cert\n" },
+        { ("exec -n --servers %s --key %s r1 -- true"):format(servers, q(pki.server_key)),
+          ("REDLOCK_CACERT=%s REDLOCK_CERT=%s"):format(q(pki.ca), q(pki.client_cert)),
+          ("redlock: --key '%s': the key does not match REDLOCK_CERT\n"):format(pki.server_key) },
+        { ("status --servers %s --sni %s r1"):format(servers, ("x"):rep(256)), nil,
+          "redlock: --sni: longer than 255 bytes\n" },
+      }
+      for _, case in ipairs(cases) do
+        local out, rc = host(case[1], case[2])
+        assert.equal(64, rc, out)
+        assert.equal(case[3], out)
+      end
     end)
 
     it("--insecure (and REDLOCK_INSECURE) warn that verification is off", function()

@@ -123,7 +123,7 @@ typedef struct rl_tls_options {
     const char *capath;       /* directory of hashed CA certificates (NULL: none) */
     const char *certfile;     /* client certificate, PEM, for mutual TLS (NULL: none) */
     const char *keyfile;      /* its private key, PEM (NULL: none) */
-    const char *server_name;  /* SNI, and the name verified (NULL: each URL's host) */
+    const char *server_name;  /* SNI, and the name verified (NULL: each URL's host); 255 bytes at most */
     int verify;               /* 1 (default): verify the chain and the host name or IP; 0: don't */
 } rl_tls_options;
 

@@ -57,7 +57,21 @@ static void verified_name(SSL *ssl, char *out, size_t len) {
     OPENSSL_free(ip);
 }
 
-/* err = what the failed call rc on s means. during: in the handshake. */
+/* err = that the server may have refused our client certificate (or our
+ * lack of one): it asked for one, sent nothing since, and then ended the
+ * connection without a word (how: "reset" or "closed"). A hedge: a server
+ * that only asks may end connections for other reasons. */
+static void refusal(rl_tls_session *s, const char *how, int during, char *err, size_t errlen) {
+    snprintf(err, errlen, "server %s? (connection %s %s)",
+             s->tls->has_cert ? "refused the client certificate" : "requires a client certificate", how,
+             during ? "in the handshake" : "before any reply");
+}
+
+/* err = what the failed call rc on s means. during: in the handshake.
+ * The client certificate is blamed on the server's word only (its alert);
+ * a server that had asked for one and ends the connection before its first
+ * reply gets it as a hedge (a reset or an EOF: its alert may have been lost
+ * to the reset; a close_notify: the reason, then that it had asked). */
 static void describe(rl_tls_session *s, int rc, int during, char *err, size_t errlen) {
     SSL *ssl = s->ssl;
     int saved = errno;
@@ -65,13 +79,22 @@ static void describe(rl_tls_session *s, int rc, int during, char *err, size_t er
     unsigned long code = take_error();
     int reason = ERR_GET_REASON(code);
     const char *pre = during ? "TLS handshake failed: " : "TLS: ";
-    if (s->cert_asked && !s->got_data) {
-        /* TLS 1.3: our side of the handshake ends before the server has
-         * checked our (empty) certificate; its refusal (an alert, often
-         * lost to the reset that follows) comes with the first read. */
-        snprintf(err, errlen, "server requires a client certificate");
-    } else if (kind == SSL_ERROR_ZERO_RETURN) {
-        snprintf(err, errlen, "closed by the server (TLS close_notify)");
+    /* TLS 1.3: our side of the handshake ends before the server has checked
+     * our certificate; its refusal (an alert, often lost to the reset that
+     * follows) comes with the first read. */
+    int may_refuse = s->cert_asked && !s->got_data;
+    const char *ended = NULL; /* the server ended the connection without a word */
+    if (kind == SSL_ERROR_SYSCALL && code == 0)
+        ended = rc == 0 || saved == 0 ? "closed" : saved == ECONNRESET || saved == EPIPE ? "reset" : NULL;
+#ifdef SSL_R_UNEXPECTED_EOF_WHILE_READING
+    else if (reason == SSL_R_UNEXPECTED_EOF_WHILE_READING)
+        ended = "closed";
+#endif
+    if (kind == SSL_ERROR_ZERO_RETURN) {
+        snprintf(err, errlen, "closed by the server (TLS close_notify)%s",
+                 may_refuse ? "; it had asked for a client certificate" : "");
+    } else if (ended && may_refuse) {
+        refusal(s, ended, during, err, errlen);
     } else if (kind == SSL_ERROR_SYSCALL && code == 0) {
         if (rc == 0 || saved == 0) snprintf(err, errlen, "%sconnection closed by the server", pre);
         else snprintf(err, errlen, "%s%s", pre, strerror(saved));
@@ -102,15 +125,14 @@ static void describe(rl_tls_session *s, int rc, int during, char *err, size_t er
 
 /* ---- the context ---- */
 
-/* The server asks for a client certificate and none is configured: go on
- * without one (the server may not insist), and remember it to explain a
- * refusal. */
-static int no_client_cert(SSL *ssl, X509 **x509, EVP_PKEY **pkey) {
-    (void)x509;
-    (void)pkey;
+/* The server asks for a client certificate (called whether or not one is
+ * configured: without one, an empty certificate is sent, as the server may
+ * not insist): remember it, to explain a refusal. */
+static int server_asks_cert(SSL *ssl, void *arg) {
+    (void)arg;
     rl_tls_session *s = SSL_get_app_data(ssl);
     if (s) s->cert_asked = 1;
-    return 0;
+    return 1;
 }
 
 #ifndef ERR_SYSTEM_ERROR /* OpenSSL 1.1 */
@@ -203,7 +225,7 @@ rl_tls *rl_tls_new(const rl_tls_options *o, char *err, size_t errlen) {
     SSL_CTX_set_default_passwd_cb(ctx, no_passphrase);
 
     if (o->keyfile && !o->certfile) {
-        if (err) snprintf(err, errlen, "tls.keyfile: needs tls.certfile");
+        if (err) snprintf(err, errlen, "tls.keyfile needs tls.certfile");
         goto fail;
     }
     const char *key = o->keyfile ? o->keyfile : o->certfile;
@@ -253,12 +275,15 @@ rl_tls *rl_tls_new(const rl_tls_options *o, char *err, size_t errlen) {
             goto fail;
         }
         t->has_cert = 1;
-    } else {
-        SSL_CTX_set_client_cert_cb(ctx, no_client_cert);
     }
+    SSL_CTX_set_cert_cb(ctx, server_asks_cert, NULL);
     if (o->server_name) {
         if (o->server_name[0] == '\0') {
             if (err) snprintf(err, errlen, "tls.server_name: empty");
+            goto fail;
+        }
+        if (strlen(o->server_name) > TLSEXT_MAXLEN_host_name) { /* no handshake could send it */
+            if (err) snprintf(err, errlen, "tls.server_name: longer than %d bytes", TLSEXT_MAXLEN_host_name);
             goto fail;
         }
         t->server_name = strdup(o->server_name);
@@ -302,7 +327,9 @@ int rl_tls_start(rl_tls *t, rl_tls_session *s, int fd, const char *host, char *e
         if (ip) {
             ok = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name) == 1;
         } else {
-            SSL_set_hostflags(ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+            /* the subject alternative names only: no fallback to the CN of
+             * a certificate without DNS names (as browsers do) */
+            SSL_set_hostflags(ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS | X509_CHECK_FLAG_NEVER_CHECK_SUBJECT);
             ok = SSL_set1_host(ssl, name) == 1;
         }
     }

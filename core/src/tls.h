@@ -26,7 +26,7 @@ typedef struct rl_tls_session {
     int want;                /* RL_TLS_WANT_* after RL_TLS_AGAIN */
     int done;                /* the handshake finished */
     int failed;              /* a call failed: no close_notify at the end */
-    int cert_asked;          /* the server asked for a client certificate we do not have */
+    int cert_asked;          /* the server asked for a client certificate */
     int got_data;            /* a read returned bytes: the server accepted the connection */
 } rl_tls_session;
 
@@ -36,7 +36,8 @@ typedef struct rl_tls_session {
  * a passphrase for. On error NULL, with the reason in err naming the
  * option and the file: "tls.keyfile '/x/y': No such file or directory",
  * "tls.cafile '/dev/zero': not a regular file", "tls.certfile '...': no
- * certificate in it", or OpenSSL's first queued reason. */
+ * certificate in it", or OpenSSL's first queued reason; a server_name no
+ * handshake can send: "tls.server_name: longer than 255 bytes". */
 rl_tls *rl_tls_new(const rl_tls_options *o, char *err, size_t errlen);
 
 /* Free the context. NULL is ignored. Sessions made from it must be gone. */

@@ -31,6 +31,7 @@ local NEW_KEYS = { servers = true, ttl = true, node_timeout = true, connect_time
                    notify = true, tls = true, label = true, stats = true, replicas = true }
 local TLS_KEYS = { cafile = true, capath = true, certfile = true, keyfile = true, server_name = true, verify = true }
 local TLS_STRINGS = { "cafile", "capath", "certfile", "keyfile", "server_name" }
+local SNI_MAX = 255 -- the longest server name a TLS handshake can send (as core/src/tls.c checks)
 local LOCK_KEYS = { ttl = true, wait = true, retry = true, keepalive = true, margin = true, fence = true,
                     shared = true, limit = true }
 local MAX_LIMIT = C.RL_MAX_LIMIT
@@ -111,6 +112,9 @@ local function options_struct(fname, o, nservers)
                 end
                 opts.tls[k] = v -- points into v: the client keeps v (see redlock.new)
             end
+        end
+        if tls.server_name ~= nil and #tls.server_name > SNI_MAX then
+            argerror(1, fname, ("tls.server_name: longer than %d bytes"):format(SNI_MAX))
         end
         if tls.verify ~= nil then
             if type(tls.verify) ~= "boolean" then argerror(1, fname, "tls.verify must be a boolean, got " .. show(tls.verify)) end
@@ -233,6 +237,7 @@ end
 --- verification off is the host's --insecure only), or nil when none is set.
 local TLS_ENV = { cafile = "REDLOCK_CACERT", capath = "REDLOCK_CACERTDIR", certfile = "REDLOCK_CERT",
                   keyfile = "REDLOCK_KEY", server_name = "REDLOCK_SNI" }
+_M.TLS_ENV = TLS_ENV
 function _M.tls_from_env()
     local t
     for k, name in pairs(TLS_ENV) do

@@ -2,6 +2,7 @@
 --
 --   local faults = require "helpers.faults"
 --   local fake = faults.fakeserver("garbage")   -- fake.url, fake.port, fake.pid
+--   local tfake = faults.tlsfake("ask-notify", cert, key) -- a TLS node that drops connections
 --   local px = faults.proxy(cl.ports[1])        -- px.url; px:set("stall") ...
 --   local dns = faults.fakedns()                -- dns.addr; dns:set("answer 127.0.0.1")
 --   fake:stop(); px:stop()
@@ -83,6 +84,17 @@ end
 -- readonly, oom, loading, ok (+OK to every command).
 function M.fakeserver(mode)
   return start(function(_, portfile) return { mode, portfile } end, "rl-fakeserver")
+end
+
+--- A TLS node (certificate cert, key key) that drops every connection
+-- after reading its first bytes, before any reply: mode "hello-reset" (a
+-- TCP RST after the ClientHello, no handshake), "notify" (a
+-- close_notify), "ask-notify" (the same, having asked for an optional client
+-- certificate), "ask-reset" (asked, then a TCP RST). fake.url is rediss://.
+function M.tlsfake(mode, cert, key)
+  local self = start(function(_, portfile) return { mode, cert, key, portfile } end, "rl-tlsfake")
+  self.url = "rediss://127.0.0.1:" .. self.port
+  return self
 end
 
 --- A DNS server on UDP port 53 of some 127.53.X.Y (binding it needs root),

@@ -8,6 +8,8 @@
 --   pki.client_cert, pki.client_key       signed by ca; for mutual TLS
 --   pki.wrong_ca                          an unrelated CA (verification must fail)
 --   pki.other_cert, pki.other_key         signed by ca; SAN only DNS:other.example
+--   pki.nosan_cert, pki.nosan_key         signed by ca; CN localhost and no SAN (names are
+--                                         checked against SANs only: it is for no name)
 --   pki.dir                               the directory holding them all
 --   tls.cleanup()                         removes the directory
 --   tls.env(opts), tls.from_env()         tls options to a worker process and back
@@ -66,12 +68,13 @@ local function ca(dir, name, key_path, cert_path)
 end
 
 -- A leaf certificate for key_path signed by ca; san is e.g.
--- "DNS:localhost, IP:127.0.0.1" (nil for none); usage "serverAuth" or "clientAuth".
-local function leaf(dir, name, key_path, cert_path, ca_cert, ca_key, san, usage)
+-- "DNS:localhost, IP:127.0.0.1" (nil for none); usage "serverAuth" or
+-- "clientAuth"; its subject's CN is cn (default: name).
+local function leaf(dir, name, key_path, cert_path, ca_cert, ca_key, san, usage, cn)
   local ext = dir .. "/" .. name .. ".ext"
   local lines = {
     "[req]", "distinguished_name = dn", "prompt = no",
-    "[dn]", "CN = " .. name,
+    "[dn]", "CN = " .. (cn or name),
     "[v3_leaf]",
     "basicConstraints = critical, CA:FALSE",
     "keyUsage = critical, digitalSignature, keyEncipherment",
@@ -104,6 +107,7 @@ function M.make()
     client_cert = p("client.crt"), client_key = p("client.key"),
     wrong_ca = p("wrong-ca.crt"), wrong_ca_key = p("wrong-ca.key"),
     other_cert = p("other.crt"), other_key = p("other.key"),
+    nosan_cert = p("nosan.crt"), nosan_key = p("nosan.key"),
   }
   local ok, err = pcall(function()
     key(t.ca_key)
@@ -118,6 +122,8 @@ function M.make()
     key(t.other_key)
     leaf(dir, "other", t.other_key, t.other_cert, t.ca, t.ca_key,
       "DNS:other.example", "serverAuth")
+    key(t.nosan_key)
+    leaf(dir, "nosan", t.nosan_key, t.nosan_cert, t.ca, t.ca_key, nil, "serverAuth", "localhost")
   end)
   if not ok then
     os.execute("rm -rf -- " .. q(dir))

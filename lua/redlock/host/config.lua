@@ -231,17 +231,31 @@ function _M.install(opts)
     return redlock
 end
 
--- "tls.<option>" said as "--<flag>", for error messages.
+-- The flag that sets each tls option.
 local FLAG_OF_TLS_OPTION = {}
-for flag, option in pairs(TLS_FLAGS) do FLAG_OF_TLS_OPTION[option] = "--" .. flag end
+for flag, option in pairs(TLS_FLAGS) do FLAG_OF_TLS_OPTION[option] = flag end
 
---- msg with a leading "tls.<option>:" or "tls.<option> '<file>'" said as
---- the flag that sets it.
-function _M.flag_message(msg)
-    return (msg:gsub("^tls%.([%w_]+)([: ])", function(option, sep)
+--- msg (from redlock.new or a probe) with every "tls.<option>" in it said
+--- as what set that option (see tls_options): "--<flag>" when the flag was
+--- given, else its REDLOCK_* variable when that is set, else the flag (the
+--- one to give). A file name in '...' is left as it is. opts: the command
+--- line's options.
+function _M.flag_message(msg, opts)
+    local variable = require("redlock.options").TLS_ENV
+    local function said(option)
         local flag = FLAG_OF_TLS_OPTION[option]
-        return flag and flag .. sep
-    end))
+        if not flag then return nil end
+        if not (opts and opts[flag]) and env(variable[option]) then return variable[option] end
+        return "--" .. flag
+    end
+    local parts, pos = {}, 1
+    repeat
+        local q1, q2 = msg:find("'[^']*'", pos)
+        parts[#parts + 1] = msg:sub(pos, q1 and q1 - 1 or -1):gsub("%f[%w.]tls%.([%a_]+)", said)
+        if q1 then parts[#parts + 1] = msg:sub(q1, q2) end
+        pos = q2 and q2 + 1
+    until not q1
+    return table.concat(parts)
 end
 
 --- A client from the host configuration, or nil and a message.
@@ -253,7 +267,7 @@ function _M.client(opts)
     local ok, dlm = pcall(redlock.new, copts)
     if not ok then
         local msg = tostring(dlm):gsub("^bad argument #1 to 'new' %((.*)%)$", "%1")
-        return nil, _M.flag_message(msg)
+        return nil, _M.flag_message(msg, opts)
     end
     return dlm
 end

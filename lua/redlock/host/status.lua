@@ -134,7 +134,7 @@ local function probe_all(opts, servers, key, failed)
         else
             local r, perr, kind, name = sys.probe(url, key, TIMEOUT_MS, tls)
             if not r and kind == sys.PROBE_EINVAL then
-                return nil, host.fail(EXIT.USAGE, "%s", config.flag_message(perr))
+                return nil, host.fail(EXIT.USAGE, "%s", config.flag_message(perr, opts))
             end
             rows[idx] = { name = r and r.name or name, state = "error", info = perr }
             if r then

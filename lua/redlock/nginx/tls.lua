@@ -149,20 +149,25 @@ local function handshake_reason(hub, i, err)
     end
     local text = err:match("^%d+: (.+)$") -- an X509 verify error: "20: unable to get local issuer ..."
     if text then return "certificate verify failed: " .. text end
-    if err == "handshake failed" and hub.tls.cert == nil then
-        -- most often: the server requires a client certificate (tls-auth-clients yes),
-        -- nginx's error log has the server's alert
-        return "TLS handshake failed: server requires a client certificate? (none set)"
+    if err == "handshake failed" then
+        -- OpenSSL's reason (an alert: the server refused our certificate or
+        -- our lack of one, no cipher in common, ...; a reset) is in nginx's
+        -- error log only: sslhandshake does not say whether the server even
+        -- asked for a client certificate
+        return hub.tls.cert == nil and "TLS handshake failed (see nginx's error log; no client certificate set)"
+            or "TLS handshake failed (see nginx's error log)"
     end
     return "TLS handshake failed: " .. err
 end
 
--- A node's reason for a connection that ended. Over TLS 1.3 a server that
--- wants a client certificate refuses one after the handshake, so the
--- connection ends before its first reply.
+-- A node's reason for a connection that ended. A TLS connection that ends
+-- before its first reply may be the server refusing our client certificate
+-- (or our lack of one: over TLS 1.3 it refuses after the handshake), or
+-- anything else: without one, that is said as a fact, not as the cause.
 function _M.lost_reason(hub, i, err)
-    if hub.tlss[i] and not hub.fed[i] and hub.tls.cert == nil then
-        return ("lost after the TLS handshake: server requires a client certificate? (%s)"):format(tostring(err))
+    if hub.tlss[i] and not hub.fed[i] then
+        return ("connection lost before any reply: %s%s"):format(tostring(err),
+            hub.tls.cert == nil and " (no client certificate set)" or "")
     end
     return "connection lost: " .. tostring(err)
 end
