@@ -290,6 +290,41 @@ describe("a kept lock of a client whose prefix was built at run time", function(
   end)
 end)
 
+describe("closing a client with a node that sends a reply that does not end", function()
+  local faults = require "helpers.faults"
+  local cl, drip
+
+  lazy_setup(function()
+    cl = cluster.start(2)
+    drip = faults.fakeserver("drip") -- $60000, then a byte every 10 ms
+  end)
+  lazy_teardown(function()
+    if drip then drip:stop() end
+    if cl then cl:stop() end
+  end)
+
+  -- Before: the node "still answered" (bytes kept coming), so close() waited
+  -- the reconnect cap plus the connect timeout for it: 2 s, and 4 s when
+  -- keep-alive had been used (its thread's client waited as long first).
+  for _, keepalive in ipairs { false, true } do
+    it(("returns well within 2 s%s, the lock released by the other nodes"):format(
+      keepalive and " after keep-alive" or ""), function()
+      for run = 1, 3 do
+        local dlm = redlock.new { servers = { drip.url, cl.urls[1], cl.urls[2] } }
+        local r = res("drip" .. run)
+        local lk = assert(dlm:try_lock(r, { ttl = LONG_TTL, keepalive = keepalive }))
+        proc.sleep_ms(100)
+        assert(lk:unlock())
+        local t0 = proc.now_ms()
+        dlm:close()
+        local took = proc.now_ms() - t0
+        assert.is_true(took < 1800, ("run %d: close() took %d ms"):format(run, took))
+        assert(cluster.await_value(cl, r, nil, 0))
+      end
+    end)
+  end
+end)
+
 describe("a plain LuaJIT process that exits holding a kept lock", function()
   local cl, dir
 

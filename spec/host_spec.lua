@@ -833,6 +833,39 @@ sh -c 'sleep %s; echo late > %s'
       assert.is_nil(job.output():find("ran", 1, true))
     end)
 
+    -- Before: exec waited 2 s for the node it could never reach on SIGTERM
+    -- (its exit paths waited 2000 ms for kept locks, where host.md says about
+    -- 1 s), and 4 s after its command when a node was still sending a reply.
+    it("leaves within about 1 s on SIGTERM with a node that never answers; its lock released", function()
+      local silent = faults.fakeserver("silent")
+      finally(function() silent:stop() end)
+      local servers = table.concat({ silent.url, cl.urls[1], cl.urls[2] }, ",")
+      for run = 1, 2 do
+        local key = "units:silentterm" .. run
+        local job = bg("exec --servers " .. servers .. " " .. key .. " -- sleep 30", "")
+        assert.is_true(eventually(function() return get(1, key) ~= nil and get(2, key) ~= nil end), job.output())
+        sleep_ms(300) -- the keep-alive thread's connections are up, and its release for the silent node waits
+        local t0 = wall_ms()
+        job:signal("TERM")
+        local rc = job:wait(10000)
+        local took = wall_ms() - t0
+        assert.are.equal(143, rc, job.output())
+        assert.is_true(took < 1700, ("run %d: exit %d ms after SIGTERM"):format(run, took))
+        assert.is_true(get(1, key) == nil and get(2, key) == nil)
+      end
+    end)
+
+    it("leaves soon after its command with a node sending a reply that does not end", function()
+      local drip = faults.fakeserver("drip")
+      finally(function() drip:stop() end)
+      local servers = table.concat({ drip.url, cl.urls[1], cl.urls[2] }, ",")
+      for run = 1, 2 do
+        local out, rc, took = redlock("exec --servers " .. servers .. " units:drip" .. run .. " -- true", "")
+        assert.are.equal(0, rc, out)
+        assert.is_true(took < 1800, ("run %d: took %d ms"):format(run, took))
+      end
+    end)
+
     it("never lets two commands on one resource overlap", function()
       local log = TMP .. "/overlap.log"
       local child = ([[sh -c 'echo "enter $$ $(date +%%s%%N)" >> %s; sleep 0.05; echo "exit $$ $(date +%%s%%N)" >> %s']])

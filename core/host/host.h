@@ -26,8 +26,9 @@
 
 #define RL_HOST_PROGNAME "redlock"
 
-/* How long the exit paths wait for kept locks to be released. */
-#define RL_HOST_RELEASE_TIMEOUT_MS 2000
+/* How long the exit paths wait for kept locks to be released: about 1 s,
+ * as docs/host.md says (and as the core's own exit handler waits). */
+#define RL_HOST_RELEASE_TIMEOUT_MS 1000
 
 /* paths.c: prepend the host's Lua module directories to package.path and
  * package.cpath. Return 0, or -1 (and leave the paths alone) if the

@@ -226,7 +226,8 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
 /* Close every connection and free the client. Tails still running (see
  * above) are served first, for at most the node timeout, then commands not
  * yet written (rl_engine_unwritten), and then replies still owed by nodes
- * that answer (rl_engine_unanswered), each for at most reconnect_max_ms +
+ * that answer (rl_engine_unanswered: not a node sending one reply that has
+ * not ended for stall_reset_ms), each for at most reconnect_max_ms +
  * connect_timeout_ms; operations in flight are abandoned (their results are
  * lost). NULL is ignored. */
 void rl_client_free(rl_client *c);
@@ -785,7 +786,10 @@ int rl_engine_tails(const rl_engine *e);
 int rl_engine_unwritten(const rl_engine *e);
 
 /* Nodes that owe replies to commands written on a connection that is set
- * up and answering (not suspect): a node still working through a batch. A
+ * up and answering (not suspect): a node still working through a batch.
+ * Not a node whose bytes have ended no reply for stall_reset_ms since the
+ * oldest command it owes was sent (one reply that does not end: it would
+ * not answer what follows it in time). A
  * driver about to close should first let them answer, for a bounded time:
  * a node that finds its client's socket closed while it answers drops the
  * commands it had not read yet (the releases at the end of a batch). */
@@ -945,7 +949,9 @@ rl_keeper *rl_keeper_new(const char *const *urls, int nurls, const rl_options *o
 
 /* Stop the keeper's thread and free it. Locks still kept are neither
  * extended nor released any more (rl_keeper_release first releases them).
- * NULL is ignored. */
+ * Its connections close as rl_client_free's do, but after rl_keeper_release
+ * no later than that call's deadline (so a keeper released and freed waits
+ * about timeout_ms in all). NULL is ignored. */
 void rl_keeper_free(rl_keeper *k);
 
 /* Hand a held lock to the keeper (rl_engine_keep_add, on rl_now_ms()):

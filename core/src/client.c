@@ -15,6 +15,7 @@
  * calls only: where each node is (rl_engine_node_host/port/tls), and what
  * a result may wait for before it is handed back (client_calls.c). */
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -239,21 +240,29 @@ static void run_while(rl_client *c, int (*done)(const rl_engine *), int ms) {
     ev_timer_stop(c->loop, &c->run_timer);
 }
 
-/* Before closing: serve the tails for at most the node timeout, then give
- * nodes with commands not written yet (releases kept for a reconnecting
- * node, a tail queued behind a connection's setup) the time to take them,
- * and nodes still answering what they took (a large batch) the time to
- * answer it, each at most the reconnect backoff's cap plus the connect
- * timeout: a node that finds our socket closed while it answers drops what
- * it has not read, and a key left behind would stand for its whole ttl. A
- * node that stops answering meanwhile becomes suspect, and is not waited
- * for. */
-static void finish_tails(rl_client *c) {
-    run_while(c, rl_engine_tails, c->node_timeout_ms);
+/* ms, or what is left until deadline_ms if that is less (never below 0). */
+static int until_deadline(int ms, double deadline_ms) {
+    double left = deadline_ms - rl_now_ms();
+    if (left < 0) left = 0;
+    return left < ms ? (int)left : ms;
+}
+
+/* Before closing, by deadline_ms at the latest: serve the tails for at
+ * most the node timeout, then give nodes with commands not written yet
+ * (releases kept for a reconnecting node, a tail queued behind a
+ * connection's setup) the time to take them, and nodes still answering
+ * what they took (a large batch) the time to answer it, each at most the
+ * reconnect backoff's cap plus the connect timeout: a node that finds our
+ * socket closed while it answers drops what it has not read, and a key
+ * left behind would stand for its whole ttl. A node that stops answering
+ * meanwhile becomes suspect, and is not waited for; nor is one sending a
+ * reply that does not end (rl_engine_unanswered). */
+static void finish_tails(rl_client *c, double deadline_ms) {
+    run_while(c, rl_engine_tails, until_deadline(c->node_timeout_ms, deadline_ms));
     long long bound = (long long)c->reconnect_max_ms + c->connect_timeout_ms;
     int ms = bound < INT_MAX ? (int)bound : INT_MAX;
-    run_while(c, rl_engine_unwritten, ms);
-    run_while(c, rl_engine_unanswered, ms);
+    run_while(c, rl_engine_unwritten, until_deadline(ms, deadline_ms));
+    run_while(c, rl_engine_unanswered, until_deadline(ms, deadline_ms));
     rl_client_flush(c);
 }
 
@@ -262,11 +271,15 @@ void rl_client_run_while(rl_client *c, int (*busy)(const rl_engine *), int ms) {
 }
 
 void rl_client_free(rl_client *c) {
+    rl_client_free_by(c, HUGE_VAL);
+}
+
+void rl_client_free_by(rl_client *c, double deadline_ms) {
     if (c == NULL) return;
     /* in a forked child the sockets are the parent's too: nothing is read
      * or written (no tails, no TLS close_notify), they are only closed here */
     int forked = c->generation != rl_fork_generation();
-    if (!forked) finish_tails(c);
+    if (!forked) finish_tails(c, deadline_ms);
     for (int i = 0; i < c->nlinks; i++) {
         if (forked) rl_evsock_disown(&c->links[i]);
         else rl_evsock_free(&c->links[i]);

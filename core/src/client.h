@@ -19,4 +19,8 @@ void rl_client_share(rl_client *c, void (*unlock)(void *), void (*lock)(void *),
 /* Drive c's loop while busy(engine) is above 0, at most ms milliseconds. */
 void rl_client_run_while(rl_client *c, int (*busy)(const rl_engine *), int ms);
 
+/* rl_client_free, with every wait before the close over by deadline_ms
+ * (rl_now_ms's clock): a keeper's client, whose releases had their time. */
+void rl_client_free_by(rl_client *c, double deadline_ms);
+
 #endif

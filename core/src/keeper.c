@@ -11,6 +11,7 @@
  * rl_keeper_release_all can reach them from an exit path or a
  * signal-handling thread, and from the exit handler that the first keeper
  * registers (atexit), so that exit() with locks still kept releases them. */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,10 +106,13 @@ static void register_exit_handler(void) {
     atexit(release_at_exit);
 }
 
-/* Free k's client (its loop lets go of the mutex while it waits) and k. */
+/* Free k's client (its loop lets go of the mutex while it waits) and k.
+ * After rl_keeper_release, the client's last waits (rl_client_free's) end
+ * by that release's deadline: the releases had their time, and what the
+ * caller was told is the longest it waits. */
 static void free_keeper(rl_keeper *k) {
     pthread_mutex_lock(&k->mu);
-    rl_client_free(k->client);
+    rl_client_free_by(k->client, k->release_deadline > 0 ? k->release_deadline : HUGE_VAL);
     pthread_mutex_unlock(&k->mu);
     pthread_mutex_destroy(&k->mu);
     pthread_cond_destroy(&k->released);

@@ -253,7 +253,7 @@ int rl_stream_connected(rl_stream *s, int fresh, double now_ms) {
     /* The setup gets a connect timeout of its own, from now: the connect
      * may have finished long ago while nobody drove the engine. */
     if (fresh) s->connect_by_ms = now_ms + s->opts->connect_timeout_ms;
-    s->read_ms = s->acked_ms = now_ms;
+    s->read_ms = s->acked_ms = s->answered_ms = now_ms;
     s->acked = s->written_total;
     s->head_end = -1;
     s->errstr[0] = '\0';

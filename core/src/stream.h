@@ -91,6 +91,7 @@ typedef struct rl_stream {
     /* What the stall watchdog measures on this connection: */
     double watch_at_ms;      /* its next look, or 0 */
     double read_ms;          /* when bytes last came from the node */
+    double answered_ms;      /* when a reply last came whole (or the connection was made) */
     long long unsent;        /* written, but not yet taken by the node's end (the driver says) */
     long long acked;         /* where the node's end had taken bytes up to, at the last look */
     double acked_ms;         /* when that last grew */
@@ -248,8 +249,9 @@ int rl_backoff_next(int cur_ms, int max_ms);
  * connection, or output queued on a connection being made or up. */
 int rl_stream_unwritten(const rl_stream *s);
 
-/* 1 when s owes replies on a connection that is up, set up and answering
- * (not suspect). */
+/* 1 when s owes replies on a connection that is up, set up and answering:
+ * not suspect, and not sending the bytes of one reply for stall_reset_ms
+ * without it ending (a reply that will not be whole soon, if ever). */
 int rl_stream_unanswered(const rl_stream *s);
 
 /* While commands wait for the setup of a new connection: when that setup

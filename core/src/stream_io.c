@@ -236,6 +236,7 @@ int rl_stream_feed(rl_stream *s, const char *data, size_t len, double now_ms) {
             rl_stream_drop(s, "connection reset: a reply to no command", 1, now_ms);
         } else {
             rl_ticket t = rl_stream_ring_pop(s);
+            s->answered_ms = now_ms;
             if (t.kind > 0) s->on_reply(s->owner, s->index, t, reply, NULL);
             else internal_reply(s, t, reply, now_ms);
         }
@@ -301,7 +302,11 @@ int rl_stream_unwritten(const rl_stream *s) {
 }
 
 int rl_stream_unanswered(const rl_stream *s) {
-    return s->state == RL_STREAM_UP && !s->holding && !s->suspect && s->ring_count > 0;
+    if (s->state != RL_STREAM_UP || s->holding || s->suspect || s->ring_count == 0) return 0;
+    /* bytes still come, but none has ended a reply since the oldest one
+     * owed was sent (or the last reply, if later) for stall_reset_ms */
+    double since = s->ring[s->ring_head].sent_ms > s->answered_ms ? s->ring[s->ring_head].sent_ms : s->answered_ms;
+    return s->read_ms - since < s->opts->stall_reset_ms;
 }
 
 double rl_stream_held_since(const rl_stream *s) {

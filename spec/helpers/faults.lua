@@ -81,7 +81,8 @@ local function start(argv_tail_fn, name)
 end
 
 --- A fake node that misbehaves in MODE: garbage, silent, reset, error,
--- readonly, oom, loading, ok (+OK to every command).
+-- readonly, oom, loading, ok (+OK to every command), noscript, huge,
+-- nested, escape, integer, drip (see spec/tools/fakeserver.c).
 function M.fakeserver(mode)
   return start(function(_, portfile) return { mode, portfile } end, "rl-fakeserver")
 end

@@ -22,6 +22,14 @@
  *             an array of 1000 arrays of 1000 arrays of 1000 integers, sent
  *             as fast as it is taken (each array small, the reply 4 GB);
  *             a process a connection
+ *   escape    answers every command with an error full of terminal escapes:
+ *             -ERR ESC]0;pwned BEL ESC[2J ESC[31mRED
+ *   integer   answers INFO as a server would, then every other command
+ *             with :1 (right for EVAL, wrong for SET)
+ *   drip      answers INFO as a server would, then every other command with
+ *             a string declared 60000 bytes long ($60000), whose bytes come
+ *             one every 10 ms (the reply would take 10 minutes to end);
+ *             a process a connection
  *
  * Commands are counted by parsing RESP arrays (and inline commands), so a
  * pipeline of k commands gets exactly k replies. Every command is logged on
@@ -47,7 +55,7 @@
 #define MAX_CONNS 128
 #define BUF_CAP 65536
 
-enum mode { M_GARBAGE, M_SILENT, M_RESET, M_ERROR, M_READONLY, M_OOM, M_LOADING, M_OK, M_NOSCRIPT, M_HUGE, M_NESTED };
+enum mode { M_GARBAGE, M_SILENT, M_RESET, M_ERROR, M_READONLY, M_OOM, M_LOADING, M_OK, M_NOSCRIPT, M_HUGE, M_NESTED, M_ESCAPE, M_INTEGER, M_DRIP };
 
 #define HUGE_LEN 1073741824L
 
@@ -62,7 +70,8 @@ static int parse_mode(const char *s, enum mode *m) {
         {"garbage", M_GARBAGE}, {"silent", M_SILENT},   {"reset", M_RESET},
         {"error", M_ERROR},     {"readonly", M_READONLY}, {"oom", M_OOM},
         {"loading", M_LOADING}, {"ok", M_OK},     {"noscript", M_NOSCRIPT},
-        {"huge", M_HUGE},       {"nested", M_NESTED},
+        {"huge", M_HUGE},       {"nested", M_NESTED}, {"drip", M_DRIP},
+        {"escape", M_ESCAPE},   {"integer", M_INTEGER},
     };
     for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
         if (strcmp(s, modes[i].name) == 0) {
@@ -83,6 +92,9 @@ static const char *reply_for(enum mode m) {
     case M_NOSCRIPT: return "-NOSCRIPT No matching script. Please use EVAL.\r\n";
     case M_HUGE: return "$1073741824\r\n";
     case M_NESTED: return "*1000\r\n";
+    case M_DRIP: return "$60000\r\n";
+    case M_ESCAPE: return "-ERR \x1b]0;pwned\x07\x1b[2J\x1b[31mRED\r\n";
+    case M_INTEGER: return ":1\r\n";
     default: return NULL;
     }
 }
@@ -193,6 +205,16 @@ static int send_nested(int fd) {
     return -1;
 }
 
+/* The payload of a dripped reply: a byte every 10 ms, until the peer goes
+ * (or 60000 bytes have gone). Its own process: it waits. */
+static int send_drip(int fd) {
+    for (int sent = 0; sent < 60000; sent++) {
+        if (stop_requested || write_all(fd, "x", 1) < 0) return -1;
+        usleep(10000);
+    }
+    return write_all(fd, "\r\n", 2);
+}
+
 /* Handle readable data on c; return -1 when the connection should close. */
 static int serve(struct conn *c, enum mode m) {
     ssize_t r = recv(c->fd, c->buf + c->len, BUF_CAP - c->len, 0);
@@ -217,7 +239,7 @@ static int serve(struct conn *c, enum mode m) {
         int info = k > 14 && memcmp(c->buf, "*2\r\n$4\r\nINFO\r\n", 14) == 0;
         memmove(c->buf, c->buf + k, c->len - (size_t)k);
         c->len -= (size_t)k;
-        if (m == M_NESTED && info) { /* the setup passes: the flood comes with the first real command */
+        if ((m == M_NESTED || m == M_DRIP || m == M_INTEGER) && info) { /* the setup passes: the trouble comes with the first real command */
             static const char server[] = "$59\r\n# Server\r\nrun_id:0123456789abcdef0123456789abcdef01234567\r\n\r\n";
             if (write_all(c->fd, server, sizeof(server) - 1) < 0) return -1;
             continue;
@@ -225,6 +247,7 @@ static int serve(struct conn *c, enum mode m) {
         if (write_all(c->fd, reply, strlen(reply)) < 0) return -1;
         if (m == M_HUGE && send_huge(c->fd) < 0) return -1;
         if (m == M_NESTED && send_nested(c->fd) < 0) return -1;
+        if (m == M_DRIP && send_drip(c->fd) < 0) return -1;
     }
     if (c->len == BUF_CAP) return -1; /* a command larger than we care for */
     return 0;
@@ -235,11 +258,11 @@ int main(int argc, char **argv) {
     enum mode m;
     if (argc != 3 || parse_mode(argv[1], &m) != 0) {
         fprintf(stderr,
-                "usage: rl-fakeserver garbage|silent|reset|error|readonly|oom|loading|ok|noscript|huge|nested PORTFILE\n");
+                "usage: rl-fakeserver garbage|silent|reset|error|readonly|oom|loading|ok|noscript|huge|nested|escape|integer|drip PORTFILE\n");
         return 2;
     }
     tool_init("rl-fakeserver");
-    if (m == M_NESTED) signal(SIGCHLD, SIG_IGN); /* its per-connection processes reap themselves */
+    if (m == M_NESTED || m == M_DRIP) signal(SIGCHLD, SIG_IGN); /* its per-connection processes reap themselves */
 
     int port;
     int lfd = listen_loopback(&port);
@@ -279,7 +302,7 @@ int main(int argc, char **argv) {
                 reset_close(fd);
                 continue;
             }
-            if (m == M_NESTED) { /* a process per connection: each floods on its own, without pause */
+            if (m == M_NESTED || m == M_DRIP) { /* a process per connection: each sends on its own, without pause */
                 pid_t pid = fork();
                 if (pid == 0) {
                     close(lfd);
