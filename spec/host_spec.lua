@@ -833,6 +833,27 @@ sh -c 'sleep %s; echo late > %s'
       assert.is_nil(job.output():find("ran", 1, true))
     end)
 
+    -- Before: a node's error text reached the terminal raw: its escape
+    -- sequences retitled the window, cleared the screen and coloured the rest.
+    it("shows a node's error with its control bytes as \\xNN, in exec's and run's failures", function()
+      local a, b = faults.fakeserver("escape"), faults.fakeserver("escape")
+      finally(function() a:stop(); b:stop() end)
+      local servers = table.concat({ a.url, b.url, cl.urls[1] }, ",")
+      local out, rc = redlock("exec -n --servers " .. servers .. " units:escape -- true", "")
+      assert.are.equal(69, rc, out)
+      assert.matches("node 1 " .. a.url .. ": error (ERR \\x1b]0;pwned\\x07\\x1b[2J\\x1b[31mRED)", out, 1, true)
+      assert.is_nil(out:find("[\27\7]"), out)
+      local name = script("escape.lua", [[
+        local lock, err, detail = require("redlock").default():try_lock("units:escape")
+        error("the node said: " .. detail[1].error)
+      ]])
+      out, rc = redlock("run --servers " .. servers .. " " .. name, "")
+      assert.are.equal(1, rc, out)
+      assert.matches("the node said: ERR \\x1b]0;pwned\\x07\\x1b[2J\\x1b[31mRED\n", out, 1, true)
+      assert.matches("stack traceback:\n\t", out, 1, true) -- newlines and tabs stay
+      assert.is_nil(out:find("[\27\7]"), out)
+    end)
+
     -- Before: exec waited 2 s for the node it could never reach on SIGTERM
     -- (its exit paths waited 2000 ms for kept locks, where host.md says about
     -- 1 s), and 4 s after its command when a node was still sending a reply.

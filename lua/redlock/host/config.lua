@@ -2,6 +2,8 @@
 -- REDLOCK_SERVERS), the TLS settings (flags, else REDLOCK_* variables), and
 -- the host's thin layer over the Lua API: one client per process, keep-alive on.
 
+local host = require "redlock.host"
+
 local _M = {}
 
 _M.OPTIONS = {
@@ -322,7 +324,8 @@ end
 -- someone who has not read about tails.
 local STATE_SAID = { pending = "pending (no reply yet when the round was decided)" }
 
---- Per-node lines for a failure's detail.
+--- Per-node lines for a failure's detail (a node's error with its control
+--- bytes as \xNN: the node wrote it).
 function _M.describe_detail(detail)
     local lines = {}
     for i, node in ipairs(detail) do
@@ -331,7 +334,7 @@ function _M.describe_detail(detail)
             state = "not asked" -- refused before anything was sent (detail.message says why)
         end
         lines[#lines + 1] = ("  node %d %s: %s%s"):format(i, node.server or "?", STATE_SAID[state] or state,
-            node.error and (" (" .. node.error .. ")") or "")
+            node.error and (" (" .. host.printable(node.error) .. ")") or "")
     end
     return table.concat(lines, "\n")
 end

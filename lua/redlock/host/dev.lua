@@ -41,7 +41,7 @@ function _M.run(opts, argv, k)
     local ok, cl = pcall(require("redlock.devcluster").start, { n = n, dir = opts.dir })
     if not ok then
         sys.defer_signals(false)
-        return host.fail(EXIT.UNAVAILABLE, "%s", tostring(cl))
+        return host.fail(EXIT.UNAVAILABLE, "%s", host.printable(tostring(cl), true)) -- (with a node's log tail)
     end
     local line = "REDLOCK_SERVERS=" .. table.concat(cl.urls, ",")
     io.stdout:write(("redlock dev: %d redis-server node%s on 127.0.0.1 (pids %s), files in %s\n")
@@ -63,7 +63,7 @@ function _M.run(opts, argv, k)
     local stopped, err = cl:stop()
     io.stdout:write("\nredlock dev: stopped ", n, " node", n == 1 and "" or "s", "\n")
     io.stdout:flush()
-    if not stopped then return host.fail(EXIT.FAIL, "%s", err) end
+    if not stopped then return host.fail(EXIT.FAIL, "%s", host.printable(tostring(err), true)) end
     return EXIT.OK
 end
 

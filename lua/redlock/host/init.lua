@@ -44,6 +44,14 @@ function _M.redact(text)
     return (text:gsub("(%a[%w+.-]*://)([^:/@%s'\",]*):([^@%s'\",]*)", redact_cut))
 end
 
+--- s with its control bytes written as \xNN: what nodes send (errors,
+-- values, labels) must not drive the terminal. keep_lines: newlines and
+-- tabs stay (a multi-line message, a traceback).
+function _M.printable(s, keep_lines)
+    local pattern = keep_lines and "[%z\1-\8\11-\31\127]" or "[%z\1-\31\127]"
+    return (s:gsub(pattern, function(c) return ("\\x%02x"):format(c:byte()) end))
+end
+
 --- Print "redlock: message" on stderr, never with a password from a URL; return code.
 function _M.fail(code, fmt, ...)
     local msg = select("#", ...) > 0 and fmt:format(...) or fmt

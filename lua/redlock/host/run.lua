@@ -121,7 +121,7 @@ function _M.run(opts, argv, k)
     io.stdout:flush()
     if not res[1] then
         if config.is_usage_error(res[2]) then return host.fail(EXIT.USAGE, "%s", tostring(res[2])) end
-        return host.fail(EXIT.FAIL, "%s", res[2])
+        return host.fail(EXIT.FAIL, "%s", host.printable(res[2], true)) -- (it may quote a node's error)
     end
     local r = res[2]
     if type(r) == "number" then

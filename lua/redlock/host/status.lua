@@ -64,11 +64,9 @@ Exit status: 0 held by a quorum (without RESOURCE: a quorum answers),
 ]]):format(TIMEOUT_MS, args.describe(SPEC))
 end
 
--- s with its control bytes written as \xNN: values and labels come from
--- the nodes, and must not drive the terminal.
-local function printable(s)
-    return (s:gsub("[%z\1-\31\127]", function(c) return ("\\x%02x"):format(c:byte()) end))
-end
+-- values, labels and errors come from the nodes: shown with their control
+-- bytes as \xNN
+local printable = host.printable
 
 -- The shared holders seen on the nodes (probe results r with r.readers):
 -- one line per holder, with the nodes it is on and the most ms it has left
