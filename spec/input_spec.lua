@@ -190,6 +190,9 @@ describe("input", function()
       { mode = "readonly", state = "error", text = "READONLY" },
       { mode = "oom", state = "error", text = "OOM" },
       { mode = "loading", state = "error", text = "LOADING" },
+      -- Before: "replies out of step with commands (a reply was lost)", when
+      -- none was: the node answered SET with an integer
+      { mode = "integer", state = "error", text = "connection reset: an integer reply where SET's was expected" },
       -- silent: a round times out; the connection, whose setup was never
       -- answered, lives on until its connect timeout (1000 ms), after which
       -- the node is down a while and says why

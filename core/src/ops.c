@@ -289,9 +289,10 @@ void rl_op_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, cons
 void rl_op_reply_from(rl_engine *e, rl_stream *s, int node, rl_ticket t, const rl_reply *reply, const char *errstr) {
     if (t.slot < 0 || t.slot >= e->nops) return;
     if (reply && !rl_reply_fits(t.kind, reply)) {
-        /* Out of step: this reply answers some other command. Nothing on
-         * this connection can be trusted any more. */
-        rl_stream_reset(s, RL_OUT_OF_STEP, e->now);
+        /* This reply answers some other command (out of step), or the node
+         * is broken. Nothing on this connection can be trusted any more. */
+        char why[RL_NODE_ERR_LEN];
+        rl_stream_reset(s, rl_reply_misfit_text(t.kind, reply, why, sizeof(why)), e->now);
         reply = NULL;
         errstr = s->errstr;
     }

@@ -142,6 +142,38 @@ int rl_reply_fits(int kind, const rl_reply *reply) {
     return reply->type == RL_REPLY_INTEGER; /* a release's, an extension's, a commit's, a WAIT's */
 }
 
+/* A reply's type as a message says it. */
+static const char *reply_said(const rl_reply *reply) {
+    switch (reply->type) {
+    case RL_REPLY_STRING: return "a string";
+    case RL_REPLY_ARRAY: return "an array";
+    case RL_REPLY_INTEGER: return "an integer";
+    case RL_REPLY_NIL: return "a nil";
+    case RL_REPLY_STATUS: return "a status";
+    default: return "an error";
+    }
+}
+
+/* The command of a kind as a message says it (whose reply was expected). */
+static const char *command_said(int kind) {
+    switch (kind) {
+    case RL_OP_ACQUIRE: return "SET's";
+    case RL_OP_RELEASE: return "a release's";
+    case RL_OP_EXTEND: return "an extension's";
+    case RL_ROUND_ACQUIRE_FENCED: return "a fenced acquire's";
+    case RL_ROUND_COMMIT: return "a fence commit's";
+    case RL_ROUND_ACQUIRE_SLOT: return "a slot acquire's";
+    case RL_ROUND_REPLICAS: return "WAIT's";
+    default: return "another";
+    }
+}
+
+const char *rl_reply_misfit_text(int kind, const rl_reply *reply, char *buf, size_t len) {
+    snprintf(buf, len, "connection reset: %s reply where %s was expected (replies out of step?)", reply_said(reply),
+             command_said(kind));
+    return buf;
+}
+
 /* A fenced grant's counter: a bulk string of 1 to 19 decimal digits without
  * a leading zero, at most LLONG_MAX (the end of INCR's range). Return 1 and
  * set *out, else 0. Exact at any value: no double on the way. */

@@ -67,9 +67,16 @@ int rl_round_replicas(rl_round *r, int node, const rl_reply *reply, const char *
 int rl_round_expire(rl_round *r, const char *errstr, double now_ms);
 
 /* 1 if reply has a shape the command of kind (RL_OP_*, RL_ROUND_*) can answer with. A
- * reply that does not fit proves the connection's replies are out of step
- * with its commands (a reply was lost). */
+ * reply that does not fit answers some other command (a reply was lost, or
+ * the node sent one too many) or the node is broken: either way nothing on
+ * the connection can be trusted any more. */
 int rl_reply_fits(int kind, const rl_reply *reply);
+
+/* Why a connection is reset for a reply that does not fit the command of
+ * kind: what came and what was expected, e.g. "connection reset: an
+ * integer reply where SET's was expected (replies out of step?)", in buf
+ * (len bytes; at most RL_NODE_ERR_LEN are ever needed). Return buf. */
+const char *rl_reply_misfit_text(int kind, const rl_reply *reply, char *buf, size_t len);
 
 /* The slot a reply to a semaphore's acquire says its node took (a late
  * one included), or 0 (nil, an error, another kind of round). */

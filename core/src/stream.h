@@ -302,7 +302,9 @@ int rl_stream_suspect_text(const rl_stream *s, double now_ms, char *buf, size_t 
 /* Free what s holds. Unanswered commands are dropped without on_reply. */
 void rl_stream_free(rl_stream *s);
 
-/* Why a connection whose replies no longer pair with its commands is reset. */
-#define RL_OUT_OF_STEP "connection reset: replies out of step with commands (a reply was lost)"
+/* Why a connection is reset when a step check's ECHO is answered by
+ * another reply: its replies no longer pair with its commands (one was
+ * lost, or the node sent one too many), or the node answers wrongly. */
+#define RL_OUT_OF_STEP "connection reset: a step check (ECHO) got another reply (replies out of step?)"
 
 #endif

@@ -12,7 +12,10 @@
 #include "fake_driver.h"
 #include "redlock.h"
 
-#define OUT_OF_STEP "connection reset: replies out of step with commands (a reply was lost)"
+/* A step check's ECHO answered by another reply; an integer where a SET's
+ * reply belongs (the node's error text says what came, and for what). */
+#define STEP_CHECK_CROSSED "connection reset: a step check (ECHO) got another reply (replies out of step?)"
+#define INT_FOR_SET "connection reset: an integer reply where SET's was expected (replies out of step?)"
 #define RELEASE_SHA "a83d41725921d88143e95fed5dacc5fa0b9625f0"
 #define EXTEND_SHA "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10"
 #define VALUE "0123456789abcdef0123456789abcdef01234567"
@@ -422,7 +425,7 @@ static void fenced_commit_refused_is_not_held(void) {
     CHECK_INT(drain(0, 11)[0], 0); /* no commit, and no cleanup where it was refused */
     CHECK_INT(drain(1, 11)[0], 0);
     CHECK_INT(feed(2, "+OK\r\n", 12), RL_ERR); /* a status to a fenced grant is out of step */
-    CHECK_STR(rl_engine_node_errstr(E, 2), OUT_OF_STEP);
+    CHECK_STR(rl_engine_node_errstr(E, 2), "connection reset: a status reply where a fenced acquire's was expected (replies out of step?)");
     rl_engine_free(E);
 }
 
@@ -502,7 +505,7 @@ static void fenced_grant_bad_counter_is_a_failed_vote(void) {
     bring_up_all(3, 0);
     for (int i = 0; i < 3; i++) drain(i, 0);
     CHECK_INT(feed(0, ":9\r\n", 1), RL_ERR); /* an integer to a fenced grant is out of step */
-    CHECK_STR(rl_engine_node_errstr(E, 0), OUT_OF_STEP);
+    CHECK_STR(rl_engine_node_errstr(E, 0), "connection reset: an integer reply where a fenced acquire's was expected (replies out of step?)");
     rl_engine_free(E);
 }
 
@@ -850,7 +853,7 @@ static void step_check_wrong_nonce_closes(void) {
     CHECK(is_echo(drain(2, 150), nonce));
     CHECK_INT(feed(2, ":1\r\n$11\r\nrl-step-999\r\n", 151), RL_ERR);
     CHECK_INT(rl_engine_node_wants(E, 2), RL_WANT_CLOSE);
-    CHECK_STR(rl_engine_node_errstr(E, 2), OUT_OF_STEP);
+    CHECK_STR(rl_engine_node_errstr(E, 2), STEP_CHECK_CROSSED);
     CHECK(near(rl_engine_deadline(E), 201)); /* reconnect after reconnect_min_ms */
     /* an error to ECHO proves nothing: the connection stays */
     rl_engine_free(E);
@@ -1367,7 +1370,7 @@ static void reply_of_wrong_type_drops_the_connection(void) {
     for (int i = 0; i < 3; i++) drain(i, 0);
     CHECK_INT(feed(0, ":1\r\n", 1), RL_ERR);
     CHECK_INT(rl_engine_node_wants(E, 0), RL_WANT_CLOSE);
-    CHECK_STR(rl_engine_node_errstr(E, 0), OUT_OF_STEP);
+    CHECK_STR(rl_engine_node_errstr(E, 0), INT_FOR_SET);
     CHECK_INT(feed(0, "+OK\r\n", 1), RL_ERR); /* nothing more is read from it */
     CHECK_INT(feed(1, "+OK\r\n+OK\r\n", 2), RL_ERR);
     CHECK_INT(rl_engine_node_wants(E, 1), RL_WANT_CLOSE);
@@ -1377,7 +1380,7 @@ static void reply_of_wrong_type_drops_the_connection(void) {
     CHECK_INT(r.status, RL_STATUS_OK); /* node 1's OK counted before its stream broke */
     CHECK_INT(r.ok, 2);
     CHECK_INT(r.node[0].state, RL_NODE_ERROR);
-    CHECK_STR(r.node[0].errstr, OUT_OF_STEP);
+    CHECK_STR(r.node[0].errstr, INT_FOR_SET);
 
     id = rl_engine_begin_release(E, "r", 1, VALUE, 100);
     bring_up(0, run_id(0), 100);
@@ -1389,8 +1392,8 @@ static void reply_of_wrong_type_drops_the_connection(void) {
     r = take(id); /* two failed: quorum is out of reach */
     CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
     CHECK_INT(r.failed, 2);
-    CHECK_STR(r.node[0].errstr, OUT_OF_STEP);
-    CHECK_STR(r.node[1].errstr, OUT_OF_STEP);
+    CHECK_STR(r.node[0].errstr, "connection reset: a status reply where a release's was expected (replies out of step?)");
+    CHECK_STR(r.node[1].errstr, "connection reset: a string reply where a release's was expected (replies out of step?)");
     CHECK_INT(feed(2, "?what\r\n", 101), RL_ERR); /* in the tail: still drops the connection */
     CHECK_INT(rl_engine_node_wants(E, 2), RL_WANT_CLOSE);
     CHECK_STR(rl_engine_node_errstr(E, 2), "connection reset: Protocol error, got \"?\" as reply type byte");
@@ -1647,7 +1650,7 @@ static void lost_reply_shows_at_the_probe(void) {
     acquire_then_node_2_silent(nonce, value);
     CHECK_INT(feed(2, echo_reply_of(nonce), 1200), RL_ERR);
     CHECK_INT(rl_engine_node_wants(E, 2), RL_WANT_CLOSE);
-    CHECK_STR(rl_engine_node_errstr(E, 2), OUT_OF_STEP);
+    CHECK_STR(rl_engine_node_errstr(E, 2), "connection reset: a string reply where SET's was expected (replies out of step?)");
     rl_engine_free(E);
     /* the first probe's answer was lost: the second probe's answer pairs with the first */
     acquire_then_node_2_silent(nonce, value);
@@ -1659,7 +1662,7 @@ static void lost_reply_shows_at_the_probe(void) {
     CHECK(is_echo(drain(2, 1500), nonce2));       /* but the next probe */
     CHECK_INT(feed(2, echo_reply_of(nonce2), 1310), RL_ERR);
     CHECK_INT(rl_engine_node_wants(E, 2), RL_WANT_CLOSE);
-    CHECK_STR(rl_engine_node_errstr(E, 2), OUT_OF_STEP);
+    CHECK_STR(rl_engine_node_errstr(E, 2), STEP_CHECK_CROSSED);
     rl_engine_free(E);
 }
 

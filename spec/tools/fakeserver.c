@@ -59,6 +59,8 @@ enum mode { M_GARBAGE, M_SILENT, M_RESET, M_ERROR, M_READONLY, M_OOM, M_LOADING,
 
 #define HUGE_LEN 1073741824L
 
+static int listen_port; /* what INFO's run_id is made of */
+
 struct conn {
     int fd;
     size_t len;
@@ -240,8 +242,9 @@ static int serve(struct conn *c, enum mode m) {
         memmove(c->buf, c->buf + k, c->len - (size_t)k);
         c->len -= (size_t)k;
         if ((m == M_NESTED || m == M_DRIP || m == M_INTEGER) && info) { /* the setup passes: the trouble comes with the first real command */
-            static const char server[] = "$59\r\n# Server\r\nrun_id:0123456789abcdef0123456789abcdef01234567\r\n\r\n";
-            if (write_all(c->fd, server, sizeof(server) - 1) < 0) return -1;
+            char server[80]; /* a run_id of its own: fake servers side by side are not one server */
+            int n = snprintf(server, sizeof(server), "$59\r\n# Server\r\nrun_id:%040x\r\n\r\n", (unsigned)listen_port);
+            if (write_all(c->fd, server, (size_t)n) < 0) return -1;
             continue;
         }
         if (write_all(c->fd, reply, strlen(reply)) < 0) return -1;
@@ -266,6 +269,7 @@ int main(int argc, char **argv) {
 
     int port;
     int lfd = listen_loopback(&port);
+    listen_port = port;
     write_portfile(argv[2], port);
 
     static struct conn conns[MAX_CONNS];
