@@ -367,13 +367,13 @@ describe("semaphore", function()
   -- A process (pid) that waits for a slot of semaphore r (limit 1) and
   -- attempts only on wake-ups within a spec's time; DIR/NAME.got is written
   -- once it holds the slot, which it releases once DIR/NAME.release exists.
-  local function slot_waiter(dir, r, name)
+  local function slot_waiter(dir, r, name, limit)
     local script = ("%s/%s.lua"):format(dir, name)
     proc.write_file(script, ([[
       local redlock = require "redlock"
       local proc = require "helpers.proc"
       local dlm = redlock.new { servers = { %s } }
-      local lk = assert(dlm:lock(%q, { limit = 1, wait = 60000, retry = function() return 30000 end }))
+      local lk = assert(dlm:lock(%q, { limit = ]] .. (limit or 1) .. [[, wait = 60000, retry = function() return 30000 end }))
       proc.write_file(%q, tostring(proc.now_ms()))
       assert(proc.wait_file(%q, 30000))
       assert(lk:unlock())
@@ -489,6 +489,44 @@ describe("semaphore", function()
     proc.write_file(dir .. "/w1.release", "1")
     assert.is_true(proc.wait_gone(w1, 10000) and proc.wait_gone(w2, 10000))
     for _, pid in ipairs({ w1, w2 }) do proc.stop(pid) end
+    proc.rmdir(dir)
+  end)
+
+  -- With limit 2, releases of the other slot come often and the waiters
+  -- behind take it at once: nobody asks while it is kept. The release that
+  -- finds the stopped waiter's turn older than a second drops it.
+  it("a stopped waiter is dropped by a release a second after its turn, with the other slot busy", function()
+    local r, dir = res("stalled2"), proc.tmpdir()
+    local queue = "redlock:squeue:" .. r
+    local function queued_on_all(n)
+      return cluster.await_all(cl, function(i)
+        local ids = cluster.call(cl, i, "ZRANGE", queue, "0", "-1")
+        local count = (ids == "" or ids == "<nil>") and 0 or select(2, ids:gsub("[^\n]+", ""))
+        return count == n, ids
+      end, 20000)
+    end
+    local h1 = assert(dlm:lock(r, { limit = 2 }))
+    local h2 = assert(dlm:lock(r, { limit = 2 }))
+    local s = slot_waiter(dir, r, "s", 2)
+    assert(queued_on_all(1), proc.read_file(dir .. "/s.out"))
+    local first = cluster.call(cl, 1, "ZRANGE", queue, "0", "0")
+    local w = slot_waiter(dir, r, "w", 2)
+    assert(queued_on_all(2), proc.read_file(dir .. "/w.out"))
+    proc.kill(s, "STOP")
+    assert(h1:unlock()) -- s's turn
+    proc.sleep_ms(1300)
+    assert(h2:unlock()) -- the other slot: w takes it, and s's turn is over
+    assert(proc.wait_file(dir .. "/w.got", 10000), proc.read_file(dir .. "/w.out"))
+    assert(cluster.await_all(cl, function(i)
+      local ids = cluster.call(cl, i, "ZRANGE", queue, "0", "-1")
+      return not ids:find(first, 1, true), ids
+    end, 5000), "the stopped waiter kept its place and its slot")
+    proc.kill(s, "CONT")
+    proc.write_file(dir .. "/w.release", "1")
+    assert(proc.wait_file(dir .. "/s.got", 10000), proc.read_file(dir .. "/s.out"))
+    proc.write_file(dir .. "/s.release", "1")
+    assert.is_true(proc.wait_gone(s, 10000) and proc.wait_gone(w, 10000))
+    for _, pid in ipairs({ s, w }) do proc.stop(pid) end
     proc.rmdir(dir)
   end)
 

@@ -45,15 +45,16 @@
  * just come: one woken before whose attempt failed (the nodes were not yet
  * of one mind) is still at its place with its slot kept free for it, and
  * would otherwise wait for its policy's next attempt. One that no longer
- * listens is dropped and the next one moves up; 8 messages at most. With
- * fewer than f queued, every listener on the broadcast channel hears the
- * release, as for a lock. A waiter woken is marked kept (RL_KEPT_PREFIX)
- * from now, by the node's clock, unless it is marked already: its
- * RL_SEM_KEEP_MS to come count from its first turn (a stopped one is
- * dropped by the first caller behind it that asks after that, whatever its
- * policy's delay; releases of other slots, woken again, do not start its
- * time over); one dropped loses its mark. Answers 2 when someone heard it,
- * else 1. */
+ * listens is dropped and the next one moves up, and so is one whose turn
+ * came more than RL_SEM_KEEP_MS ago by the node's clock (stopped, hung, or
+ * cut off: releases of the other slots, taken by those behind it, would
+ * otherwise never find it out); 8 looked at, at most. With fewer than f
+ * queued, every listener on the broadcast channel hears the release, as
+ * for a lock. A waiter woken is marked kept (RL_KEPT_PREFIX) from now, by
+ * the node's clock, unless it is marked already: its RL_SEM_KEEP_MS to
+ * come count from its first turn (so does the first caller behind it that
+ * asks after that drop it, whatever its policy's delay); one dropped loses
+ * its mark. Answers 2 when someone heard it, else 1. */
 #define RL_SLOT_TURN \
     RL_PUBLISHING \
     "local function turn(k, l, q) " \
@@ -66,10 +67,11 @@
     "while i < f and f <= n and sent < 8 do " \
     "local e = redis.pcall(\"zrange\",q,i,i) e = type(e) == \"table\" and e[1] if type(e) ~= \"string\" then break end " \
     "sent = sent + 1 " \
-    "local s = redis.pcall((pub()),\"" RL_WAKE_PREFIX "\"..e..\":\"..k,1) " \
-    "if type(s) == \"number\" and s > 0 then woke, i = woke + 1, i + 1 " \
     "if not now then local tm = redis.call(\"time\") now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000) end " \
-    "redis.pcall(\"hsetnx\",K,e,now) " \
+    "local t = tonumber(redis.pcall(\"hget\",K,e)) " \
+    "local s = (not t or now - t <= " STR(RL_SEM_KEEP_MS) ") and redis.pcall((pub()),\"" RL_WAKE_PREFIX "\"..e..\":\"..k,1) " \
+    "if type(s) == \"number\" and s > 0 then woke, i = woke + 1, i + 1 " \
+    "if not t then redis.pcall(\"hset\",K,e,now) end " \
     "else redis.pcall(\"zrem\",q,e) redis.pcall(\"hdel\",K,e) n = n - 1 end end " \
     "if woke > 0 then redis.pcall(\"pexpire\",K,60000) return 2 end " \
     "end " \
@@ -281,7 +283,7 @@ int rl_cmd_acquire_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, c
     return 0;
 }
 
-const char rl_release_slot_sha[] = "b513bdb51832de540c329e1c3521c332d55fc46f";
+const char rl_release_slot_sha[] = "30abfa1bfbc35cde0a0074f552ea95b87d56c676";
 
 int rl_cmd_release_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *sem, size_t semlen,
                         const char *value, int quiet) {
