@@ -272,6 +272,44 @@ describe("check() on a lock that was released", function()
   end)
 end)
 
+-- with_lock's release is nobody's to try again: when it fails, keep-alive
+-- must not go on holding the lock (before, it did until the lock object
+-- happened to be collected), and the keeper releases it.
+describe("with_lock whose release fails", function()
+  local faults = require "helpers.faults"
+  local cl
+
+  lazy_setup(function() cl = cluster.start(3) end)
+  lazy_teardown(function()
+    faults.stop_all()
+    if cl then cl:stop() end
+  end)
+
+  it("hands the lock to the keeper, which releases it once the nodes answer", function()
+    local px = { faults.proxy(cl.ports[2]), faults.proxy(cl.ports[3]) }
+    local dlm = redlock.new { servers = { cl.urls[1], px[1].url, px[2].url }, ttl = 3000 }
+    local r = res("wlfail")
+    collectgarbage("stop") -- the lock object stays: only the keeper may let go of it
+    local saved
+    local out = dlm:with_lock(r, nil, function(lock)
+      saved = lock
+      px[1]:set("blackhole")
+      px[2]:set("blackhole")
+      return "done"
+    end)
+    assert.are.equal("done", out)
+    px[1]:set("pass")
+    px[2]:set("pass")
+    -- the keeper's release reaches nodes 2 and 3 (before, keep-alive went on
+    -- extending them for as long as the object lived)
+    local ok = cluster.await_all(cl, function(i) return cluster.get(cl, i, r) == nil end, 6000)
+    collectgarbage("restart")
+    assert.is_true(ok, "keep-alive went on holding the lock with_lock could not release")
+    assert.is_nil(saved.kept)
+    dlm:close()
+  end)
+end)
+
 describe("a lock whose value was tampered with", function()
   local cl, dlm
 

@@ -399,7 +399,12 @@ int rl_engine_keep_update(rl_engine *e, int id, int ttl_ms, double started_ms, d
     if (x->state != RL_KEEP_HELD && x->state != RL_KEEP_LOST) return RL_ERR;
     if (ttl_ms <= x->margin_ms || !isfinite(valid_until_ms)) return RL_ERR;
     double now = rl_engine_clock(e, now_ms);
-    if (x->state == RL_KEEP_LOST) return take_back(k, i, ttl_ms, started_ms, valid_until_ms, now);
+    if (x->state == RL_KEEP_LOST) {
+        if (take_back(k, i, ttl_ms, started_ms, valid_until_ms, now) == RL_OK) return RL_OK;
+        /* it stays lost; what the owner's round found still counts */
+        if (valid_until_ms < x->valid_until) x->valid_until = valid_until_ms;
+        return RL_ERR;
+    }
     x->ttl_ms = ttl_ms;
     if (x->busy || x->extend_start >= started_ms) {
         /* One of ours overlapped the owner's: nodes may hold either ttl.

@@ -281,6 +281,16 @@ static void value_found_gone_is_not_taken_back(void) {
     CHECK_INT(rl_engine_keep_update(E, id, 3000, 1800, 4700, 3420), RL_ERR);
     CHECK_INT(state(id, 3420), RL_KEEP_LOST);
     finish();
+
+    /* lost by time; the owner's own extension then finds the value gone:
+     * refused, and the validity it found (none after its start) counts */
+    start(1000);
+    id = rl_engine_keep_add(E, "k", 1, VALUE, 3000, 3900, 500, 1000);
+    advance_expect(1834, script("k", 3000));
+    CHECK_INT(state(id, 3400), RL_KEEP_LOST);
+    CHECK_INT(rl_engine_keep_update(E, id, 3000, 3300, 3300, 3420), RL_ERR);
+    CHECK(until(id, 3420) == 3300);
+    finish();
 }
 
 static void owner_extension_takes_back_a_lost_lock(void) {

@@ -276,7 +276,8 @@ function dlm:with_lock(resource, opts, fn, ...)
     local lk, err, detail = self:lock(resource, lock_opts)
     if not lk then return nil, err, detail end
     local out = pack(pcall(fn, lk, ...))
-    lk:unlock()
+    -- a release that failed is nobody's to try again: the keeper does
+    if not lk:unlock() and not lk.released then keep.let_go(lk) end
     if not out[1] then error(out[2], 0) end
     return unpack(out, 2, out.n)
 end

@@ -83,6 +83,16 @@ local function keep(lk, margin)
     return true
 end
 
+--- A kept lock whose release failed and that nobody will release again
+--- (with_lock's, keep_or_release's): keep-alive stops, and the keeper
+--- releases it, as it does a lock whose object was collected. Keep-alive
+--- going on after a failed unlock is for a caller that may try again.
+function _M.let_go(lk)
+    if lk.kept ~= nil and lk.dlm.keeper ~= nil then lk.dlm.keeper:drop(lk.kept) end
+    if lk.guard ~= nil then ffi_gc(lk.guard, nil) end
+    lk.kept, lk.guard = nil, nil
+end
+
 --- Keep every lock of a list, or release them all and raise at the caller:
 --- a lock the caller never sees must not stay behind.
 function _M.keep_or_release(locks, margin)
@@ -90,7 +100,8 @@ function _M.keep_or_release(locks, margin)
         local ok, why = keep(locks[i], margin)
         if not ok then
             for j = 1, #locks do
-                if not locks[j].released then locks[j]:unlock() end
+                local lk = locks[j]
+                if not lk.released and not lk:unlock() and not lk.released then _M.let_go(lk) end
             end
             raise("redlock: " .. why)
         end
