@@ -119,6 +119,43 @@ describe("redlock status", function()
     assert.is_true(left > 50000 and left <= 60000, out)
   end)
 
+  -- Before: the summary printed a counter that was no decimal integer as
+  -- the token, raw: " \r\t\n 0x1b" (tonumber takes blanks and hex).
+  it("takes only a decimal counter for a token, and escapes what the nodes hold", function()
+    local r = res("esc")
+    for i = 1, 3 do
+      cl:cli(i, "SET", r, "lab/abcdef", "PX", "60000")
+      cl:cli(i, "SET", r .. ":fence", " \r\t\n 0x1b")
+    end
+    local out, rc = status(q(r))
+    for i = 1, 3 do cl:cli(i, "SET", r .. ":fence", "0x1b") end
+    local hex = status(q(r))
+    for i = 1, 3 do cl:cli(i, "DEL", r, r .. ":fence") end
+    assert.equals(0, rc, out)
+    assert.is_nil(out:find("[\r\t]"), out)
+    assert.matches("fence  \\x0d\\x09\\x0a 0x1b", out, 1, true)
+    assert.matches("holder 'lab', fencing token unknown, quorum held for %d+ ms more", out)
+    assert.matches("holder 'lab', fencing token unknown, quorum held for %d+ ms more", hex)
+  end)
+
+  -- Before: a value longer than the probe keeps was told apart by its
+  -- first 127 bytes and its length only: two holders counted as one, and
+  -- "held" (exit 0) with no value on a quorum.
+  it("tells apart two values longer than 127 bytes that differ past them", function()
+    local r = res("long_two")
+    local head = "lab/" .. ("a"):rep(199)
+    cl:cli(1, "SET", r, head .. "1", "PX", "60000")
+    cl:cli(2, "SET", r, head .. "2", "PX", "60000")
+    local out, rc = status(q(r))
+    cl:cli(3, "SET", r, head .. "1", "PX", "60000")
+    local held, hrc = status(q(r))
+    for i = 1, 3 do cl:cli(i, "DEL", r) end
+    assert.equals(1, rc, out)
+    assert.matches("not held: at most 1 of 3 nodes agree on a value (quorum 2)", out, 1, true)
+    assert.equals(0, hrc, held)
+    assert.matches("held: value lab/aaaaaaaa... on 2 of 3 nodes (quorum 2)", held, 1, true)
+  end)
+
   -- Before: slot values went to the terminal as they were, control bytes
   -- and all.
   it("escapes control bytes in the slots of status --limit", function()

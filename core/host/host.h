@@ -180,6 +180,8 @@ typedef struct rl_host_probe_result {
     int exists;                           /* 1 when GET found a string under the key */
     long long pttl;                       /* PTTL: ms left, -1 no expiry, -2 no key */
     size_t value_len;                     /* the whole value's length */
+    unsigned long long value_digest;      /* 64-bit FNV-1a of the whole value: tells apart two
+                                             values longer than value keeps */
     char value[RL_HOST_PROBE_VALUE_LEN];  /* its first bytes (all of a lock value), NUL-terminated */
     int has_fence;                        /* 1 when GET key:fence found a fenced lock's counter */
     char fence[24];                       /* that counter as the node holds it (up to 23 bytes) */

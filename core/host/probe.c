@@ -283,16 +283,29 @@ static int look_readers(probe *p, const char *key, size_t keylen) {
     return 0;
 }
 
+/* 64-bit FNV-1a of s[0..len). */
+static unsigned long long fnv1a64(const char *s, size_t len) {
+    unsigned long long h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < len; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
 /* The next reply, a string or nil, into buf (at most size - 1 bytes, NUL
- * added); *len: its whole length, *found: 1 for a string. Return 0, or -1
- * with the probe failed. */
-static int take_string(probe *p, const char *what, char *buf, size_t size, size_t *len, int *found) {
+ * added); *len: its whole length, *digest: fnv1a64 of all of it (len and
+ * digest may be NULL), *found: 1 for a string. Return 0, or -1 with the
+ * probe failed. */
+static int take_string(probe *p, const char *what, char *buf, size_t size, size_t *len,
+                       unsigned long long *digest, int *found) {
     redisReply *v = take(p, what, WANT(REDIS_REPLY_STRING) | WANT(REDIS_REPLY_NIL));
     if (v == NULL) return -1;
     if (v->type == REDIS_REPLY_STRING) {
         size_t keep = v->len < size - 1 ? v->len : size - 1;
         *found = 1;
         if (len) *len = v->len;
+        if (digest) *digest = fnv1a64(v->str, v->len);
         memcpy(buf, v->str, keep);
         buf[keep] = '\0';
     }
@@ -340,8 +353,8 @@ static int look(probe *p, const char *key, size_t keylen) {
                append(p, 2, pttl, pttllens) == REDIS_OK && append(p, 2, info_server, info_server_lens) == REDIS_OK;
     rl_buf_free(&fk);
     if (!sent) return fail_io(p, "GET");
-    if (take_string(p, "GET", out->value, sizeof(out->value), &out->value_len, &out->exists) != 0 ||
-        take_string(p, "GET fence", out->fence, sizeof(out->fence), NULL, &out->has_fence) != 0)
+    if (take_string(p, "GET", out->value, sizeof(out->value), &out->value_len, &out->value_digest, &out->exists) != 0 ||
+        take_string(p, "GET fence", out->fence, sizeof(out->fence), NULL, NULL, &out->has_fence) != 0)
         return -1;
     redisReply *t = take(p, "PTTL", WANT(REDIS_REPLY_INTEGER));
     if (t == NULL) return -1;

@@ -182,9 +182,10 @@ end
 
 -- What tells the value a probe r found apart from others: the value, or
 -- for one longer than the probe keeps (r.value is its first bytes), those
--- bytes and its length.
+-- bytes, its length and the digest of all of it (two values that differ
+-- only past those bytes are two values).
 local function value_id(r)
-    return #r.value == r.value_len and r.value or (r.value .. "\0" .. r.value_len)
+    return #r.value == r.value_len and r.value or (r.value .. "\0" .. r.value_len .. "\0" .. r.value_digest)
 end
 
 -- How long a quorum still holds the value of id (value_id): the quorum-th
@@ -214,17 +215,21 @@ end
 -- the value of id (value_id) agree on (the grant's commit left its quorum
 -- at the token; a node whose grant came too late counts higher, one the
 -- commit missed lower).
--- "unknown" when no quorum of them agrees; nil when none holds a counter.
+-- A token is a decimal integer (INCR leaves nothing else): a counter that
+-- is not one (written there by something else) is no token.
+-- "unknown" when no quorum of them agrees on a token; nil when none holds a
+-- counter.
 local function token_of(answers, id, quorum)
     local counts = {}
     for _, r in pairs(answers) do
-        if r.exists and value_id(r) == id and r.fence and tonumber(r.fence) then
-            counts[r.fence] = (counts[r.fence] or 0) + 1
+        if r.exists and value_id(r) == id and r.fence then
+            local counter = r.fence:match("^%d+$") or "not a token"
+            counts[counter] = (counts[counter] or 0) + 1
         end
     end
     local best, count = most_common(counts)
     if best == nil then return nil end
-    return count >= quorum and best or "unknown"
+    return count >= quorum and best:match("^%d+$") or "unknown"
 end
 
 -- most_common of what the probes that answered say: value_of(r), or nil
@@ -238,7 +243,7 @@ local function tally(answers, value_of)
     return most_common(votes)
 end
 
-local function held_value(r) return r.exists and r.value or nil end
+local function held_value(r) return r.exists and value_id(r) or nil end
 local function limit_value(r) return r.exists and tonumber(r.value) or nil end
 
 -- The limit a semaphore's waiters left on the nodes that answered (the
@@ -374,7 +379,7 @@ function _M.run(opts, argv, k)
         local label, token, left = label_of(value), token_of(answers, best, quorum), quorum_left(answers, best, quorum)
         print(("held: value %s... on %d of %d nodes (quorum %d)"):format(printable(value:sub(1, 12)), count, n, quorum))
         print(("  holder %s, fencing token %s, quorum held for %s more"):format(
-            label and ("'" .. printable(label) .. "'") or "(no label)", token or "none",
+            label and ("'" .. printable(label) .. "'") or "(no label)", printable(token or "none"),
             left and (left .. " ms") or "ever (no expiry!)"))
         return EXIT.OK
     end

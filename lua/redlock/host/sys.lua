@@ -31,6 +31,7 @@ if not pcall(ffi.typeof, "rl_host_timespec") then
       int exists;
       long long pttl;
       size_t value_len;
+      unsigned long long value_digest;
       char value[128];
       int has_fence;
       char fence[24];
@@ -154,10 +155,10 @@ local probe_result = ffi.new("rl_host_probe_result")
 --- Ask the node at url what it holds under key (rl_host_probe; key nil:
 -- only PING it); tls: the options for a rediss:// node, as redlock.new
 -- takes them (nil: defaults). Return { name =, exists =, value =,
--- value_len =, pttl =, fence =, latency_ms =, readers =, shared =, run_id = },
--- where
+-- value_len =, value_digest =, pttl =, fence =, latency_ms =, readers =,
+-- shared =, run_id = }, where
 -- value is at most the first 127 bytes of the value (value_len is the whole
--- length), fence the fenced lock's counter (key:fence) or nil, and with the
+-- length, value_digest a 64-bit hash of all of it, in decimal), fence the fenced lock's counter (key:fence) or nil, and with the
 -- shared holders' mark in the key, readers is their number and shared a
 -- list of { value =, pttl = } (the 64 that expire first: fewer than
 -- readers when it has more); or nil, a message, the kind
@@ -189,6 +190,7 @@ function _M.probe(url, key, timeout_ms, tls)
         exists = r.exists ~= 0,
         value = r.exists ~= 0 and ffi.string(r.value, math.min(len, ffi.sizeof(r.value) - 1)) or nil,
         value_len = len,
+        value_digest = r.exists ~= 0 and tostring(r.value_digest):match("^%d+") or nil,
         pttl = tonumber(r.pttl),
         fence = r.has_fence ~= 0 and ffi.string(r.fence) or nil,
         latency_ms = r.latency_ms,
