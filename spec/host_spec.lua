@@ -515,6 +515,26 @@ echo end >> %s
       end
     end)
 
+    -- Before: --label 'a b' was a traceback from redlock.hooks (exit 1), and
+    -- a prefix in redlock's own keys one from the script's redlock.default().
+    it("a bad --label, --prefix or REDLOCK_PREFIX is a usage error (64) naming it, before the script runs", function()
+      local def = script("labeldefault.lua", "print('script ran') require('redlock').default()\n")
+      for _, case in ipairs {
+        { "run --label 'a b' " .. def, ENV, "--label must be 1 to 15 printable characters" },
+        { "run --label 'a b' " .. def, "-u REDLOCK_SERVERS", "--label must be 1 to 15 printable characters" },
+        { "run --prefix redlock: " .. def, ENV, [[--prefix 'redlock:' starts with "redlock:"]] },
+        { "run --prefix redlock: " .. def, "-u REDLOCK_SERVERS", [[--prefix 'redlock:' starts with "redlock:"]] },
+        { "run " .. def, ENV .. " REDLOCK_PREFIX=redlock:x", [[REDLOCK_PREFIX 'redlock:x' starts with "redlock:"]] },
+        { "exec r -- true", ENV .. " REDLOCK_PREFIX=redlock:x", [[REDLOCK_PREFIX 'redlock:x' starts with "redlock:"]] },
+      } do
+        local out, rc = redlock(case[1], case[2])
+        assert.are.equal(64, rc, case[1] .. ": " .. out)
+        assert.matches(case[3], out, 1, true)
+        assert.is_nil(out:find("traceback", 1, true), out)
+        assert.is_nil(out:find("script ran", 1, true), out)
+      end
+    end)
+
     it("reports a syntax error with the file and line, exit 1", function()
       local name = script("syntax.lua", "local x = = 1\n")
       local out, rc = redlock("run " .. name, ENV)

@@ -154,14 +154,39 @@ function _M.label(opts)
     return name:sub(1, 14 - #pid) .. ":" .. pid
 end
 
---- Client options from the command line and environment (nil, err without servers).
-function _M.client_options(opts)
-    local servers, err = _M.servers(opts)
-    if not servers then return nil, err end
+-- Keys under this prefix are redlock's own (RL_RESERVED_PREFIX in
+-- core/src/command.h): a client refuses a prefix that starts with it.
+local RESERVED_PREFIX = "redlock:"
+
+--- --label, and the prefix from --prefix or REDLOCK_PREFIX, checked as a
+--- client checks them: true, or nil and a message naming the flag or the
+--- variable that set the one it refuses.
+function _M.check_label_and_prefix(opts)
     local l = opts.label
     if l and (#l < 1 or #l > 15 or l:find("[^\33-\126]") or l:find("/", 1, true)) then
         return nil, "--label must be 1 to 15 printable characters without '/' or space"
     end
+    local prefix, from = opts.prefix, "--prefix"
+    if prefix == nil then prefix, from = os.getenv("REDLOCK_PREFIX"), "REDLOCK_PREFIX" end
+    if prefix == nil then return true end
+    local max_key = require("redlock.cdefs").lib.RL_MAX_KEY_LEN
+    if #prefix > max_key then
+        return nil, ("%s is %d bytes long, more than a key may be (%d)"):format(from, #prefix, max_key)
+    end
+    if prefix:sub(1, #RESERVED_PREFIX) == RESERVED_PREFIX then
+        return nil, ("%s '%s' starts with \"%s\", where redlock keeps its own keys"):format(from,
+            host.printable(prefix), RESERVED_PREFIX)
+    end
+    return true
+end
+
+--- Client options from the command line and environment (nil, err without
+--- servers, or with a label or prefix a client refuses).
+function _M.client_options(opts)
+    local servers, err = _M.servers(opts)
+    if not servers then return nil, err end
+    local ok, lerr = _M.check_label_and_prefix(opts)
+    if not ok then return nil, lerr end
     local prefix = opts.prefix or os.getenv("REDLOCK_PREFIX")
     return { servers = servers, prefix = prefix ~= "" and prefix or nil, keepalive = true,
         tls = _M.tls_options(opts), label = _M.label(opts) }
@@ -211,7 +236,11 @@ end
 --- Make redlock.default() return a client built from the host configuration,
 -- and make keep-alive the default for every client created in the host (so
 -- that the signal thread's rl_keeper_release_all covers every held lock).
+-- Return redlock, or nil and a message when the label or prefix is one a
+-- client refuses (check_label_and_prefix): nothing is installed then.
 function _M.install(opts)
+    local ok, lerr = _M.check_label_and_prefix(opts)
+    if not ok then return nil, lerr end
     local redlock = require "redlock"
     guard_acquisitions()
     local copts, err = _M.client_options(opts)

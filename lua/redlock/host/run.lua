@@ -89,7 +89,7 @@ function _M.run(opts, argv, k)
     local script = argv[k]
     if script == nil then return host.usage_error("run", "missing SCRIPT.lua") end
     -- Servers given are checked now, as exec and status do (bad URL, a
-    -- server named twice): a usage error, not the script's.
+    -- server named twice): a usage error, not the script's;
     local servers, serr = config.servers(opts)
     if not servers and (opts.servers or opts.servers_file) then return host.fail(EXIT.USAGE, "%s", serr) end
     if servers then
@@ -103,7 +103,9 @@ function _M.run(opts, argv, k)
             dlm:close()
         end
     end
-    config.install(opts)
+    -- so are a label or prefix a client refuses (given or not with servers)
+    local installed, ierr = config.install(opts)
+    if not installed then return host.fail(EXIT.USAGE, "%s", ierr) end
 
     local chunk, err = loadfile(script ~= "-" and script or nil)
     if not chunk then return host.fail(EXIT.FAIL, "%s", err) end
