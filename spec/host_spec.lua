@@ -1620,6 +1620,41 @@ exit 3
     end)
   end)
 
+  -- Before: demo took only --servers of the server options ("unknown option
+  -- --servers-file", 64), and a bad or doubled URL was a worker's traceback
+  -- and FAILED (exit 1).
+  describe("demo on configured servers", function()
+    it("takes the server options the other commands take, and its workers use them", function()
+      write_file(TMP .. "/demo.servers", "# the nodes\n" .. table.concat(cl.urls, "\n") .. "\n")
+      local out, rc = redlock("demo --servers-file demo.servers --prefix demo: --label demo-l --insecure"
+        .. " --workers 2 --rounds 2", "-u REDLOCK_SERVERS")
+      assert.are.equal(0, rc, out)
+      assert.matches("using the 5 configured nodes", out, 1, true)
+      assert.matches("OK: one holder at a time", out, 1, true)
+      -- the votes are read under the prefixed key: every node granted some
+      local votes = assert(out:match("votes for the granted locks: ([^\n]*)"), out)
+      assert.is_nil(votes:find(": 0 ok", 1, true), out)
+      local _, warnings = out:gsub("TLS certificate verification is off", "")
+      assert.are.equal(1, warnings, out)
+      assert.is_nil(out:find("traceback", 1, true), out)
+    end)
+
+    it("a bad or doubled server URL, or a bad --label, is a usage error (64), before any worker", function()
+      for _, case in ipairs {
+        { "--servers bogus://x", "server 1: 'bogus://x': unknown scheme" },
+        { "--servers " .. cl.urls[1] .. "," .. cl.urls[1], "one server would vote twice" },
+        { "--servers " .. cl.urls[1] .. " --label 'a b'", "--label must be" },
+        { "--servers " .. cl.urls[1] .. " --prefix redlock:", [[--prefix 'redlock:' starts with "redlock:"]] },
+      } do
+        local out, rc = redlock("demo --workers 1 --rounds 1 " .. case[1], "-u REDLOCK_SERVERS")
+        assert.are.equal(64, rc, case[1] .. ": " .. out)
+        assert.matches(case[2], out, 1, true)
+        assert.is_nil(out:find("FAILED", 1, true), out)
+        assert.is_nil(out:find("traceback", 1, true), out)
+      end
+    end)
+  end)
+
   describe("C files", function()
     -- What each object of the executable defines and what it takes from the others.
     local function host_objects()

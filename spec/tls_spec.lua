@@ -792,8 +792,20 @@ describe("TLS (libev driver)", function()
       assert.not_matches(PASSWORD, out, 1, true)
     end)
 
+    -- Before: demo refused --cacert ("unknown option", 64), and its workers
+    -- read the nodes' votes without the TLS options.
+    it("demo runs its workers over TLS with --cacert, and reads their votes with it", function()
+      local out, rc = host(("demo --cacert %s --servers %s --workers 2 --rounds 2"):format(q(pki.ca),
+        q(table.concat(tcl.urls, ","))))
+      assert.equal(0, rc, out)
+      assert.matches("OK: one holder at a time", out, 1, true)
+      local votes = assert(out:match("votes for the granted locks: ([^\n]*)"), out)
+      assert.is_nil(votes:find(": 0 ok", 1, true), out)
+      assert.not_matches(PASSWORD, out, 1, true)
+    end)
+
     it("lists the TLS flags in --help", function()
-      for _, cmd in ipairs { "exec", "run", "status" } do
+      for _, cmd in ipairs { "exec", "run", "status", "demo" } do
         local out = host(cmd .. " --help")
         for _, flag in ipairs { "--cacert", "--cacertdir", "--cert", "--key", "--sni", "--insecure", "--servers-file" } do
           assert.matches(flag, out, 1, true)

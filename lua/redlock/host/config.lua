@@ -120,6 +120,12 @@ end
 
 local warned_insecure = false
 
+--- Say nothing more about --insecure or REDLOCK_INSECURE: this process's
+--- parent said it already (the demo, for its workers).
+function _M.insecure_warned()
+    warned_insecure = true
+end
+
 -- The flag that sets each tls option (the REDLOCK_* variable is the
 -- fallback: redlock.tls_from_env).
 local TLS_FLAGS = { cacert = "cafile", cacertdir = "capath", cert = "certfile", key = "keyfile", sni = "server_name" }

@@ -17,14 +17,13 @@ local _M = {}
 local RESOURCE = "redlock-demo:counter"
 local WORKER_TTL = 2000
 
-local SPEC = {
+-- its own options, then the server options every command that talks to
+-- nodes takes (config.OPTIONS), and --help
+local SPEC = config.spec {
     { name = "workers", long = "workers", arg = "N", check = "count", help = "worker processes (4)" },
     { name = "rounds", long = "rounds", arg = "N", check = "count", help = "acquisitions per worker (5)" },
     { name = "nodes", long = "nodes", arg = "N", check = "count",
         help = "nodes of the throwaway cluster (5)" },
-    { name = "servers", long = "servers", arg = "URL,...",
-        help = "use these nodes instead of a throwaway cluster (or $REDLOCK_SERVERS)" },
-    args.HELP,
 }
 _M.SPEC = SPEC
 
@@ -38,13 +37,16 @@ read-modify-write of a shared counter file under the lock, print every
 acquisition (attempts, wait, each node's vote), pause one node for a while
 (SIGSTOP) to show that a quorum is enough, then check the workers' log: no
 two holders at once and no lost update. Every node it started is stopped at
-the end, also on Ctrl-C. With --servers or REDLOCK_SERVERS, uses those nodes.
+the end, also on Ctrl-C. With --servers, --servers-file or REDLOCK_SERVERS,
+uses those nodes instead; the workers then take the TLS options, --prefix and
+--label as the other commands do.
 
 Options:
 %s
 
-Exit status: 0 when the check passes, 1 when it does not, 69 when no cluster
-could be started, 130/143 when interrupted.
+Exit status: 0 when the check passes, 1 when it does not, 64 usage (a bad
+option, a bad server URL or one named twice), 69 when no cluster could be
+started, 130/143 when interrupted.
 ]]):format(args.describe(SPEC))
 end
 
@@ -129,11 +131,23 @@ function _M.run(opts, argv, k)
         out:flush()
     end
 
+    -- the label and prefix the workers will use, and configured servers with
+    -- their TLS files, are checked before any worker starts, as run does
+    local ok, lerr = config.check_label_and_prefix(opts)
+    if not ok then return host.fail(EXIT.USAGE, "%s", lerr) end
     local cl, servers, dir
-    if opts.servers or os.getenv("REDLOCK_SERVERS") then
+    if opts.servers or opts.servers_file or os.getenv("REDLOCK_SERVERS") then
         local err
         servers, err = config.servers(opts)
         if not servers then return host.fail(EXIT.USAGE, "%s", err) end
+        -- a bad URL, or one named twice (it would vote twice)
+        local checked, cerr = config.check_servers(servers)
+        if not checked then return host.fail(EXIT.USAGE, "%s", cerr) end
+        if config.tls_options(opts) then
+            local dlm, terr = config.client(opts)
+            if not dlm then return host.fail(EXIT.USAGE, "%s", terr) end
+            dlm:close()
+        end
         dir = make_temp_dir()
         say("redlock demo: using the %d configured nodes", #servers)
     else
@@ -173,9 +187,22 @@ function _M.run(opts, argv, k)
         nworkers, rounds, RESOURCE, WORKER_TTL, quorum, #servers)
     say("Under the lock each worker reads the counter file, sleeps, and writes it back + 1.\n")
     say("votes: node 1 .. node %d   (ok = granted, taken = held by another, -- = no answer)", #servers)
+    -- the workers take the servers from REDLOCK_SERVERS (passwords stay out
+    -- of their command lines) and every other server option as given
+    sys.setenv("REDLOCK_SERVERS", table.concat(servers, ","))
+    local worker_argv = { exe, "demo-worker" }
+    for _, o in ipairs(config.OPTIONS) do
+        local v = opts[o.name]
+        if v ~= nil and o.name ~= "servers" and o.name ~= "servers_file" then
+            worker_argv[#worker_argv + 1] = "--" .. o.long
+            if o.arg then worker_argv[#worker_argv + 1] = v end
+        end
+    end
+    local first_operand = #worker_argv + 1
     for w = 1, nworkers do
-        local pid, err = sys.spawn({ exe, "demo-worker", "--servers", table.concat(servers, ","),
-            RESOURCE, dir, tostring(w), tostring(rounds) }, sys.NEWPGRP + sys.DIE_WITH_HOST)
+        worker_argv[first_operand], worker_argv[first_operand + 1] = RESOURCE, dir
+        worker_argv[first_operand + 2], worker_argv[first_operand + 3] = tostring(w), tostring(rounds)
+        local pid, err = sys.spawn(worker_argv, sys.NEWPGRP + sys.DIE_WITH_HOST)
         if not pid then
             stop_all("failed")
             return host.fail(EXIT.FAIL, "cannot start a worker: %s", err)
@@ -291,15 +318,18 @@ function _M.run(opts, argv, k)
 end
 
 ---------------------------------------------------------------------------
--- redlock demo-worker --servers URLS RESOURCE DIR ID ROUNDS (internal)
+-- redlock demo-worker [SERVER OPTIONS] RESOURCE DIR ID ROUNDS (internal)
 
 _M.worker = { SPEC = config.OPTIONS }
 
 function _M.worker.help()
-    return "usage: redlock demo-worker --servers URLS RESOURCE DIR ID ROUNDS (used by redlock demo)\n"
+    return "usage: redlock demo-worker [SERVER OPTIONS] RESOURCE DIR ID ROUNDS (used by redlock demo;"
+        .. " the servers from REDLOCK_SERVERS)\n"
 end
 
-local function votes_of(lock, servers)
+-- Each node's vote for lock, taken by dlm: read from the nodes (under
+-- dlm's prefix, with the TLS options tls) when the lock does not say.
+local function votes_of(lock, dlm, tls)
     if type(lock.detail) == "table" and #lock.detail > 0 then
         local t = {}
         for j, node in ipairs(lock.detail) do t[j] = node.state or "unknown" end
@@ -308,8 +338,8 @@ local function votes_of(lock, servers)
     -- The Lua API does not report a granted lock's votes: ask each node
     -- whether it holds our value (the nodes that granted it do).
     local t = {}
-    for j, url in ipairs(servers) do
-        local r = sys.probe(url, lock.resource, 60)
+    for j, url in ipairs(dlm.servers) do
+        local r = sys.probe(url, (dlm.prefix or "") .. lock.resource, 60, tls)
         t[j] = not r and "timeout" or (r.value == lock.value and "ok" or "taken")
     end
     return table.concat(t, ",")
@@ -320,10 +350,11 @@ function _M.worker.run(opts, argv, k)
     if not (resource and dir and id and rounds) then
         return host.usage_error("demo-worker", "expected RESOURCE DIR ID ROUNDS")
     end
-    local servers = assert(config.servers(opts))
+    config.insecure_warned() -- (the demo said so once, for all of its workers)
+    local tls = config.tls_options(opts)
+    local dlm = assert(config.client(opts)) -- (the demo checked its options)
     math.randomseed(sys.getpid())
     local redlock = require "redlock"
-    local dlm = redlock.new { servers = servers, keepalive = true, tls = config.tls_options(opts) }
     local logf = assert(io.open(dir .. "/demo.log", "a"))
     local function log(fmt, ...)
         logf:write(fmt:format(...), "\n")
@@ -344,7 +375,7 @@ function _M.worker.run(opts, argv, k)
             return EXIT.UNAVAILABLE
         end
         local waited = sys.now_ms() - t0
-        local votes = votes_of(lock, servers)
+        local votes = votes_of(lock, dlm, tls)
         log("enter %d %d %.3f %d %.1f %s", id, round, sys.now_ms(), attempts + 1, waited, votes)
         -- the unsafe read-modify-write the lock protects
         local n = tonumber((read_file(counter) or ""):match("%d+")) or 0
