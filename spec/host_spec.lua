@@ -139,6 +139,15 @@ echo end >> %s
       assert.matches("^redlock %d+%.%d+%.%d+", out)
     end)
 
+    -- Before: run --help named SIGINT (130) and SIGTERM (143) only.
+    it("run --help names every signal on which the host releases the script's locks", function()
+      local out = redlock("run --help"):gsub("%s+", " ")
+      for _, said in ipairs { "SIGINT (exit 130)", "SIGTERM (exit 143)", "SIGHUP (exit 129)",
+                              "SIGPIPE when the script prints to a pipe whose reader is gone (exit 141)" } do
+        assert.matches(said, out, 1, true)
+      end
+    end)
+
     it("rejects an unknown command or option with status 64", function()
       local out, rc = redlock("frobnicate")
       assert.are.equal(64, rc)

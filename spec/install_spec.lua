@@ -243,6 +243,30 @@ describe("cmake --install", function()
       end
     end)
 
+    -- Before: help2man took run's description apart: its first sentence
+    -- ("... Inside it:") became a heading (.SS), the lines of its example
+    -- with a "-- comment" options (.TP), each "--" a bold flag.
+    it("with each command's description as prose, no line of it taken for a heading or an option", function()
+      local headings = { SYNOPSIS = "", DESCRIPTION = "", OPTIONS = "options", ["\"Exit status:\""] = "list" }
+      for _, cmd in ipairs(commands()) do
+        local section = assert(page:match("\n%.SH \"REDLOCK " .. cmd.name:upper() .. "\"\n(.-)\n%.SH "),
+          "no section for " .. cmd.name)
+        local heading = "(none)"
+        for line in section:gmatch("[^\n]+") do
+          local ss = line:match("^%.SS (.*)$")
+          if ss then
+            heading = ss
+            local kind = headings[ss] or (ss:match('^"Options.*:"$') and "options")
+            assert.is_truthy(kind, cmd.name .. ": a line taken for a heading: .SS " .. ss)
+          elseif line == ".TP" then
+            local kind = headings[heading] or (heading:match('^"Options.*:"$') and "options")
+            assert.is_truthy(kind and kind ~= "", cmd.name .. ": a line under " .. heading .. " taken for an option (.TP)")
+          end
+          assert.is_nil(line:find("\\fB\\-\\-\\fR", 1, true), cmd.name .. ": a lone -- taken for a flag: " .. line)
+        end
+      end
+    end)
+
     -- Before: "--insecure; or REDLOCK_CACERT, ..." began a line of the TLS
     -- sentence in redlock --help, and help2man made it an option (.HP),
     -- outdented, cutting the sentence in three paragraphs.

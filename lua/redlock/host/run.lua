@@ -29,20 +29,25 @@ function _M.help()
     return ([[
 Usage: redlock run [OPTIONS] SCRIPT.lua [ARGS...]
 
-Run a Lua job script under LuaJIT. Inside it:
-  local redlock = require "redlock"
-  local dlm = redlock.default()        -- a client for --servers / REDLOCK_SERVERS
-  dlm:with_lock("nightly-report", { ttl = 10000 }, function(lock)
-    ...                                -- kept alive by a C thread while this runs
-    lock:check()                       -- raises "lost: ..." if the lock was lost
-  end)
-`arg` and `...` hold ARGS. Locks are kept alive by default in the host, and
-released on every way out: the end of the script, an error, os.exit(),
-SIGINT (exit 130), SIGTERM (exit 143). (One taken with keepalive = false is
-the script's to release; otherwise it stays until its ttl.) A script that
-returns a number from 0 to 255 exits with it (another number is an error,
-exit 1); a script error prints its message and a traceback and exits 1;
-redlock.default() with no servers configured exits 64.
+Run a Lua job script under LuaJIT. In the script, require "redlock" is the
+Lua module, redlock.default() is a client for --servers / REDLOCK_SERVERS,
+and `arg` and `...` hold ARGS. A job that writes a report under a lock
+
+  local dlm = require("redlock").default()
+
+  dlm:with_lock("nightly-report", { ttl = 10000 }, write_report)
+
+has the lock kept alive by a C thread while write_report(lock) runs; there,
+lock:check() raises "lost: ..." if the lock was lost. Locks are kept alive
+by default in the host, and released on every way out: the end of the
+script, an error, os.exit(), SIGINT (exit 130), SIGTERM (exit 143), SIGHUP
+(exit 129), and SIGPIPE when the script prints to a pipe whose reader is
+gone (exit 141). (One taken with keepalive = false is the script's to
+release; otherwise it stays until its ttl.) A script that returns a number
+from 0 to 255 exits with it (another number is an error, exit 1); a script
+error prints its message and a traceback and exits 1; redlock.default()
+with no servers configured exits 64, and so does, before the script runs,
+a --label or prefix that a client refuses.
 
 Options (before SCRIPT):
 %s
