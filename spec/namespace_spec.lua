@@ -183,7 +183,7 @@ describe("keys of our own", function()
       { "redlock:queue:zz", "RESOURCE 'redlock:queue:zz' is reserved: its key (prefix + resource) " .. STARTS },
       { "--prefix redlock :queue:zz", "RESOURCE ':queue:zz' is reserved" },
       { "jobs:fence", "RESOURCE 'jobs:fence' is reserved: its key (prefix + resource) " .. ENDS },
-      { "--prefix redlock:jobs: x", 'prefix starts with "redlock:"' },
+      { "--prefix redlock:jobs: x", [[--prefix 'redlock:jobs:' starts with "redlock:"]] },
     } do
       local out, rc = proc.sh(("env %s %s exec %s -- true"):format(env, proc.quote(bin), c[1]))
       assert.equal(64, rc, out)
