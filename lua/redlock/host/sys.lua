@@ -158,8 +158,9 @@ local probe_result = ffi.new("rl_host_probe_result")
 -- value_len =, value_digest =, pttl =, fence =, latency_ms =, readers =,
 -- shared =, run_id = }, where
 -- value is at most the first 127 bytes of the value (value_len is the whole
--- length, value_digest a 64-bit hash of all of it, in decimal), fence the fenced lock's counter (key:fence) or nil, and with the
--- shared holders' mark in the key, readers is their number and shared a
+-- length, value_digest a 64-bit hash of all of it, in decimal), fence the
+-- fenced lock's counter (key:fence) or nil, and with the shared holders'
+-- mark in the key, readers is their number and shared a
 -- list of { value =, pttl = } (the 64 that expire first: fewer than
 -- readers when it has more); or nil, a message, the kind
 -- of failure (PROBE_EINVAL: bad URL; PROBE_ENODE: the node failed) and the
