@@ -133,8 +133,8 @@ function _M.run(opts, argv, k)
 
     -- the label and prefix the workers will use, and configured servers with
     -- their TLS files, are checked before any worker starts, as run does
-    local ok, lerr = config.check_label_and_prefix(opts)
-    if not ok then return host.fail(EXIT.USAGE, "%s", lerr) end
+    local named, lerr = config.check_label_and_prefix(opts)
+    if not named then return host.fail(EXIT.USAGE, "%s", lerr) end
     local cl, servers, dir
     if opts.servers or opts.servers_file or os.getenv("REDLOCK_SERVERS") then
         local err
