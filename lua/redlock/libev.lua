@@ -31,7 +31,16 @@ local _M = {}
 --                             by = { [holder] = how many of them are its } }
 -- (by: weak keys). A watch given no holder is not counted: its caller
 -- unwatches it itself.
-local holds = setmetatable({}, { __mode = "k" })
+-- One table for the Lua state, in its registry: a client's methods are
+-- those of the first load of this module (an ffi metatype is set once),
+-- and a second load (a test runner reloading modules between files) must
+-- sweep what they recorded, not a table of its own.
+local REGISTRY_KEY = "redlock.libev holds"
+local holds = debug.getregistry()[REGISTRY_KEY]
+if holds == nil then
+    holds = setmetatable({}, { __mode = "k" })
+    debug.getregistry()[REGISTRY_KEY] = holds
+end
 local WEAK_KEYS = { __mode = "k" }
 
 local function name_of(resource, len)
