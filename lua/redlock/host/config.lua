@@ -105,6 +105,21 @@ function _M.check_servers(servers)
     return true
 end
 
+--- What a command that starts before it locks (run, demo) checks of the
+--- servers it was given: their URLs (check_servers), and the TLS files a
+--- client reads when it is made (made once now, as exec and status make
+--- theirs). true, or nil and why: a usage error either way.
+function _M.check_usable(servers, opts)
+    local ok, err = _M.check_servers(servers)
+    if not ok then return nil, err end
+    if _M.tls_options(opts) then
+        local dlm, terr = _M.client(opts)
+        if not dlm then return nil, terr end
+        dlm:close()
+    end
+    return true
+end
+
 local function env(name)
     local v = os.getenv(name)
     if v == "" then return nil end

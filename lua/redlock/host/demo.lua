@@ -140,14 +140,8 @@ function _M.run(opts, argv, k)
         local err
         servers, err = config.servers(opts)
         if not servers then return host.fail(EXIT.USAGE, "%s", err) end
-        -- a bad URL, or one named twice (it would vote twice)
-        local checked, cerr = config.check_servers(servers)
-        if not checked then return host.fail(EXIT.USAGE, "%s", cerr) end
-        if config.tls_options(opts) then
-            local dlm, terr = config.client(opts)
-            if not dlm then return host.fail(EXIT.USAGE, "%s", terr) end
-            dlm:close()
-        end
+        local usable, uerr = config.check_usable(servers, opts)
+        if not usable then return host.fail(EXIT.USAGE, "%s", uerr) end
         dir = make_temp_dir()
         say("redlock demo: using the %d configured nodes", #servers)
     else

@@ -98,15 +98,8 @@ function _M.run(opts, argv, k)
     local servers, serr = config.servers(opts)
     if not servers and (opts.servers or opts.servers_file) then return host.fail(EXIT.USAGE, "%s", serr) end
     if servers then
-        local ok, err = config.check_servers(servers)
+        local ok, err = config.check_usable(servers, opts)
         if not ok then return host.fail(EXIT.USAGE, "%s", err) end
-        -- TLS files are read when a client is made: made now, one that
-        -- cannot be read is a usage error too, as for exec and status
-        if config.tls_options(opts) then
-            local dlm, terr = config.client(opts)
-            if not dlm then return host.fail(EXIT.USAGE, "%s", terr) end
-            dlm:close()
-        end
     end
     -- so are a label or prefix a client refuses (given or not with servers)
     local installed, ierr = config.install(opts)
