@@ -239,14 +239,6 @@ describe("redlock status", function()
     assert.matches("up: 2 of 3 nodes answer (quorum 2)", out, 1, true)
   end)
 
-  -- Before: "'redis-cluster://...': unknown scheme", as if the URL were wrong.
-  it("says that it does not read cluster nodes yet (64)", function()
-    local list = q("redis-cluster://127.0.0.1:1+127.0.0.1:2," .. cl.urls[1] .. "," .. cl.urls[2])
-    local out, rc = proc.sh(("%s status --servers %s r 2>&1"):format(q(BIN), list))
-    assert.equals(64, rc, out)
-    assert.matches("server 1 is a Redis Cluster node: status reads plain nodes only", out, 1, true)
-  end)
-
   it("without RESOURCE shows every node's state and latency", function()
     local out, rc = status()
     assert.equals(0, rc, out)

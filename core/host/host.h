@@ -192,6 +192,11 @@ typedef struct rl_host_probe_result {
     char run_id[41];                      /* the server's run_id (INFO server), "" if it said none */
 } rl_host_probe_result;
 
+/* What rl_host_probe reads under a key (its what): the lock, a semaphore's
+ * slot k (k >= 1: redlock:slot:<k>:<key>), or the limit a semaphore's
+ * waiters left (redlock:limit:<key>). */
+enum { RL_HOST_PROBE_LOCK = 0, RL_HOST_PROBE_LIMIT = -1 };
+
 /* TLS settings for probing rediss:// nodes (as rl_tls_options; NULL strings
  * for none). */
 typedef struct rl_host_tls {
@@ -199,17 +204,30 @@ typedef struct rl_host_tls {
     int verify;
 } rl_host_tls;
 
-/* Connect to the node at url (redis://..., rediss://... with the TLS
- * settings tls (NULL: verify against the system's CAs), or unix://..., as
- * the core reads them) within timeout_ms, AUTH and SELECT as the URL says,
- * then GET and PTTL key[0..keylen) and, when the key holds the mark of
- * shared holders (core/src/shared.h), the live ones with the ms each has
- * left (the RL_HOST_PROBE_READERS that expire first, at most; out->readers
- * counts them all). Every reply is awaited at most
- * timeout_ms. Return 0 with *out filled, or -1 with out->err and
- * out->errstr set (bad TLS files: RL_HOST_PROBE_EINVAL). */
-int rl_host_probe(const char *url, const char *key, size_t keylen, int timeout_ms, const rl_host_tls *tls,
-                  rl_host_probe_result *out);
+/* Read what the node at url holds under key[0..keylen) (key NULL: PING
+ * it), all within timeout_ms (connect, AUTH and SELECT as the URL says,
+ * the commands, every redirection). The node: redis://..., rediss://...
+ * with the TLS settings tls (NULL: verify against the system's CAs),
+ * unix://..., or a Redis Cluster, redis-cluster://h:p+h:p (or
+ * rediss-cluster://), as the core reads them.
+ *
+ * what RL_HOST_PROBE_LOCK: GET and PTTL of the lock's key (key itself on
+ * every node), GET of its fence counter and, when the key holds the mark
+ * of shared holders (core/src/shared.h), the live ones with the ms each
+ * has left (the RL_HOST_PROBE_READERS that expire first, at most;
+ * out->readers counts them all). what k >= 1 or RL_HOST_PROBE_LIMIT: GET
+ * and PTTL of that semaphore key. Companion keys are named as the engine
+ * names them: after key on a plain node, after key's base
+ * (rl_cluster_base) on a cluster node.
+ *
+ * A cluster node is asked at the master serving key's slot: its seeds in
+ * order until one answers (connects and replies), then the master a MOVED
+ * names (ASK: behind ASKING), RL_CLUSTER_REDIRECTS times at most; without
+ * key, the first seed that answers. Return 0 with *out filled, or -1 with
+ * out->err and out->errstr set (bad URL or TLS files:
+ * RL_HOST_PROBE_EINVAL). */
+int rl_host_probe(const char *url, const char *key, size_t keylen, int what, int timeout_ms,
+                  const rl_host_tls *tls, rl_host_probe_result *out);
 
 #pragma GCC visibility pop
 

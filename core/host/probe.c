@@ -15,22 +15,33 @@
  * tls.c) takes over the socket; commands are encoded by the core's command.c
  * and replies parsed by hiredis' reader, every wait bounded by poll(2).
  *
+ * A Redis Cluster node (redis-cluster://h:p+h:p): its keys are read at the
+ * master serving the key's slot, named as the engine names them there (the
+ * companions after the key's base, rl_cluster_base; a semaphore's slots by
+ * rl_slot_key). No map is read: the seeds (rl_cluster_seed) are asked in
+ * order until one answers, and a MOVED reply sends the whole read again to
+ * the master it names (ASK: with ASKING before each command), up to
+ * RL_CLUSTER_REDIRECTS times; INFO's run_id is then the master's.
+ *
  * The timeout is one deadline for the whole probe (connect, AUTH, SELECT,
- * GET, PTTL): every wait is for what is left of it, so a node that trickles
- * its replies a byte at a time cannot stretch it.
+ * GET, PTTL, every seed and redirection): every wait is for what is left of
+ * it, so a node that trickles its replies a byte at a time cannot stretch it.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 #include <time.h>
 
 #include <hiredis/hiredis.h>
 
+#include "cluster.h"
 #include "command.h"
+#include "hashslot.h"
 #include "host.h"
 #include "reply.h"
 #include "shared.h"
@@ -49,7 +60,20 @@ typedef struct probe {
     rl_buf cmds;             /* commands not written yet */
     redisReader *reader;
     char err[RL_NODE_ERR_LEN]; /* TLS: what failed; plain: a poll(2) that failed */
+    /* A cluster node only: */
+    int cluster;             /* the node is a Redis Cluster */
+    int asking;              /* send ASKING before each keyed command (an ASK is followed) */
+    int replied;             /* the connection gave a reply: the server answers */
+    char to_host[256];       /* the master a MOVED or ASK reply named ("": none) */
+    int to_port;
+    int to_ask;              /* 1 for ASK, 0 for MOVED */
 } probe;
+
+/* The keys a probe reads: the key itself, and for a lock its fence counter
+ * and its shared holders' set (len 0: not read). */
+typedef struct probe_keys {
+    rl_buf key, fence, readers;
+} probe_keys;
 
 #define WANT(type) (1u << (type))
 
@@ -194,6 +218,25 @@ static int append(probe *p, int argc, const char **argv, const size_t *lens) {
     return REDIS_ERR;
 }
 
+/* On a cluster node, an error reply "MOVED <slot> <host>:<port>" or "ASK
+ * <slot> <host>:<port>": note where it sends the probe. */
+static void note_redirection(probe *p, const redisReply *r) {
+    if (!p->cluster) return;
+    int ask = strncmp(r->str, "ASK ", 4) == 0;
+    if (!ask && strncmp(r->str, "MOVED ", 6) != 0) return;
+    size_t word = ask ? 4 : 6; /* "ASK " or "MOVED ": the slot, a space, the address */
+    const char *sp = r->len > word ? memchr(r->str + word, ' ', r->len - word) : NULL;
+    const char *colon = sp ? memrchr(sp, ':', r->len - (size_t)(sp - r->str)) : NULL;
+    size_t hostlen = colon ? (size_t)(colon - sp - 1) : 0;
+    if (colon == NULL || hostlen == 0 || hostlen >= sizeof(p->to_host)) return;
+    int port = atoi(colon + 1);
+    if (port <= 0 || port > 65535) return;
+    memcpy(p->to_host, sp + 1, hostlen);
+    p->to_host[hostlen] = '\0';
+    p->to_port = port;
+    p->to_ask = ask;
+}
+
 /* Take the next reply of a command already sent. Return it when its type is
  * in want (WANT(REDIS_REPLY_*) bits); otherwise, error replies included,
  * fail the probe with what the reply was to and return NULL. */
@@ -205,7 +248,9 @@ static redisReply *take(probe *p, const char *what, unsigned want) {
         return NULL;
     }
     redisReply *r = obj;
+    p->replied = 1;
     if (r->type == REDIS_REPLY_ERROR) {
+        note_redirection(p, r);
         fail(p->out, RL_HOST_PROBE_ENODE, "%s: %.*s", what, (int)r->len, r->str);
     } else if (r->type < 0 || r->type >= 32 || !(want & WANT(r->type))) {
         char got[80];
@@ -251,26 +296,45 @@ static int prepare(probe *p, const rl_url *u) {
     return 0;
 }
 
-/* The live shared holders of key (its readers' set, pruned of none: only
- * read): their number, then value and ms left of the first of them. */
+/* Send a command that names a key: behind ASKING once an ASK is followed
+ * (ASKING lets only the next command in). */
+static int append_keyed(probe *p, int argc, const char **argv, const size_t *lens) {
+    static const char *asking[1] = {"ASKING"};
+    static const size_t asking_len[1] = {6};
+    if (p->asking && append(p, 1, asking, asking_len) != REDIS_OK) return REDIS_ERR;
+    return append(p, argc, argv, lens);
+}
+
+/* take for a command sent with append_keyed: its ASKING's +OK first. */
+static redisReply *take_keyed(probe *p, const char *what, unsigned want) {
+    if (p->asking) {
+        redisReply *ok = take(p, "ASKING", WANT(REDIS_REPLY_STATUS));
+        if (ok == NULL) return NULL;
+        freeReplyObject(ok);
+    }
+    return take(p, what, want);
+}
+
+/* The live shared holders in the readers' set KEYS[1] (pruned of none:
+ * only read): their number, then value and ms left of the first of them. */
 static const char readers_script[] =
     "local t = redis.call(\"time\") local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
-    "local rd, from = \"" RL_READERS_PREFIX "\"..KEYS[1], string.format(\"(%.0f\", now) "
+    "local rd, from = KEYS[1], string.format(\"(%.0f\", now) "
     "local out = { redis.call(\"zcount\",rd,from,\"+inf\") } "
     "local z = redis.call(\"zrangebyscore\",rd,from,\"+inf\",\"withscores\",\"limit\",0,ARGV[1]) "
     "for i = 1, #z, 2 do out[#out + 1] = z[i] out[#out + 1] = math.floor(tonumber(z[i + 1]) - now) end "
     "return out";
 
-/* Read the shared holders of key into p->out. Return 0, or -1 with the
- * probe failed. */
-static int look_readers(probe *p, const char *key, size_t keylen) {
+/* Read the shared holders of the lock (their set: k->readers) into p->out.
+ * Return 0, or -1 with the probe failed. */
+static int look_readers(probe *p, const probe_keys *k) {
     rl_host_probe_result *out = p->out;
     char most[16];
     snprintf(most, sizeof(most), "%d", RL_HOST_PROBE_READERS);
-    const char *argv[5] = {"EVAL", readers_script, "1", key, most};
-    size_t lens[5] = {4, sizeof(readers_script) - 1, 1, keylen, strlen(most)};
-    if (append(p, 5, argv, lens) != REDIS_OK) return fail_io(p, "readers");
-    redisReply *r = take(p, "readers", WANT(REDIS_REPLY_ARRAY));
+    const char *argv[5] = {"EVAL", readers_script, "1", k->readers.data, most};
+    size_t lens[5] = {4, sizeof(readers_script) - 1, 1, k->readers.len, strlen(most)};
+    if (append_keyed(p, 5, argv, lens) != REDIS_OK) return fail_io(p, "readers");
+    redisReply *r = take_keyed(p, "readers", WANT(REDIS_REPLY_ARRAY));
     if (r == NULL) return -1;
     if (r->elements >= 1 && r->element[0]->type == REDIS_REPLY_INTEGER) out->readers = (int)r->element[0]->integer;
     for (size_t i = 1, n = 0; i + 1 < r->elements && n < RL_HOST_PROBE_READERS; i += 2, n++) {
@@ -293,13 +357,13 @@ static unsigned long long fnv1a64(const char *s, size_t len) {
     return h;
 }
 
-/* The next reply, a string or nil, into buf (at most size - 1 bytes, NUL
- * added); *len: its whole length, *digest: fnv1a64 of all of it (len and
- * digest may be NULL), *found: 1 for a string. Return 0, or -1 with the
- * probe failed. */
+/* The next reply (of a keyed command), a string or nil, into buf (at most
+ * size - 1 bytes, NUL added); *len: its whole length, *digest: fnv1a64 of
+ * all of it (len and digest may be NULL), *found: 1 for a string. Return
+ * 0, or -1 with the probe failed. */
 static int take_string(probe *p, const char *what, char *buf, size_t size, size_t *len,
                        unsigned long long *digest, int *found) {
-    redisReply *v = take(p, what, WANT(REDIS_REPLY_STRING) | WANT(REDIS_REPLY_NIL));
+    redisReply *v = take_keyed(p, what, WANT(REDIS_REPLY_STRING) | WANT(REDIS_REPLY_NIL));
     if (v == NULL) return -1;
     if (v->type == REDIS_REPLY_STRING) {
         size_t keep = v->len < size - 1 ? v->len : size - 1;
@@ -326,13 +390,14 @@ static int take_run_id(probe *p) {
     return 0;
 }
 
-/* PING alone (key NULL), or GET key, GET key:fence and PTTL key, then INFO
- * server, in one round trip, timed. Return 0 with the result filled, or -1
- * with the probe failed. */
-static int look(probe *p, const char *key, size_t keylen) {
+/* PING alone (k NULL), or GET key, GET of the fence counter (a lock's)
+ * and PTTL key, then INFO server, in one round trip, timed; then a lock's
+ * shared holders when its key holds their mark. Return 0 with the result
+ * filled, or -1 with the probe failed. */
+static int look(probe *p, const probe_keys *k) {
     rl_host_probe_result *out = p->out;
     double start = mono_ms();
-    if (key == NULL) {
+    if (k == NULL) {
         const char *ping[1] = {"PING"};
         size_t pinglen[1] = {4};
         if (append(p, 1, ping, pinglen) != REDIS_OK || append(p, 2, info_server, info_server_lens) != REDIS_OK)
@@ -343,26 +408,23 @@ static int look(probe *p, const char *key, size_t keylen) {
         out->latency_ms = mono_ms() - start;
         return take_run_id(p);
     }
-    rl_buf fk = {0}; /* key:fence */
-    if (rl_buf_reserve(&fk, keylen + 6) != 0) return fail(out, RL_HOST_PROBE_ENODE, "out of memory");
-    memcpy(fk.data, key, keylen);
-    memcpy(fk.data + keylen, ":fence", 6);
-    const char *get[2] = {"GET", key}, *fence[2] = {"GET", fk.data}, *pttl[2] = {"PTTL", key};
-    size_t getlens[2] = {3, keylen}, fencelens[2] = {3, keylen + 6}, pttllens[2] = {4, keylen};
-    int sent = append(p, 2, get, getlens) == REDIS_OK && append(p, 2, fence, fencelens) == REDIS_OK &&
-               append(p, 2, pttl, pttllens) == REDIS_OK && append(p, 2, info_server, info_server_lens) == REDIS_OK;
-    rl_buf_free(&fk);
-    if (!sent) return fail_io(p, "GET");
+    const char *get[2] = {"GET", k->key.data}, *fence[2] = {"GET", k->fence.data}, *pttl[2] = {"PTTL", k->key.data};
+    size_t getlens[2] = {3, k->key.len}, fencelens[2] = {3, k->fence.len}, pttllens[2] = {4, k->key.len};
+    if (append_keyed(p, 2, get, getlens) != REDIS_OK ||
+        (k->fence.len && append_keyed(p, 2, fence, fencelens) != REDIS_OK) ||
+        append_keyed(p, 2, pttl, pttllens) != REDIS_OK || append(p, 2, info_server, info_server_lens) != REDIS_OK)
+        return fail_io(p, "GET");
     if (take_string(p, "GET", out->value, sizeof(out->value), &out->value_len, &out->value_digest, &out->exists) != 0 ||
-        take_string(p, "GET fence", out->fence, sizeof(out->fence), NULL, NULL, &out->has_fence) != 0)
+        (k->fence.len &&
+         take_string(p, "GET fence", out->fence, sizeof(out->fence), NULL, NULL, &out->has_fence) != 0))
         return -1;
-    redisReply *t = take(p, "PTTL", WANT(REDIS_REPLY_INTEGER));
+    redisReply *t = take_keyed(p, "PTTL", WANT(REDIS_REPLY_INTEGER));
     if (t == NULL) return -1;
     out->pttl = t->integer;
     freeReplyObject(t);
     out->latency_ms = mono_ms() - start;
     if (take_run_id(p) != 0) return -1;
-    if (out->exists && strcmp(out->value, RL_SHARED_MARK) == 0) return look_readers(p, key, keylen);
+    if (k->readers.len && out->exists && strcmp(out->value, RL_SHARED_MARK) == 0) return look_readers(p, k);
     return 0;
 }
 
@@ -384,8 +446,8 @@ static rl_tls *tls_context(const rl_host_tls *o, rl_host_probe_result *out) {
     return ctx;
 }
 
-/* GET and PTTL over TLS on p->c's socket. */
-static int probe_tls(probe *p, const rl_url *u, const char *key, size_t keylen, const rl_host_tls *o) {
+/* AUTH, SELECT and look over TLS on p->c's socket. */
+static int probe_tls(probe *p, const rl_url *u, const probe_keys *k, const rl_host_tls *o) {
     rl_tls *ctx = tls_context(o, p->out);
     if (ctx == NULL) return -1;
     rl_tls_session session = {0};
@@ -401,40 +463,156 @@ static int probe_tls(probe *p, const rl_url *u, const char *key, size_t keylen, 
                tls_handshake(p) != 0) {
         fail(p->out, RL_HOST_PROBE_ENODE, "connect: %s", p->err);
     } else if ((rc = prepare(p, u)) == 0) {
-        rc = look(p, key, keylen);
+        rc = look(p, k);
     }
     rl_tls_end(&session);
     if (p->reader) redisReaderFree(p->reader);
+    p->reader = NULL;
     rl_buf_free(&p->cmds);
     rl_tls_free(ctx);
     p->tls = NULL;
     return rc;
 }
 
-int rl_host_probe(const char *url, const char *key, size_t keylen, int timeout_ms, const rl_host_tls *tls,
-                       rl_host_probe_result *out) {
+/* Connect to the server u names (within what is left of the deadline),
+ * AUTH, SELECT and look; close. Return 0 with the result filled, or -1
+ * with the probe failed. */
+static int read_server(probe *p, const rl_url *u, const probe_keys *k, const rl_host_tls *tls) {
+    rl_host_probe_result *out = p->out;
+    /* a result of its own: an earlier server's (a MOVED one) is dropped */
+    char name[sizeof(out->name)];
+    memcpy(name, out->name, sizeof(name));
+    memset(out, 0, sizeof(*out));
+    memcpy(out->name, name, sizeof(name));
+    out->pttl = -2;
+    p->timed_out = p->replied = 0;
+    p->err[0] = '\0';
+    p->to_host[0] = '\0';
+    int left = left_ms(p);
+    if (left <= 0) return p->timed_out = 1, fail(out, RL_HOST_PROBE_ENODE, "connect: no answer within %d ms", p->timeout_ms);
+    struct timeval tv = {left / 1000, (left % 1000) * 1000};
+    p->c = u->kind == RL_URL_UNIX ? redisConnectUnixWithTimeout(u->path, tv) : redisConnectWithTimeout(u->host, u->port, tv);
+    if (p->c == NULL) return fail(out, RL_HOST_PROBE_ENODE, "out of memory");
+    if (p->c->fd >= 0) fcntl(p->c->fd, F_SETFD, FD_CLOEXEC); /* hiredis opens it inheritable */
+    int rc;
+    if (p->c->err) rc = fail(out, RL_HOST_PROBE_ENODE, "connect: %s", p->c->errstr);
+    else if (redisSetTimeout(p->c, tv) != REDIS_OK) rc = fail_io(p, "connect");
+    else if (u->tls) rc = probe_tls(p, u, k, tls);
+    else if ((rc = prepare(p, u)) == 0) rc = look(p, k);
+    redisFree(p->c);
+    p->c = NULL;
+    return rc;
+}
+
+/* Put head before the probe's error text (its end cut when it would no
+ * longer fit). */
+static void prefix_error(rl_host_probe_result *out, const char *head) {
+    size_t h = strlen(head), size = sizeof(out->errstr), len = strlen(out->errstr);
+    if (h > size - 1) h = size - 1;
+    if (len > size - 1 - h) len = size - 1 - h;
+    memmove(out->errstr + h, out->errstr, len);
+    memcpy(out->errstr, head, h);
+    out->errstr[h + len] = '\0';
+}
+
+/* Put "<what><host>:<port>: " before the probe's error text. */
+static void say_where(probe *p, const char *what, const rl_url *u) {
+    char head[96];
+    snprintf(head, sizeof(head), "%s%.64s:%d: ", what, u->host, u->port);
+    prefix_error(p->out, head);
+}
+
+/* A cluster node: its seeds in order until one answers (connects and
+ * replies), then where MOVED and ASK send the probe, RL_CLUSTER_REDIRECTS
+ * times at most, all within the probe's deadline. */
+static int probe_cluster(probe *p, const char *url, const probe_keys *k, const rl_host_tls *tls) {
     rl_url u;
+    int rc = -1, got;
+    for (int s = 0; (got = rl_cluster_seed(url, s, &u, p->out->errstr, sizeof(p->out->errstr))) == 1; s++) {
+        rc = read_server(p, &u, k, tls);
+        if (rc != 0) say_where(p, "seed ", &u);
+        if (rc == 0 || p->replied || left_ms(p) <= 0) break;
+    }
+    if (got < 0) return p->out->err = RL_HOST_PROBE_EINVAL, -1;
+    if (got == 0 && rc != 0) prefix_error(p->out, "no seed answers; "); /* every seed tried */
+    for (int hops = 0; rc != 0 && p->to_host[0] && hops < RL_CLUSTER_REDIRECTS; hops++) {
+        const char *what = p->to_ask ? "ASK to " : "MOVED to ";
+        snprintf(u.host, sizeof(u.host), "%s", p->to_host);
+        u.port = p->to_port;
+        p->asking = p->to_ask;
+        rc = read_server(p, &u, k, tls);
+        p->asking = 0;
+        if (rc != 0) say_where(p, what, &u);
+    }
+    return rc;
+}
+
+/* The names k reads for key (key NULL: none, a PING): see rl_host_probe. */
+static int name_keys(probe_keys *k, int cluster, const char *key, size_t keylen, int what) {
+    rl_buf base = {0};
+    const char *name = key; /* a companion's name is made from the key's, on a cluster node its base */
+    size_t namelen = keylen;
+    int rc = -1;
+    if (cluster) {
+        if (rl_cluster_base(&base, key, keylen) != 0) goto done;
+        name = base.data;
+        namelen = base.len;
+    }
+    if (what > 0) {
+        if (rl_slot_key(&k->key, name, namelen, what) != 0) goto done;
+    } else if (what == RL_HOST_PROBE_LIMIT) {
+        if (rl_buf_reserve(&k->key, sizeof(RL_LIMIT_PREFIX) - 1 + namelen) != 0) goto done;
+        memcpy(k->key.data, RL_LIMIT_PREFIX, sizeof(RL_LIMIT_PREFIX) - 1);
+        memcpy(k->key.data + sizeof(RL_LIMIT_PREFIX) - 1, name, namelen);
+        k->key.len = sizeof(RL_LIMIT_PREFIX) - 1 + namelen;
+    } else {
+        /* the lock: its key is the key itself on every node */
+        if (rl_buf_reserve(&k->key, keylen) != 0 ||
+            rl_buf_reserve(&k->fence, namelen + sizeof(RL_FENCE_SUFFIX) - 1) != 0 ||
+            rl_buf_reserve(&k->readers, sizeof(RL_READERS_PREFIX) - 1 + namelen) != 0)
+            goto done;
+        memcpy(k->key.data, key, keylen);
+        k->key.len = keylen;
+        memcpy(k->fence.data, name, namelen);
+        memcpy(k->fence.data + namelen, RL_FENCE_SUFFIX, sizeof(RL_FENCE_SUFFIX) - 1);
+        k->fence.len = namelen + sizeof(RL_FENCE_SUFFIX) - 1;
+        memcpy(k->readers.data, RL_READERS_PREFIX, sizeof(RL_READERS_PREFIX) - 1);
+        memcpy(k->readers.data + sizeof(RL_READERS_PREFIX) - 1, name, namelen);
+        k->readers.len = sizeof(RL_READERS_PREFIX) - 1 + namelen;
+    }
+    rc = 0;
+done:
+    rl_buf_free(&base);
+    return rc;
+}
+
+int rl_host_probe(const char *url, const char *key, size_t keylen, int what, int timeout_ms,
+                  const rl_host_tls *tls, rl_host_probe_result *out) {
     memset(out, 0, sizeof(*out));
     out->pttl = -2;
-    if (url == NULL || timeout_ms <= 0)
-        return fail(out, RL_HOST_PROBE_EINVAL, "rl_host_probe: NULL url, or timeout_ms <= 0");
-    if (rl_url_parse(url, &u, out->errstr, sizeof(out->errstr)) != 0) {
-        out->err = RL_HOST_PROBE_EINVAL;
-        return -1;
+    if (url == NULL || timeout_ms <= 0 || (key == NULL && what != RL_HOST_PROBE_LOCK) || what < RL_HOST_PROBE_LIMIT)
+        return fail(out, RL_HOST_PROBE_EINVAL, "rl_host_probe: NULL url, timeout_ms <= 0, or a bad what");
+    probe p = {.out = out, .timeout_ms = timeout_ms, .deadline = mono_ms() + timeout_ms, .cluster = rl_cluster_url(url)};
+    rl_url u;
+    if (p.cluster) {
+        if (rl_cluster_name(url, out->name, sizeof(out->name)) != 0)
+            return fail(out, RL_HOST_PROBE_EINVAL, "cluster URL too long");
+        for (int s = 0, got; (got = rl_cluster_seed(url, s, &u, out->errstr, sizeof(out->errstr))) != 0; s++)
+            if (got < 0) return out->err = RL_HOST_PROBE_EINVAL, -1; /* every seed checked before any is asked */
+    } else {
+        if (rl_url_parse(url, &u, out->errstr, sizeof(out->errstr)) != 0) return out->err = RL_HOST_PROBE_EINVAL, -1;
+        snprintf(out->name, sizeof(out->name), "%s", u.name);
     }
-    snprintf(out->name, sizeof(out->name), "%s", u.name);
-
-    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-    probe p = {.out = out, .timeout_ms = timeout_ms, .deadline = mono_ms() + timeout_ms};
-    p.c = u.kind == RL_URL_UNIX ? redisConnectUnixWithTimeout(u.path, tv)
-                                : redisConnectWithTimeout(u.host, u.port, tv);
-    if (p.c == NULL) return fail(out, RL_HOST_PROBE_ENODE, "out of memory");
-    if (p.c->fd >= 0) fcntl(p.c->fd, F_SETFD, FD_CLOEXEC); /* hiredis opens it inheritable */
+    probe_keys k = {{0}, {0}, {0}};
     int rc;
-    if (p.c->err) rc = fail(out, RL_HOST_PROBE_ENODE, "connect: %s", p.c->errstr);
-    else if (redisSetTimeout(p.c, tv) != REDIS_OK) rc = fail_io(&p, "connect");
-    else if (u.tls) rc = probe_tls(&p, &u, key, keylen, tls);
-    else if ((rc = prepare(&p, &u)) == 0) rc = look(&p, key, keylen);
-    redisFree(p.c);
+    if (key && name_keys(&k, p.cluster, key, keylen, what) != 0)
+        rc = fail(out, RL_HOST_PROBE_ENODE, "out of memory");
+    else if (p.cluster)
+        rc = probe_cluster(&p, url, key ? &k : NULL, tls);
+    else
+        rc = read_server(&p, &u, key ? &k : NULL, tls);
+    rl_buf_free(&k.key);
+    rl_buf_free(&k.fence);
+    rl_buf_free(&k.readers);
     return rc;
 }

@@ -60,42 +60,80 @@ void rl_cluster_subs(rl_engine *e) {
     for (int k = 0; k < e->nshards; k++) rl_subs_add(&e->subs, &e->shards[k]->url);
 }
 
+/* The parts of a cluster URL: after the scheme, the user:password@ (if
+ * any), the seeds joined by '+', and the query (?replicas=N) every seed
+ * takes. */
+typedef struct cluster_text {
+    int tls;
+    const char *rest;   /* after the scheme */
+    int userlen;        /* "user:password@" at rest, 0 when none */
+    const char *hosts;  /* the seeds */
+    size_t hostslen;
+    const char *query;  /* "" when none */
+} cluster_text;
+
+static void split(const char *text, cluster_text *t) {
+    t->tls = strncmp(text, SCHEME_TLS, sizeof(SCHEME_TLS) - 1) == 0;
+    t->rest = text + (t->tls ? sizeof(SCHEME_TLS) : sizeof(SCHEME)) - 1;
+    const char *at = strrchr(t->rest, '@');
+    t->hosts = at ? at + 1 : t->rest;
+    t->userlen = at ? (int)(at - t->rest) + 1 : 0;
+    t->query = strchr(t->hosts, '?');
+    t->hostslen = t->query ? (size_t)(t->query - t->hosts) : strlen(t->hosts);
+    if (t->query == NULL) t->query = "";
+}
+
+/* See cluster.h. */
+int rl_cluster_name(const char *text, char *buf, size_t len) {
+    cluster_text t;
+    split(text, &t);
+    int n = snprintf(buf, len, "%s%s", t.tls ? SCHEME_TLS : SCHEME, t.hosts);
+    return n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+/* See cluster.h. */
+int rl_cluster_seed(const char *text, int k, rl_url *u, char *err, size_t errlen) {
+    cluster_text t;
+    char name[RL_NODE_ERR_LEN];
+    split(text, &t);
+    if (rl_cluster_name(text, name, sizeof(name)) != 0) return snprintf(err, errlen, "cluster URL too long"), -1;
+    int seeds = 0;
+    for (const char *p = t.hosts, *stop = t.hosts + t.hostslen; p < stop; seeds++) {
+        const char *end = memchr(p, '+', (size_t)(stop - p));
+        size_t len = end ? (size_t)(end - p) : (size_t)(stop - p);
+        if (seeds == k) {
+            char seed[600], why[RL_ERR_LEN];
+            if (len == 0) return snprintf(err, errlen, "'%s': an empty seed", name), -1;
+            int n = snprintf(seed, sizeof(seed), "%s://%.*s%.*s%s", t.tls ? "rediss" : "redis", t.userlen, t.rest,
+                             (int)len, p, t.query);
+            if (n < 0 || (size_t)n >= sizeof(seed)) return snprintf(err, errlen, "'%s': a seed URL is too long", name), -1;
+            if (rl_url_parse(seed, u, why, sizeof(why)) != 0) return snprintf(err, errlen, "cluster seed %d: %s", k + 1, why), -1;
+            if (u->db != 0) return snprintf(err, errlen, "'%s': a cluster has only database 0", name), -1;
+            if (end != NULL && end + 1 == stop) return snprintf(err, errlen, "'%s': an empty seed", name), -1;
+            return 1;
+        }
+        p += len + (end != NULL);
+    }
+    if (seeds == 0) return snprintf(err, errlen, "'%s': no seed (redis-cluster://host:port+host:port)", text), -1;
+    return 0;
+}
+
 int rl_cluster_add(rl_engine *e, int i, const char *text, char *err, size_t errlen) {
-    int tls = strncmp(text, SCHEME_TLS, sizeof(SCHEME_TLS) - 1) == 0;
-    const char *rest = text + (tls ? sizeof(SCHEME_TLS) : sizeof(SCHEME)) - 1;
-    const char *at = strrchr(rest, '@');
-    const char *hosts = at ? at + 1 : rest;
-    int userlen = at ? (int)(at - rest) + 1 : 0;
-    const char *query = strchr(hosts, '?'); /* ?replicas=N: for every seed and shard */
-    size_t hostslen = query ? (size_t)(query - hosts) : strlen(hosts);
-    if (query == NULL) query = "";
     rl_cluster *c = calloc(1, sizeof(*c));
     if (c == NULL) return snprintf(err, errlen, "out of memory"), -1;
     e->clusters[i] = c;
-    int n = snprintf(c->name, sizeof(c->name), "%s%s", tls ? SCHEME_TLS : SCHEME, hosts);
-    if (n < 0 || (size_t)n >= sizeof(c->name)) return snprintf(err, errlen, "cluster URL too long"), -1;
-    int seeds = 0;
-    for (const char *p = hosts, *stop = hosts + hostslen; p < stop;) {
-        const char *end = memchr(p, '+', (size_t)(stop - p));
-        size_t len = end ? (size_t)(end - p) : (size_t)(stop - p);
-        char seed[600], why[RL_ERR_LEN];
-        rl_url u;
-        if (len == 0) return snprintf(err, errlen, "'%s': an empty seed", c->name), -1;
-        int n = snprintf(seed, sizeof(seed), "%s://%.*s%.*s%s", tls ? "rediss" : "redis", userlen, rest, (int)len, p, query);
-        if (n < 0 || (size_t)n >= sizeof(seed)) return snprintf(err, errlen, "'%s': a seed URL is too long", c->name), -1;
-        if (rl_url_parse(seed, &u, why, sizeof(why)) != 0) return snprintf(err, errlen, "cluster seed %d: %s", seeds + 1, why), -1;
-        if (u.db != 0) return snprintf(err, errlen, "'%s': a cluster has only database 0", c->name), -1;
-        if (seeds++ == 0) {
+    if (rl_cluster_name(text, c->name, sizeof(c->name)) != 0) return snprintf(err, errlen, "cluster URL too long"), -1;
+    rl_url u;
+    int k = 0, rc;
+    while ((rc = rl_cluster_seed(text, k, &u, err, errlen)) == 1) {
+        if (k++ == 0) {
             e->urls[i] = u;
             snprintf(e->urls[i].name, sizeof(e->urls[i].name), "%s", c->name);
         } else if (rl_cluster_shard_at(e, i, u.host, u.port) == NULL) {
             return snprintf(err, errlen, "'%s': too many shards (at most %d)", c->name, RL_MAX_SHARDS), -1;
         }
-        p += len + (end != NULL);
-        if (end != NULL && p == stop) return snprintf(err, errlen, "'%s': an empty seed", c->name), -1;
     }
-    if (seeds == 0) return snprintf(err, errlen, "'%s': no seed (redis-cluster://host:port+host:port)", text), -1;
-    return 0;
+    return rc;
 }
 
 static void shard_free(rl_shard *sh) {

@@ -85,6 +85,19 @@ typedef struct rl_cluster {
 /* 1 if text is a cluster URL (redis-cluster:// or rediss-cluster://). */
 int rl_cluster_url(const char *text);
 
+/* The name of the cluster URL text, for messages: text without its
+ * user and password ("redis-cluster://h:p+h:p"). Return 0, or -1 when it
+ * does not fit in len. */
+int rl_cluster_name(const char *text, char *buf, size_t len);
+
+/* Parse the seed k (0 the first) of the cluster URL text into *u: a
+ * redis:// URL (rediss:// for rediss-cluster://) with the cluster's user,
+ * password and query. Return 1; 0 when text has no seed k (the seeds
+ * before it were parsed); -1 with the reason in err for a seed that is
+ * empty, not a URL or names a database, and for text without seeds. Pure:
+ * the engine's nodes and `redlock status` read the seeds with it. */
+int rl_cluster_seed(const char *text, int k, rl_url *u, char *err, size_t errlen);
+
 /* Set up node i of e as the cluster text names: e->urls[i] becomes its
  * first seed, and the other seeds become shards. Return 0, or -1 with the
  * reason in err. */

@@ -6,7 +6,8 @@
 --
 -- Reads the nodes directly (rl_host_probe in core/host/probe.c, hiredis'
 -- blocking API behind a plain struct), so it shows what is really on each
--- node, whatever client wrote it. It never takes part in a lock: holders
+-- node, whatever client wrote it; a Redis Cluster node at the master
+-- serving the key's slot, under the names the engine gives its keys there. It never takes part in a lock: holders
 -- pay nothing for it (the label travels in the value they write anyway).
 
 local host = require "redlock.host"
@@ -41,6 +42,10 @@ and whether a quorum does. A node that has not answered within %d ms in all
 (connect, AUTH, SELECT, the commands), or answers with an error or with
 something other than what they return, is shown as an error and counts as
 not answering.
+A Redis Cluster node (redis-cluster://h:p+h:p) is one node, read at the
+master serving RESOURCE's hash slot: its seeds are asked in order until one
+answers, then a MOVED or ASK reply is followed (5 times at most), all
+within those %d ms; without RESOURCE, it answers when a seed does.
 A resource held shared (redlock exec --shared, or { shared = true }) shows
 "read" and its number of shared holders on each node, then each holder: its
 value's first characters, the nodes it is on and its most time left. Each
@@ -53,7 +58,8 @@ Options:
 
 A semaphore's RESOURCE shows as free (its slots are keys of their own):
 status then says that it looks like one. With --limit L, RESOURCE is a
-semaphore: one line per slot (its key redlock:slot:<k>:<key>) saying which
+semaphore: one line per slot (its key redlock:slot:<k>:<key>; on a cluster
+node redlock:slot:<k>:<base>, docs/cluster.md) saying which
 value holds it on how many nodes, and its holder's label ("unknown" where
 too few nodes answered), then the number of slots held by a quorum and the
 nodes that did not answer (each asked once); exit status 0 when a quorum
@@ -61,7 +67,7 @@ of nodes answered, 69 when too few did.
 
 Exit status: 0 held by a quorum (without RESOURCE: a quorum answers),
 1 not held by a quorum, 64 usage, 69 too few nodes answered to tell.
-]]):format(TIMEOUT_MS, args.describe(SPEC))
+]]):format(TIMEOUT_MS, TIMEOUT_MS, args.describe(SPEC))
 end
 
 -- values, labels and errors come from the nodes: shown with their control
@@ -118,19 +124,20 @@ local function label_of(value)
 end
 _M.label_of = label_of
 
--- Probe every node (key nil: PING); rows, the probes that answered, and
+-- Probe every node (key nil: PING; what: sys.probe's, nil for the lock
+-- key); rows, the probes that answered, and
 -- their number; or nil and the exit status of a usage error. failed: the
 -- rows of nodes that did not answer an earlier probe (index -> row), not
 -- asked again (each would cost TIMEOUT_MS again); the nodes that do not
 -- answer this one are added.
-local function probe_all(opts, servers, key, failed)
+local function probe_all(opts, servers, key, failed, what)
     local tls = config.tls_options(opts)
     local rows, answers, answered = {}, {}, 0
     for idx, url in ipairs(servers) do
         if failed and failed[idx] then
             rows[idx] = failed[idx]
         else
-            local r, perr, kind, name = sys.probe(url, key, TIMEOUT_MS, tls)
+            local r, perr, kind, name = sys.probe(url, key, TIMEOUT_MS, tls, what)
             if not r and kind == sys.PROBE_EINVAL then
                 return nil, host.fail(EXIT.USAGE, "%s", config.flag_message(perr, opts))
             end
@@ -249,7 +256,7 @@ local function limit_value(r) return r.exists and tonumber(r.value) or nil end
 -- The limit a semaphore's waiters left on the nodes that answered (the
 -- most common), or nil: they leave it while they wait, for a minute.
 local function limit_left(opts, servers, key, failed)
-    local rows, answers = probe_all(opts, servers, "redlock:limit:" .. key, failed)
+    local rows, answers = probe_all(opts, servers, key, failed, sys.PROBE_LIMIT)
     if not rows then return nil end
     return (tally(answers, limit_value))
 end
@@ -263,7 +270,7 @@ local function slots_status(opts, servers, key, limit, resource, quorum)
     print(("semaphore '%s' of %d slots on %d nodes, quorum %d"):format(resource, limit, n, quorum))
     local held, worst, failed = 0, n, {}
     for slot = 1, limit do
-        local rows, answers, answered = probe_all(opts, servers, ("redlock:slot:%d:%s"):format(slot, key), failed)
+        local rows, answers, answered = probe_all(opts, servers, key, failed, slot)
         if not rows then return answers end
         if answered < worst then worst = answered end
         local best, count = tally(answers, held_value)
@@ -303,7 +310,7 @@ local function semaphore_hint(opts, servers, key, resource, rows)
     end
     local limit = limit_left(opts, servers, key, failed)
     local first_held = false
-    local srows, answers = probe_all(opts, servers, "redlock:slot:1:" .. key, failed)
+    local srows, answers = probe_all(opts, servers, key, failed, 1)
     if srows then
         for _, r in pairs(answers) do first_held = first_held or r.exists end
     end
@@ -323,12 +330,6 @@ function _M.run(opts, argv, k)
     -- is a usage error
     local ok, cerr = config.check_servers(servers)
     if not ok then return host.fail(EXIT.USAGE, "%s", cerr) end
-    for i, url in ipairs(servers) do
-        if url:find("^rediss?%-cluster://") then
-            return host.fail(EXIT.USAGE, "server %d is a Redis Cluster node: status reads plain nodes only "
-                .. "(exec and run take cluster nodes)", i)
-        end
-    end
     local n = #servers
     local quorum = math.floor(n / 2) + 1
     if resource == nil and opts.limit then return host.usage_error("status", "--limit needs RESOURCE") end

@@ -45,7 +45,7 @@ if not pcall(ffi.typeof, "rl_host_timespec") then
       const char *cafile, *capath, *certfile, *keyfile, *server_name;
       int verify;
     } rl_host_tls;
-    int rl_host_probe(const char *url, const char *key, size_t keylen, int timeout_ms,
+    int rl_host_probe(const char *url, const char *key, size_t keylen, int what, int timeout_ms,
                       const rl_host_tls *tls, rl_host_probe_result *out);
     int rl_host_libc_setenv(const char *name, const char *value, int overwrite) asm("setenv");
     int rl_host_libc_unsetenv(const char *name) asm("unsetenv");
@@ -61,6 +61,7 @@ _M.NEWPGRP, _M.SUPERVISE, _M.FOREGROUND, _M.DIE_WITH_HOST, _M.WATCHDOG = 1, 2, 4
 _M.SIGHUP, _M.SIGINT, _M.SIGKILL, _M.SIGTERM, _M.SIGCONT = 1, 2, 9, 15, 18
 _M.ENOENT, _M.EACCES, _M.ENOEXEC, _M.ECHILD, _M.ESRCH = 2, 13, 8, 10, 3
 _M.PROBE_EINVAL, _M.PROBE_ENODE = 1, 2
+_M.PROBE_LIMIT = -1 -- rl_host_probe's what for a semaphore's limit (RL_HOST_PROBE_LIMIT)
 
 local ts = ffi.new("rl_host_timespec")
 local code_box = ffi.new("int[1]")
@@ -154,20 +155,23 @@ local probe_result = ffi.new("rl_host_probe_result")
 
 --- Ask the node at url what it holds under key (rl_host_probe; key nil:
 -- only PING it); tls: the options for a rediss:// node, as redlock.new
--- takes them (nil: defaults). Return { name =, exists =, value =,
--- value_len =, value_digest =, pttl =, fence =, latency_ms =, readers =,
--- shared =, run_id = }, where
+-- takes them (nil: defaults); what: nil for the lock's key, k for the
+-- semaphore key's slot k, PROBE_LIMIT for the limit its waiters left
+-- (named as the engine names them: on a cluster node after the key's
+-- base; a cluster node is read at the master serving the key's slot).
+-- Return { name =, exists =, value =, value_len =, value_digest =, pttl =,
+-- fence =, latency_ms =, readers =, shared =, run_id = }, where
 -- value is at most the first 127 bytes of the value (value_len is the whole
 -- length, value_digest a 64-bit hash of all of it, in decimal), fence the
--- fenced lock's counter (key:fence) or nil, and with the shared holders'
--- mark in the key, readers is their number and shared a
--- list of { value =, pttl = } (the 64 that expire first: fewer than
--- readers when it has more); or nil, a message, the kind
+-- fenced lock's counter (key:fence, <base>:fence on a cluster node) or nil,
+-- and with the shared holders' mark in the key, readers is their number
+-- and shared a list of { value =, pttl = } (the 64 that expire first:
+-- fewer than readers when it has more); or nil, a message, the kind
 -- of failure (PROBE_EINVAL: bad URL; PROBE_ENODE: the node failed) and the
 -- node's name.
 local probe_tls = ffi.new("rl_host_tls")
 
-function _M.probe(url, key, timeout_ms, tls)
+function _M.probe(url, key, timeout_ms, tls, what)
     local r = probe_result
     if tls then -- its strings, pointed to here, stay alive in tls through the call
         local t = probe_tls
@@ -175,7 +179,7 @@ function _M.probe(url, key, timeout_ms, tls)
         t.keyfile, t.server_name = tls.keyfile, tls.server_name
         t.verify = tls.verify == false and 0 or 1
     end
-    local rc = C.rl_host_probe(url, key, key and #key or 0, timeout_ms, tls and probe_tls or nil, r)
+    local rc = C.rl_host_probe(url, key, key and #key or 0, what or 0, timeout_ms, tls and probe_tls or nil, r)
     if rc ~= 0 then
         return nil, ffi.string(r.errstr), r.err, ffi.string(r.name)
     end
