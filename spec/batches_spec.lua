@@ -94,6 +94,33 @@ describe("a large batch with the default node timeout", function()
   end)
 end)
 
+-- Before: the window counted operations, not bytes: 100 names of 65,535
+-- bytes (or 512 of 16,005) were in flight together, and with the default
+-- 50 ms node timeout every node timed out on the last of them at every
+-- attempt, so lock_many of such names always said "unavailable" on healthy
+-- nodes. Now the window also holds at most WINDOW_BYTES of names.
+describe("a batch of long names with the default node timeout", function()
+  local cl
+
+  before_each(function() cl = cluster.start(3) end)
+  after_each(function() if cl then cl:stop() end end)
+
+  it("locks 100 names of 65,535 bytes and releases every one on unlock", function()
+    local dlm = redlock.new { servers = cl.urls }
+    local names = {}
+    for i = 1, 100 do names[i] = ("%05d"):format(i) .. ("n"):rep(65530) end
+    local locks, err, detail = dlm:lock_many(names, { ttl = 60000, retry = function() return nil end })
+    assert(locks, tostring(err) .. " " .. cluster.show(detail))
+    assert.equal(100, #locks)
+    for i = 1, 3 do assert.equal(100, tonumber(cluster.dbsize(cl, i))) end
+    local ok
+    ok, err, detail = locks:unlock()
+    assert(ok, tostring(err) .. " " .. cluster.show(detail))
+    for i = 1, 3 do assert.equal(0, tonumber(cluster.dbsize(cl, i))) end
+    dlm:close()
+  end)
+end)
+
 -- Before: a waiter of lock_many watched every name of its list, and each
 -- watch looked for its name among the others: 32,000 names took 4 s of
 -- CPU after one failed attempt (inside nginx, the worker served nothing

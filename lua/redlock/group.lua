@@ -40,7 +40,7 @@ local function release_all_started(d, client, locks)
         lk.released = true
         local id = client:begin_release_quiet(lk.resource, #lk.resource, lk.value)
         if id >= 0 then forget(lk) end
-        return id
+        return id, #lk.resource
     end, ignore)
 end
 
@@ -52,7 +52,7 @@ local function attempt_many_with(d, client, resources, ttl, begin)
     local started = C.rl_now_ms()
     local locks, err, detail, unknown = {}, nil, nil, nil
     local why = run(d, client, #resources, function(i)
-        return begin(client, resources[i], #resources[i], ttl)
+        return begin(client, resources[i], #resources[i], ttl), #resources[i]
     end, function(i, got)
         if not got then
             -- no result (inside nginx: the hub gave up): not a lock
@@ -114,7 +114,7 @@ function group:unlock()
     local refused = run(d, client, #self, function(i)
         local lk = self[i]
         if lk.released then return nil end
-        return client:begin_release(lk.resource, #lk.resource, lk.value)
+        return client:begin_release(lk.resource, #lk.resource, lk.value), #lk.resource
     end, function(i, got)
         if not got then
             missing = missing or ffi_string(client:errstr())

@@ -104,8 +104,11 @@ function _M.release_all(d, client, stop)
         end
     end
     batch.run(d, client, #values, function(i)
-        if slots[i] > 0 then return client:begin_on_slot(RELEASE, resources[i], #resources[i], slots[i], values[i], 0) end
-        return client:begin_release(resources[i], #resources[i], values[i])
+        local resource = resources[i]
+        if slots[i] > 0 then
+            return client:begin_on_slot(RELEASE, resource, #resource, slots[i], values[i], 0), #resource
+        end
+        return client:begin_release(resource, #resource, values[i]), #resource
     end, batch.ignore)
     d.live, d.held, d.held_until, d.held_slot, d.held_n = setmetatable({}, WEAK_KEYS), {}, {}, {}, 0
 end
