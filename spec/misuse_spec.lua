@@ -134,6 +134,35 @@ describe("misuse", function()
       assert(lock:unlock())
     end)
 
+    -- Before: a margin without keep-alive was taken and ignored: the lock
+    -- was not called lost margin ms early, and lock.margin stayed nil.
+    it("refuses a margin without keep-alive, before sending anything", function()
+      local before = sets(cl)
+      local r = res("margin_alone")
+      local text = "margin needs keep-alive (keepalive = true): it says when keep-alive calls the lock lost"
+      misuse(here(), function() dlm:lock(r, { ttl = 1000, margin = 900 }) end,
+        "bad argument #2 to 'lock' (" .. text .. ")")
+      misuse(here(), function() dlm:try_lock(r, { margin = 10, keepalive = false }) end,
+        "bad argument #2 to 'try_lock' (" .. text .. ")")
+      misuse(here(), function() dlm:lock_many({ r, r .. ":2" }, { margin = 10 }) end,
+        "bad argument #2 to 'lock_many' (" .. text .. ")")
+      misuse(here(), function() dlm:with_lock(r, { keepalive = false, margin = 10 }, function() end) end,
+        "bad argument #2 to 'with_lock' (" .. text .. ")")
+      misuse(here(), function() dlm:adopt(r, ("0"):rep(40), { margin = 10 }) end,
+        "bad argument #3 to 'adopt' (" .. text .. ")")
+      assert.equal(before, sets(cl), "an acquire was sent")
+      -- with keep-alive, the client's included, the margin is taken
+      local kept = redlock.new { servers = cl.urls, keepalive = true }
+      local lock = assert(kept:try_lock(r, { ttl = 1000, margin = 900 }))
+      assert.equal(900, lock.margin)
+      assert(lock:unlock())
+      kept:close()
+      assert.equal("done", dlm:with_lock(r, { ttl = 1000, margin = 900 }, function(lk)
+        assert.equal(900, lk.margin)
+        return "done"
+      end))
+    end)
+
     it("refuses a bad max_extensions given as a call option only through new()", function()
       misuse(here(), function() dlm:lock(res("maxext"), { max_extensions = 1 }) end,
         "bad argument #2 to 'lock' (unknown option 'max_extensions')")
@@ -388,7 +417,9 @@ describe("misuse", function()
       assert.is_nil(ok)
       assert.equal("expired", err)
       one_shape(detail, "expired", cl)
-      assert.is_string(detail.message)
+      -- Before: "the lock was lost: keep-alive found it gone or could not
+      -- extend it in time", for a lock keep-alive never had.
+      assert.equal("no validity left to extend", detail.message)
 
       local capped = redlock.new { servers = cl.urls, max_extensions = 1 }
       lock = assert(capped:try_lock(res("shape")))

@@ -263,13 +263,14 @@ _M.max_margin = max_margin
 --- client, for its defaults and prefix); returns ttl, wait, policy,
 --- keepalive, margin, fence, shared, limit (a semaphore's, or nil for a
 --- lock). keys: the options fname takes (default: a lock call's), at
---- argument pos (default 2).
+--- argument pos (default 2). A margin goes with keep-alive only (on by
+--- default in with_lock).
 local function lock_options(d, fname, resource, opts, keys, pos)
     pos = pos or 2
     check_resource(d, 1, fname, resource)
     opts = check_opts(pos, fname, opts, keys or LOCK_KEYS)
-    local ttl, wait, policy, keepalive, margin, fence, shared, limit = d.ttl, nil, d.retry, d.keepalive, nil, false,
-        false, nil
+    local ttl, wait, policy, keepalive, margin, fence, shared, limit = d.ttl, nil, d.retry,
+        fname == "with_lock" or d.keepalive, nil, false, false, nil
     if opts then
         if opts.ttl ~= nil then check_ms(pos, fname, "ttl", opts.ttl); ttl = opts.ttl end
         if opts.wait ~= nil then
@@ -291,6 +292,10 @@ local function lock_options(d, fname, resource, opts, keys, pos)
             keepalive = opts.keepalive
         end
         if opts.margin ~= nil then
+            if not keepalive then
+                argerror(pos, fname, "margin needs keep-alive (keepalive = true): it says when keep-alive "
+                    .. "calls the lock lost")
+            end
             local most = max_margin(d, ttl)
             if not is_int(opts.margin, 0, most) then
                 argerror(pos, fname, ("margin must be a whole number of ms from 0 to %d (below the validity of a "
