@@ -174,9 +174,10 @@ describe("keep-alive", function()
     assert.is_true(lock:lost())
     assert.is_true(lock:remaining() <= 0, "remaining() " .. lock:remaining())
     assert.is_false(lock:valid())
-    local ok, err = lock:extend()
+    local ok, err, detail = lock:extend()
     assert.is_nil(ok)
     assert.are.equal("expired", err)
+    assert.are.equal("the lock was lost: keep-alive found it gone or could not extend it in time", detail.message)
   end)
 
   -- Before: extend() on a lock keep-alive had found lost extended it on the

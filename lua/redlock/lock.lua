@@ -249,9 +249,11 @@ function lock:extend(ttl)
         return refusal(self.dlm, "invalid", ("extension limit (%d) reached"):format(max))
     end
     if self:lost() then
+        -- lk.margin is set once keep-alive takes the lock, and stays; without
+        -- keep-alive a lock is lost exactly when no validity is left
+        if self.margin == nil then return refusal(self.dlm, "expired", "no validity left to extend") end
         return refusal(self.dlm, "expired", "the lock was lost: keep-alive found it gone or could not extend it in time")
     end
-    if self:remaining() <= 0 then return refusal(self.dlm, "expired", "no validity left to extend") end
     local client = live_client(self.dlm, "extend")
     local started = now()
     on_key(self.dlm, client, EXTEND, self.resource, self.slot, self.value, ttl)
