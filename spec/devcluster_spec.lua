@@ -132,6 +132,31 @@ describe("redlock.devcluster", function()
     assert.has_error(function() devcluster.start { password = "" } end)
   end)
 
+  -- Before: only known fields were checked. start { nodes = 1 } and
+  -- start { n = 1, pasword = "x" } launched nodes (5 of them, no password),
+  -- args = { 5 } and dir = 5 went unchecked, and wrap = { [1] = "env" }
+  -- raised from inside the module (ipairs on a string).
+  it("refuses unknown fields and fields of the wrong type, naming them, before starting anything", function()
+    local function refused(opts, field)
+      local ok, e = pcall(devcluster.start, opts)
+      assert.is_false(ok, "started with " .. field)
+      assert.is_string(e)
+      assert.matches("bad argument #1 to 'start' (", e, 1, true)
+      assert.matches(field, e, 1, true)
+    end
+    refused({ nodes = 1 }, "unknown field nodes")
+    refused({ n = 1, pasword = "x" }, "unknown field pasword")
+    refused({ n = 1, [1] = 3 }, "unknown field 1")
+    refused({ n = 1, args = { 5 } }, "opts.args")
+    refused({ n = 1, args = { "--maxmemory", "1mb", x = "y" } }, "opts.args")
+    refused({ n = 1, dir = 5 }, "opts.dir")
+    refused({ n = 1, dir = "" }, "opts.dir")
+    refused({ n = 1, wrap = { [1] = "env" } }, "opts.wrap[1]")
+    refused({ n = 1, wrap = { [1] = { "env", 5 } } }, "opts.wrap[1]")
+    refused({ n = 1, wrap = { [2] = { "env" } } }, "opts.wrap: a key must be a node index 1..1, got 2")
+    refused({ n = 2, wrap = { x = { "env" } } }, "opts.wrap: a key must be a node index 1..2, got x")
+  end)
+
   describe("with opts.tls", function()
     local tls = require "helpers.tls"
     teardown(function() tls.cleanup() end)

@@ -40,6 +40,19 @@ local START_TIMEOUT_MS = 5000 -- a node must answer PING within this
 local STOP_TIMEOUT_MS = 3000  -- a node must exit within this after SIGTERM
 local START_ATTEMPTS = 5      -- fresh ports tried when a port was taken meanwhile
 
+local OPTIONS = { n = true, dir = true, args = true, password = true, tls = true, wrap = true } -- start{}'s
+
+-- True when t is a list of strings (keys 1..#t, nothing else).
+local function is_word_list(t)
+    if type(t) ~= "table" then return false end
+    local count = 0
+    for _, v in pairs(t) do
+        if type(v) ~= "string" then return false end
+        count = count + 1
+    end
+    return count == #t
+end
+
 local function check_index(self, i, fname)
     if type(i) ~= "number" or i < 1 or i > self.n or i % 1 ~= 0 then
         error(("bad argument #1 to '%s' (node index 1..%d expected, got %s)")
@@ -65,21 +78,42 @@ end
 -- opts.wrap     per-node command prefix: wrap[i] is a list of words run before
 --               redis-server for node i (also on restart), e.g.
 --               { [2] = { "env", "LD_PRELOAD=/path/shim.so" } }
+-- Any other field, or a field of the wrong type, raises "bad argument #1 to
+-- 'start'" naming it, before anything starts.
 -- Returns the cluster; raises with the node's log tail if a node won't start.
 function _M.start(opts)
     opts = opts or {}
     if type(opts) ~= "table" then
         error("bad argument #1 to 'start' (table expected, got " .. type(opts) .. ")", 2)
     end
+    for k in pairs(opts) do
+        if not OPTIONS[k] then
+            error("bad argument #1 to 'start' (opts: unknown field " .. tostring(k) .. ")", 2)
+        end
+    end
     local n = opts.n or 5
     if type(n) ~= "number" or n < 1 or n % 1 ~= 0 then
         error("bad argument #1 to 'start' (opts.n must be a positive integer)", 2)
     end
-    if opts.args ~= nil and type(opts.args) ~= "table" then
+    if opts.dir ~= nil and (type(opts.dir) ~= "string" or opts.dir == "") then
+        error("bad argument #1 to 'start' (opts.dir must be a directory path)", 2)
+    end
+    if opts.args ~= nil and not is_word_list(opts.args) then
         error("bad argument #1 to 'start' (opts.args must be a list of strings)", 2)
     end
-    if opts.wrap ~= nil and type(opts.wrap) ~= "table" then
-        error("bad argument #1 to 'start' (opts.wrap must be a table of word lists)", 2)
+    if opts.wrap ~= nil then
+        if type(opts.wrap) ~= "table" then
+            error("bad argument #1 to 'start' (opts.wrap must be a table of word lists)", 2)
+        end
+        for i, words in pairs(opts.wrap) do
+            if type(i) ~= "number" or i < 1 or i > n or i % 1 ~= 0 then
+                error(("bad argument #1 to 'start' (opts.wrap: a key must be a node index 1..%d, got %s)")
+                    :format(n, tostring(i)), 2)
+            end
+            if not is_word_list(words) then
+                error(("bad argument #1 to 'start' (opts.wrap[%d] must be a list of strings)"):format(i), 2)
+            end
+        end
     end
     if opts.password ~= nil and (type(opts.password) ~= "string" or opts.password == "") then
         error("bad argument #1 to 'start' (opts.password must be a non-empty string)", 2)
