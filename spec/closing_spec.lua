@@ -386,6 +386,57 @@ os.exit(5, true)
 ]], 5)
   end)
 
+  -- Each child forks right after a client started its keep-alive thread
+  -- (which holds the keeper's mutex while it connects), with another keeper
+  -- busy extending short locks. Before: closing the Lua state ran the
+  -- keeper's finalizer, which waited for that mutex in the child forever
+  -- (one child in a few hung).
+  it("lets a forked child leave by os.exit(code, true) at once, releasing nothing of the parent's", function()
+    local r = res("fork")
+    local out, got = child(dir, PRELUDE .. [=[
+local ffi = require "ffi"
+local now = require("redlock.cdefs").lib.rl_now_ms
+ffi.cdef[[ int fork(void); int waitpid(int pid, int *status, int options);
+           int kill(int pid, int sig); int poll(void *fds, unsigned long nfds, int timeout); ]]
+local WNOHANG, SIGKILL = 1, 9
+local dlm = redlock.new { servers = urls }
+local lock = assert(dlm:lock(r, { ttl = 1000, keepalive = true }))
+local busy = {}
+for i = 1, 20 do busy[i] = assert(dlm:lock(r .. ":" .. i, { ttl = 300, keepalive = true })) end
+local status = ffi.new("int[1]")
+for n = 1, 30 do
+  local fresh = redlock.new { servers = urls }
+  local kept = assert(fresh:lock(r .. ":fresh", { ttl = 1000, keepalive = true }))
+  io.stdout:flush()
+  local pid = ffi.C.fork()
+  if pid == 0 then os.exit(0, true) end
+  local give_up, ended = now() + 5000, 0
+  while ended == 0 and now() < give_up do
+    ended = ffi.C.waitpid(pid, status, WNOHANG)
+    if ended == 0 then ffi.C.poll(nil, 0, 5) end
+  end
+  if ended ~= pid then
+    ffi.C.kill(pid, SIGKILL)
+    ffi.C.waitpid(pid, status, 0)
+    print("child " .. n .. " still running after 5 s")
+    os.exit(1)
+  end
+  if status[0] ~= 0 then print("child " .. n .. " ended with status " .. status[0]); os.exit(1) end
+  assert(kept:unlock())
+  fresh:close()
+end
+print("children done")
+ffi.C.poll(nil, 0, 1500) -- longer than the lock's ttl: only its keeper kept it
+assert(lock:valid(), "lock lost")
+assert(not redlock.new({ servers = urls }):try_lock(r, { ttl = 1000 }), "lock free")
+print("still held")
+assert(lock:unlock())
+]=], { r, unpack(cl.urls) })
+    assert.are.equal(0, got, out)
+    assert.matches("children done", out, 1, true)
+    assert.matches("still held", out, 1, true)
+  end)
+
   -- Several locks, so that no finalizer order can release them all by chance.
   it("releases them on an uncaught error", function()
     local out = exits("error", [[

@@ -49,6 +49,8 @@
  * survive fork(): in a forked child its calls are refused (RL_ERR, and
  * rl_sleep / rl_sleep_until only sleep), since its sockets are the parent's
  * too; rl_client_free there only closes them. Make a new one in the child.
+ * Nor does a keeper (its thread stays in the parent): in a forked child its
+ * calls refuse or do nothing, at once (see "Keep-alive in a thread").
  * Plain declarations only (no macros in prototypes, no varargs) so that
  * lua/redlock/cdefs.lua can mirror this file; a spec checks that it does.
  */
@@ -939,6 +941,15 @@ void rl_engine_keep_clear(rl_engine *e);
  * calling thread (which may be busy in a long computation or a blocking
  * call). All rl_keeper_* functions are thread-safe; what a kept lock's
  * state is, they read from the engine, under the keeper's mutex.
+ * A keeper does not survive fork(): its thread stays in the parent (and may
+ * hold the mutex at the fork), its sockets are the parent's. In a forked
+ * child, the calls on a keeper made before fork() return at once without
+ * touching it: rl_keeper_add and rl_keeper_add_slot refuse (RL_ERR, "this
+ * keeper was made before fork(): make a new one in the child"), so do
+ * rl_keeper_state, _update, _remove and _drop (RL_ERR); rl_keeper_release
+ * returns 0, rl_keeper_stats gives zeros and rl_keeper_free frees nothing
+ * (the memory stays allocated until the child exits). Make a keeper in the
+ * child.
  */
 typedef struct rl_keeper rl_keeper;
 
@@ -951,12 +962,14 @@ rl_keeper *rl_keeper_new(const char *const *urls, int nurls, const rl_options *o
  * extended nor released any more (rl_keeper_release first releases them).
  * Its connections close as rl_client_free's do, but after rl_keeper_release
  * no later than that call's deadline (so a keeper released and freed waits
- * about timeout_ms in all). NULL is ignored. */
+ * about timeout_ms in all). NULL is ignored, and so, in a forked child, is a
+ * keeper made before fork() (leaked: see above). */
 void rl_keeper_free(rl_keeper *k);
 
 /* Hand a held lock to the keeper (rl_engine_keep_add, on rl_now_ms()):
  * valid_until_ms is rl_now_ms() before the acquire + its validity. Return an
- * id (>= 0) or RL_ERR with the reason in err. */
+ * id (>= 0) or RL_ERR with the reason in err (in a forked child, for a keeper
+ * made before fork(), always). */
 int rl_keeper_add(rl_keeper *k, const char *resource, size_t len, const char *value,
                   int ttl_ms, double valid_until_ms, int margin_ms, char *err, size_t errlen);
 /* The same for a semaphore's slot held (rl_engine_keep_add_slot). */
@@ -991,7 +1004,8 @@ int rl_keeper_drop(rl_keeper *k, int id);
  * are RELEASED from then on (releases not decided by then go on while the
  * keeper lives). For a keeper about to be freed with locks nobody will
  * release otherwise. Return the number of locks a quorum released by then.
- * NULL is ignored (0). */
+ * NULL is ignored (0), and so, in a forked child, is a keeper made before
+ * fork(): its locks are the parent's. */
 int rl_keeper_release(rl_keeper *k, int timeout_ms);
 
 /* rl_keeper_release for every keeper in this process, all at once and

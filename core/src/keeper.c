@@ -7,8 +7,12 @@
  * waits for I/O (rl_client_share), and rl_keeper_* calls from other threads
  * take it for their own engine calls (no I/O: they only change the
  * schedule, which the thread looks at before its next wait, at most a tick
- * later). Every keeper is listed in a process-wide registry so
- * rl_keeper_release_all can reach them from an exit path or a
+ * later). A forked child inherits the keeper but not its thread, which may
+ * have held the mutex at the fork (nobody would ever let go of it in the
+ * child): every rl_keeper_* call first checks that it runs in the process
+ * that made the keeper, and in any other refuses or does nothing without
+ * touching the mutex (inherited). Every keeper is listed in a process-wide
+ * registry so rl_keeper_release_all can reach them from an exit path or a
  * signal-handling thread, and from the exit handler that the first keeper
  * registers (atexit), so that exit() with locks still kept releases them. */
 #include <math.h>
@@ -46,6 +50,12 @@ struct rl_keeper {
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static rl_keeper *registry;
 static pthread_once_t exit_handler_once = PTHREAD_ONCE_INIT;
+
+/* 1 if k was made before fork() in another process: the caller is a forked
+ * child, which must leave k's mutex, thread and sockets (the parent's) alone. */
+static int inherited(const rl_keeper *k) {
+    return k->pid != getpid();
+}
 
 static void unlock_mu(void *mu) {
     pthread_mutex_unlock(mu);
@@ -151,7 +161,12 @@ rl_keeper *rl_keeper_new(const char *const *urls, int nurls, const rl_options *o
 }
 
 void rl_keeper_free(rl_keeper *k) {
-    if (!k) return;
+    /* A forked child frees nothing: freeing the client would take the mutex
+     * (the thread may have been in the engine at the fork) and stopping the
+     * thread would join one that is not there. The memory stays allocated,
+     * the child's copies of the sockets open and the keeper in the registry
+     * (where rl_keeper_release_all passes it by) until the child exits. */
+    if (!k || inherited(k)) return;
     pthread_mutex_lock(&registry_mu);
     for (rl_keeper **p = &registry; *p; p = &(*p)->next_keeper)
         if (*p == k) {
@@ -175,6 +190,10 @@ int rl_keeper_add(rl_keeper *k, const char *resource, size_t len, const char *va
 
 int rl_keeper_add_slot(rl_keeper *k, const char *resource, size_t len, int slot, const char *value, int ttl_ms,
                        double valid_until_ms, int margin_ms, char *err, size_t errlen) {
+    if (inherited(k)) {
+        if (err && errlen) snprintf(err, errlen, "this keeper was made before fork(): make a new one in the child");
+        return RL_ERR;
+    }
     pthread_mutex_lock(&k->mu);
     int id = rl_engine_keep_add_slot(k->engine, resource, len, slot, value, ttl_ms, valid_until_ms, margin_ms,
                                      rl_now_ms());
@@ -184,6 +203,7 @@ int rl_keeper_add_slot(rl_keeper *k, const char *resource, size_t len, int slot,
 }
 
 int rl_keeper_state(rl_keeper *k, int id, double *valid_until_ms) {
+    if (inherited(k)) return RL_ERR;
     pthread_mutex_lock(&k->mu);
     int state = rl_engine_keep_state(k->engine, id, valid_until_ms, rl_now_ms());
     pthread_mutex_unlock(&k->mu);
@@ -191,12 +211,17 @@ int rl_keeper_state(rl_keeper *k, int id, double *valid_until_ms) {
 }
 
 void rl_keeper_stats(rl_keeper *k, rl_stats *out) {
+    if (inherited(k)) {
+        memset(out, 0, sizeof(*out));
+        return;
+    }
     pthread_mutex_lock(&k->mu);
     rl_engine_stats(k->engine, out);
     pthread_mutex_unlock(&k->mu);
 }
 
 int rl_keeper_update(rl_keeper *k, int id, int ttl_ms, double started_ms, double valid_until_ms) {
+    if (inherited(k)) return RL_ERR;
     pthread_mutex_lock(&k->mu);
     int rc = rl_engine_keep_update(k->engine, id, ttl_ms, started_ms, valid_until_ms, rl_now_ms());
     pthread_mutex_unlock(&k->mu);
@@ -204,6 +229,7 @@ int rl_keeper_update(rl_keeper *k, int id, int ttl_ms, double started_ms, double
 }
 
 int rl_keeper_remove(rl_keeper *k, int id) {
+    if (inherited(k)) return RL_ERR;
     pthread_mutex_lock(&k->mu);
     int rc = rl_engine_keep_remove(k->engine, id);
     pthread_mutex_unlock(&k->mu);
@@ -211,6 +237,7 @@ int rl_keeper_remove(rl_keeper *k, int id) {
 }
 
 int rl_keeper_drop(rl_keeper *k, int id) {
+    if (inherited(k)) return RL_ERR;
     pthread_mutex_lock(&k->mu);
     int rc = rl_engine_keep_drop(k->engine, id, rl_now_ms());
     pthread_mutex_unlock(&k->mu);
@@ -248,7 +275,7 @@ static int await_release(rl_keeper *k, double deadline) {
 }
 
 int rl_keeper_release(rl_keeper *k, int timeout_ms) {
-    if (!k) return 0;
+    if (!k || inherited(k)) return 0;
     if (timeout_ms < 0) timeout_ms = 0;
     double deadline = rl_now_ms() + timeout_ms;
     ask_release(k, deadline);

@@ -644,6 +644,99 @@ static void client_made_before_fork(rl_client *c, rl_result *r) {
     CHECK_INT(verdict(rl_release(c, "fork:parent", 11, value, r), r), RL_STATUS_OK); /* its sockets intact */
 }
 
+/* The child's checks on the keepers it inherited: every call is refused or
+ * does nothing, at once (their threads stayed in the parent, and may have
+ * held a keeper's mutex at the fork); freeing them touches nothing; exit()
+ * (the exit handler) releases nothing of the parent's. Exit status: 0 if
+ * all held. */
+static void inherited_keepers_in_the_child(rl_keeper *busy, int id, rl_keeper *fresh) {
+    int bad = 0;
+    char err[RL_ERR_LEN] = "";
+    rl_stats st;
+    rl_keeper *both[2] = {fresh, busy};
+    for (int i = 0; i < 2; i++) {
+        rl_keeper *k = both[i];
+        if (rl_keeper_add(k, "fork:inherited", 14, "v", 1000, rl_now_ms() + 900, 0, err, sizeof(err)) != RL_ERR ||
+            !strstr(err, "before fork()"))
+            bad |= 1;
+        if (rl_keeper_state(k, id, NULL) != RL_ERR) bad |= 2;
+        if (rl_keeper_update(k, id, 1000, rl_now_ms(), rl_now_ms() + 900) != RL_ERR) bad |= 4;
+        if (rl_keeper_remove(k, id) != RL_ERR || rl_keeper_drop(k, id) != RL_ERR) bad |= 8;
+        memset(&st, 0xff, sizeof(st));
+        rl_keeper_stats(k, &st);
+        if (st.kept != 0) bad |= 16;
+        if (rl_keeper_release(k, 1000) != 0) bad |= 32;
+    }
+    if (rl_keeper_release_all(1000) != 0) bad |= 64;
+    rl_keeper_free(fresh);
+    rl_keeper_free(busy);
+    for (int i = 0; i < NODES; i++) pids[i] = 0; /* the nodes are the parent's to stop */
+    exit(bad);
+}
+
+/* Keepers made before fork(), one with its thread busy extending many short
+ * locks, one just made (its thread still connecting): in each of many
+ * children their calls return at once (they used to wait forever for a
+ * mutex a parent's thread held at the fork, or hand out an id nothing would
+ * extend), and the child exits within a bound. The parent's locks stay held
+ * and extended throughout. */
+static void keeper_inherited_by_forked_children(void) {
+    enum { KEPT = 64, FORKS = 30, TTL = 300, CHILD_BOUND_MS = 5000 };
+    char err[RL_ERR_LEN], name[16];
+    rl_client *c = rl_client_new(url_list, NODES, NULL, err, sizeof(err));
+    rl_keeper *k = rl_keeper_new(url_list, NODES, NULL, err, sizeof(err));
+    rl_result *r = calloc(1, sizeof(*r));
+    CHECK(c && k && r);
+    int ids[KEPT];
+    char values[KEPT][RL_VALUE_LEN + 1];
+    for (int i = 0; i < KEPT; i++) {
+        snprintf(name, sizeof(name), "inherit%d", i);
+        double t0 = rl_now_ms();
+        CHECK_INT(verdict(rl_acquire(c, name, strlen(name), TTL, r), r), RL_STATUS_OK);
+        memcpy(values[i], r->value, sizeof(values[i]));
+        ids[i] = rl_keeper_add(k, name, strlen(name), r->value, TTL, t0 + r->validity_ms, 0, err, sizeof(err));
+        CHECK(ids[i] >= 0);
+    }
+    for (int n = 0; n < FORKS; n++) {
+        rl_keeper *fresh = rl_keeper_new(url_list, NODES, NULL, err, sizeof(err));
+        CHECK(fresh != NULL);
+        fflush(NULL);
+        pid_t child = fork();
+        if (child == 0) inherited_keepers_in_the_child(k, ids[n % KEPT], fresh);
+        rl_keeper_free(fresh);
+        CHECK(child > 0);
+        if (child < 0) break;
+        int status = -1;
+        pid_t got = 0;
+        for (double give_up = rl_now_ms() + CHILD_BOUND_MS; got == 0 && rl_now_ms() < give_up;) {
+            got = waitpid(child, &status, WNOHANG);
+            if (got == 0) usleep(5000);
+        }
+        if (got == 0) { /* hung: make sure it ends, and stop forking */
+            fprintf(stderr, "test_client: child %d of %d still running after %d ms\n", n + 1, FORKS, CHILD_BOUND_MS);
+            kill(child, SIGKILL);
+            waitpid(child, &status, 0);
+        }
+        CHECK(got == child && WIFEXITED(status));
+        if (got != child || !WIFEXITED(status)) break;
+        CHECK_INT(WEXITSTATUS(status), 0);
+    }
+    rl_sleep(c, 2 * TTL); /* longer than any validity the locks had before it */
+    for (int i = 0; i < KEPT; i++) {
+        double until = 0;
+        CHECK_INT(rl_keeper_state(k, ids[i], &until), RL_KEEP_HELD);
+        CHECK(until > rl_now_ms());
+    }
+    for (int i = 0; i < KEPT; i += KEPT / 4) {
+        snprintf(name, sizeof(name), "inherit%d", i);
+        for (int j = 0; j < NODES; j++) CHECK(node_holds(j, name, values[i]));
+    }
+    CHECK(rl_keeper_release(k, 2000) == KEPT);
+    rl_keeper_free(k);
+    rl_client_free(c);
+    free(r);
+}
+
 int main(void) {
     if (!have_redis_server()) {
         printf("test_client: redis-server not found, skipped\n");
@@ -676,6 +769,7 @@ int main(void) {
     keeper_extends_many_ttls();
     keeper_hung_extensions();
     client_made_before_fork(c, r);
+    keeper_inherited_by_forked_children();
     /* freeing with operations in flight abandons them cleanly */
     rl_begin_acquire(c, "abandoned", 9, 1000);
     rl_client_free(c);
