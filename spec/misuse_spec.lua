@@ -291,6 +291,96 @@ describe("misuse", function()
       end
     end)
 
+    -- Before: each of these returned true; the mistake surfaced in
+    -- default() later, named as new()'s ("bad argument #1 to 'new'").
+    it("checks configure()'s servers and prefix as new() would, and client_defaults' too", function()
+      local u = cl.urls
+      local seventeen = {}
+      for i = 1, 17 do seventeen[i] = "redis://127.0.0.1:" .. i end
+      misuse(here(), function() redlock.configure { servers = { "http://x" } } end,
+        "bad argument #1 to 'configure' (server 1: 'http://x': unknown scheme (use redis://, rediss:// or unix://))")
+      misuse(here(), function() redlock.configure { servers = { u[1], u[1] } } end,
+        { "bad argument #1 to 'configure' (servers 1 and 2 are the same server", "one server would vote twice)" })
+      misuse(here(), function() redlock.configure { servers = seventeen } end,
+        "bad argument #1 to 'configure' (too many servers (17; at most 16))")
+      misuse(here(), function() redlock.configure { prefix = "redlock:" } end,
+        "bad argument #1 to 'configure' (prefix starts with \"redlock:\", where redlock keeps its own keys)")
+      misuse(here(), function() redlock.configure { prefix = ("p"):rep(70000) } end,
+        "bad argument #1 to 'configure' (prefix is 70000 bytes long, more than a key may be (65536))")
+      misuse(here(), function() redlock.hooks { client_defaults = { servers = { "junk" } } } end,
+        { "bad argument #1 to 'hooks' (server 1: 'junk': " })
+      misuse(here(), function() redlock.hooks { client_defaults = { prefix = "redlock:x" } } end,
+        "bad argument #1 to 'hooks' (prefix starts with \"redlock:\", where redlock keeps its own keys)")
+    end)
+
+    -- Before: configure kept the caller's table, so a change made after it
+    -- reached default() unchecked; and the REDLOCK_* TLS variables were
+    -- read only when configure gave no servers.
+    it("keeps a copy of configure()'s options, and takes the TLS variables unless configure gave tls (a fresh process)",
+      function()
+        local dir = proc.tmpdir()
+        local script = dir .. "/child.lua"
+        proc.write_file(script, [[
+local redlock = require "redlock"
+local mode, a, b, c = ...
+local opts = { servers = { a, b, c } }
+if mode == "tls" then opts.tls = {} end
+redlock.configure(opts)
+opts.servers[1], opts.prefix = "http://x", "redlock:"
+local ok, d = pcall(redlock.default)
+if not ok then io.write("refused: ", tostring(d), "\n") return end
+local lk = d:try_lock("misuse:configure:copy")
+io.write(lk and "locked" or "not locked", " ", d:nodes()[1], "\n")
+if lk then lk:unlock() end
+d:close()
+]])
+        local function child(mode, env)
+          return proc.sh(("env -u REDLOCK_SERVERS %s LUA_PATH=%s LUA_CPATH=%s luajit %s %s %s 2>&1"):format(env,
+            proc.quote(package.path), proc.quote(package.cpath), proc.quote(script), mode,
+            table.concat({ proc.quote(cl.urls[1]), proc.quote(cl.urls[2]), proc.quote(cl.urls[3]) }, " ")))
+        end
+        local plain = child("plain", "-u REDLOCK_CACERT")
+        local missing = child("plain", "REDLOCK_CACERT=/nonexistent/ca.pem")
+        local given = child("tls", "REDLOCK_CACERT=/nonexistent/ca.pem")
+        proc.rmdir(dir)
+        assert.equal("locked " .. cl.urls[1] .. "\n", plain)
+        assert.truthy(missing:find("refused: .*tls.cafile '/nonexistent/ca.pem'"), missing)
+        assert.equal("locked " .. cl.urls[1] .. "\n", given)
+      end)
+
+    -- Before: these were passed over: servers = { u1, u2, u3, replicas = 1 }
+    -- granted locks without waiting for any replica, { "h1", nil, "h2" }
+    -- locked h1 alone, and { "k1", "k2", extra = "k3" } two of three.
+    it("refuses holes and other keys in servers, a cluster's seeds and lock_many's list, sending nothing", function()
+      local u = cl.urls
+      misuse(here(), function() redlock.new { servers = { u[1], u[2], u[3], replicas = 1 } } end,
+        "bad argument #1 to 'new' (servers must be a list without holes or other keys, "
+          .. "has the key 'replicas' besides [1] to [3])")
+      misuse(here(), function() redlock.configure { servers = { u[1], u[2], u[3], replicas = 1 } } end,
+        "bad argument #1 to 'configure' (servers must be a list without holes or other keys, "
+          .. "has the key 'replicas' besides [1] to [3])")
+      misuse(here(), function() redlock.new { servers = { { cluster = { u[1], replicas = 1 } } } } end,
+        "bad argument #1 to 'new' (servers[1].cluster must be a list without holes or other keys, "
+          .. "has the key 'replicas' besides [1] to [1])")
+      local holes = { u[1] }
+      holes[3] = u[3]
+      local ok, e = pcall(redlock.new, { servers = holes })
+      assert.is_false(ok)
+      assert.truthy(e:find("bad argument #1 to 'new' (servers", 1, true), e)
+      local before = sets(cl)
+      misuse(here(), function() dlm:lock_many({ res("k1"), res("k2"), extra = res("k3") }) end,
+        "bad argument #1 to 'lock_many' (resources must be a list without holes or other keys, "
+          .. "has the key 'extra' besides [1] to [2])")
+      local names = { res("h1") }
+      names[3] = res("h2")
+      ok, e = pcall(dlm.lock_many, dlm, names)
+      assert.is_false(ok)
+      assert.truthy(e:find("bad argument #1 to 'lock_many' (resources", 1, true), e)
+      misuse(here(), function() dlm:lock_many({ res("h1"), nil, res("h2"), res("h3") }) end,
+        "bad argument #1 to 'lock_many' (resources[2] must be a non-empty string, got nil)")
+      assert.equal(before, sets(cl), "an acquire was sent")
+    end)
+
     -- Before: a URL whose password was cut from its host (a list split at a
     -- comma inside the password) showed the password in the message.
     it("never shows the password of a URL cut before its '@'", function()
@@ -380,6 +470,22 @@ describe("misuse", function()
       local msg = misuse(here(), function() redlock.new { servers = { "redis://:topsecret@127.0.0.1:99999" } } end,
         "bad argument #1 to 'new' (server 1: 'redis://:***@127.0.0.1:99999': port must be a number from 1 to 65535)")
       assert.is_string(msg)
+    end)
+
+    -- Before: a cluster's seed refused in Lua was quoted whole, password and all.
+    it("never shows the password of a cluster's seed", function()
+      for _, seed in ipairs { "redis://:topsecret@127.0.0.1:1 ", "redis://:topsecret@127.0.0.1:1?replicas=1",
+                              "redis://:topsecret@127.0.0.1:1+127.0.0.1:2", "redis://user:topsecret@127.0.0.1:1 ",
+                              "redis://topsecret@127.0.0.1:1 ", "http://:topsecret@127.0.0.1:1", "redis://:top secret",
+                              "redis://:p@ss:topsecret@127.0.0.1:1 " } do
+        local msg = misuse(here(), function() redlock.new { servers = { { cluster = { seed } } } } end,
+          { "bad argument #1 to 'new' (servers[1].cluster[1] must be a redis:// or rediss:// URL", "***" })
+        assert.is_nil(msg:find("topsecret", 1, true), msg)
+        assert.is_nil(msg:find("top secret", 1, true), msg)
+      end
+      misuse(here(), function() redlock.new { servers = { { cluster = { "redis://:topsecret@127.0.0.1:1 " } } } } end,
+        "bad argument #1 to 'new' (servers[1].cluster[1] must be a redis:// or rediss:// URL (no '+', '?' or space), "
+          .. "got string \"redis://:***@127.0.0.1:1 \")")
     end)
 
     it("cuts a long URL and keeps the reason", function()

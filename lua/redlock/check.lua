@@ -71,6 +71,40 @@ local function is_int(v, lo, hi)
 end
 _M.is_int = is_int
 
+--- A URL as a message shows it (show), its password replaced by *** as the
+--- core's messages replace it (core/src/url.c, shown_url): what lies between
+--- the user's ':' and the last '@' (the whole userinfo when it has no ':'),
+--- or, with no '@', what follows a ':' right after "://" unless it is a
+--- port (a password cut from its host). Unix socket URLs carry none.
+function _M.show_url(v)
+    if type(v) ~= "string" or v:sub(1, 7) == "unix://" then return show(v) end
+    local head, rest = v:match("^(.-://)(.*)$")
+    if not head then head, rest = "", v end
+    local userinfo, tail = rest:match("^(.*)(@[^@]*)$")
+    if userinfo then return show(head .. (userinfo:match("^[^:]*:") or "") .. "***" .. tail) end
+    local cut, after = rest:match("^:([^/?#]+)(.*)$")
+    if head ~= "" and cut and not cut:match("^%d+$") then return show(head .. ":***" .. after) end
+    return show(v)
+end
+
+-- A table key as a message names it: 'name' for a string, [v] otherwise.
+local function key_name(k)
+    return type(k) == "string" and ("'" .. k .. "'") or ("[" .. show(k) .. "]")
+end
+
+--- Raise unless the table t (the argument at pos, called name) has no keys
+--- but the whole numbers 1 to #t: a hole, or another key (an option put
+--- inside the list), would be passed over unseen.
+function _M.list(pos, fname, name, t)
+    local n = #t
+    for k in next, t do
+        if not is_int(k, 1, n) then
+            argerror(pos, fname, ("%s must be a list without holes or other keys, has the key %s besides [1] to [%d]")
+                :format(name, key_name(k), n))
+        end
+    end
+end
+
 --- v must be an object of metatable mt (a method called with a colon; pos:
 --- where v is among the arguments, 1 unless given).
 function _M.self(v, mt, fname, what, how, pos)
@@ -104,8 +138,9 @@ local function check_resource(d, pos, fname, resource, name)
 end
 _M.resource = check_resource
 
---- lock_many's list: non-empty, at most as many names as operations can be
---- in flight on one client (ids % RL_ID_SLOTS differ), none repeated.
+--- lock_many's list: non-empty, no holes or other keys, at most as many
+--- names as operations can be in flight on one client (ids % RL_ID_SLOTS
+--- differ), none repeated.
 function _M.resources(d, fname, resources)
     if type(resources) ~= "table" or #resources == 0 then
         argerror(1, fname, "resources must be a non-empty list of strings, got " ..
@@ -114,6 +149,7 @@ function _M.resources(d, fname, resources)
     if #resources > C.RL_ID_SLOTS then
         argerror(1, fname, ("resources may list at most %d names, got %d"):format(C.RL_ID_SLOTS, #resources))
     end
+    _M.list(1, fname, "resources", resources)
     local seen = {}
     for i = 1, #resources do
         local r = resources[i]
@@ -138,8 +174,7 @@ function _M.opts(pos, fname, opts, known)
     end
     for k in next, opts do
         if not known[k] then
-            argerror(pos, fname, ("unknown option %s")
-                :format(type(k) == "string" and ("'" .. k .. "'") or ("[" .. show(k) .. "]")))
+            argerror(pos, fname, "unknown option " .. key_name(k))
         end
     end
     return opts

@@ -38,6 +38,7 @@ local FUNCTIONS = { acquiring = true, acquired = true, sleeping = true, awake = 
 --- redlock.hooks(t): install the hooks t names (see above).
 function _M.set(t)
     if type(t) ~= "table" then argerror(1, "hooks", "table expected, got " .. show(t)) end
+    local checked = {} -- client_defaults as checked: a copy, which the caller's later changes do not reach
     for k, v in pairs(t) do
         if FUNCTIONS[k] then
             if v ~= false and type(v) ~= "function" then
@@ -48,7 +49,7 @@ function _M.set(t)
                 if type(v) ~= "table" then
                     argerror(1, "hooks", "client_defaults must be a table or false, got " .. show(v))
                 end
-                options.check_client("hooks", v)
+                checked[k] = options.check_client("hooks", v)
             end
         else
             argerror(1, "hooks", ("unknown hook %s")
@@ -56,7 +57,7 @@ function _M.set(t)
         end
     end
     for k, v in pairs(t) do
-        if v == false then on[k] = nil else on[k] = v end
+        if v == false then on[k] = nil else on[k] = checked[k] or v end
     end
     on.guarded = on.acquiring ~= nil or on.acquired ~= nil
 end

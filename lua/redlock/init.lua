@@ -107,18 +107,19 @@ end
 --- Remember options for redlock.default() (the host sets them from its flags).
 function _M.configure(opts)
     if type(opts) ~= "table" then argerror(1, "configure", "options table expected, got " .. show(opts)) end
-    -- checked now, where the mistake is, rather than by default() later
-    options.check_client("configure", opts)
-    defaults = opts
+    -- checked now, where the mistake is, rather than by default() later;
+    -- kept as a copy, which the caller's later changes do not reach
+    defaults = options.check_client("configure", opts)
 end
 
 --- A client built from redlock.configure{...} or REDLOCK_SERVERS (or the
---- host's default_servers hook), and the REDLOCK_* TLS variables; made once.
+--- host's default_servers hook), and, unless configure gave tls, the
+--- REDLOCK_* TLS variables; made once.
 function _M.default()
     if _M._default then return _M._default end
     local opts = {}
     for k, v in pairs(defaults) do opts[k] = v end
-    if not opts.servers then opts.tls = opts.tls or _M.tls_from_env() end
+    opts.tls = opts.tls or _M.tls_from_env()
     if not opts.servers then
         local from = on.default_servers
         if from then opts.servers = from() else opts.servers = options.servers_from_env() end

@@ -13,7 +13,7 @@ local ffi_new = ffi.new
 local floor = math.floor
 local type, next, ipairs, pairs = type, next, ipairs, pairs
 local argerror, show, is_int, check_ms, check_opts = check.argerror, check.show, check.is_int, check.ms, check.opts
-local check_resource = check.resource
+local check_resource, check_list, show_url = check.resource, check.list, check.show_url
 local MAX_MS = check.MAX_MS
 
 --- Raise at fname's caller unless v, the option called name, is a number
@@ -37,6 +37,7 @@ local LOCK_KEYS = { ttl = true, wait = true, retry = true, keepalive = true, mar
 local MAX_LIMIT = C.RL_MAX_LIMIT
 local ADOPT_KEYS = { ttl = true, keepalive = true, margin = true, slot = true } -- dlm:adopt's: no attempts, no new token
 local RETRY_UNTIL_WAIT = retry.forever()  -- `wait` without `retry`: try until wait runs out
+local RESERVED_PREFIX = "redlock:" -- where redlock keeps its own keys (RL_RESERVED_PREFIX, core/src/command.h)
 
 -- The option names the checks above accept, sorted: new()'s, its tls table's
 -- and the lock calls'. Exported as redlock._OPTIONS and read by
@@ -76,8 +77,16 @@ local function options_struct(fname, o, nservers)
         opts.drift_factor = d
     end
     if o.prefix ~= nil then
-        if type(o.prefix) ~= "string" then argerror(1, fname, "prefix must be a string, got " .. show(o.prefix)) end
-        opts.prefix, opts.prefix_len = o.prefix, #o.prefix
+        local p = o.prefix
+        if type(p) ~= "string" then argerror(1, fname, "prefix must be a string, got " .. show(p)) end
+        -- as the core refuses them, also for configure without servers
+        if #p > C.RL_MAX_KEY_LEN then
+            argerror(1, fname, ("prefix is %d bytes long, more than a key may be (%d)"):format(#p, C.RL_MAX_KEY_LEN))
+        end
+        if p:sub(1, #RESERVED_PREFIX) == RESERVED_PREFIX then
+            argerror(1, fname, ("prefix starts with \"%s\", where redlock keeps its own keys"):format(RESERVED_PREFIX))
+        end
+        opts.prefix, opts.prefix_len = p, #p
     end
     if o.label ~= nil then
         local l = o.label
@@ -143,6 +152,7 @@ local function cluster_url(fname, i, entry)
     if type(seeds) ~= "table" or #seeds == 0 then
         argerror(1, fname, ("servers[%d].cluster must be a non-empty list of seed URLs, got %s"):format(i, show(seeds)))
     end
+    check_list(1, fname, ("servers[%d].cluster"):format(i), seeds)
     for k in pairs(entry) do
         if k ~= "cluster" and k ~= "replicas" then
             argerror(1, fname, ("servers[%d] has an unknown field %s"):format(i, show(k)))
@@ -157,7 +167,7 @@ local function cluster_url(fname, i, entry)
         if type(seeds[j]) == "string" then s, rest = seeds[j]:match("^(rediss?)://(.+)$") end
         if not s or seeds[j]:find("[%z%s+?]") then
             argerror(1, fname, ("%s must be a redis:// or rediss:// URL (no '+', '?' or space), got %s")
-                :format(where, show(seeds[j])))
+                :format(where, show_url(seeds[j])))
         end
         local a, h = rest:match("^(.*@)([^@]*)$")
         a, h = a or "", h or rest
@@ -177,6 +187,7 @@ local function server_list(fname, servers)
     if type(servers) ~= "table" or #servers == 0 then
         argerror(1, fname, "servers must be a non-empty list of URLs, got " .. show(servers))
     end
+    check_list(1, fname, "servers", servers)
     local urls, texts = ffi_new("const char *[?]", #servers), {}
     for i = 1, #servers do
         local url = servers[i]
@@ -217,10 +228,38 @@ local function client_options(fname, opts, nservers)
 end
 _M.client_options = client_options
 
---- Check options as configure() takes them (servers optional).
+--- Why the core would refuse a client of the servers (a list of URL
+--- strings) with the options copts (an rl_options, or nil for the
+--- defaults): a bad URL, a server named twice, more servers than a client
+--- may have, ...; nil when it would not. Nothing is looked up or connected.
+function _M.engine_refusal(servers, copts)
+    local urls = ffi_new("const char *[?]", #servers)
+    for i = 1, #servers do urls[i - 1] = servers[i] end
+    local errbuf = ffi_new("char[?]", C.RL_ERR_LEN)
+    local engine = C.rl_engine_new(urls, #servers, copts, errbuf, C.RL_ERR_LEN)
+    if engine == nil then return ffi.string(errbuf) end
+    C.rl_engine_free(engine)
+    return nil
+end
+
+-- v, and the tables in it, copied.
+local function copy(v)
+    if type(v) ~= "table" then return v end
+    local c = {}
+    for k, x in pairs(v) do c[k] = copy(x) end
+    return c
+end
+
+--- Check options as configure() takes them (servers optional), the servers
+--- as the core reads them (engine_refusal), as new() would; returns a copy of opts,
+--- which the caller's later changes do not reach.
 function _M.check_client(fname, opts)
-    if opts.servers ~= nil then server_list(fname, opts.servers) end
-    client_options(fname, opts, opts.servers and #opts.servers)
+    local _, texts
+    if opts.servers ~= nil then _, texts = server_list(fname, opts.servers) end
+    local copts = client_options(fname, opts, texts and #texts)
+    local why = texts and _M.engine_refusal(texts, copts)
+    if why then argerror(1, fname, why) end
+    return copy(opts)
 end
 
 --- REDLOCK_SERVERS as a list (URLs separated by commas or spaces), or nil.

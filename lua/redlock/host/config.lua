@@ -94,14 +94,8 @@ end
 -- or connecting: true, or nil and why (a bad URL, a server named twice, which
 -- would vote twice).
 function _M.check_servers(servers)
-    local ffi = require "ffi"
-    local C = require("redlock.cdefs").lib
-    local urls = ffi.new("const char *[?]", #servers)
-    for i = 1, #servers do urls[i - 1] = servers[i] end
-    local errbuf = ffi.new("char[?]", C.RL_ERR_LEN)
-    local e = C.rl_engine_new(urls, #servers, nil, errbuf, C.RL_ERR_LEN)
-    if e == nil then return nil, ffi.string(errbuf) end
-    C.rl_engine_free(e)
+    local why = require("redlock.options").engine_refusal(servers, nil)
+    if why then return nil, why end
     return true
 end
 
