@@ -1564,8 +1564,8 @@ exit 3
       local ffi = require "ffi"
       local sys = require "redlock.host.sys"
       local T = "rl_host_probe_result"
-      local fields = { "err", "errstr", "name", "exists", "pttl", "value_len", "value_digest", "value", "fence",
-        "readers", "run_id" }
+      local fields = { "err", "errstr", "name", "exists", "pttl", "value_len", "value_digest", "value", "has_fence",
+        "fence_len", "fence_token", "fence", "readers", "run_id" }
       local dir = proc.tmpdir()
       local lines = { "#include <stdio.h>", "#include <stddef.h>", '#include "host.h"', "int main(void) {",
         ('printf("sizeof %%zu\\n", sizeof(%s));'):format(T),

@@ -138,6 +138,53 @@ describe("redlock status", function()
     assert.matches("holder 'lab', fencing token unknown, quorum held for %d+ ms more", hex)
   end)
 
+  -- Before: any run of digits was the token ("fencing token 0", "00042",
+  -- "99999999999999999999", none of which the engine takes), and a counter
+  -- longer than 23 bytes was cut there without a sign: a 30-digit counter
+  -- showed as the token "12345678901234567890123".
+  it("takes a counter for a token only as the engine does, and marks a counter it cut", function()
+    local r = res("token_rule")
+    local function token_with(counter)
+      for i = 1, 3 do
+        cl:cli(i, "SET", r, "lab/abcdef", "PX", "60000")
+        cl:cli(i, "SET", r .. ":fence", counter)
+      end
+      local out, rc = status(q(r))
+      for i = 1, 3 do cl:cli(i, "DEL", r, r .. ":fence") end
+      assert.equals(0, rc, out)
+      return out:match("fencing token (%S+),"), out
+    end
+    local thirty = "123456789012345678901234567890"
+    for _, counter in ipairs { "0", "00042", "-5", "+7", "9223372036854775808", "99999999999999999999", thirty } do
+      assert.equals("unknown", (token_with(counter)), counter)
+    end
+    assert.equals("9223372036854775807", (token_with("9223372036854775807")))
+    assert.equals("42", (token_with("42")))
+    local _, out = token_with(thirty)
+    for i = 1, 3 do
+      assert.matches(("%d  %s%%s+held .*  fence 12345678901234567890123%%.%%.%%.\n"):format(i,
+        cl.urls[i]:gsub("%p", "%%%0")), out)
+    end
+  end)
+
+  -- Before: GET of a counter of another type answered WRONGTYPE, and the
+  -- node counted as unreachable: a plain lock held on every node read
+  -- "unknown: only 1 of 3 nodes answered", exit 69.
+  it("counts a node whose counter is of another type as answering, the token unknown", function()
+    local r = res("wrongtype")
+    for i = 1, 3 do cl:cli(i, "SET", r, "lab/abcdef", "PX", "60000") end
+    for i = 1, 2 do cl:cli(i, "RPUSH", r .. ":fence", "x") end
+    local out, rc = status(q(r))
+    for i = 1, 3 do cl:cli(i, "DEL", r, r .. ":fence") end
+    assert.equals(0, rc, out)
+    for i = 1, 2 do
+      assert.matches(("%d  %s%%s+held%%s+lab/abcdef%%s+pttl %%d+ ms  label lab  fence not a string\n"):format(i,
+        cl.urls[i]:gsub("%p", "%%%0")), out)
+    end
+    assert.matches("held: value lab/abcdef... on 3 of 3 nodes (quorum 2)", out, 1, true)
+    assert.matches("holder 'lab', fencing token unknown, quorum held for %d+ ms more", out)
+  end)
+
   -- Before: a value longer than the probe keeps was told apart by its
   -- first 127 bytes and its length only: two holders counted as one, and
   -- "held" (exit 0) with no value on a quorum.

@@ -173,6 +173,12 @@ enum {
                                  reply of the wrong type */
 };
 
+/* What a probe found under a lock's fence counter (has_fence): nothing, a
+ * string (a token or not: fence_token), or a key of another type (GET
+ * answered WRONGTYPE), which is no token either; the node answers all the
+ * same, and a plain lock's key beside it is read as usual. */
+enum { RL_HOST_FENCE_NONE = 0, RL_HOST_FENCE_STRING = 1, RL_HOST_FENCE_OTHER_TYPE = 2 };
+
 typedef struct rl_host_probe_result {
     int err;                              /* 0, or RL_HOST_PROBE_E* with errstr saying why */
     char errstr[256];
@@ -183,8 +189,12 @@ typedef struct rl_host_probe_result {
     unsigned long long value_digest;      /* 64-bit FNV-1a of the whole value: tells apart two
                                              values longer than value keeps */
     char value[RL_HOST_PROBE_VALUE_LEN];  /* its first bytes (all of a lock value), NUL-terminated */
-    int has_fence;                        /* 1 when GET key:fence found a fenced lock's counter */
-    char fence[24];                       /* that counter as the node holds it (up to 23 bytes) */
+    int has_fence;                        /* RL_HOST_FENCE_*: what GET key:fence found under the
+                                             fenced lock's counter */
+    size_t fence_len;                     /* a string counter: its whole length */
+    long long fence_token;                /* that counter as a fencing token (1 to 2^63-1, read by
+                                             the engine's rule, rl_fence_token), 0 when it is none */
+    char fence[24];                       /* its first bytes (up to 23), NUL-terminated */
     double latency_ms;                    /* the round trip of GET, GET and PTTL (or of PING) */
     int readers;                          /* the value is the shared mark: the live shared holders */
     char reader[RL_HOST_PROBE_READERS][RL_HOST_PROBE_READER_LEN]; /* the first of them (their values) */
@@ -212,7 +222,8 @@ typedef struct rl_host_tls {
  * rediss-cluster://), as the core reads them.
  *
  * what RL_HOST_PROBE_LOCK: GET and PTTL of the lock's key (key itself on
- * every node), GET of its fence counter and, when the key holds the mark
+ * every node), GET of its fence counter (of another type: WRONGTYPE, said in
+ * out->has_fence, not a failure) and, when the key holds the mark
  * of shared holders (core/src/shared.h), the live ones with the ms each
  * has left (the RL_HOST_PROBE_READERS that expire first, at most;
  * out->readers counts them all). what k >= 1 or RL_HOST_PROBE_LIMIT: GET

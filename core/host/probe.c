@@ -9,7 +9,9 @@
  * only, so the compiler checks every field read here; the Lua side sees
  * nothing of hiredis, only rl_host_probe_result. A reply of the wrong type (a
  * server that answers +OK to everything, something that is not Redis) is an
- * error text for that node, like a refused connection or a timeout.
+ * error text for that node, like a refused connection or a timeout; but not
+ * WRONGTYPE from GET of the fence counter: a key of another type there is a
+ * counter that is no token, on a node that answers.
  *
  * A rediss:// node: hiredis (0.14) connects, then the TLS session (the core's
  * tls.c) takes over the socket; commands are encoded by the core's command.c
@@ -237,9 +239,17 @@ static void note_redirection(probe *p, const redisReply *r) {
     p->to_ask = ask;
 }
 
+/* Fail the probe with the error reply r to what (noting where a MOVED or
+ * ASK sends it). Return -1. */
+static int fail_error_reply(probe *p, const char *what, const redisReply *r) {
+    note_redirection(p, r);
+    return fail(p->out, RL_HOST_PROBE_ENODE, "%s: %.*s", what, (int)r->len, r->str);
+}
+
 /* Take the next reply of a command already sent. Return it when its type is
- * in want (WANT(REDIS_REPLY_*) bits); otherwise, error replies included,
- * fail the probe with what the reply was to and return NULL. */
+ * in want (WANT(REDIS_REPLY_*) bits); otherwise, error replies included
+ * unless want has them, fail the probe with what the reply was to and
+ * return NULL. */
 static redisReply *take(probe *p, const char *what, unsigned want) {
     void *obj = NULL;
     int rc = p->tls ? tls_reply(p, &obj) : plain_reply(p, &obj);
@@ -249,9 +259,8 @@ static redisReply *take(probe *p, const char *what, unsigned want) {
     }
     redisReply *r = obj;
     p->replied = 1;
-    if (r->type == REDIS_REPLY_ERROR) {
-        note_redirection(p, r);
-        fail(p->out, RL_HOST_PROBE_ENODE, "%s: %.*s", what, (int)r->len, r->str);
+    if (r->type == REDIS_REPLY_ERROR && !(want & WANT(REDIS_REPLY_ERROR))) {
+        fail_error_reply(p, what, r);
     } else if (r->type < 0 || r->type >= 32 || !(want & WANT(r->type))) {
         char got[80];
         describe(r, got, sizeof(got));
@@ -377,6 +386,34 @@ static int take_string(probe *p, const char *what, char *buf, size_t size, size_
     return 0;
 }
 
+/* The next reply (of a keyed command): GET of the lock's fence counter,
+ * into out's fence fields. A string is taken whole for its token, by the
+ * engine's rule (rl_fence_token), and kept in its first bytes with its
+ * length; WRONGTYPE says a key of another type holds the counter's name,
+ * no token either, and the node still answers (a plain lock's key beside
+ * it is read as usual). Return 0, or -1 with the probe failed (any other
+ * error reply: a MOVED or ASK is followed as for the lock's key). */
+static int take_counter(probe *p) {
+    rl_host_probe_result *out = p->out;
+    redisReply *v =
+        take_keyed(p, "GET fence", WANT(REDIS_REPLY_STRING) | WANT(REDIS_REPLY_NIL) | WANT(REDIS_REPLY_ERROR));
+    if (v == NULL) return -1;
+    int rc = 0;
+    if (v->type == REDIS_REPLY_ERROR) {
+        if (strncmp(v->str, "WRONGTYPE", 9) == 0) out->has_fence = RL_HOST_FENCE_OTHER_TYPE;
+        else rc = fail_error_reply(p, "GET fence", v);
+    } else if (v->type == REDIS_REPLY_STRING) {
+        size_t keep = v->len < sizeof(out->fence) - 1 ? v->len : sizeof(out->fence) - 1;
+        out->has_fence = RL_HOST_FENCE_STRING;
+        out->fence_len = v->len;
+        if (!rl_fence_token(v->str, v->len, &out->fence_token)) out->fence_token = 0;
+        memcpy(out->fence, v->str, keep);
+        out->fence[keep] = '\0';
+    }
+    freeReplyObject(v);
+    return rc;
+}
+
 static const char *info_server[2] = {"INFO", "server"};
 static size_t info_server_lens[2] = {4, 6};
 
@@ -415,8 +452,7 @@ static int look(probe *p, const probe_keys *k) {
         append_keyed(p, 2, pttl, pttllens) != REDIS_OK || append(p, 2, info_server, info_server_lens) != REDIS_OK)
         return fail_io(p, "GET");
     if (take_string(p, "GET", out->value, sizeof(out->value), &out->value_len, &out->value_digest, &out->exists) != 0 ||
-        (k->fence.len &&
-         take_string(p, "GET fence", out->fence, sizeof(out->fence), NULL, NULL, &out->has_fence) != 0))
+        (k->fence.len && take_counter(p) != 0))
         return -1;
     redisReply *t = take_keyed(p, "PTTL", WANT(REDIS_REPLY_INTEGER));
     if (t == NULL) return -1;

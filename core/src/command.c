@@ -1,7 +1,9 @@
-/* command.c — RESP encoding of SET NX PX and the release/extend scripts.
+/* command.c — RESP encoding of SET NX PX and the release/extend scripts;
+ * the fenced scripts' rule for a counter that is a token (rl_fence_token).
  *
  * On the hot path: one reserve, then the constant parts copied as literals
  * and the few numbers written by hand (no printf family). */
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,7 +58,8 @@ const char rl_acquire_queued_script[] =
  * no INCR can raise. Counters travel as decimal strings: Redis' Lua turns
  * integers into doubles, exact only up to 2^53. The grant answers GET of the
  * counter after its INCR (a bulk string); the commit compares decimal
- * strings by length, then bytes, which orders such integers exactly. */
+ * strings by length, then bytes, which orders such integers exactly.
+ * rl_fence_token is the same rule in C, for what the nodes answer. */
 #define RL_COUNTER_CHECK                                                                                  \
     "local function shown(s, n) if #s > n then s = string.sub(s, 1, n - 3) .. \"...\" end "                \
     "return (string.gsub(s, \"[^%w%p ]\", \"?\")) end "                                                   \
@@ -79,6 +82,19 @@ const char rl_commit_script[] =
     "local why = fault(KEYS[2], false) if why then return redis.error_reply(why) end "
     "local c, t = redis.call(\"get\",KEYS[2]), ARGV[2] "
     "if not c or #c < #t or (#c == #t and c < t) then redis.call(\"set\",KEYS[2],t) end return 1";
+
+int rl_fence_token(const char *s, size_t len, long long *token) {
+    if (len < 1 || len > 19 || s[0] == '0') return 0;
+    unsigned long long v = 0; /* 19 digits stay below 10^19 < 2^64: no overflow */
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9') return 0;
+        v = v * 10 + (unsigned)(s[i] - '0');
+    }
+    if (v > (unsigned long long)LLONG_MAX) return 0;
+    *token = (long long)v;
+    return 1;
+}
+
 const char rl_release_sha[] = "a83d41725921d88143e95fed5dacc5fa0b9625f0";
 const char rl_extend_sha[] = "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10";
 

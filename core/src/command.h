@@ -85,6 +85,14 @@ extern const char rl_acquire_queued_script[];
 extern const char rl_acquire_fenced_script[];
 extern const char rl_commit_script[];
 
+/* s[0..len), a fence counter's whole text, as a fencing token, by the rule
+ * the scripts' check applies on the nodes: 1 to 19 decimal digits without a
+ * sign or a leading zero, at most 2^63-1 (the end of INCR's range). Return
+ * 1 and set *token; 0 when it is no token. Exact at any value: no double on
+ * the way. The engine reads a fenced grant's reply with it, `redlock
+ * status` the counters it finds. */
+int rl_fence_token(const char *s, size_t len, long long *token);
+
 /* A semaphore (docs/design.md, "Semaphores"; command_slots.c): limit slots,
  * slot k an ordinary lock on the key RL_SLOT_PREFIX .. k .. ":" .. key (key =
  * prefix .. resource), inside the reserved namespace, so no lock's key is

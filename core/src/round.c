@@ -1,5 +1,4 @@
 /* round.c — votes, quorum and validity for one round (see round.h). */
-#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -174,22 +173,6 @@ const char *rl_reply_misfit_text(int kind, const rl_reply *reply, char *buf, siz
     return buf;
 }
 
-/* A fenced grant's counter: a bulk string of 1 to 19 decimal digits without
- * a leading zero, at most LLONG_MAX (the end of INCR's range). Return 1 and
- * set *out, else 0. Exact at any value: no double on the way. */
-static int counter_value(const rl_reply *reply, long long *out) {
-    if (reply->type != RL_REPLY_STRING || reply->len < 1 || reply->len > 19 || reply->str[0] == '0') return 0;
-    unsigned long long v = 0; /* 19 digits stay below 10^19 < 2^64: no overflow */
-    for (size_t i = 0; i < reply->len; i++) {
-        char d = reply->str[i];
-        if (d < '0' || d > '9') return 0;
-        v = v * 10 + (unsigned)(d - '0');
-    }
-    if (v > (unsigned long long)LLONG_MAX) return 0;
-    *out = (long long)v;
-    return 1;
-}
-
 /* What a reply means for the round's command; a fenced grant's counter,
  * or the slot a semaphore's acquire took (checked against limit), goes to
  * *counter. */
@@ -203,7 +186,7 @@ static int classify(int kind, int limit, const rl_reply *reply, long long *count
             return RL_NODE_OK;
         if (reply->type == RL_REPLY_NIL) return RL_NODE_TAKEN;
     } else if (kind == RL_ROUND_ACQUIRE_FENCED) {
-        if (counter_value(reply, counter)) return RL_NODE_OK;
+        if (reply->type == RL_REPLY_STRING && rl_fence_token(reply->str, reply->len, counter)) return RL_NODE_OK;
         if (reply->type == RL_REPLY_NIL) return RL_NODE_TAKEN;
         if (reply->type == RL_REPLY_STRING) {
             snprintf(why, whylen, "fence counter is not a positive integer: the grant answered \"%.24s\"",

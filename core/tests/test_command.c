@@ -140,8 +140,27 @@ static void adds_the_base_as_a_second_key(void) {
     rl_buf_free(&c);
 }
 
+/* A counter is a token as INCR leaves one: 1 to 2^63-1, no sign, no
+ * leading zero, nothing after the digits. */
+static void reads_a_fence_counter_as_a_token_only_as_incr_leaves_one(void) {
+    long long token = -1;
+    CHECK_INT(rl_fence_token("42", 2, &token), 1);
+    CHECK(token == 42);
+    CHECK_INT(rl_fence_token("9223372036854775807", 19, &token), 1);
+    CHECK(token == 9223372036854775807LL);
+    const char *none[] = {"", "0", "00042", "-5", "+7", "4 2", "42x", "9223372036854775808", "99999999999999999999",
+                          "123456789012345678901234567890"};
+    for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++) {
+        token = -1;
+        CHECK_INT(rl_fence_token(none[i], strlen(none[i]), &token), 0);
+        CHECK(token == -1);
+    }
+    CHECK_INT(rl_fence_token("42\0", 3, &token), 0); /* the whole text counts, not up to a NUL */
+}
+
 int main(void) {
     adds_the_base_as_a_second_key();
+    reads_a_fence_counter_as_a_token_only_as_incr_leaves_one();
     encodes_set_nx_px();
     encodes_scripts_by_sha_and_by_source();
     script_shas_match_their_scripts();

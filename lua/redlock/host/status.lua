@@ -222,21 +222,31 @@ end
 -- the value of id (value_id) agree on (the grant's commit left its quorum
 -- at the token; a node whose grant came too late counts higher, one the
 -- commit missed lower).
--- A token is a decimal integer (INCR leaves nothing else): a counter that
--- is not one (written there by something else) is no token.
+-- A token is what INCR leaves, 1 to 2^63-1 in decimal, as the engine reads
+-- one (the probe's fence_token): a counter that is not one (written there
+-- by something else, or a key of another type) is no token.
 -- "unknown" when no quorum of them agrees on a token; nil when none holds a
 -- counter.
 local function token_of(answers, id, quorum)
     local counts = {}
     for _, r in pairs(answers) do
-        if r.exists and value_id(r) == id and r.fence then
-            local counter = r.fence:match("^%d+$") or "not a token"
+        if r.exists and value_id(r) == id and (r.fence or r.fence_other_type) then
+            local counter = r.fence_token or "not a token"
             counts[counter] = (counts[counter] or 0) + 1
         end
     end
     local best, count = most_common(counts)
     if best == nil then return nil end
-    return count >= quorum and best:match("^%d+$") or "unknown"
+    return count >= quorum and best ~= "not a token" and best or "unknown"
+end
+
+-- A node's fence counter as its line shows it ("" without one): "fence "
+-- and the counter, "..." after one longer than the probe keeps; "not a
+-- string" for a key of another type. sep goes before it.
+local function fence_shown(r, sep)
+    if r.fence_other_type then return sep .. "fence not a string" end
+    if not r.fence then return "" end
+    return sep .. "fence " .. r.fence .. (r.fence_len > #r.fence and "..." or "")
 end
 
 -- most_common of what the probes that answered say: value_of(r), or nil
@@ -356,9 +366,9 @@ function _M.run(opts, argv, k)
             local label = label_of(r.value)
             row.state = "held"
             row.info = ("%-15s pttl %s%s%s"):format(shown, show_pttl(r.pttl), label and ("  label " .. label) or "",
-                r.fence and ("  fence " .. r.fence) or "")
+                fence_shown(r, "  "))
         elseif r then
-            row.state, row.info = "free", r.fence and ("fence " .. r.fence) or ""
+            row.state, row.info = "free", fence_shown(r, "")
         end
     end
 

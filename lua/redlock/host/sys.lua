@@ -34,6 +34,8 @@ if not pcall(ffi.typeof, "rl_host_timespec") then
       unsigned long long value_digest;
       char value[128];
       int has_fence;
+      size_t fence_len;
+      long long fence_token;
       char fence[24];
       double latency_ms;
       int readers;
@@ -62,6 +64,8 @@ _M.SIGHUP, _M.SIGINT, _M.SIGKILL, _M.SIGTERM, _M.SIGCONT = 1, 2, 9, 15, 18
 _M.ENOENT, _M.EACCES, _M.ENOEXEC, _M.ECHILD, _M.ESRCH = 2, 13, 8, 10, 3
 _M.PROBE_EINVAL, _M.PROBE_ENODE = 1, 2
 _M.PROBE_LIMIT = -1 -- rl_host_probe's what for a semaphore's limit (RL_HOST_PROBE_LIMIT)
+-- what a probe found under a lock's fence counter (RL_HOST_FENCE_*)
+local FENCE_STRING, FENCE_OTHER_TYPE = 1, 2
 
 local ts = ffi.new("rl_host_timespec")
 local code_box = ffi.new("int[1]")
@@ -160,10 +164,14 @@ local probe_result = ffi.new("rl_host_probe_result")
 -- (named as the engine names them: on a cluster node after the key's
 -- base; a cluster node is read at the master serving the key's slot).
 -- Return { name =, exists =, value =, value_len =, value_digest =, pttl =,
--- fence =, latency_ms =, readers =, shared =, run_id = }, where
--- value is at most the first 127 bytes of the value (value_len is the whole
--- length, value_digest a 64-bit hash of all of it, in decimal), fence the
--- fenced lock's counter (key:fence, <base>:fence on a cluster node) or nil,
+-- fence =, fence_len =, fence_token =, fence_other_type =, latency_ms =,
+-- readers =, shared =, run_id = }, where value is at most the first 127
+-- bytes of the value (value_len is the whole length, value_digest a 64-bit
+-- hash of all of it, in decimal), fence the first 23 bytes of the fenced
+-- lock's counter (key:fence, <base>:fence on a cluster node) or nil
+-- (fence_len its whole length, fence_token the token it is, in decimal, by
+-- the engine's rule, or nil; fence_other_type when a key of another type
+-- holds the counter's name),
 -- and with the shared holders' mark in the key, readers is their number
 -- and shared a list of { value =, pttl = } (the 64 that expire first:
 -- fewer than readers when it has more); or nil, a message, the kind
@@ -183,7 +191,7 @@ function _M.probe(url, key, timeout_ms, tls, what)
     if rc ~= 0 then
         return nil, ffi.string(r.errstr), r.err, ffi.string(r.name)
     end
-    local len = tonumber(r.value_len)
+    local len, fence_len = tonumber(r.value_len), tonumber(r.fence_len)
     local shared = {}
     for i = 0, math.min(r.readers, ffi.sizeof(r.reader) / ffi.sizeof(r.reader[0])) - 1 do
         shared[#shared + 1] = { value = ffi.string(r.reader[i]), pttl = tonumber(r.reader_pttl[i]) }
@@ -197,7 +205,11 @@ function _M.probe(url, key, timeout_ms, tls, what)
         value_len = len,
         value_digest = r.exists ~= 0 and tostring(r.value_digest):match("^%d+") or nil,
         pttl = tonumber(r.pttl),
-        fence = r.has_fence ~= 0 and ffi.string(r.fence) or nil,
+        fence = r.has_fence == FENCE_STRING and ffi.string(r.fence, math.min(fence_len, ffi.sizeof(r.fence) - 1))
+            or nil,
+        fence_len = fence_len,
+        fence_token = r.fence_token ~= 0 and tostring(r.fence_token):match("^%d+") or nil,
+        fence_other_type = r.has_fence == FENCE_OTHER_TYPE,
         latency_ms = r.latency_ms,
         run_id = r.run_id[0] ~= 0 and ffi.string(r.run_id) or nil,
     }
