@@ -214,7 +214,10 @@ void rl_options_init(rl_options *opts);
  * connect_timeout_ms for them together; numeric addresses are not looked up.
  * A name not resolved by then is not an error: its node starts down (a failed
  * vote whose detail says why) and the name is looked up again in the
- * background; no round ever waits for a lookup. Connections start at once,
+ * background; no round ever waits for that lookup. Names met later (a
+ * cluster's other seeds and its masters, the subscriber connections) are
+ * looked up when first connected, without blocking the loop; a command for
+ * one waits for that lookup within the node timeout. Connections start at once,
  * without blocking; AUTH and SELECT follow each connect (for rediss:// nodes,
  * after the TLS handshake, which connect_timeout_ms also bounds). opts may be
  * NULL for the defaults. On error (bad URL, a node listed twice, no nodes, bad

@@ -18,12 +18,20 @@ rl_shard *rl_cluster_shard(const rl_engine *e, int k) {
 }
 
 
-/* See cluster.h. */
-rl_shard *rl_cluster_shard_at(rl_engine *e, int i, const char *host, int port) {
+/* The shard of node i at host:port (its address or its alias), or NULL. */
+static rl_shard *shard_find(rl_engine *e, int i, const char *host, int port) {
     for (int k = 0; k < e->nshards; k++) {
         rl_shard *sh = e->shards[k];
-        if (sh->node == i && sh->url.port == port && strcmp(sh->url.host, host) == 0) return sh;
+        if (sh->node == i && sh->url.port == port && (strcmp(sh->url.host, host) == 0 || strcmp(sh->alias, host) == 0))
+            return sh;
     }
+    return NULL;
+}
+
+/* See cluster.h. */
+rl_shard *rl_cluster_shard_at(rl_engine *e, int i, const char *host, int port) {
+    rl_shard *found = host[0] ? shard_find(e, i, host, port) : NULL;
+    if (found) return found;
     if (e->nshards == RL_MAX_SHARDS) return NULL;
     rl_shard *sh = calloc(1, sizeof(*sh));
     if (sh == NULL) return NULL;
@@ -177,6 +185,18 @@ static void send_pending(rl_engine *e, int i, const char *why) {
     if (c->npend == 0) c->pend.len = 0;
 }
 
+/* The shard of node i for a master of the map at host:port that
+ * announces hostname (NULL or "" if none): one shard a master, whether
+ * MOVED named it by hostname first or the map by address; made at its
+ * address if none. */
+static rl_shard *shard_of(rl_engine *e, int i, const char *host, const char *hostname, int port) {
+    rl_shard *sh = hostname && hostname[0] ? shard_find(e, i, hostname, port) : NULL;
+    if (sh == NULL) sh = rl_cluster_shard_at(e, i, host, port);
+    if (sh && sh->url.port == port && strcmp(sh->url.host, host) == 0)
+        snprintf(sh->alias, sizeof(sh->alias), "%s", hostname ? hostname : "");
+    return sh;
+}
+
 /* Read a CLUSTER NODES text into node i's map: every master's slots. from:
  * where it came from (a master that does not know its own address says
  * ":0"). Return the number of slots served. */
@@ -197,8 +217,10 @@ static int read_map(rl_engine *e, int i, const char *text, size_t len, const rl_
         char *tok = strtok_r(buf, " \r", &save);
         for (; tok && nf < 8; tok = nf < 8 ? strtok_r(NULL, " \r", &save) : NULL) f[nf++] = tok;
         if (nf < 8 || strstr(f[2], "master") == NULL || strstr(f[2], "noaddr") || strstr(f[2], "handshake")) continue;
-        char *cport = strchr(f[1], '@');
+        /* ip:port@cport[,hostname] */
+        char *cport = strchr(f[1], '@'), *hostname = cport ? strchr(cport, ',') : NULL;
         if (cport) *cport = '\0';
+        if (hostname) hostname++;
         char *colon = strrchr(f[1], ':');
         if (colon == NULL) continue;
         *colon = '\0';
@@ -216,7 +238,7 @@ static int read_map(rl_engine *e, int i, const char *text, size_t len, const rl_
             char *dash = strchr(r, '-');
             int lo = atoi(r), hi = dash ? atoi(dash + 1) : lo;
             if (lo < 0 || hi >= RL_HASH_SLOTS || lo > hi) continue;
-            if (sh == NULL && (sh = rl_cluster_shard_at(e, i, host, port)) == NULL) break;
+            if (sh == NULL && (sh = shard_of(e, i, host, hostname, port)) == NULL) break;
             for (int s = lo; s <= hi; s++) owner[s] = (unsigned char)(sh->number + 1), served++;
         }
     }

@@ -53,6 +53,8 @@ typedef struct rl_shard {
     int node;            /* the cluster node it serves */
     int number;          /* k: its links are 2N + 2k and 2N + 2k + 1 */
     rl_url url;          /* the seed's URL (password, TLS) at this shard's host and port */
+    char alias[256];     /* the hostname its master announces (Redis 7), which MOVED names in
+                            cluster-preferred-endpoint-type hostname; "" if none known */
     rl_stream st;        /* its command stream */
     /* The bytes of every command awaiting its reply, oldest first, so that
      * MOVED or ASK can send it again: sent.data[sent_off ..), each lens[] long. */
@@ -133,8 +135,9 @@ int rl_route_send(struct rl_engine *e, int i, int hslot, const char *cmd, size_t
 int rl_route_send_pair(struct rl_engine *e, int i, int hslot, const char *cmd, size_t len, rl_ticket t,
                        const char *cmd2, size_t len2, rl_ticket t2);
 
-/* The shard of node i at host:port (its URL is the seed's, moved there),
- * made if there is none yet; NULL when RL_MAX_SHARDS are made already or
+/* The shard of node i at host:port (host: its address, or the hostname
+ * its master announces), made at host:port if there is none yet (its URL
+ * is the seed's, moved there); NULL when RL_MAX_SHARDS are made already or
  * memory ran out. */
 rl_shard *rl_cluster_shard_at(struct rl_engine *e, int i, const char *host, int port);
 

@@ -2,6 +2,7 @@
  * (see cluster.h): the commands it awaits replies to, kept so that MOVED
  * or ASK can send one again, and following those redirections (TRYAGAIN
  * goes to cluster_retry.c). Part of the engine: no I/O, no clock. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,7 +105,12 @@ static int follow(rl_engine *e, rl_shard *sh, rl_ticket t, const rl_reply *reply
         if (ask) e->stats.node[i].ask++;
         else e->stats.node[i].moved++;
     }
-    rl_shard *to = rl_cluster_shard_at(e, i, host, port);
+    /* Redis 7's cluster-preferred-endpoint-type: "unknown-endpoint" names
+     * no host (":6381"), which means the node that replied; "hostname" with
+     * no hostname announced names "?", an address nobody can reach (the
+     * fresh map will say where the slot is) */
+    if (host[0] == '\0') snprintf(host, sizeof(host), "%s", sh->url.host);
+    rl_shard *to = strcmp(host, "?") == 0 ? NULL : rl_cluster_shard_at(e, i, host, port);
     if (!ask && to && c->owner[slot] != to->number + 1) {
         c->owner[slot] = (unsigned char)(to->number + 1);
         rl_subs_rerouted(&e->subs, e->now);

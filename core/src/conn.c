@@ -35,9 +35,11 @@ void rl_conn_init(rl_conn *c, const rl_url *url, rl_tls *tls) {
     if (url->kind != RL_URL_TCP || rl_resolve_numeric(url->host, url->port, &c->addrs) == 0) return;
     c->named = 1;
     start_lookup(c);
+    c->first_lookup = c->lookup != NULL;
 }
 
 void rl_conn_wait_lookup(rl_conn *c, double deadline_ms, int timeout_ms) {
+    c->first_lookup = 0;
     if (c->lookup != NULL && !rl_lookup_wait(c->lookup, deadline_ms))
         snprintf(c->errstr, sizeof(c->errstr), "name resolution timed out after %d ms", timeout_ms);
 }
@@ -54,6 +56,7 @@ static int have_address(rl_conn *c) {
         if (got != 0) {
             rl_lookup_drop(c->lookup);
             c->lookup = NULL;
+            c->first_lookup = 0;
         }
         if (got > 0) {
             c->addrs = found;
@@ -66,6 +69,11 @@ static int have_address(rl_conn *c) {
     if (c->named && c->lookup == NULL) start_lookup(c);
     if (c->errstr[0] == '\0') snprintf(c->errstr, sizeof(c->errstr), "name resolution in progress");
     return 0;
+}
+
+int rl_conn_first_lookup_running(rl_conn *c) {
+    if (c->first_lookup && c->lookup != NULL) (void)have_address(c);
+    return c->first_lookup && c->lookup != NULL;
 }
 
 /* A connect to the current address failed: the next attempt tries the next
@@ -238,4 +246,5 @@ void rl_conn_free(rl_conn *c) {
     rl_conn_close(c);
     rl_lookup_drop(c->lookup);
     c->lookup = NULL;
+    c->first_lookup = 0;
 }

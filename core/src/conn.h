@@ -18,6 +18,7 @@ typedef struct rl_conn {
     int addr_next;           /* which of addrs the next connect tries */
     int named;               /* TCP host is a name, not a numeric address: it needs lookups */
     rl_lookup *lookup;       /* a lookup of the name running on its own thread, or NULL */
+    int first_lookup;        /* lookup is the one rl_conn_init began, and nobody has waited for it */
     int fd;                  /* -1 when closed */
     int connecting;          /* a connect is in progress on fd */
     int handshaking;         /* connected; the TLS handshake is not done */
@@ -37,6 +38,13 @@ void rl_conn_init(rl_conn *c, const rl_url *url, rl_tls *tls);
  * deadline_ms (rl_now_ms); a lookup not finished by then goes on in the
  * background, and errstr says it timed out after timeout_ms. */
 void rl_conn_wait_lookup(rl_conn *c, double deadline_ms, int timeout_ms);
+
+/* 1 while the name's first lookup (begun by rl_conn_init) runs and nothing
+ * has waited for it yet (rl_conn_wait_lookup): rl_conn_open then fails
+ * with "name resolution in progress", and a connect should try again once
+ * this is 0, rather than give up, within its connect timeout. Polls the
+ * lookup (never waits). */
+int rl_conn_first_lookup_running(rl_conn *c);
 
 /* Begin a non-blocking connect (fd set, connecting = 1). Return 0, or -1
  * with the reason in errstr (no address yet, a socket error). */

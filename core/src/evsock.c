@@ -36,6 +36,7 @@ static void set_fd(rl_evsock *s) {
 void rl_evsock_close(rl_evsock *s) {
     del_read(s);
     del_write(s);
+    if (ev_is_active(&s->resolving)) ev_timer_stop(s->loop, &s->resolving);
     rl_conn_close(&s->conn);
     s->read_wants_write = s->write_wants_read = 0;
 }
@@ -46,9 +47,32 @@ void rl_evsock_lookup(rl_evsock *s) {
     s->opened = 1;
 }
 
+#define RESOLVE_LOOK_MIN_S 0.001 /* a lookup still running is looked at again after 1 ms, */
+#define RESOLVE_LOOK_MAX_S 0.032 /* then after twice as long each time, up to this */
+
+/* The first lookup has finished: connect (or say why not); else look again later. */
+static void on_resolving(EV_P_ ev_timer *w, int revents) {
+    (void)revents;
+    rl_evsock *s = w->data;
+    ev_timer_stop(loop, w);
+    if (rl_conn_first_lookup_running(&s->conn)) {
+        double next = w->repeat * 2 < RESOLVE_LOOK_MAX_S ? w->repeat * 2 : RESOLVE_LOOK_MAX_S;
+        ev_timer_set(w, next, next);
+        ev_timer_start(loop, w);
+        return;
+    }
+    rl_evsock_connect(s);
+    s->after(s->owner);
+}
+
 void rl_evsock_connect(rl_evsock *s) {
     rl_evsock_lookup(s);
     rl_evsock_close(s);
+    if (rl_conn_first_lookup_running(&s->conn)) {
+        ev_timer_set(&s->resolving, RESOLVE_LOOK_MIN_S, RESOLVE_LOOK_MIN_S);
+        ev_timer_start(s->loop, &s->resolving);
+        return;
+    }
     if (rl_conn_open(&s->conn) != 0) {
         rl_engine_node_down(s->engine, s->link, s->conn.errstr, rl_now_ms());
         return;
@@ -193,7 +217,8 @@ void rl_evsock_init(rl_evsock *s, struct ev_loop *loop, rl_engine *e, int link, 
     s->owner = owner;
     ev_io_init(&s->readable, on_readable, -1, EV_READ);
     ev_io_init(&s->writable, on_writable, -1, EV_WRITE);
-    s->readable.data = s->writable.data = s;
+    ev_timer_init(&s->resolving, on_resolving, 0., 0.);
+    s->readable.data = s->writable.data = s->resolving.data = s;
 }
 
 void rl_evsock_take_ready(rl_evsock *socks, int n) {

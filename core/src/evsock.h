@@ -27,6 +27,7 @@ typedef struct rl_evsock {
     struct ev_loop *loop;
     ev_io readable;          /* while connected: bytes to read; a handshake waiting to read */
     ev_io writable;          /* while connecting, or while output (or a TLS step) waits for room */
+    ev_timer resolving;      /* a connect waiting for the name's first lookup: when to look again */
     rl_engine *engine;
     int link;                /* the engine's link index */
     int read_wants_write;    /* TLS: the last read waits for the socket to be writable */
@@ -46,7 +47,11 @@ void rl_evsock_init(rl_evsock *s, struct ev_loop *loop, rl_engine *e, int link, 
 void rl_evsock_lookup(rl_evsock *s);
 
 /* The engine wants a connection: begin one, or tell the engine at once why
- * there is none (rl_engine_node_down). */
+ * there is none (rl_engine_node_down). A name whose first lookup is still
+ * running (a shard's, a subscriber's: links looked up when first asked to
+ * connect) is waited for without blocking, the lookup looked at every few
+ * ms, within the engine's connect timeout: the connect begins once it has
+ * an address. */
 void rl_evsock_connect(rl_evsock *s);
 
 /* Close the socket (the engine asked, or is done with it). */

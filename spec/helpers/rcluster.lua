@@ -11,6 +11,8 @@
 --                                       c.url is then rediss-cluster://, c.seeds rediss://
 --   rcluster.start(3, { replicas = 1 }) -- a replica of each master: c.ports[c.n + j] is
 --                                       master j's replica (c.replica_of[c.n + j] == j)
+--   rcluster.start(3, { config = { "--cluster-preferred-endpoint-type", "unknown-endpoint" } })
+--                                    -- more redis-server arguments, for every server
 --
 -- start waits until every master reports cluster_state:ok and all 16384
 -- slots assigned, so a client may use the cluster at once.
@@ -47,12 +49,13 @@ local function await_ok(c, j, deadline)
 end
 
 --- Start a cluster of `masters` masters (default 3); opts.tls: TLS only;
---- opts.replicas = 1: a replica of each master, in sync before this returns.
+--- opts.replicas = 1: a replica of each master, in sync before this returns;
+--- opts.config: more redis-server arguments, for every server.
 --- Raises if it does not form within 20 s, its processes stopped.
 local form
 function M.start(masters, opts)
   local c = { n = masters or 3, ports = {}, bus = {}, pids = {}, dir = proc.tmpdir(), tls = (opts or {}).tls,
-              replicas = (opts or {}).replicas or 0, replica_of = {} }
+              replicas = (opts or {}).replicas or 0, replica_of = {}, config = (opts or {}).config or {} }
   started[#started + 1] = c
   local ok, err = pcall(form, c)
   if not ok then
@@ -97,6 +100,7 @@ form = function(c)
         "--tls-client-cert-file", c.tls.client_cert, "--tls-client-key-file", c.tls.client_key,
         "--tls-auth-clients", "optional" }) do argv[#argv + 1] = a end
     end
+    for _, a in ipairs(c.config) do argv[#argv + 1] = a end
     c.pids[j] = proc.spawn(argv, { out = dir .. "/log" })
   end
   local deadline = proc.now_ms() + 20000
