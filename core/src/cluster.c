@@ -52,6 +52,12 @@ rl_shard *rl_cluster_shard_at(rl_engine *e, int i, const char *host, int port) {
     return sh;
 }
 
+/* See cluster.h. */
+void rl_cluster_no_shard(const rl_engine *e, const char *what, char *buf, size_t len) {
+    if (e->nshards == RL_MAX_SHARDS) snprintf(buf, len, "too many cluster masters (%d): %s", RL_MAX_SHARDS, what);
+    else snprintf(buf, len, "out of memory: %s", what);
+}
+
 /* See rl_cluster_subs. */
 static int serves(void *owner, int j, const rl_watched *w) {
     rl_engine *e = owner;
@@ -204,7 +210,7 @@ static int read_map(rl_engine *e, int i, const char *text, size_t len, const rl_
     rl_cluster *c = e->clusters[i];
     unsigned char owner[RL_HASH_SLOTS];
     memset(owner, 0, sizeof(owner));
-    int served = 0;
+    int served = 0, full = 0;
     for (size_t at = 0; at < len;) {
         const char *line = text + at, *nl = memchr(line, '\n', len - at);
         size_t ll = nl ? (size_t)(nl - line) : len - at;
@@ -238,13 +244,17 @@ static int read_map(rl_engine *e, int i, const char *text, size_t len, const rl_
             char *dash = strchr(r, '-');
             int lo = atoi(r), hi = dash ? atoi(dash + 1) : lo;
             if (lo < 0 || hi >= RL_HASH_SLOTS || lo > hi) continue;
-            if (sh == NULL && (sh = shard_of(e, i, host, hostname, port)) == NULL) break;
+            if (sh == NULL && (sh = shard_of(e, i, host, hostname, port)) == NULL) {
+                full = 1;
+                break;
+            }
             for (int s = lo; s <= hi; s++) owner[s] = (unsigned char)(sh->number + 1), served++;
         }
     }
     if (served == 0) return 0; /* a node that serves nothing (or a text we cannot read) leaves the map */
     memcpy(c->owner, owner, sizeof(owner));
     c->known = 1;
+    c->full = full;
     rl_subs_rerouted(&e->subs, e->now);
     /* every master gets its connection now, as a plain node does at start */
     for (int k = 0; k < e->nshards; k++) {
@@ -359,7 +369,10 @@ int rl_route_send(rl_engine *e, int i, int hslot, const char *cmd, size_t len, r
     if (c == NULL) return rl_stream_send(&e->nodes[i], cmd, len, t, e->now);
     if (!c->known) return wait_for_map(e, i, hslot, cmd, len, t);
     if (hslot < 0 || !c->owner[hslot]) {
-        snprintf(e->nodes[i].errstr, sizeof(e->nodes[i].errstr), "CLUSTERDOWN hash slot %d is not served", hslot);
+        char slot[64];
+        snprintf(slot, sizeof(slot), "hash slot %d is not served", hslot);
+        if (c->full) rl_cluster_no_shard(e, slot, e->nodes[i].errstr, sizeof(e->nodes[i].errstr));
+        else snprintf(e->nodes[i].errstr, sizeof(e->nodes[i].errstr), "CLUSTERDOWN %s", slot);
         rl_cluster_ask_map(e, i);
         return -1;
     }

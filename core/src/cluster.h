@@ -76,6 +76,7 @@ typedef struct rl_cluster {
     int known;           /* a map was read */
     int asking;          /* a CLUSTER NODES is in flight */
     int refresh;         /* a MOVED came since it was sent: ask again once it is in */
+    int full;            /* the map in use names a master no shard was left for (RL_MAX_SHARDS) */
     unsigned long long tried; /* the streams asked in this spell: bit 0 the seed's, bit k + 1 shard k's */
     double remap_at;     /* engine time before which an unreachable shard asks for no map */
     rl_buf pend;         /* the bytes of the commands waiting for the first map, back to back */
@@ -185,6 +186,11 @@ void rl_cluster_retry_advance(struct rl_engine *e);
 
 /* Drop every kept command (the engine is being freed). */
 void rl_cluster_retry_free(struct rl_engine *e);
+
+/* Why a master of node i has no shard: "too many cluster masters (48)"
+ * once RL_MAX_SHARDS are made (a client never drops one), else "out of
+ * memory"; into buf, with what (a hash slot, a MOVED) after it. */
+void rl_cluster_no_shard(const struct rl_engine *e, const char *what, char *buf, size_t len);
 
 /* Shard number k of e, or NULL. */
 rl_shard *rl_cluster_shard(const struct rl_engine *e, int k);

@@ -116,8 +116,16 @@ static int follow(rl_engine *e, rl_shard *sh, rl_ticket t, const rl_reply *reply
         rl_subs_rerouted(&e->subs, e->now);
     }
     if (!ask) rl_cluster_ask_map(e, i);
-    if (to == NULL || e->redirect.len == 0 || !ticket_live(e, t) || t.redirects >= RL_CLUSTER_REDIRECTS || (ask && t.asked))
+    if (e->redirect.len == 0 || !ticket_live(e, t) || t.redirects >= RL_CLUSTER_REDIRECTS || (ask && t.asked))
         return 0;
+    if (to == NULL && strcmp(host, "?") != 0) { /* no shard can be made for it: say why, as the vote's reason */
+        char why[RL_NODE_ERR_LEN];
+        rl_cluster_no_shard(e, reply->str, why, sizeof(why));
+        t.unsent = 1;
+        rl_op_reply_from(e, &sh->st, i, t, NULL, why);
+        return 1;
+    }
+    if (to == NULL) return 0;
     t.redirects++;
     t.sent_ms = e->now;
     if (ask) {

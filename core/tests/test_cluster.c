@@ -407,6 +407,38 @@ static void reads_a_long_map(void) {
     rl_engine_free(E);
 }
 
+/* A client keeps a shard for every master address it has met, at most
+ * RL_MAX_SHARDS: a slot whose master finds the table full, and a MOVED to
+ * such a master, fail their vote saying so (not "hash slot not served", not
+ * the MOVED). 50 masters, 7000 + m serving slots from m * 328: 7048 and
+ * 7049 get no shard (the second seed, 7001, is shard 0). */
+static void too_many_masters_say_so(void) {
+    start(NULL);
+    char map[8192], resp[8300];
+    size_t len = 0;
+    for (int m = 0; m < 50; m++)
+        len += (size_t)snprintf(map + len, sizeof(map) - len, "id%d 127.0.0.1:%d@%d master - 0 0 %d connected %d-%d\n",
+                                m, 7000 + m, 17000 + m, m + 1, m * 328, m == 49 ? 16383 : m * 328 + 327);
+    int id = rl_engine_begin_acquire(E, "x", 1, 10000, 1); /* slot 16287: 7049's */
+    drain(SEED, 1);
+    snprintf(resp, sizeof(resp), "$%zu\r\n%s\r\n", len, map);
+    CHECK_INT(feed(SEED, resp, 2), RL_OK);
+    CHECK_INT(rl_engine_links(E), 2 + 2 * RL_MAX_SHARDS);
+    rl_result r;
+    CHECK_INT(rl_engine_take(E, id, &r), 1);
+    CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
+    CHECK(strstr(r.node[0].errstr, "too many cluster masters (48)") != NULL);
+    /* foo (12182) is 7037's, shard 37: a MOVED from there to 7099 */
+    id = rl_engine_begin_acquire(E, "foo", 3, 10000, 3);
+    connect_node(SHARD(37), 3);
+    CHECK(strstr(drain(SHARD(37), 3), "$3\r\nfoo\r\n") != NULL);
+    CHECK_INT(feed(SHARD(37), "-MOVED 12182 127.0.0.1:7099\r\n", 4), RL_OK);
+    CHECK_INT(rl_engine_take(E, id, &r), 1);
+    CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
+    CHECK(strstr(r.node[0].errstr, "too many cluster masters (48)") != NULL);
+    rl_engine_free(E);
+}
+
 int main(void) {
     routes_by_slot_and_follows_moved();
     reads_a_long_map();
@@ -418,5 +450,6 @@ int main(void) {
     moved_write_waits_on_its_new_shard();
     tryagain_goes_again_after_a_pause();
     tryagain_is_bounded();
+    too_many_masters_say_so();
     return check_report("cluster");
 }
