@@ -1011,6 +1011,57 @@ describe("redlock inside nginx", function()
     assert(ok, err)
   end)
 
+  -- Before: the hub pushed the collector along only when no lock call had
+  -- come for a second; a with_lock whose function ended its request with
+  -- ngx.exit left its lock kept alive for as long as lock calls kept coming
+  -- (here: light traffic on another resource, and the waiter's own
+  -- retries), and the waiter got busy after its whole wait. The hub now
+  -- pushes the collector on every sweep while it keeps a lock.
+  it("releases the lock of a with_lock whose function called ngx.exit while lock calls keep coming", function()
+    srv = one_worker { [[
+        location = /exitin {
+          content_by_lua_block {
+            DLM:with_lock(ngx.var.arg_r, { wait = 1000 }, function()
+              ngx.say("inside")
+              return ngx.exit(200)
+            end)
+          }
+        }]], [[
+        location = /waiter {
+          content_by_lua_block {
+            local t0 = sproc.now_ms()
+            local r, err = DLM:with_lock(ngx.var.arg_r, { wait = 10000 }, function() return "held" end)
+            ngx.say(tostring(r or err), (" after %.0f ms"):format(sproc.now_ms() - t0))
+          }
+        }]], [[
+        location = /other {
+          content_by_lua_block {
+            local lock = DLM:try_lock(ngx.var.arg_r)
+            ngx.say(lock and tostring(lock:unlock()) or "not held")
+          }
+        }]] }
+    local r, other = res("exited"), res("exited_other")
+    local status, body = srv:get("/exitin?r=" .. r)
+    assert.equal(200, status, log())
+    assert.equal("inside\n", body, log())
+    local pid, dir = request_in_background("/waiter?r=" .. r, 15000)
+    local ok, err = pcall(function()
+      -- about 20 lock calls a second on another resource while it waits
+      while proc.alive(pid) do
+        srv:get("/other?r=" .. other)
+        proc.sleep_ms(50)
+      end
+      local out = proc.read_file(dir .. "/out") or ""
+      print("    [exit] waiter: " .. out:gsub("\n", ""))
+      local ms = tonumber(out:match("^200 held after (%d+) ms"))
+      assert(ms, "the waiter did not get the lock: " .. out .. log())
+      assert.is_true(ms < 5000, out) -- "within a few seconds" (docs/nginx.md); before, 8 s or more
+    end)
+    proc.stop(pid)
+    proc.rmdir(dir)
+    assert(ok, err)
+  end)
+
   -- Keep-alive runs on the hub's own timer. Before: every kept lock had an
   -- ngx.timer of its own, left pending after unlock until it fired (a third
   -- of the ttl later), and nginx allows lua_max_pending_timers (1,024) per

@@ -25,7 +25,8 @@ local HUB_SLICE_MS = 500       -- the longest the hub sleeps without looking at 
 local SWEEP_MS = calls.UNCLAIMED_MS -- how often the loop sweeps results nobody took
 local WATCH_SWEEP_MS = 1000    -- how often it sweeps the watches of requests killed while they waited
 local EXIT_GC_MS = 5000        -- an exiting worker's hub that keeps locks collects garbage this often
-local QUIET_GC_MS = 1000       -- with no call for this long, it pushes the collector along (see loop)
+local QUIET_GC_MS = 1000       -- with no call for this long, its push of the collector is not bounded (see loop)
+local GC_STEP_KB = 1024        -- else a push does at most this much (a heap of 10 MB: a cycle in 5 pushes)
 -- Each connect costs the timer's request a little memory that nginx frees
 -- only when the timer ends: after this many, the hub starts a fresh timer at
 -- its first quiet moment (nothing in flight, no tail).
@@ -68,11 +69,16 @@ local function loop(hub, premature)
         if now >= watch_sweep_at then
             sweep_watches(hub)
             -- What only the collector ends (a killed request's kept lock, or
-            -- its watch) must not wait for a collection that a quiet worker,
-            -- allocating nothing, may never make: then each sweep does as
-            -- much collecting as a tenth of the heap allocated would.
-            if (keeping(hub) or next(hub.chans) ~= nil) and now - hub.last_call >= QUIET_GC_MS then
-                collectgarbage("step", math_ceil(collectgarbage("count") / 10))
+            -- its watch) must not wait for a collection that a worker
+            -- allocating little may never make, quiet or not (lock calls
+            -- that allocate too little to collect, a starved waiter's own
+            -- retries among them): each sweep does as much collecting as a
+            -- tenth of the heap allocated would, at most GC_STEP_KB while
+            -- calls come in (a step's cost grows with the heap).
+            if keeping(hub) or next(hub.chans) ~= nil then
+                local kb = math_ceil(collectgarbage("count") / 10)
+                if now - hub.last_call < QUIET_GC_MS and kb > GC_STEP_KB then kb = GC_STEP_KB end
+                collectgarbage("step", kb)
             end
             watch_sweep_at = now + WATCH_SWEEP_MS
         end
