@@ -1471,6 +1471,39 @@ describe("redlock inside nginx", function()
     assert.is_true(ms < 3000, ("graceful stop took %.0f ms"):format(ms))
     assert.is_nil(errlog:match("%[alert%][^\n]*"), errlog)
   end)
+  -- Before: a request that slept between attempts on a watched channel
+  -- raised the hub's horizon to the end of its sleep, and a client abort
+  -- that killed it asleep never lowered it: a graceful stop waited out the
+  -- rest of its retry delay (60 s here). The hub now stays for the sleepers
+  -- still asleep only.
+  it("does not let a waiter killed asleep hold up a graceful stop for the rest of its retry delay", function()
+    srv = one_worker { [[
+        location = /slowwait {
+          lua_check_client_abort on;
+          content_by_lua_block {
+            local lock, err = DLM:lock(ngx.var.arg_r, { wait = 600000, retry = redlock.retry.fixed(60000, 100) })
+            ngx.say(lock and tostring(lock:unlock()) or err)
+          }
+        }]] }
+    local r = res("slowwait")
+    for i = 1, cl.n do assert(cluster.set_nx(cl, i, r, "other", 120000)) end
+    -- the client gives up 1.5 s in: nginx kills the request asleep
+    local status = srv:get("/slowwait?r=" .. r, { timeout_ms = 1500 })
+    assert.is_not.equal(200, status, log())
+    proc.sleep_ms(200)
+    local s = srv
+    local t0 = proc.now_ms()
+    assert(proc.kill(s.pid, "QUIT"))
+    local gone = proc.wait_gone(s.pid, 4000)
+    local ms = proc.now_ms() - t0
+    local errlog = s:error_log()
+    srv = nil
+    s:stop()
+    print(("    [exit] graceful stop after a waiter killed asleep: %.0f ms"):format(ms))
+    assert(gone, ("nginx still running %.0f ms after SIGQUIT\n%s"):format(ms, errlog:sub(-2000)))
+    assert.is_nil(errlog:match("%[alert%][^\n]*"), errlog)
+  end)
+
   -- Hand-off inside nginx: the hub subscribes on every node to the channels
   -- its waiters watch, and a heard release ends a waiter's sleep. The retry
   -- policy waits 500 ms between attempts; a holder releases 150 ms after the

@@ -42,7 +42,7 @@ M.build = (function()
   return b:sub(1, 1) == "/" and b or (M.root .. "/" .. b)
 end)()
 
-local SIGNALS = { HUP = 1, INT = 2, KILL = 9, USR1 = 10, USR2 = 12, TERM = 15, CONT = 18, STOP = 19 }
+local SIGNALS = { HUP = 1, INT = 2, QUIT = 3, KILL = 9, USR1 = 10, USR2 = 12, TERM = 15, CONT = 18, STOP = 19 }
 local ESRCH = 3
 local CLOCK_MONOTONIC = 1
 

@@ -19,6 +19,7 @@ local start, deliver, sweep, keeping, retry_orphans = calls.start, calls.deliver
     calls.retry_orphans
 local service, reap, shut = links.service, links.reap, links.shut
 local sweep_watches, forget_watches, forget_unowned = watch.sweep_watches, watch.forget_watches, keep.forget_unowned
+local sleep_horizon = watch.sleep_horizon
 
 local HUB_IDLE_MS = 10000      -- a hub with nothing to do for this long stops
 local HUB_SLICE_MS = 500       -- the longest the hub sleeps without looking at the worker's state
@@ -98,7 +99,7 @@ local function loop(hub, premature)
                     forget_unowned(hub)
                     gc_at = now + EXIT_GC_MS
                 end
-            elseif C.rl_engine_inflight(e) == 0 and (not busy(e) or now >= exit_by) and now >= hub.sleep_horizon then
+            elseif C.rl_engine_inflight(e) == 0 and (not busy(e) or now >= exit_by) and now >= sleep_horizon(hub) then
                 -- (requests still waiting on a watched channel keep it: without
                 -- the hub each of their attempts would start one, connect to
                 -- every node, and stop again)
@@ -107,13 +108,13 @@ local function loop(hub, premature)
         elseif not busy(e) and next(hub.waiters) == nil then
             -- idle: no call for idle_ms, nobody sleeping on a watched channel, no kept lock,
             -- no result left to sweep (one handed to a request killed before it woke)
-            if now - hub.last_call >= _M.idle_ms and now >= hub.sleep_horizon and not keeping(hub) then return nil end
+            if now - hub.last_call >= _M.idle_ms and not keeping(hub) and now >= sleep_horizon(hub) then return nil end
             if hub.connects >= _M.rotate_connects then return nil, true end
         end
         local at = C.rl_engine_deadline(e)
         local wait_ms = HUB_SLICE_MS
         if exit_by == nil and not busy(e) and not keeping(hub) and next(hub.waiters) == nil then
-            local idle_left = math_max(hub.last_call + _M.idle_ms, hub.sleep_horizon) - now
+            local idle_left = math_max(hub.last_call + _M.idle_ms, sleep_horizon(hub)) - now
             if idle_left < wait_ms then wait_ms = idle_left end
         end
         if at >= 0 and at - now < wait_ms then wait_ms = at - now end
@@ -172,7 +173,8 @@ local function new_hub(e, n, opts, t)
     local hub = {
         main = hub_main, -- the timer's callback (redlock.nginx.calls's start)
         tls = t, tlss = {}, snis = {}, sessions = {}, fed = {}, said = {},
-        chans = {}, watches = {}, epoch = 0, sleep_horizon = 0, -- hand-off: resource -> watch, id -> watch
+        chans = {}, watches = {}, epoch = 0, -- hand-off: resource -> watch, id -> watch
+        sleeping = {}, -- semaphore -> { until_ = end of its request's sleep, on = its watches } (redlock.nginx.watch)
         e = e, n = n, res = ffi_new("rl_result"), waiters = {},
         kept = {}, orphans = {},                      -- ids of kept locks still extended (redlock.nginx.keep)
         owners = setmetatable({}, { __mode = "v" }),  -- kept lock's id -> ngx.ctx of who kept it

@@ -124,6 +124,36 @@ local function wake_sleepers(hub, c, broadcast)
     c.listeners = said - 1 + math_max(n, 1)
 end
 
+-- Whether the request asleep on sema (hub.sleeping's record rec) still is:
+-- waiting on it, or posted less than AWAKE_MS ago and not yet resumed. One
+-- killed asleep is neither.
+local function still_asleep(rec, sema, t0)
+    if sema:count() < 0 then return true end
+    local on = rec.on
+    for k = 1, #on do
+        local posted = on[k].posted[sema]
+        if posted and t0 - posted < AWAKE_MS then return true end
+    end
+    return false
+end
+
+--- When the last request still asleep on hub's watches wakes at the
+--- latest (rl_now_ms; 0 when none is): what holds the hub, idle or in an
+--- exiting worker, for them. Requests killed asleep do not count, and are
+--- forgotten.
+function _M.sleep_horizon(hub)
+    local horizon, t0 = 0, now_ms()
+    local sleeping = hub.sleeping
+    for sema, rec in pairs(sleeping) do
+        if not still_asleep(rec, sema, t0) then
+            sleeping[sema] = nil
+        elseif rec.until_ > horizon then
+            horizon = rec.until_
+        end
+    end
+    return horizon
+end
+
 --- After a read of a subscriber link: wake the requests asleep on watches
 --- that heard a release.
 function _M.post_heard(hub)
@@ -146,9 +176,10 @@ local function end_watch(hub, c, unwatch)
 end
 
 --- Take off the holds of waits that are gone (their holders collected: see
---- the top), and end the watches nobody else holds. The hub's loop calls it
---- now and then.
+--- the top), end the watches nobody else holds, and forget the requests
+--- killed asleep. The hub's loop calls it now and then.
 function _M.sweep_watches(hub)
+    _M.sleep_horizon(hub)
     for _, c in pairs(hub.chans) do
         local held = 0
         for _, h in pairs(c.holders) do held = held + h.n end
@@ -303,14 +334,15 @@ function methods:sleep_until(resource, len, seen, ms, since)
     local n = #free_semas
     local sema = free_semas[n]
     if sema then free_semas[n] = nil else sema = semaphore.new(0) end
-    local horizon = now_ms() + ms
-    if horizon > hub.sleep_horizon then hub.sleep_horizon = horizon end
+    -- (the hub stays for it until then, unless it is killed asleep: see sleep_horizon)
+    hub.sleeping[sema] = { until_ = now_ms() + ms, on = list }
     local line = resource ~= nil and since and list[1].line
     local outside = since == nil or nil
     since = since or now_ms()
     for k = 1, #list do list[k].sleepers[sema], list[k].outside[sema] = since, outside end
     if line then line[since] = sema end
     sema:wait(ms / 1000)
+    hub.sleeping[sema] = nil
     for k = 1, #list do drop(list[k], sema) end
     if line then line[since] = now_ms() + AWAKE_MS end
     -- posted as the wait timed out, or by more than one channel: drain it
