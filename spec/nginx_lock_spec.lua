@@ -954,6 +954,42 @@ describe("redlock inside nginx", function()
     proc.rmdir(dir)
     assert(ok, tostring(err) .. "\nrequest: " .. tostring(out) .. log())
   end)
+  -- Before: an exiting worker's hub knew a kept lock's request by its
+  -- ngx.ctx at keep time; a with_lock function that replaced ngx.ctx let the
+  -- old table be collected, and the hub let the lock lapse under the request
+  -- (lost about 3 s after the reload, its keys gone). with_lock's own frame
+  -- now owns the lock.
+  it("goes on extending a with_lock lock whose function replaced ngx.ctx when nginx reloads", function()
+    srv = one_worker { [[
+        location = /ctxswap {
+          content_by_lua_block {
+            local r, err = DLM:with_lock(ngx.var.arg_r, { wait = 1000, ttl = 1000 }, function(lock)
+              ngx.ctx = { replaced = true }
+              for _ = 1, 12 do
+                ngx.sleep(0.5)
+                collectgarbage()
+              end
+              return "lost=" .. tostring(lock:lost())
+            end)
+            ngx.say(tostring(r or err))
+          }
+        }]] }
+    local r = res("ctxswap")
+    local pid, dir = request_in_background("/ctxswap?r=" .. r)
+    local ok, err = pcall(function()
+      await_held(r)
+      proc.kill(srv.pid, "HUP")
+      proc.sleep_ms(4500) -- the exiting hub collects every 5 s; the ttl is 1 s
+      assert.is_true(holding(r) >= 3, "the lock lapsed under the request after the reload")
+      assert.is_true(proc.wait_gone(pid, 8000))
+      assert.equal("200 lost=false\n", proc.read_file(dir .. "/out") or "")
+    end)
+    local out = proc.read_file(dir .. "/out")
+    proc.stop(pid)
+    proc.rmdir(dir)
+    assert(ok, tostring(err) .. "\nrequest: " .. tostring(out) .. log())
+  end)
+
   -- A kept lock whose lock object is dropped (the request ended without
   -- unlock) is released once it is garbage-collected: its guard's finalizer
   -- hands it to a timer that releases it. Without that, keep-alive would

@@ -124,6 +124,10 @@
 --                         and an engine of its own (rl_keeper_stats), which
 --                         dlm:stats() adds to its client's; absent when the
 --                         keeper's locks are kept by the client's engine
+--   own(id, owner)        owner (a table; nil: the default) holds it: inside
+--                         nginx an exiting worker extends it while owner
+--                         lives; a keeper with no owners to tell apart
+--                         does nothing
 --   release(bound_ms)     release every lock still kept, within about bound_ms
 --   free()                stop; what is still kept is neither extended nor released
 

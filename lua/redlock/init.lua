@@ -276,9 +276,13 @@ function dlm:with_lock(resource, opts, fn, ...)
     end
     local lk, err, detail = self:lock(resource, lock_opts)
     if not lk then return nil, err, detail end
+    -- its owner for the keeper: a table of this frame's, which ends with
+    -- the request however fn ends it, whatever fn does to ngx.ctx
+    local owner = keep.own(lk, {})
     local out = pack(pcall(fn, lk, ...))
     -- a release that failed is nobody's to try again: the keeper does
     if not lk:unlock() and not lk.released then keep.let_go(lk) end
+    if owner ~= nil then keep.own(lk, nil) end -- (the frame holds owner until here)
     if not out[1] then error(out[2], 0) end
     return unpack(out, 2, out.n)
 end

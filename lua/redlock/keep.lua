@@ -93,6 +93,17 @@ function _M.let_go(lk)
     lk.kept, lk.guard = nil, nil
 end
 
+--- Make owner (a table; nil: the default) the owner of kept lock lk for its
+--- keeper, where the keeper tells owners apart (inside nginx: an exiting
+--- worker goes on extending a kept lock while its owner lives; by default
+--- the owner is the request's ngx.ctx, which user code may replace).
+--- Returns owner.
+function _M.own(lk, owner)
+    local k = lk.dlm.keeper
+    if lk.kept ~= nil and k ~= nil then k:own(lk.kept, owner) end
+    return owner
+end
+
 --- Keep every lock of a list, or release them all and raise at the caller:
 --- a lock the caller never sees must not stay behind.
 function _M.keep_or_release(locks, margin)

@@ -156,6 +156,7 @@ ffi.metatype("struct rl_keeper", { __index = {
     drop = C.rl_keeper_drop,
     release = C.rl_keeper_release,
     stats = C.rl_keeper_stats,
+    own = function() end, -- one process: no owners to tell apart
     free = function(k) C.rl_keeper_free(ffi.gc(k, nil)) end,
 } })
 

@@ -10,7 +10,8 @@
 -- (they go out with whatever else was begun in that turn), and their
 -- results stay in the engine. The hub runs while the engine keeps locks
 -- (rl_engine_keeping), and knows which request or timer kept each one
--- (hub.owners, by its ngx.ctx), for an exiting worker.
+-- (hub.owners: by with_lock's frame for its lock, which the request cannot
+-- replace; else by the ngx.ctx it had when it kept it), for an exiting worker.
 --
 -- A keeper (one per redlock client) names its kept locks by id; the hub of
 -- its client extends them, together with every other keeper's of the same
@@ -33,7 +34,7 @@ local RL_OK, RL_ERR, STATUS_OK = C.RL_OK, C.RL_ERR, C.RL_STATUS_OK
 local _M = {}
 
 --- The worker exits: a kept lock whose owner (the request or timer that
---- kept it, by its ngx.ctx, which nginx lets go of when it ends) has ended
+--- kept it, by with_lock's frame or its ngx.ctx, which end with it) has ended
 --- and been collected is not extended any more, so that it cannot hold the
 --- worker up (one left in a module-level table, say). It is not released
 --- either: it stays held until its validity less the margin runs out, then
@@ -91,6 +92,13 @@ function keeper:add_slot(resource, len, slot, value, ttl, valid_until, margin, e
     local at = C.rl_engine_deadline(e)
     if before < 0 or at < before then wake(hub) end -- the hub may sleep past it
     return id
+end
+
+-- Owner who (nil: the request or timer running, by its ngx.ctx) holds
+-- kept lock id: an exiting worker goes on extending it while who lives
+-- (see forget_unowned).
+function keeper:own(id, who)
+    if self.entries[id] then self.hub.owners[id] = who or owner() end
 end
 
 function keeper:state(id, until_buf)
