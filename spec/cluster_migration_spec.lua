@@ -201,7 +201,7 @@ describe("a slot migrating under 4 locking processes", function()
       local redlock = require "redlock"
       local seeds = { "redis://localhost:" .. c.ports[1], "redis://localhost:" .. c.ports[2] }
       local dlm = redlock.new { servers = { { cluster = seeds } }, ttl = 2000, node_timeout = 200 }
-      local n, name = 0, nil
+      local n, name = 0
       repeat n = n + 1; name = res("named-seed" .. n) until rcluster.owner(c, name) == 2
       local lock, why, detail = dlm:try_lock(name)
       assert.is_truthy(lock, tostring(why) .. " " .. cluster.show(detail))
