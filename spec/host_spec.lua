@@ -331,11 +331,17 @@ echo end >> %s
         "exec --servers redis://me:s3cret@127.0.0.1:1,redis://me:s3cret@127.0.0.1:1 r -- true",
         "exec --servers redis://:s3cret@127.0.0.1:bad --ttl 0 r -- true",
         "status --servers redis://:s3cret@127.0.0.1:99999 r",
+        "status --servers redis-cluster://:s3cret@ r",
+        "exec --servers redis-cluster://me:s3cret@ r -- true",
       } do
         local out, rc = redlock(args, "-u REDLOCK_SERVERS")
         assert.are.equal(64, rc, args .. ": " .. out)
         assert.is_nil(out:find("s3cret", 1, true), args .. ": " .. out)
       end
+      -- the usage text in the message is no URL to mask (before:
+      -- "(redis-cluster://host:***")
+      local usage = redlock("status --servers redis-cluster://:s3cret@ r", "-u REDLOCK_SERVERS")
+      assert.matches("(redis-cluster://host:port+host:port)", usage, 1, true)
       local out = redlock("exec --servers redis://:s3cret@127.0.0.1:99999 r -- true", "")
       assert.matches("redis://:***@127.0.0.1:99999", out, 1, true)
     end)

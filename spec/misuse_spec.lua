@@ -488,6 +488,19 @@ d:close()
           .. "got string \"redis://:***@127.0.0.1:1 \")")
     end)
 
+    -- Before: 'redis-cluster://admin:topsecret@': no seed ..., in new() and configure().
+    it("never shows the password of a cluster URL with no seed", function()
+      for _, url in ipairs { "redis-cluster://admin:topsecret@", "rediss-cluster://admin:topsecret@?replicas=1",
+                             "redis-cluster://:topsecret@" } do
+        local msg = misuse(here(), function() redlock.new { servers = { url } } end,
+          { "bad argument #1 to 'new' (server 1: '", "': no seed (redis-cluster://host:port+host:port)" })
+        assert.is_nil(msg:find("topsecret", 1, true), msg)
+        msg = misuse(here(), function() redlock.configure { servers = { url } } end,
+          { "bad argument #1 to 'configure' (server 1: '", "': no seed" })
+        assert.is_nil(msg:find("topsecret", 1, true), msg)
+      end
+    end)
+
     it("cuts a long URL and keeps the reason", function()
       -- Before: the reason fell off the end of the message.
       local long = "redis://" .. ("h"):rep(300) .. ":6379"

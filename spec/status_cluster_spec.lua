@@ -74,6 +74,29 @@ describe("redlock status on a cluster node", function()
     end
   end)
 
+  -- A cluster set to unknown-endpoint names no host in MOVED ("MOVED 123
+  -- :port": the server that replied). Before: the node an error, "MOVED
+  -- 15495 :port" not followed.
+  it("follows a MOVED that names no host (cluster-preferred-endpoint-type unknown-endpoint)", function()
+    local function endpoint(kind)
+      for j = 1, c.n do rcluster.cli(c, j, "CONFIG", "SET", "cluster-preferred-endpoint-type", kind) end
+    end
+    local dlm = client("st-noend")
+    endpoint("unknown-endpoint")
+    finally(function() -- one finally a test: busted keeps the last one given
+      dlm:close()
+      endpoint("ip")
+    end)
+    local name = name_on(3, "noendpoint")
+    local moved = rcluster.cli(c, 1, "GET", name)
+    assert.matches("^MOVED %d+ :" .. c.ports[3] .. "$", moved)
+    local lock = assert(dlm:lock(name, { ttl = 10000 }))
+    local out, rc = status(servers, q(name))
+    lock:unlock()
+    assert.equals(0, rc, out)
+    assert.matches("held: value " .. lit(lock.value:sub(1, 12)) .. "%.%.%. on 3 of 3 nodes", out)
+  end)
+
   it("shows a semaphore's slots with --limit, named after the key's base", function()
     local name = name_on(2, "sem")
     local dlm = client("st-sem")
@@ -181,12 +204,14 @@ describe("redlock status on a cluster node", function()
     local tls = require "helpers.tls"
     local pki = tls.make()
     local t = rcluster.start(3, { tls = pki })
-    finally(function() rcluster.stop(t) end)
     local list = { t.url, plain.urls[1], plain.urls[2] }
     -- quorum 3: no lock without the TLS cluster's vote (its first one
     -- waits for the map and the handshakes)
     local dlm = redlock.new { servers = list, label = "st-tls", tls = { cafile = pki.ca }, quorum = 3 }
-    finally(function() dlm:close() end)
+    finally(function()
+      dlm:close()
+      rcluster.stop(t)
+    end)
     local name
     for n = 1, 1000 do
       name = res("tls" .. n)

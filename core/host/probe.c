@@ -66,6 +66,7 @@ typedef struct probe {
     int cluster;             /* the node is a Redis Cluster */
     int asking;              /* send ASKING before each keyed command (an ASK is followed) */
     int replied;             /* the connection gave a reply: the server answers */
+    const char *at_host;     /* the host of the server being read */
     char to_host[256];       /* the master a MOVED or ASK reply named ("": none) */
     int to_port;
     int to_ask;              /* 1 for ASK, 0 for MOVED */
@@ -221,7 +222,10 @@ static int append(probe *p, int argc, const char **argv, const size_t *lens) {
 }
 
 /* On a cluster node, an error reply "MOVED <slot> <host>:<port>" or "ASK
- * <slot> <host>:<port>": note where it sends the probe. */
+ * <slot> <host>:<port>": note where it sends the probe. No host (a cluster
+ * with cluster-preferred-endpoint-type unknown-endpoint) means the server
+ * that replied, at that port; "?" (a hostname never announced) is followed
+ * nowhere, as the engine does (cluster_redirect.c). */
 static void note_redirection(probe *p, const redisReply *r) {
     if (!p->cluster) return;
     int ask = strncmp(r->str, "ASK ", 4) == 0;
@@ -230,10 +234,16 @@ static void note_redirection(probe *p, const redisReply *r) {
     const char *sp = r->len > word ? memchr(r->str + word, ' ', r->len - word) : NULL;
     const char *colon = sp ? memrchr(sp, ':', r->len - (size_t)(sp - r->str)) : NULL;
     size_t hostlen = colon ? (size_t)(colon - sp - 1) : 0;
+    const char *host = sp ? sp + 1 : NULL;
+    if (colon != NULL && hostlen == 0 && p->at_host != NULL) {
+        host = p->at_host;
+        hostlen = strlen(host);
+    }
     if (colon == NULL || hostlen == 0 || hostlen >= sizeof(p->to_host)) return;
+    if (hostlen == 1 && host[0] == '?') return;
     int port = atoi(colon + 1);
     if (port <= 0 || port > 65535) return;
-    memcpy(p->to_host, sp + 1, hostlen);
+    memcpy(p->to_host, host, hostlen);
     p->to_host[hostlen] = '\0';
     p->to_port = port;
     p->to_ask = ask;
@@ -524,6 +534,7 @@ static int read_server(probe *p, const rl_url *u, const probe_keys *k, const rl_
     p->timed_out = p->replied = 0;
     p->err[0] = '\0';
     p->to_host[0] = '\0';
+    p->at_host = u->kind == RL_URL_UNIX ? NULL : u->host;
     int left = left_ms(p);
     if (left <= 0) return p->timed_out = 1, fail(out, RL_HOST_PROBE_ENODE, "connect: no answer within %d ms", p->timeout_ms);
     struct timeval tv = {left / 1000, (left % 1000) * 1000};

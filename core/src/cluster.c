@@ -128,7 +128,7 @@ int rl_cluster_seed(const char *text, int k, rl_url *u, char *err, size_t errlen
         }
         p += len + (end != NULL);
     }
-    if (seeds == 0) return snprintf(err, errlen, "'%s': no seed (redis-cluster://host:port+host:port)", text), -1;
+    if (seeds == 0) return snprintf(err, errlen, "'%s': no seed (redis-cluster://host:port+host:port)", name), -1;
     return 0;
 }
 

@@ -25,11 +25,13 @@ end
 -- in it, split there): scheme://[user]:rest up to the end of the fragment.
 -- rest is kept only when it is a port (host:port[/db], [v6]:port, a port
 -- that ends a sentence or a label: "...:6379:", the word "port" of the
--- usage messages, and a port followed by ; or | and another URL: a list
--- split at the wrong character, which the message must show).
+-- usage messages, also as a cluster's "host:port+host:port", and a port
+-- followed by ; or | and another URL: a list split at the wrong character,
+-- which the message must show).
 local function redact_cut(scheme, user, rest)
     if rest:sub(1, 3) == "***" then return nil end
-    if user ~= "" and (user:sub(1, 1) == "[" or rest == "port" or rest:match("^%d+[:.;]?$") or rest:match("^%d+[/?)%]]")
+    if user ~= "" and (user:sub(1, 1) == "[" or rest:match("^port$") or rest:match("^port[+)]")
+            or rest:match("^%d+[:.;]?$") or rest:match("^%d+[/?)%]+]")
             or rest:match("^%d+[;|]%a[%w+.-]*://")) then -- (host:port, then a list split at the wrong character)
         return nil
     end
