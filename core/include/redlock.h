@@ -228,13 +228,19 @@ void rl_options_init(rl_options *opts);
 rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *opts,
                          char *err, size_t errlen);
 
-/* Close every connection and free the client. Tails still running (see
- * above) are served first, for at most the node timeout, then commands not
- * yet written (rl_engine_unwritten), and then replies still owed by nodes
- * that answer (rl_engine_unanswered: not a node sending one reply that has
- * not ended for stall_reset_ms), each for at most reconnect_max_ms +
- * connect_timeout_ms; operations in flight are abandoned (their results are
- * lost). NULL is ignored. */
+/* Close every connection and free the client. Operations in flight, and
+ * results not collected, are abandoned (their results are lost); an
+ * acquire among them holds nothing afterwards: one not yet written to a
+ * node is never sent there, and one that went out, decided or not, is
+ * released (quietly) on every node it went to, as a failed acquire is
+ * (rl_engine_abandon; a Redis Cluster node is sent the acquire and the
+ * release behind it). Acquires already collected stay held. Tails still
+ * running (see above), those releases among them, are served first, for
+ * at most the node timeout, then commands not yet written
+ * (rl_engine_unwritten), and then replies still owed by nodes that answer
+ * (rl_engine_unanswered: not a node sending one reply that has not ended
+ * for stall_reset_ms), each for at most reconnect_max_ms +
+ * connect_timeout_ms. NULL is ignored. */
 void rl_client_free(rl_client *c);
 
 /* Number of nodes, and the name of node i (its URL without password), or
@@ -799,6 +805,17 @@ int rl_engine_unwritten(const rl_engine *e);
  * a node that finds its client's socket closed while it answers drops the
  * commands it had not read yet (the releases at the end of a batch). */
 int rl_engine_unanswered(const rl_engine *e);
+
+/* For a driver about to close: every acquire begun and not collected (in
+ * flight, or decided and not taken) is abandoned; its result is dropped.
+ * Where its command has not gone out yet (not a byte of it written to a
+ * plain node) it is taken back and never sent; where it went (or may have:
+ * a Redis Cluster node's goes out anyway), it gets a failed acquire's
+ * cleanup, a quiet release, which is a tail (rl_engine_tails): the driver
+ * then serves the tails, and what is not written, as before closing.
+ * Acquires collected, their tails, and other operations (releases,
+ * extensions) are left as they are. */
+void rl_engine_abandon(rl_engine *e, double now_ms);
 
 /* What a driver asks before it hands a result back, so that it gives the
  * guarantees rl_client gives (rl_wait, rl_collect):

@@ -247,7 +247,9 @@ static int until_deadline(int ms, double deadline_ms) {
     return left < ms ? (int)left : ms;
 }
 
-/* Before closing, by deadline_ms at the latest: serve the tails for at
+/* Before closing, by deadline_ms at the latest: abandon the acquires not
+ * collected (rl_engine_abandon: what was not written is not sent, what
+ * went out gets its release, a tail), then serve the tails for at
  * most the node timeout, then give nodes with commands not written yet
  * (releases kept for a reconnecting node, a tail queued behind a
  * connection's setup) the time to take them, and nodes still answering
@@ -258,6 +260,7 @@ static int until_deadline(int ms, double deadline_ms) {
  * meanwhile becomes suspect, and is not waited for; nor is one sending a
  * reply that does not end (rl_engine_unanswered). */
 static void finish_tails(rl_client *c, double deadline_ms) {
+    rl_engine_abandon(c->engine, rl_now_ms());
     run_while(c, rl_engine_tails, until_deadline(c->node_timeout_ms, deadline_ms));
     long long bound = (long long)c->reconnect_max_ms + c->connect_timeout_ms;
     int ms = bound < INT_MAX ? (int)bound : INT_MAX;

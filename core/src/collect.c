@@ -1,7 +1,8 @@
-/* collect.c — handing decided operations back (the done list), and what
- * a driver asks before it does (redlock.h: rl_engine_finished,
+/* collect.c — handing decided operations back (the done list), what a
+ * driver asks before it does (redlock.h: rl_engine_finished,
  * rl_engine_first_done, rl_engine_cleanup_unwritten,
- * rl_engine_held_until). */
+ * rl_engine_held_until), and undoing the acquires nobody will collect
+ * (rl_engine_abandon). */
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -106,4 +107,41 @@ double rl_engine_held_until(const rl_engine *e, int id) {
         if (since > 0 && since + e->opts.node_timeout_ms > until) until = since + e->opts.node_timeout_ms;
     }
     return until;
+}
+
+/* An acquire of the driver's (not a keep-alive round) whose result nobody
+ * has taken, and which may hold a key: undecided, or granted. (One that
+ * failed has its cleanup already.) */
+static int abandoned(const rl_op *op) {
+    if (op->taken || op->kept.entry >= 0 || op->res.op != RL_OP_ACQUIRE) return 0;
+    return op->phase == OP_ROUND ||
+           ((op->phase == OP_TAIL || op->phase == OP_QUIET) && op->res.status == RL_STATUS_OK);
+}
+
+/* rl_stream_withdraw's choice: a command of an abandoned acquire's current
+ * phase. Its node no longer owes it; its first round's SET taken back
+ * never ran there, so no cleanup goes there for it. */
+static int withdraw_abandoned(void *owner, int node, rl_ticket t) {
+    rl_engine *e = owner;
+    if (t.slot < 0 || t.slot >= e->nops) return 0;
+    rl_op *op = e->ops[t.slot];
+    if (op->gen != t.gen || !abandoned(op)) return 0;
+    op->owed &= ~(1u << node);
+    if (t.gen == op->set_gen && t.kind != RL_ROUND_REPLICAS) op->sent &= ~(1u << node);
+    return 1;
+}
+
+/* Taking a command back is done on a plain node's stream only: a cluster
+ * node's shard keeps its own copy of every command it awaits a reply to
+ * (for MOVED and ASK), and its acquire goes out, its release behind it. */
+void rl_engine_abandon(rl_engine *e, double now_ms) {
+    clock_at(e, now_ms);
+    for (int i = 0; i < e->nnodes; i++)
+        if (e->clusters[i] == NULL) rl_stream_withdraw(&e->nodes[i], withdraw_abandoned, e);
+    for (int slot = 0; slot < e->nops; slot++) {
+        rl_op *op = e->ops[slot];
+        if (!abandoned(op)) continue;
+        if (op->phase != OP_ROUND) done_unlink(e, op);
+        rl_op_abandon(e, op);
+    }
 }

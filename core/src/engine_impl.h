@@ -193,6 +193,13 @@ static inline int rl_op_swap_key(const rl_engine *e, rl_op *op, int i) {
     return 1;
 }
 
+/* Nobody will collect acquire op (its driver is closing), which is in its
+ * round, or decided and granted (in its tail, or quiet): off the done list
+ * already. Its result is dropped, and it goes on to a failed acquire's
+ * cleanup on every node its acquire went to (op->sent), whose slot is
+ * freed when the cleanup ends. */
+void rl_op_abandon(rl_engine *e, rl_op *op);
+
 /* The deadline of op's current phase passed. */
 void rl_op_timeout(rl_engine *e, rl_op *op);
 

@@ -133,6 +133,21 @@ static void op_start_cleanup(rl_engine *e, rl_op *op) {
     else op_quiet(e, op);
 }
 
+/* See engine_impl.h. The result is dropped, so what the acquire may have
+ * taken is undone as a failed acquire's is: a semaphore's slot held too
+ * (no slot held), a waiter's place in the queue kept where a slot is
+ * undone, as for a waiter that lost. */
+void rl_op_abandon(rl_engine *e, rl_op *op) {
+    if (op->phase == OP_ROUND) e->inflight--; /* never published */
+    if (op->phase == OP_TAIL) e->tails--;
+    rl_deadlines_remove(&e->deadlines, op->slot);
+    op->taken = 1;
+    op->deferred = 0;
+    op->res.status = RL_STATUS_UNAVAILABLE;
+    op->res.slot = 0;
+    op_start_cleanup(e, op);
+}
+
 /* A healthy node answers within the node timeout. One that did not, to a
  * command it was sent, may be out of step (a reply lost in flight shifts the
  * stream for good: each reply then answers the command before its own), may

@@ -27,7 +27,7 @@ static void clear_connection(rl_stream *s) {
     s->conn++;
     s->out.len = s->out_off = s->hold_at = 0;
     s->setup_left = s->holding = 0;
-    s->queued_total = s->written_total = 0;
+    s->queued_total = s->written_total = s->ring_start = 0;
     s->unsent = 0;
     s->step_check = 0;
     s->checks_queued = 0;
@@ -213,7 +213,7 @@ static int put_setup_first(rl_stream *s, double now_ms) {
     memcpy(s->out.data, cmd.data, cmd.len);
     s->out.len += cmd.len;
     s->hold_at = cmd.len;
-    s->written_total = -(long long)cmd.len;
+    s->written_total = s->ring_start = -(long long)cmd.len;
     for (int i = n - 1; i >= 0; i--) {
         t[i].end -= (long long)cmd.len;
         s->ring_head = (s->ring_head + s->ring_cap - 1) % s->ring_cap;

@@ -118,6 +118,9 @@ typedef struct rl_stream {
 
     rl_ticket *ring;         /* tickets of commands awaiting replies, oldest first */
     unsigned ring_head, ring_count, ring_cap;
+    long long ring_start;    /* where the oldest ticket's command starts in the connection's output
+                                (every byte queued is a ticket's: each command starts where the one
+                                before ends, the first after the last one answered) */
     /* Releases to send again on the next connection once its setup has
      * succeeded (rl_stream_redo), kept until written; their replies are
      * ignored. Kept across connections, unlike everything above. */
@@ -218,6 +221,14 @@ int rl_stream_setup_text(const rl_stream *s, double now_ms, char *buf, size_t le
  * its setup; releases kept for it (rl_stream_redo) stay kept. */
 void rl_stream_withdraw_held(rl_stream *s, double now_ms);
 
+/* Take back every command of the connection that take(owner, node, ticket)
+ * chooses and that has not gone out at all (none of its bytes written; a
+ * command partly written goes on): its bytes leave the output, its ticket
+ * the ring, and it is not answered (on_reply is not called: the caller
+ * knows what it took back). What was queued after it moves up. Only the
+ * commands of operations (kind > 0) are offered. */
+void rl_stream_withdraw(rl_stream *s, int (*take)(void *owner, int node, rl_ticket t), void *owner);
+
 /* Keep a pre-encoded release (of a failed acquire whose SET may have run)
  * that could not go out on the connection its SET went out on: it is
  * queued on the next connection once its setup has succeeded (at once if
@@ -259,7 +270,9 @@ int rl_stream_unanswered(const rl_stream *s);
 double rl_stream_held_since(const rl_stream *s);
 
 /* Where s's output stands after everything queued so far, and whether
- * everything up to m has been written (or m's connection is gone). */
+ * everything up to m has been written (or m's connection is gone, or all
+ * that is queued on it has been written: a mark taken before
+ * rl_stream_withdraw may lie past the end of what is left). */
 rl_mark rl_stream_mark(const rl_stream *s);
 int rl_stream_passed(const rl_stream *s, rl_mark m);
 

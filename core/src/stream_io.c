@@ -95,6 +95,35 @@ int rl_stream_queue(rl_stream *s, const char *cmd, size_t len, rl_ticket t, doub
     return 0;
 }
 
+/* Commands wholly unwritten are moved up over those taken back, in one
+ * pass: the output's bytes from position p are at out_off + (p -
+ * written_total), and a command starts where the one before it ends. */
+void rl_stream_withdraw(rl_stream *s, int (*take)(void *owner, int node, rl_ticket t), void *owner) {
+    long long start = s->ring_start, removed = 0, redo_removed = 0;
+    unsigned kept = 0;
+    for (unsigned i = 0; i < s->ring_count; i++) {
+        rl_ticket t = s->ring[(s->ring_head + i) % s->ring_cap];
+        long long end = t.end, len = end - start;
+        if (t.kind > 0 && start >= s->written_total && take(owner, s->index, t)) {
+            removed += len;
+            if (s->redo_queued && end <= s->redo_end) redo_removed += len;
+        } else {
+            if (removed > 0 && start >= s->written_total) {
+                size_t from = s->out_off + (size_t)(start - s->written_total);
+                memmove(s->out.data + from - removed, s->out.data + from, (size_t)len);
+            }
+            t.end -= removed;
+            s->ring[(s->ring_head + kept++) % s->ring_cap] = t;
+        }
+        start = end;
+    }
+    s->ring_count = kept;
+    s->out.len -= (size_t)removed;
+    s->queued_total -= removed;
+    s->redo_end -= redo_removed;
+    if (s->out_off == s->out.len) s->out.len = s->out_off = s->hold_at = 0;
+}
+
 /* Room for both is made first, so the second cannot fail once the first
  * is queued. */
 int rl_stream_send_pair(rl_stream *s, const char *cmd, size_t len, rl_ticket ticket, const char *cmd2, size_t len2,
@@ -236,6 +265,7 @@ int rl_stream_feed(rl_stream *s, const char *data, size_t len, double now_ms) {
             rl_stream_drop(s, "connection reset: a reply to no command", 1, now_ms);
         } else {
             rl_ticket t = rl_stream_ring_pop(s);
+            s->ring_start = t.end;
             s->answered_ms = now_ms;
             if (t.kind > 0) s->on_reply(s->owner, s->index, t, reply, NULL);
             else internal_reply(s, t, reply, now_ms);
@@ -321,5 +351,5 @@ rl_mark rl_stream_mark(const rl_stream *s) {
 }
 
 int rl_stream_passed(const rl_stream *s, rl_mark m) {
-    return s->conn != m.conn || s->written_total >= m.end;
+    return s->conn != m.conn || s->written_total >= m.end || s->written_total >= s->queued_total;
 }

@@ -1110,6 +1110,61 @@ static void failed_acquire_cleans_up_where_it_set(void) {
     rl_engine_free(E);
 }
 
+/* The driver closes (rl_engine_abandon) with acquires nobody collected.
+ * An acquire not written to a node at all is taken back there: node 2
+ * never gets "a", and no node gets "b"; what is queued after them (a
+ * release) moves up and still goes out. Where an acquire went out, in full
+ * (node 1) or in part (node 0), it goes on and its cleanup follows it. A
+ * granted acquire not collected is released on every node. */
+static void abandon_takes_back_what_was_not_written(void) {
+    E = engine(urls5, 3, NULL);
+    int a = rl_engine_begin_acquire(E, "a", 1, 10000, 0);
+    bring_up_all(3, 0);
+    const char *data;
+    size_t n = rl_engine_node_output(E, 0, &data);
+    char value[41], set_a[512];
+    snprintf(value, sizeof(value), "%s", set_value(data, "a"));
+    snprintf(set_a, sizeof(set_a), "%s", set_cmd("a", value, 10000));
+    CHECK_INT(n, strlen(set_a));
+    rl_engine_node_wrote(E, 0, 10, 1); /* node 0: "a" in part */
+    CHECK_STR(drain(1, 1), set_a);     /* node 1: in full; node 2: not at all */
+    const char *other = "0123456789abcdef0123456789abcdef01234567";
+    int x = rl_engine_begin_release(E, "x", 1, other, 1);
+    CHECK(x >= 0);
+    CHECK(rl_engine_begin_acquire(E, "b", 1, 10000, 1) >= 0);
+    rl_engine_abandon(E, 2);
+    CHECK_INT(rl_engine_inflight(E), 1); /* the release */
+    CHECK_INT(rl_engine_tails(E), 1);    /* a's cleanup */
+    CHECK_INT(rl_engine_done(E), 0);
+    CHECK_INT(rl_engine_take(E, a, NULL), RL_ERR); /* its result is dropped */
+    char want[2048];
+    snprintf(want, sizeof(want), "%s", set_a + 10);
+    snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s", script_cmd(1, "x", other, 0));
+    snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s", cleanup_cmd(1, "a", value));
+    CHECK_STR(drain(0, 2), want);
+    snprintf(want, sizeof(want), "%s", script_cmd(1, "x", other, 0));
+    snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s", cleanup_cmd(1, "a", value));
+    CHECK_STR(drain(1, 2), want);
+    CHECK_STR(drain(2, 2), script_cmd(1, "x", other, 0));
+    /* the replies still pair with their commands */
+    CHECK_INT(feed(0, "+OK\r\n:0\r\n:1\r\n", 3), RL_OK);
+    CHECK_INT(feed(1, "+OK\r\n:0\r\n:1\r\n", 3), RL_OK);
+    CHECK_INT(feed(2, ":0\r\n", 3), RL_OK);
+    CHECK_INT(rl_engine_tails(E), 0);
+    CHECK_INT(take(x).status, RL_STATUS_NOT_HELD);
+
+    /* granted, not collected */
+    int g = rl_engine_begin_acquire(E, "g", 1, 10000, 4);
+    for (int i = 0; i < 3; i++) drain(i, 4);
+    for (int i = 0; i < 3; i++) CHECK_INT(feed(i, "+OK\r\n", 5), RL_OK);
+    CHECK_INT(rl_engine_finished(E, g), 1);
+    rl_engine_abandon(E, 6);
+    CHECK_INT(rl_engine_done(E), 0);
+    CHECK_INT(rl_engine_tails(E), 1);
+    for (int i = 0; i < 3; i++) CHECK(strstr(drain(i, 6), "quiet") != NULL);
+    rl_engine_free(E);
+}
+
 /* Cleanup replies that never come: the tail ends at the node timeout after
  * the decision if the cleanup bytes were written, and not before they are. */
 static void cleanup_timeout_waits_for_the_bytes_to_go(void) {
@@ -2382,6 +2437,7 @@ int main(void) {
     noscript_late_reloads_scripts();
     noscript_in_the_tail_gets_its_eval();
     failed_acquire_cleans_up_where_it_set();
+    abandon_takes_back_what_was_not_written();
     cleanup_timeout_waits_for_the_bytes_to_go();
     cleanup_takes_back_what_waits_behind_a_setup();
     setup_lives_out_its_connect_timeout();

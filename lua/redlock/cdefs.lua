@@ -208,6 +208,7 @@ int rl_engine_inflight(const rl_engine *e);
 int rl_engine_tails(const rl_engine *e);
 int rl_engine_unwritten(const rl_engine *e);
 int rl_engine_unanswered(const rl_engine *e);
+void rl_engine_abandon(rl_engine *e, double now_ms);
 int rl_engine_finished(const rl_engine *e, int id);
 int rl_engine_first_done(const rl_engine *e);
 int rl_engine_cleanup_unwritten(rl_engine *e, int id);
