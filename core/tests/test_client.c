@@ -671,7 +671,14 @@ static void inherited_keepers_in_the_child(rl_keeper *busy, int id, rl_keeper *f
     rl_keeper_free(fresh);
     rl_keeper_free(busy);
     for (int i = 0; i < NODES; i++) pids[i] = 0; /* the nodes are the parent's to stop */
+#if defined(__SANITIZE_ADDRESS__)
+    /* The leak check at exit locks the sanitizer's allocator, which a
+     * parent's thread may have held at the fork: it would wait for ever.
+     * The exit handler's own call (rl_keeper_release_all) was made above. */
+    _exit(bad);
+#else
     exit(bad);
+#endif
 }
 
 /* Keepers made before fork(), one with its thread busy extending many short
