@@ -139,6 +139,14 @@ echo end >> %s
       assert.matches("^redlock %d+%.%d+%.%d+", out)
     end)
 
+    -- Before: demo-worker's options left --help out: "unknown option --help",
+    -- exit 64, with a hint to run the very same command.
+    it("demo-worker --help prints its usage and exits 0", function()
+      local out, rc = redlock("demo-worker --help")
+      assert.are.equal(0, rc, out)
+      assert.matches("usage: redlock demo-worker", out, 1, true)
+    end)
+
     -- Before: run --help named SIGINT (130) and SIGTERM (143) only.
     it("run --help names every signal on which the host releases the script's locks", function()
       local out = redlock("run --help"):gsub("%s+", " ")

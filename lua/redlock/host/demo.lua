@@ -314,7 +314,7 @@ end
 ---------------------------------------------------------------------------
 -- redlock demo-worker [SERVER OPTIONS] RESOURCE DIR ID ROUNDS (internal)
 
-_M.worker = { SPEC = config.OPTIONS }
+_M.worker = { SPEC = config.spec {} }
 
 function _M.worker.help()
     return "usage: redlock demo-worker [SERVER OPTIONS] RESOURCE DIR ID ROUNDS (used by redlock demo;"
