@@ -427,6 +427,22 @@ echo end >> %s
       assert.matches("arg\targs.lua\ta\tb c\trun\t2\ta\tb c", out, 1, true)
     end)
 
+    -- Before: arg[-2] was nil, and with options before the script the
+    -- executable was missing from the negative indices altogether.
+    it("gives the script the whole command line before it in arg's negative indices", function()
+      local name = script("argneg.lua", [[
+        local t = {}
+        for i = -6, 0 do t[#t + 1] = tostring(arg[i]) end
+        print("neg " .. table.concat(t, " "))
+      ]])
+      local out, rc = redlock("run " .. name, ENV)
+      assert.are.equal(0, rc, out)
+      assert.matches("neg nil nil nil nil " .. BIN .. " run argneg.lua\n", out, 1, true)
+      out, rc = redlock("run --prefix p: " .. name, ENV)
+      assert.are.equal(0, rc, out)
+      assert.matches("neg nil nil " .. BIN .. " run --prefix p: argneg.lua\n", out, 1, true)
+    end)
+
     -- Before: in the host, a release heard during a policy delay cost the
     -- policy an attempt (its delays were sliced there so that a signal ends
     -- them): a waiter woken on a resource still held gave up after the first

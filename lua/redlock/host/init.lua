@@ -131,9 +131,10 @@ local function load_command(name)
     return nil
 end
 
---- Run the command line arg (arg[1..]); return the exit status.
+--- Run the command line arg (arg[0] the executable as invoked, arg[1..] the
+--- command line); return the exit status.
 function _M.main(arg)
-    local argv = {}
+    local argv = { [0] = arg[0] } -- run gives the script the executable as arg[-k]
     for i = 1, #arg do argv[i] = arg[i] end
     local first = argv[1]
     if first == nil then

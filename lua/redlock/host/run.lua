@@ -1,7 +1,8 @@
 --- redlock run [OPTIONS] SCRIPT.lua [ARGS...]: run a Lua job script.
 --
 -- The script sees `arg` the standard way (arg[0] the script, arg[1..] its
--- arguments, arg[-1] "run", arg[-2] the executable) and gets ARGS as `...`.
+-- arguments, arg[-1] down to arg[-k] the command line before the script:
+-- the options, "run", and last the executable as invoked) and gets ARGS as `...`.
 -- require "redlock" works; redlock.default() is a client built from
 -- --servers / REDLOCK_SERVERS; every client made in the host keeps its locks
 -- alive from a C thread. If the script returns a whole number from 0 to 255,
