@@ -1,7 +1,7 @@
 -- redlock.hooks, the extension point a host uses instead of replacing the
 -- module's functions (docs/lua-api.md, "Extending (hosts)"): acquiring and
 -- acquired around every lock call, whatever ends it; sleeping and awake
--- around the sleeps between attempts; defaults for new clients; default()'s
+-- around the retry policy's calls and the sleeps between attempts; defaults for new clients; default()'s
 -- servers. The host's own use (signals during acquisitions) is in
 -- host_spec.lua and signals_spec.lua.
 
@@ -49,11 +49,18 @@ describe("redlock.hooks", function()
     local held = assert(dlm:try_lock(r, { ttl = 30000 }))
     assert.same({ "acquiring", "acquired" }, calls)
     calls = {}
-    -- two attempts with one delay between them, the resource held throughout
-    local lk, err = dlm:lock(r, { retry = redlock.retry.fixed(20, 2) })
+    -- two attempts with one delay between them, the resource held throughout;
+    -- the policy is asked after each (the second time it gives up), between
+    -- sleeping and awake as the sleep is
+    local function policy(n)
+      calls[#calls + 1] = "policy"
+      if n < 2 then return 20 end
+    end
+    local lk, err = dlm:lock(r, { retry = policy })
     assert.is_nil(lk)
     assert.equal("busy", err)
-    assert.same({ "acquiring", "sleeping", "awake", "acquired" }, calls)
+    assert.same({ "acquiring", "sleeping", "policy", "awake", "sleeping", "awake",
+      "sleeping", "policy", "awake", "acquired" }, calls)
     calls = {}
     local group = assert(dlm:lock_many { res("m1"), res("m2") })
     assert.same({ "acquiring", "acquired" }, calls)
@@ -99,7 +106,7 @@ describe("redlock.hooks", function()
     redlock.hooks { sleeping = false }
     calls = {}
     assert.is_nil(dlm:lock(r, { retry = redlock.retry.fixed(20, 2) }))
-    assert.same({ "acquiring", "awake", "acquired" }, calls)
+    assert.same({ "acquiring", "awake", "awake", "awake", "acquired" }, calls) -- policy, sleep, policy
     assert(held:unlock())
   end)
 

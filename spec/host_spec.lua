@@ -717,6 +717,40 @@ echo end >> %s
       assert.are.equal(held.value, get(1, key))
     end)
 
+    -- Before: the retry policy ran inside the acquisition (the sleeping
+    -- hook came only before the sleep), so a coroutine whose policy yielded
+    -- and was never resumed left it open for good: every signal then waited
+    -- out the bound for an attempt in flight (41 s with this client).
+    it("SIGTERM after a retry policy yielded a coroutine never resumed ends the host at once", function()
+      local busy, mine = "run:coyield:busy:" .. wall_ms(), "run:coyield:mine:" .. wall_ms()
+      local name = script("coyield.lua", ([[
+        local servers = {}
+        for url in os.getenv("REDLOCK_SERVERS"):gmatch("[^,]+") do servers[#servers + 1] = url end
+        local dlm = require("redlock").default()
+        local held = assert(dlm:lock(%q, { ttl = 30000 })) -- so the coroutine finds it busy
+        local dlm2 = require("redlock").new { servers = servers, connect_timeout = 20000 }
+        local co = coroutine.create(function()
+          return dlm2:lock(%q, { ttl = 30000, retry = function(n) coroutine.yield(n) return 10 end })
+        end)
+        print("yielded", coroutine.resume(co))
+        local lock = assert(dlm:lock(%q, { ttl = 30000 }))
+        print("locked") io.stdout:flush()
+        local t = os.time() + 20
+        while os.time() < t do end
+      ]]):format(busy, busy, mine))
+      local job = bg("run " .. name, ENV)
+      finally(function() if not job:wait(0) then job:signal("KILL") end end)
+      assert.is_true(eventually(function() return job.output():find("locked", 1, true) end, 10000), job.output())
+      assert.matches("yielded\ttrue\t1", job.output(), 1, true)
+      local t0 = wall_ms()
+      job:signal("TERM")
+      local rc, out = job:wait(5000)
+      assert.are.equal(143, rc, "still waiting after 5 s: " .. tostring(out))
+      assert.is_true(wall_ms() - t0 < 2000, ("exited %d ms after the signal"):format(wall_ms() - t0))
+      assert.is_true(gone_everywhere(busy), "the held lock was left behind")
+      assert.is_true(gone_everywhere(mine), "the lock was left behind")
+    end)
+
     it("Ctrl-C on a terminal during os.execute still ends the job (130) and releases the lock", function()
       if not sh("command -v script") :find("script") then
         pending("needs script(1) for a pseudo-terminal")

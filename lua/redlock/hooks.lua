@@ -7,10 +7,13 @@
 --   acquired()        after it, whatever ended it: a result, a failure, or
 --                     an error raised (which then passes on); if it raises,
 --                     what the call took is released and its error passes on
---   sleeping()        before each sleep between two attempts of a call:
---                     nothing is in flight for it then, so a host may end
---                     the process meanwhile
---   awake()           after that sleep, before the next attempt
+--   sleeping()        before each call of the retry policy and each sleep
+--                     between two attempts of a call: nothing is in flight
+--                     for it then, so a host may end the process meanwhile
+--                     (the policy may also yield and never be resumed)
+--   awake()           after that policy call or sleep (not after a policy
+--                     that raised: acquired() follows), before the next
+--                     attempt
 --   client_defaults   options redlock.new takes when its caller does not
 --                     give them (a host makes keep-alive its default)
 --   default_servers() redlock.default()'s servers when configure gave none,

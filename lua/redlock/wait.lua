@@ -75,7 +75,7 @@ local function lined(d, kind, a)
 end
 
 -- The sleeps between attempts, between the host's sleeping() and awake()
--- (redlock.hooks): ms, or (sleep_until) up to ms or until a release of a is
+-- (redlock.hooks; the retry policy's call too: policy_delay): ms, or (sleep_until) up to ms or until a release of a is
 -- heard since seen (1 then, else 0). since: when the waiter began to wait,
 -- for a waiter in its client's line (nil otherwise); of the line's waiters
 -- asleep, a wake-up meant for one goes to the one that has waited longest
@@ -105,9 +105,16 @@ end
 -- The delay a policy returned after attempt n, as whole ms; nil to give up.
 -- A policy is the caller's code: what it raises passes through, and a delay
 -- that is not a number of ms the core can sleep is misuse, raised at the
--- caller of lock.
+-- caller of lock. The policy runs between attempts, so between the host's
+-- sleeping() and awake() as the sleeps do: it may take its time, or yield
+-- its coroutine and never be resumed (awake() is not called when it raises;
+-- acquired() follows).
 local function policy_delay(policy, n, err, detail)
+    local f = on.sleeping
+    if f then f() end
     local delay = policy(n, err, detail)
+    f = on.awake
+    if f then f() end
     if not delay then return nil end
     if type(delay) == "number" and delay >= 0 and delay <= MAX_MS then return floor(delay) end
     raise(("bad retry policy: after attempt %d it returned %s (expected nil or a number of ms from 0 to %d)")

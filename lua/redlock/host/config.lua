@@ -221,9 +221,10 @@ end
 -- acquired hooks), so a SIGTERM then waits for the acquisition to be
 -- over (the lock is the keeper's, which releases it, or the library released
 -- what it got) instead of leaving its SETs on the nodes for the whole ttl.
--- The sleeps between attempts are outside it (the sleeping and awake
--- hooks): nothing is in flight then, so a signal ends the host at once, and
--- the next attempt never begins.
+-- The retry policy's calls and the sleeps between attempts are outside it
+-- (the sleeping and awake hooks): nothing is in flight then, so a signal
+-- ends the host at once (also while a policy has yielded a coroutine that
+-- is never resumed), and the next attempt never begins.
 
 -- How long an acquisition may take once a signal came: an attempt (two
 -- rounds with a fencing token, on connections still being made), the
