@@ -751,6 +751,44 @@ echo end >> %s
       assert.is_true(gone_everywhere(mine), "the lock was left behind")
     end)
 
+    -- Before: the script's commands got the host's own signal, so one that
+    -- ignores SIGINT or SIGHUP (as a shell's background job ignores SIGINT)
+    -- held the release back until its SIGKILL 2 s later, and never saw the
+    -- SIGTERM the docs promise.
+    for _, case in ipairs {
+      { sig = "INT", how = "os.execute", run = [[os.execute("sh ./deaf.sh")]] },
+      { sig = "HUP", how = "os.execute", run = [[os.execute("sh ./deaf.sh")]] },
+      { sig = "INT", how = "io.popen", run = [[local f = io.popen("sh ./deaf.sh") f:read("*a") f:close()]] },
+    } do
+      it(("SIG%s gives a command of %s that ignores it SIGTERM, and the lock is free at once")
+        :format(case.sig, case.how), function()
+        write_file(TMP .. "/deaf.sh", [[
+trap '' INT HUP
+trap 'echo command got TERM >&2; exit 0' TERM
+echo ready >&2
+sleep 30 &
+wait
+]])
+        local key = "run:deaf:" .. case.sig .. ":" .. case.how
+        local name = script("deaf" .. case.sig .. ".lua", ([[
+          local lock = assert(require("redlock").default():lock(%q, { ttl = 30000 }))
+          ]] .. case.run .. [[
+
+        ]]):format(key))
+        local job = bg("run " .. name, ENV)
+        finally(function() if not job:wait(0) then job:signal("KILL") end end)
+        assert.is_true(eventually(function() return job.output():find("ready", 1, true) end, 10000), job.output())
+        local t0 = wall_ms()
+        job:signal(case.sig)
+        local rc, out = job:wait(5000)
+        local took = wall_ms() - t0
+        assert.are.equal(({ INT = 130, HUP = 129 })[case.sig], rc, out)
+        assert.matches("command got TERM", out, 1, true)
+        assert.is_true(took < 1500, ("exited %d ms after the signal"):format(took))
+        assert.is_true(gone_everywhere(key), "keys left behind")
+      end)
+    end
+
     it("Ctrl-C on a terminal during os.execute still ends the job (130) and releases the lock", function()
       if not sh("command -v script") :find("script") then
         pending("needs script(1) for a pseudo-terminal")

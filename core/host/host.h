@@ -57,7 +57,8 @@ int rl_host_ignored_at_start(int sig);
 void rl_host_finish(void);
 
 /* proc.c: stop the supervised child, if any, and the process groups that
- * os.execute children left running: sig, then SIGKILL after the grace period.
+ * os.execute and io.popen children left running: sig for exec's COMMAND,
+ * SIGTERM for the script's commands, then SIGKILL after the grace period.
  * Called by the signal thread, which then exits the process: from this call
  * on, rl_host_wait and rl_host_system never return once their child ended. */
 void rl_host_stop_supervised(int sig);

@@ -9,14 +9,18 @@
  * the rest of its process group when the host dies.
  *
  * At most one child at a time is *supervised*: when a signal ends the host,
- * the signal thread forwards the signal to it, gives it its grace period,
- * SIGKILLs what is left and only then releases the locks, so that nothing
- * protected by a lock still runs once the lock is free.
+ * the signal thread stops it (exec's COMMAND gets the signal itself, an
+ * os.execute child SIGTERM), gives it its grace period, SIGKILLs what is left
+ * and only then releases the locks, so that nothing protected by a lock still
+ * runs once the lock is free.
  *
  * os.execute children (rl_host_system) lead a process group of their own, so
  * that stopping one reaches everything it started in that group; a group that
  * still has members when its shell returns (`cmd &`) is remembered, and is
- * stopped the same way as the supervised child.
+ * stopped with SIGTERM too, as are io.popen's groups (popen.c). A script's
+ * commands get SIGTERM whatever the signal: a shell's background job ignores
+ * SIGINT, and many commands ignore SIGHUP, which would hold the release back
+ * for the whole grace period.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -38,6 +42,10 @@
 
 #define RL_HOST_SYSTEM_GRACE_MS 2000 /* for os.execute children */
 
+/* A spawn flag of proc.c's own (beside host.h's): on a signal, stop the
+ * supervised child with SIGTERM rather than with the signal the host got. */
+#define RL_HOST_STOP_WITH_TERM 0x100
+
 extern char **environ;
 
 static pthread_mutex_t sup_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -45,6 +53,7 @@ static struct {
     pid_t pid;     /* 0: nothing supervised */
     int group;     /* pid leads its own process group */
     int grace_ms;
+    int stop_sig;  /* the signal that stops it when the host ends on one; 0: that one */
     int terminal;  /* we made its group the terminal's foreground */
     int watch_fd;  /* > 0: the write end of the watcher's pipe */
     pid_t watcher;
@@ -375,6 +384,7 @@ static int spawn(const char *file, int search, const char *const *argv, int flag
         sup.pid = pid;
         sup.group = (flags & RL_HOST_NEWPGRP) != 0;
         sup.grace_ms = grace_ms;
+        sup.stop_sig = (flags & RL_HOST_STOP_WITH_TERM) ? SIGTERM : 0;
         sup.terminal = 0;
         ignore_stops(1);
         if ((flags & RL_HOST_WATCHDOG) && sup.group) start_watcher(pid, grace_ms);
@@ -509,7 +519,7 @@ int rl_host_system(const char *cmd) {
     int err;
     if (cmd == NULL) return access("/bin/sh", X_OK) == 0;
     int pid = spawn("/bin/sh", 0, argv,
-                    RL_HOST_NEWPGRP | RL_HOST_SUPERVISE | RL_HOST_FOREGROUND,
+                    RL_HOST_NEWPGRP | RL_HOST_SUPERVISE | RL_HOST_FOREGROUND | RL_HOST_STOP_WITH_TERM,
                     RL_HOST_SYSTEM_GRACE_MS, &err);
     if (pid < 0) {
         errno = err;
@@ -556,26 +566,28 @@ static int all_gone(const pid_t *pids, const int *groups, int n) {
 
 void rl_host_stop_supervised(int sig) {
     pid_t pids[RL_HOST_LEFTOVERS + 1];
-    int groups[RL_HOST_LEFTOVERS + 1], n = 0;
+    int groups[RL_HOST_LEFTOVERS + 1], sigs[RL_HOST_LEFTOVERS + 1], n = 0;
     atomic_store(&stopping, 1);
     pthread_mutex_lock(&sup_lock);
     int grace_ms = RL_HOST_SYSTEM_GRACE_MS, terminal = sup.terminal;
     if (sup.pid > 0) {
         pids[n] = sup.pid;
+        sigs[n] = sup.stop_sig ? sup.stop_sig : sig;
         groups[n++] = sup.group;
         grace_ms = sup.grace_ms;
     }
     for (int i = 0; i < RL_HOST_LEFTOVERS; i++) {
         if (leftovers[i] == 0) continue;
         pids[n] = leftovers[i];
+        sigs[n] = SIGTERM; /* os.execute's and io.popen's groups */
         groups[n++] = 1;
         leftovers[i] = 0;
     }
     pthread_mutex_unlock(&sup_lock);
     if (n == 0) return;
     for (int i = 0; i < n; i++) {
-        rl_host_kill(pids[i], sig, groups[i]);
-        rl_host_kill(pids[i], SIGCONT, groups[i]); /* a stopped child cannot act on sig */
+        rl_host_kill(pids[i], sigs[i], groups[i]);
+        rl_host_kill(pids[i], SIGCONT, groups[i]); /* a stopped child cannot act on it */
     }
     for (int waited = 0; waited < grace_ms && !all_gone(pids, groups, n); waited += 10)
         rl_host_sleep_ms(10);
