@@ -44,6 +44,17 @@ static pid_t start_node(int port) {
     return pid;
 }
 
+/* Start n nodes on free loopback ports: ports[i], pids[i], their URLs in
+ * urls[i] ("redis://127.0.0.1:port") and url_list[i] pointing at each. */
+static inline void start_nodes(int n, int *ports, pid_t *pids, char (*urls)[64], const char **url_list) {
+    for (int i = 0; i < n; i++) {
+        ports[i] = free_port();
+        pids[i] = start_node(ports[i]);
+        snprintf(urls[i], sizeof(urls[i]), "redis://127.0.0.1:%d", ports[i]);
+        url_list[i] = urls[i];
+    }
+}
+
 /* Stop the node with pid *pid (also when it is SIGSTOPped) and reap it. */
 static void kill_node(pid_t *pid) {
     if (*pid > 0) {

@@ -749,12 +749,7 @@ int main(void) {
         printf("test_client: redis-server not found, skipped\n");
         return 77;
     }
-    for (int i = 0; i < NODES; i++) {
-        ports[i] = free_port();
-        pids[i] = start_node(ports[i]);
-        snprintf(urls[i], sizeof(urls[i]), "redis://127.0.0.1:%d", ports[i]);
-        url_list[i] = urls[i];
-    }
+    start_nodes(NODES, ports, pids, urls, url_list);
     atexit(stop_all);
     char err[RL_ERR_LEN];
     rl_client *c = rl_client_new(url_list, NODES, NULL, err, sizeof(err));

@@ -192,12 +192,7 @@ int main(void) {
         printf("test_free: redis-server not found, skipped\n");
         return 77;
     }
-    for (int i = 0; i < NODES; i++) {
-        ports[i] = free_port();
-        pids[i] = start_node(ports[i]);
-        snprintf(urls[i], sizeof(urls[i]), "redis://127.0.0.1:%d", ports[i]);
-        url_list[i] = urls[i];
-    }
+    start_nodes(NODES, ports, pids, urls, url_list);
     atexit(stop_all);
     never_run_is_never_sent();
     decided_and_not_collected_is_released();
