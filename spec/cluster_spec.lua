@@ -395,6 +395,45 @@ describe("cluster nodes", function()
     assert(ok, err)
   end)
 
+  it("TLS: masters that announce a hostname are checked against it, with a certificate for that name only", function()
+    local tls = require "helpers.tls"
+    local pki = tls.make()
+    local certs = setmetatable({ server_cert = pki.localhost_cert, server_key = pki.localhost_key }, { __index = pki })
+    local c = rcluster.start(3, { tls = certs, config = { "--cluster-announce-hostname", "localhost",
+      "--cluster-preferred-endpoint-type", "hostname" } })
+    local function servers()
+      return { { cluster = { "rediss://localhost:" .. c.ports[1] } }, { cluster = cs[2].seeds }, { cluster = cs[3].seeds } }
+    end
+    local ok, err = pcall(function()
+      -- quorum 3: no lock without the TLS cluster's vote, on each of its masters (at 127.0.0.1)
+      local dlm = client({ servers = servers(), tls = { cafile = pki.ca }, quorum = 3 })
+      for _, name in ipairs(names_on_every_master(c, "tlsname")) do
+        local lock, lerr, detail = dlm:lock(name)
+        assert.is_truthy(lock, tostring(lerr) .. " " .. cluster.show(detail))
+        assert.are.equal(lock.value, (rcluster.cli(c, rcluster.owner(c, name), "GET", name)))
+        assert.is_true(lock:unlock())
+      end
+      dlm:close()
+      -- a hostname the certificate is not for: each master's vote fails, saying which master
+      for j = 1, c.n do rcluster.cli(c, j, "CONFIG", "SET", "cluster-announce-hostname", "other.example") end
+      local deadline = proc.now_ms() + 10000
+      while select(2, (rcluster.cli(c, 1, "CLUSTER", "NODES")):gsub(",other%.example", "")) < c.n do
+        assert(proc.now_ms() < deadline, "the masters' new hostname did not spread")
+        proc.sleep_ms(50)
+      end
+      dlm = client({ servers = servers(), tls = { cafile = pki.ca }, quorum = 3 })
+      for _, name in ipairs(names_on_every_master(c, "tlsother")) do
+        local lock, _, detail = dlm:lock(name)
+        assert.is_nil(lock)
+        assert.are.equal(("hostname mismatch: the server's certificate is not for other.example (master 127.0.0.1:%d)")
+          :format(c.ports[rcluster.owner(c, name)]), detail[1].error)
+      end
+      dlm:close()
+    end)
+    rcluster.stop(c)
+    assert(ok, err)
+  end)
+
   it("refuses misconfigured cluster entries, naming the argument", function()
     assert.has_error(function() redlock.new({ servers = { { cluster = {} } } }) end,
       "bad argument #1 to 'new' (servers[1].cluster must be a non-empty list of seed URLs, got table)")

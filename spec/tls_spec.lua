@@ -444,6 +444,21 @@ describe("TLS (libev driver)", function()
       assert.is_true(ok, show(seen))
     end)
 
+    -- Before: an IPv6 host was named expanded (0:0:0:0:0:0:0:1).
+    it("names an IPv6 host as it was given", function()
+      local port = require("redlock.devcluster.sys").free_ports(1)[1]
+      local dir = proc.tmpdir()
+      local pid = proc.spawn({ "redis-server", "--port", "0", "--tls-port", tostring(port), "--bind", "::1",
+        "--tls-cert-file", pki.localhost_cert, "--tls-key-file", pki.localhost_key, "--tls-ca-cert-file", pki.ca,
+        "--tls-auth-clients", "no", "--save", "", "--appendonly", "no", "--dir", dir }, { out = dir .. "/log" })
+      local dlm = redlock.new { servers = { ("rediss://[::1]:%d"):format(port) }, tls = { cafile = pki.ca } }
+      local seen, ok = gather(dlm, { "^hostname mismatch: the server's certificate is not for ::1$" })
+      dlm:close()
+      proc.stop(pid)
+      proc.rmdir(dir)
+      assert.is_true(ok, show(seen))
+    end)
+
     it("no client certificate for a node that requires one", function()
       local dlm = redlock.new { servers = mcl.urls, tls = { cafile = pki.ca } }
       local seen, ok = gather(dlm, every(3, "server requires a client certificate"), nil, nil, MAJORITY)

@@ -623,6 +623,12 @@ const char *rl_engine_node_host(const rl_engine *e, int i);
 int rl_engine_node_port(const rl_engine *e, int i);
 /* 1 if node i is a rediss:// node: the driver must speak TLS to it. */
 int rl_engine_node_tls(const rl_engine *e, int i);
+/* For a rediss:// node (or link), the name its certificate must be for and
+ * the SNI, unless tls.server_name says otherwise: its host as given, or for
+ * a shard the map made at an address whose master announces a hostname
+ * (cluster-preferred-endpoint-type hostname), that hostname (the driver
+ * still connects to rl_engine_node_host). NULL for a unix socket. */
+const char *rl_engine_node_tls_name(const rl_engine *e, int i);
 
 /* Votes needed for a decision. */
 int rl_engine_quorum(const rl_engine *e);

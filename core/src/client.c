@@ -141,7 +141,8 @@ void rl_client_catch_up(rl_client *c, double now_ms) {
 /* ---- the client ---- */
 
 /* Where node i is, from what the engine tells every driver: a TCP host
- * and port (TLS or not), or a unix socket path (port 0). Only the address
+ * and port (TLS or not, and the name its certificate must be for), or a
+ * unix socket path (port 0). Only the address
  * matters to a socket; AUTH, SELECT and the rest are the engine's. */
 static void node_address(const rl_engine *e, int i, rl_url *u) {
     const char *host = rl_engine_node_host(e, i);
@@ -151,6 +152,7 @@ static void node_address(const rl_engine *e, int i, rl_url *u) {
     u->tls = rl_engine_node_tls(e, i);
     snprintf(u->kind == RL_URL_TCP ? u->host : u->path, u->kind == RL_URL_TCP ? sizeof(u->host) : sizeof(u->path),
              "%s", host ? host : "");
+    if (u->kind == RL_URL_TCP) snprintf(u->tls_name, sizeof(u->tls_name), "%s", rl_engine_node_tls_name(e, i));
     snprintf(u->name, sizeof(u->name), "%s", rl_engine_node_name(e, i));
 }
 

@@ -40,6 +40,7 @@ rl_shard *rl_cluster_shard_at(rl_engine *e, int i, const char *host, int port) {
     sh->number = e->nshards;
     sh->url = e->urls[i];
     snprintf(sh->url.host, sizeof(sh->url.host), "%s", host);
+    sh->url.tls_name[0] = '\0'; /* its certificate is for host (shard_of may say otherwise) */
     sh->url.port = port;
     snprintf(sh->url.name, sizeof(sh->url.name), "%s://%s:%d (shard of node %d)", sh->url.tls ? "rediss" : "redis",
              host, port, i + 1);
@@ -194,12 +195,16 @@ static void send_pending(rl_engine *e, int i, const char *why) {
 /* The shard of node i for a master of the map at host:port that
  * announces hostname (NULL or "" if none): one shard a master, whether
  * MOVED named it by hostname first or the map by address; made at its
- * address if none. */
+ * address if none, and then its certificate must be for the hostname it
+ * announces (a shard known before, a seed or one MOVED named, keeps the
+ * name it was known by). */
 static rl_shard *shard_of(rl_engine *e, int i, const char *host, const char *hostname, int port) {
     rl_shard *sh = hostname && hostname[0] ? shard_find(e, i, hostname, port) : NULL;
+    int before = e->nshards;
     if (sh == NULL) sh = rl_cluster_shard_at(e, i, host, port);
     if (sh && sh->url.port == port && strcmp(sh->url.host, host) == 0)
         snprintf(sh->alias, sizeof(sh->alias), "%s", hostname ? hostname : "");
+    if (sh && e->nshards > before) snprintf(sh->url.tls_name, sizeof(sh->url.tls_name), "%s", hostname ? hostname : "");
     return sh;
 }
 

@@ -136,7 +136,8 @@ int rl_conn_finish_connect(rl_conn *c) {
         return -1;
     }
     if (c->tls == NULL) return 0;
-    if (rl_tls_start(c->tls, &c->session, c->fd, c->url->host, c->errstr, sizeof(c->errstr)) != 0) {
+    const char *name = c->url->tls_name[0] ? c->url->tls_name : c->url->host;
+    if (rl_tls_start(c->tls, &c->session, c->fd, name, c->errstr, sizeof(c->errstr)) != 0) {
         rl_conn_close(c);
         return -1;
     }

@@ -204,6 +204,12 @@ int rl_engine_node_tls(const rl_engine *e, int i) {
     return u && u->kind == RL_URL_TCP && u->tls;
 }
 
+const char *rl_engine_node_tls_name(const rl_engine *e, int i) {
+    const rl_url *u = url_at(e, i);
+    if (u == NULL || u->kind != RL_URL_TCP) return NULL;
+    return u->tls_name[0] ? u->tls_name : u->host;
+}
+
 int rl_engine_node_port(const rl_engine *e, int i) {
     const rl_url *u = url_at(e, i);
     return u && u->kind == RL_URL_TCP ? u->port : 0;

@@ -4,7 +4,11 @@
  * (stream.c), links N .. 2N-1 their subscriber streams (substream.c);
  * from 2N on, two links per shard of the cluster nodes (cluster.h): its
  * command stream, then its subscriber stream. */
+#include <stdio.h>
+#include <string.h>
+
 #include "engine_impl.h"
+#include "text.h"
 
 /* The command stream of link k: a node's, or a shard's; else NULL. */
 static rl_stream *node_of(rl_engine *e, int node) {
@@ -92,6 +96,14 @@ void rl_engine_node_handshaking(rl_engine *e, int node) {
 void rl_engine_node_down(rl_engine *e, int node, const char *why, double now_ms) {
     rl_stream *s = node_of(e, node);
     int j = sub_of(e, node);
+    char master[300], said[RL_NODE_ERR_LEN];
+    if (s && node >= e->nnodes && why && *why) { /* a shard's: which master of the cluster it was */
+        int v6 = strchr(s->url->host, ':') != NULL;
+        snprintf(master, sizeof(master), " (master %s%s%s:%d)", v6 ? "[" : "", s->url->host, v6 ? "]" : "",
+                 s->url->port);
+        rl_text_join(said, sizeof(said), why, master);
+        why = said;
+    }
     if (s) rl_stream_down(s, why, clock_at(e, now_ms));
     else if (j >= 0) rl_subs_down(&e->subs, j, why, clock_at(e, now_ms));
 }

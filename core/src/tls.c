@@ -48,15 +48,6 @@ static int is_ip(const char *host) {
     return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
 }
 
-/* The name or address the certificate was checked against. */
-static void verified_name(SSL *ssl, char *out, size_t len) {
-    X509_VERIFY_PARAM *p = SSL_get0_param(ssl);
-    const char *host = X509_VERIFY_PARAM_get0_host(p, 0);
-    char *ip = host ? NULL : X509_VERIFY_PARAM_get1_ip_asc(p);
-    snprintf(out, len, "%s", host ? host : ip ? ip : "?");
-    OPENSSL_free(ip);
-}
-
 /* err = that the server may have refused our client certificate (or our
  * lack of one): it asked for one, sent nothing since, and then ended the
  * connection without a word (how: "reset" or "closed"). A hedge: a server
@@ -101,9 +92,7 @@ static void describe(rl_tls_session *s, int rc, int during, char *err, size_t er
     } else if (reason == SSL_R_CERTIFICATE_VERIFY_FAILED) {
         long v = SSL_get_verify_result(ssl);
         if (v == X509_V_ERR_HOSTNAME_MISMATCH || v == X509_V_ERR_IP_ADDRESS_MISMATCH) {
-            char name[256];
-            verified_name(ssl, name, sizeof(name));
-            snprintf(err, errlen, "hostname mismatch: the server's certificate is not for %s", name);
+            snprintf(err, errlen, "hostname mismatch: the server's certificate is not for %s", s->name);
         } else {
             snprintf(err, errlen, "certificate verify failed: %s", X509_verify_cert_error_string(v));
         }
@@ -340,6 +329,7 @@ int rl_tls_start(rl_tls *t, rl_tls_session *s, int fd, const char *host, char *e
     }
     SSL_set_connect_state(ssl);
     *s = (rl_tls_session){.ssl = ssl, .tls = t};
+    snprintf(s->name, sizeof(s->name), "%s", name); /* as given: an IPv6 address not expanded */
     SSL_set_app_data(ssl, s); /* s stays where it is while the session lives */
     return 0;
 }

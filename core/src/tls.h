@@ -28,6 +28,7 @@ typedef struct rl_tls_session {
     int failed;              /* a call failed: no close_notify at the end */
     int cert_asked;          /* the server asked for a client certificate */
     int got_data;            /* a read returned bytes: the server accepted the connection */
+    char name[256];          /* the name the certificate must be for, as given (for messages) */
 } rl_tls_session;
 
 /* A context for o (CA, client certificate, verification). Each file is
@@ -44,9 +45,10 @@ rl_tls *rl_tls_new(const rl_tls_options *o, char *err, size_t errlen);
 void rl_tls_free(rl_tls *t);
 
 /* Begin a session on the connected non-blocking socket fd to host (the
- * URL's host: a name, or an IP literal); the context's server_name, when
- * set, replaces it for SNI and verification. Return 0, or -1 with the
- * reason in err (out of memory). */
+ * name the server's certificate must be for: the URL's host, a name or an
+ * IP literal, or the hostname a cluster master announces); the context's
+ * server_name, when set, replaces it for SNI and verification. Return 0,
+ * or -1 with the reason in err (out of memory). */
 int rl_tls_start(rl_tls *t, rl_tls_session *s, int fd, const char *host, char *err, size_t errlen);
 
 /* One step of the handshake: 1 when it is done, RL_TLS_AGAIN (see want),

@@ -11,6 +11,8 @@ typedef struct rl_url {
     int kind;            /* RL_URL_TCP or RL_URL_UNIX */
     int tls;             /* TCP: 1 for rediss:// (the driver speaks TLS), else 0 */
     char host[256];      /* TCP: host name or address, brackets removed */
+    char tls_name[256];  /* TCP, TLS: the name the server's certificate must be for (and the SNI)
+                            when not host: a cluster master's announced hostname; "" for host */
     int port;            /* TCP: 1..65535 (default 6379) */
     char path[108];      /* UNIX: socket path */
     char user[128];      /* AUTH user ("" for password-only AUTH) */

@@ -162,6 +162,7 @@ const char *rl_engine_node_name(const rl_engine *e, int i);
 const char *rl_engine_node_host(const rl_engine *e, int i);
 int rl_engine_node_port(const rl_engine *e, int i);
 int rl_engine_node_tls(const rl_engine *e, int i);
+const char *rl_engine_node_tls_name(const rl_engine *e, int i);
 int rl_engine_quorum(const rl_engine *e);
 const char *rl_engine_waiter_id(const rl_engine *e);
 const char *rl_engine_errstr(const rl_engine *e);

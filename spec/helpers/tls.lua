@@ -8,6 +8,8 @@
 --   pki.client_cert, pki.client_key       signed by ca; for mutual TLS
 --   pki.wrong_ca                          an unrelated CA (verification must fail)
 --   pki.other_cert, pki.other_key         signed by ca; SAN only DNS:other.example
+--   pki.localhost_cert, pki.localhost_key signed by ca; SAN only DNS:localhost (not for
+--                                         127.0.0.1: a name must be checked, not the address)
 --   pki.nosan_cert, pki.nosan_key         signed by ca; CN localhost and no SAN (names are
 --                                         checked against SANs only: it is for no name)
 --   pki.dir                               the directory holding them all
@@ -107,6 +109,7 @@ function M.make()
     client_cert = p("client.crt"), client_key = p("client.key"),
     wrong_ca = p("wrong-ca.crt"), wrong_ca_key = p("wrong-ca.key"),
     other_cert = p("other.crt"), other_key = p("other.key"),
+    localhost_cert = p("localhost.crt"), localhost_key = p("localhost.key"),
     nosan_cert = p("nosan.crt"), nosan_key = p("nosan.key"),
   }
   local ok, err = pcall(function()
@@ -122,6 +125,8 @@ function M.make()
     key(t.other_key)
     leaf(dir, "other", t.other_key, t.other_cert, t.ca, t.ca_key,
       "DNS:other.example", "serverAuth")
+    key(t.localhost_key)
+    leaf(dir, "localhost", t.localhost_key, t.localhost_cert, t.ca, t.ca_key, "DNS:localhost", "serverAuth")
     key(t.nosan_key)
     leaf(dir, "nosan", t.nosan_key, t.nosan_cert, t.ca, t.ca_key, nil, "serverAuth", "localhost")
   end)

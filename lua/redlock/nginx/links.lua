@@ -41,8 +41,9 @@ function _M.place(hub)
         hub.gen[i], hub.up[i] = 0, false
         hub.tlss[i] = C.rl_engine_node_tls(e, i) ~= 0
         if hub.tlss[i] then
-            local host = hub.hosts[i]
-            hub.snis[i] = t.server_name or ((hub.ports[i] ~= 0 and not tls.ip_literal(host)) and host or nil)
+            -- the host as given, or the hostname a cluster master announces
+            local name = ffi_string(C.rl_engine_node_tls_name(e, i))
+            hub.snis[i] = t.server_name or (not tls.ip_literal(name) and name or nil)
         end
         hub.placed = i + 1
     end
