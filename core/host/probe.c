@@ -564,8 +564,9 @@ static void prefix_error(rl_host_probe_result *out, const char *head) {
 
 /* Put "<what><host>:<port>: " before the probe's error text. */
 static void say_where(probe *p, const char *what, const rl_url *u) {
-    char head[96];
-    snprintf(head, sizeof(head), "%s%.64s:%d: ", what, u->host, u->port);
+    char address[sizeof(u->host) + 8], head[96];
+    rl_url_address(u, address, sizeof(address));
+    snprintf(head, sizeof(head), "%s%.72s: ", what, address);
     prefix_error(p->out, head);
 }
 

@@ -96,11 +96,10 @@ void rl_engine_node_handshaking(rl_engine *e, int node) {
 void rl_engine_node_down(rl_engine *e, int node, const char *why, double now_ms) {
     rl_stream *s = node_of(e, node);
     int j = sub_of(e, node);
-    char master[300], said[RL_NODE_ERR_LEN];
+    char address[sizeof(s->url->host) + 8], master[sizeof(address) + 16], said[RL_NODE_ERR_LEN];
     if (s && node >= e->nnodes && why && *why) { /* a shard's: which master of the cluster it was */
-        int v6 = strchr(s->url->host, ':') != NULL;
-        snprintf(master, sizeof(master), " (master %s%s%s:%d)", v6 ? "[" : "", s->url->host, v6 ? "]" : "",
-                 s->url->port);
+        rl_url_address(s->url, address, sizeof(address));
+        snprintf(master, sizeof(master), " (master %s)", address);
         rl_text_join(said, sizeof(said), why, master);
         why = said;
     }

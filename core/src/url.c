@@ -176,11 +176,17 @@ static int parse_tcp(const char *shown, const char *rest, rl_url *u, char *err, 
         fail("'%s': unexpected '%c' after host and port", shown, *end);
     }
     if (query && parse_query(shown, query + 1, 0, u, err, errlen) != 0) return -1;
-    int v6 = strchr(u->host, ':') != NULL;
-    snprintf(u->name, sizeof(u->name), "%s://%s%s%s%s%s:%d", u->tls ? "rediss" : "redis", u->user, u->user[0] ? "@" : "",
-             v6 ? "[" : "", u->host, v6 ? "]" : "", u->port);
+    char address[sizeof(u->host) + 8];
+    rl_url_address(u, address, sizeof(address));
+    snprintf(u->name, sizeof(u->name), "%s://%s%s%s", u->tls ? "rediss" : "redis", u->user, u->user[0] ? "@" : "",
+             address);
     if (u->db) snprintf(u->name + strlen(u->name), sizeof(u->name) - strlen(u->name), "/%d", u->db);
     return 0;
+}
+
+void rl_url_address(const rl_url *u, char *buf, size_t len) {
+    int v6 = strchr(u->host, ':') != NULL;
+    snprintf(buf, len, "%s%s%s:%d", v6 ? "[" : "", u->host, v6 ? "]" : "", u->port);
 }
 
 int rl_url_parse(const char *text, rl_url *u, char *err, size_t errlen) {

@@ -27,6 +27,9 @@ typedef struct rl_url {
  * unspecified. */
 int rl_url_parse(const char *text, rl_url *u, char *err, size_t errlen);
 
+/* Write a TCP URL's "host:port" into buf (an IPv6 address in brackets). */
+void rl_url_address(const rl_url *u, char *buf, size_t len);
+
 /* Return 1 if a and b name the same server (whatever their db or password),
  * comparing hosts case-insensitively with "localhost" as 127.0.0.1. */
 int rl_url_same_server(const rl_url *a, const rl_url *b);
