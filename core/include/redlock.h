@@ -676,7 +676,9 @@ int rl_engine_next_wanting(const rl_engine *e, int after);
 
 /* What node wants: RL_WANT_* bits. CONNECT and CLOSE are handed out once
  * (this call takes them); WRITE stays set while output waits. Do CLOSE
- * before CONNECT. */
+ * before CONNECT. A CONNECT's timeout counts from this call (at the latest
+ * time the engine was given): until the driver takes it, the connect has
+ * not begun and cannot time out. */
 int rl_engine_node_wants(rl_engine *e, int node);
 
 /* Ask for a connection to node now (RL_WANT_CONNECT), even if it is in its

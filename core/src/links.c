@@ -68,7 +68,7 @@ unsigned rl_engine_wanting(const rl_engine *e) {
 int rl_engine_node_wants(rl_engine *e, int node) {
     rl_stream *s = node_of(e, node);
     int j = sub_of(e, node);
-    return s ? rl_stream_take_wants(s) : j >= 0 ? rl_subs_take_wants(&e->subs, j) : 0;
+    return s ? rl_stream_take_wants(s, e->now) : j >= 0 ? rl_subs_take_wants(&e->subs, j, e->now) : 0;
 }
 
 void rl_engine_node_open(rl_engine *e, int node, double now_ms) {

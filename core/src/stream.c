@@ -76,9 +76,10 @@ void rl_stream_down(rl_stream *s, const char *why, double now_ms) {
 }
 
 /* When the connection's current step began: the connect (with its TLS
- * handshake) when it was asked for, the setup when the driver reported it
- * connected (it may report that late: the setup is not judged on the
- * time nobody drove the engine). */
+ * handshake) when it was asked for, then when the driver took the ask, the
+ * setup when the driver reported it connected (it may take the ask and
+ * report that late: neither step is judged on the time nobody drove the
+ * engine). */
 static double setup_began(const rl_stream *s) {
     return s->connect_by_ms - s->opts->connect_timeout_ms;
 }
@@ -355,6 +356,12 @@ static void watchdog_look(rl_stream *s, double now_ms) {
     }
 }
 
+/* A connect asked for that the driver has not taken yet (rl_stream_take_wants):
+ * it has not begun, so it cannot time out. */
+static int asked_only(const rl_stream *s) {
+    return s->state == RL_STREAM_CONNECTING && (s->wants & RL_WANT_CONNECT);
+}
+
 /* The earliest of two moments, either of which may be 0 (none). */
 static double earliest(double a, double b) {
     return a == 0 ? b : b == 0 || a < b ? a : b;
@@ -363,7 +370,7 @@ static double earliest(double a, double b) {
 double rl_stream_deadline(const rl_stream *s) {
     switch (s->state) {
     case RL_STREAM_DOWN: return s->retry_at_ms;
-    case RL_STREAM_CONNECTING: return earliest(s->connect_by_ms, suspicion_due(s));
+    case RL_STREAM_CONNECTING: return earliest(asked_only(s) ? 0 : s->connect_by_ms, suspicion_due(s));
     case RL_STREAM_UP: return earliest(s->holding ? s->connect_by_ms : s->watch_at_ms, suspicion_due(s));
     default: return 0;
     }
@@ -379,7 +386,7 @@ void rl_stream_advance(rl_stream *s, double now_ms) {
     double suspicion = suspicion_due(s);
     if (suspicion != 0 && now_ms >= suspicion) become_suspect(s, in_setup(s) ? setup_began(s) : silent_since(s), now_ms);
     if (in_setup(s)) {
-        if (now_ms < s->connect_by_ms) return;
+        if (now_ms < s->connect_by_ms || asked_only(s)) return;
         snprintf(s->errstr, sizeof(s->errstr), "%s timed out after %d ms",
                  s->state == RL_STREAM_UP ? "AUTH/SELECT/INFO" : s->handshaking ? "TLS handshake" : "connect",
                  s->opts->connect_timeout_ms);

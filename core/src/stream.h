@@ -75,7 +75,8 @@ typedef struct rl_stream {
     unsigned conn;           /* bumped when a connection ends */
     int backoff_ms;          /* next reconnect delay */
     double retry_at_ms;      /* DOWN: when to connect again */
-    double connect_by_ms;    /* CONNECTING: the connect deadline */
+    double connect_by_ms;    /* CONNECTING: the connect deadline (from the ask; once the driver
+                                takes the ask, from then) */
     int handshaking;         /* CONNECTING: connected, the driver's TLS handshake under way */
     int step_check;          /* step checks (ECHO) in flight on this connection, */
     unsigned checks_queued;  /* of the checks queued on it so far, */
@@ -186,8 +187,9 @@ int rl_stream_feed(rl_stream *s, const char *data, size_t len, double now_ms);
 void rl_stream_unsent(rl_stream *s, long long bytes);
 
 /* The one-shot wishes for the driver (RL_WANT_CONNECT, RL_WANT_CLOSE), now
- * taken, plus RL_WANT_WRITE while output waits. */
-int rl_stream_take_wants(rl_stream *s);
+ * taken, plus RL_WANT_WRITE while output waits. now_ms: the time they are
+ * taken; a connect's timeout counts from then (the driver begins it now). */
+int rl_stream_take_wants(rl_stream *s, double now_ms);
 
 /* 1 if the stream wants anything of the driver (see rl_stream_take_wants). */
 int rl_stream_wanting(const rl_stream *s);

@@ -285,9 +285,15 @@ static int has_output(const rl_stream *s) {
     return s->state == RL_STREAM_UP && writable_end(s) > s->out_off;
 }
 
-int rl_stream_take_wants(rl_stream *s) {
+int rl_stream_take_wants(rl_stream *s, double now_ms) {
     int w = s->wants;
     s->wants = 0;
+    /* A driver may take the ask long after it was made (the nginx hub's
+     * timer runs once the worker gets back to its event loop): the connect
+     * is not judged on the time before it began. */
+    if ((w & RL_WANT_CONNECT) && s->state == RL_STREAM_CONNECTING &&
+        now_ms + s->opts->connect_timeout_ms > s->connect_by_ms)
+        s->connect_by_ms = now_ms + s->opts->connect_timeout_ms;
     if (has_output(s)) w |= RL_WANT_WRITE;
     return w;
 }

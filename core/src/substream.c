@@ -179,10 +179,14 @@ static int on_reply(rl_subs *s, rl_substream *n, const rl_reply *r, double now_m
 
 /* ---- what the driver reports, and what it is asked ---- */
 
-int rl_subs_take_wants(rl_subs *s, int i) {
+int rl_subs_take_wants(rl_subs *s, int i, double now_ms) {
     rl_substream *n = &s->nodes[i];
     int w = n->wants;
     n->wants = 0;
+    /* the connect begins now, however long after the ask (rl_stream_take_wants) */
+    if ((w & RL_WANT_CONNECT) && n->state == RL_STREAM_CONNECTING &&
+        now_ms + s->opts->connect_timeout_ms > n->connect_by_ms)
+        n->connect_by_ms = now_ms + s->opts->connect_timeout_ms;
     return has_output(n) ? w | RL_WANT_WRITE : w;
 }
 
@@ -278,8 +282,10 @@ int rl_subs_feed(rl_subs *s, int i, const char *data, size_t len, double now_ms)
     }
 }
 
+/* (a connect asked for and not taken by the driver yet has not begun: no deadline) */
 static double node_deadline(const rl_substream *n) {
-    return n->state == RL_STREAM_DOWN ? n->retry_at_ms : n->state == RL_STREAM_CONNECTING ? n->connect_by_ms : 0;
+    if (n->state == RL_STREAM_CONNECTING) return (n->wants & RL_WANT_CONNECT) ? 0 : n->connect_by_ms;
+    return n->state == RL_STREAM_DOWN ? n->retry_at_ms : 0;
 }
 
 double rl_subs_deadline(const rl_subs *s) {

@@ -66,7 +66,8 @@ typedef struct rl_substream {
     int handshaking;         /* CONNECTING: connected, the TLS handshake under way */
     int backoff_ms;          /* the last reconnect delay (0: the next failure waits reconnect_min_ms) */
     double retry_at_ms;      /* DOWN: when to connect again (if anything is watched then) */
-    double connect_by_ms;    /* CONNECTING: the connect deadline */
+    double connect_by_ms;    /* CONNECTING: the connect deadline (from the ask; once the driver
+                                takes the ask, from then) */
     rl_buf out;              /* bytes not written yet: out.data[out_off .. out.len) */
     size_t out_off;
     rl_reader reader;
@@ -159,7 +160,7 @@ void rl_subs_linger_advance(rl_subs *s, double now_ms);
 
 /* Node i's stream, as the command streams' rl_stream_* (stream.h): the
  * driver's wishes, what it reports, the bytes to write, the bytes read. */
-int rl_subs_take_wants(rl_subs *s, int i);
+int rl_subs_take_wants(rl_subs *s, int i, double now_ms);
 int rl_subs_wanting(const rl_subs *s, int i);
 void rl_subs_open(rl_subs *s, int i, double now_ms);
 int rl_subs_connected(rl_subs *s, int i, double now_ms);

@@ -732,6 +732,35 @@ static void connect_timeout_drops_the_attempt(int handshaking) {
     rl_engine_free(E);
 }
 
+/* A driver that takes the ask for a connect late (nginx's hub runs once its
+ * worker is back in its event loop) has not begun it until then: the connect
+ * timeout counts from the take, not from the ask. Before, a connect asked
+ * for more than connect_timeout_ms before the driver's first turn was
+ * dropped, never tried, as "connect timed out". */
+static void connect_timeout_counts_from_the_take(void) {
+    rl_options o;
+    rl_options_init(&o);
+    o.connect_timeout_ms = 30;
+    o.node_timeout_ms = 1000;
+    E = engine(urls5, 3, &o);
+    int id = rl_engine_begin_acquire(E, "r", 1, 10000, 0);
+    CHECK(rl_engine_deadline(E) > 30); /* only the round's: no connect has begun */
+    rl_engine_advance(E, 500);         /* the driver's first turn, late */
+    CHECK_INT(rl_engine_node_wants(E, 2), RL_WANT_CONNECT);
+    CHECK(near(rl_engine_deadline(E), 530));
+    rl_engine_advance(E, 529);
+    CHECK_INT(rl_engine_node_wants(E, 2), 0);
+    for (int i = 0; i < 2; i++) bring_up(i, run_id(i), 529);
+    rl_engine_advance(E, 530); /* the third one's connect did time out */
+    CHECK_INT(rl_engine_node_wants(E, 2), RL_WANT_CLOSE);
+    CHECK_STR(rl_engine_node_errstr(E, 2), "connect timed out after 30 ms");
+    for (int i = 0; i < 2; i++) drain(i, 530);
+    CHECK_INT(feed(0, "+OK\r\n", 531), RL_OK);
+    CHECK_INT(feed(1, "+OK\r\n", 531), RL_OK);
+    CHECK_INT(take(id).status, RL_STATUS_OK);
+    rl_engine_free(E);
+}
+
 /* Reconnect delays up to INT_MAX: the backoff doubles and caps without
  * overflowing (before: a minimum above INT_MAX / 2 doubled into a negative
  * delay, and the node was asked for again at once after its second failure). */
@@ -2423,6 +2452,7 @@ int main(void) {
     node_down_at_begin_fails_at_once_and_backs_off();
     connect_timeout_drops_the_attempt(0);
     connect_timeout_drops_the_attempt(1);
+    connect_timeout_counts_from_the_take();
     backoff_caps_without_overflow();
     node_timeout_then_step_check_passes();
     step_check_wrong_nonce_closes();

@@ -350,6 +350,26 @@ static void resubscribe_after_reconnect(void) {
     rl_engine_free(E);
 }
 
+/* A subscriber's connect taken late by the driver counts its timeout from
+ * the take (rl_engine_node_wants), as a command link's does. */
+static void connect_timeout_counts_from_the_take(void) {
+    rl_options o;
+    rl_options_init(&o);
+    o.connect_timeout_ms = 1000;
+    E = engine(urls3, 1, &o); /* one node: link 1 is its subscriber */
+    rl_engine_advance(E, 0);
+    rl_engine_watch(E, "a", 1, 0);
+    CHECK(rl_engine_deadline(E) < 0 || rl_engine_deadline(E) > 1000); /* no connect has begun */
+    rl_engine_advance(E, 5000); /* the driver's first turn, late */
+    CHECK_INT(rl_engine_node_wants(E, 1), RL_WANT_CONNECT);
+    CHECK(rl_engine_deadline(E) == 6000);
+    rl_engine_advance(E, 5999);
+    CHECK_INT(rl_engine_node_wants(E, 1), 0);
+    CHECK_INT(rl_engine_node_connected(E, 1, 1, 5999), RL_OK);
+    CHECK_STR(drain(1, 5999), command("SUBSCRIBE", (const char *[]){"a"}, 1));
+    rl_engine_free(E);
+}
+
 /* The reconnect delay doubles from reconnect_min_ms to reconnect_max_ms, and
  * a confirmed SUBSCRIBE starts it over; the connect timeout ends a connect
  * (or its TLS handshake); nothing watched, the retry is not made. */
@@ -495,6 +515,7 @@ static void wake_ends_a_linger(void) {
 }
 
 int main(void) {
+    connect_timeout_counts_from_the_take();
     subscribe_on_watch();
     unsubscribe_on_last_unwatch();
     counts_only_releases();
