@@ -413,6 +413,26 @@ describe("faults", function()
       assert(cluster.await_value(cl, r, nil, 1000, nil, dlm))
     end)
 
+    -- A release whose connection ends before its reply (here: held by a
+    -- frozen link, then the link is cut, so the node never got it) goes
+    -- again on the node's next connection. Before: it was lost, and the
+    -- node kept the key, and its vote from everyone else, for the whole ttl.
+    it("releases on a node whose connection dropped with the release unanswered", function()
+      local r = res("cut")
+      local lock = assert(dlm:try_lock(r, { ttl = 30000 }))
+      assert(cluster.await_value(cl, r, lock.value))
+      px[1]:set("stall") -- the release reaches the proxy, not the node
+      local ok, err, detail = lock:unlock()
+      assert.is_nil(err, tostring(err) .. " " .. cluster.show(detail))
+      assert.is_true(ok)
+      assert.equal(lock.value, cluster.get(cl, 1, r))
+      px[1]:set("reset") -- the link is cut: what it held is lost
+      cluster.drive(dlm) -- the client sees its connection to node 1 gone
+      px[1]:set("pass")
+      -- node 1 is reachable again: the release reaches it long before the ttl
+      assert(cluster.await_value(cl, r, nil, 3000, nil, dlm))
+    end)
+
     it("counts a node whose connections are reset as one failed vote", function()
       px[1]:set("reset")
       for _ = 1, 3 do

@@ -193,6 +193,47 @@ describe("redlock inside nginx", function()
     assert(ok, err)
   end)
 
+  -- A release whose connection to a node ends before its reply (the link
+  -- froze with it, then was cut: the node never got it) goes again on the
+  -- hub's next connection to that node, with no request to drive it.
+  -- Before: it was lost, and the node kept the key for the whole ttl.
+  it("releases on a node whose connection dropped with the release unanswered", function()
+    local px = faults.proxy(cl.ports[1])
+    local urls = { px.url }
+    for i = 2, cl.n do urls[i] = cl.urls[i] end
+    local r = res("cut")
+    srv = start {
+      workers = 1,
+      init = init_code(urls) .. ("CONTROL, NODE1 = %q, %d\n rcmd = require('helpers.resp').call"):format(px.control,
+        cl.ports[1]),
+      locations = { PING, [[
+        location = /cut {
+          content_by_lua_block {
+            local lock, err = DLM:try_lock(ngx.var.arg_r, { ttl = 30000 })
+            if not lock then ngx.say("fail ", err) return end
+            sproc.write_file(CONTROL, "stall\n") -- the release reaches the proxy, not the node
+            ngx.sleep(0.05)
+            local ok, uerr = lock:unlock()
+            local sock = ngx.socket.tcp()
+            assert(sock:connect("127.0.0.1", NODE1))
+            local held = rcmd(sock, "GET", ngx.var.arg_r)
+            sock:close()
+            sproc.write_file(CONTROL, "reset\n") -- the link is cut: what it held is lost
+            ngx.sleep(0.05)
+            sproc.write_file(CONTROL, "pass\n")
+            ngx.say(ok and "ok" or ("unlock-fail " .. tostring(uerr)), " ", tostring(held == lock.value))
+          }
+        }]] },
+    }
+    local status, body = srv:get("/cut?r=" .. r)
+    assert.equal(200, status)
+    assert.equal("ok true\n", body) -- node 1 held the key once the release was out
+    -- node 1 is reachable again: the release reaches it long before the ttl
+    local gone, why = cluster.await_value(cl, r, nil, 3000)
+    px:stop()
+    assert(gone, tostring(why) .. log())
+  end)
+
   -- Rounds decide at quorum: a release returns while node 1, its replies
   -- delayed by the fault proxy (well under the node timeout), still owes its
   -- reply, and that tail is finished by the node's reader. Many requests at

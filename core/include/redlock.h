@@ -291,6 +291,14 @@ int rl_begin_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms)
  */
 const char *rl_reserved_key(const char *prefix, size_t prefix_len, const char *resource, size_t len);
 
+/*
+ * Release and extend value's hold of resource: a compare-and-delete (or
+ * compare-and-PEXPIRE) on every node. A release that a node's connection
+ * lost unanswered (queued, in flight, or its reply lost) goes again on that
+ * node's next connection, even after its result is collected: the node
+ * frees the key then, not at its ttl; its vote in the result stays the
+ * failure. An extension is not sent again.
+ */
 int rl_begin_release(rl_client *c, const char *resource, size_t len, const char *value);
 int rl_begin_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms);
 
@@ -707,7 +715,8 @@ void rl_engine_node_down(rl_engine *e, int node, const char *why, double now_ms)
  * command answered, nothing unwritten) and may be reused; 0 if it must be
  * closed: its commands are then answered with an error. Either way the
  * engine forgets the connection, and the next command asks for one, with no
- * backoff. */
+ * backoff (a release among those answered asks at once: it goes again on
+ * the next connection, see rl_begin_release). */
 int rl_engine_node_detach(rl_engine *e, int node, double now_ms);
 
 /* The bytes to write to node now (*data valid until the next call on e),

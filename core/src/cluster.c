@@ -303,7 +303,7 @@ void rl_cluster_ask_map(rl_engine *e, int i) {
         return;
     }
     static const char cmd[] = "*2\r\n$7\r\nCLUSTER\r\n$5\r\nNODES\r\n";
-    rl_ticket t = {-1, 0, RL_KIND_TOPOLOGY, e->now, 0, 0, 0, 0, 0, 0};
+    rl_ticket t = {-1, 0, RL_KIND_TOPOLOGY, e->now, 0, 0, 0, 0, 0, 0, 0};
     /* each stream once per spell: the seed's (bit 0), then the shards' (bit k + 1) */
     int sent = !(c->tried & 1) && e->nodes[i].state != RL_STREAM_DOWN &&
                rl_stream_send(&e->nodes[i], cmd, sizeof(cmd) - 1, t, e->now) == 0;

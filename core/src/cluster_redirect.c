@@ -64,7 +64,7 @@ int rl_shard_send(rl_shard *sh, const char *cmd, size_t len, rl_ticket t) {
 /* See cluster.h. */
 int rl_shard_send_asking(rl_shard *sh) {
     static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
-    rl_ticket a = {-1, 0, RL_KIND_ASKING, sh->e->now, 0, 0, 0, 0, 0, 0};
+    rl_ticket a = {-1, 0, RL_KIND_ASKING, sh->e->now, 0, 0, 0, 0, 0, 0, 0};
     return rl_shard_send(sh, asking, sizeof(asking) - 1, a);
 }
 

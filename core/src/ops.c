@@ -108,7 +108,7 @@ static void op_start_cleanup(rl_engine *e, rl_op *op) {
     op->cleanup_sent = 0;
     int encoded = rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, op->res.value, 1) == 0 &&
                   rl_op_cluster_form(e, op, &op->cmd, &op->ccmd) >= 0;
-    rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, e->now, 0, 0, 0, 0, 0, 0};
+    rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, e->now, 0, 0, 0, 0, 0, 0, 0};
     for (int i = 0; i < e->nnodes; i++) {
         rl_node_result *n = &op->res.node[i];
         if (!(op->sent & (1u << i)) || n->state == RL_NODE_TAKEN) continue;
@@ -463,7 +463,8 @@ void rl_op_send_round(rl_engine *e, rl_op *op, int kind, double start_ms, int fi
     start_timer(e, op);
     unsigned gen = op->gen;
     if (first) op->set_gen = gen;
-    rl_ticket t = {op->slot, gen, kind, e->now, 0, 0, 0, 0, 0, 0};
+    rl_ticket t = {op->slot, gen, kind, e->now, 0, 0, 0, 0, 0, 0, 0};
+    t.resend = kind == RL_OP_RELEASE; /* a release its node's connection lost goes again on the next */
     /* Every node that can take the command gets it before any failed vote
      * is counted: a round decided by its failures (a quorum of nodes down
      * or suspect) still reaches the others, so a release deletes our value

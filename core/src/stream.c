@@ -40,10 +40,16 @@ static void clear_connection(rl_stream *s) {
 
 /* Answer every command of the connection that just ended with why; written:
  * how far its output had been written (a command not wholly written never
- * ran: its ticket says unsent). A callback may send to this stream again
- * (and so ask for a new connection): answer only the oldest ring_count
- * tickets, this connection's. */
-static void answer_all(rl_stream *s, const char *why, long long written) {
+ * ran: its ticket says unsent). The releases among them go again on the
+ * next connection, whether or not they ran: a compare-and-delete by a
+ * value nobody else has is safe to run twice. A callback may send to this
+ * stream again (and so ask for a new connection): answer only the oldest
+ * ring_count tickets, this connection's. */
+static void answer_all(rl_stream *s, const char *why, long long written, double now_ms) {
+    char text[RL_NODE_ERR_LEN];
+    snprintf(text, sizeof(text), "%s", why); /* s->errstr may say "connecting" once a release is kept */
+    why = text;
+    rl_stream_keep_resends(s, 0, now_ms);
     for (unsigned old = s->ring_count; old > 0; old--) {
         rl_ticket t = rl_stream_ring_pop(s);
         t.unsent = t.end > written;
@@ -64,7 +70,7 @@ void rl_stream_drop(rl_stream *s, const char *why, int close_it, double now_ms) 
     long long written = s->written_total;
     clear_connection(s);
     schedule_reconnect(s, now_ms);
-    answer_all(s, s->errstr, written);
+    answer_all(s, s->errstr, written, now_ms);
 }
 
 void rl_stream_reset(rl_stream *s, const char *why, double now_ms) {
@@ -100,7 +106,7 @@ void rl_stream_withdraw_held(rl_stream *s, double now_ms) {
     if (!rl_stream_setup_text(s, now_ms, why, sizeof(why))) return;
     /* The held commands are the newest tickets: those that end after the
      * setup (position 0). Copied out first: answering them may queue more. */
-    unsigned k = 0;
+    unsigned k = 0, resends = 0;
     while (k < s->ring_count && s->ring[(s->ring_head + s->ring_count - 1 - k) % s->ring_cap].end > 0) k++;
     if (k == 0) return;
     rl_ticket *held = malloc(k * sizeof(*held));
@@ -112,8 +118,11 @@ void rl_stream_withdraw_held(rl_stream *s, double now_ms) {
         held[i] = s->ring[(s->ring_head + s->ring_count - k + i) % s->ring_cap];
         if (held[i].kind == CHECK_ECHO) s->step_check = 0;
         if (held[i].kind == LOAD_SCRIPT) s->scripts_loading = 0;
+        if (held[i].resend) resends++;
     }
     s->ring_count -= k;
+    /* the releases among them (the newest kept copies) go once the setup has succeeded */
+    rl_stream_keep_resends(s, s->resend_count - resends, now_ms);
     s->out.len = s->hold_at; /* the setup's bytes, written or not, stay */
     if (s->out_off == s->out.len) s->out.len = s->out_off = s->hold_at = 0;
     s->queued_total = 0;
@@ -125,7 +134,6 @@ void rl_stream_withdraw_held(rl_stream *s, double now_ms) {
 }
 
 int rl_stream_detach(rl_stream *s, double now_ms) {
-    (void)now_ms;
     int clean = s->state == RL_STREAM_UP && !s->holding && s->ring_count == 0 && s->out_off == s->out.len;
     if (s->state == RL_STREAM_IDLE || s->state == RL_STREAM_DOWN) return 0;
     snprintf(s->errstr, sizeof(s->errstr), "%s", clean ? "connection detached" : "connection closed with replies outstanding");
@@ -133,7 +141,7 @@ int rl_stream_detach(rl_stream *s, double now_ms) {
     long long written = s->written_total;
     clear_connection(s);
     s->state = RL_STREAM_IDLE;
-    answer_all(s, s->errstr, written);
+    answer_all(s, s->errstr, written, now_ms);
     return clean;
 }
 
@@ -152,7 +160,7 @@ static int script_loads(rl_buf *cmd, rl_ticket *t, int *n, double now_ms) {
         const char *argv[3] = {"SCRIPT", "LOAD", scripts[i]};
         size_t lens[3] = {6, 4, strlen(scripts[i])};
         if (rl_cmd_append_argv(cmd, 3, argv, lens) != 0) return -1;
-        t[(*n)++] = (rl_ticket){-1, 0, LOAD_SCRIPT, now_ms, 0, (long long)cmd->len, 0, 0, 0, 0};
+        t[(*n)++] = (rl_ticket){-1, 0, LOAD_SCRIPT, now_ms, 0, (long long)cmd->len, 0, 0, 0, 0, 0};
     }
     return 0;
 }
@@ -183,18 +191,18 @@ static int build_setup(const rl_stream *s, rl_buf *cmd, rl_ticket t[3 + SHA_SCRI
     int n = 0;
     int auth = rl_cmd_auth(cmd, s->url->user, s->url->password);
     if (auth < 0) return -1;
-    if (auth) t[n++] = (rl_ticket){-1, 0, SETUP_AUTH, now_ms, 0, (long long)cmd->len, 0, 0, 0, 0};
+    if (auth) t[n++] = (rl_ticket){-1, 0, SETUP_AUTH, now_ms, 0, (long long)cmd->len, 0, 0, 0, 0, 0};
     if (s->url->db) {
         char db[16];
         const char *argv[2] = {"SELECT", db};
         size_t lens[2] = {6, (size_t)snprintf(db, sizeof(db), "%d", s->url->db)};
         if (rl_cmd_append_argv(cmd, 2, argv, lens) != 0) return -1;
-        t[n++] = (rl_ticket){-1, 0, SETUP_SELECT, now_ms, 0, (long long)cmd->len, 0, 0, 0, 0};
+        t[n++] = (rl_ticket){-1, 0, SETUP_SELECT, now_ms, 0, (long long)cmd->len, 0, 0, 0, 0, 0};
     }
     const char *argv[2] = {"INFO", "server"};
     size_t lens[2] = {4, 6};
     if (rl_cmd_append_argv(cmd, 2, argv, lens) != 0) return -1;
-    t[n++] = (rl_ticket){-1, 0, SETUP_INFO, now_ms, 0, (long long)cmd->len, 0, 0, 0, 0};
+    t[n++] = (rl_ticket){-1, 0, SETUP_INFO, now_ms, 0, (long long)cmd->len, 0, 0, 0, 0, 0};
     if (script_loads(cmd, t, &n, now_ms) != 0) return -1;
     return n;
 }
@@ -428,4 +436,9 @@ void rl_stream_free(rl_stream *s) {
     free(s->redo_lens);
     s->redo_lens = NULL;
     s->redo_count = s->redo_cap = s->redo_queued = 0;
+    rl_buf_free(&s->resends);
+    free(s->resend_lens);
+    s->resend_lens = NULL;
+    s->resend_off = 0;
+    s->resend_first = s->resend_count = s->resend_cap = 0;
 }

@@ -41,6 +41,8 @@ typedef struct rl_ticket {
     int redirects; /* on a cluster node: MOVED/ASK redirections it followed (cluster.c) */
     int asked;     /* on a cluster node: sent after ASKING (an ASK is followed once) */
     int tryagains; /* on a cluster node: times sent again after TRYAGAIN (cluster_redirect.c) */
+    int resend;    /* a user's release: kept until answered, and if its connection ends first, sent again
+                      on the next one (rl_stream_redo), whether or not it went out */
 } rl_ticket;
 
 /* Called for every reply to a command sent with rl_stream_send, in order.
@@ -130,6 +132,14 @@ typedef struct rl_stream {
     unsigned redo_count, redo_cap;
     unsigned redo_queued;    /* the first redo_queued are queued on this connection, */
     long long redo_end;      /* ending there in its output */
+    /* The commands of this connection's tickets with resend set that are
+     * not answered yet, oldest first, back to back from resends.data +
+     * resend_off, their lengths from resend_lens[resend_first]: when the
+     * connection ends, they join the releases kept above. */
+    rl_buf resends;
+    size_t resend_off;
+    size_t *resend_lens;
+    unsigned resend_first, resend_count, resend_cap;
 } rl_stream;
 
 /* Prepare s, node index of the npeers streams at peers. Idle: nothing is
@@ -148,19 +158,25 @@ void rl_stream_open(rl_stream *s, double now_ms);
 int rl_stream_connected(rl_stream *s, int fresh, double now_ms);
 
 /* The driver's connection failed or ended (why says how): every command on
- * it is answered with why, and the stream reconnects after its backoff. */
+ * it is answered with why (its resend tickets' commands are kept first, see
+ * rl_stream_redo), and the stream reconnects after its backoff. */
 void rl_stream_down(rl_stream *s, const char *why, double now_ms);
 
 /* The driver stops using the connection (a pooled connection handed back).
  * Return 1 if it is clean (set up, nothing unanswered or unwritten: it may
  * be reused), 0 if not (the driver must close it; its commands are answered
- * with an error). The stream is idle afterwards, with no backoff. */
+ * with an error, its releases kept as by rl_stream_down, which asks for a
+ * new connection). The stream is idle afterwards, with no backoff. */
 int rl_stream_detach(rl_stream *s, double now_ms);
 
 /* Queue a pre-encoded command. An idle stream, or one down past its
- * backoff, asks for a connection and queues behind it. Return 0, or -1 if it
- * cannot take the command now (down, out of memory: the reason is in
- * s->errstr). Never calls on_reply. */
+ * backoff, asks for a connection and queues behind it. With ticket.resend, a
+ * copy is kept until it is answered (none past RL_REDO_MAX bytes or out of
+ * memory: it then goes out once): if its connection ends first, or it is
+ * taken back from behind a setup (rl_stream_withdraw_held), the copy is kept
+ * for the next connection (rl_stream_redo), its ticket answered as usual.
+ * Return 0, or -1 if it cannot take the command now (down, out of memory:
+ * the reason is in s->errstr). Never calls on_reply. */
 int rl_stream_send(rl_stream *s, const char *cmd, size_t len, rl_ticket ticket, double now_ms);
 
 /* Queue two commands back to back (a write and the WAIT behind it), as
@@ -220,7 +236,8 @@ int rl_stream_setup_text(const rl_stream *s, double now_ms, char *buf, size_t le
 /* While the connection's setup is under way (see rl_stream_setup_text):
  * take back every command queued behind the setup, none of which has gone
  * out, answering each (unsent) with that text. The connection goes on with
- * its setup; releases kept for it (rl_stream_redo) stay kept. */
+ * its setup; releases kept for it (rl_stream_redo) stay kept, and the
+ * releases among those taken back (resend tickets) join them. */
 void rl_stream_withdraw_held(rl_stream *s, double now_ms);
 
 /* Take back every command of the connection that take(owner, node, ticket)
@@ -232,7 +249,8 @@ void rl_stream_withdraw_held(rl_stream *s, double now_ms);
 void rl_stream_withdraw(rl_stream *s, int (*take)(void *owner, int node, rl_ticket t), void *owner);
 
 /* Keep a pre-encoded release (of a failed acquire whose SET may have run)
- * that could not go out on the connection its SET went out on: it is
+ * that could not go out on the connection its SET went out on, or one
+ * queued with a resend ticket whose connection ended unanswered: it is
  * queued on the next connection once its setup has succeeded (at once if
  * one is ready), and sent again on every later connection until it has
  * been written; its reply is ignored. An idle stream asks for a connection.

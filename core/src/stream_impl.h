@@ -50,6 +50,12 @@ int rl_stream_queue(rl_stream *s, const char *cmd, size_t len, rl_ticket t, doub
  * connection, if it is up and set up. */
 void rl_stream_flush_redo(rl_stream *s, double now_ms);
 
+/* The releases of this connection awaiting their replies (tickets with
+ * resend), from the from-th on, are kept for the next connection
+ * (rl_stream_redo) and no longer awaited here: their connection ended, or
+ * they were taken back unsent. */
+void rl_stream_keep_resends(rl_stream *s, unsigned from, double now_ms);
+
 /* The stall watchdog looks every stall_reset/2 while commands are
  * unanswered: arm it if it is not. */
 void rl_stream_arm_watchdog(rl_stream *s, double now_ms);

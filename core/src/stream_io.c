@@ -81,13 +81,88 @@ void rl_stream_arm_watchdog(rl_stream *s, double now_ms) {
         s->watch_at_ms = now_ms + s->opts->stall_reset_ms / 2.0;
 }
 
+/* ---- commands kept: lists of commands back to back ---- */
+
+/* Room in *lens (of *cap) for one more length after count. 0, or -1. */
+static int lens_reserve(size_t **lens, unsigned *cap, unsigned count) {
+    if (count < *cap) return 0;
+    unsigned n = *cap ? *cap * 2 : 8;
+    size_t *grown = realloc(*lens, n * sizeof(*grown));
+    if (!grown) return -1;
+    *lens = grown;
+    *cap = n;
+    return 0;
+}
+
+/* The copy of the i-th release awaiting its reply: where it starts. */
+static size_t resend_at(const rl_stream *s, unsigned i) {
+    size_t off = s->resend_off;
+    for (unsigned k = 0; k < i; k++) off += s->resend_lens[s->resend_first + k];
+    return off;
+}
+
+/* Keep a copy of a release (a ticket with resend) queued on this
+ * connection until it is answered: 0, or -1 if out of memory or past
+ * RL_REDO_MAX bytes (it then goes out once, and is not kept). The copies
+ * answered are dropped from the front lazily: moved out once they are at
+ * least as many as those still kept. */
+static int resend_push(rl_stream *s, const char *cmd, size_t len) {
+    if (s->resend_first > 0 && s->resend_first >= s->resend_count) {
+        memmove(s->resends.data, s->resends.data + s->resend_off, s->resends.len - s->resend_off);
+        s->resends.len -= s->resend_off;
+        memmove(s->resend_lens, s->resend_lens + s->resend_first, s->resend_count * sizeof(*s->resend_lens));
+        s->resend_off = 0;
+        s->resend_first = 0;
+    }
+    if (s->resends.len - s->resend_off + len > RL_REDO_MAX || rl_buf_reserve(&s->resends, len) != 0 ||
+        lens_reserve(&s->resend_lens, &s->resend_cap, s->resend_first + s->resend_count) != 0)
+        return -1;
+    memcpy(s->resends.data + s->resends.len, cmd, len);
+    s->resends.len += len;
+    s->resend_lens[s->resend_first + s->resend_count++] = len;
+    return 0;
+}
+
+/* Forget the copy of the i-th release awaiting its reply (it was answered,
+ * or taken back unsent). */
+static void resend_forget(rl_stream *s, unsigned i) {
+    size_t len = s->resend_lens[s->resend_first + i];
+    if (i == 0) {
+        s->resend_off += len;
+        s->resend_first++;
+    } else {
+        size_t off = resend_at(s, i);
+        unsigned k = s->resend_first + i;
+        memmove(s->resends.data + off, s->resends.data + off + len, s->resends.len - off - len);
+        s->resends.len -= len;
+        memmove(s->resend_lens + k, s->resend_lens + k + 1, (s->resend_count - i - 1) * sizeof(*s->resend_lens));
+    }
+    if (--s->resend_count == 0) s->resends.len = s->resend_off = s->resend_first = 0;
+}
+
+void rl_stream_keep_resends(rl_stream *s, unsigned from, double now_ms) {
+    if (from >= s->resend_count) return;
+    size_t at = resend_at(s, from), off = at;
+    for (unsigned k = from; k < s->resend_count; k++) {
+        size_t len = s->resend_lens[s->resend_first + k];
+        /* past RL_REDO_MAX or out of memory, the key stays until its ttl */
+        (void)rl_stream_redo(s, s->resends.data + off, len, now_ms);
+        off += len;
+    }
+    s->resends.len = at;
+    s->resend_count = from;
+    if (from == 0) s->resends.len = s->resend_off = s->resend_first = 0;
+}
+
 /* Append a command and its ticket, both or neither. */
 int rl_stream_queue(rl_stream *s, const char *cmd, size_t len, rl_ticket t, double now_ms) {
     t.end = s->queued_total + (long long)len;
-    if (rl_buf_reserve(&s->out, len) != 0 || ring_push(s, t) != 0) {
+    if (rl_buf_reserve(&s->out, len) != 0 || rl_stream_ring_reserve(s, 1) != 0) {
         snprintf(s->errstr, sizeof(s->errstr), "out of memory");
         return -1;
     }
+    if (t.resend && resend_push(s, cmd, len) != 0) t.resend = 0;
+    (void)ring_push(s, t); /* room was made */
     memcpy(s->out.data + s->out.len, cmd, len);
     s->out.len += len;
     s->queued_total += (long long)len;
@@ -100,14 +175,16 @@ int rl_stream_queue(rl_stream *s, const char *cmd, size_t len, rl_ticket t, doub
  * written_total), and a command starts where the one before it ends. */
 void rl_stream_withdraw(rl_stream *s, int (*take)(void *owner, int node, rl_ticket t), void *owner) {
     long long start = s->ring_start, removed = 0, redo_removed = 0;
-    unsigned kept = 0;
+    unsigned kept = 0, resend = 0; /* resend: the copy of the next ticket with resend */
     for (unsigned i = 0; i < s->ring_count; i++) {
         rl_ticket t = s->ring[(s->ring_head + i) % s->ring_cap];
         long long end = t.end, len = end - start;
         if (t.kind > 0 && start >= s->written_total && take(owner, s->index, t)) {
             removed += len;
             if (s->redo_queued && end <= s->redo_end) redo_removed += len;
+            if (t.resend) resend_forget(s, resend);
         } else {
+            if (t.resend) resend++;
             if (removed > 0 && start >= s->written_total) {
                 size_t from = s->out_off + (size_t)(start - s->written_total);
                 memmove(s->out.data + from - removed, s->out.data + from, (size_t)len);
@@ -145,7 +222,7 @@ void rl_stream_flush_redo(rl_stream *s, double now_ms) {
     size_t off = 0;
     for (unsigned i = 0; i < s->redo_count; i++) {
         if (i >= s->redo_queued) {
-            rl_ticket t = {-1, 0, REDO, now_ms, 0, 0, 0, 0, 0, 0};
+            rl_ticket t = {-1, 0, REDO, now_ms, 0, 0, 0, 0, 0, 0, 0};
             if (rl_stream_queue(s, s->redo.data + off, s->redo_lens[i], t, now_ms) != 0) break;
             s->redo_queued = i + 1;
             s->redo_end = s->queued_total;
@@ -156,13 +233,7 @@ void rl_stream_flush_redo(rl_stream *s, double now_ms) {
 
 int rl_stream_redo(rl_stream *s, const char *cmd, size_t len, double now_ms) {
     if (s->redo.len + len > RL_REDO_MAX || rl_buf_reserve(&s->redo, len) != 0) return -1;
-    if (s->redo_count == s->redo_cap) {
-        unsigned cap = s->redo_cap ? s->redo_cap * 2 : 8;
-        size_t *lens = realloc(s->redo_lens, cap * sizeof(*lens));
-        if (!lens) return -1;
-        s->redo_lens = lens;
-        s->redo_cap = cap;
-    }
+    if (lens_reserve(&s->redo_lens, &s->redo_cap, s->redo_count) != 0) return -1;
     memcpy(s->redo.data + s->redo.len, cmd, len);
     s->redo.len += len;
     s->redo_lens[s->redo_count++] = len;
@@ -267,6 +338,7 @@ int rl_stream_feed(rl_stream *s, const char *data, size_t len, double now_ms) {
             rl_ticket t = rl_stream_ring_pop(s);
             s->ring_start = t.end;
             s->answered_ms = now_ms;
+            if (t.resend) resend_forget(s, 0); /* answered: its copy is not needed */
             if (t.kind > 0) s->on_reply(s->owner, s->index, t, reply, NULL);
             else internal_reply(s, t, reply, now_ms);
         }
@@ -308,7 +380,7 @@ void rl_stream_queue_check(rl_stream *s, double now_ms) {
     char nonce[48], cmd[80];
     int nlen = step_nonce(s, s->checks_queued, nonce, sizeof(nonce));
     int len = snprintf(cmd, sizeof(cmd), "*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n", nlen, nonce);
-    rl_ticket t = {-1, 0, CHECK_ECHO, now_ms, 0, 0, 0, 0, 0, 0};
+    rl_ticket t = {-1, 0, CHECK_ECHO, now_ms, 0, 0, 0, 0, 0, 0, 0};
     if (rl_stream_queue(s, cmd, (size_t)len, t, now_ms) != 0) return;
     s->checks_queued++;
     s->step_check++;

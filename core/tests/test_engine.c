@@ -1442,6 +1442,60 @@ static void cleanup_unwritten_when_the_connection_ends_is_kept(void) {
     rl_engine_free(E);
 }
 
+/* A user's release whose node's connection ends before it is answered,
+ * written or not, goes again as it was on the node's next connection once
+ * its setup is answered, also when the release's result is long out: a
+ * compare-and-delete of our value is safe to run twice. Its reply there is
+ * ignored; a later connection does not get it again; a node that answered
+ * gets nothing more. Before, it was lost with the connection: the node kept
+ * the key, and its vote from everyone else, until the ttl. */
+static void release_lost_with_its_connection_goes_on_the_next(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_release(E, "r", 1, VALUE, 0);
+    bring_up_all(3, 0);
+    CHECK_STR(drain(0, 0), script_cmd(1, "r", VALUE, 0)); /* written; never answered */
+    CHECK_STR(drain(2, 0), script_cmd(1, "r", VALUE, 0));
+    CHECK_INT(feed(2, ":1\r\n", 1), RL_OK);
+    rl_engine_node_down(E, 1, "connection lost", 2); /* before node 1's was written */
+    rl_engine_advance(E, 50);                        /* node 0 times out */
+    rl_result r = take(id);
+    CHECK_INT(r.node[1].state, RL_NODE_ERROR);
+    CHECK_STR(r.node[1].errstr, "connection lost");
+    CHECK_INT(r.node[0].state, RL_NODE_TIMEOUT);
+    rl_engine_node_down(E, 0, "connection reset: no reply for 500 ms", 60); /* the release is quiet now */
+    /* node 1 is back after its backoff: the release once the setup is answered */
+    rl_engine_advance(E, 52);
+    CHECK_INT(rl_engine_node_wants(E, 1) & RL_WANT_CONNECT, RL_WANT_CONNECT);
+    CHECK_INT(rl_engine_node_connected(E, 1, 1, 52), RL_OK);
+    CHECK_STR(drain(1, 52), plain_setup());
+    CHECK_INT(drain(1, 52)[0], 0); /* held behind the setup */
+    CHECK_INT(feed(1, info_reply(run_id(1)), 53), RL_OK);
+    CHECK_INT(feed(1, LOADS_REPLY, 53), RL_OK);
+    CHECK_STR(drain(1, 53), script_cmd(1, "r", VALUE, 0));
+    CHECK_INT(feed(1, ":1\r\n", 54), RL_OK); /* its reply is taken and ignored */
+    /* so is node 0, after the release's result was taken */
+    rl_engine_advance(E, 110);
+    CHECK_INT(rl_engine_node_connected(E, 0, 1, 110), RL_OK);
+    CHECK_STR(drain(0, 110), plain_setup());
+    CHECK_INT(feed(0, info_reply(run_id(0)), 111), RL_OK);
+    CHECK_INT(feed(0, LOADS_REPLY, 111), RL_OK);
+    CHECK_STR(drain(0, 111), script_cmd(1, "r", VALUE, 0));
+    CHECK_INT(feed(0, ":0\r\n", 112), RL_OK);
+    CHECK_INT(rl_engine_unwritten(E), 0);
+    /* answered there: a later connection does not get it again */
+    rl_engine_node_down(E, 0, "connection lost", 120);
+    rl_engine_node_down(E, 2, "connection lost", 120);
+    rl_engine_advance(E, 170);
+    for (int i = 0; i < 3; i += 2) {
+        CHECK_INT(rl_engine_node_connected(E, i, 1, 170), RL_OK);
+        CHECK_STR(drain(i, 170), plain_setup());
+        CHECK_INT(feed(i, info_reply(run_id(i)), 171), RL_OK);
+        CHECK_INT(feed(i, LOADS_REPLY, 171), RL_OK);
+        CHECK_INT(drain(i, 171)[0], 0);
+    }
+    rl_engine_free(E);
+}
+
 /* ---- 7. a stream out of step ---- */
 
 /* A reply whose type cannot answer its command (an integer to a SET, a status
@@ -2474,6 +2528,7 @@ int main(void) {
     setup_is_timed_from_the_connect();
     cleanup_after_a_reset_goes_on_the_next_connection();
     cleanup_unwritten_when_the_connection_ends_is_kept();
+    release_lost_with_its_connection_goes_on_the_next();
     reply_of_wrong_type_drops_the_connection();
     setup_auth_and_select_refused();
     setup_same_run_id_refused();
