@@ -909,6 +909,26 @@ describe("redlock inside nginx", function()
     proc.rmdir(dir)
     assert(ok, tostring(err) .. "\nrequest: " .. tostring(out) .. log())
   end)
+  -- Before: with_lock returned the function's "done" though the lock had run
+  -- out while it slept (and another request could have held it meanwhile).
+  it("raises from a with_lock whose lock ran out while the function ran, after the release", function()
+    srv = one_worker { [[
+        location = /outlived {
+          content_by_lua_block {
+            local ok, err = pcall(DLM.with_lock, DLM, ngx.var.arg_r, { ttl = 300, keepalive = false }, function()
+              ngx.sleep(0.6)
+              return "done"
+            end)
+            ngx.say(tostring(ok), " ", (tostring(err):gsub("^[^:]+:%d+: ", "")))
+          }
+        }]] }
+    local r = res("outlived")
+    local status, body = srv:get("/outlived?r=" .. r)
+    assert.equal(200, status, log())
+    assert.equal(("false lock on '%s' was lost while the function ran: its validity ran out before the function "
+      .. "returned\n"):format(r), body, log())
+  end)
+
   -- Before: the timers extended every ttl/3 whatever the margin, so a lock
   -- kept with ttl 6000 and margin 4800 had its validity fall below the
   -- margin between extensions (remaining ~4500 ms 3.5 s in) while lost()

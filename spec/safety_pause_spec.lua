@@ -10,7 +10,8 @@
 -- 2. With fencing: the store refuses A's stale write (B's token is higher).
 -- 3. With keep-alive (dlm:with_lock): the pause stops A's keeper too, so the
 --    lock runs out all the same. Once continued, A learns it lost the lock
---    (lock:lost() is true, lock:check() raises); the spec measures how soon.
+--    (lock:lost() is true, lock:check() raises, and with_lock raises after
+--    the release instead of returning); the spec measures how soon.
 -- 4. With `redlock exec`: the host process is stopped, not the command it
 --    runs (a host stalled by its machine, say). Once continued, the host finds
 --    the lock lost and sends the command SIGTERM; the spec measures how soon.
@@ -91,6 +92,7 @@ describe("fault row 7: a holder paused past its validity", function()
       { "learned_after_cont_ms", a.lost and math.floor(a.learned_at_ms - cont_us / 1000) or "never" } })
     assert.are.equal(1, a.lost, a.line)
     assert.are.equal("true", a.check_raised)
+    assert.are.equal("true", a.with_lock_raised, a.line) -- and with_lock said so, not fn's results
     assert.is_true(stopped_us < b.enter_us and b.exit_us < cont_us, b.line)
     -- it learns once it runs again, not before, and soon: within one ttl of
     -- being continued (its keeper's next turn, or its own check of the

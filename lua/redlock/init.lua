@@ -262,9 +262,24 @@ local function pack(...)
     return { n = select("#", ...), ... }
 end
 
+-- Why lk, with_lock's lock, is no longer held now that its function has
+-- returned, or nil: it is valid, or the function released it itself (a
+-- release is no loss).
+local function lost_by_now(lk)
+    if lk.released or lk:valid() then return nil end
+    if lk.kept ~= nil then return "keep-alive could not extend it in time, or found it gone" end
+    return "its validity ran out before the function returned"
+end
+
 --- Acquire resource, run fn(lock, ...), always release. Keep-alive is on
 --- unless opts.keepalive == false. Returns fn's results, or nil, err, detail
---- when the lock was not acquired; an error in fn is raised again after release.
+--- when the lock was not acquired; an error in fn is raised again after
+--- release. When the lock was lost before fn returned (lock:valid() false
+--- then, or the release found it held on no quorum), raises "lock on
+--- '<resource>' was lost while the function ran: <why>" after the release
+--- instead of returning: fn's work may have overlapped another holder's. A
+--- release that fails otherwise (nodes unreachable) is no loss: the lock
+--- was valid, and runs out on the nodes that kept it.
 function dlm:with_lock(resource, opts, fn, ...)
     check_self(self, dlm_mt, "with_lock", "a client", "dlm:with_lock(...)")
     lock_options(self, "with_lock", resource, opts)
@@ -280,10 +295,16 @@ function dlm:with_lock(resource, opts, fn, ...)
     -- the request however fn ends it, whatever fn does to ngx.ctx
     local owner = keep.own(lk, {})
     local out = pack(pcall(fn, lk, ...))
+    local lost = lost_by_now(lk)
     -- a release that failed is nobody's to try again: the keeper does
-    if not lk:unlock() and not lk.released then keep.let_go(lk) end
+    local released, why = lk:unlock()
+    if not released and not lk.released then keep.let_go(lk) end
     if owner ~= nil then keep.own(lk, nil) end -- (the frame holds owner until here)
     if not out[1] then error(out[2], 0) end
+    if not lost and why == "not held" then
+        lost = "the release found it held on no quorum (it had expired or been taken over)"
+    end
+    if lost then error("lock on '" .. resource .. "' was lost while the function ran: " .. lost, 2) end
     return unpack(out, 2, out.n)
 end
 

@@ -16,11 +16,13 @@
 -- MODE "kept":   dlm:with_lock (keep-alive); instead of reading and writing,
 --                look at lock:lost() every millisecond for HOLD ms; once it is
 --                true, check lock:check() raises, note when that was against
---                the validity the lock last had, and leave.
+--                the validity the lock last had, and leave; then check that
+--                with_lock raised, after its release, naming the resource.
 --
 -- Prints one line: "acquired=1 token=T read=V write=ok|stale|none
 -- enter_us=U exit_us=U ..." (kept: "lost=1 learned_after_ms=X learned_at_ms=Y
--- check_raised=true"), or "acquired=0 err=..." and exits 1.
+-- check_raised=true with_lock_raised=true|false"), or "acquired=0 err=..."
+-- and exits 1.
 -- LUA_PATH / LUA_CPATH come from the spawning spec.
 local proc = require "helpers.proc"
 local history = require "helpers.history"
@@ -59,7 +61,7 @@ local out = {}
 local function note(fmt, ...) out[#out + 1] = fmt:format(...) end
 
 if mode == "kept" then
-  local ok, err = dlm:with_lock(resource, opts, function(lock)
+  local returned, ok, err = pcall(dlm.with_lock, dlm, resource, opts, function(lock)
     log:enter()
     note("acquired=1 enter_us=%d", proc.now_us())
     proc.write_file(ready, "held\n")
@@ -78,6 +80,14 @@ if mode == "kept" then
     note("exit_us=%d", proc.now_us())
     return true
   end)
+  if not returned then -- the loss, raised after the release ("lock on '<resource>' was lost ...")
+    local named = tostring(ok):find("lock on '" .. resource .. "' was lost", 1, true) ~= nil
+    note("with_lock_raised=%s", tostring(named))
+    if not named then io.stderr:write("with_lock raised: ", tostring(ok), "\n") end
+    ok = true
+  elseif ok then
+    note("with_lock_raised=false")
+  end
   if not ok then
     io.write("acquired=0 err=", tostring(err), "\n")
     os.exit(1)
