@@ -572,8 +572,15 @@ int rl_client_listening(const rl_client *c);
  * (redis-cluster://host:port+host:port, see rl_client_new) has more: each
  * master of it (each *shard*) gets links 2N + 2k (commands) and
  * 2N + 2k + 1 (its subscriber), k counting every cluster node's shards as
- * the engine learns of them, so rl_engine_links() grows; link i then
- * serves only to read the cluster's map. Every rl_engine_node_* call below
+ * the engine learns of them, so rl_engine_links() grows (to 2N + 2 *
+ * RL_MAX_SHARDS at most); link i then serves only to read the cluster's
+ * map. Once RL_MAX_SHARDS shards are made, a master at a new address takes
+ * over a shard that no map names any more and that owes nothing (its
+ * links keep their numbers): the engine first asks the driver to close
+ * both of that shard's links (RL_WANT_CLOSE) and, until the driver takes
+ * that, refuses what it reports of them. So a link's address may change:
+ * read it again (rl_engine_node_host/port/tls/tls_name) each time the
+ * engine asks a shard's link to connect. Every rl_engine_node_* call below
  * that takes "node" takes a link; every kind is driven alike: where it
  * connects is rl_engine_node_host/port/tls of the link. A
  * subscriber link is always a fresh connection (the engine sends AUTH
@@ -677,7 +684,8 @@ int rl_engine_begin_extend(rl_engine *e, const char *resource, size_t len, const
 unsigned rl_engine_wanting(const rl_engine *e);
 
 /* The number of links now (2N, plus two per shard of the cluster nodes:
- * it only grows), and the first link after link after (-1: from link 0)
+ * it never shrinks; a shard reused for another master keeps its links, at
+ * that master's address, see "Links"), and the first link after link after (-1: from link 0)
  * that wants something of the driver, or -1 if none does. */
 int rl_engine_links(const rl_engine *e);
 int rl_engine_next_wanting(const rl_engine *e, int after);

@@ -64,6 +64,24 @@ static rl_evsock *link_at(rl_client *c, int k) {
     return k < c->nlinks ? &c->links[k] : NULL;
 }
 
+/* Before link k connects: a shard the engine reused for another master
+ * (redlock.h, "Links") connects where the engine says now, so when its
+ * address changed both its links are placed again there (their sockets
+ * closed, a name lookup under way dropped: the engine asked to close
+ * them). */
+static void follow_address(rl_client *c, int k) {
+    if (k < 2 * c->nnodes || k >= c->nlinks) return;
+    int first = k - (k - 2 * c->nnodes) % 2, shard = (first - 2 * c->nnodes) / 2;
+    rl_url *addr = c->shard_addrs[shard], now;
+    node_address(c->engine, first, &now);
+    if (memcmp(addr, &now, sizeof(now)) == 0) return;
+    for (int j = first; j < first + 2 && j < c->nlinks; j++) rl_evsock_free(&c->links[j]);
+    *addr = now;
+    for (int j = first; j < first + 2 && j < c->nlinks; j++)
+        rl_evsock_init(&c->links[j], c->loop, c->engine, j, addr, rl_engine_node_tls(c->engine, j) ? c->tls : NULL,
+                       after_event, c);
+}
+
 /* A subscriber link: a node's (N .. 2N-1) or a shard's (2N + 2k + 1). */
 static int subscriber_link(const rl_client *c, int k) {
     return k < 2 * c->nnodes ? k >= c->nnodes : (k - 2 * c->nnodes) % 2 == 1;
@@ -84,7 +102,10 @@ void rl_client_service(rl_client *c) {
                 continue;
             }
             if (w & RL_WANT_CLOSE) rl_evsock_close(s);
-            if (w & RL_WANT_CONNECT) rl_evsock_connect(s);
+            if (w & RL_WANT_CONNECT) {
+                follow_address(c, k);
+                rl_evsock_connect(s);
+            }
             asked |= w & (RL_WANT_CLOSE | RL_WANT_CONNECT);
         }
     }

@@ -28,22 +28,76 @@ static rl_shard *shard_find(rl_engine *e, int i, const char *host, int port) {
     return NULL;
 }
 
-/* See cluster.h. */
-rl_shard *rl_cluster_shard_at(rl_engine *e, int i, const char *host, int port) {
-    rl_shard *found = host[0] ? shard_find(e, i, host, port) : NULL;
-    if (found) return found;
-    if (e->nshards == RL_MAX_SHARDS) return NULL;
-    rl_shard *sh = calloc(1, sizeof(*sh));
-    if (sh == NULL) return NULL;
-    sh->e = e;
+/* Point sh at node i's master at host:port: the seed's URL moved there,
+ * its certificate for host (shard_of may say otherwise). */
+static void shard_place(rl_engine *e, rl_shard *sh, int i, const char *host, int port) {
     sh->node = i;
-    sh->number = e->nshards;
     sh->url = e->urls[i];
     snprintf(sh->url.host, sizeof(sh->url.host), "%s", host);
-    sh->url.tls_name[0] = '\0'; /* its certificate is for host (shard_of may say otherwise) */
+    sh->url.tls_name[0] = '\0';
     sh->url.port = port;
     snprintf(sh->url.name, sizeof(sh->url.name), "%s://%s:%d (shard of node %d)", sh->url.tls ? "rediss" : "redis",
              host, port, i + 1);
+    sh->alias[0] = '\0';
+}
+
+/* The shards a map names: node i's as mine says (the map in use, or the
+ * one being read), every other cluster node's as it stands. */
+static unsigned long long mapped(const rl_engine *e, int i, const unsigned char *mine) {
+    unsigned long long bits = 0;
+    for (int j = 0; j < e->nnodes; j++) {
+        const unsigned char *owner = j == i ? mine : e->clusters[j] ? e->clusters[j]->owner : NULL;
+        for (int s = 0; owner && s < RL_HASH_SLOTS; s++)
+            if (owner[s]) bits |= 1ull << (owner[s] - 1);
+    }
+    return bits;
+}
+
+/* May sh serve another master? Only if nothing depends on it: no map
+ * names it (held: the shards named, or taken by the map being read; so no
+ * watch is served by its subscriber stream), it is no seed, its replies
+ * are not being handled, and it owes nothing: no reply, nothing
+ * unwritten, no release kept (rl_stream_redo), no TRYAGAIN to go again. */
+static int shard_free_for(const rl_engine *e, const rl_shard *sh, unsigned long long held) {
+    return !(held & (1ull << sh->number)) && !sh->seed && sh->replying == 0 && sh->count == 0 &&
+           sh->st.ring_count == 0 && !rl_stream_unwritten(&sh->st) && !rl_cluster_retry_holds(e, sh);
+}
+
+/* A shard free for another master (shard_free_for), started over as node
+ * i's at host:port: its connections closed through the engine (the driver
+ * is asked to close them, and what it says of them until it has taken
+ * that is ignored: links.c); or NULL if none is free. */
+static rl_shard *shard_reuse(rl_engine *e, int i, const char *host, int port, unsigned long long held) {
+    rl_shard *sh = NULL;
+    for (int k = 0; k < e->nshards && sh == NULL; k++)
+        if (shard_free_for(e, e->shards[k], held)) sh = e->shards[k];
+    if (sh == NULL) return NULL;
+    unsigned long long bit = 2ull << sh->number; /* a new master: not asked for the map in this spell */
+    e->clusters[sh->node]->tried &= ~bit;
+    e->clusters[i]->tried &= ~bit;
+    shard_place(e, sh, i, host, port);
+    sh->sent.len = sh->sent_off = 0;
+    sh->head = 0;
+    if (rl_stream_restart(&sh->st, i)) sh->stale |= 1;
+    int j = e->nnodes + sh->number;
+    if (j < e->subs.nsubs && rl_subs_restart(&e->subs, j)) sh->stale |= 2;
+    return sh;
+}
+
+/* The shard of node i at host:port, made (or reused, once RL_MAX_SHARDS
+ * are made) if there is none: see rl_cluster_shard_at. mine: node i's map
+ * as it stands for this (c->owner, or the map being read); taken: the
+ * shards the map being read has taken so far. */
+static rl_shard *shard_at(rl_engine *e, int i, const char *host, int port, const unsigned char *mine,
+                          unsigned long long taken) {
+    rl_shard *found = host[0] ? shard_find(e, i, host, port) : NULL;
+    if (found) return found;
+    if (e->nshards == RL_MAX_SHARDS) return shard_reuse(e, i, host, port, mapped(e, i, mine) | taken);
+    rl_shard *sh = calloc(1, sizeof(*sh));
+    if (sh == NULL) return NULL;
+    sh->e = e;
+    sh->number = e->nshards;
+    shard_place(e, sh, i, host, port);
     /* no peers: a shard's server is the cluster's, not a voter of its own */
     rl_stream_init(&sh->st, &sh->url, i, &e->opts, rl_shard_reply, sh, NULL, 0);
     sh->st.reader.keep_top = 1;
@@ -51,6 +105,11 @@ rl_shard *rl_cluster_shard_at(rl_engine *e, int i, const char *host, int port) {
     e->shards[e->nshards++] = sh;
     if (e->subs.nsubs > 0) rl_subs_add(&e->subs, &sh->url); /* stream nnodes + number */
     return sh;
+}
+
+/* See cluster.h. */
+rl_shard *rl_cluster_shard_at(rl_engine *e, int i, const char *host, int port) {
+    return shard_at(e, i, host, port, e->clusters[i]->owner, 0);
 }
 
 /* See cluster.h. */
@@ -144,8 +203,11 @@ int rl_cluster_add(rl_engine *e, int i, const char *text, char *err, size_t errl
         if (k++ == 0) {
             e->urls[i] = u;
             snprintf(e->urls[i].name, sizeof(e->urls[i].name), "%s", c->name);
-        } else if (rl_cluster_shard_at(e, i, u.host, u.port) == NULL) {
-            return snprintf(err, errlen, "'%s': too many shards (at most %d)", c->name, RL_MAX_SHARDS), -1;
+        } else {
+            rl_shard *sh = rl_cluster_shard_at(e, i, u.host, u.port); /* every shard so far is a seed */
+            if (sh == NULL)
+                return snprintf(err, errlen, "'%s': too many shards (at most %d)", c->name, RL_MAX_SHARDS), -1;
+            sh->seed = 1;
         }
     }
     return rc;
@@ -198,24 +260,28 @@ static void send_pending(rl_engine *e, int i, const char *why) {
  * address if none, and then its certificate must be for the hostname it
  * announces (a shard known before, a seed or one MOVED named, keeps the
  * name it was known by). */
-static rl_shard *shard_of(rl_engine *e, int i, const char *host, const char *hostname, int port) {
+static rl_shard *shard_of(rl_engine *e, int i, const char *host, const char *hostname, int port,
+                          const unsigned char *mine, unsigned long long taken) {
     rl_shard *sh = hostname && hostname[0] ? shard_find(e, i, hostname, port) : NULL;
-    int before = e->nshards;
-    if (sh == NULL) sh = rl_cluster_shard_at(e, i, host, port);
+    int made = sh == NULL && shard_find(e, i, host, port) == NULL;
+    if (sh == NULL) sh = shard_at(e, i, host, port, mine, taken);
     if (sh && sh->url.port == port && strcmp(sh->url.host, host) == 0)
         snprintf(sh->alias, sizeof(sh->alias), "%s", hostname ? hostname : "");
-    if (sh && e->nshards > before) snprintf(sh->url.tls_name, sizeof(sh->url.tls_name), "%s", hostname ? hostname : "");
+    if (sh && made) snprintf(sh->url.tls_name, sizeof(sh->url.tls_name), "%s", hostname ? hostname : "");
     return sh;
 }
 
-/* Read a CLUSTER NODES text into node i's map: every master's slots. from:
- * where it came from (a master that does not know its own address says
- * ":0"). Return the number of slots served. */
-static int read_map(rl_engine *e, int i, const char *text, size_t len, const rl_url *from) {
-    rl_cluster *c = e->clusters[i];
-    unsigned char owner[RL_HASH_SLOTS];
-    memset(owner, 0, sizeof(owner));
-    int served = 0, full = 0;
+/* Read a CLUSTER NODES text into owner: every master's slots, each
+ * master's shard found, or made (or reused) with node i's map taken to be
+ * mine. from: where it came from (a master that does not know its own
+ * address says ":0"). *full: a master got no shard. Return the number of
+ * slots served. */
+static int parse_map(rl_engine *e, int i, const char *text, size_t len, const rl_url *from, unsigned char *owner,
+                     const unsigned char *mine, int *full) {
+    unsigned long long taken = 0;
+    memset(owner, 0, RL_HASH_SLOTS);
+    int served = 0;
+    *full = 0;
     for (size_t at = 0; at < len;) {
         const char *line = text + at, *nl = memchr(line, '\n', len - at);
         size_t ll = nl ? (size_t)(nl - line) : len - at;
@@ -249,12 +315,30 @@ static int read_map(rl_engine *e, int i, const char *text, size_t len, const rl_
             char *dash = strchr(r, '-');
             int lo = atoi(r), hi = dash ? atoi(dash + 1) : lo;
             if (lo < 0 || hi >= RL_HASH_SLOTS || lo > hi) continue;
-            if (sh == NULL && (sh = shard_of(e, i, host, hostname, port)) == NULL) {
-                full = 1;
+            if (sh == NULL && (sh = shard_of(e, i, host, hostname, port, mine, taken)) == NULL) {
+                *full = 1;
                 break;
             }
+            taken |= 1ull << sh->number;
             for (int s = lo; s <= hi; s++) owner[s] = (unsigned char)(sh->number + 1), served++;
         }
+    }
+    return served;
+}
+
+/* Read a CLUSTER NODES text into node i's map (see parse_map). Return the
+ * number of slots served. */
+static int read_map(rl_engine *e, int i, const char *text, size_t len, const rl_url *from) {
+    rl_cluster *c = e->clusters[i];
+    unsigned char owner[RL_HASH_SLOTS];
+    int full;
+    int served = parse_map(e, i, text, len, from, owner, c->owner, &full);
+    if (full) {
+        /* the masters the map no longer names (held by the map in use until
+         * now) may serve those that got no shard: read it again so */
+        unsigned char first[RL_HASH_SLOTS];
+        memcpy(first, owner, sizeof(first));
+        served = parse_map(e, i, text, len, from, owner, first, &full);
     }
     if (served == 0) return 0; /* a node that serves nothing (or a text we cannot read) leaves the map */
     memcpy(c->owner, owner, sizeof(owner));

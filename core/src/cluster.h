@@ -55,6 +55,12 @@ typedef struct rl_shard {
     rl_url url;          /* the seed's URL (password, TLS) at this shard's host and port */
     char alias[256];     /* the hostname its master announces (Redis 7), which MOVED names in
                             cluster-preferred-endpoint-type hostname; "" if none known */
+    int seed;            /* a seed of the cluster URL (never reused for another master) */
+    int replying;        /* its stream's replies are being handled (on the stack: never reused then) */
+    unsigned stale;      /* reused for another master while the driver still had a socket to the one
+                            before: bit 0 its command link, bit 1 its subscriber link; the driver's
+                            reports on such a link are about that socket and are refused, until it
+                            takes the link's wishes (RL_WANT_CLOSE first) */
     rl_stream st;        /* its command stream */
     /* The bytes of every command awaiting its reply, oldest first, so that
      * MOVED or ASK can send it again: sent.data[sent_off ..), each lens[] long. */
@@ -138,8 +144,14 @@ int rl_route_send_pair(struct rl_engine *e, int i, int hslot, const char *cmd, s
 
 /* The shard of node i at host:port (host: its address, or the hostname
  * its master announces), made at host:port if there is none yet (its URL
- * is the seed's, moved there); NULL when RL_MAX_SHARDS are made already or
- * memory ran out. */
+ * is the seed's, moved there). Once RL_MAX_SHARDS are made, a shard that
+ * is free is reused instead: one that no cluster node's map names (so no
+ * watch is served by its subscriber stream), that is no seed, whose
+ * replies are not being handled, and that owes nothing (no reply owed,
+ * nothing unwritten, no release kept, no TRYAGAIN to send again). Its connections
+ * are closed through the engine (the driver is asked to close them) and it
+ * starts over at host:port, its links' numbers the same. NULL when none is
+ * free or memory ran out. */
 rl_shard *rl_cluster_shard_at(struct rl_engine *e, int i, const char *host, int port);
 
 /* Ask node i's cluster for its map: CLUSTER NODES on the seed's stream,
@@ -187,8 +199,11 @@ void rl_cluster_retry_advance(struct rl_engine *e);
 /* Drop every kept command (the engine is being freed). */
 void rl_cluster_retry_free(struct rl_engine *e);
 
+/* 1 if a command is kept to go to shard sh again, else 0. */
+int rl_cluster_retry_holds(const struct rl_engine *e, const rl_shard *sh);
+
 /* Why a master of node i has no shard: "too many cluster masters (48)"
- * once RL_MAX_SHARDS are made (a client never drops one), else "out of
+ * once RL_MAX_SHARDS are made and none is free to be reused, else "out of
  * memory"; into buf, with what (a hash slot, a MOVED) after it. */
 void rl_cluster_no_shard(const struct rl_engine *e, const char *what, char *buf, size_t len);
 

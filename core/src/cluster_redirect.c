@@ -143,10 +143,10 @@ static int follow(rl_engine *e, rl_shard *sh, rl_ticket t, const rl_reply *reply
     return 1;
 }
 
-void rl_shard_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, const char *errstr) {
-    rl_shard *sh = owner;
-    rl_engine *e = sh->e;
-    sent_pop(sh, &e->redirect);
+/* A reply on sh (or its failure): the map's, a redirection, a TRYAGAIN,
+ * or the operation's. */
+static void shard_reply(rl_engine *e, rl_shard *sh, int node, rl_ticket t, const rl_reply *reply,
+                        const char *errstr) {
     if (t.kind == RL_KIND_TOPOLOGY) {
         rl_cluster_map_reply(e, node, &sh->st, reply, errstr);
         return;
@@ -154,4 +154,13 @@ void rl_shard_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, c
     if (t.kind == RL_KIND_ASKING || follow(e, sh, t, reply) || rl_cluster_retry_later(e, sh, t, reply)) return;
     if (reply == NULL) rl_cluster_shard_unreachable(e, node); /* before the reply: it may send again */
     rl_op_reply_from(e, &sh->st, node, t, reply, errstr);
+}
+
+void rl_shard_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, const char *errstr) {
+    rl_shard *sh = owner;
+    rl_engine *e = sh->e;
+    sent_pop(sh, &e->redirect);
+    sh->replying++; /* its stream is on the stack: no new master may take the shard meanwhile */
+    shard_reply(e, sh, node, t, reply, errstr);
+    sh->replying--;
 }

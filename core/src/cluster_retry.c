@@ -100,6 +100,13 @@ void rl_cluster_retry_advance(rl_engine *e) {
 }
 
 /* See cluster.h. */
+int rl_cluster_retry_holds(const rl_engine *e, const rl_shard *sh) {
+    for (int k = 0; k < e->nretries; k++)
+        if (e->retries[k].sh == sh) return 1;
+    return 0;
+}
+
+/* See cluster.h. */
 void rl_cluster_retry_free(rl_engine *e) {
     for (int k = 0; k < e->nretries; k++) rl_buf_free(&e->retries[k].cmd);
     free(e->retries);

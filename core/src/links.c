@@ -18,6 +18,24 @@ static rl_stream *node_of(rl_engine *e, int node) {
     return sh ? &sh->st : NULL;
 }
 
+/* The shard of link k (2N and on; NULL for a node's link) and, in *bit,
+ * the link's bit in its stale (1: its command link, 2: its subscriber). */
+static rl_shard *link_shard(const rl_engine *e, int k, unsigned *bit) {
+    if (k < 2 * e->nnodes) return NULL;
+    *bit = 1u << ((k - 2 * e->nnodes) % 2);
+    return rl_cluster_shard(e, (k - 2 * e->nnodes) / 2);
+}
+
+/* 1 if link k is a shard's that was reused for another master while the
+ * driver still had a socket on it (cluster.c): until the driver takes the
+ * link's wishes (its RL_WANT_CLOSE), what it reports of the link is of
+ * that socket, to the master before, and is refused. */
+static int stale(const rl_engine *e, int k) {
+    unsigned bit = 0;
+    const rl_shard *sh = link_shard(e, k, &bit);
+    return sh && (sh->stale & bit);
+}
+
 int rl_engine_links(const rl_engine *e) {
     return 2 * e->nnodes + 2 * e->nshards;
 }
@@ -68,6 +86,9 @@ unsigned rl_engine_wanting(const rl_engine *e) {
 int rl_engine_node_wants(rl_engine *e, int node) {
     rl_stream *s = node_of(e, node);
     int j = sub_of(e, node);
+    unsigned bit = 0;
+    rl_shard *sh = link_shard(e, node, &bit);
+    if (sh) sh->stale &= ~bit; /* the driver closes the socket before, if asked: the link's reports count again */
     return s ? rl_stream_take_wants(s, e->now) : j >= 0 ? rl_subs_take_wants(&e->subs, j, e->now) : 0;
 }
 
@@ -81,6 +102,7 @@ void rl_engine_node_open(rl_engine *e, int node, double now_ms) {
 int rl_engine_node_connected(rl_engine *e, int node, int fresh, double now_ms) {
     rl_stream *s = node_of(e, node);
     int j = sub_of(e, node);
+    if (stale(e, node)) return RL_ERR;
     if (j >= 0) return rl_subs_connected(&e->subs, j, clock_at(e, now_ms)) == 0 ? RL_OK : RL_ERR;
     if (s == NULL || rl_stream_connected(s, fresh, clock_at(e, now_ms)) != 0) return RL_ERR;
     return RL_OK;
@@ -89,6 +111,7 @@ int rl_engine_node_connected(rl_engine *e, int node, int fresh, double now_ms) {
 void rl_engine_node_handshaking(rl_engine *e, int node) {
     rl_stream *s = node_of(e, node);
     int j = sub_of(e, node);
+    if (stale(e, node)) return;
     if (s) rl_stream_handshaking(s);
     else if (j >= 0) rl_subs_handshaking(&e->subs, j);
 }
@@ -97,6 +120,7 @@ void rl_engine_node_down(rl_engine *e, int node, const char *why, double now_ms)
     rl_stream *s = node_of(e, node);
     int j = sub_of(e, node);
     char address[sizeof(s->url->host) + 8], master[sizeof(address) + 16], said[RL_NODE_ERR_LEN];
+    if (stale(e, node)) return;
     if (s && node >= e->nnodes && why && *why) { /* a shard's: which master of the cluster it was */
         rl_url_address(s->url, address, sizeof(address));
         snprintf(master, sizeof(master), " (master %s)", address);
@@ -110,6 +134,7 @@ void rl_engine_node_down(rl_engine *e, int node, const char *why, double now_ms)
 int rl_engine_node_detach(rl_engine *e, int node, double now_ms) {
     rl_stream *s = node_of(e, node);
     int j = sub_of(e, node);
+    if (stale(e, node)) return 0;
     if (j >= 0) return rl_subs_detach(&e->subs, j, clock_at(e, now_ms));
     return s ? rl_stream_detach(s, clock_at(e, now_ms)) : 0;
 }
@@ -117,6 +142,7 @@ int rl_engine_node_detach(rl_engine *e, int node, double now_ms) {
 size_t rl_engine_node_output(rl_engine *e, int node, const char **data) {
     rl_stream *s = node_of(e, node);
     int j = sub_of(e, node);
+    if (stale(e, node)) return 0;
     if (data == NULL) return 0;
     return s ? rl_stream_output(s, data) : j >= 0 ? rl_subs_output(&e->subs, j, data) : 0;
 }
@@ -124,6 +150,7 @@ size_t rl_engine_node_output(rl_engine *e, int node, const char **data) {
 void rl_engine_node_wrote(rl_engine *e, int node, size_t n, double now_ms) {
     rl_stream *s = node_of(e, node);
     int j = sub_of(e, node);
+    if (stale(e, node)) return;
     if (s) rl_stream_wrote(s, n, clock_at(e, now_ms));
     else if (j >= 0) rl_subs_wrote(&e->subs, j, n);
 }
@@ -131,6 +158,7 @@ void rl_engine_node_wrote(rl_engine *e, int node, size_t n, double now_ms) {
 int rl_engine_node_feed(rl_engine *e, int node, const char *data, size_t len, double now_ms) {
     rl_stream *s = node_of(e, node);
     int j = sub_of(e, node);
+    if (stale(e, node)) return RL_ERR;
     if ((s == NULL && j < 0) || (data == NULL && len > 0)) return RL_ERR;
     if (j >= 0) return rl_subs_feed(&e->subs, j, data, len, clock_at(e, now_ms)) == 0 ? RL_OK : RL_ERR;
     return rl_stream_feed(s, data, len, clock_at(e, now_ms)) == 0 ? RL_OK : RL_ERR;
@@ -138,6 +166,7 @@ int rl_engine_node_feed(rl_engine *e, int node, const char *data, size_t len, do
 
 void rl_engine_node_unsent(rl_engine *e, int node, long long bytes) {
     rl_stream *s = node_of(e, node);
+    if (stale(e, node)) return;
     if (s) rl_stream_unsent(s, bytes);
 }
 

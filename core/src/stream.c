@@ -425,6 +425,19 @@ void rl_stream_handshaking(rl_stream *s) {
     if (s->state == RL_STREAM_CONNECTING) s->handshaking = 1;
 }
 
+int rl_stream_restart(rl_stream *s, int index) {
+    int had = connected_or_connecting(s) || (s->wants & RL_WANT_CLOSE);
+    rl_stream was = *s;
+    rl_stream_free(s);
+    rl_stream_init(s, was.url, index, was.opts, was.on_reply, was.owner, was.peers, was.npeers);
+    s->counts = was.counts;
+    s->conn = was.conn + 1; /* a mark taken on a connection before (rl_stream_passed) is of one gone */
+    s->reader.keep_top = was.reader.keep_top;
+    s->reader.max_string = was.reader.max_string;
+    if (had) s->wants = RL_WANT_CLOSE;
+    return had;
+}
+
 void rl_stream_free(rl_stream *s) {
     clear_connection(s);
     rl_skipped_clear(&s->skipped);

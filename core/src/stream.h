@@ -332,6 +332,14 @@ int rl_stream_suspect(const rl_stream *s);
  * text) and return 1; otherwise 0. */
 int rl_stream_suspect_text(const rl_stream *s, double now_ms, char *buf, size_t len);
 
+/* Start s over as a new stream of node index, idle, with its counts kept
+ * (its URL, in the same place, says where it connects now): its
+ * connection, if the driver has one (made, being made, or asked to be
+ * closed), is to be closed (RL_WANT_CLOSE). Only for a stream that owes
+ * nothing: no reply owed, nothing unwritten, no release kept. Return 1 if
+ * the driver had a connection, else 0. */
+int rl_stream_restart(rl_stream *s, int index);
+
 /* Free what s holds. Unanswered commands are dropped without on_reply. */
 void rl_stream_free(rl_stream *s);
 

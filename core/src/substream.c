@@ -225,6 +225,18 @@ void rl_subs_down(rl_subs *s, int i, const char *why, double now_ms) {
         fail(s, n, why && *why ? why : "connection lost", 0, now_ms);
 }
 
+int rl_subs_restart(rl_subs *s, int i) {
+    rl_substream *n = &s->nodes[i];
+    int had = n->state == RL_STREAM_UP || n->state == RL_STREAM_CONNECTING || (n->wants & RL_WANT_CLOSE);
+    clear(n);
+    n->state = RL_STREAM_IDLE;
+    n->wants = had ? RL_WANT_CLOSE : 0;
+    n->backoff_ms = 0;
+    n->retry_at_ms = n->connect_by_ms = 0;
+    snprintf(n->errstr, sizeof(n->errstr), "not connected");
+    return had;
+}
+
 int rl_subs_detach(rl_subs *s, int i, double now_ms) {
     rl_substream *n = &s->nodes[i];
     if (n->state != RL_STREAM_UP && n->state != RL_STREAM_CONNECTING) return 0;

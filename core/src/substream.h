@@ -110,6 +110,12 @@ void rl_subs_free(rl_subs *s);
  * -1 when there is no room. Idle until a watch it serves asks for it. */
 int rl_subs_add(rl_subs *s, const rl_url *url);
 
+/* Start stream i (a shard's, reused for another master at its URL) over,
+ * idle: its connection, if the driver has one (made, being made, or asked
+ * to be closed), is to be closed (RL_WANT_CLOSE). Return 1 if the driver
+ * had one, else 0. */
+int rl_subs_restart(rl_subs *s, int i);
+
 /* The map of a cluster node changed: every shard's stream subscribes the
  * watches it serves now (asking for its connection if it has none). */
 void rl_subs_rerouted(rl_subs *s, double now_ms);

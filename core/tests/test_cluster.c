@@ -5,11 +5,13 @@
  * limit, CLUSTERDOWN as a failed vote, a fenced counter named in the key's
  * slot, a watch subscribed (SSUBSCRIBE) on the serving shard only, a
  * vote that waits for replicas decided by the WAIT behind its last send,
- * and TRYAGAIN (the command sent again after a pause, a bounded number of
- * times, an acquire only while its round is open). */
+ * TRYAGAIN (the command sent again after a pause, a bounded number of
+ * times, an acquire only while its round is open), and the shard table
+ * full (48 masters in use; a free shard reused for a new master). */
 #include <stdlib.h>
 
 #include "fake_driver.h"
+#include "hashslot.h"
 
 /* Links of the one cluster node (N = 1): 0 its seed, 1 the seed's
  * subscriber (unused), then per shard k: 2 + 2k commands, 3 + 2k subscriber. */
@@ -407,10 +409,10 @@ static void reads_a_long_map(void) {
     rl_engine_free(E);
 }
 
-/* A client keeps a shard for every master address it has met, at most
- * RL_MAX_SHARDS: a slot whose master finds the table full, and a MOVED to
- * such a master, fail their vote saying so (not "hash slot not served", not
- * the MOVED). 50 masters, 7000 + m serving slots from m * 328: 7048 and
+/* A client keeps a shard for every master address it meets, at most
+ * RL_MAX_SHARDS at a time: while every one is in the map, a slot whose
+ * master finds the table full, and a MOVED to such a master, fail their
+ * vote saying so (not "hash slot not served", not the MOVED). 50 masters, 7000 + m serving slots from m * 328: 7048 and
  * 7049 get no shard (the second seed, 7001, is shard 0). */
 static void too_many_masters_say_so(void) {
     start(NULL);
@@ -439,6 +441,66 @@ static void too_many_masters_say_so(void) {
     rl_engine_free(E);
 }
 
+/* The map of 48 masters, 7000 + m serving slots from m * 342 (none skipped:
+ * skip, or -1), and 7099 in place of 7000 + swap (or -1), as its reply. */
+static void map_of_48(char *resp, size_t cap, int skip, int skip2, int swap) {
+    char map[8192];
+    size_t len = 0;
+    for (int m = 0; m < 48; m++) {
+        if (m == skip || m == skip2) continue;
+        int port = m == swap ? 7099 : 7000 + m;
+        len += (size_t)snprintf(map + len, sizeof(map) - len, "id%d 127.0.0.1:%d@%d master - 0 0 %d connected %d-%d\n",
+                                m, port, port + 10000, m + 1, m * 342, m == 47 ? 16383 : m * 342 + 341);
+    }
+    snprintf(resp, cap, "$%zu\r\n%s\r\n", len, map);
+}
+
+/* Once RL_MAX_SHARDS are made, a master at a new address takes over a shard
+ * no map names any more, in the very map that drops it, but never a seed's
+ * nor one that owes a reply: its links keep their numbers, are closed first
+ * (what the driver says of the old socket until it takes that is refused)
+ * and connect at the new address. Shards: 7001 is 0 (the second seed),
+ * 7000 is 1, 7000 + m is m for m >= 2. */
+static void a_free_shard_serves_a_new_master(void) {
+    start(NULL);
+    char resp[8300], key[32];
+    int id = rl_engine_begin_acquire(E, "x", 1, 10000, 1); /* slot 16287: 7047's, shard 47 */
+    drain(SEED, 1);
+    map_of_48(resp, sizeof(resp), -1, -1, -1);
+    CHECK_INT(feed(SEED, resp, 2), RL_OK);
+    CHECK_INT(rl_engine_links(E), 2 + 2 * RL_MAX_SHARDS);
+    connect_node(SHARD(47), 2);
+    CHECK(strstr(drain(SHARD(47), 2), "$1\r\nx\r\n") != NULL);
+    CHECK_INT(feed(SHARD(47), "+OK\r\n", 2), RL_OK);
+    CHECK_INT(take(id).status, RL_STATUS_OK);
+    /* a key of 7000's (shard 1) whose reply is owed */
+    for (int n = 0; rl_hash_slot(key, (size_t)snprintf(key, sizeof(key), "k%d", n)) >= 342; n++) {}
+    rl_engine_begin_acquire(E, key, strlen(key), 10000, 3);
+    connect_node(SHARD(1), 3);
+    CHECK(strstr(drain(SHARD(1), 3), key) != NULL);
+    /* a MOVED asks for the map: 7000 and 7001 are gone, 7005 is now 7099 */
+    id = rl_engine_begin_acquire(E, "x", 1, 10000, 4);
+    CHECK(strstr(drain(SHARD(47), 4), "$1\r\nx\r\n") != NULL);
+    CHECK_INT(feed(SHARD(47), "-MOVED 16287 127.0.0.1:7047\r\n", 4), RL_OK);
+    CHECK(strstr(drain(SEED, 4), "CLUSTER") != NULL);
+    connect_node(SHARD(5), 4); /* its socket to 7005, set up and idle */
+    map_of_48(resp, sizeof(resp), 0, 1, 5);
+    CHECK_INT(feed(SEED, resp, 5), RL_OK);
+    CHECK_INT(rl_engine_links(E), 2 + 2 * RL_MAX_SHARDS);
+    CHECK_INT(rl_engine_node_port(E, SHARD(5)), 7099); /* not the seed's shard 0, nor shard 1 */
+    CHECK_INT(rl_engine_node_port(E, SHARD(0)), 7001);
+    CHECK_INT(rl_engine_node_port(E, SHARD(1)), 7000);
+    CHECK(strstr(rl_engine_node_name(E, SHARD(5)), "127.0.0.1:7099") != NULL);
+    CHECK_INT(feed(SHARD(5), "+OK\r\n", 5), RL_ERR); /* the old socket's bytes are refused */
+    rl_engine_node_down(E, SHARD(5), "connection lost", 5);
+    CHECK_INT(rl_engine_node_connected(E, SHARD(5), 1, 5), RL_ERR);
+    CHECK_INT(rl_engine_node_wants(E, SHARD(5)) & (RL_WANT_CLOSE | RL_WANT_CONNECT), RL_WANT_CLOSE | RL_WANT_CONNECT);
+    CHECK_INT(rl_engine_node_connected(E, SHARD(5), 1, 6), RL_OK); /* the new one, 7099's */
+    CHECK_INT(feed(SHARD(47), "+OK\r\n", 6), RL_OK);
+    CHECK_INT(take(id).status, RL_STATUS_OK);
+    rl_engine_free(E);
+}
+
 int main(void) {
     routes_by_slot_and_follows_moved();
     reads_a_long_map();
@@ -451,5 +513,6 @@ int main(void) {
     tryagain_goes_again_after_a_pause();
     tryagain_is_bounded();
     too_many_masters_say_so();
+    a_free_shard_serves_a_new_master();
     return check_report("cluster");
 }

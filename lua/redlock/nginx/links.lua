@@ -29,22 +29,30 @@ local out_ptr = ffi_new("const char *[1]")
 
 local _M = {}
 
+-- Learn where link i connects, as the engine says now. A TLS session
+-- kept for it is dropped when that changed (it was another server's).
+local function learn(hub, i)
+    local e, t = hub.e, hub.tls
+    local host, port = ffi_string(C.rl_engine_node_host(e, i)), C.rl_engine_node_port(e, i)
+    if hub.hosts[i] ~= host or hub.ports[i] ~= port then hub.sessions[i] = nil end
+    hub.hosts[i], hub.ports[i] = host, port
+    hub.names[i] = ffi_string(C.rl_engine_node_name(e, i))
+    hub.tlss[i] = C.rl_engine_node_tls(e, i) ~= 0
+    hub.snis[i] = nil
+    if hub.tlss[i] then
+        -- the host as given, or the hostname a cluster master announces
+        local name = ffi_string(C.rl_engine_node_tls_name(e, i))
+        hub.snis[i] = t.server_name or (not tls.ip_literal(name) and name or nil)
+    end
+end
+
 --- Learn where every link the engine has made since the last look connects
 --- (links 0 .. 2N-1 when the hub is made; a cluster node's shards, two
 --- links each, as its map comes in).
 function _M.place(hub)
-    local e, t = hub.e, hub.tls
-    for i = hub.placed, C.rl_engine_links(e) - 1 do
-        hub.hosts[i] = ffi_string(C.rl_engine_node_host(e, i))
-        hub.ports[i] = C.rl_engine_node_port(e, i)
-        hub.names[i] = ffi_string(C.rl_engine_node_name(e, i))
+    for i = hub.placed, C.rl_engine_links(hub.e) - 1 do
+        learn(hub, i)
         hub.gen[i], hub.up[i] = 0, false
-        hub.tlss[i] = C.rl_engine_node_tls(e, i) ~= 0
-        if hub.tlss[i] then
-            -- the host as given, or the hostname a cluster master announces
-            local name = ffi_string(C.rl_engine_node_tls_name(e, i))
-            hub.snis[i] = t.server_name or (not tls.ip_literal(name) and name or nil)
-        end
         hub.placed = i + 1
     end
 end
@@ -175,6 +183,9 @@ end
 
 local function connect_node(hub, i)
     close_node(hub, i)
+    -- a shard's link goes where the engine says now: it may have reused the
+    -- shard for another master (redlock.h, "Links")
+    if i >= 2 * hub.n then learn(hub, i) end
     hub.connects = hub.connects + 1
     local gen = hub.gen[i]
     local th, err = ngx.thread.spawn(reader, hub, i, gen)
