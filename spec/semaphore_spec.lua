@@ -95,6 +95,21 @@ describe("semaphore", function()
     c2:unlock(); b:unlock()
   end)
 
+  it("a waiting lock with nobody queued takes the first free slot in its own random order", function()
+    -- not the lowest free slot: two waiters with nobody ahead would both aim
+    -- at it and split its votes
+    local r = res("drawn")
+    local seen, kinds = {}, 0
+    for _ = 1, 40 do
+      local lk = assert(dlm:lock(r, { limit = 4 }))
+      if not seen[lk.slot] then kinds = kinds + 1 end
+      seen[lk.slot] = true
+      assert.is_true((lk:unlock()))
+      assert(cluster.await_value(cl, slot_key(lk.slot, r), nil, 2000, nil, dlm))
+    end
+    assert.is_true(kinds > 1, "every one of 40 locks took the same slot")
+  end)
+
   it("wait = 0 makes one attempt: a free slot is taken, a full semaphore says busy", function()
     local r = res("nowait")
     local a = assert(dlm:lock(r, { limit = 2, wait = 0 }))
@@ -295,6 +310,11 @@ describe("semaphore", function()
       assert.are.equal(64, rc, out)
       assert.matches("%-%-limit expects an integer from 1 to 1024, got", out)
     end
+    -- a limit whose slot keys an acquire cannot name is a usage error, not a traceback
+    out, rc = host("exec --limit 100 " .. string.rep("b", 20000) .. " -- true")
+    assert.are.equal(64, rc, out)
+    assert.matches("%-%-limit 100 with a RESOURCE of 20000 bytes names %d+ bytes of slot keys", out)
+    assert.is_nil(out:find("traceback", 1, true), out)
     for w = 1, 2 do assert.is_true(proc.wait_gone(pids[w], 20000)) end
     out, rc = host("exec -n --limit 2 " .. proc.quote(r) .. " -- echo third")
     assert.are.equal(0, rc, out)

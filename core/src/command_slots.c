@@ -86,7 +86,9 @@
  * waiter's ticket, ARGV[4+i] the number of KEYS[i]. The slot taken is
  * answered, or nil. A waiter's place is its rank in the queue, or, not in
  * it, the number of tickets before its own; a caller without a waiter id
- * comes after the whole queue. When the free slots are all kept for waiters
+ * comes after the whole queue. With nobody queued, a waiter takes the first
+ * free slot in its order, as any caller (two waiters with nobody ahead would
+ * otherwise both aim at the lowest free slot and split its votes). When the free slots are all kept for waiters
  * ahead, the first waiters that no longer listen are dropped, until as many
  * that listen as slots free are found (16 looked at, at most: a queue of
  * dead waiters drains 16 at a time, not one); so is one that still listens
@@ -150,7 +152,7 @@ const char rl_acquire_slot_script[] =
     "end "
     "if r < #free then "
     "local i = free[r + 1] "
-    "if not queued then for j = r + 2, #free do if free[j] < i then i = free[j] end end end "
+    "if not queued or not n or n == 0 then for j = r + 2, #free do if free[j] < i then i = free[j] end end end "
     "if not redis.call(\"set\",KEYS[i],ARGV[1],\"NX\",\"PX\",ARGV[2]) then return false end "
     "if queued and n and n > 0 then redis.pcall(\"zrem\",q,w) redis.pcall(\"hdel\",K,w) end "
     "return tonumber(ARGV[4 + i]) "
@@ -263,7 +265,7 @@ static char *put_ticket(char *p, double ticket_ms) {
     return put_bulk(p, digits, (size_t)(put_uint(digits, us) - digits));
 }
 
-const char rl_acquire_slot_sha[] = "d692bee050f80d44a9648360287fba0efbb1e814";
+const char rl_acquire_slot_sha[] = "bed90c0e19584024a2b6fe0cf5184a790cda4759";
 
 int rl_cmd_acquire_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value, int ttl_ms,
                         const char *waiter, double ticket, const int *order, int limit) {

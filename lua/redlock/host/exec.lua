@@ -294,6 +294,15 @@ function _M.run(opts, argv, k)
         return host.usage_error("exec", ("RESOURCE is %d bytes long, more than a key may be (%d bytes with the prefix)")
             :format(#resource, max_key))
     end
+    -- a semaphore's acquire names every slot's key (docs/semaphore.md, "Large limits")
+    local slot_keys = opts.limit and opts.limit * (#resource + #(dlm.prefix or "") + 24)
+    local max_slot_keys = require("redlock.cdefs").lib.RL_MAX_SLOT_KEYS
+    if slot_keys and slot_keys > max_slot_keys then
+        dlm:close()
+        return host.usage_error("exec", ("--limit %d with a RESOURCE of %d bytes names %d bytes of slot keys,"
+            .. " more than an acquire may (%d): use a shorter RESOURCE or a lower --limit")
+            :format(opts.limit, #resource, slot_keys, max_slot_keys))
+    end
 
     -- Waiting for a lock held elsewhere is silent; failing to reach a quorum of
     -- the nodes is not: say so after UNREACHABLE_FIRST_MS, then every
