@@ -7,10 +7,14 @@
 -- ngx_lua has no per-socket CA, so tls.cafile and tls.capath are not used
 -- inside nginx (the hub says so in the error log once). server_name is both
 -- the SNI and the name the certificate must be for: tls.server_name, else the
--- URL's host name. ngx_lua checks host names only (a certificate for
--- IP:127.0.0.1 "does not match host 127.0.0.1"), so an IP-address host with
--- verification on needs tls.server_name: without it the client is refused
--- rather than left unchecked; with verify off it is sent no SNI. A client
+-- URL's host name, or the hostname a cluster master announces. ngx_lua
+-- checks host names only (a certificate for IP:127.0.0.1 "does not match
+-- host 127.0.0.1"), and checks no name at all when given none: the chain
+-- alone would pass. So with verification on, a link to an IP address needs
+-- tls.server_name: a client whose URLs are IP addresses is refused when it
+-- is made, and a link learnt later (a cluster master that announces only
+-- its address) is refused each time it would connect, a failed vote that
+-- says what to set; with verify off such a link is sent no SNI. A client
 -- certificate (tls.certfile, and its key from tls.keyfile or else from the
 -- same PEM file) is parsed once per hub and set on every socket with
 -- sock:setclientcert.
@@ -172,11 +176,31 @@ function _M.lost_reason(hub, i, err)
     return "connection lost: " .. tostring(err)
 end
 
+-- A verified TLS link with no name to check the certificate against (an IP
+-- address, no tls.server_name) is not connected: sslhandshake would check
+-- the chain alone. Its reason (short: a shard's is followed by "(master
+-- address)" in RL_NODE_ERR_LEN bytes), and the longer word said once per
+-- hub in the error log.
+local NO_NAME = "no host name to verify: set tls.server_name or announce hostnames"
+
+local function refuse_nameless(hub, i)
+    if not hub.said_nameless then
+        hub.said_nameless = true
+        ngx.log(ngx.WARN, "redlock: not connecting rediss:// ", hub.hosts[i], " port ", hub.ports[i],
+            ": inside nginx a certificate is checked against a host name only, and this link has none ",
+            "(an IP address); set tls.server_name to a name in the nodes' certificates, or have the ",
+            "cluster announce hostnames (cluster-announce-hostname, cluster-preferred-endpoint-type hostname)")
+    end
+    return nil, NO_NAME
+end
+
 -- Connect sock to node i (read_timeout: its reads' timeout) and, for a rediss:// node, do the TLS handshake
 -- within what is left of connect_timeout. true, or nil and why (the node's
 -- reason). The engine is told of the handshake (its connect deadline then
--- says the handshake timed out, as ours does).
+-- says the handshake timed out, as ours does). A TLS link to verify with no
+-- name to verify against fails at once (see refuse_nameless).
 function _M.open(hub, i, sock, read_timeout)
+    if hub.tlss[i] and hub.tls.verify and hub.snis[i] == nil then return refuse_nameless(hub, i) end
     local t0 = now_ms()
     sock:settimeouts(hub.connect_timeout, hub.node_timeout, read_timeout)
     local ok, err
