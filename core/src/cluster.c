@@ -57,10 +57,15 @@ static unsigned long long mapped(const rl_engine *e, int i, const unsigned char 
  * names it (held: the shards named, or taken by the map being read; so no
  * watch is served by its subscriber stream), it is no seed, its replies
  * are not being handled, and it owes nothing: no reply, nothing
- * unwritten, no release kept (rl_stream_redo), no TRYAGAIN to go again. */
+ * unwritten, no TRYAGAIN to go again, and, while it is connected, no
+ * release kept for its next connection (rl_stream_redo). A master no map
+ * names whose address no longer answers would keep those releases, and
+ * the shard, for good; reused, they are dropped, and their keys stay until
+ * their ttl on that master, wherever it went. */
 static int shard_free_for(const rl_engine *e, const rl_shard *sh, unsigned long long held) {
+    int owes_writes = rl_stream_unwritten(&sh->st) && sh->st.state == RL_STREAM_UP;
     return !(held & (1ull << sh->number)) && !sh->seed && sh->replying == 0 && sh->count == 0 &&
-           sh->st.ring_count == 0 && !rl_stream_unwritten(&sh->st) && !rl_cluster_retry_holds(e, sh);
+           sh->st.ring_count == 0 && !owes_writes && !rl_cluster_retry_holds(e, sh);
 }
 
 /* A shard free for another master (shard_free_for), started over as node

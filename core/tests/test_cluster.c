@@ -501,6 +501,52 @@ static void a_free_shard_serves_a_new_master(void) {
     rl_engine_free(E);
 }
 
+/* A shard whose master left the map while a release was kept for its next
+ * connection (its connection lost with the release unanswered), and whose
+ * reconnects fail, is reused all the same: the kept release would
+ * otherwise pin it for good, and a client meeting new masters would run
+ * out of shards. Shards as in a_free_shard_serves_a_new_master; only 7000's
+ * (shard 1) is free when 7001 becomes 7099. */
+static void a_dead_shard_with_kept_releases_is_reused(void) {
+    start(NULL);
+    char resp[8300], key[32];
+    rl_result r;
+    int id = rl_engine_begin_acquire(E, "x", 1, 10000, 1); /* 7047's, shard 47 */
+    drain(SEED, 1);
+    map_of_48(resp, sizeof(resp), -1, -1, -1);
+    CHECK_INT(feed(SEED, resp, 2), RL_OK);
+    connect_node(SHARD(47), 2);
+    CHECK(strstr(drain(SHARD(47), 2), "$1\r\nx\r\n") != NULL);
+    CHECK_INT(feed(SHARD(47), "+OK\r\n", 2), RL_OK);
+    CHECK_INT(take(id).status, RL_STATUS_OK);
+    /* a lock on 7000 (shard 1), released; the connection drops unanswered */
+    for (int n = 0; rl_hash_slot(key, (size_t)snprintf(key, sizeof(key), "k%d", n)) >= 342; n++) {}
+    id = rl_engine_begin_acquire(E, key, strlen(key), 10000, 3);
+    connect_node(SHARD(1), 3);
+    CHECK(strstr(drain(SHARD(1), 3), key) != NULL);
+    CHECK_INT(feed(SHARD(1), "+OK\r\n", 3), RL_OK);
+    r = take(id);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    int rid = rl_engine_begin_release(E, key, strlen(key), r.value, 3);
+    CHECK(rid > 0);
+    CHECK(strstr(drain(SHARD(1), 3), key) != NULL);
+    rl_engine_node_down(E, SHARD(1), "connection lost", 3); /* its copy kept for 7000's next connection */
+    CHECK(take(rid).status != RL_STATUS_OK);
+    rl_engine_advance(E, 20000); /* reconnecting to 7000 by now */
+    /* 7000 is gone and 7001 is now 7099: only shard 1 is free for it */
+    id = rl_engine_begin_acquire(E, "x", 1, 10000, 20001);
+    CHECK(strstr(drain(SHARD(47), 20001), "$1\r\nx\r\n") != NULL);
+    CHECK_INT(feed(SHARD(47), "-MOVED 16287 127.0.0.1:7047\r\n", 20001), RL_OK);
+    CHECK(strstr(drain(SEED, 20001), "CLUSTER") != NULL);
+    map_of_48(resp, sizeof(resp), 0, -1, 1);
+    CHECK_INT(feed(SEED, resp, 20002), RL_OK);
+    CHECK_INT(rl_engine_node_port(E, SHARD(1)), 7099);
+    CHECK(strstr(rl_engine_node_name(E, SHARD(1)), "127.0.0.1:7099") != NULL);
+    CHECK_INT(feed(SHARD(47), "+OK\r\n", 20002), RL_OK);
+    CHECK_INT(take(id).status, RL_STATUS_OK);
+    rl_engine_free(E);
+}
+
 int main(void) {
     routes_by_slot_and_follows_moved();
     reads_a_long_map();
@@ -514,5 +560,6 @@ int main(void) {
     tryagain_is_bounded();
     too_many_masters_say_so();
     a_free_shard_serves_a_new_master();
+    a_dead_shard_with_kept_releases_is_reused();
     return check_report("cluster");
 }

@@ -296,12 +296,14 @@ function dlm:with_lock(resource, opts, fn, ...)
     local owner = keep.own(lk, {})
     local out = pack(pcall(fn, lk, ...))
     local lost = lost_by_now(lk)
+    -- fn's own release, failed here, may have deleted our value there since
+    local fn_released = lk.release_sent
     -- a release that failed is nobody's to try again: the keeper does
     local released, why = lk:unlock()
     if not released and not lk.released then keep.let_go(lk) end
     if owner ~= nil then keep.own(lk, nil) end -- (the frame holds owner until here)
     if not out[1] then error(out[2], 0) end
-    if not lost and why == "not held" then
+    if not lost and why == "not held" and not fn_released then
         lost = "the release found it held on no quorum (it had expired or been taken over)"
     end
     if lost then error("lock on '" .. resource .. "' was lost while the function ran: " .. lost, 2) end

@@ -279,12 +279,14 @@ function lock:extend(ttl)
     return true, nil, detail_of(self.dlm, result)
 end
 
---- The release of lk, begun at started, came back with status. Done: lk is
+--- The release of lk, begun at started, came back with status (lk.release_sent
+--- says one was). Done: lk is
 --- released (keep-alive lets go of it). "Not held": our value is gone from
 --- too many nodes, so lk is lost at once, and keep-alive lets go of it too.
 --- Anything else leaves lk as it was (still kept, if it was) until an
 --- unlock succeeds.
 function _M.after_release(lk, started, status)
+    lk.release_sent = true -- (whatever it says, a release may have run on the nodes)
     if status == OK then
         stop_keeping(lk)
         lk.released = true
