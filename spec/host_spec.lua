@@ -61,6 +61,11 @@ local function bg(args, env)
   }
 end
 
+-- `env` words that start redlock with SIGQUIT at its default: a shell starts
+-- its background jobs (bg above), and may start busted itself, with it ignored,
+-- and redlock leaves a signal ignored at start ignored.
+local QUIT_DFL = "--default-signal=QUIT"
+
 --- Poll until f() is true (up to ms); return whether it became true.
 local function eventually(f, ms)
   local deadline = wall_ms() + (ms or 5000)
@@ -150,7 +155,7 @@ echo end >> %s
     -- Before: run --help named SIGINT (130) and SIGTERM (143) only.
     it("run --help names every signal on which the host releases the script's locks", function()
       local out = redlock("run --help"):gsub("%s+", " ")
-      for _, said in ipairs { "SIGINT (exit 130)", "SIGTERM (exit 143)", "SIGHUP (exit 129)",
+      for _, said in ipairs { "SIGINT (exit 130)", "SIGTERM (exit 143)", "SIGHUP (exit 129)", "SIGQUIT (exit 131)",
                               "SIGPIPE when the script prints to a pipe whose reader is gone (exit 141)" } do
         assert.matches(said, out, 1, true)
       end
@@ -758,15 +763,16 @@ echo end >> %s
     for _, case in ipairs {
       { sig = "INT", how = "os.execute", run = [[os.execute("sh ./deaf.sh")]] },
       { sig = "HUP", how = "os.execute", run = [[os.execute("sh ./deaf.sh")]] },
+      { sig = "QUIT", how = "os.execute", run = [[os.execute("sh ./deaf.sh")]] },
       { sig = "INT", how = "io.popen", run = [[local f = io.popen("sh ./deaf.sh") f:read("*a") f:close()]] },
     } do
       it(("SIG%s gives a command of %s that ignores it SIGTERM, and the lock is free at once")
         :format(case.sig, case.how), function()
         write_file(TMP .. "/deaf.sh", [[
-trap '' INT HUP
+trap '' INT HUP QUIT
 trap 'echo command got TERM >&2; exit 0' TERM
-echo ready >&2
 sleep 30 &
+echo ready >&2
 wait
 ]])
         local key = "run:deaf:" .. case.sig .. ":" .. case.how
@@ -775,14 +781,14 @@ wait
           ]] .. case.run .. [[
 
         ]]):format(key))
-        local job = bg("run " .. name, ENV)
+        local job = bg("run " .. name, QUIT_DFL .. " " .. ENV)
         finally(function() if not job:wait(0) then job:signal("KILL") end end)
         assert.is_true(eventually(function() return job.output():find("ready", 1, true) end, 10000), job.output())
         local t0 = wall_ms()
         job:signal(case.sig)
         local rc, out = job:wait(5000)
         local took = wall_ms() - t0
-        assert.are.equal(({ INT = 130, HUP = 129 })[case.sig], rc, out)
+        assert.are.equal(({ INT = 130, HUP = 129, QUIT = 131 })[case.sig], rc, out)
         assert.matches("command got TERM", out, 1, true)
         assert.is_true(took < 1500, ("exited %d ms after the signal"):format(took))
         assert.is_true(gone_everywhere(key), "keys left behind")
@@ -809,10 +815,42 @@ wait
       assert.is_true(gone_everywhere("run:ctrlc"))
     end)
 
+    -- Before: Ctrl-\ reached only the command (whose group had the terminal);
+    -- the script went on, and Ctrl-\ outside os.execute killed redlock at once,
+    -- its lock left on the nodes.
+    for _, case in ipairs {
+      { during = "os.execute", body = [[os.execute("sleep 20")]] },
+      { during = "a read from the terminal", body = [[io.read("*l")]] },
+    } do
+      it("Ctrl-\\ on a terminal during " .. case.during .. " ends the job (131) and releases the lock", function()
+        if not sh("command -v script") :find("script") then
+          pending("needs script(1) for a pseudo-terminal")
+          return
+        end
+        local key = "run:ctrlquit:" .. #case.during
+        local name = script("ctrlquit" .. #case.during .. ".lua", ([[
+          require("redlock").default():with_lock(%q, { ttl = 30000 }, function()
+            print("locked") io.stdout:flush()
+            ]] .. case.body .. [[
+
+            print("went on")
+          end)
+        ]]):format(key))
+        local out = sh(("cd %s && (sleep 3; printf '\\034'; sleep 2) | env %s timeout 20 script -qec %s /dev/null")
+          :format(q(TMP), ENV, q("env " .. QUIT_DFL .. " " .. q(BIN) .. " run " .. name .. "; echo rc=$?")))
+        assert.matches("locked", out, 1, true)
+        assert.matches("rc=131", out, 1, true)
+        assert.is_nil(out:find("went on", 1, true), out)
+        assert.is_true(gone_everywhere(key))
+      end)
+    end
+
     for _, case in ipairs {
       { sig = "TERM", how = "os.execute", run = [[os.execute("sh ./work%s.sh")]] },
       { sig = "INT", how = "os.execute", run = [[os.execute("sh ./work%s.sh")]] },
       { sig = "HUP", how = "os.execute", run = [[os.execute("sh ./work%s.sh")]] },
+      { sig = "QUIT", how = "os.execute", run = [[os.execute("sh ./work%s.sh")]] },
+      { sig = "QUIT", how = "io.popen", run = [[local f = io.popen("sh ./work%s.sh") f:read("*a") f:close()]] },
       { sig = "TERM", how = "io.popen", run = [[local f = io.popen("sh ./work%s.sh") f:read("*a") f:close()]] },
     } do
       local sig = case.sig
@@ -834,7 +872,7 @@ sh -c 'sleep %s; echo late > %s'
 
           end)
         ]]):format(key, sig))
-        local job = bg("run " .. name, ENV)
+        local job = bg("run " .. name, QUIT_DFL .. " " .. ENV)
         assert.is_true(eventually(function()
           return #proc.live_with_arg(bg_arg) == 1 and #proc.live_with_arg(fg_arg) == 1
         end), job.output())
@@ -850,7 +888,7 @@ sh -c 'sleep %s; echo late > %s'
         end, 10000), "the lock never became free")
         assert.is_true(acquired)
         local rc, out = job:wait(5000)
-        assert.are.equal(({ TERM = 143, INT = 130, HUP = 129 })[sig], rc, out)
+        assert.are.equal(({ TERM = 143, INT = 130, HUP = 129, QUIT = 131 })[sig], rc, out)
         assert.are.equal(0, left, "processes of the job ran on after the lock was free")
         sleep_ms(3500)
         assert.is_nil(read_file(marker), "the job's child wrote after the lock was free")
@@ -904,12 +942,32 @@ sh -c 'sleep %s; echo late > %s'
       assert.is_nil(out:find("traceback", 1, true))
     end)
 
-    it("leaves a signal its caller ignored (nohup's SIGHUP) ignored, in itself and in the command", function()
-      write_file(TMP .. "/hup.sh", "kill -HUP $$; kill -HUP $PPID; sleep 0.3; echo survived\n")
-      local out, rc = sh(("cd %s && trap '' HUP && env %s %s exec nohup:r -- sh ./hup.sh"):format(q(TMP), ENV, q(BIN)))
+    -- (SIGQUIT: as a non-interactive shell's `cmd &` starts it.)
+    for _, sig in ipairs { "HUP", "QUIT" } do
+      it(("leaves a SIG%s its caller ignored ignored, in itself and in the command"):format(sig), function()
+        local key = "ignored" .. sig .. ":r"
+        write_file(TMP .. "/ignored" .. sig .. ".sh",
+          ("kill -%s $$; kill -%s $PPID; sleep 0.3; echo survived\n"):format(sig, sig))
+        local out, rc = sh(("cd %s && trap '' %s && env %s %s exec %s -- sh ./ignored%s.sh")
+          :format(q(TMP), sig, ENV, q(BIN), key, sig))
+        assert.are.equal(0, rc, out)
+        assert.matches("survived", out, 1, true)
+        assert.is_true(gone_everywhere(key))
+      end)
+    end
+
+    -- A run script's commands too, and redlock run itself.
+    it("leaves a SIGQUIT its caller ignored ignored in redlock run and in os.execute's command", function()
+      local name = script("ignoredquit.lua", [[
+        local lock = assert(require("redlock").default():lock("ignoredquit:run", { ttl = 10000 }))
+        os.execute("kill -QUIT $$; kill -QUIT $PPID; sleep 0.3; echo survived")
+        lock:unlock()
+        print("script went on")
+      ]])
+      local out, rc = sh(("cd %s && trap '' QUIT && env %s %s run %s"):format(q(TMP), ENV, q(BIN), name))
       assert.are.equal(0, rc, out)
-      assert.matches("survived", out, 1, true)
-      assert.is_true(gone_everywhere("nohup:r"))
+      assert.matches("survived\nscript went on", out, 1, true)
+      assert.is_true(gone_everywhere("ignoredquit:run"))
     end)
 
     it("-n on a held resource exits with the conflict status at once; -w gives up after MS", function()
@@ -1170,19 +1228,43 @@ echo end >> %s
       assert.is_nil(out:find("too long", 1, true), out)
     end)
 
-    it("SIGTERM to redlock stops the command, releases the lock on every node, exits 143", function()
-      local marks = TMP .. "/hostterm.marks"
-      local job = bg(([[exec --grace 300 hostterm:r -- sh -c 'trap "echo TERM >> %s; exit 0" TERM; echo start >> %s; ]]
-        .. [[while :; do sleep 0.05; done']]):format(marks, marks), ENV)
-      assert.is_true(eventually(function() return (read_file(marks) or ""):find("start") end))
-      local n = 0
-      for _, v in ipairs(holders("hostterm:r")) do if v then n = n + 1 end end
-      assert.are.equal(5, n)
-      job:signal("TERM")
+    -- Before: SIGQUIT (Ctrl-\) ended redlock at once (131), its command ran on
+    -- and the lock stayed on the nodes for the rest of its ttl.
+    for _, case in ipairs { { sig = "TERM", rc = 143 }, { sig = "QUIT", rc = 131 } } do
+      it(("SIG%s to redlock gives the command SIG%s, releases the lock on every node, exits %d")
+        :format(case.sig, case.sig, case.rc), function()
+        local marks = TMP .. "/host" .. case.sig .. ".marks"
+        local key = "host" .. case.sig .. ":r"
+        local job = bg(([[exec --grace 300 %s -- sh -c 'trap "echo %s >> %s; exit 0" %s; echo start >> %s; ]]
+          .. [[while :; do sleep 0.05; done']]):format(key, case.sig, marks, case.sig, marks), QUIT_DFL .. " " .. ENV)
+        finally(function() if not job:wait(0) then job:signal("KILL") end end)
+        assert.is_true(eventually(function() return (read_file(marks) or ""):find("start") end))
+        local n = 0
+        for _, v in ipairs(holders(key)) do if v then n = n + 1 end end
+        assert.are.equal(5, n)
+        job:signal(case.sig)
+        local rc, out = job:wait(5000)
+        assert.are.equal(case.rc, rc, out)
+        assert.matches(case.sig, read_file(marks), 1, true)
+        assert.is_true(gone_everywhere(key))
+      end)
+    end
+
+    it("SIGQUIT to redlock while it waits for a held resource ends it (131) before the command runs", function()
+      local holder = bg("exec quitwait:r -- sleep 2", ENV)
+      assert.is_true(eventually(function() return get(1, "quitwait:r") ~= nil end))
+      local held = get(1, "quitwait:r")
+      local job = bg("exec quitwait:r -- echo ran", QUIT_DFL .. " " .. ENV)
+      finally(function() if not job:wait(0) then job:signal("KILL") end end)
+      sleep_ms(300)
+      assert.is_nil(job:wait(0), "exec did not wait for the held resource")
+      job:signal("QUIT")
       local rc, out = job:wait(5000)
-      assert.are.equal(143, rc, out)
-      assert.matches("TERM", read_file(marks), 1, true)
-      assert.is_true(gone_everywhere("hostterm:r"))
+      assert.are.equal(131, rc, out)
+      assert.is_nil(out:find("ran", 1, true), out)
+      assert.are.equal(held, get(1, "quitwait:r"), "the holder's lock was touched")
+      assert.are.equal(0, (holder:wait(5000)))
+      assert.is_true(gone_everywhere("quitwait:r"))
     end)
 
     it("a command does not outlive a SIGKILLed redlock", function()
@@ -1294,6 +1376,7 @@ exit 3
     -- lock (exit 75), and a SIGKILLed redlock's watcher.
     for _, case in ipairs {
       { what = "SIGTERM to redlock", rc = 143 },
+      { what = "SIGQUIT to redlock", rc = 131 },
       { what = "a lost lock", rc = 75 },
       { what = "SIGKILL to redlock", rc = 137 },
     } do
@@ -1301,7 +1384,7 @@ exit 3
         local tag = ("%d%d"):format(wall_ms() % 100000, case.rc)
         local key = "group:stop:" .. case.rc
         local job = bg(("exec --ttl 2000 --grace 300 %s -- sh -c 'sleep 32.%s & echo $! > %s.pid; exit 0'")
-          :format(key, tag, key), ENV)
+          :format(key, tag, key), QUIT_DFL .. " " .. ENV)
         local sleeper
         assert.is_true(eventually(function()
           sleeper = tonumber(read_file(TMP .. "/" .. key .. ".pid") or "")
@@ -1313,6 +1396,8 @@ exit 3
         assert.is_true(proc.alive(sleeper))
         if case.rc == 143 then
           job:signal("TERM")
+        elseif case.rc == 131 then
+          job:signal("QUIT")
         elseif case.rc == 137 then
           job:signal("KILL")
         else
@@ -1329,7 +1414,7 @@ exit 3
           assert.is_true(proc.wait_gone(sleeper, 5000), "the group outlived a SIGKILLed redlock")
         else -- redlock stops the group before it releases and exits
           assert.is_false(proc.alive(sleeper), "the group outlived exec")
-          if case.rc == 143 then assert.is_true(gone_everywhere(key)) end
+          if case.rc == 143 or case.rc == 131 then assert.is_true(gone_everywhere(key)) end
         end
       end)
     end

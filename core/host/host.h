@@ -3,7 +3,7 @@
  *
  * main.c    runs the Lua side (lua/redlock/host/init.lua) the way luajit.c runs a script;
  * paths.c   finds the Lua modules next to the executable (build tree or install prefix);
- * signals.c turns SIGINT/SIGTERM/SIGHUP into "stop the child, release every kept lock, exit";
+ * signals.c turns SIGINT/SIGTERM/SIGHUP/SIGQUIT into "stop the child, release every kept lock, exit";
  * proc.c    starts and supervises child processes (exec, os.execute, demo workers);
  * probe.c   reads what one node holds under a key (redlock status), over TLS too.
  *
@@ -35,10 +35,11 @@
  * executable's own path is unknown. */
 int rl_host_set_paths(lua_State *L);
 
-/* signals.c: install the handlers and start the signal thread. Return 0 or -1
- * with errno set. A SIGHUP ignored when redlock started (nohup) stays
- * ignored: no handler is installed for it. SIGINT and SIGTERM are always
- * redlock's (a shell starts a script's background jobs with SIGINT
+/* signals.c: install the handlers (SIGINT, SIGTERM, SIGHUP, SIGQUIT) and
+ * start the signal thread. Return 0 or -1 with errno set. A SIGHUP or
+ * SIGQUIT ignored when redlock started (nohup; a non-interactive shell's
+ * `cmd &`) stays ignored: no handler is installed for it. SIGINT and SIGTERM
+ * are always redlock's (a shell starts a script's background jobs with SIGINT
  * ignored, and they must still release their locks on it). */
 int rl_host_signals_start(void);
 
@@ -71,9 +72,10 @@ void rl_host_child_defaults(void);
 void rl_host_track_group(pid_t pgrp);
 void rl_host_hold_if_stopping(void);
 
-/* proc.c: fn is called (on the Lua thread) with SIGINT when an os.execute
- * command that had the terminal died of SIGINT: the user's Ctrl-C was meant
- * for the host too. signals.c handles it as if the host got the signal. */
+/* proc.c: fn is called (on the Lua thread) with SIGINT or SIGQUIT when an
+ * os.execute command that had the terminal died of it: the user's Ctrl-C or
+ * Ctrl-\ was meant for the host too (SIGQUIT only if the host does not leave
+ * it ignored). signals.c handles it as if the host got the signal. */
 void rl_host_on_interrupt(void (*fn)(int sig));
 
 /* ---- exported for the FFI (see lua/redlock/host/sys.lua) ---- */
@@ -139,9 +141,9 @@ int rl_host_group_alive(int pid);
  * system(3) does, or -1. cmd NULL: return 1 (a shell is available). */
 int rl_host_system(const char *cmd);
 
-/* Signals: with defer nonzero, SIGINT/SIGTERM/SIGHUP are only recorded (the
- * Lua side polls rl_host_pending_signal and cleans up itself); a third one
- * exits at once. With defer zero (the default), the signal thread stops the
+/* Signals: with defer nonzero, SIGINT/SIGTERM/SIGHUP/SIGQUIT are only
+ * recorded (the Lua side polls rl_host_pending_signal and cleans up itself);
+ * a third one exits at once. With defer zero (the default), the signal thread stops the
  * supervised child, releases every kept lock and exits 128+signal. */
 void rl_host_defer_signals(int defer);
 

@@ -9,7 +9,7 @@
  *
  * Errors that escape the Lua side are reported as "redlock: message" plus a
  * traceback on stderr, with exit status 1. Every exit path (normal, error,
- * os.exit, SIGINT/SIGTERM/SIGHUP) releases the locks still kept first.
+ * os.exit, SIGINT/SIGTERM/SIGHUP/SIGQUIT) releases the locks still kept first.
  */
 #include <errno.h>
 #include <fcntl.h>

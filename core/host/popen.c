@@ -2,8 +2,9 @@
  * pclose, and LuaJIT's io.popen reaches them through the dynamic linker (the
  * executable's definitions come first), so a job's popen'd command leads a
  * process group of its own that the host stops, like os.execute's, before it
- * releases its locks on SIGINT/SIGTERM/SIGHUP. Otherwise they behave as the C
- * library's: /bin/sh -c CMD, mode "r" or "w" (plus "e": close on exec). */
+ * releases its locks on SIGINT/SIGTERM/SIGHUP/SIGQUIT. Otherwise they behave
+ * as the C library's: /bin/sh -c CMD, mode "r" or "w" (plus "e": close on
+ * exec). */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>

@@ -19,8 +19,8 @@
  * still has members when its shell returns (`cmd &`) is remembered, and is
  * stopped with SIGTERM too, as are io.popen's groups (popen.c). A script's
  * commands get SIGTERM whatever the signal: a shell's background job ignores
- * SIGINT, and many commands ignore SIGHUP, which would hold the release back
- * for the whole grace period.
+ * SIGINT and SIGQUIT, and many commands ignore SIGHUP, which would hold the
+ * release back for the whole grace period.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -535,10 +535,12 @@ int rl_host_system(const char *cmd) {
     if (rl_host_group_alive(pid)) remember_leftover(pid);
     pthread_mutex_unlock(&sup_lock);
     forget(pid);
-    /* Ctrl-C reached only the command, whose group had the terminal: it was
-     * meant for the host too, as when the host kept the terminal. */
-    if (r == pid && terminal && WIFSIGNALED(st) && WTERMSIG(st) == SIGINT && on_interrupt)
-        on_interrupt(SIGINT);
+    /* Ctrl-C or Ctrl-\ reached only the command, whose group had the
+     * terminal: it was meant for the host too, as when the host kept the
+     * terminal (unless the host ignores that signal: see signals.c). */
+    int sig = r == pid && WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+    if (terminal && (sig == SIGINT || (sig == SIGQUIT && !rl_host_ignored_at_start(SIGQUIT))) && on_interrupt)
+        on_interrupt(sig);
     return r == pid ? st : -1;
 }
 

@@ -1,6 +1,8 @@
 /*
- * signals.c — SIGINT, SIGTERM and SIGHUP end the host cleanly, whatever the
- * Lua thread is doing (a long loop, os.execute, a blocking read).
+ * signals.c — SIGINT, SIGTERM, SIGHUP and SIGQUIT end the host cleanly,
+ * whatever the Lua thread is doing (a long loop, os.execute, a blocking read).
+ * SIGHUP and SIGQUIT ignored when the host started stay ignored (nohup; a
+ * non-interactive shell's `cmd &`); SIGINT and SIGTERM are always the host's.
  *
  * The handler only writes the signal number into a pipe; a dedicated thread
  * reads it and does the work no handler may do: stop the supervised child,
@@ -150,8 +152,15 @@ static void *signal_thread(void *ud) {
     }
 }
 
+/* The signals the host leaves ignored when they were at start. SIGINT is not
+ * one: a shell starts a script's background jobs with it ignored, and they
+ * must still release their locks on it. */
+static int leaves_ignored(int sig) {
+    return sig == SIGHUP || sig == SIGQUIT;
+}
+
 int rl_host_signals_start(void) {
-    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
     struct sigaction sa;
     rl_host_note_ignored_signals();
     sigset_t all, old;
@@ -184,7 +193,8 @@ int rl_host_signals_start(void) {
     pthread_detach(tid);
     sa.sa_handler = on_signal;
     for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
-        if (!(sigs[i] == SIGHUP && rl_host_ignored_at_start(SIGHUP)) && sigaction(sigs[i], &sa, NULL) != 0) return -1;
+        if (!(leaves_ignored(sigs[i]) && rl_host_ignored_at_start(sigs[i])) && sigaction(sigs[i], &sa, NULL) != 0)
+            return -1;
     return 0;
 }
 

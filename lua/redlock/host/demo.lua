@@ -46,7 +46,8 @@ Options:
 
 Exit status: 0 when the check passes, 1 when it does not, 64 usage (a bad
 option, a bad server URL or one named twice), 69 when no cluster could be
-started, 130/143 when interrupted.
+started, 128+N when signal N interrupts it (130 for Ctrl-C, 143 for
+SIGTERM).
 ]]):format(args.describe(SPEC))
 end
 

@@ -112,9 +112,10 @@ group has exited, then releases it and exits with COMMAND's status. With
 --kill-group, it sends the rest of the group SIGTERM and, after the grace
 period, SIGKILL instead, then releases. A process that left the group (setsid,
 setpgid: a daemon) is out of reach of both: the lock does not cover it. While
-redlock waits for the group, the terminal is redlock's again: Ctrl-C or any
-SIGINT/SIGTERM/SIGHUP stops the group before the lock is released, and Ctrl-Z
-is ignored (stopping redlock alone would let the lock run out under the group).
+redlock waits for the group, the terminal is redlock's again: Ctrl-C, Ctrl-\
+or any SIGINT/SIGTERM/SIGHUP/SIGQUIT stops the group before the lock is
+released, and Ctrl-Z is ignored (stopping redlock alone would let the lock run
+out under the group).
 
 If the lock is lost while COMMAND or its group runs (its keys are taken over,
 or too few nodes answer extensions), COMMAND's process group gets SIGTERM and,

@@ -76,9 +76,9 @@ Exit status:
   69       too few nodes answered to decide (unavailable)
   75       exec: the lock was lost while the command ran; it was stopped
   126/127  exec: the command cannot be executed / was not found
-  128+N    killed by signal N; SIGINT, SIGTERM and SIGHUP to redlock (and
-           SIGPIPE to a run script's output) release its locks first and
-           exit 130, 143, 129 (141)]]
+  128+N    killed by signal N; SIGINT, SIGTERM, SIGHUP and SIGQUIT to
+           redlock (and SIGPIPE to a run script's output) release its locks
+           first and exit 130, 143, 129, 131 (141)]]
 
 local function usage()
     return ([[

@@ -42,8 +42,8 @@ has the lock kept alive by a C thread while write_report(lock) runs; there,
 lock:check() raises "lost: ..." if the lock was lost. Locks are kept alive
 by default in the host, and released on every way out: the end of the
 script, an error, os.exit(), SIGINT (exit 130), SIGTERM (exit 143), SIGHUP
-(exit 129), and SIGPIPE when the script prints to a pipe whose reader is
-gone (exit 141). (One taken with keepalive = false is the script's to
+(exit 129), SIGQUIT (exit 131), and SIGPIPE when the script prints to a pipe
+whose reader is gone (exit 141). (One taken with keepalive = false is the script's to
 release; otherwise it stays until its ttl.) A script that returns a number
 from 0 to 255 exits with it (another number is an error, exit 1); a script
 error prints its message and a traceback and exits 1; redlock.default()

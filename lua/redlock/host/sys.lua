@@ -60,7 +60,7 @@ if not pcall(ffi.typeof, "rl_host_timespec") then
 end
 
 _M.NEWPGRP, _M.SUPERVISE, _M.FOREGROUND, _M.DIE_WITH_HOST, _M.WATCHDOG = 1, 2, 4, 8, 16
-_M.SIGHUP, _M.SIGINT, _M.SIGKILL, _M.SIGTERM, _M.SIGCONT = 1, 2, 9, 15, 18
+_M.SIGHUP, _M.SIGINT, _M.SIGQUIT, _M.SIGKILL, _M.SIGTERM, _M.SIGCONT = 1, 2, 3, 9, 15, 18
 _M.ENOENT, _M.EACCES, _M.ENOEXEC, _M.ECHILD, _M.ESRCH = 2, 13, 8, 10, 3
 _M.PROBE_EINVAL, _M.PROBE_ENODE = 1, 2
 _M.PROBE_LIMIT = -1 -- rl_host_probe's what for a semaphore's limit (RL_HOST_PROBE_LIMIT)
@@ -215,7 +215,7 @@ function _M.probe(url, key, timeout_ms, tls, what)
     }
 end
 
---- With on true, SIGINT/SIGTERM/SIGHUP are only recorded; poll pending_signal().
+--- With on true, SIGINT/SIGTERM/SIGHUP/SIGQUIT are only recorded; poll pending_signal().
 function _M.defer_signals(on)
     C.rl_host_defer_signals(on and 1 or 0)
 end
