@@ -39,10 +39,20 @@ describe("replicas on a cluster node", function()
     return rcluster.calls(c, j, "wait") - before[j]
   end
 
-  --- Give slot (with no keys in it) from master a to master b, everywhere.
-  local function give_slot(slot, b)
-    local id = rcluster.id(c, b)
-    for j = 1, #c.ports do rcluster.cli(c, j, "CLUSTER", "SETSLOT", slot, "NODE", id) end
+  --- Give slot (with no keys in it) from master a to master b, everywhere,
+  --- the way a resharding does: b importing when it takes the slot, so it
+  --- bumps its config epoch. (SETSLOT NODE alone leaves the epochs as they
+  --- were: a heartbeat a sent before its SETSLOT could hand the slot back to
+  --- a on some nodes, and a write bounce between MOVEDs.)
+  local function give_slot(slot, a, b)
+    local ida, idb = rcluster.id(c, a), rcluster.id(c, b)
+    assert(select(2, rcluster.cli(c, b, "CLUSTER", "SETSLOT", slot, "IMPORTING", ida)))
+    assert(select(2, rcluster.cli(c, a, "CLUSTER", "SETSLOT", slot, "MIGRATING", idb)))
+    assert(select(2, rcluster.cli(c, b, "CLUSTER", "SETSLOT", slot, "NODE", idb)))
+    assert(select(2, rcluster.cli(c, a, "CLUSTER", "SETSLOT", slot, "NODE", idb)))
+    for j = 1, #c.ports do
+      if j ~= a and j ~= b then rcluster.cli(c, j, "CLUSTER", "SETSLOT", slot, "NODE", idb) end
+    end
   end
 
   local function moved_and_ask(dlm)
@@ -75,7 +85,7 @@ describe("replicas on a cluster node", function()
     local slot = rcluster.slot(c, name)
     local from = rcluster.owner(c, name)
     local to = from % c.n + 1
-    give_slot(slot, to)
+    give_slot(slot, from, to)
     local before, moved0 = waits(), moved_and_ask(dlm)
 
     local lock, err, detail = dlm:lock(name)
@@ -90,7 +100,7 @@ describe("replicas on a cluster node", function()
     local i = 0
     while rcluster.owner(c, other) ~= from do i = i + 1; other = names("moved2-" .. i) end
     dlm:lock(other):unlock()
-    give_slot(rcluster.slot(c, other), to)
+    give_slot(rcluster.slot(c, other), from, to)
     local replica = rcluster.replica(c, to)
     proc.kill(c.pids[replica], "STOP")
     local ok, perr = pcall(function()
@@ -126,7 +136,7 @@ describe("replicas on a cluster node", function()
       assert.are.equal(1, await_waits(before, to, 1))
     end)
     if lock then lock:unlock() end
-    give_slot(slot, to)
+    give_slot(slot, from, to)
     dlm:close()
     assert(ok, perr)
   end)

@@ -76,6 +76,12 @@ local function eventually(f, ms)
   return false
 end
 
+--- A shell command that waits (up to 30 s) until the file name exists in its
+--- working directory: a terminal's keystroke sent after it finds the job ready.
+local function until_file(name)
+  return ("i=0; while [ ! -e %s ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done"):format(name)
+end
+
 describe("the redlock host", function()
   local cl, SERVERS, ENV
 
@@ -803,12 +809,14 @@ wait
       local name = script("ctrlc.lua", [[
         require("redlock").default():with_lock("run:ctrlc", { ttl = 3000 }, function()
           print("locked") io.stdout:flush()
+          io.open("ctrlc.locked", "w"):close()
           os.execute("sleep 20")
           print("went on")
         end)
       ]])
-      local out = sh(("cd %s && (sleep 3; printf '\\003'; sleep 2) | env %s timeout 20 script -qec %s /dev/null")
-        :format(q(TMP), ENV, q(q(BIN) .. " run " .. name .. "; echo rc=$?")))
+      os.remove(TMP .. "/ctrlc.locked")
+      local out = sh(("cd %s && (%s; printf '\\003'; sleep 3) | env %s timeout 30 script -qec %s /dev/null")
+        :format(q(TMP), until_file("ctrlc.locked"), ENV, q(q(BIN) .. " run " .. name .. "; echo rc=$?")))
       assert.matches("locked", out, 1, true)
       assert.matches("rc=130", out, 1, true)
       assert.is_nil(out:find("went on", 1, true), out)
@@ -827,17 +835,23 @@ wait
           pending("needs script(1) for a pseudo-terminal")
           return
         end
+        -- script(1) runs the line with $SHELL: the shell that reports rc shares
+        -- the terminal's group with redlock, and dash would die of the Ctrl-\
         local key = "run:ctrlquit:" .. #case.during
+        local flag = "ctrlquit" .. #case.during .. ".locked"
         local name = script("ctrlquit" .. #case.during .. ".lua", ([[
           require("redlock").default():with_lock(%q, { ttl = 30000 }, function()
             print("locked") io.stdout:flush()
+            io.open(%q, "w"):close()
             ]] .. case.body .. [[
 
             print("went on")
           end)
-        ]]):format(key))
-        local out = sh(("cd %s && (sleep 3; printf '\\034'; sleep 2) | env %s timeout 20 script -qec %s /dev/null")
-          :format(q(TMP), ENV, q("env " .. QUIT_DFL .. " " .. q(BIN) .. " run " .. name .. "; echo rc=$?")))
+        ]]):format(key, flag))
+        os.remove(TMP .. "/" .. flag)
+        local line = "trap '' QUIT; env " .. QUIT_DFL .. " " .. q(BIN) .. " run " .. name .. "; echo rc=$?"
+        local out = sh(("cd %s && (%s; printf '\\034'; sleep 3) | env %s timeout 30 script -qec %s /dev/null")
+          :format(q(TMP), until_file(flag), ENV, q(line)))
         assert.matches("locked", out, 1, true)
         assert.matches("rc=131", out, 1, true)
         assert.is_nil(out:find("went on", 1, true), out)
