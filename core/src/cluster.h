@@ -180,8 +180,12 @@ int rl_shard_send(rl_shard *sh, const char *cmd, size_t len, rl_ticket t);
 void rl_shard_reply(void *owner, int node, rl_ticket t, const rl_reply *reply, const char *errstr);
 
 /* Send ASKING through shard sh: the next command there is served in a
- * slot it is importing. Return rl_shard_send's result. */
-int rl_shard_send_asking(rl_shard *sh);
+ * slot it is importing. resend: that command is a release kept for the
+ * next connection if this one ends unanswered (ticket.resend), and the
+ * ASKING is kept with it, in front (sent bare, the importing master would
+ * answer MOVED, and nobody reads a kept release's reply). Return
+ * rl_shard_send's result. */
+int rl_shard_send_asking(rl_shard *sh, int resend);
 
 /* A reply on shard sh to the command of ticket t, whose bytes are in
  * e->redirect: if it is TRYAGAIN and the command may go again, keep it to

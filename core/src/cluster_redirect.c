@@ -62,9 +62,10 @@ int rl_shard_send(rl_shard *sh, const char *cmd, size_t len, rl_ticket t) {
 }
 
 /* See cluster.h. */
-int rl_shard_send_asking(rl_shard *sh) {
+int rl_shard_send_asking(rl_shard *sh, int resend) {
     static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
     rl_ticket a = {-1, 0, RL_KIND_ASKING, sh->e->now, 0, 0, 0, 0, 0, 0, 0};
+    a.resend = resend;
     return rl_shard_send(sh, asking, sizeof(asking) - 1, a);
 }
 
@@ -129,7 +130,7 @@ static int follow(rl_engine *e, rl_shard *sh, rl_ticket t, const rl_reply *reply
     t.redirects++;
     t.sent_ms = e->now;
     if (ask) {
-        if (rl_shard_send_asking(to) != 0) return 0;
+        if (rl_shard_send_asking(to, t.resend) != 0) return 0;
         t.asked = 1;
     } else {
         t.asked = 0;

@@ -75,7 +75,7 @@ static void send_again(rl_engine *e, rl_retry *r) {
     rl_ticket t = r->t;
     int node = r->sh->node;
     t.sent_ms = e->now;
-    if ((!t.asked || rl_shard_send_asking(r->sh) == 0) && rl_shard_send(r->sh, r->cmd.data, r->cmd.len, t) == 0) {
+    if ((!t.asked || rl_shard_send_asking(r->sh, t.resend) == 0) && rl_shard_send(r->sh, r->cmd.data, r->cmd.len, t) == 0) {
         rl_op_redirected(e, r->sh, node, t);
         return;
     }

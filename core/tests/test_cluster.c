@@ -7,7 +7,8 @@
  * vote that waits for replicas decided by the WAIT behind its last send,
  * TRYAGAIN (the command sent again after a pause, a bounded number of
  * times, an acquire only while its round is open), and the shard table
- * full (48 masters in use; a free shard reused for a new master). */
+ * full (48 masters in use; a free shard reused for a new master), and a
+ * release kept after ASK sent again behind its ASKING. */
 #include <stdlib.h>
 
 #include "fake_driver.h"
@@ -547,6 +548,41 @@ static void a_dead_shard_with_kept_releases_is_reused(void) {
     rl_engine_free(E);
 }
 
+/* A release that ASK sent to the importing master, its connection lost
+ * unanswered, goes again on that master's next connection behind its own
+ * ASKING: sent bare, it would be answered MOVED (nobody follows a kept
+ * release's reply) and the key would stay there until its ttl. */
+static void a_kept_release_goes_again_after_asking(void) {
+    start(NULL);
+    map_known(1);
+    int id = rl_engine_begin_acquire(E, "foo", 3, 10000, 2); /* slot 12182: 7001, shard 0 */
+    CHECK(strstr(drain(SHARD(0), 2), "$3\r\nfoo\r\n") != NULL);
+    CHECK_INT(feed(SHARD(0), "+OK\r\n", 2), RL_OK);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    int rid = rl_engine_begin_release(E, "foo", 3, r.value, 3);
+    CHECK(strstr(drain(SHARD(0), 3), "EVALSHA") != NULL);
+    CHECK_INT(feed(SHARD(0), "-ASK 12182 127.0.0.1:7000\r\n", 3), RL_OK); /* the key went to 7000 */
+    const char *asked = drain(SHARD(1), 3);
+    CHECK(strncmp(asked, "*1\r\n$6\r\nASKING\r\n", 16) == 0);
+    CHECK(strstr(asked, "EVALSHA") != NULL);
+    rl_engine_node_down(E, SHARD(1), "connection lost", 4);
+    CHECK(take(rid).status != RL_STATUS_OK);
+    rl_engine_advance(E, 1000);
+    connect_node(SHARD(1), 1000);
+    const char *again = drain(SHARD(1), 1000);
+    CHECK(strncmp(again, "*1\r\n$6\r\nASKING\r\n", 16) == 0);
+    CHECK(strstr(again + 16, "EVALSHA") == again + 16 + strlen("*4\r\n$7\r\n"));
+    CHECK(strstr(again, r.value) != NULL);
+    /* answered: nothing is kept, and the next connection sends nothing */
+    CHECK_INT(feed(SHARD(1), "+OK\r\n:1\r\n", 1001), RL_OK);
+    rl_engine_node_down(E, SHARD(1), "connection lost", 1002);
+    rl_engine_advance(E, 3000);
+    connect_node(SHARD(1), 3000);
+    CHECK_INT(drain(SHARD(1), 3000)[0], '\0');
+    rl_engine_free(E);
+}
+
 int main(void) {
     routes_by_slot_and_follows_moved();
     reads_a_long_map();
@@ -561,5 +597,6 @@ int main(void) {
     too_many_masters_say_so();
     a_free_shard_serves_a_new_master();
     a_dead_shard_with_kept_releases_is_reused();
+    a_kept_release_goes_again_after_asking();
     return check_report("cluster");
 }
