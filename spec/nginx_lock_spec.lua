@@ -234,6 +234,52 @@ describe("redlock inside nginx", function()
     assert(gone, tostring(why) .. log())
   end)
 
+  -- A release kept for a node that never comes back is dropped once the
+  -- longest ttl the client asked for has passed: its key has expired. The
+  -- hub then goes idle and closes its connections to the other nodes.
+  -- Before: it kept the release, and so its timer and every connection,
+  -- for as long as the worker lived.
+  it("lets go of a release kept for a node gone for good once its ttl has passed, and goes idle", function()
+    local px = faults.proxy(cl.ports[1])
+    local urls = { px.url }
+    for i = 2, cl.n do urls[i] = cl.urls[i] end
+    local function open_on_others()
+      local n = 0
+      for i = 2, cl.n do n = n + tonumber(info(cl, i).connected_clients) - 1 end -- less INFO's own
+      return n
+    end
+    local base = open_on_others()
+    srv = start {
+      workers = 1,
+      init = init_code(urls) .. ("CONTROL = %q\n require('redlock.nginx.hub').idle_ms = 300"):format(px.control),
+      locations = { PING, [[
+        location = /gone {
+          content_by_lua_block {
+            local lock, err = DLM:try_lock(ngx.var.arg_r, { ttl = 1000 })
+            if not lock then ngx.say("fail ", err) return end
+            sproc.write_file(CONTROL, "stall\n") -- the release reaches the proxy, not the node
+            ngx.sleep(0.05)
+            local ok = lock:unlock()
+            sproc.write_file(CONTROL, "reset\n") -- the link is cut: the release is kept
+            ngx.say(ok and "ok" or "unlock-fail")
+          }
+        }]] },
+    }
+    local status, body = srv:get("/gone?r=" .. res("gone"))
+    assert.equal(200, status, log())
+    assert.equal("ok\n", body, log())
+    px:stop() -- node 1's address refuses from now on
+    assert.is_true(open_on_others() > base, "the hub is not connected to the other nodes" .. log())
+    -- 1000 ms of ttl (and 1 %), then 300 ms idle: every connection closed
+    local deadline = proc.now_ms() + 6000
+    local open
+    repeat
+      proc.sleep_ms(100)
+      open = open_on_others()
+    until open == base or proc.now_ms() > deadline
+    assert.equal(base, open, "the hub kept its connections" .. log())
+  end)
+
   -- Rounds decide at quorum: a release returns while node 1, its replies
   -- delayed by the fault proxy (well under the node timeout), still owes its
   -- reply, and that tail is finished by the node's reader. Many requests at

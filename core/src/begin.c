@@ -163,6 +163,7 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
     op->sent = op->deferred = 0;
     op->late = 0;
     op->ttl_ms = ttl_ms;
+    if (kind != RL_OP_RELEASE && ttl_ms > e->max_ttl_ms) e->max_ttl_ms = ttl_ms;
     op->quiet = variant == QUIET;
     e->inflight++;
     int round = op->sem_limit > 0 ? RL_ROUND_ACQUIRE_SLOT : variant == FENCED ? RL_ROUND_ACQUIRE_FENCED : kind;

@@ -266,8 +266,17 @@ double rl_engine_deadline(const rl_engine *e) {
 
 void rl_engine_advance(rl_engine *e, double now_ms) {
     double now = clock_at(e, now_ms), at;
-    for (int i = 0; i < e->nnodes; i++) rl_stream_advance(&e->nodes[i], now);
-    for (int k = 0; k < e->nshards; k++) rl_stream_advance(&e->shards[k]->st, now);
+    /* releases kept past the longest ttl (its drift allowance included)
+     * delete nothing: no key they name is left */
+    double kept_ms = e->max_ttl_ms * (1.0 + e->opts.drift_factor);
+    for (int i = 0; i < e->nnodes; i++) {
+        rl_stream_expire_redo(&e->nodes[i], kept_ms, now);
+        rl_stream_advance(&e->nodes[i], now);
+    }
+    for (int k = 0; k < e->nshards; k++) {
+        rl_stream_expire_redo(&e->shards[k]->st, kept_ms, now);
+        rl_stream_advance(&e->shards[k]->st, now);
+    }
     rl_subs_advance(&e->subs, now);
     rl_cluster_retry_advance(e);
     int slot;

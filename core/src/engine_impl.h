@@ -76,6 +76,8 @@ struct rl_engine {
     int nnodes;
     int quorum;
     double now;              /* the latest time a caller gave (time never goes back) */
+    int max_ttl_ms;          /* the longest ttl an acquire or extend asked for: no key a
+                                kept release deletes outlives it (rl_stream_expire_redo) */
     rl_url urls[RL_MAX_NODES];
     rl_stream nodes[RL_MAX_NODES];
     rl_replicas replicas;    /* the WAIT each node's votes wait for (replicas.h) */

@@ -132,6 +132,7 @@ typedef struct rl_stream {
     unsigned redo_count, redo_cap;
     unsigned redo_queued;    /* the first redo_queued are queued on this connection, */
     long long redo_end;      /* ending there in its output */
+    double redo_kept_ms;     /* when the newest was kept */
     /* The commands of this connection's tickets with resend set that are
      * not answered yet, oldest first, back to back from resends.data +
      * resend_off, their lengths from resend_lens[resend_first]: when the
@@ -258,6 +259,12 @@ void rl_stream_withdraw(rl_stream *s, int (*take)(void *owner, int node, rl_tick
  * then stays until its ttl). */
 #define RL_REDO_MAX (1 << 20)
 int rl_stream_redo(rl_stream *s, const char *cmd, size_t len, double now_ms);
+
+/* Drop the releases kept (rl_stream_redo) that are not queued on a
+ * connection, once the newest of them was kept more than kept_ms ago
+ * (kept_ms > 0): by then every key they would delete has expired, so they
+ * would only keep the stream wanting a node that does not come back. */
+void rl_stream_expire_redo(rl_stream *s, double kept_ms, double now_ms);
 
 /* s answered NOSCRIPT: load the scripts again (once per NOSCRIPT spell). */
 void rl_stream_load_scripts(rl_stream *s, double now_ms);

@@ -237,9 +237,18 @@ int rl_stream_redo(rl_stream *s, const char *cmd, size_t len, double now_ms) {
     memcpy(s->redo.data + s->redo.len, cmd, len);
     s->redo.len += len;
     s->redo_lens[s->redo_count++] = len;
+    s->redo_kept_ms = now_ms;
     if (s->state == RL_STREAM_IDLE) rl_stream_open(s, now_ms);
     rl_stream_flush_redo(s, now_ms);
     return 0;
+}
+
+void rl_stream_expire_redo(rl_stream *s, double kept_ms, double now_ms) {
+    if (kept_ms <= 0 || s->redo_count == s->redo_queued || now_ms - s->redo_kept_ms <= kept_ms) return;
+    size_t queued = 0;
+    for (unsigned i = 0; i < s->redo_queued; i++) queued += s->redo_lens[i];
+    s->redo.len = queued;
+    s->redo_count = s->redo_queued;
 }
 
 /* ---- reading ---- */

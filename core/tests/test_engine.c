@@ -1496,6 +1496,39 @@ static void release_lost_with_its_connection_goes_on_the_next(void) {
     rl_engine_free(E);
 }
 
+/* A release kept for a node that stays away is dropped once the longest
+ * ttl the client asked for (with its drift allowance) has passed since it
+ * was kept: the key it would delete has expired, and keeping it would keep
+ * the client wanting that node for good (an nginx hub would never go
+ * idle). Until then it goes out on the node's next connection. */
+static void kept_release_is_dropped_after_the_longest_ttl(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_acquire(E, "r", 1, 1000, 0);
+    bring_up_all(3, 0);
+    for (int i = 0; i < 3; i++) {
+        drain(i, 0);
+        CHECK_INT(feed(i, "+OK\r\n", 1), RL_OK);
+    }
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    id = rl_engine_begin_release(E, "r", 1, r.value, 2);
+    for (int i = 0; i < 2; i++) drain(i, 2);
+    rl_engine_node_down(E, 2, "connection lost", 2); /* before node 2's was written */
+    for (int i = 0; i < 2; i++) CHECK_INT(feed(i, ":1\r\n", 3), RL_OK);
+    CHECK_INT(take(id).status, RL_STATUS_OK);
+    rl_engine_advance(E, 1000); /* 998 ms kept: it stays */
+    CHECK_INT(rl_engine_unwritten(E), 1);
+    rl_engine_advance(E, 1013); /* 1011 ms: past 1000 ms and its 1 % drift */
+    CHECK_INT(rl_engine_unwritten(E), 0);
+    /* the node back: its setup, and nothing behind it */
+    CHECK_INT(rl_engine_node_connected(E, 2, 1, 1014), RL_OK);
+    CHECK_STR(drain(2, 1014), plain_setup());
+    CHECK_INT(feed(2, info_reply(run_id(2)), 1015), RL_OK);
+    CHECK_INT(feed(2, LOADS_REPLY, 1015), RL_OK);
+    CHECK_INT(drain(2, 1015)[0], 0);
+    rl_engine_free(E);
+}
+
 /* ---- 7. a stream out of step ---- */
 
 /* A reply whose type cannot answer its command (an integer to a SET, a status
@@ -2529,6 +2562,7 @@ int main(void) {
     cleanup_after_a_reset_goes_on_the_next_connection();
     cleanup_unwritten_when_the_connection_ends_is_kept();
     release_lost_with_its_connection_goes_on_the_next();
+    kept_release_is_dropped_after_the_longest_ttl();
     reply_of_wrong_type_drops_the_connection();
     setup_auth_and_select_refused();
     setup_same_run_id_refused();
