@@ -1521,11 +1521,8 @@ static void kept_release_is_dropped_after_the_longest_ttl(void) {
     rl_engine_advance(E, 1013); /* 1011 ms: past 1000 ms and its 1 % drift */
     CHECK_INT(rl_engine_unwritten(E), 0);
     /* the node back: its setup, and nothing behind it */
-    CHECK_INT(rl_engine_node_connected(E, 2, 1, 1014), RL_OK);
-    CHECK_STR(drain(2, 1014), plain_setup());
-    CHECK_INT(feed(2, info_reply(run_id(2)), 1015), RL_OK);
-    CHECK_INT(feed(2, LOADS_REPLY, 1015), RL_OK);
-    CHECK_INT(drain(2, 1015)[0], 0);
+    bring_up(2, run_id(2), 1014);
+    CHECK_INT(drain(2, 1014)[0], 0);
     rl_engine_free(E);
 }
 
