@@ -15,11 +15,15 @@
  *            acquire is already in flight (the waiters share one client, so
  *            waking them all would only split the votes among them). That
  *            attempt is extra, as in the Lua retry loop. RB_NOTIFY=0: no watch.
- *   sem      (only when asked: RB_WORKLOADS=sem) RB_SEM_LOCKERS (16) threads, each
- *            with a client of its own, take one semaphore of RB_SEM_LIMIT (4) slots:
- *            rl_acquire_slot with a ticket (rl_wall_ms when it starts waiting),
- *            sleeping on rl_sleep_until between attempts (the default policy's
- *            delay the fallback), hold RB_HOLD_MS, release the slot, at once again.
+ *   sem      (only when asked: RB_WORKLOADS=sem) RB_SEM_LOCKERS (16) lockers take
+ *            one semaphore of RB_SEM_LIMIT (4) slots, hold RB_HOLD_MS, release the
+ *            slot and ask again at once. RB_SEM_FORM=client (the default): all on
+ *            the one client, in one thread, as the peer's lockers share one
+ *            process (sem_one_client); a release goes out with the next
+ *            locker's rl_begin_acquire_slot behind it. RB_SEM_FORM=threads: a
+ *            thread and a client each, rl_acquire_slot with a ticket
+ *            (rl_wall_ms when it starts waiting), sleeping on rl_sleep_until
+ *            between attempts (the default policy's delay the fallback).
  *
  * The nodes: RB_SERVERS (URLs separated by commas or spaces; a cluster node is
  * one redis-cluster://h:p+h:p URL) when set, else RB_HOST and RB_PORTS.
@@ -530,6 +534,116 @@ static double sem_ceiling(rl_result *r) {
     return n * 1000 / (rl_now_ms() - t0) * sem_limit;
 }
 
+/* RB_SEM_FORM=client (the default): the lockers are state machines on the
+ * one client, in one thread, as the peer's lockers share one process and
+ * its connections. They wait in the order they asked: the first of them
+ * attempts while fewer acquires are in flight than slots this process does
+ * not hold. A holder's release goes out with that attempt behind it, on the
+ * same connections, so each node frees the slot before it is asked for one.
+ * A refused attempt (another process holds the slot, or the nodes did not
+ * agree) puts its locker first again, to wait for a release heard or its
+ * policy's delay. Each records ask / acq / rel as locker_main does. */
+enum { M_QUEUED, M_ACQUIRING, M_HOLDING, M_DONE };
+typedef struct {
+    int state, slot;
+    double asked, ticket, got, until;
+    char value[RL_VALUE_LEN + 1];
+} sem_mux;
+
+typedef struct {
+    int *at, head, n, cap; /* lockers waiting, first at[head] */
+} sem_line;
+static void line_push(sem_line *q, int i) { q->at[(q->head + q->n++) % q->cap] = i; }
+static void line_push_front(sem_line *q, int i) {
+    q->head = (q->head + q->cap - 1) % q->cap;
+    q->at[q->head] = i;
+    q->n++;
+}
+static int line_pop(sem_line *q) {
+    int i = q->at[q->head];
+    q->head = (q->head + 1) % q->cap;
+    q->n--;
+    return i;
+}
+
+static void sem_one_client(sem_locker *L, int W, double t_stop) {
+    sem_mux *M = calloc((size_t)W, sizeof *M);
+    sem_line line = {calloc((size_t)W, sizeof(int)), 0, 0, W};
+    rl_result *r = malloc(sizeof *r);
+    if (!M || !line.at || !r) die("out of memory");
+    if (rl_watch(cl, sem_key, (size_t)sem_klen) != RL_OK) die(rl_client_errstr(cl));
+    rl_sleep(cl, 100);
+    unsigned seen = rl_heard(cl, sem_key, (size_t)sem_klen);
+    int holding = 0, acquiring = 0, busy = 0, stop = 0;
+    double polled_at = 0; /* the first may attempt from then on (0: now) */
+    for (int i = 0; i < W; i++) {
+        M[i].asked = rl_now_ms(), M[i].ticket = rl_wall_ms();
+        line_push(&line, i);
+    }
+    while (!stop || busy > 0) {
+        double now = rl_now_ms(), next = now + 1000;
+        if (now >= t_stop) stop = 1;
+        for (int i = 0; i < W; i++) { /* holds that are over: release, and ask again */
+            sem_mux *m = &M[i];
+            if (m->state != M_HOLDING) continue;
+            if (!stop && now < m->until) {
+                if (m->until < next) next = m->until;
+                continue;
+            }
+            sem_locker *me = &L[i];
+            if (me->n < SEM_MAXREC) {
+                me->ask[me->n] = m->asked, me->acq[me->n] = m->got, me->rel[me->n] = now;
+                me->n++;
+            }
+            set_owner(rl_begin_on_slot(cl, RL_OP_RELEASE, sem_key, (size_t)sem_klen, m->slot, m->value, 0), -1 - i);
+            busy++, holding--;
+            m->state = stop ? M_DONE : M_QUEUED;
+            if (!stop) {
+                m->asked = now, m->ticket = rl_wall_ms();
+                line_push(&line, i);
+            }
+        }
+        unsigned h = rl_heard(cl, sem_key, (size_t)sem_klen);
+        if (h != seen) seen = h, polled_at = 0;
+        while (!stop && line.n > 0 && holding + acquiring < sem_limit && now >= polled_at) {
+            int i = line_pop(&line);
+            M[i].state = M_ACQUIRING;
+            set_owner(rl_begin_acquire_slot(cl, sem_key, (size_t)sem_klen, sem_limit, ttl_ms, M[i].ticket), i);
+            busy++, acquiring++;
+        }
+        if (polled_at > now && polled_at < next) next = polled_at;
+        if (!stop && t_stop < next) next = t_stop;
+        int ms = (int)(next - rl_now_ms() + 0.999);
+        if (ms < 0) ms = 0;
+        if (busy == 0) rl_sleep_until(cl, sem_key, (size_t)sem_klen, seen, ms);
+        else rl_run(cl, ms);
+        while (rl_collect(cl, r)) {
+            int who = owner[r->id % RL_ID_SLOTS];
+            busy--;
+            if (who < 0) { /* a release */
+                if (r->status != RL_STATUS_OK) L[-1 - who].rel_errors++;
+                continue;
+            }
+            sem_mux *m = &M[who];
+            acquiring--;
+            if (r->status == RL_STATUS_OK) {
+                holding++;
+                m->state = M_HOLDING, m->slot = r->slot, m->got = rl_now_ms();
+                m->until = m->got + hold_ms;
+                memcpy(m->value, r->value, sizeof m->value);
+            } else if (stop) {
+                m->state = M_DONE;
+            } else {
+                m->state = M_QUEUED;
+                line_push_front(&line, who);
+                polled_at = rl_now_ms() + POLICY_MIN_MS + rl_random() * (POLICY_MAX_MS - POLICY_MIN_MS);
+            }
+        }
+    }
+    rl_unwatch(cl, sem_key, (size_t)sem_klen);
+    free(M), free(line.at), free(r);
+}
+
 static void wl_sem(void) {
     char key[160];
     sem_klen = snprintf(key, sizeof key, "%ss", prefix);
@@ -542,24 +656,30 @@ static void wl_sem(void) {
     sem_locker *L = calloc((size_t)W, sizeof *L);
     pthread_t *th = calloc((size_t)W, sizeof *th);
     sem_stop = 0;
-    double s0 = srv_cpu_ms(), c0 = cpu_ms(RUSAGE_SELF), t0 = rl_now_ms();
+    int one = strcmp(envs("RB_SEM_FORM", "client"), "threads") != 0;
+    double s0 = srv_cpu_ms(), c0 = cpu_ms(RUSAGE_SELF), t0 = rl_now_ms(), t1;
     for (int i = 0; i < W; i++) {
         L[i].i = i;
         L[i].ask = malloc(SEM_MAXREC * sizeof(double));
         L[i].acq = malloc(SEM_MAXREC * sizeof(double));
         L[i].rel = malloc(SEM_MAXREC * sizeof(double));
-        if (!L[i].ask || !L[i].acq || !L[i].rel || pthread_create(&th[i], NULL, locker_main, &L[i]) != 0)
+        if (!L[i].ask || !L[i].acq || !L[i].rel || (!one && pthread_create(&th[i], NULL, locker_main, &L[i]) != 0))
             die("no memory or threads for the lockers");
     }
-    rl_sleep(cl, (int)(dur * 1e3));
-    sem_stop = 1;
-    double t1 = rl_now_ms();
-    for (int i = 0; i < W; i++) pthread_join(th[i], NULL);
+    if (one) {
+        sem_one_client(L, W, t0 + dur * 1e3);
+        t1 = t0 + dur * 1e3;
+    } else {
+        rl_sleep(cl, (int)(dur * 1e3));
+        sem_stop = 1;
+        t1 = rl_now_ms();
+        for (int i = 0; i < W; i++) pthread_join(th[i], NULL);
+    }
     double cpu = cpu_ms(RUSAGE_SELF) - c0, srv = srv_cpu_ms() - s0, secs = (t1 - t0) / 1e3;
     long total = 0, gave_up = 0, rel_errors = 0;
     for (int i = 0; i < W; i++) total += L[i].n, gave_up += L[i].gave_up, rel_errors += L[i].rel_errors;
     sem_event *ev = malloc((size_t)(2 * total + 1) * sizeof *ev);
-    vec waits = {0};
+    vec waits = {0}, held = {0};
     long n = 0, ne = 0;
     for (int i = 0; i < W; i++)
         for (long k = 0; k < L[i].n; k++) {
@@ -567,6 +687,7 @@ static void wl_sem(void) {
             ev[ne++] = (sem_event){L[i].acq[k], 1};
             ev[ne++] = (sem_event){L[i].rel[k], -1};
             vpush(&waits, (L[i].acq[k] - L[i].ask[k]) * 1e3);
+            vpush(&held, (L[i].rel[k] - L[i].acq[k]) * 1e3);
             n++;
         }
     qsort(ev, (size_t)ne, sizeof *ev, event_cmp);
@@ -579,15 +700,19 @@ static void wl_sem(void) {
     }
     out_common();
     printf("\"workload\":\"sem\",\"lockers\":%d,\"limit\":%d,\"max_holders\":%d,\"hold_ms\":%d,\"cycles\":%ld,"
-           "\"secs\":%.3f,\"rate\":%.0f,\"ceiling_rate\":%.0f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"cpu_ms_per_1k\":%.1f,"
-           "\"srv_cpu_ms_per_1k\":%.1f,\"errors\":%ld,\"acquire_gave_up\":%ld,\"violations\":%ld,"
-           "\"note\":\"1 process, %d threads each with its own client, rl_acquire_slot with a ticket, "
-           "rl_sleep_until between attempts (default policy jitter 50-250 ms)\"}\n",
-           W, sem_limit, most, hold_ms, n, secs, n / secs, ceiling, vpct(&waits, 50), vpct(&waits, 99),
-           n ? cpu * 1000 / n : 0, n ? srv * 1000 / n : 0, rel_errors, gave_up, violations, W);
+           "\"secs\":%.3f,\"rate\":%.0f,\"ceiling_rate\":%.0f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"hold_p50_us\":%.1f,"
+           "\"cpu_ms_per_1k\":%.1f,\"srv_cpu_ms_per_1k\":%.1f,\"errors\":%ld,\"acquire_gave_up\":%ld,\"violations\":%ld,"
+           "\"note\":\"%s\"}\n",
+           W, sem_limit, most, hold_ms, n, secs, n / secs, ceiling, vpct(&waits, 50), vpct(&waits, 99), vpct(&held, 50),
+           n ? cpu * 1000 / n : 0, n ? srv * 1000 / n : 0, rel_errors, gave_up, violations,
+           one ? "1 process, 1 client, 1 thread: the lockers wait in line, a release goes out with the next "
+                 "rl_begin_acquire_slot behind it"
+               : "1 process, a thread and a client per locker, rl_acquire_slot with a ticket, rl_sleep_until "
+                 "between attempts (default policy jitter 50-250 ms)");
     fflush(stdout);
     for (int i = 0; i < W; i++) free(L[i].ask), free(L[i].acq), free(L[i].rel);
     free(waits.v);
+    free(held.v);
     free(ev);
     free(L);
     free(th);

@@ -486,6 +486,17 @@ do
         table.concat((function() local t = {} for _, x in ipairs(series(LUA, "handoff", "violations")) do t[#t + 1] = tostring(x) end return t end)(), "/"),
         #v == 0 and "not measured" or (bad == 0 and "**met**" or "**not met**")))
 end
+if #series(C, "sem", "rate") + #series(LUA, "sem", "rate") > 0 then
+    -- issue 25's semaphore (RB_WORKLOADS=sem): 16 lockers, limit 4, against redis-semaphore
+    local function ms(xs) local t = {} for _, x in ipairs(xs) do t[#t + 1] = x / 1e3 end return t end
+    trow("sem acquisitions/s vs redis-semaphore's (target >= 2x)", ratio_series(C, "sem", "rate", "best", "sem", "rate"),
+        ratio_series(LUA, "sem", "rate", "best", "sem", "rate"), function(x) return x >= 2 end)
+    trow("sem wait p99 < 20 ms", ms(series(C, "sem", "p99_us")), ms(series(LUA, "sem", "p99_us")),
+        function(x) return x < 20 end, 1)
+    local function most(xs) return #xs > 0 and { math.max(unpack(xs)) } or {} end
+    trow("sem violations = 0 (the most in a run)", most(series(C, "sem", "violations")),
+        most(series(LUA, "sem", "violations")), function(x) return x == 0 end, 0)
+end
 if keepalive_file then
     local ka = load(keepalive_file)
     local rss, cpu, lost, locks = {}, {}, {}, nil
