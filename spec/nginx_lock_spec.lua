@@ -1920,18 +1920,21 @@ describe("redlock inside nginx", function()
   -- The holder is another request (an ngx.timer) that, when asked, kills
   -- every pubsub connection of the nodes (the hub's subscribers) just before
   -- it releases: the waiter then acquires by polling, and once the hub has
-  -- subscribed again, by hearing the release.
+  -- subscribed again, by hearing the release. The holder's client has
+  -- another configuration, and so another hub: a release through the
+  -- waiter's own hub would wake it at once, without the nodes' messages.
   it("acquires by polling when the hub's subscriber connections are killed, and wakes again once they are back", function()
     local ports = {}
     for i, u in ipairs(cl.urls) do ports[i] = tonumber(u:match(":(%d+)$")) end
     srv = start {
       workers = 1,
-      init = init_code(cl.urls) .. ("PORTS = {%s}\nrcmd = require('helpers.resp').call\n"):format(table.concat(ports, ",")),
+      init = init_code(cl.urls) .. ("PORTS = {%s}\nrcmd = require('helpers.resp').call\n"):format(table.concat(ports, ","))
+        .. "HOLDER = redlock.new { servers = URLS, ttl = 3000, node_timeout = 77 }\n",
       locations = { PING, ([[
         location = /killer {
           content_by_lua_block {
             local r, kill = ngx.var.arg_r, ngx.var.arg_kill == "1"
-            local held = assert(DLM:lock(r, { wait = 5000 }))
+            local held = assert(HOLDER:lock(r, { wait = 5000 }))
             local rel_at, killed
             assert(ngx.timer.at(0.15, function()
               if kill then

@@ -296,6 +296,56 @@ local LAPSE = [[
     }
   }]]
 
+-- init_by_lua code: AWAIT(co) waits until light thread co sleeps between
+-- attempts (the sleeping hook says so); ASLEEP[co] is set when it does.
+-- SLEPT[r]: a request that set ngx.ctx.waits = r slept between attempts.
+local AWAIT_CODE = [[
+  redlock = require "redlock"
+  ASLEEP = setmetatable({}, { __mode = "k" })
+  HELD, SLEPT = {}, {}
+  redlock.hooks { sleeping = function()
+    ASLEEP[coroutine.running()] = true
+    local r = ngx.ctx.waits
+    if r then SLEPT[r] = true end
+  end }
+  function AWAIT(co)
+    local by = ngx.now() + 10
+    while not ASLEEP[co] do
+      if ngx.now() > by then error("a waiter never slept") end
+      ngx.sleep(0.001)
+    end
+  end
+]]
+
+-- The location: /handed?kind=lock|sem holds the resource (a lock, or both
+-- slots of a semaphore of limit 2) and starts a waiter W whose retry delay
+-- is 5 s; once W sleeps, it releases one hold and answers how many ms
+-- later W had it.
+local HANDED = [[
+  location = /handed {
+    content_by_lua_block {
+      local sem = ngx.var.arg_kind == "sem"
+      local r = "handed:" .. ngx.var.arg_kind .. ":" .. ngx.now() .. ":" .. math.random(1e9)
+      local opts = { ttl = 10000, limit = sem and 2 or nil }
+      local held = {}
+      for i = 1, sem and 2 or 1 do held[i] = assert(DLM:lock(r, opts)) end
+      local got_at
+      local W = ngx.thread.spawn(function()
+        local lk = DLM:lock(r, { ttl = 10000, limit = opts.limit, wait = 20000, retry = redlock.retry.fixed(5000, 10) })
+        ngx.update_time()
+        got_at = ngx.now()
+        if lk then lk:unlock() end
+      end)
+      AWAIT(W)
+      ngx.update_time()
+      local released_at = ngx.now()
+      held[1]:unlock()
+      ngx.thread.wait(W)
+      for i = 2, #held do held[i]:unlock() end
+      ngx.say(("%.0f"):format((got_at - released_at) * 1000))
+    }
+  }]]
+
 describe("the waiters of one nginx worker", function()
   local cl, srv
 
@@ -303,30 +353,12 @@ describe("the waiters of one nginx worker", function()
     cl = cluster.start(3)
     srv = nginx.start_tree {
       workers = 1,
-      init = ([[
-        redlock = require "redlock"
+      init = AWAIT_CODE .. ([[
         DLM = redlock.new { servers = %s }
         DLM1 = redlock.new { servers = { %q } }
         DLM2 = redlock.new { servers = %s, node_timeout = 777 } -- a hub of its own
         PORT1 = %d
         DLM5 = redlock.new { servers = %s, node_timeout = 5000 } -- waits 5 s for a stopped node
-        -- AWAIT(co): until light thread co sleeps between attempts (the
-        -- sleeping hook says so); ASLEEP[co] is set when it does
-        ASLEEP = setmetatable({}, { __mode = "k" })
-        -- SLEPT[r]: a request that set ngx.ctx.waits = r slept between attempts
-        HELD, SLEPT = {}, {}
-        redlock.hooks { sleeping = function()
-          ASLEEP[coroutine.running()] = true
-          local r = ngx.ctx.waits
-          if r then SLEPT[r] = true end
-        end }
-        function AWAIT(co)
-          local by = ngx.now() + 10
-          while not ASLEEP[co] do
-            if ngx.now() > by then error("a waiter never slept") end
-            ngx.sleep(0.001)
-          end
-        end
       ]]):format(nginx.lua_list(cl.urls), cl.urls[1], nginx.lua_list(cl.urls), cl.ports[1], nginx.lua_list(cl.urls)),
       locations = { LINE, BEHIND, KILLED, REUSE, LAPSE },
     }
@@ -429,6 +461,41 @@ describe("the waiters of one nginx worker", function()
     assert.equal("W=got woken=true", behind("outside&kind=shared"))
     assert.equal("W=got woken=true", behind("outside&kind=fenced"))
   end)
+end)
+
+-- A release by a request of the worker wakes the worker's next waiter at
+-- once (its attempt goes behind the release), not on the nodes' messages:
+-- here the nodes send none (an ACL user allowed no channels), so without
+-- that, the waiter would sleep out its retry delay of 5 s.
+describe("a release by a request of one nginx worker", function()
+  local acl, srv
+
+  lazy_setup(function()
+    acl = cluster.start(3, { args = { "--user", "locker", "on", ">pw", "~*", "resetchannels", "+@all" } })
+    local urls = {}
+    for i = 1, 3 do urls[i] = "redis://locker:pw@127.0.0.1:" .. acl.ports[i] end
+    srv = nginx.start_tree {
+      workers = 1,
+      init = AWAIT_CODE .. ("DLM = redlock.new { servers = %s }\n"):format(nginx.lua_list(urls)),
+      locations = { HANDED },
+    }
+  end)
+  teardown(function()
+    srv:stop()
+    acl:stop()
+  end)
+
+  for _, kind in ipairs { "lock", "sem" } do
+    it("wakes the worker's next waiter at once, with no message from the nodes (" .. kind .. ")", function()
+      for _ = 1, 3 do
+        local status, body = srv:get("/handed?kind=" .. kind, { timeout_ms = 30000 })
+        assert.equal(200, status, tostring(body) .. "\n" .. srv:error_log():sub(-2000))
+        local ms = tonumber(body:match("^(%d+)"))
+        assert(ms, body)
+        assert.is_true(ms < 2500, ("the waiter had it %d ms after the release (its retry delay: 5000)"):format(ms))
+      end
+    end)
+  end
 end)
 
 describe("the waiters of two nginx workers under wrk", function()

@@ -90,12 +90,22 @@
 --   waiting(resource, len)
 --                         the calls waiting for resource now that share the
 --                         client's place in the nodes' queues (its waiter id)
---   first(resource, len, since)
+--   first(resource, len, since, room)
 --                         whether none of those began to wait before since:
---                         the one whose attempts use the place
---   pass_turn(resource, len, since)
+--                         the one whose attempts use the place; room (a
+--                         semaphore's: the slots the client does not hold,
+--                         1 at least): whether none asleep began before
+--                         since and fewer than room awake did
+--   pass_turn(resource, len, since, quiet)
 --                         the one of since stopped waiting: wake the one
---                         that has waited longest, if one sleeps
+--                         that has waited longest, if one sleeps (quiet:
+--                         wake nobody)
+--   slot_taken(resource, len, value, until_ms)
+--                         a call of the client took a slot of the semaphore
+--                         resource, valid until until_ms (rl_now_ms)
+--   slots_held(resource, len)
+--                         how many of resource's slots the client's calls
+--                         hold (taken, not yet released, still valid)
 --   listening()           subscriber connections up (for tests and tools)
 --   errstr()              the reason of the last RL_ERR (a C string or a Lua string)
 --   node_name(i)          node i's name (0-based; no password)

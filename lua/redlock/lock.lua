@@ -119,8 +119,10 @@ local function attempt_slot(d, client, resource, ttl, limit, ticket)
     if rc ~= RL_OK then
         again_when_full(d, client, rc, client.acquire_slot, resource, #resource, limit, ttl, ticket, result)
     end
-    if result.status == OK then return new_lock(d, resource, ttl, started, result) end
-    return failure(d, result)
+    if result.status ~= OK then return failure(d, result) end
+    local lk = new_lock(d, resource, ttl, started, result)
+    client:slot_taken(resource, #resource, lk.value, lk.valid_until)
+    return lk
 end
 
 local semaphores = {} -- limit -> how its lock calls attempt (made once per limit)

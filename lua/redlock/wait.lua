@@ -260,7 +260,14 @@ local function retries(w, owed)
     local notify = d.notify
     local seen = notify and heard(client, a)
     local single, in_line = type(a) == "string", lined(d, w.kind, a)
-    local function first() return not in_line or client:first(a, #a, since) end
+    -- a semaphore's waiters of one client attempt together, as many as
+    -- slots the client does not hold (one at least)
+    local slots = w.kind.slots
+    local function first()
+        if not in_line then return true end
+        local room = slots and slots - client:slots_held(a, #a)
+        return client:first(a, #a, since, room and room > 1 and room or 1)
+    end
     -- only a waiter in line sleeps as one (its place among the sleepers)
     local line_since = in_line and since or nil
     local got
@@ -341,8 +348,14 @@ local function watched_retries(w, owed)
     watch(client, heard_on, holder)
     local ok, got, why, detail = pcall(retries, w, owed)
     if d.client == client then
-        unwatch(client, heard_on, ok and got ~= nil and w.kind.slots ~= nil, holder)
-        if lined(d, w.kind, a) then client:pass_turn(a, #a, w.since) end
+        local slots = w.kind.slots
+        local took_slot = ok and got ~= nil and slots ~= nil
+        unwatch(client, heard_on, took_slot, holder)
+        -- the client now holds every slot: the next would only be refused,
+        -- and the client's own next release wakes it
+        if lined(d, w.kind, a) then
+            client:pass_turn(a, #a, w.since, took_slot and client:slots_held(a, #a) >= slots)
+        end
     end
     if not ok then error(got, 0) end
     return got, why, detail

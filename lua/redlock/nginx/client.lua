@@ -18,6 +18,7 @@ local type, tonumber, pairs, setmetatable = type, tonumber, pairs, setmetatable
 local phase_refusal, start, wake = calls.phase_refusal, calls.start, calls.wake
 local take_waiter, give_waiter, request, running = calls.take_waiter, calls.give_waiter, calls.request, calls.running
 local get_hub = hub_mod.get
+local hand_off = watch.hand_off
 
 local RL_OK, RL_ERR = C.RL_OK, C.RL_ERR
 local UNREACHABLE = require("redlock.cdefs").UNREACHABLE
@@ -28,6 +29,10 @@ local _M = {}
 
 local client = {}
 local client_mt = { __index = client }
+
+local function name_of(resource, len)
+    return (type(resource) == "string" and len == #resource) and resource or ffi_string(resource, len)
+end
 
 -- Begin an operation on the hub's engine and register its waiter; the id,
 -- or RL_ERR (UNREACHABLE when the hub cannot start) with self.err set.
@@ -61,11 +66,12 @@ function client:begin(kind, resource, len, value, ttl, sem, ticket)
     w.id, w.co, w.ctx = id, co_running(), request()
     running(w.co)
     -- an acquire's resource: the hub releases a grant whose caller is gone
-    if kind == 1 or kind == 4 or kind == 5 or kind == 7 or kind == 10 then
-        w.resource = (type(resource) == "string" and len == #resource) and resource or ffi_string(resource, len)
-    end
+    if kind == 1 or kind == 4 or kind == 5 or kind == 7 or kind == 10 then w.resource = name_of(resource, len) end
     hub.waiters[id] = w
     hub.last_call = now
+    -- a release: the worker's next waiter attempts behind it (first, so
+    -- that the hub writes both at once)
+    if kind == 2 or kind == 8 then hand_off(hub, name_of(resource, len), kind == 8 and value or nil) end
     wake(hub)
     return id
 end
@@ -151,7 +157,7 @@ function client:sleep(ms) -- luacheck: ignore 212/self
 end
 
 -- Hand-off: watch, unwatch, unwatch_won, heard, listeners, sleep_until, waiting,
--- first, pass_turn, listening
+-- first, pass_turn, slot_taken, slots_held, listening
 -- (redlock.nginx.watch).
 for name, f in pairs(watch.methods) do client[name] = f end
 

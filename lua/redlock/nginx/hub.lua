@@ -181,7 +181,7 @@ local function new_hub(e, n, opts, t)
         socks = {}, readers = {}, gen = {}, up = {}, hosts = {}, ports = {}, names = {},
         work = nil, running = false, started_at = nil, token = nil, last_call = 0, now = 0, connects = 0, ended = {},
         node_timeout = opts.node_timeout_ms, connect_timeout = opts.connect_timeout_ms,
-        quorum = C.rl_engine_quorum(e),
+        slots_held = {}, quorum = C.rl_engine_quorum(e),
     }
     hub.placed = 0
     links.place(hub) -- every link: the nodes' command connections, then their subscribers

@@ -26,7 +26,9 @@
 -- Here: the hub's side (post_heard, sweep_watches, forget_watches) and
 -- the client's methods of the transport contract that hand-off needs
 -- (methods: watch, unwatch, unwatch_won, heard, listeners, sleep_until,
--- waiting, first, pass_turn, listening; redlock.nginx.client takes them).
+-- waiting, first, pass_turn, slot_taken, slots_held, listening;
+-- redlock.nginx.client takes them), and hand_off, which a release of the
+-- worker calls.
 
 local C = require("redlock.cdefs").lib
 local calls = require "redlock.nginx.calls"
@@ -34,7 +36,7 @@ local semaphore = require "ngx.semaphore"
 
 local ffi_new = require("ffi").new
 local now_ms = C.rl_now_ms
-local pairs, type, math_max, setmetatable = pairs, type, math.max, setmetatable
+local next, pairs, type, math_max, setmetatable = next, pairs, type, math.max, setmetatable
 local phase_refusal, start, wake = calls.phase_refusal, calls.start, calls.wake
 
 local int_out = ffi_new("int[1]")
@@ -79,21 +81,21 @@ end
 -- Wake the request asleep on watch c that has waited longest, unless one
 -- woken before has yet to resume: the worker is one waiter in the nodes'
 -- queues, whose turn goes to its requests in the order they began to wait.
--- (A call asleep outside the line is not one of them.)
+-- (A call asleep outside the line is not one of them.) Whether one was woken.
 local function wake_oldest(c)
     local t0, oldest, since = now_ms(), nil, nil
     for sema, t in pairs(c.sleepers) do
         if not asleep(c, sema, t0) then
             drop(c, sema)
         elseif not c.outside[sema] then
-            if c.posted[sema] then return end
+            if c.posted[sema] then return false end
             if oldest == nil or t < since then oldest, since = sema, t end
         end
     end
-    if oldest then
-        oldest:post(1)
-        c.posted[oldest] = t0
-    end
+    if oldest == nil then return false end
+    oldest:post(1)
+    c.posted[oldest] = t0
+    return true
 end
 
 -- Watch c heard a release: wake whoever sleeps on it. broadcast: on the
@@ -137,6 +139,30 @@ local function still_asleep(rec, sema, t0)
     return false
 end
 
+--- A call of the worker began the release of resource (value: the value
+--- of the semaphore's slot it releases, else nil) on hub's engine. The
+--- slot is no longer the worker's (see slot_taken). The request of the
+--- worker that has waited longest for resource, if one is asleep in line,
+--- is woken now: the attempt it makes goes to every node behind the
+--- release, on the same connections, so each node has freed what it asks
+--- for. Woken by the nodes' messages instead, it would attempt two trips
+--- later (the release's, then the messages'), and a semaphore's waiter
+--- after a quorum of them. So this counts as a quorum of messages heard
+--- on its watch (handed), and its waiters as one (listeners): the woken
+--- request neither waits for more nor spreads out its attempt. Whose turn
+--- it is stays the nodes' to say: a waiter elsewhere ahead of the worker
+--- in their queues still gets the lock or the slot.
+function _M.hand_off(hub, resource, value)
+    if value ~= nil then
+        local held = hub.slots_held[resource]
+        if held then held[value] = nil end
+    end
+    local c = hub.chans[resource]
+    if c == nil or not wake_oldest(c) then return end
+    c.handed = c.handed + hub.quorum
+    c.listeners = 1
+end
+
 --- When the last request still asleep on hub's watches wakes at the
 --- latest (rl_now_ms; 0 when none is): what holds the hub, idle or in an
 --- exiting worker, for them. Requests killed asleep do not count, and are
@@ -176,10 +202,19 @@ local function end_watch(hub, c, unwatch)
 end
 
 --- Take off the holds of waits that are gone (their holders collected: see
---- the top), end the watches nobody else holds, and forget the requests
---- killed asleep. The hub's loop calls it now and then.
+--- the top), end the watches nobody else holds, forget the requests
+--- killed asleep, and the slots taken whose validity has ended (released
+--- otherwise than by a call of the worker: a lock dropped or lost, or
+--- released for a request that is gone). The hub's loop calls it now and then.
 function _M.sweep_watches(hub)
     _M.sleep_horizon(hub)
+    local t0 = now_ms()
+    for r, held in pairs(hub.slots_held) do
+        for value, until_ms in pairs(held) do
+            if until_ms <= t0 then held[value] = nil end
+        end
+        if next(held) == nil then hub.slots_held[r] = nil end
+    end
     for _, c in pairs(hub.chans) do
         local held = 0
         for _, h in pairs(c.holders) do held = held + h.n end
@@ -241,7 +276,7 @@ function methods:watch(resource, len, holder)
         local id = C.rl_engine_watch(hub.e, r, #r, now_ms())
         if id < 0 then return 0 end -- out of memory: the waiter polls
         -- holders[holder] = { n = its holds, client = its client }; clients: every client that held it
-        c = { id = id, resource = r, refs = 0, listeners = 0, sleepers = {}, posted = {}, outside = {}, line = {},
+        c = { id = id, resource = r, refs = 0, listeners = 0, handed = 0, sleepers = {}, posted = {}, outside = {}, line = {},
               holders = setmetatable({}, WEAK_KEYS), clients = setmetatable({}, WEAK_KEYS) }
         hub.chans[r], hub.watches[id] = c, c
         wake(hub) -- the loop subscribes (and connects the subscriber links)
@@ -283,14 +318,50 @@ function methods:unwatch_won(resource, len, holder)
     unwatch_with(self, resource, len, holder, C.rl_engine_unwatch_won)
 end
 
+-- The releases heard on the hub's watch of r: the engine's count of the
+-- nodes' messages, and the worker's own releases handed off (hand_off).
+local function heard_on(hub, r)
+    local c = hub.chans[r]
+    return C.rl_engine_heard(hub.e, r, #r) + (c and c.handed or 0)
+end
+
 function methods:heard(resource, len)
-    local e = self.hub.e
+    local hub = self.hub
     if resource == nil then
         local total = 0
-        for r in pairs(watching(self)) do total = total + C.rl_engine_heard(e, r, #r) end
-        return total
+        for r in pairs(watching(self)) do total = total + heard_on(hub, r) end
+        return total % 4294967296
     end
-    return C.rl_engine_heard(e, resource, len)
+    return heard_on(hub, name_of(resource, len)) % 4294967296
+end
+
+-- A request of the worker took slot value of the semaphore resource, valid
+-- until until_ms (rl_now_ms). The worker counts its slots by value until
+-- their release begins (hand_off) or their validity ends (a lock dropped
+-- or lost without one): only to know how many of its waiters to let
+-- attempt, never whether it may hold one.
+function methods:slot_taken(resource, len, value, until_ms)
+    local hub, r = self.hub, name_of(resource, len)
+    local held = hub.slots_held[r]
+    if held == nil then
+        held = {}
+        hub.slots_held[r] = held
+    end
+    held[value] = until_ms
+end
+
+-- How many slots of the semaphore resource the worker's requests hold, as
+-- far as it knows (slot_taken).
+function methods:slots_held(resource, len)
+    local hub, r = self.hub, name_of(resource, len)
+    local held = hub.slots_held[r]
+    if held == nil then return 0 end
+    local n, t0 = 0, now_ms()
+    for value, until_ms in pairs(held) do
+        if until_ms > t0 then n = n + 1 else held[value] = nil end
+    end
+    if n == 0 then hub.slots_held[r] = nil end
+    return n
 end
 
 -- The waiters that competed for the last release heard of resource (nil:
@@ -361,40 +432,47 @@ end
 -- either then leaves the line.
 --   waiting    how many watch the resource now
 --   first      whether none in line began before since: the one whose
---              attempts use the place (the caller counts as awake)
+--              attempts use the place (the caller counts as awake); for a
+--              semaphore, room: how many may attempt together (the slots
+--              the worker does not hold), and whether none asleep began
+--              before since and fewer than room awake did
 --   pass_turn  the one of since stopped waiting (it took the resource, or
 --              gave up): it leaves the line, and the one asleep that has
 --              waited longest is woken (an acquire that won took the
 --              worker out of the queues, and that one takes its own place
---              there at once, rather than at its policy's next attempt)
+--              there at once, rather than at its policy's next attempt).
+--              quiet: nobody is woken (the worker took the last slot it
+--              could hold: an attempt now would only be refused, and the
+--              worker's own next release wakes the next, see hand_off)
 function methods:waiting(resource, len)
     local c = self.hub.chans[name_of(resource, len)]
     return c and c.refs or 0
 end
 
-function methods:first(resource, len, since)
+function methods:first(resource, len, since, room)
     local c = self.hub.chans[name_of(resource, len)]
     if c == nil then return true end
-    local line, t0 = c.line, now_ms()
+    local line, t0, awake = c.line, now_ms(), 0
     line[since] = t0 + AWAKE_MS
     for t, v in pairs(line) do
         if t < since then
-            if type(v) == "number" then
-                if v > t0 then return false end
-            elseif asleep(c, v, t0) then
+            if type(v) == "number" and v > t0 then
+                awake = awake + 1
+            elseif type(v) ~= "number" and asleep(c, v, t0) then
                 return false
+            else
+                line[t] = nil
             end
-            line[t] = nil
         end
     end
-    return true
+    return awake < (room or 1)
 end
 
-function methods:pass_turn(resource, len, since)
+function methods:pass_turn(resource, len, since, quiet)
     local c = self.hub.chans[name_of(resource, len)]
     if c == nil then return end
     c.line[since] = nil
-    wake_oldest(c)
+    if not quiet then wake_oldest(c) end
 end
 
 function methods:listening()
