@@ -83,6 +83,41 @@ describe("dlm:adopt", function()
     assert.are.equal("not held", err)
   end)
 
+  -- The minority answers after the round was decided (its replies come
+  -- 40 ms late, through a proxy): it still extends, so it is released too.
+  it("a value left on a minority that answers late: its keys are released too", function()
+    local faults = require "helpers.faults"
+    local px, urls = {}, {}
+    for i = 1, 5 do
+      if i <= 2 then
+        px[i] = faults.proxy(cl.ports[i])
+        urls[i] = px[i].url
+      else
+        urls[i] = cl.urls[i]
+      end
+    end
+    local slow = redlock.new { servers = urls, ttl = 2000, node_timeout = 1000 }
+    local ok, err = pcall(function()
+      local r = res("late-minority")
+      local lk = assert(owner:lock(r))
+      for i = 3, 5 do cluster.del(cl, i, r) end
+      for i = 1, 2 do px[i]:set("delay 40") end
+      local a, why, detail = slow:adopt(r, lk.value, { ttl = 600000 })
+      assert.is_nil(a)
+      assert.are.equal("not held", why)
+      -- decided before the minority answered
+      assert.are.equal("pending", detail[1].state)
+      assert(cluster.await_all(cl, function(i)
+        local pttl = cluster.pttl(cl, i, r)
+        return pttl < 0, "pttl " .. pttl
+      end, 3000, nil, slow))
+      lk:unlock()
+    end)
+    slow:close()
+    for i = 1, 2 do px[i]:stop() end
+    assert(ok, err)
+  end)
+
   it("a value left on a minority only: 'not held', and the minority's keys are released, not extended", function()
     local r = res("minority")
     for _, shared in ipairs({ false, true }) do

@@ -161,17 +161,28 @@ local function on_key(d, client, kind, r, slot, value, ttl)
     end
 end
 
+-- Whether a node of round r may have done what it was asked: it said so,
+-- or gave no answer by the decision (pending, timed out, its connection
+-- lost), so that it may yet. Only a node that refused did not.
+local function some_node_may_have(r)
+    for i = 0, r.nodes - 1 do
+        if r.node[i].state ~= C.RL_NODE_TAKEN then return true end
+    end
+    return false
+end
+
 --- A lock acquired elsewhere (value: its holder's; slot: a semaphore's
 --- slot it holds, or nil), taken over by one extension to ttl: the lock it
 --- makes, with the validity that extension left, or nil, err, detail ("not
 --- held" when value is not on a quorum). A value on no quorum is nobody's
---- lock: the nodes of a minority that took the extension would keep it for
---- ttl (blocking the resource there), so it is released on every node.
+--- lock: the nodes of a minority that took the extension, also after the
+--- round was decided, would keep it for ttl (blocking the resource there),
+--- so it is released on every node unless every node refused it.
 function _M.adopt(d, client, resource, value, ttl, slot)
     local started = now()
     on_key(d, client, EXTEND, resource, slot, value, ttl)
     if result.status == OK then return new_lock(d, resource, ttl, started, result) end
-    local extended = result.status == C.RL_STATUS_NOT_HELD and result.ok > 0
+    local extended = result.status == C.RL_STATUS_NOT_HELD and some_node_may_have(result)
     local _, err, detail = failure(d, result)
     if extended then on_key(d, client, RELEASE, resource, slot, value) end
     return nil, err, detail
