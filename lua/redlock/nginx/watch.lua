@@ -36,7 +36,7 @@ local semaphore = require "ngx.semaphore"
 
 local ffi_new = require("ffi").new
 local now_ms = C.rl_now_ms
-local next, pairs, type, math_max, setmetatable = next, pairs, type, math.max, setmetatable
+local pairs, type, math_max, setmetatable = pairs, type, math.max, setmetatable
 local phase_refusal, start, wake = calls.phase_refusal, calls.start, calls.wake
 
 local int_out = ffi_new("int[1]")
@@ -163,6 +163,19 @@ function _M.hand_off(hub, resource, value)
     c.listeners = 1
 end
 
+-- How many slots of the semaphore r the worker's requests still hold at
+-- t0 (see slot_taken); those whose validity has ended are forgotten.
+local function slots_still_held(hub, r, t0)
+    local held = hub.slots_held[r]
+    if held == nil then return 0 end
+    local n = 0
+    for value, until_ms in pairs(held) do
+        if until_ms > t0 then n = n + 1 else held[value] = nil end
+    end
+    if n == 0 then hub.slots_held[r] = nil end
+    return n
+end
+
 --- When the last request still asleep on hub's watches wakes at the
 --- latest (rl_now_ms; 0 when none is): what holds the hub, idle or in an
 --- exiting worker, for them. Requests killed asleep do not count, and are
@@ -209,12 +222,7 @@ end
 function _M.sweep_watches(hub)
     _M.sleep_horizon(hub)
     local t0 = now_ms()
-    for r, held in pairs(hub.slots_held) do
-        for value, until_ms in pairs(held) do
-            if until_ms <= t0 then held[value] = nil end
-        end
-        if next(held) == nil then hub.slots_held[r] = nil end
-    end
+    for r in pairs(hub.slots_held) do slots_still_held(hub, r, t0) end
     for _, c in pairs(hub.chans) do
         local held = 0
         for _, h in pairs(c.holders) do held = held + h.n end
@@ -353,15 +361,7 @@ end
 -- How many slots of the semaphore resource the worker's requests hold, as
 -- far as it knows (slot_taken).
 function methods:slots_held(resource, len)
-    local hub, r = self.hub, name_of(resource, len)
-    local held = hub.slots_held[r]
-    if held == nil then return 0 end
-    local n, t0 = 0, now_ms()
-    for value, until_ms in pairs(held) do
-        if until_ms > t0 then n = n + 1 else held[value] = nil end
-    end
-    if n == 0 then hub.slots_held[r] = nil end
-    return n
+    return slots_still_held(self.hub, name_of(resource, len), now_ms())
 end
 
 -- The waiters that competed for the last release heard of resource (nil:
