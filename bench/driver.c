@@ -24,6 +24,7 @@
  *            thread and a client each, rl_acquire_slot with a ticket
  *            (rl_wall_ms when it starts waiting), sleeping on rl_sleep_until
  *            between attempts (the default policy's delay the fallback).
+ *            Every form times its holds with rl_run_until, to the microsecond.
  *
  * The nodes: RB_SERVERS (URLs separated by commas or spaces; a cluster node is
  * one redis-cluster://h:p+h:p URL) when set, else RB_HOST and RB_PORTS.
@@ -442,6 +443,13 @@ static const char *sem_key;
 static int sem_klen, sem_limit;
 static volatile int sem_stop;
 
+/* Hold for ms from now, to the microsecond (rl_sleep counts whole
+ * milliseconds and the event loop may add one), serving the client. */
+static void sem_hold(rl_client *c, int ms) {
+    double until = rl_now_ms() + ms;
+    while (rl_now_ms() < until) rl_run_until(c, until);
+}
+
 /* Wait up to 2 ms after a first wake-up until a quorum of nodes said the
  * slot is free (as redlock.wait does for a semaphore's waiter). */
 static void quorum_of_wakes(rl_client *c, unsigned seen) {
@@ -489,7 +497,7 @@ static void *locker_main(void *arg) {
         char value[RL_VALUE_LEN + 1];
         int slot = r->slot;
         memcpy(value, r->value, sizeof value);
-        rl_sleep(c, hold_ms);
+        sem_hold(c, hold_ms);
         if (me->n < SEM_MAXREC) {
             me->ask[me->n] = asked, me->acq[me->n] = t, me->rel[me->n] = rl_now_ms();
             me->n++;
@@ -527,7 +535,7 @@ static double sem_ceiling(rl_result *r) {
         char value[RL_VALUE_LEN + 1];
         int slot = r->slot;
         memcpy(value, r->value, sizeof value);
-        rl_sleep(cl, hold_ms);
+        sem_hold(cl, hold_ms);
         rl_on_slot(cl, RL_OP_RELEASE, sem_key, (size_t)sem_klen, slot, value, 0, r);
         n++;
     }
@@ -542,7 +550,9 @@ static double sem_ceiling(rl_result *r) {
  * same connections, so each node frees the slot before it is asked for one.
  * A refused attempt (another process holds the slot, or the nodes did not
  * agree) puts its locker first again, to wait for a release heard or its
- * policy's delay. Each records ask / acq / rel as locker_main does. */
+ * policy's delay. The loop waits with rl_run_until for the next hold's end
+ * (or a result, or a release heard). Each records ask / acq / rel as
+ * locker_main does. */
 enum { M_QUEUED, M_ACQUIRING, M_HOLDING, M_DONE };
 typedef struct {
     int state, slot;
@@ -613,10 +623,7 @@ static void sem_one_client(sem_locker *L, int W, double t_stop) {
         }
         if (polled_at > now && polled_at < next) next = polled_at;
         if (!stop && t_stop < next) next = t_stop;
-        int ms = (int)(next - rl_now_ms() + 0.999);
-        if (ms < 0) ms = 0;
-        if (busy == 0) rl_sleep_until(cl, sem_key, (size_t)sem_klen, seen, ms);
-        else rl_run(cl, ms);
+        rl_run_until(cl, next); /* or a release heard, or a result */
         while (rl_collect(cl, r)) {
             int who = owner[r->id % RL_ID_SLOTS];
             busy--;

@@ -408,6 +408,19 @@ int rl_begin_acquire_shared(rl_client *c, const char *resource, size_t len, int 
  */
 int rl_run(rl_client *c, int timeout_ms);
 
+/*
+ * rl_run with a deadline instead of a timeout, for a program that schedules
+ * its own work (holds, retries) between operations: drive the I/O until at
+ * least one operation has finished, a release is heard on any resource this
+ * client watches (rl_heard(c, NULL, 0) moves), or rl_now_ms() reaches
+ * deadline_ms (already past: do what is ready and return). The deadline is
+ * kept to the microsecond (a timerfd among the client's descriptors, made
+ * on the first call), where rl_run's timeout counts whole milliseconds and
+ * the event loop may wait one more. Return the number of finished
+ * operations waiting to be collected, or RL_ERR in a forked child.
+ */
+int rl_run_until(rl_client *c, double deadline_ms);
+
 /* Copy the oldest finished operation into *out (out NULL: drop it) and
  * forget it. Return 1 if one was handed back, 0 if none had finished. A failed acquire is handed back once
  * its cleanup is written: if a node's socket has no room for it yet, this

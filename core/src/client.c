@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 
 #include "client_impl.h"
 #include "value.h"
@@ -183,6 +185,14 @@ static void on_run_timer(EV_P_ ev_timer *w, int revents) {
     ((rl_client *)w->data)->run_expired = 1;
 }
 
+static void on_run_fd(EV_P_ ev_io *w, int revents) {
+    (void)loop;
+    (void)revents;
+    rl_client *c = w->data;
+    uint64_t fired;
+    if (read(c->run_fd, &fired, sizeof fired) == (ssize_t)sizeof fired) c->run_reached = 1;
+}
+
 rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *opts, char *err,
                          size_t errlen) {
     rl_engine *e = rl_engine_new(urls, nurls, opts, err, errlen);
@@ -221,6 +231,7 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
     c->nnodes = nurls;
     ev_timer_init(&c->run_timer, on_run_timer, 0., 0.);
     c->run_timer.data = c;
+    c->run_fd = -1;
     ev_timer_init(&c->deadline, on_deadline, 0., 0.);
     c->deadline.data = c;
     ev_prepare_init(&c->flusher, on_prepare);
@@ -253,6 +264,22 @@ void rl_client_arm_run_timer(rl_client *c, int ms) {
     ev_now_update(c->loop);
     ev_timer_set(&c->run_timer, ms / 1000.0, 0.);
     ev_timer_start(c->loop, &c->run_timer);
+}
+
+int rl_client_arm_run_at(rl_client *c, double deadline_ms) {
+    if (c->run_fd < 0) {
+        c->run_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+        if (c->run_fd < 0) return -1;
+        ev_io_init(&c->run_fd_watcher, on_run_fd, c->run_fd, EV_READ);
+        c->run_fd_watcher.data = c;
+        ev_io_start(c->loop, &c->run_fd_watcher);
+        ev_unref(c->loop); /* it alone does not keep the loop running */
+    }
+    /* rl_now_ms is CLOCK_MONOTONIC too; a deadline at or before 0 would disarm */
+    long long ns = deadline_ms > 1e-6 ? (long long)(deadline_ms * 1e6) : 1;
+    struct itimerspec when = {{0, 0}, {(time_t)(ns / 1000000000LL), (long)(ns % 1000000000LL)}};
+    c->run_reached = 0;
+    return timerfd_settime(c->run_fd, TFD_TIMER_ABSTIME, &when, NULL) == 0 ? 0 : -1;
 }
 
 /* Run the loop until done() is 0 or ms have passed. */
@@ -313,6 +340,11 @@ void rl_client_free_by(rl_client *c, double deadline_ms) {
     for (int k = 0; k < RL_MAX_SHARDS; k++) free(c->shard_addrs[k]);
     ev_timer_stop(c->loop, &c->run_timer);
     ev_timer_stop(c->loop, &c->deadline);
+    if (c->run_fd >= 0) {
+        ev_ref(c->loop);
+        ev_io_stop(c->loop, &c->run_fd_watcher);
+        close(c->run_fd);
+    }
     ev_ref(c->loop);
     ev_prepare_stop(c->loop, &c->flusher);
     ev_loop_destroy(c->loop);

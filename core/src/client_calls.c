@@ -8,6 +8,7 @@
  * a node with a full socket reads (write_cleanup); a blocking call lets a
  * command held behind a fresh connection's setup go out first
  * (rl_engine_held_until, settle). */
+#include <limits.h>
 #include <time.h>
 
 #include "client_impl.h"
@@ -114,6 +115,25 @@ int rl_run(rl_client *c, int timeout_ms) {
         if (timeout_ms > 0) rl_client_arm_run_timer(c, timeout_ms);
         else c->run_expired = 0;
         while (rl_engine_done(c->engine) == 0 && !c->run_expired) ev_run(c->loop, EVRUN_ONCE);
+        ev_timer_stop(c->loop, &c->run_timer);
+    }
+    rl_client_flush(c);
+    return rl_engine_done(c->engine);
+}
+
+int rl_run_until(rl_client *c, double deadline_ms) {
+    if (forked(c)) return RL_ERR;
+    unsigned heard = rl_engine_heard(c->engine, NULL, 0);
+    double left = deadline_ms - rl_now_ms();
+    if (rl_engine_done(c->engine) > 0 || left <= 0) {
+        ev_run(c->loop, EVRUN_NOWAIT);
+    } else {
+        int precise = rl_client_arm_run_at(c, deadline_ms) == 0;
+        if (precise) c->run_expired = 0;
+        else rl_client_arm_run_timer(c, left < INT_MAX - 1 ? (int)left + 1 : INT_MAX);
+        while (rl_engine_done(c->engine) == 0 && !c->run_expired && !(precise && c->run_reached) &&
+               rl_engine_heard(c->engine, NULL, 0) == heard)
+            ev_run(c->loop, EVRUN_ONCE);
         ev_timer_stop(c->loop, &c->run_timer);
     }
     rl_client_flush(c);

@@ -23,6 +23,9 @@ struct rl_client {
     double armed_at;         /* when the deadline timer fires (0: not armed) */
     ev_timer run_timer;      /* bounds rl_run / rl_sleep */
     int run_expired;
+    int run_fd;              /* a timerfd bounding rl_run_until to the microsecond (-1: not made yet) */
+    ev_io run_fd_watcher;
+    int run_reached;         /* run_fd fired since it was last armed */
     int node_timeout_ms;     /* bounds the tails served by rl_client_free */
     int connect_timeout_ms;  /* with reconnect_max_ms, bounds the unwritten commands served by rl_client_free */
     int reconnect_max_ms;
@@ -53,5 +56,13 @@ void rl_client_flush_subscribers(rl_client *c);
 
 /* Bound the loop's run to ms from now: c->run_expired is set then. */
 void rl_client_arm_run_timer(rl_client *c, int ms);
+
+/* Bound the loop's run to deadline_ms (rl_now_ms's clock), to the
+ * microsecond: c->run_reached is set then. libev's own timers wait at
+ * least a millisecond on epoll; this one is a timerfd among the loop's
+ * descriptors, made on first use. Return 0, or -1 if it cannot be made
+ * (out of descriptors): the caller bounds the run by rl_client_arm_run_timer
+ * instead. */
+int rl_client_arm_run_at(rl_client *c, double deadline_ms);
 
 #endif

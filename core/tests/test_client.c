@@ -134,6 +134,59 @@ static void waiter_hears_a_release(rl_client *c, rl_result *r) {
     rl_client_free(w);
 }
 
+/* rl_run_until returns for whichever comes first: its deadline (never
+ * before it, also a fraction of a millisecond away), a finished operation,
+ * or a release heard on a watched resource; a deadline already past serves
+ * what is ready and returns. Its timer firing after an early return does
+ * not cut a later rl_sleep short. */
+static void run_until_a_deadline_a_result_or_a_release(rl_client *c, rl_result *r) {
+    for (int i = 0; i < 20; i++) {
+        double deadline = rl_now_ms() + (i % 2 ? 0.3 : 2.5);
+        CHECK_INT(rl_run_until(c, deadline), 0);
+        CHECK(rl_now_ms() >= deadline);
+    }
+    double t0 = rl_now_ms();
+    CHECK_INT(rl_run_until(c, t0 - 1), 0);
+    CHECK_INT(rl_run_until(c, 0), 0);
+    int id = rl_begin_acquire(c, "until", 5, 5000);
+    CHECK(id >= 0);
+    t0 = rl_now_ms();
+    int done = 0;
+    while (done == 0 && rl_now_ms() - t0 < 5000) done = rl_run_until(c, t0 + 60000);
+    CHECK_INT(done, 1);
+    CHECK(rl_now_ms() - t0 < 5000);
+    CHECK_INT(rl_collect(c, r), 1);
+    CHECK_INT(r->id, id);
+    CHECK_INT(r->status, RL_STATUS_OK);
+    char value[RL_VALUE_LEN + 1];
+    memcpy(value, r->value, sizeof(value));
+    t0 = rl_now_ms();
+    rl_sleep(c, 30); /* the timerfd armed for t0 + 60000 above: not this sleep's */
+    CHECK(rl_now_ms() - t0 >= 30);
+    id = rl_begin_acquire(c, "until:b", 7, 5000);
+    CHECK(rl_run_until(c, rl_now_ms() + 8) >= 0); /* armed 8 ms ahead, likely returned for the result */
+    t0 = rl_now_ms();
+    rl_sleep(c, 30);
+    CHECK(rl_now_ms() - t0 >= 30);
+    CHECK(rl_wait(c, id, r) == RL_OK && r->status == RL_STATUS_OK);
+    CHECK_INT(verdict(rl_release(c, "until:b", 7, r->value, r), r), RL_STATUS_OK);
+
+    char err[RL_ERR_LEN];
+    rl_client *w = rl_client_new(url_list, NODES, NULL, err, sizeof(err));
+    CHECK(w != NULL);
+    CHECK_INT(rl_watch(w, "until", 5), RL_OK);
+    double until = rl_now_ms() + 2000;
+    while (rl_client_listening(w) < NODES && rl_now_ms() < until) rl_sleep(w, 5);
+    rl_sleep(w, 50); /* the SUBSCRIBEs reached the nodes */
+    unsigned heard = rl_heard(w, NULL, 0);
+    CHECK_INT(verdict(rl_release(c, "until", 5, value, r), r), RL_STATUS_OK);
+    t0 = rl_now_ms();
+    while (rl_heard(w, NULL, 0) == heard && rl_now_ms() - t0 < 5000) CHECK_INT(rl_run_until(w, t0 + 60000), 0);
+    CHECK(rl_heard(w, NULL, 0) != heard);
+    CHECK(rl_now_ms() - t0 < 5000);
+    rl_client_free(w);
+}
+
 /* Fenced grants on real nodes: tokens start at 1 and strictly increase; a
  * node's counter (the key "fenced:fence") holds the last token committed;
  * the grant is a lock like any other (refused while held). */
@@ -623,7 +676,7 @@ static void client_made_before_fork(rl_client *c, rl_result *r) {
         char err[RL_ERR_LEN];
         if (rl_acquire(c, "fork:child", 10, 10000, &cr) != RL_ERR || !strstr(rl_client_errstr(c), "before fork()"))
             bad |= 1;
-        if (rl_run(c, 10) != RL_ERR) bad |= 2;
+        if (rl_run(c, 10) != RL_ERR || rl_run_until(c, rl_now_ms() + 10) != RL_ERR) bad |= 2;
         rl_client_free(c);
         rl_keeper *k = rl_keeper_new(url_list, NODES, NULL, err, sizeof(err));
         rl_client *own = rl_client_new(url_list, NODES, NULL, err, sizeof(err));
@@ -762,6 +815,7 @@ int main(void) {
     many_in_flight(c, r);
     fenced_tokens_increase(c, r);
     waiter_hears_a_release(c, r);
+    run_until_a_deadline_a_result_or_a_release(c, r);
     commands_larger_than_the_socket();
     misuse_is_refused(c, r);
     extreme_reconnect_delays();

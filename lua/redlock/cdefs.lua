@@ -126,6 +126,7 @@ int rl_begin_on_slot(rl_client *c, int kind, const char *resource, size_t len, i
                      int ttl_ms);
 int rl_begin_acquire_shared(rl_client *c, const char *resource, size_t len, int ttl_ms);
 int rl_run(rl_client *c, int timeout_ms);
+int rl_run_until(rl_client *c, double deadline_ms);
 int rl_collect(rl_client *c, rl_result *out);
 int rl_wait(rl_client *c, int id, rl_result *out);
 void rl_sleep(rl_client *c, int ms);
