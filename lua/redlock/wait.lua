@@ -261,12 +261,16 @@ local function retries(w, owed)
     local seen = notify and heard(client, a)
     local single, in_line = type(a) == "string", lined(d, w.kind, a)
     -- a semaphore's waiters of one client attempt together, as many as
-    -- slots the client does not hold (one at least)
+    -- slots the client does not hold: none while its calls hold every slot
+    -- (an attempt could only be refused; their releases wake the next, and
+    -- a slot the client lost without a release stops counting when its
+    -- validity ends)
     local slots = w.kind.slots
     local function first()
         if not in_line then return true end
         local room = slots and slots - client:slots_held(a, #a)
-        return client:first(a, #a, since, room and room > 1 and room or 1)
+        if room and room <= 0 then return false end
+        return client:first(a, #a, since, room or 1)
     end
     -- only a waiter in line sleeps as one (its place among the sleepers)
     local line_since = in_line and since or nil
@@ -283,9 +287,14 @@ local function retries(w, owed)
     if queued then try = queued end
     local ticket = w.kind.slots and C.rl_wall_ms() or nil
     local time_left = owed or w.deadline == nil or now() < w.deadline
-    if (queued or owed) and time_left and first() then
-        got, err, detail = try(d, client, a, b, ticket)
-        if got then return got end
+    if (queued or owed) and time_left then
+        if first() then
+            got, err, detail = try(d, client, a, b, ticket)
+            if got then return got end
+        elseif err == nil then
+            local _
+            _, err, detail = results.refusal(d, "busy", "this client's calls hold every slot")
+        end
     end
     while true do
         local delay = policy_delay(w.policy, n, err, detail)

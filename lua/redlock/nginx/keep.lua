@@ -22,6 +22,7 @@
 local ffi = require "ffi"
 local C = require("redlock.cdefs").lib
 local calls = require "redlock.nginx.calls"
+local watch = require "redlock.nginx.watch"
 
 local ngx = ngx
 local ffi_string, ffi_new, ffi_copy = ffi.string, ffi.new, ffi.copy
@@ -133,8 +134,10 @@ end
 -- hub was doing when the finalizer ran.
 function keeper:drop(id)
     if not self.entries[id] then return RL_ERR end
-    forget(self, id)
     local hub = self.hub
+    -- a semaphore's slot: the worker's waiters may attempt again
+    if self.slots[id] > 0 then watch.forget_slot(hub, self.entries[id], self.values[id]) end
+    forget(self, id)
     local rc = C.rl_engine_keep_drop(hub.e, id, now_ms())
     pcall(poke, hub)
     return rc

@@ -81,15 +81,20 @@ end
 -- Wake the request asleep on watch c that has waited longest, unless one
 -- woken before has yet to resume: the worker is one waiter in the nodes'
 -- queues, whose turn goes to its requests in the order they began to wait.
--- (A call asleep outside the line is not one of them.) Whether one was woken.
-local function wake_oldest(c)
+-- (A call asleep outside the line is not one of them.) another: a slot of
+-- a semaphore was freed, room for one more than those woken already, so
+-- the oldest not yet woken is. Whether one was woken.
+local function wake_oldest(c, another)
     local t0, oldest, since = now_ms(), nil, nil
     for sema, t in pairs(c.sleepers) do
         if not asleep(c, sema, t0) then
             drop(c, sema)
         elseif not c.outside[sema] then
-            if c.posted[sema] then return false end
-            if oldest == nil or t < since then oldest, since = sema, t end
+            if c.posted[sema] then
+                if not another then return false end
+            elseif oldest == nil or t < since then
+                oldest, since = sema, t
+            end
         end
     end
     if oldest == nil then return false end
@@ -145,22 +150,29 @@ end
 --- worker that has waited longest for resource, if one is asleep in line,
 --- is woken now: the attempt it makes goes to every node behind the
 --- release, on the same connections, so each node has freed what it asks
---- for. Woken by the nodes' messages instead, it would attempt two trips
---- later (the release's, then the messages'), and a semaphore's waiter
+--- for. Each slot released wakes one more (several holders' holds often
+--- end in the same tick of nginx's timers). Woken by the nodes' messages
+--- instead, it would attempt two trips later (the release's, then the
+--- messages'), and a semaphore's waiter
 --- after a quorum of them. So this counts as a quorum of messages heard
 --- on its watch (handed), and its waiters as one (listeners): the woken
 --- request neither waits for more nor spreads out its attempt. Whose turn
 --- it is stays the nodes' to say: a waiter elsewhere ahead of the worker
 --- in their queues still gets the lock or the slot.
 function _M.hand_off(hub, resource, value)
-    if value ~= nil then
-        local held = hub.slots_held[resource]
-        if held then held[value] = nil end
-    end
+    if value ~= nil then _M.forget_slot(hub, resource, value) end
     local c = hub.chans[resource]
-    if c == nil or not wake_oldest(c) then return end
+    if c == nil or not wake_oldest(c, value ~= nil) then return end
     c.handed = c.handed + hub.quorum
     c.listeners = 1
+end
+
+--- The worker's request no longer holds the slot of value of the semaphore
+--- resource (see slot_taken): its release began, or the engine releases
+--- it (a kept lock dropped). Safe anywhere, a finalizer included.
+function _M.forget_slot(hub, resource, value)
+    local held = hub.slots_held[resource]
+    if held then held[value] = nil end
 end
 
 -- How many slots of the semaphore r the worker's requests still hold at
