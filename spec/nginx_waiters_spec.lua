@@ -5,7 +5,10 @@
 -- and one killed while it waits must not hold up the others. Each test
 -- runs its waiters as light threads of one request, starting each once the
 -- one before is asleep (the sleeping hook says so: no timing is assumed),
--- and frees the resource only when all of them wait. Last, two workers
+-- and frees the resource only when all of them wait. While the worker's
+-- requests hold every slot of a semaphore, its waiters send the nodes no
+-- attempt (one could only be refused), until a slot is released or its
+-- kept lock collected without unlock. Last, two workers
 -- under wrk, every request waiting for a semaphore's slot: never more
 -- holders than its limit, and every request served.
 
@@ -346,6 +349,56 @@ local HANDED = [[
     }
   }]]
 
+-- The location: /full?case=busy|dropped. The worker's requests hold every
+-- slot of a semaphore: busy, two of limit 2, and a third request waits
+-- 400 ms (the default policy tries 2 or 3 times in that); it answers its
+-- result and how many scripts node 1 ran meanwhile. dropped: one of limit 1,
+-- kept alive with a ttl of 30 s, and a waiter W that may wait 10 s; once W
+-- sleeps, the holder's lock object is collected without unlock (the hub
+-- releases it); it answers whether W took the slot within its wait.
+local FULL = [[
+  location = /full {
+    content_by_lua_block {
+      local function scripts(port)
+        local s = ngx.socket.tcp()
+        assert(s:connect("127.0.0.1", port))
+        assert(s:send("INFO commandstats\r\n"))
+        local head = assert(s:receive("*l"))
+        local body = assert(s:receive(tonumber(head:sub(2)) + 2))
+        s:close()
+        local n = 0
+        for cmd, calls in body:gmatch("cmdstat_(%w+):calls=(%d+)") do
+          if cmd == "evalsha" or cmd == "eval" then n = n + tonumber(calls) end
+        end
+        return n
+      end
+      local r = "full:" .. ngx.var.arg_case .. ":" .. ngx.now() .. ":" .. math.random(1e9)
+      if ngx.var.arg_case == "busy" then
+        local a = assert(DLM:lock(r, { limit = 2, ttl = 10000 }))
+        local b = assert(DLM:lock(r, { limit = 2, ttl = 10000 }))
+        local before = scripts(PORT1)
+        local lk, err, detail = DLM:lock(r, { limit = 2, ttl = 10000, wait = 400 })
+        local ran = scripts(PORT1) - before
+        a:unlock()
+        b:unlock()
+        return ngx.say(tostring(lk), " ", tostring(err), " ", ran, " ", detail and detail.message or "")
+      end
+      local holder = assert(DLM:lock(r, { limit = 1, ttl = 30000, keepalive = true }))
+      local got
+      local W = ngx.thread.spawn(function()
+        local lk, err = DLM:lock(r, { limit = 1, ttl = 10000, wait = 10000 })
+        got = lk and "took it" or ("no: " .. tostring(err))
+        if lk then lk:unlock() end
+      end)
+      AWAIT(W)
+      holder = nil -- luacheck: ignore 311
+      collectgarbage()
+      collectgarbage()
+      ngx.thread.wait(W)
+      ngx.say(got)
+    }
+  }]]
+
 describe("the waiters of one nginx worker", function()
   local cl, srv
 
@@ -360,7 +413,7 @@ describe("the waiters of one nginx worker", function()
         PORT1 = %d
         DLM5 = redlock.new { servers = %s, node_timeout = 5000 } -- waits 5 s for a stopped node
       ]]):format(nginx.lua_list(cl.urls), cl.urls[1], nginx.lua_list(cl.urls), cl.ports[1], nginx.lua_list(cl.urls)),
-      locations = { LINE, BEHIND, KILLED, REUSE, LAPSE },
+      locations = { LINE, BEHIND, KILLED, REUSE, LAPSE, FULL },
     }
   end)
   teardown(function()
@@ -384,6 +437,21 @@ describe("the waiters of one nginx worker", function()
     end
     return table.concat(t, ",")
   end
+
+  it("send the nodes no attempt while the worker's requests hold every slot (it could only be refused)", function()
+    local status, body = srv:get("/full?case=busy", { timeout_ms = 30000 })
+    assert.equal(200, status, tostring(body) .. "\n" .. srv:error_log():sub(-2000))
+    local lk, err, ran = body:match("^(%S+) (%S+) (%d+)")
+    assert.equal("nil", lk, body)
+    assert.equal("busy", err, body)
+    assert.equal(0, tonumber(ran), "scripts node 1 ran for a request that could only be refused: " .. body)
+  end)
+
+  it("attempt again once the worker's kept slot is collected without unlock", function()
+    local status, body = srv:get("/full?case=dropped", { timeout_ms = 30000 })
+    assert.equal(200, status, tostring(body) .. "\n" .. srv:error_log():sub(-2000))
+    assert.equal("took it", body:match("^[^\n]*"), "the waiter, within 10 s of a 30 s slot: " .. body)
+  end)
 
   it("take a lock in the order they began to wait", function()
     for _ = 1, 3 do assert.equal(in_order(), line("kind=lock")) end
@@ -498,87 +566,6 @@ describe("a release by a request of one nginx worker", function()
   end
 end)
 
--- The location: /full?case=busy|dropped. The worker's requests hold every
--- slot of a semaphore: busy, two of limit 2, and a third request waits
--- 400 ms (the default policy tries 2 or 3 times in that); it answers its
--- result and how many scripts node 1 ran meanwhile. dropped: one of limit 1,
--- kept alive with a ttl of 30 s, and a waiter W that may wait 10 s; once W
--- sleeps, the holder's lock object is collected without unlock (the hub
--- releases it); it answers whether W took the slot within its wait.
-local FULL = [[
-  location = /full {
-    content_by_lua_block {
-      local function scripts(port)
-        local s = ngx.socket.tcp()
-        assert(s:connect("127.0.0.1", port))
-        assert(s:send("INFO commandstats\r\n"))
-        local head = assert(s:receive("*l"))
-        local body = assert(s:receive(tonumber(head:sub(2)) + 2))
-        s:close()
-        local n = 0
-        for cmd, calls in body:gmatch("cmdstat_(%w+):calls=(%d+)") do
-          if cmd == "evalsha" or cmd == "eval" then n = n + tonumber(calls) end
-        end
-        return n
-      end
-      local r = "full:" .. ngx.var.arg_case .. ":" .. ngx.now() .. ":" .. math.random(1e9)
-      if ngx.var.arg_case == "busy" then
-        local a = assert(DLM:lock(r, { limit = 2, ttl = 10000 }))
-        local b = assert(DLM:lock(r, { limit = 2, ttl = 10000 }))
-        local before = scripts(PORT1)
-        local lk, err, detail = DLM:lock(r, { limit = 2, ttl = 10000, wait = 400 })
-        local ran = scripts(PORT1) - before
-        a:unlock()
-        b:unlock()
-        return ngx.say(tostring(lk), " ", tostring(err), " ", ran, " ", detail and detail.message or "")
-      end
-      local holder = assert(DLM:lock(r, { limit = 1, ttl = 30000, keepalive = true }))
-      local got
-      local W = ngx.thread.spawn(function()
-        local lk, err = DLM:lock(r, { limit = 1, ttl = 10000, wait = 10000 })
-        got = lk and "took it" or ("no: " .. tostring(err))
-        if lk then lk:unlock() end
-      end)
-      AWAIT(W)
-      holder = nil -- luacheck: ignore 311
-      collectgarbage()
-      collectgarbage()
-      ngx.thread.wait(W)
-      ngx.say(got)
-    }
-  }]]
-
-describe("a worker whose requests hold every slot of a semaphore", function()
-  local cl, srv
-
-  lazy_setup(function()
-    cl = cluster.start(3)
-    srv = nginx.start_tree {
-      workers = 1,
-      init = AWAIT_CODE .. ("DLM = redlock.new { servers = %s }\nPORT1 = %d\n"):format(nginx.lua_list(cl.urls), cl.ports[1]),
-      locations = { FULL },
-    }
-  end)
-  teardown(function()
-    srv:stop()
-    cl:stop()
-  end)
-
-  it("sends its next request's attempts nowhere: an attempt could only be refused", function()
-    local status, body = srv:get("/full?case=busy", { timeout_ms = 30000 })
-    assert.equal(200, status, tostring(body) .. "\n" .. srv:error_log():sub(-2000))
-    local lk, err, ran = body:match("^(%S+) (%S+) (%d+)")
-    assert.equal("nil", lk, body)
-    assert.equal("busy", err, body)
-    assert.equal(0, tonumber(ran), "scripts node 1 ran for a request that could only be refused: " .. body)
-  end)
-
-  it("lets its waiter attempt again once a kept slot's object is collected without unlock", function()
-    local status, body = srv:get("/full?case=dropped", { timeout_ms = 30000 })
-    assert.equal(200, status, tostring(body) .. "\n" .. srv:error_log():sub(-2000))
-    assert.equal("took it", body:match("^[^\n]*"), "the waiter, within 10 s of a 30 s slot: " .. body)
-  end)
-end)
 
 describe("the waiters of two nginx workers under wrk", function()
   local LIMIT = 2
