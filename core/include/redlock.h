@@ -413,7 +413,8 @@ int rl_run(rl_client *c, int timeout_ms);
  * its own work (holds, retries) between operations: drive the I/O until at
  * least one operation has finished, a release is heard on any resource this
  * client watches (rl_heard(c, NULL, 0) moves), or rl_now_ms() reaches
- * deadline_ms (already past: do what is ready and return). The deadline is
+ * deadline_ms (already past, or NaN: do what is ready and return; HUGE_VAL:
+ * no limit). The deadline is
  * kept to the microsecond (a timerfd among the client's descriptors, made
  * on the first call), where rl_run's timeout counts whole milliseconds and
  * the event loop may wait one more. Return the number of finished

@@ -275,8 +275,12 @@ int rl_client_arm_run_at(rl_client *c, double deadline_ms) {
         ev_io_start(c->loop, &c->run_fd_watcher);
         ev_unref(c->loop); /* it alone does not keep the loop running */
     }
-    /* rl_now_ms is CLOCK_MONOTONIC too; a deadline at or before 0 would disarm */
-    long long ns = deadline_ms > 1e-6 ? (long long)(deadline_ms * 1e6) : 1;
+    /* rl_now_ms is CLOCK_MONOTONIC too. A deadline at or before 0 (or NaN)
+     * would disarm: 1 ns fires at once. Past about 285 years of uptime
+     * (HUGE_VAL: no limit) the timer is set there, within long long. */
+    double at = deadline_ms > 1e-6 ? deadline_ms : 1e-6;
+    if (at > 9e12) at = 9e12;
+    long long ns = (long long)(at * 1e6);
     struct itimerspec when = {{0, 0}, {(time_t)(ns / 1000000000LL), (long)(ns % 1000000000LL)}};
     c->run_reached = 0;
     return timerfd_settime(c->run_fd, TFD_TIMER_ABSTIME, &when, NULL) == 0 ? 0 : -1;

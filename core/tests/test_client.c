@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <limits.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdint.h>
@@ -170,6 +171,14 @@ static void run_until_a_deadline_a_result_or_a_release(rl_client *c, rl_result *
     CHECK(rl_now_ms() - t0 >= 30);
     CHECK(rl_wait(c, id, r) == RL_OK && r->status == RL_STATUS_OK);
     CHECK_INT(verdict(rl_release(c, "until:b", 7, r->value, r), r), RL_STATUS_OK);
+    /* no limit, and no deadline at all */
+    id = rl_begin_acquire(c, "until:c", 7, 5000);
+    for (done = 0; done == 0;) done = rl_run_until(c, HUGE_VAL);
+    CHECK(rl_wait(c, id, r) == RL_OK && r->status == RL_STATUS_OK);
+    CHECK_INT(verdict(rl_release(c, "until:c", 7, r->value, r), r), RL_STATUS_OK);
+    t0 = rl_now_ms();
+    CHECK_INT(rl_run_until(c, NAN), 0);
+    CHECK(rl_now_ms() - t0 < 1000);
 
     char err[RL_ERR_LEN];
     rl_client *w = rl_client_new(url_list, NODES, NULL, err, sizeof(err));
