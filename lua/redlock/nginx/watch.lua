@@ -153,12 +153,12 @@ end
 --- for. Each slot released wakes one more (several holders' holds often
 --- end in the same tick of nginx's timers). Woken by the nodes' messages
 --- instead, it would attempt two trips later (the release's, then the
---- messages'), and a semaphore's waiter
---- after a quorum of them. So this counts as a quorum of messages heard
---- on its watch (handed), and its waiters as one (listeners): the woken
---- request neither waits for more nor spreads out its attempt. Whose turn
---- it is stays the nodes' to say: a waiter elsewhere ahead of the worker
---- in their queues still gets the lock or the slot.
+--- messages'), and a semaphore's waiter after a quorum of them. So this
+--- counts as a quorum of messages heard on its watch (handed), and its
+--- waiters as one (listeners): the woken request neither waits for more
+--- nor spreads out its attempt. Whose turn it is stays the nodes' to say: a
+--- waiter elsewhere ahead of the worker in their queues still gets the lock
+--- or the slot.
 function _M.hand_off(hub, resource, value)
     if value ~= nil then _M.forget_slot(hub, resource, value) end
     local c = hub.chans[resource]
