@@ -280,10 +280,18 @@ int rl_client_arm_run_at(rl_client *c, double deadline_ms) {
      * (HUGE_VAL: no limit) the timer is set there, within long long. */
     double at = deadline_ms > 1e-6 ? deadline_ms : 1e-6;
     if (at > 9e12) at = 9e12;
+    /* an event loop asks for the same deadline again and again (each
+     * result wakes it before its next hold ends): still set, not reset */
+    if (at == c->run_fd_at && !c->run_reached) return 0;
     long long ns = (long long)(at * 1e6);
     struct itimerspec when = {{0, 0}, {(time_t)(ns / 1000000000LL), (long)(ns % 1000000000LL)}};
     c->run_reached = 0;
-    return timerfd_settime(c->run_fd, TFD_TIMER_ABSTIME, &when, NULL) == 0 ? 0 : -1;
+    if (timerfd_settime(c->run_fd, TFD_TIMER_ABSTIME, &when, NULL) != 0) {
+        c->run_fd_at = 0;
+        return -1;
+    }
+    c->run_fd_at = at;
+    return 0;
 }
 
 /* Run the loop until done() is 0 or ms have passed. */

@@ -26,6 +26,7 @@ struct rl_client {
     int run_fd;              /* a timerfd bounding rl_run_until to the microsecond (-1: not made yet) */
     ev_io run_fd_watcher;
     int run_reached;         /* run_fd fired since it was last armed */
+    double run_fd_at;        /* the deadline run_fd was last armed for (0: none) */
     int node_timeout_ms;     /* bounds the tails served by rl_client_free */
     int connect_timeout_ms;  /* with reconnect_max_ms, bounds the unwritten commands served by rl_client_free */
     int reconnect_max_ms;
