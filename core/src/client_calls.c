@@ -128,10 +128,10 @@ int rl_run_until(rl_client *c, double deadline_ms) {
     if (rl_engine_done(c->engine) > 0 || left <= 0) {
         ev_run(c->loop, EVRUN_NOWAIT);
     } else {
+        /* the timerfd, or (none to be had) the millisecond timer */
         int precise = rl_client_arm_run_at(c, deadline_ms) == 0;
-        if (precise) c->run_expired = 0;
-        else rl_client_arm_run_timer(c, left < INT_MAX - 1 ? (int)left + 1 : INT_MAX);
-        while (rl_engine_done(c->engine) == 0 && !c->run_expired && !(precise && c->run_reached) &&
+        if (!precise) rl_client_arm_run_timer(c, left < INT_MAX - 1 ? (int)left + 1 : INT_MAX);
+        while (rl_engine_done(c->engine) == 0 && !(precise ? c->run_reached : c->run_expired) &&
                rl_engine_heard(c->engine, NULL, 0) == heard)
             ev_run(c->loop, EVRUN_ONCE);
         ev_timer_stop(c->loop, &c->run_timer);

@@ -139,7 +139,8 @@ static void waiter_hears_a_release(rl_client *c, rl_result *r) {
  * before it, also a fraction of a millisecond away), a finished operation,
  * or a release heard on a watched resource; a deadline already past serves
  * what is ready and returns. Its timer firing after an early return does
- * not cut a later rl_sleep short. */
+ * not cut a later rl_sleep short. HUGE_VAL waits without limit, NaN not at
+ * all. */
 static void run_until_a_deadline_a_result_or_a_release(rl_client *c, rl_result *r) {
     for (int i = 0; i < 20; i++) {
         double deadline = rl_now_ms() + (i % 2 ? 0.3 : 2.5);
@@ -161,14 +162,17 @@ static void run_until_a_deadline_a_result_or_a_release(rl_client *c, rl_result *
     CHECK_INT(r->status, RL_STATUS_OK);
     char value[RL_VALUE_LEN + 1];
     memcpy(value, r->value, sizeof(value));
-    t0 = rl_now_ms();
-    rl_sleep(c, 30); /* the timerfd armed for t0 + 60000 above: not this sleep's */
-    CHECK(rl_now_ms() - t0 >= 30);
+    /* returned for a result 300 ms before its deadline: the timerfd fires
+     * during the next sleep, which still lasts its whole 400 ms */
     id = rl_begin_acquire(c, "until:b", 7, 5000);
-    CHECK(rl_run_until(c, rl_now_ms() + 8) >= 0); /* armed 8 ms ahead, likely returned for the result */
+    double deadline = rl_now_ms() + 300;
+    for (done = 0; done == 0 && rl_now_ms() < deadline;) done = rl_run_until(c, deadline);
+    CHECK_INT(done, 1);
+    CHECK(rl_now_ms() < deadline);
     t0 = rl_now_ms();
-    rl_sleep(c, 30);
-    CHECK(rl_now_ms() - t0 >= 30);
+    rl_sleep(c, 400);
+    CHECK(rl_now_ms() - t0 >= 400);
+    CHECK(rl_now_ms() > deadline);
     CHECK(rl_wait(c, id, r) == RL_OK && r->status == RL_STATUS_OK);
     CHECK_INT(verdict(rl_release(c, "until:b", 7, r->value, r), r), RL_STATUS_OK);
     /* no limit, and no deadline at all */
