@@ -441,9 +441,10 @@ describe("the waiters of one nginx worker", function()
   it("send the nodes no attempt while the worker's requests hold every slot (it could only be refused)", function()
     local status, body = srv:get("/full?case=busy", { timeout_ms = 30000 })
     assert.equal(200, status, tostring(body) .. "\n" .. srv:error_log():sub(-2000))
-    local lk, err, ran = body:match("^(%S+) (%S+) (%d+)")
+    local lk, err, ran, why = body:match("^(%S+) (%S+) (%d+) ([^\n]*)")
     assert.equal("nil", lk, body)
     assert.equal("busy", err, body)
+    assert.equal("this client's calls hold every slot", why, body)
     assert.equal(0, tonumber(ran), "scripts node 1 ran for a request that could only be refused: " .. body)
   end)
 
@@ -565,7 +566,6 @@ describe("a release by a request of one nginx worker", function()
     end)
   end
 end)
-
 
 describe("the waiters of two nginx workers under wrk", function()
   local LIMIT = 2
