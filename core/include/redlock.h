@@ -363,7 +363,8 @@ int rl_begin_acquire_queued(rl_client *c, const char *resource, size_t len, int 
  * "Hand-off": the channels are resource's, so a release of any slot wakes
  * the waiter of the semaphore whose turn it is; watch resource); ticket is
  * its place, the same in all its attempts of one wait: rl_wall_ms() when
- * the wait began. 0: not a waiter. While waiters are queued, a node gives a
+ * the wait began, below 9e12 (NaN, negative or larger: RL_ERR). 0: not a
+ * waiter. While waiters are queued, a node gives a
  * free slot only to those whose turn it is, lowest ticket first, and to a
  * caller outside the queue only when more slots are free than waiters
  * queued. Mixing locks and

@@ -218,6 +218,12 @@ int rl_engine_begin_acquire_slot(rl_engine *e, const char *resource, size_t len,
     if (limit < 1 || limit > RL_MAX_LIMIT)
         return snprintf(e->errstr, sizeof(e->errstr), "limit must be from 1 to %d (got %d)", RL_MAX_LIMIT, limit),
                RL_ERR;
+    if (!(ticket >= 0 && ticket < RL_TICKET_MAX_MS))
+        return snprintf(e->errstr, sizeof(e->errstr),
+                        "ticket must be 0 (not a waiter) or rl_wall_ms() when the wait began, from 0 to %.0f "
+                        "ms (got %g)",
+                        RL_TICKET_MAX_MS, ticket),
+               RL_ERR;
     return begin(e, RL_OP_ACQUIRE, ticket > 0 ? QUEUED : PLAIN, resource, len, limit, ticket, NULL, ttl_ms, NULL,
                  now_ms);
 }

@@ -125,7 +125,7 @@ int rl_run_until(rl_client *c, double deadline_ms) {
     if (forked(c)) return RL_ERR;
     unsigned heard = rl_engine_heard(c->engine, NULL, 0);
     double left = deadline_ms - rl_now_ms();
-    if (rl_engine_done(c->engine) > 0 || left <= 0) {
+    if (rl_engine_done(c->engine) > 0 || !(left > 0)) { /* NaN too */
         ev_run(c->loop, EVRUN_NOWAIT);
     } else {
         /* the timerfd, or (none to be had) the millisecond timer */

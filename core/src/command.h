@@ -63,6 +63,11 @@ extern const char rl_extend_sha[];
     "local k = type(s) == \"table\" and tonumber(s[2]) or 0 "                                        \
     "if k > 0 and type(redis.pcall(PUB,c,k)) == \"number\" then return 2 end return 1 "
 
+/* A semaphore waiter's ticket (ms, rl_wall_ms() when its wait began) is
+ * below this: the nodes score their queues by it in whole µs, which a
+ * double keeps exact up to 2^53. */
+#define RL_TICKET_MAX_MS 9e12
+
 /* The most waiters a queue takes: a refused attempt finds its place in at
  * most this many entries. */
 #define RL_QUEUE_MAX 1024

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -141,6 +142,38 @@ static void waiter_hears_a_release(rl_client *c, rl_result *r) {
  * what is ready and returns. Its timer firing after an early return does
  * not cut a later rl_sleep short. HUGE_VAL waits without limit, NaN not at
  * all. */
+/* A client that cannot make its timerfd (no descriptor left) keeps
+ * rl_run_until's contract on the millisecond timer: a deadline waited for,
+ * and NaN or a past one returning at once (NaN once armed that timer for
+ * INT_MAX ms: SIGALRM ends the test instead of a hang). */
+static void run_until_without_a_timerfd(void) {
+    char err[RL_ERR_LEN];
+    rl_client *f = rl_client_new(url_list, NODES, NULL, err, sizeof(err));
+    CHECK(f != NULL);
+    rl_sleep(f, 50);
+    struct rlimit was, low;
+    CHECK(getrlimit(RLIMIT_NOFILE, &was) == 0);
+    low = was;
+    if (low.rlim_cur > 512) low.rlim_cur = 512;
+    CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0);
+    static int taken[512];
+    int n = 0;
+    while (n < 512 && (taken[n] = dup(0)) >= 0) n++;
+    CHECK(n < 512);
+    alarm(20);
+    double t0 = rl_now_ms(), deadline = t0 + 20.5;
+    CHECK_INT(rl_run_until(f, deadline), 0);
+    CHECK(rl_now_ms() >= deadline);
+    t0 = rl_now_ms();
+    CHECK_INT(rl_run_until(f, NAN), 0);
+    CHECK_INT(rl_run_until(f, t0 - 5), 0);
+    CHECK(rl_now_ms() - t0 < 1000);
+    alarm(0);
+    while (n > 0) close(taken[--n]);
+    CHECK(setrlimit(RLIMIT_NOFILE, &was) == 0);
+    rl_client_free(f);
+}
+
 static void run_until_a_deadline_a_result_or_a_release(rl_client *c, rl_result *r) {
     for (int i = 0; i < 20; i++) {
         double deadline = rl_now_ms() + (i % 2 ? 0.3 : 2.5);
@@ -183,6 +216,7 @@ static void run_until_a_deadline_a_result_or_a_release(rl_client *c, rl_result *
     t0 = rl_now_ms();
     CHECK_INT(rl_run_until(c, NAN), 0);
     CHECK(rl_now_ms() - t0 < 1000);
+    run_until_without_a_timerfd();
 
     char err[RL_ERR_LEN];
     rl_client *w = rl_client_new(url_list, NODES, NULL, err, sizeof(err));

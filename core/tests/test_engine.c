@@ -1,6 +1,7 @@
 /* test_engine.c — the Redlock rounds through the rl_engine_* API, no network:
  * each test is the driver. It reads the bytes the engine wants written to a
  * node, checks them, and feeds hand-written RESP replies at times it picks. */
+#include <math.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -2380,6 +2381,13 @@ static void semaphore_split_votes_fail_and_are_undone(void) {
     CHECK_INT(rl_engine_begin_acquire_slot(E, "s", 1, 0, 10000, 0, 0), RL_ERR);
     CHECK_INT(rl_engine_begin_acquire_slot(E, "s", 1, RL_MAX_LIMIT + 1, 10000, 0, 0), RL_ERR);
     CHECK(strstr(rl_engine_errstr(E), "limit must be from 1 to") != NULL);
+    /* a ticket out of its range would take the first place in the queues */
+    const double bad_tickets[] = {NAN, -1, INFINITY, 1e300, RL_TICKET_MAX_MS};
+    for (size_t i = 0; i < sizeof(bad_tickets) / sizeof(bad_tickets[0]); i++) {
+        CHECK_INT(rl_engine_begin_acquire_slot(E, "s", 1, 2, 10000, bad_tickets[i], 0), RL_ERR);
+        CHECK(strstr(rl_engine_errstr(E), "ticket must be 0 (not a waiter) or rl_wall_ms()") != NULL);
+    }
+    CHECK(rl_engine_begin_acquire_slot(E, "s", 1, 2, 10000, RL_TICKET_MAX_MS - 1, 0) >= 0);
     rl_engine_free(E);
 
     E = engine(urls5, 3, NULL);
