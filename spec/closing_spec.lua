@@ -107,6 +107,43 @@ os.exit(0)
     end)
   end)
 
+  -- A finalizer (here a cdata's, re-armed until it runs inside the batch
+  -- of lock_many) may run dlm:close() while a call on the same client is
+  -- still on the stack. Before: that call went on with the freed client
+  -- (rc 139 in rl_wait). Now close() leaves the memory to the collector.
+  it("ends lock_many with an error when a finalizer closes the client during its batch", function()
+    local r = res("finalizer")
+    local out, rc = child(dir, PRELUDE .. [[
+local ffi = require "ffi"
+local names = {}
+for i = 1, 2000 do names[i] = r .. ":" .. i end
+local dlm = redlock.new { servers = urls }
+local closed_in
+local function arm()
+  ffi.gc(ffi.new("int[1]"), function()
+    local where = debug.traceback("", 2)
+    if not closed_in and where:find("redlock/batch.lua", 1, true) then
+      closed_in = where:match("redlock/(%w+%.lua:%d+)")
+      dlm:close()
+    elseif not closed_in then
+      arm()
+    end
+  end)
+end
+arm()
+collectgarbage("setpause", 10)
+collectgarbage("setstepmul", 1000)
+local ok, locks, err = pcall(dlm.lock_many, dlm, names)
+collectgarbage("setpause", 200)
+print("closed in:", closed_in)
+print("lock_many:", ok, ok and tostring(err) or locks)
+os.exit(0)
+]], { r, unpack(cl.urls) })
+    assert.are.equal(0, rc, out)
+    assert.matches("closed in:%s+%w+%.lua:%d+", out)
+    assert.matches("lock_many:%s+false%s+[^\n]*this client was closed", out)
+  end)
+
   describe("with locks held", function()
     -- Before: close() left both keys for their ttl.
     it("releases every lock still held through the client, kept or not", function()

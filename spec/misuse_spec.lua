@@ -197,6 +197,19 @@ describe("misuse", function()
         end)
       end
 
+      -- Before: the maker ran as the policy, and raised from inside the
+      -- module naming 'forever' and the resource ("max must be ..., got
+      -- string").
+      for _, maker in ipairs { "fixed", "jitter", "exponential", "forever" } do
+        it(("that is redlock.retry.%s itself, not a policy it made, is refused naming it"):format(maker),
+          function()
+            misuse(here(), function() dlm:lock(r, { retry = redlock.retry[maker] }) end,
+              { "bad argument #2 to 'lock'", ("redlock.retry.%s makes one, call it"):format(maker) })
+            misuse(here(), function() redlock.new { servers = cl.urls, retry = redlock.retry[maker] } end,
+              { "bad argument #1 to 'new'", ("redlock.retry.%s makes one"):format(maker) })
+          end)
+      end
+
       it("may return fractions of a ms, nil or false to give up", function()
         local n = 0
         local lock, err = dlm:lock(r, { retry = function(a)

@@ -243,6 +243,16 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
  * connect_timeout_ms. NULL is ignored. */
 void rl_client_free(rl_client *c);
 
+/* Do to the nodes what rl_client_free does (the same tails, abandoned
+ * operations and bounds), but keep c's memory: every later call that would
+ * use a connection returns RL_ERR ("this client was closed"), rl_sleep
+ * and rl_sleep_until only sleep, and the calls that read (rl_client_errstr,
+ * rl_heard, rl_client_stats, ...) still answer. For a caller that cannot
+ * know whether a call on c is still running further up its stack (code
+ * run by a garbage collector's finalizer, say): rl_client_free later frees
+ * what is left. Closing twice, or NULL, does nothing. */
+void rl_client_close(rl_client *c);
+
 /* Number of nodes, and the name of node i (its URL without password), or
  * NULL unless 0 <= i < rl_client_nodes(c). */
 int rl_client_nodes(const rl_client *c);

@@ -339,8 +339,10 @@ void rl_client_free(rl_client *c) {
     rl_client_free_by(c, HUGE_VAL);
 }
 
-void rl_client_free_by(rl_client *c, double deadline_ms) {
-    if (c == NULL) return;
+/* What rl_client_close does: the tails served (by deadline_ms), then every
+ * socket, timer and descriptor let go, and the loop; the engine (what the
+ * reading calls read) and the memory stay for rl_client_free. */
+static void close_connections(rl_client *c, double deadline_ms) {
     /* in a forked child the sockets are the parent's too: nothing is read
      * or written (no tails, no TLS close_notify), they are only closed here */
     int forked = c->generation != rl_fork_generation();
@@ -349,17 +351,32 @@ void rl_client_free_by(rl_client *c, double deadline_ms) {
         if (forked) rl_evsock_disown(&c->links[i]);
         else rl_evsock_free(&c->links[i]);
     }
-    for (int k = 0; k < RL_MAX_SHARDS; k++) free(c->shard_addrs[k]);
+    for (int k = 0; k < RL_MAX_SHARDS; k++) {
+        free(c->shard_addrs[k]);
+        c->shard_addrs[k] = NULL;
+    }
     ev_timer_stop(c->loop, &c->run_timer);
     ev_timer_stop(c->loop, &c->deadline);
     if (c->run_fd >= 0) {
         ev_ref(c->loop);
         ev_io_stop(c->loop, &c->run_fd_watcher);
         close(c->run_fd);
+        c->run_fd = -1;
     }
     ev_ref(c->loop);
     ev_prepare_stop(c->loop, &c->flusher);
-    ev_loop_destroy(c->loop);
+    ev_loop_destroy(c->loop); /* its epoll descriptor too, not at rl_client_free */
+    c->loop = NULL;
+    c->closed = 1;
+}
+
+void rl_client_close(rl_client *c) {
+    if (c != NULL && !c->closed) close_connections(c, HUGE_VAL);
+}
+
+void rl_client_free_by(rl_client *c, double deadline_ms) {
+    if (c == NULL) return;
+    if (!c->closed) close_connections(c, deadline_ms);
     rl_engine_free(c->engine);
     rl_tls_free(c->tls);
     free(c);
@@ -405,6 +422,7 @@ void rl_client_share(rl_client *c, void (*unlock)(void *), void (*lock)(void *),
     c->unlock = unlock;
     c->lock = lock;
     c->lock_arg = arg;
+    if (c->closed) return; /* no loop left to run */
     ev_set_userdata(c->loop, c);
     ev_set_loop_release_cb(c->loop, loop_releases, loop_acquires);
 }

@@ -17,9 +17,14 @@
 
 /* A client made before fork() shares its sockets (and TLS sessions) with
  * the parent: a child reading them would take the parent's replies for its
- * own answers. In a forked child every call that would use them is refused
- * (RL_ERR, with the reason in rl_client_errstr), or does nothing. */
-static int forked(rl_client *c) {
+ * own answers. A closed client (rl_client_close) has none. In either, every
+ * call that would use them is refused (RL_ERR, with the reason in
+ * rl_client_errstr), or does nothing. */
+static int unusable(rl_client *c) {
+    if (c->closed) {
+        rl_engine_fail(c->engine, "this client was closed");
+        return 1;
+    }
     if (c->generation == rl_fork_generation()) return 0;
     rl_engine_fail(c->engine, "this client was made before fork(): make a new one in the child");
     return 1;
@@ -54,49 +59,49 @@ static double now_hearing_suspects(rl_client *c) {
 }
 
 int rl_begin_acquire(rl_client *c, const char *resource, size_t len, int ttl_ms) {
-    if (forked(c)) return RL_ERR;
+    if (unusable(c)) return RL_ERR;
     return begun(c, rl_engine_begin_acquire(c->engine, resource, len, ttl_ms, now_hearing_suspects(c)));
 }
 
 int rl_begin_acquire_fenced(rl_client *c, const char *resource, size_t len, int ttl_ms) {
-    if (forked(c)) return RL_ERR;
+    if (unusable(c)) return RL_ERR;
     return begun(c, rl_engine_begin_acquire_fenced(c->engine, resource, len, ttl_ms, now_hearing_suspects(c)));
 }
 
 int rl_begin_acquire_shared(rl_client *c, const char *resource, size_t len, int ttl_ms) {
-    if (forked(c)) return RL_ERR;
+    if (unusable(c)) return RL_ERR;
     return begun(c, rl_engine_begin_acquire_shared(c->engine, resource, len, ttl_ms, now_hearing_suspects(c)));
 }
 
 int rl_begin_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms) {
-    if (forked(c)) return RL_ERR;
+    if (unusable(c)) return RL_ERR;
     return begun(c, rl_engine_begin_acquire_queued(c->engine, resource, len, ttl_ms, now_hearing_suspects(c)));
 }
 
 int rl_begin_release(rl_client *c, const char *resource, size_t len, const char *value) {
-    if (forked(c)) return RL_ERR;
+    if (unusable(c)) return RL_ERR;
     return begun(c, rl_engine_begin_release(c->engine, resource, len, value, now_hearing_suspects(c)));
 }
 
 int rl_begin_release_quiet(rl_client *c, const char *resource, size_t len, const char *value) {
-    if (forked(c)) return RL_ERR;
+    if (unusable(c)) return RL_ERR;
     return begun(c, rl_engine_begin_release_quiet(c->engine, resource, len, value, now_hearing_suspects(c)));
 }
 
 int rl_begin_extend(rl_client *c, const char *resource, size_t len, const char *value, int ttl_ms) {
-    if (forked(c)) return RL_ERR;
+    if (unusable(c)) return RL_ERR;
     return begun(c, rl_engine_begin_extend(c->engine, resource, len, value, ttl_ms, now_hearing_suspects(c)));
 }
 
 int rl_begin_acquire_slot(rl_client *c, const char *resource, size_t len, int limit, int ttl_ms, double ticket) {
-    if (forked(c)) return RL_ERR;
+    if (unusable(c)) return RL_ERR;
     double now = now_hearing_suspects(c);
     return begun(c, rl_engine_begin_acquire_slot(c->engine, resource, len, limit, ttl_ms, ticket, now));
 }
 
 int rl_begin_on_slot(rl_client *c, int kind, const char *resource, size_t len, int slot, const char *value,
                      int ttl_ms) {
-    if (forked(c)) return RL_ERR;
+    if (unusable(c)) return RL_ERR;
     double now = now_hearing_suspects(c);
     return begun(c, rl_engine_begin_on_slot(c->engine, kind, resource, len, slot, value, ttl_ms, now));
 }
@@ -107,7 +112,7 @@ int rl_begin_on_slot(rl_client *c, int kind, const char *resource, size_t len, i
  * last replies (cleanups, re-sends) are on their way while the caller is not
  * driving it. */
 int rl_run(rl_client *c, int timeout_ms) {
-    if (forked(c)) return RL_ERR;
+    if (unusable(c)) return RL_ERR;
     int done = rl_engine_done(c->engine);
     if (timeout_ms == 0 || done > 0 || (timeout_ms < 0 && rl_engine_inflight(c->engine) == 0)) {
         ev_run(c->loop, EVRUN_NOWAIT);
@@ -122,7 +127,7 @@ int rl_run(rl_client *c, int timeout_ms) {
 }
 
 int rl_run_until(rl_client *c, double deadline_ms) {
-    if (forked(c)) return RL_ERR;
+    if (unusable(c)) return RL_ERR;
     unsigned heard = rl_engine_heard(c->engine, NULL, 0);
     double left = deadline_ms - rl_now_ms();
     if (rl_engine_done(c->engine) > 0 || !(left > 0)) { /* NaN too */
@@ -141,7 +146,7 @@ int rl_run_until(rl_client *c, double deadline_ms) {
 }
 
 void rl_sleep(rl_client *c, int ms) {
-    if (forked(c)) {
+    if (unusable(c)) {
         nap(ms);
         return;
     }
@@ -174,7 +179,7 @@ static void write_cleanup(rl_client *c, int id) {
 }
 
 int rl_collect(rl_client *c, rl_result *out) {
-    if (forked(c)) return RL_ERR;
+    if (unusable(c)) return RL_ERR;
     int id = rl_engine_first_done(c->engine);
     if (id >= 0) write_cleanup(c, id);
     return rl_engine_collect(c->engine, out);
@@ -197,7 +202,7 @@ static void settle(rl_client *c, int id) {
 }
 
 int rl_wait(rl_client *c, int id, rl_result *out) {
-    if (forked(c)) return RL_ERR;
+    if (unusable(c)) return RL_ERR;
     int finished;
     while ((finished = rl_engine_finished(c->engine, id)) == 0) ev_run(c->loop, EVRUN_ONCE);
     if (finished < 0) return rl_engine_take(c->engine, id, out); /* RL_ERR, with the reason */
@@ -248,20 +253,20 @@ int rl_on_slot(rl_client *c, int kind, const char *resource, size_t len, int slo
 /* ---- hand-off: waiting for a release ---- */
 
 int rl_watch(rl_client *c, const char *resource, size_t len) {
-    if (forked(c)) return RL_ERR;
+    if (unusable(c)) return RL_ERR;
     int id = rl_engine_watch(c->engine, resource, len, rl_now_ms());
     rl_client_flush_subscribers(c);
     return id >= 0 ? RL_OK : RL_ERR;
 }
 
 void rl_unwatch(rl_client *c, const char *resource, size_t len) {
-    if (forked(c)) return;
+    if (unusable(c)) return;
     rl_engine_unwatch(c->engine, resource, len, rl_now_ms());
     rl_client_flush_subscribers(c);
 }
 
 void rl_unwatch_won(rl_client *c, const char *resource, size_t len) {
-    if (forked(c)) return;
+    if (unusable(c)) return;
     rl_engine_unwatch_won(c->engine, resource, len, rl_now_ms());
 }
 
@@ -274,7 +279,7 @@ int rl_heard_listeners(const rl_client *c, const char *resource, size_t len) {
 }
 
 int rl_sleep_until(rl_client *c, const char *resource, size_t len, unsigned heard, int ms) {
-    if (forked(c)) {
+    if (unusable(c)) {
         nap(ms);
         return 0;
     }

@@ -32,6 +32,7 @@ struct rl_client {
     int reconnect_max_ms;
     rl_tls *tls;             /* one TLS context for every rediss:// node (NULL: none) */
     unsigned generation;     /* rl_fork_generation() when made: a forked child's calls are refused */
+    int closed;              /* rl_client_close ran: its sockets are gone, every call using them is refused */
     void (*unlock)(void *);  /* rl_client_share: around the loop's waits */
     void (*lock)(void *);
     void *lock_arg;

@@ -142,6 +142,46 @@ static void waiter_hears_a_release(rl_client *c, rl_result *r) {
  * what is ready and returns. Its timer firing after an early return does
  * not cut a later rl_sleep short. HUGE_VAL waits without limit, NaN not at
  * all. */
+/* rl_client_close: what was acquired and not collected is let go on the
+ * nodes, a lock collected stays held, every later call that would use a
+ * connection is refused with the reason, reading calls still answer, and
+ * rl_client_free frees the rest (ASan: nothing twice, nothing leaked). */
+static void a_closed_client_refuses_calls(rl_client *probe, rl_result *r) {
+    char err[RL_ERR_LEN];
+    rl_client *c = rl_client_new(url_list, NODES, NULL, err, sizeof(err));
+    CHECK(c != NULL);
+    CHECK_INT(rl_acquire(c, "closed:kept", 11, 30000, r), RL_OK);
+    CHECK_INT(r->status, RL_STATUS_OK);
+    char kept[RL_VALUE_LEN + 1];
+    memcpy(kept, r->value, sizeof(kept));
+    CHECK(rl_begin_acquire(c, "closed:open", 11, 30000) >= 0);
+    CHECK_INT(rl_watch(c, "closed:kept", 11), RL_OK);
+    rl_client_close(c);
+    rl_client_close(c); /* twice: nothing more */
+    CHECK_INT(rl_begin_acquire(c, "closed:x", 8, 1000), RL_ERR);
+    CHECK(strstr(rl_client_errstr(c), "this client was closed") != NULL);
+    CHECK_INT(rl_acquire(c, "closed:x", 8, 1000, r), RL_ERR);
+    CHECK_INT(rl_run(c, 10), RL_ERR);
+    CHECK_INT(rl_run_until(c, rl_now_ms() + 10), RL_ERR);
+    CHECK_INT(rl_collect(c, r), RL_ERR);
+    CHECK_INT(rl_watch(c, "closed:y", 8), RL_ERR);
+    double t0 = rl_now_ms();
+    rl_sleep(c, 20);
+    CHECK(rl_now_ms() - t0 >= 20);
+    CHECK_INT(rl_client_nodes(c), NODES);
+    (void)rl_heard(c, NULL, 0);
+    rl_unwatch(c, "closed:kept", 11);
+    rl_client_free(c);
+    /* the abandoned acquire holds nothing; the collected one is still held */
+    CHECK_INT(rl_acquire(probe, "closed:open", 11, 1000, r), RL_OK);
+    CHECK_INT(r->status, RL_STATUS_OK);
+    CHECK_INT(verdict(rl_release(probe, "closed:open", 11, r->value, r), r), RL_STATUS_OK);
+    CHECK_INT(rl_acquire(probe, "closed:kept", 11, 1000, r), RL_OK);
+    CHECK_INT(r->status, RL_STATUS_BUSY);
+    CHECK_INT(verdict(rl_release(probe, "closed:kept", 11, kept, r), r), RL_STATUS_OK);
+    rl_client_close(NULL);
+}
+
 /* A client that cannot make its timerfd (no descriptor left) keeps
  * rl_run_until's contract on the millisecond timer: a deadline waited for,
  * and NaN or a past one returning at once (NaN once armed that timer for
@@ -863,6 +903,7 @@ int main(void) {
     fenced_tokens_increase(c, r);
     waiter_hears_a_release(c, r);
     run_until_a_deadline_a_result_or_a_release(c, r);
+    a_closed_client_refuses_calls(c, r);
     commands_larger_than_the_socket();
     misuse_is_refused(c, r);
     extreme_reconnect_delays();

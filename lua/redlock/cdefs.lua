@@ -110,6 +110,7 @@ typedef struct rl_client rl_client;
 void rl_options_init(rl_options *opts);
 rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *opts, char *err, size_t errlen);
 void rl_client_free(rl_client *c);
+void rl_client_close(rl_client *c);
 int rl_client_nodes(const rl_client *c);
 const char *rl_client_node_name(const rl_client *c, int i);
 int rl_client_quorum(const rl_client *c);

@@ -143,9 +143,12 @@ ffi.metatype("struct rl_client", { __index = {
     quorum = C.rl_client_quorum,
     stats = C.rl_client_stats,
     engine = function(c) return c end, -- each client has an engine of its own
+    -- Closed now, its memory freed by the collector (rl_client_free, below):
+    -- a call further up the stack, under a finalizer that ran close(), may
+    -- still hold c, and gets RL_ERR from it rather than freed memory.
     free = function(c)
         holds[c] = nil
-        C.rl_client_free(ffi.gc(c, nil))
+        C.rl_client_close(c)
     end,
 } })
 

@@ -203,6 +203,16 @@ local function server_list(fname, servers)
 end
 _M.server_list = server_list
 
+--- A retry option that is set: a policy, not the maker of one.
+local function check_retry(pos, fname, policy)
+    if type(policy) ~= "function" then argerror(pos, fname, "retry must be a function, got " .. show(policy)) end
+    local maker = retry.makers[policy]
+    if maker then
+        argerror(pos, fname, ("retry must be a policy: redlock.retry.%s makes one, call it (redlock.retry.%s(...))")
+            :format(maker, maker))
+    end
+end
+
 --- Check every option of new() (or configure(): nservers nil while the
 --- servers are not known yet) but the server list; the options struct and
 --- the ttl.
@@ -211,9 +221,7 @@ local function client_options(fname, opts, nservers)
     local copts = options_struct(fname, opts, nservers)
     local ttl = opts.ttl or 10000
     check_ms(1, fname, "ttl", ttl)
-    if opts.retry ~= nil and type(opts.retry) ~= "function" then
-        argerror(1, fname, "retry must be a function, got " .. show(opts.retry))
-    end
+    if opts.retry ~= nil then check_retry(1, fname, opts.retry) end
     if opts.max_extensions ~= nil and not is_int(opts.max_extensions, 0, MAX_MS) then
         argerror(1, fname, ("max_extensions must be a whole number from 0 to %d, got %s")
             :format(MAX_MS, show(opts.max_extensions)))
@@ -321,7 +329,7 @@ local function lock_options(d, fname, resource, opts, keys, pos)
             if opts.retry == nil then policy = RETRY_UNTIL_WAIT end
         end
         if opts.retry ~= nil then
-            if type(opts.retry) ~= "function" then argerror(pos, fname, "retry must be a function, got " .. show(opts.retry)) end
+            check_retry(pos, fname, opts.retry)
             policy = opts.retry
         end
         if opts.keepalive ~= nil then

@@ -93,4 +93,9 @@ end
 --- The default: jitter 50-250 ms, 32 attempts.
 _M.default = _M.jitter(50, 250, 32)
 
+--- The makers above by function, to name one passed where a policy goes
+--- (`retry = redlock.retry.forever` for `redlock.retry.forever()`).
+_M.makers = { [_M.fixed] = "fixed", [_M.jitter] = "jitter", [_M.exponential] = "exponential",
+    [_M.forever] = "forever" }
+
 return _M
