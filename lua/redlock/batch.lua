@@ -12,7 +12,7 @@ check.ours()
 
 local ffi_string = ffi.string
 local RL_OK, RL_ERR_FULL, UNREACHABLE = C.RL_OK, C.RL_ERR_FULL, cdefs.UNREACHABLE
-local result = results.result
+local take_result, give_result = results.take, results.give
 local raise = check.raise
 
 local _M = {}
@@ -61,9 +61,9 @@ function _M.ignore() end
 
 --- n operations in flight together: begin(i) starts the i-th (its id; a
 --- negative number when it cannot start; nil when there is nothing to
---- start) and returns the length of its name second, done(i, got) takes its
---- result from results.result (got false: none came, the reason is
---- client:errstr()). At most WINDOW operations and WINDOW_BYTES of names
+--- start) and returns the length of its name second, done(i, got, r) takes
+--- its result from r, a buffer of the run's own, read before done returns
+--- (got false: none came, the reason is client:errstr()). At most WINDOW operations and WINDOW_BYTES of names
 --- are in flight. While the client is full, the operations begun so far are
 --- taken to make room, else earlier tails are let end, all within one
 --- room_deadline. stop(), if given, says when to begin no more; a begin that
@@ -71,11 +71,11 @@ function _M.ignore() end
 --- operation that could not start failed.
 function _M.run(d, client, n, begin, done, stop)
     local ids, sizes, begun, taken, bytes, deadline, why = {}, {}, 0, 0, 0, nil, nil
-    local window, window_bytes = _M.WINDOW, _M.WINDOW_BYTES
+    local window, window_bytes, r = _M.WINDOW, _M.WINDOW_BYTES, take_result()
     local function take_one()
         taken = taken + 1
         local id = ids[taken]
-        if id then done(taken, client:wait(id, result) == RL_OK) end
+        if id then done(taken, client:wait(id, r) == RL_OK, r) end
         bytes = bytes - sizes[taken]
         ids[taken], sizes[taken] = nil, nil
     end
@@ -105,6 +105,7 @@ function _M.run(d, client, n, begin, done, stop)
         begun = i
     end
     take(begun)
+    give_result(r)
     return why
 end
 

@@ -15,7 +15,6 @@ check.ours()
 local ffi_string = ffi.string
 local setmetatable = setmetatable
 local OK = C.RL_STATUS_OK
-local result = results.result
 local failure, refusal = results.failure, results.refusal
 local run, ignore = batch.run, batch.ignore
 local forget = held.forget
@@ -53,16 +52,16 @@ local function attempt_many_with(d, client, resources, ttl, begin)
     local locks, err, detail, unknown = {}, nil, nil, nil
     local why = run(d, client, #resources, function(i)
         return begin(client, resources[i], #resources[i], ttl), #resources[i]
-    end, function(i, got)
+    end, function(i, got, r)
         if not got then
             -- no result (inside nginx: the hub gave up): not a lock
             unknown = unknown or ffi_string(client:errstr())
             err = err or "unavailable"
-        elseif result.status == OK then
-            locks[#locks + 1] = new_lock(d, resources[i], ttl, started, result)
+        elseif r.status == OK then
+            locks[#locks + 1] = new_lock(d, resources[i], ttl, started, r)
         elseif not err then
             local _
-            _, err, detail = failure(d, result)
+            _, err, detail = failure(d, r)
             detail.resource = resources[i]
         end
     end, function() return err ~= nil end)
@@ -115,16 +114,16 @@ function group:unlock()
         local lk = self[i]
         if lk.released then return nil end
         return client:begin_release(lk.resource, #lk.resource, lk.value), #lk.resource
-    end, function(i, got)
+    end, function(i, got, r)
         if not got then
             missing = missing or ffi_string(client:errstr())
             return
         end
-        after_release(self[i], started, result.status)
-        if result.status == OK then
-            if result.heard > 0 then mark_head_start(d, self[i].resource) end
+        after_release(self[i], started, r.status)
+        if r.status == OK then
+            if r.heard > 0 then mark_head_start(d, self[i].resource) end
         elseif ok then
-            ok, err, detail = failure(d, result)
+            ok, err, detail = failure(d, r)
             detail.resource = self[i].resource
         end
     end) or missing

@@ -24,8 +24,9 @@ local RELEASE, EXTEND = C.RL_OP_RELEASE, C.RL_OP_EXTEND
 local VALUE_LEN = C.RL_VALUE_LEN
 local int64_t = ffi.typeof("int64_t")
 local SHARED_CHAR = ("s"):byte() -- a shared hold's value ends with it (core/src/shared.h)
-local result = results.result
-local detail_of, failure, refusal = results.detail_of, results.failure, results.refusal
+local take, give = results.take, results.give
+local detail_of, failure, failure_given, refusal = results.detail_of, results.failure, results.failure_given,
+    results.refusal
 local again_when_full = batch.again_when_full
 local hold_until, forget = held.hold_until, held.forget
 local kept_state, keep_update, stop_keeping = keep.state, keep.update, keep.stop
@@ -76,11 +77,13 @@ _M.new = new_lock
 -- One attempt with the client's acquire (plain, fenced or queued). Returns a lock,
 -- or nil, err, detail.
 local function attempt_by(d, client, resource, ttl, acquire)
-    local started = now()
-    local rc = acquire(client, resource, #resource, ttl, result)
-    if rc ~= RL_OK then again_when_full(d, client, rc, acquire, resource, #resource, ttl, result) end
-    if result.status == OK then return new_lock(d, resource, ttl, started, result) end
-    return failure(d, result)
+    local started, r = now(), take()
+    local rc = acquire(client, resource, #resource, ttl, r)
+    if rc ~= RL_OK then again_when_full(d, client, rc, acquire, resource, #resource, ttl, r) end
+    if r.status ~= OK then return failure_given(d, r) end
+    local lk = new_lock(d, resource, ttl, started, r)
+    give(r)
+    return lk
 end
 
 local function attempt(d, client, resource, ttl)
@@ -114,13 +117,14 @@ _M.SHARED = { try = attempt_shared }
 -- its ticket: its place in the queue of the semaphore's waiters, which it
 -- joins when refused; 0: no queue).
 local function attempt_slot(d, client, resource, ttl, limit, ticket)
-    local started = now()
-    local rc = client:acquire_slot(resource, #resource, limit, ttl, ticket, result)
+    local started, r = now(), take()
+    local rc = client:acquire_slot(resource, #resource, limit, ttl, ticket, r)
     if rc ~= RL_OK then
-        again_when_full(d, client, rc, client.acquire_slot, resource, #resource, limit, ttl, ticket, result)
+        again_when_full(d, client, rc, client.acquire_slot, resource, #resource, limit, ttl, ticket, r)
     end
-    if result.status ~= OK then return failure(d, result) end
-    local lk = new_lock(d, resource, ttl, started, result)
+    if r.status ~= OK then return failure_given(d, r) end
+    local lk = new_lock(d, resource, ttl, started, r)
+    give(r)
     client:slot_taken(resource, #resource, lk.value, lk.valid_until)
     return lk
 end
@@ -145,19 +149,19 @@ function _M.semaphore(limit)
 end
 
 -- The release (or, ttl given, the extension) of value's hold of resource:
--- on slot's key for a semaphore's (slot: nil for a lock). The round's rc
--- (its result in results.result).
-local function on_key(d, client, kind, r, slot, value, ttl)
+-- on slot's key for a semaphore's (slot: nil for a lock). The round's
+-- result goes into out (a buffer of results.take).
+local function on_key(d, client, kind, r, slot, value, ttl, out)
     local rc
     if slot then
-        rc = client:on_slot(kind, r, #r, slot, value, ttl or 0, result)
-        if rc ~= RL_OK then again_when_full(d, client, rc, client.on_slot, kind, r, #r, slot, value, ttl or 0, result) end
+        rc = client:on_slot(kind, r, #r, slot, value, ttl or 0, out)
+        if rc ~= RL_OK then again_when_full(d, client, rc, client.on_slot, kind, r, #r, slot, value, ttl or 0, out) end
     elseif kind == EXTEND then
-        rc = client:extend(r, #r, value, ttl, result)
-        if rc ~= RL_OK then again_when_full(d, client, rc, client.extend, r, #r, value, ttl, result) end
+        rc = client:extend(r, #r, value, ttl, out)
+        if rc ~= RL_OK then again_when_full(d, client, rc, client.extend, r, #r, value, ttl, out) end
     else
-        rc = client:release(r, #r, value, result)
-        if rc ~= RL_OK then again_when_full(d, client, rc, client.release, r, #r, value, result) end
+        rc = client:release(r, #r, value, out)
+        if rc ~= RL_OK then again_when_full(d, client, rc, client.release, r, #r, value, out) end
     end
 end
 
@@ -179,12 +183,17 @@ end
 --- round was decided, would keep it for ttl (blocking the resource there),
 --- so it is released on every node unless every node refused it.
 function _M.adopt(d, client, resource, value, ttl, slot)
-    local started = now()
-    on_key(d, client, EXTEND, resource, slot, value, ttl)
-    if result.status == OK then return new_lock(d, resource, ttl, started, result) end
-    local extended = result.status == C.RL_STATUS_NOT_HELD and some_node_may_have(result)
-    local _, err, detail = failure(d, result)
-    if extended then on_key(d, client, RELEASE, resource, slot, value) end
+    local started, r = now(), take()
+    on_key(d, client, EXTEND, resource, slot, value, ttl, r)
+    if r.status == OK then
+        local lk = new_lock(d, resource, ttl, started, r)
+        give(r)
+        return lk
+    end
+    local extended = r.status == C.RL_STATUS_NOT_HELD and some_node_may_have(r)
+    local _, err, detail = failure(d, r)
+    if extended then on_key(d, client, RELEASE, resource, slot, value, nil, r) end
+    give(r)
     return nil, err, detail
 end
 
@@ -268,28 +277,29 @@ function lock:extend(ttl)
         return refusal(self.dlm, "expired", "the lock was lost: keep-alive found it gone or could not extend it in time")
     end
     local client = live_client(self.dlm, "extend")
-    local started = now()
-    on_key(self.dlm, client, EXTEND, self.resource, self.slot, self.value, ttl)
+    local started, r = now(), take()
+    on_key(self.dlm, client, EXTEND, self.resource, self.slot, self.value, ttl, r)
     -- nodes that took it keep the key up to the new ttl from here
     if self.kept == nil then hold_until(self, started, ttl) end
-    if result.status ~= OK then
-        after_failed_extend(self, ttl, started, result)
-        return failure(self.dlm, result)
+    if r.status ~= OK then
+        after_failed_extend(self, ttl, started, r)
+        return failure_given(self.dlm, r)
     end
     self.extensions = self.extensions + 1
     self.ttl = ttl
-    self.validity = floor(result.validity_ms)
+    self.validity = floor(r.validity_ms)
     self.valid_until = started + self.validity
+    local detail = detail_of(self.dlm, r)
+    give(r)
     -- the keeper goes on with this ttl, not the one it was handed; if it
     -- found the lock lost while the round was out, this extension takes it
     -- back, unless it leaves no validity above the margin
     if not keep_update(self, ttl, started) then
-        local detail = detail_of(self.dlm, result)
         detail.status, detail.message = "expired", "the lock was lost while the extension was out: keep-alive found "
             .. "it gone or too little validity was left above the margin"
         return nil, "expired", detail
     end
-    return true, nil, detail_of(self.dlm, result)
+    return true, nil, detail
 end
 
 --- The release of lk, begun at started, came back with status (lk.release_sent
@@ -328,16 +338,20 @@ function lock:unlock()
     end
     if self.kept ~= nil then check_phase() end -- a phase without cosockets: say so first (release refuses anyway)
     local client = live_client(self.dlm, "unlock")
-    local started = now()
-    on_key(self.dlm, client, RELEASE, self.resource, self.slot, self.value)
-    after_release(self, started, result.status)
-    if result.status == OK then
-        -- a semaphore's nodes keep their waiters' turns themselves: a
-        -- releaser that asks again at once is refused while it is not its turn
-        if result.heard > 0 and not self.slot then mark_head_start(self.dlm, self.resource) end
-        return true, nil, detail_of(self.dlm, result)
+    local started, r = now(), take()
+    on_key(self.dlm, client, RELEASE, self.resource, self.slot, self.value, nil, r)
+    local status, heard = r.status, r.heard
+    if status ~= OK then
+        after_release(self, started, status)
+        return failure_given(self.dlm, r)
     end
-    return failure(self.dlm, result)
+    local detail = detail_of(self.dlm, r)
+    give(r)
+    after_release(self, started, status)
+    -- a semaphore's nodes keep their waiters' turns themselves: a
+    -- releaser that asks again at once is refused while it is not its turn
+    if heard > 0 and not self.slot then mark_head_start(self.dlm, self.resource) end
+    return true, nil, detail
 end
 
 return _M

@@ -7,11 +7,39 @@ local C = require("redlock.cdefs").lib
 require("redlock.check").ours()
 
 local ffi_string, ffi_new = ffi.string, ffi.new
+local table_new = require "table.new"
 
 local _M = {}
 
--- Scratch space reused by every call (calls are synchronous).
-_M.result = ffi_new("rl_result")
+-- Result buffers. A call takes one before the core writes into it and
+-- gives it back once it has read it, so that no call reads what another
+-- wrote: inside nginx a call holds its own while it waits (other requests'
+-- calls take others meanwhile), and a finalizer that calls redlock while
+-- another call is under way (it runs at whatever allocation the collector
+-- chose) takes one of its own. A call that raises gives nothing back: the
+-- collector has that one. POOL_MAX are kept for reuse, in a table made at
+-- that size: giving back never grows it, so never runs the collector (nor
+-- a finalizer) half-way.
+local POOL_MAX = 64
+local pool, pooled = table_new(POOL_MAX + 1, 0), 0
+
+--- A result buffer of this call's own.
+function _M.take()
+    if pooled == 0 then return ffi_new("rl_result") end
+    local r = pool[pooled]
+    pool[pooled] = nil
+    pooled = pooled - 1
+    return r
+end
+
+--- Give r back (once, and read it no more).
+function _M.give(r)
+    if pooled < POOL_MAX then
+        pool[pooled + 1] = r
+        pooled = pooled + 1
+    end
+end
+
 _M.errbuf = ffi_new("char[?]", C.RL_ERR_LEN)
 _M.ERR_LEN = C.RL_ERR_LEN
 
@@ -39,6 +67,13 @@ _M.detail_of = detail_of
 --- nil, err, detail for a round that failed.
 function _M.failure(d, r)
     return nil, STATUS_WORDS[r.status] or "invalid", detail_of(d, r)
+end
+
+--- The same, r given back.
+function _M.failure_given(d, r)
+    local _, err, detail = _M.failure(d, r)
+    _M.give(r)
+    return nil, err, detail
 end
 
 --- Fill r as a round that no node could answer, every node's error why:
