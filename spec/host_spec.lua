@@ -332,6 +332,9 @@ echo end >> %s
         { "return function() error('policy exploded') end", "policy exploded" },
         { "return function() error({}) end", "(error object is a table value)" },
         { "return function() error(setmetatable({}, { __tostring = function() return 'told' end })) end", "told" },
+        -- before: a __tostring that raises escaped as a traceback, exit 1
+        { "return function() error(setmetatable({}, { __tostring = function() error('x') end })) end",
+          "(error object is a table value)" },
       } do
         local policy = script("raising.lua", case[1])
         local out, rc = redlock("exec --policy " .. policy .. " policy:raises -- echo ran", ENV)
@@ -339,6 +342,18 @@ echo end >> %s
         assert.matches("^redlock: %-%-policy raising.lua: ", out)
         assert.matches(case[2], out, 1, true)
         assert.is_nil(out:find("traceback", 1, true), out)
+        assert.is_nil(out:find("ran", 1, true), out)
+      end
+    end)
+
+    -- Before: --timeout was read only when -w was not given, in any order.
+    it("takes the last of -w and --timeout given, as a repeated -w", function()
+      for i = 1, 3 do cl:cli(i, "SET", "wait:last", "someone", "PX", "60000") end
+      finally(function() for i = 1, 3 do cl:cli(i, "DEL", "wait:last") end end)
+      for _, flags in ipairs { "-w 60s --timeout 300ms", "--timeout 60s -w 300ms", "-w 60s -w 300ms" } do
+        local out, rc = redlock("exec " .. flags .. " wait:last -- echo ran", ENV)
+        assert.are.equal(1, rc, flags .. ": " .. out)
+        assert.matches("'wait:last' is held elsewhere (gave up waiting)", out, 1, true)
         assert.is_nil(out:find("ran", 1, true), out)
       end
     end)
@@ -605,6 +620,14 @@ echo end >> %s
         assert.is_nil(out:find("error in error handling", 1, true), out)
         assert.is_true(gone_everywhere("run:badts"))
       end
+    end)
+
+    -- Before: the traceback ended the message at its NUL ("colored").
+    it("shows every control byte of a script's error message as \\xNN, a NUL too", function()
+      local name = script("nul.lua", [[error(string.rep("\27[31m", 2) .. "colored\0after the nul")]])
+      local out, rc = redlock("run " .. name, ENV)
+      assert.are.equal(1, rc, out)
+      assert.matches("nul.lua:1: \\x1b[31m\\x1b[31mcolored\\x00after the nul\n", out, 1, true)
     end)
 
     it("releases held locks on os.exit", function()

@@ -58,7 +58,8 @@ local SPEC = config.spec {
             :format(DEFAULT_TTL / 1000) },
     { name = "wait", short = "w", long = "wait", arg = "TIME", check = "ms0", warn_bare = true,
         help = "give up after waiting TIME for the lock (default: forever; bare number: ms)" },
-    { name = "timeout", long = "timeout", arg = "TIME", check = "ms0", warn_bare = true,
+    -- the same option under another name: the last of -w and --timeout given wins
+    { name = "wait", long = "timeout", arg = "TIME", check = "ms0", warn_bare = true,
         help = "the same as --wait (flock's name for it; bare number: ms)" },
     { name = "nonblock", short = "n", long = "nonblock",
         help = "fail at once if RESOURCE is held elsewhere" },
@@ -248,7 +249,7 @@ function _M.run(opts, argv, k)
             .. "must fit in half the ttl (--grace %d at most)"):format(grace, ttl, safety, max_grace(ttl)))
     end
     local margin = grace + safety
-    if opts.nonblock and (opts.wait or opts.timeout) then
+    if opts.nonblock and opts.wait then
         return host.usage_error("exec", "-n and -w exclude each other")
     end
     if opts.shared and opts.fence then
@@ -317,17 +318,13 @@ function _M.run(opts, argv, k)
     end
     local locked, lock, why, detail = pcall(config.lock, dlm, resource, {
         ttl = ttl, margin = margin, policy = policy,
-        nonblock = opts.nonblock, wait = opts.wait or opts.timeout, unreachable = unreachable, fence = opts.fence,
+        nonblock = opts.nonblock, wait = opts.wait, unreachable = unreachable, fence = opts.fence,
         limit = opts.limit, shared = opts.shared,
     })
     if not locked then
         if lock == POLICY_RAISED then
-            local e = policy_error
-            if type(e) ~= "string" then
-                local mt = getmetatable(e)
-                e = (mt and mt.__tostring) and tostring(e) or ("(error object is a %s value)"):format(type(e))
-            end
-            return host.fail(EXIT.USAGE, "--policy %s: the policy failed: %s", opts.policy, e)
+            return host.fail(EXIT.USAGE, "--policy %s: the policy failed: %s", opts.policy,
+                host.error_text(policy_error))
         end
         -- a --policy that returned what is not a delay: the user's file, so a usage error
         local msg = tostring(lock)

@@ -54,6 +54,17 @@ function _M.printable(s, keep_lines)
     return (s:gsub(pattern, function(c) return ("\\x%02x"):format(c:byte()) end))
 end
 
+--- An error object as text: a string as it is, one whose __tostring gives
+--- a string by that (a __tostring that raises or gives anything else does
+--- not count), else what it is.
+function _M.error_text(e)
+    if type(e) == "string" then return e end
+    local mt = getmetatable(e)
+    local shown, text = false, nil
+    if mt and mt.__tostring then shown, text = pcall(tostring, e) end
+    return shown and type(text) == "string" and text or ("(error object is a %s value)"):format(type(e))
+end
+
 --- Print "redlock: message" on stderr, never with a password from a URL; return code.
 function _M.fail(code, fmt, ...)
     local msg = select("#", ...) > 0 and fmt:format(...) or fmt

@@ -81,14 +81,9 @@ end
 
 local function handler(e)
     if config.is_usage_error(e) then return e end
-    local msg = e
-    if type(e) ~= "string" then
-        local mt = getmetatable(e)
-        local shown, text = false, nil
-        if mt and mt.__tostring then shown, text = pcall(tostring, e) end
-        msg = shown and type(text) == "string" and text or ("(error object is a %s value)"):format(type(e))
-    end
-    return trim_traceback(debug.traceback(msg, 2))
+    -- its control bytes escaped first: the traceback would end the message
+    -- at a NUL
+    return trim_traceback(debug.traceback(host.printable(host.error_text(e), true), 2))
 end
 
 function _M.run(opts, argv, k)
