@@ -261,7 +261,8 @@ static char *eval_head(rl_buf *b, size_t argc, const char *sha, const char *scri
 /* The ticket (ms) as whole µs, decimal, a bulk string. */
 static char *put_ticket(char *p, double ticket_ms) {
     char digits[HEADER_MAX];
-    unsigned long long us = ticket_ms > 0 && ticket_ms < RL_TICKET_MAX_MS ? (unsigned long long)(ticket_ms * 1000.0) : 0;
+    int in_range = ticket_ms > 0 && ticket_ms < RL_TICKET_MAX_MS;
+    unsigned long long us = in_range ? (unsigned long long)(ticket_ms * 1000.0) : 0;
     return put_bulk(p, digits, (size_t)(put_uint(digits, us) - digits));
 }
 

@@ -136,12 +136,6 @@ static void waiter_hears_a_release(rl_client *c, rl_result *r) {
     rl_client_free(w);
 }
 
-/* rl_run_until returns for whichever comes first: its deadline (never
- * before it, also a fraction of a millisecond away), a finished operation,
- * or a release heard on a watched resource; a deadline already past serves
- * what is ready and returns. Its timer firing after an early return does
- * not cut a later rl_sleep short. HUGE_VAL waits without limit, NaN not at
- * all. */
 /* rl_client_close: what was acquired and not collected is let go on the
  * nodes, a lock collected stays held, every later call that would use a
  * connection is refused with the reason, reading calls still answer, and
@@ -214,6 +208,12 @@ static void run_until_without_a_timerfd(void) {
     rl_client_free(f);
 }
 
+/* rl_run_until returns for whichever comes first: its deadline (never
+ * before it, also a fraction of a millisecond away), a finished operation,
+ * or a release heard on a watched resource; a deadline already past serves
+ * what is ready and returns. Its timer firing after an early return does
+ * not cut a later rl_sleep short. HUGE_VAL waits without limit, NaN not at
+ * all. */
 static void run_until_a_deadline_a_result_or_a_release(rl_client *c, rl_result *r) {
     for (int i = 0; i < 20; i++) {
         double deadline = rl_now_ms() + (i % 2 ? 0.3 : 2.5);
