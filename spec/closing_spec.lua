@@ -144,6 +144,53 @@ os.exit(0)
     assert.matches("lock_many:%s+false%s+[^\n]*this client was closed", out)
   end)
 
+  -- The same close() once lock()'s round came back, while the lock object
+  -- was being made. Before: lock() returned the lock, and keep-alive
+  -- started a new thread for it on the closed client, extending it for as
+  -- long as the object lived. Now lock() raises and the key runs out.
+  it("ends lock() with an error, not a kept lock, when a finalizer closes the client as it makes the lock", function()
+    local r = res("made")
+    local out, rc = child(dir, PRELUDE .. [[
+local ffi = require "ffi"
+collectgarbage("setpause", 10)
+collectgarbage("setstepmul", 1000)
+local current, closed_in
+for i = 1, 3000 do
+  local dlm = redlock.new { servers = urls }
+  current = i
+  local function arm()
+    ffi.gc(ffi.new("int[1]"), function()
+      if closed_in or current ~= i then return end
+      local where = debug.traceback("", 2)
+      if where:match("redlock/(%w+%.lua)") == "lock.lua" then -- making the lock
+        closed_in = where:match("redlock/(%w+%.lua:%d+)")
+        dlm:close()
+      else
+        arm()
+      end
+    end)
+  end
+  arm()
+  local ok, lk, err = pcall(dlm.lock, dlm, r, { ttl = 1500, keepalive = true })
+  current = nil -- this round's finalizers stop here
+  if closed_in then
+    print("closed in:", closed_in, "lock:", ok, ok and tostring(lk) or lk)
+    break
+  end
+  if ok and lk then assert(lk:unlock()) end
+  dlm:close()
+end
+collectgarbage("setpause", 200)
+local probe = redlock.new { servers = urls }
+local taken = probe:lock(r, { ttl = 1000, wait = 5000 })
+print("taken after:", taken and "yes" or "no")
+os.exit(0)
+]], { r, unpack(cl.urls) })
+    assert.are.equal(0, rc, out)
+    assert.matches("closed in:%s+lock%.lua:%d+%s+lock:%s+false%s+[^\n]*'lock' on a closed client", out)
+    assert.matches("taken after:%s+yes", out)
+  end)
+
   -- A finalizer (a scoped-lock guard) that unlocks one lock while the same
   -- process is in the middle of taking another. Before: the calls shared
   -- one result buffer, and the unlock's result overwrote the lock's being

@@ -1668,6 +1668,12 @@ exit 3
       out, rc = redlock("exec --policy " .. notfn .. " policy:r -- echo ran", ENV)
       assert.are.equal(64, rc)
       assert.matches("--policy notfn.lua must return a function", out, 1, true)
+      -- before: the maker ran as the policy ("the policy failed: ... max must be ...")
+      local maker = script("maker.lua", "return require('redlock').retry.forever\n")
+      out, rc = redlock("exec --policy " .. maker .. " policy:r -- echo ran", ENV)
+      assert.are.equal(64, rc, out)
+      assert.matches("--policy maker.lua returned redlock.retry.forever, which makes a policy: return "
+        .. "redlock.retry.forever(...)", out, 1, true)
       local raises = script("raises.lua", "error('no policy for you')\n")
       out, rc = redlock("exec --policy " .. raises .. " policy:r -- echo ran", ENV)
       assert.are.equal(64, rc)

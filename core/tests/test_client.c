@@ -4,6 +4,8 @@
  * not on PATH. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -191,9 +193,10 @@ static void run_until_without_a_timerfd(void) {
     if (low.rlim_cur > 512) low.rlim_cur = 512;
     CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0);
     static int taken[512];
-    int n = 0;
-    while (n < 512 && (taken[n] = dup(0)) >= 0) n++;
-    CHECK(n < 512);
+    int n = 0, null = open("/dev/null", O_RDONLY);
+    CHECK(null >= 0);
+    while (n < 512 && (taken[n] = dup(null)) >= 0) n++;
+    CHECK(n < 512 && errno == EMFILE); /* every descriptor taken: no timerfd to be had */
     alarm(20);
     double t0 = rl_now_ms(), deadline = t0 + 20.5;
     CHECK_INT(rl_run_until(f, deadline), 0);
@@ -204,6 +207,7 @@ static void run_until_without_a_timerfd(void) {
     CHECK(rl_now_ms() - t0 < 1000);
     alarm(0);
     while (n > 0) close(taken[--n]);
+    close(null);
     CHECK(setrlimit(RLIMIT_NOFILE, &was) == 0);
     rl_client_free(f);
 }

@@ -191,12 +191,29 @@ local function kind_of(fence, shared, plain, fenced, of_shared)
     return fence and fenced or plain
 end
 
+-- After a lock call's rounds: a close() that ran meanwhile (from a
+-- finalizer, once the round had come back) left what the call got on a
+-- client with no connections. Nobody can release it now: it is marked
+-- released by the close, forgotten, and left to its ttl, and the call
+-- raises as one made on a closed client. got: a lock, a group, or nil.
+local function check_not_closed_under(self, fname, got)
+    if self.client ~= nil then return end
+    if got then
+        for _, lk in ipairs(getmetatable(got) == lock.mt and { got } or got) do
+            lk.released, lk.closed = true, true
+            held.forget(lk)
+        end
+    end
+    check.live_client(self, fname) -- raises
+end
+
 local function lock_call(self, resource, opts)
     check_self(self, dlm_mt, "lock", "a client", "dlm:lock(...)")
     local ttl, wait_ms, policy, keepalive, margin, fence, shared, limit = lock_options(self, "lock", resource, opts)
     local client = live_client(self, "lock")
     local kind = limit and semaphore(limit) or kind_of(fence, shared, LOCK_PLAIN, LOCK_FENCED, LOCK_SHARED)
     local lk, err, detail = with_retries(self, client, kind, resource, ttl, policy, wait_ms)
+    check_not_closed_under(self, "lock", lk)
     if lk and keepalive then keep_or_release({ lk }, margin) end
     return lk, err, detail
 end
@@ -206,6 +223,7 @@ local function try_lock_call(self, resource, opts)
     local ttl, _, _, keepalive, margin, fence, shared, limit = lock_options(self, "try_lock", resource, opts)
     local kind = limit and semaphore(limit) or kind_of(fence, shared, LOCK_PLAIN, LOCK_FENCED, LOCK_SHARED)
     local lk, err, detail = kind.try(self, live_client(self, "try_lock"), resource, ttl)
+    check_not_closed_under(self, "try_lock", lk)
     if lk and keepalive then keep_or_release({ lk }, margin) end
     return lk, err, detail
 end
@@ -217,6 +235,7 @@ local function lock_many_call(self, resources, opts)
     local client = live_client(self, "lock_many")
     local locks, err, detail = with_retries(self, client, kind_of(fence, shared, MANY_PLAIN, MANY_FENCED, MANY_SHARED),
                                             resources, ttl, policy, wait_ms)
+    check_not_closed_under(self, "lock_many", locks)
     if locks and keepalive then keep_or_release(locks, margin) end
     return locks, err, detail
 end
@@ -244,6 +263,7 @@ local function adopt_call(self, resource, value, opts)
     check_self(self, dlm_mt, "adopt", "a client", "dlm:adopt(...)")
     local ttl, keepalive, margin, slot = options.adopt_options(self, "adopt", resource, value, opts)
     local lk, err, detail = lock.adopt(self, live_client(self, "adopt"), resource, value, ttl, slot)
+    check_not_closed_under(self, "adopt", lk)
     if lk and keepalive then keep_or_release({ lk }, margin) end
     return lk, err, detail
 end

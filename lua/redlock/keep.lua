@@ -52,6 +52,7 @@ end
 local function keeper_of(d)
     local k = d.keeper
     if k == nil then
+        if d.client == nil then return nil, "cannot start keep-alive: the client was closed" end
         -- Collected (or closed with the Lua state, as on an uncaught error
         -- or os.exit(code, true)) with locks still kept, a keeper releases
         -- them in bounded time instead of leaving them for their ttl.

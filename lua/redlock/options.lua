@@ -206,7 +206,7 @@ _M.server_list = server_list
 --- A retry option that is set: a policy, not the maker of one.
 local function check_retry(pos, fname, policy)
     if type(policy) ~= "function" then argerror(pos, fname, "retry must be a function, got " .. show(policy)) end
-    local maker = retry.makers[policy]
+    local maker = retry._makers[policy]
     if maker then
         argerror(pos, fname, ("retry must be a policy: redlock.retry.%s makes one, call it (redlock.retry.%s(...))")
             :format(maker, maker))

@@ -94,8 +94,9 @@ end
 _M.default = _M.jitter(50, 250, 32)
 
 --- The makers above by function, to name one passed where a policy goes
---- (`retry = redlock.retry.forever` for `redlock.retry.forever()`).
-_M.makers = { [_M.fixed] = "fixed", [_M.jitter] = "jitter", [_M.exponential] = "exponential",
+--- (`retry = redlock.retry.forever` for `redlock.retry.forever()`); the
+--- module's own, not part of the API.
+_M._makers = { [_M.fixed] = "fixed", [_M.jitter] = "jitter", [_M.exponential] = "exponential",
     [_M.forever] = "forever" }
 
 return _M

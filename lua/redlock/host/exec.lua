@@ -174,6 +174,11 @@ local function load_policy(path)
         return nil, ("--policy %s must return a function(attempt, last) -> delay_ms or nil, got %s")
             :format(path, type(policy))
     end
+    local maker = require("redlock.retry")._makers[policy]
+    if maker then
+        return nil, ("--policy %s returned redlock.retry.%s, which makes a policy: return redlock.retry.%s(...)")
+            :format(path, maker, maker)
+    end
     return policy
 end
 
