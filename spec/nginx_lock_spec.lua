@@ -1120,6 +1120,39 @@ describe("redlock inside nginx", function()
     assert(cluster.await_all(cl, function(i) return cluster.pttl(cl, i, r) == -2 end, 1500), log())
   end)
 
+  -- Before: a kept lock still referenced from a module table when the
+  -- worker's Lua state closed (reload, quit) had its finalizer start a
+  -- timer inside lua_close; with another timer running (the metrics push)
+  -- the worker died on SIGSEGV, every time.
+  for _, how in ipairs { "HUP", "QUIT" } do
+    it(("closes a worker's Lua state with a kept lock still referenced, on %s, without a crash"):format(how), function()
+      srv = start {
+        workers = 1, init = init_code(cl.urls) .. "\nKEPT = {}",
+        http = "lua_shared_dict redlock_metrics 1m;",
+        init_worker = 'require("redlock.nginx.metrics").start("redlock_metrics")',
+        locations = { PING, [[
+          location = /keep {
+            content_by_lua_block {
+              local lock, err = DLM:lock(ngx.var.arg_r, { ttl = 2000, keepalive = true })
+              KEPT[#KEPT + 1] = lock
+              ngx.say(lock and "held" or tostring(err))
+            }
+          }]] },
+      }
+      local workers = srv:worker_pids()
+      local status, body = srv:get("/keep?r=" .. res("vmclose" .. how))
+      assert.equal(200, status, log())
+      assert.equal("held\n", body, log())
+      proc.sleep_ms(1500)
+      proc.kill(srv.pid, how)
+      for _, pid in ipairs(workers) do assert.is_true(proc.wait_gone(pid, 10000), log()) end
+      proc.sleep_ms(200)
+      local errors = srv:error_log()
+      assert.is_nil(errors:find("exited on signal", 1, true), log())
+      assert.matches("exited with code 0", errors, 1, true)
+    end)
+  end
+
   -- Before: a request killed while it held a kept lock (the client went
   -- away, lua_check_client_abort on) left the lock extended until the
   -- worker's collector ran, which a quiet worker's never does (still held

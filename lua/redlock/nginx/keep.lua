@@ -131,16 +131,17 @@ end
 -- Lock id's object was collected without unlock (a finalizer calls this,
 -- wherever it runs): the engine releases it, as rl_keeper_drop does. That
 -- only changes the engine's schedule, never a stream: safe whatever the
--- hub was doing when the finalizer ran.
+-- hub was doing when the finalizer ran. No timer is started or woken here:
+-- a finalizer also runs while the worker's Lua state is being closed
+-- (reload, quit), where ngx.timer.at crashed the worker. The hub runs while
+-- it keeps a lock, and releases this one within its slice (HUB_SLICE_MS).
 function keeper:drop(id)
     if not self.entries[id] then return RL_ERR end
     local hub = self.hub
     -- a semaphore's slot: the worker's waiters may attempt again
     if self.slots[id] > 0 then watch.forget_slot(hub, self.entries[id], self.values[id]) end
     forget(self, id)
-    local rc = C.rl_engine_keep_drop(hub.e, id, now_ms())
-    pcall(poke, hub)
-    return rc
+    return C.rl_engine_keep_drop(hub.e, id, now_ms())
 end
 
 -- Release entry id, here if this phase has cosockets, else from the hub.
@@ -149,6 +150,7 @@ function keeper:release_entry(id)
     if not self.entries[id] then return 0 end
     if phase_refusal() then
         self:drop(id)
+        pcall(poke, self.hub) -- not a finalizer: the hub may release it now
         return 0
     end
     local resource, value, slot = self.entries[id], self.values[id], self.slots[id]
