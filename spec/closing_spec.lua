@@ -41,6 +41,37 @@ local urls = {}
 for i = 2, #arg do urls[#urls + 1] = arg[i] end
 ]]
 
+-- Child source after PRELUDE: close_when(dlm, seen) arms a finalizer (a
+-- cdata's, re-armed each time the collector runs it, the collector made
+-- eager) that runs dlm:close() the first time seen(traceback) says it runs
+-- where wanted; closed_in() is then the innermost redlock file:line it ran
+-- at. stop_closing() ends the re-arming of the last close_when.
+local CLOSE_WHEN = [[
+local ffi = require "ffi"
+collectgarbage("setpause", 10)
+collectgarbage("setstepmul", 1000)
+local closed_at, armed
+local function close_when(dlm, seen)
+  local mine = {}
+  armed = mine
+  local function arm()
+    ffi.gc(ffi.new("int[1]"), function()
+      if closed_at or armed ~= mine then return end
+      local where = debug.traceback("", 2)
+      if seen(where) then
+        closed_at = where:match("redlock/(%w+%.lua:%d+)")
+        dlm:close()
+      else
+        arm()
+      end
+    end)
+  end
+  arm()
+end
+local function closed_in() return closed_at end
+local function stop_closing() armed = nil end
+]]
+
 describe("closing a client", function()
   local cl, dir
 
@@ -113,29 +144,14 @@ os.exit(0)
   -- (rc 139 in rl_wait). Now close() leaves the memory to the collector.
   it("ends lock_many with an error when a finalizer closes the client during its batch", function()
     local r = res("finalizer")
-    local out, rc = child(dir, PRELUDE .. [[
-local ffi = require "ffi"
+    local out, rc = child(dir, PRELUDE .. CLOSE_WHEN .. [[
 local names = {}
 for i = 1, 2000 do names[i] = r .. ":" .. i end
 local dlm = redlock.new { servers = urls }
-local closed_in
-local function arm()
-  ffi.gc(ffi.new("int[1]"), function()
-    local where = debug.traceback("", 2)
-    if not closed_in and where:find("redlock/batch.lua", 1, true) then
-      closed_in = where:match("redlock/(%w+%.lua:%d+)")
-      dlm:close()
-    elseif not closed_in then
-      arm()
-    end
-  end)
-end
-arm()
-collectgarbage("setpause", 10)
-collectgarbage("setstepmul", 1000)
+close_when(dlm, function(where) return where:find("redlock/batch.lua", 1, true) end) -- in its batch
 local ok, locks, err = pcall(dlm.lock_many, dlm, names)
 collectgarbage("setpause", 200)
-print("closed in:", closed_in)
+print("closed in:", closed_in())
 print("lock_many:", ok, ok and tostring(err) or locks)
 os.exit(0)
 ]], { r, unpack(cl.urls) })
@@ -150,31 +166,15 @@ os.exit(0)
   -- long as the object lived. Now lock() raises and the key runs out.
   it("ends lock() with an error, not a kept lock, when a finalizer closes the client as it makes the lock", function()
     local r = res("made")
-    local out, rc = child(dir, PRELUDE .. [[
-local ffi = require "ffi"
-collectgarbage("setpause", 10)
-collectgarbage("setstepmul", 1000)
-local current, closed_in
-for i = 1, 3000 do
+    local out, rc = child(dir, PRELUDE .. CLOSE_WHEN .. [[
+for _ = 1, 3000 do
   local dlm = redlock.new { servers = urls }
-  current = i
-  local function arm()
-    ffi.gc(ffi.new("int[1]"), function()
-      if closed_in or current ~= i then return end
-      local where = debug.traceback("", 2)
-      if where:match("redlock/(%w+%.lua)") == "lock.lua" then -- making the lock
-        closed_in = where:match("redlock/(%w+%.lua:%d+)")
-        dlm:close()
-      else
-        arm()
-      end
-    end)
-  end
-  arm()
+  close_when(dlm, function(where) return where:match("redlock/(%w+%.lua)") == "lock.lua" end) -- making the lock
   local ok, lk, err = pcall(dlm.lock, dlm, r, { ttl = 1500, keepalive = true })
-  current = nil -- this round's finalizers stop here
-  if closed_in then
-    print("closed in:", closed_in, "lock:", ok, ok and tostring(lk) or lk)
+  stop_closing() -- this round's finalizers stop here
+  if closed_in() then
+    print("closed in:", closed_in(), "lock:", ok, ok and tostring(lk) or lk)
+    KEPT = lk -- a lock handed back lives on (a keeper would extend it)
     break
   end
   if ok and lk then assert(lk:unlock()) end
