@@ -180,6 +180,109 @@ describe("hand-off to waiters", function()
     assert(ok, err)
   end)
 
+  -- Before: the nodes let whoever asked first take a lock just released,
+  -- and a waiter of the releasing client, asking right behind the release,
+  -- always did, ahead of the waiter the release woke (in nginx, one
+  -- worker's requests kept a lock while another's timed out). Now the
+  -- woken waiter has its turn over the releasing client until it asks,
+  -- stops listening, or 1 s goes.
+  describe("keeps a lock just released from the releasing client's waiters for the waiter it woke", function()
+    local ffi = require "ffi"
+    local lib = require("redlock.cdefs").lib
+    local out = ffi.new("rl_result")
+
+    -- a holder of r, and waiters queued behind it in the order given, each
+    -- watching r; returns the holder's lock and the queue's ids in order
+    local function queued_behind(r, holder, waiters)
+      local lk = assert(holder:lock(r))
+      assert(cluster.await_value(cl, r, lk.value, 5000, nil, holder))
+      for _, w in ipairs(waiters) do assert.equal(0, lib.rl_watch(w.client, r, #r)) end
+      await_subscribers("redlock:released:" .. r, waiters)
+      for _, w in ipairs(waiters) do
+        assert.equal(0, lib.rl_acquire_queued(w.client, r, #r, 10000, out))
+        assert.equal(lib.RL_STATUS_BUSY, out.status)
+      end
+      local ids
+      assert(cluster.await_all(cl, function(node)
+        local got = {}
+        for id in cl:cli(node, "LRANGE", "redlock:queue:" .. r, "0", "-1"):gmatch("%x+") do got[#got + 1] = id end
+        ids = ids or got
+        return #got == #waiters and table.concat(got, " ") == table.concat(ids, " "), table.concat(got, " ")
+      end, 5000))
+      return lk, ids
+    end
+
+    local function attempt(d, r)
+      assert.equal(0, lib.rl_acquire_queued(d.client, r, #r, 10000, out))
+      return out.status == lib.RL_STATUS_OK and ffi.string(out.value) or nil
+    end
+
+    it("refuses the releasing client's waiter until the waiter woken asks", function()
+      local r = res("turn")
+      local holder = redlock.new { servers = cl.urls }
+      local w1, w2 = redlock.new { servers = cl.urls }, redlock.new { servers = cl.urls }
+      local ok, err = pcall(function()
+        local lk, ids = queued_behind(r, holder, { w1, w2 })
+        assert.is_true(lk:unlock())
+        -- the lock is free on every node, but w1 has its turn over the holder
+        assert.is_nil(attempt(holder, r))
+        assert.is_nil(attempt(holder, r))
+        local holder_id = cl:cli(1, "LRANGE", "redlock:queue:" .. r, "-1", "-1"):match("%x+")
+        for node = 1, cl.n do
+          assert.equal(ids[1] .. " " .. holder_id, (cl:cli(node, "GET", "redlock:turn:" .. r):gsub("%s+$", "")))
+          local pttl = tonumber(cl:cli(node, "PTTL", "redlock:turn:" .. r):match("(%-?%d+)"))
+          assert.is_true(pttl > 0 and pttl <= 1000, tostring(pttl))
+        end
+        local value = attempt(w1, r)
+        assert.is_truthy(value)
+        for node = 1, cl.n do assert.is_false(cluster.exists(cl, node, "redlock:turn:" .. r)) end
+        -- w1 releases: w2, next in every queue, has its turn over w1's client
+        assert(cluster.await_value(cl, r, value, 5000, nil, w1))
+        assert.equal(0, lib.rl_release(w1.client, r, #r, value, out))
+        assert.is_nil(attempt(w1, r))
+        assert.is_truthy(attempt(w2, r))
+        for _, w in ipairs { w1, w2 } do lib.rl_unwatch(w.client, r, #r) end
+      end)
+      for _, d in ipairs { holder, w1, w2 } do d:close() end
+      assert(ok, err)
+    end)
+
+    it("ends the turn of a woken waiter that stops listening, and of one that does not ask within 1 s", function()
+      local r = res("turnend")
+      local holder = redlock.new { servers = cl.urls }
+      local w1, w2 = redlock.new { servers = cl.urls }, redlock.new { servers = cl.urls }
+      local ok, err = pcall(function()
+        local lk, ids = queued_behind(r, holder, { w1, w2 })
+        assert.is_true(lk:unlock())
+        assert.is_nil(attempt(holder, r))
+        -- w1 gives up: once nobody listens on its wake channel, its turn is over
+        lib.rl_unwatch(w1.client, r, #r)
+        assert(cluster.await_all(cl, function(node)
+          w1.client:sleep(1)
+          local n = tonumber(cl:cli(node, "PUBSUB", "NUMSUB", "redlock:wake:" .. ids[1] .. ":" .. r):match("(%d+)%s*$"))
+          return n == 0, "subscribers " .. tostring(n)
+        end, 5000))
+        local value = attempt(holder, r)
+        assert.is_truthy(value)
+        -- the holder's release wakes w2, which listens but never asks: the
+        -- holder is refused until w2's turn runs out
+        assert(cluster.await_value(cl, r, value, 5000, nil, holder))
+        assert.equal(0, lib.rl_release(holder.client, r, #r, value, out))
+        assert.is_nil(attempt(holder, r))
+        local by = proc.now_ms() + 5000
+        local took
+        repeat
+          holder.client:sleep(20)
+          took = attempt(holder, r)
+        until took or proc.now_ms() > by
+        assert.is_truthy(took, "the holder never took the lock after w2's turn")
+        lib.rl_unwatch(w2.client, r, #r)
+      end)
+      for _, d in ipairs { holder, w1, w2 } do d:close() end
+      assert(ok, err)
+    end)
+  end)
+
   it("passes over at most 8 queued waiters that are gone, then tells every listener", function()
     local lib = require("redlock.cdefs").lib
     local r = res("gone9")

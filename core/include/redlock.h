@@ -347,8 +347,11 @@ int rl_begin_acquire_fenced(rl_client *c, const char *resource, size_t len, int 
 /*
  * A waiter's acquire (see "Hand-off"): the same lock as rl_begin_acquire;
  * refused on a node, the client joins that node's queue of waiters for the
- * resource (granted, it leaves it). Use it for the attempts made while the
- * resource is watched.
+ * resource (granted, it leaves it). A node whose last release by this
+ * client woke a waiter of another client refuses it, the lock free or not,
+ * until that waiter has attempted; where this client was the one woken and
+ * someone took the lock first, it goes back to the queue's front. Use it
+ * for the attempts made while the resource is watched.
  */
 int rl_begin_acquire_queued(rl_client *c, const char *resource, size_t len, int ttl_ms);
 
@@ -473,7 +476,12 @@ int rl_on_slot(rl_client *c, int kind, const char *resource, size_t len, int slo
  *     that waiters join with rl_begin_acquire_queued: one message "1" on its
  *     own channel "redlock:wake:" .. id .. ":" .. key. A queued waiter that
  *     no longer listens there (gone, or given up) is dropped and the next
- *     one tried, at most 8 per release. The queue expires a minute after
+ *     one tried, at most 8 per release. A waiter of another client woken
+ *     has its turn over the releasing client: for 1 s or until it
+ *     attempts, whichever is first, the node refuses the releasing
+ *     client's waiter attempts (rl_begin_acquire_queued; a first attempt,
+ *     rl_begin_acquire, is no waiter's); one that no longer listens has no
+ *     turn. The queue expires a minute after
  *     the last refused attempt of a waiter in it. It takes at most 1024
  *     waiters: a waiter that finds it full, longer (written by others) or
  *     not a list is not queued, touches nothing, and hears the broadcast

@@ -41,8 +41,8 @@ static int acquire_cmd(rl_engine *e, rl_op *op, int variant, int ttl_ms) {
 }
 
 /* A release or an extension of op's key (a lock's, or a slot's). */
-static int on_key_cmd(rl_op *op, rl_buf *b, int kind, int variant, int ttl_ms) {
-    return kind == RL_OP_RELEASE ? rl_op_release_cmd(op, b, 1, variant == QUIET)
+static int on_key_cmd(rl_engine *e, rl_op *op, rl_buf *b, int kind, int variant, int ttl_ms) {
+    return kind == RL_OP_RELEASE ? rl_op_release_cmd(e, op, b, 1, variant == QUIET)
                                  : rl_cmd_extend(b, 1, op->key.data, op->key.len, op->res.value, ttl_ms);
 }
 
@@ -146,9 +146,9 @@ static int begin(rl_engine *e, int kind, int variant, const char *resource, size
     } else {
         memcpy(op->res.value, value, RL_VALUE_LEN);
         op->res.value[RL_VALUE_LEN] = '\0';
-        rc = on_key_cmd(op, &op->cmd, kind, variant, ttl_ms);
+        rc = on_key_cmd(e, op, &op->cmd, kind, variant, ttl_ms);
         if (rc == 0 && rl_op_swap_key(e, op, -1)) { /* a slot's, as cluster nodes name it */
-            rc = on_key_cmd(op, &op->ccmd, kind, variant, ttl_ms);
+            rc = on_key_cmd(e, op, &op->ccmd, kind, variant, ttl_ms);
             rl_op_swap_key(e, op, -1);
         }
     }

@@ -24,31 +24,45 @@
  * (an ACL, a key of another type) still releases, and its waiters poll. */
 const char rl_release_script[] =
     "if redis.call(\"get\",KEYS[1]) == ARGV[1] then redis.call(\"del\",KEYS[1]) "
-    "if ARGV[2] == \"quiet\" then return 1 end " RL_WAKE_WAITERS "else return 0 end";
+    "if ARGV[2] == \"quiet\" then return 1 end " RL_WAKE_WAITERS("ARGV[2]") "else return 0 end";
 const char rl_extend_script[] =
     "if redis.call(\"get\",KEYS[1]) == ARGV[1] then return redis.call(\"pexpire\",KEYS[1],ARGV[2]) else return 0 end";
 /* A waiter's acquire: SET NX PX; granted, the waiter leaves the queue;
  * refused, it joins the queue's end unless it is in it already (LPOS; a
- * node without LPOS, before Redis 6.0.6, moves it to the end). The queue
- * lives a minute past the last refused attempt of a waiter in it. The work
- * is bounded whatever the key holds: LLEN first, and a queue longer than
- * RL_QUEUE_MAX (only others' writes make one), or a key of another type, is
- * left alone (not scanned, not joined, its expiry not renewed); a full one
- * (RL_QUEUE_MAX) takes nobody more. A waiter left out hears the broadcast
- * (a release that wakes no queued waiter) or polls; SET NX decides the
- * lock either way. A waiting writer also marks its intent while readers
- * hold the resource (shared.h, "Writer priority"), and clears it once granted. */
+ * node without LPOS, before Redis 6.0.6, moves it to the end). A waiter
+ * woken by a release of another client has its turn (RL_TURN_PREFIX):
+ * until it attempts, the releasing client's attempts are refused without
+ * a SET, unless the waiter woken no longer listens on its wake channel
+ * (gone, or given up: its turn ends). The waiter woken ends its turn by
+ * asking: granted, or refused (a caller outside the queue took the lock
+ * first) and put back at the queue's front, to be woken first again. The
+ * queue lives a minute past the last refused attempt of a waiter in it.
+ * The work is bounded whatever the keys hold: LLEN first, and a queue
+ * longer than RL_QUEUE_MAX (only others' writes make one), or a key of
+ * another type, is left alone (not scanned, not joined, its expiry not
+ * renewed); a full one (RL_QUEUE_MAX) takes nobody more. A waiter left out
+ * hears the broadcast (a release that wakes no queued waiter) or polls;
+ * SET NX decides the lock either way, the turn only who may ask. A waiting
+ * writer also marks its intent while readers hold the resource (shared.h,
+ * "Writer priority"), and clears it once granted. */
 const char rl_acquire_queued_script[] =
-    RL_BASE "local q = \"" RL_QUEUE_PREFIX "\"..B "
-    "if redis.call(\"set\",KEYS[1],ARGV[1],\"NX\",\"PX\",ARGV[2]) then local n = redis.pcall(\"llen\",q) "
-    "if type(n) == \"number\" and n > 0 and n <= " STR(RL_QUEUE_MAX) " then redis.pcall(\"lrem\",q,0,ARGV[3]) end "
+    RL_BASE "local q, T, w = \"" RL_QUEUE_PREFIX "\"..B, \"" RL_TURN_PREFIX "\"..B, ARGV[3] "
+    "local t, woken, by = redis.pcall(\"get\",T) "
+    "if type(t) == \"string\" then woken, by = string.match(t, \"^(%x+) (%x+)$\") end "
+    "if woken == w then redis.pcall(\"del\",T) "
+    "elseif by == w then local s = redis.pcall(\"pubsub\",NUM,\"" RL_WAKE_PREFIX "\"..woken..\":\"..B) "
+    "if type(s) == \"table\" and s[2] == 0 then redis.pcall(\"del\",T) by = nil end end "
+    "if by ~= w and redis.call(\"set\",KEYS[1],ARGV[1],\"NX\",\"PX\",ARGV[2]) then "
+    "local n = redis.pcall(\"llen\",q) "
+    "if type(n) == \"number\" and n > 0 and n <= " STR(RL_QUEUE_MAX) " then redis.pcall(\"lrem\",q,0,w) end "
     RL_INTENT_GRANTED "return redis.status_reply(\"OK\") end " RL_INTENT_REFUSED
     "local n = redis.pcall(\"llen\",q) "
     "if type(n) ~= \"number\" or n > " STR(RL_QUEUE_MAX) " then return false end "
-    "local p = redis.pcall(\"lpos\",q,ARGV[3]) "
-    "if type(p) == \"table\" then local k = redis.pcall(\"lrem\",q,0,ARGV[3]) "
+    "local p = redis.pcall(\"lpos\",q,w) "
+    "if type(p) == \"table\" then local k = redis.pcall(\"lrem\",q,0,w) "
     "if type(k) == \"number\" then n = n - k end p = false end "
-    "if not p then if n >= " STR(RL_QUEUE_MAX) " then return false end redis.pcall(\"rpush\",q,ARGV[3]) end "
+    "if not p then if n >= " STR(RL_QUEUE_MAX) " then return false end "
+    "redis.pcall(woken == w and \"lpush\" or \"rpush\",q,w) end "
     "redis.pcall(\"pexpire\",q,60000) return false";
 /* A fenced lock's scripts start by checking the counter, before anything
  * is written (Redis does not undo a script's writes when it fails later):
@@ -95,7 +109,7 @@ int rl_fence_token(const char *s, size_t len, long long *token) {
     return 1;
 }
 
-const char rl_release_sha[] = "a83d41725921d88143e95fed5dacc5fa0b9625f0";
+const char rl_release_sha[] = "c7de2d39914d1ad6d1360dcbbdd4e0e1f281f7f6";
 const char rl_extend_sha[] = "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10";
 
 /* Byte i of prefix .. resource (i < plen + len). */
@@ -183,12 +197,13 @@ static char *script_head(rl_buf *b, char argc, int by_sha, const char *sha, cons
     return put(p, LIT("\r\n"));
 }
 
-int rl_cmd_release(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value, int quiet) {
-    if (rl_value_shared(value)) return rl_cmd_shared_release(b, key, keylen, value, quiet);
-    char *p = script_head(b, quiet ? '6' : '5', by_sha, rl_release_sha, rl_release_script,
-                          sizeof(rl_release_script) - 1, key, keylen, value);
+int rl_cmd_release(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value,
+                   const char *releaser) {
+    if (rl_value_shared(value)) return rl_cmd_shared_release(b, key, keylen, value, releaser == NULL);
+    char *p = script_head(b, '6', by_sha, rl_release_sha, rl_release_script, sizeof(rl_release_script) - 1, key,
+                          keylen, value);
     if (p == NULL) return -1;
-    if (quiet) p = put(p, LIT("$5\r\nquiet\r\n"));
+    p = releaser ? put_bulk(p, releaser, RL_WAITER_ID_LEN) : put(p, LIT("$5\r\nquiet\r\n"));
     b->len = (size_t)(p - b->data);
     return 0;
 }

@@ -31,6 +31,19 @@ extern const char rl_extend_sha[];
 #define RL_QUEUE_PREFIX "redlock:queue:"
 #define RL_WAKE_PREFIX "redlock:wake:"
 
+/* A woken waiter's turn over the releaser (docs/waiting.md, "Whose turn
+ * it is"): RL_TURN_PREFIX .. base holds "<woken> <releaser>", the ids of
+ * the queued waiter a release woke and of the releasing client, for
+ * RL_TURN_MS or until the waiter woken attempts. Meanwhile the releasing
+ * client's waiter attempts are refused, the lock free or not: one sent
+ * right behind the release (the client's next waiter, handed the lock in
+ * the same process) would otherwise take it before the waiter woken could
+ * ask. Nobody else is refused for it: queues of different nodes may
+ * disagree on who was first, and a turn that bound every waiter would
+ * split the votes among them. */
+#define RL_TURN_PREFIX "redlock:turn:"
+#define RL_TURN_MS 1000
+
 /* Lua: is this node a cluster node? INFO's cluster section says, without
  * an error on a plain node (an error reply would count in its errorstats);
  * a user INFO is denied to is taken as on a plain node. For the scripts
@@ -53,12 +66,15 @@ extern const char rl_extend_sha[];
 /* What a release that emptied the key runs to wake waiters (Lua, the tail
  * of a script whose KEYS[1] is the key; see rl_release_script): the first
  * queued waiter still listening, else a broadcast; it returns 2 if it
- * published, else 1. Names and publishing as RL_BASE says. */
-#define RL_WAKE_WAITERS                                                                              \
-    RL_BASE "local q = \"" RL_QUEUE_PREFIX "\"..B "                                                     \
+ * published, else 1. R: a Lua expression, the releasing client's waiter
+ * id, or nil: a waiter of another client woken has its turn over it
+ * (RL_TURN_PREFIX). Names and publishing as RL_BASE says. */
+#define RL_WAKE_WAITERS(R)                                                                           \
+    RL_BASE "local q, R = \"" RL_QUEUE_PREFIX "\"..B, " R " "                                           \
     "for i = 1, 8 do local w = redis.pcall(\"lpop\",q) if type(w) ~= \"string\" then break end "       \
     "local s = redis.pcall(PUB,\"" RL_WAKE_PREFIX "\"..w..\":\"..B,1) "                                \
-    "if type(s) == \"number\" and s > 0 then return 2 end end "                                      \
+    "if type(s) == \"number\" and s > 0 then if R and R ~= w then "                                  \
+    "redis.pcall(\"set\",\"" RL_TURN_PREFIX "\"..B,w..\" \"..R,\"PX\"," STR(RL_TURN_MS) ") end return 2 end end " \
     "local c = \"redlock:released:\"..B local s = redis.pcall(\"pubsub\",NUM,c) "                    \
     "local k = type(s) == \"table\" and tonumber(s[2]) or 0 "                                        \
     "if k > 0 and type(redis.pcall(PUB,c,k)) == \"number\" then return 2 end return 1 "
@@ -151,14 +167,17 @@ int rl_key_in_namespace(const char *prefix, size_t plen, const char *resource, s
 
 /* Encode into b (replacing its content); each returns 0, or -1 when out of memory.
  *   acquire: SET key value NX PX ttl
- *   release: EVALSHA release_sha 1 key value           (by_sha = 0: EVAL script ...)
+ *   release: EVALSHA release_sha 1 key value releaser  (by_sha = 0: EVAL script ...)
  *   extend:  EVALSHA extend_sha 1 key value ttl        (by_sha = 0: EVAL script ...) */
 int rl_cmd_acquire(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms);
 /*   queued:  EVAL script 1 key value ttl waiter   (waiter: RL_WAITER_ID_LEN characters) */
 int rl_cmd_acquire_queued(rl_buf *b, const char *key, size_t keylen, const char *value, int ttl_ms,
                           const char *waiter);
-/*   quiet (a failed acquire's cleanup): the release with ARGV[2] "quiet": it wakes nobody */
-int rl_cmd_release(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value, int quiet);
+/*   releaser: the releasing client's waiter id (RL_WAITER_ID_LEN characters), ARGV[2], which
+ *   a waiter woken gets its turn over (RL_TURN_PREFIX); NULL (a failed acquire's cleanup, a
+ *   quiet release): ARGV[2] "quiet", and the release wakes nobody */
+int rl_cmd_release(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value,
+                   const char *releaser);
 int rl_cmd_extend(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value, int ttl_ms);
 
 /* Encode into b, as above:

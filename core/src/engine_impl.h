@@ -222,8 +222,9 @@ void rl_slot_draw(rl_op *op);
 int rl_slot_acquire_cmd(rl_engine *e, rl_op *op, rl_buf *b, rl_buf *cb, int ttl_ms, int by_sha);
 
 /* Encode op's release into b: a slot's (waking the semaphore's waiters) or
- * a lock's. 0, or -1 when out of memory. */
-int rl_op_release_cmd(const rl_op *op, rl_buf *b, int by_sha, int quiet);
+ * a lock's (naming e's waiter id as the releaser, unless quiet). 0, or -1
+ * when out of memory. */
+int rl_op_release_cmd(rl_engine *e, const rl_op *op, rl_buf *b, int by_sha, int quiet);
 
 /* Encode into b what undoes a semaphore's acquire op on node: the slot it
  * voted for, or (its vote unknown) every slot, the slot held excepted; a

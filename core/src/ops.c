@@ -79,7 +79,7 @@ static void op_quiet(rl_engine *e, rl_op *op) {
  * cannot be kept (out of memory, RL_REDO_MAX bytes kept already). */
 static int keep_release(rl_engine *e, rl_op *op, int i) {
     int swapped = rl_op_swap_key(e, op, i);
-    int rc = op->sem_limit > 0 ? rl_slot_cleanup_cmd(e, op, i, &e->scratch) : rl_op_release_cmd(op, &e->scratch, 0, 1);
+    int rc = op->sem_limit > 0 ? rl_slot_cleanup_cmd(e, op, i, &e->scratch) : rl_op_release_cmd(e, op, &e->scratch, 0, 1);
     if (swapped) rl_op_swap_key(e, op, -1);
     if (rc != 0) return rc > 0 ? 0 : -1;
     const rl_buf *cmd = rl_op_scratch_for(e, op, i);
@@ -106,7 +106,7 @@ static void op_start_cleanup(rl_engine *e, rl_op *op) {
     op->phase = OP_CLEANUP;
     op->owed = 0;
     op->cleanup_sent = 0;
-    int encoded = rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, op->res.value, 1) == 0 &&
+    int encoded = rl_cmd_release(&op->cmd, 1, op->key.data, op->key.len, op->res.value, NULL) == 0 &&
                   rl_op_cluster_form(e, op, &op->cmd, &op->ccmd) >= 0;
     rl_ticket t = {op->slot, op->gen, RL_OP_RELEASE, e->now, 0, 0, 0, 0, 0, 0, 0};
     for (int i = 0; i < e->nnodes; i++) {
@@ -282,7 +282,7 @@ static int is_noscript(const rl_reply *r) {
 static int resend_as_eval(rl_engine *e, rl_op *op, int node, rl_ticket t) {
     int swapped = rl_op_swap_key(e, op, node);
     int rc = t.kind == RL_OP_RELEASE
-                 ? rl_op_release_cmd(op, &e->scratch, 0, op->quiet || op->phase == OP_CLEANUP)
+                 ? rl_op_release_cmd(e, op, &e->scratch, 0, op->quiet || op->phase == OP_CLEANUP)
              : t.kind == RL_ROUND_ACQUIRE_SLOT
                  ? rl_slot_acquire_cmd(e, op, &e->scratch, NULL, op->ttl_ms, 0)
                  : rl_cmd_extend(&e->scratch, 0, op->key.data, op->key.len, op->res.value, op->ttl_ms);

@@ -3,6 +3,7 @@
 #include "shared.h"
 
 #include "redlock.h"
+#include "resp.h"
 
 /* Every script starts here: the key's base B (RL_BASE: the key itself on
  * a plain node, in its slot on a cluster node), the key, the readers' set, the node's time in
@@ -41,7 +42,7 @@ const char rl_shared_release_script[] =
     "local live = tonumber(s) > now and redis.call(\"get\",key) == mark "
     "redis.call(\"zrem\",rd,ARGV[1]) "
     "if cover() > 0 or not live then return live and 1 or 0 end "
-    "if ARGV[2] == \"quiet\" then return 1 end " RL_WAKE_WAITERS;
+    "if ARGV[2] == \"quiet\" then return 1 end " RL_WAKE_WAITERS("nil");
 
 #define LIT(s) s, sizeof(s) - 1
 

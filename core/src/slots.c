@@ -46,8 +46,10 @@ int rl_slot_acquire_cmd(rl_engine *e, rl_op *op, rl_buf *b, rl_buf *cb, int ttl_
                                op->sem_ticket, order, op->sem_limit);
 }
 
-int rl_op_release_cmd(const rl_op *op, rl_buf *b, int by_sha, int quiet) {
-    if (op->sem_slot == 0) return rl_cmd_release(b, by_sha, op->key.data, op->key.len, op->res.value, quiet);
+int rl_op_release_cmd(rl_engine *e, const rl_op *op, rl_buf *b, int by_sha, int quiet) {
+    if (op->sem_slot == 0)
+        return rl_cmd_release(b, by_sha, op->key.data, op->key.len, op->res.value,
+                              quiet ? NULL : rl_engine_waiter_id(e));
     size_t head = rl_slot_head_len(op->sem_slot);
     return rl_cmd_release_slot(b, by_sha, op->key.data, op->key.len, op->key.data + head, op->key.len - head,
                                op->res.value, quiet);

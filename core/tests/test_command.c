@@ -23,9 +23,9 @@ static void encodes_set_nx_px(void) {
 
 static void encodes_scripts_by_sha_and_by_source(void) {
     rl_buf b = {0};
-    CHECK_INT(rl_cmd_release(&b, 1, "k", 1, V, 0), 0);
-    const char want[] = "*5\r\n$7\r\nEVALSHA\r\n$40\r\na83d41725921d88143e95fed5dacc5fa0b9625f0\r\n$1\r\n1\r\n"
-                        "$1\r\nk\r\n$40\r\n0123456789abcdef0123456789abcdef01234567\r\n";
+    CHECK_INT(rl_cmd_release(&b, 1, "k", 1, V, "fedcba9876543210"), 0);
+    const char want[] = "*6\r\n$7\r\nEVALSHA\r\n$40\r\nc7de2d39914d1ad6d1360dcbbdd4e0e1f281f7f6\r\n$1\r\n1\r\n"
+                        "$1\r\nk\r\n$40\r\n0123456789abcdef0123456789abcdef01234567\r\n$16\r\nfedcba9876543210\r\n";
     CHECK_INT(b.len, sizeof(want) - 1);
     CHECK(memcmp(b.data, want, b.len) == 0);
     CHECK_INT(rl_cmd_extend(&b, 0, "k", 1, V, 30000), 0);
@@ -65,7 +65,7 @@ static void encodes_a_waiters_acquire_whole(void) {
 
 static void encodes_any_command_after_what_is_queued(void) {
     rl_buf b = {0};
-    CHECK_INT(rl_cmd_release(&b, 1, "k", 1, V, 0), 0);
+    CHECK_INT(rl_cmd_release(&b, 1, "k", 1, V, NULL), 0);
     size_t before = b.len;
     const char *argv[] = {"AUTH", "user", "pa ss\r\n"};
     size_t lens[] = {4, 4, 7};
@@ -124,7 +124,7 @@ static void values_are_hex_and_distinct(void) {
  * anything else is left as it is. */
 static void adds_the_base_as_a_second_key(void) {
     rl_buf b = {0}, c = {0};
-    CHECK_INT(rl_cmd_release(&b, 1, "k", 1, V, 1), 0);
+    CHECK_INT(rl_cmd_release(&b, 1, "k", 1, V, NULL), 0);
     CHECK_INT(rl_cmd_with_base(&c, &b, "{k}", 3), 0);
     char want[256];
     snprintf(want, sizeof(want), "*7\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n$1\r\n2\r\n$1\r\nk\r\n$3\r\n{k}\r\n$40\r\n%s\r\n$5\r\nquiet\r\n",

@@ -17,7 +17,7 @@
  * reply belongs (the node's error text says what came, and for what). */
 #define STEP_CHECK_CROSSED "connection reset: a step check (ECHO) got another reply (replies out of step?)"
 #define INT_FOR_SET "connection reset: an integer reply where SET's was expected (replies out of step?)"
-#define RELEASE_SHA "a83d41725921d88143e95fed5dacc5fa0b9625f0"
+#define RELEASE_SHA "c7de2d39914d1ad6d1360dcbbdd4e0e1f281f7f6"
 #define EXTEND_SHA "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10"
 #define VALUE "0123456789abcdef0123456789abcdef01234567"
 #define NOSCRIPT "-NOSCRIPT No matching script. Please use EVAL.\r\n"
@@ -100,12 +100,13 @@ static const char *set_value(const char *bytes, const char *key) {
     return value;
 }
 
-/* EVALSHA/EVAL of the release or extend script (ttl > 0: extend); quiet: a
- * failed acquire's cleanup (the release with ARGV[2] "quiet"). */
+/* EVALSHA/EVAL of the release or extend script (ttl > 0: extend); a
+ * release names E's waiter id as its releaser, or, quiet (a failed
+ * acquire's cleanup), has ARGV[2] "quiet". */
 static const char *script_cmd_as(int by_sha, const char *key, const char *value, int ttl, int quiet) {
     static char buf[8192];
     const char *script = ttl > 0 ? rl_extend_script : rl_release_script;
-    int argc = ttl > 0 || quiet ? 6 : 5;
+    int argc = 6;
     int len = by_sha ? snprintf(buf, sizeof(buf), "*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n", argc,
                                 ttl > 0 ? EXTEND_SHA : RELEASE_SHA)
                      : snprintf(buf, sizeof(buf), "*%d\r\n$4\r\nEVAL\r\n$%zu\r\n%s\r\n", argc, strlen(script),
@@ -117,6 +118,8 @@ static const char *script_cmd_as(int by_sha, const char *key, const char *value,
         snprintf(buf + len, sizeof(buf) - (size_t)len, "$%d\r\n%s\r\n", n, ttls);
     } else if (quiet) {
         snprintf(buf + len, sizeof(buf) - (size_t)len, "$5\r\nquiet\r\n");
+    } else {
+        snprintf(buf + len, sizeof(buf) - (size_t)len, "$%d\r\n%s\r\n", RL_WAITER_ID_LEN, rl_engine_waiter_id(E));
     }
     return buf;
 }

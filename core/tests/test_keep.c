@@ -10,7 +10,7 @@
 #include "fake_driver.h"
 #include "redlock.h"
 
-#define RELEASE_SHA "a83d41725921d88143e95fed5dacc5fa0b9625f0"
+#define RELEASE_SHA "c7de2d39914d1ad6d1360dcbbdd4e0e1f281f7f6"
 #define EXTEND_SHA "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10"
 #define VALUE "0123456789abcdef0123456789abcdef01234567"
 #define OK1 ":1\r\n"
@@ -32,14 +32,17 @@ static void start(double t) {
     for (int i = 0; i < 3; i++) connect_node(i, t);
 }
 
-/* EVALSHA of the extend script (ttl > 0) or the release script on key. */
+/* EVALSHA of the extend script (ttl > 0) or the release script on key (E's
+ * waiter id its releaser). */
 static const char *script(const char *key, int ttl) {
     static char buf[512];
-    int len = snprintf(buf, sizeof(buf), "*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n$1\r\n1\r\n$%zu\r\n%s\r\n$40\r\n%s\r\n",
-                       ttl > 0 ? 6 : 5, ttl > 0 ? EXTEND_SHA : RELEASE_SHA, strlen(key), key, VALUE);
+    int len = snprintf(buf, sizeof(buf), "*6\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n$1\r\n1\r\n$%zu\r\n%s\r\n$40\r\n%s\r\n",
+                       ttl > 0 ? EXTEND_SHA : RELEASE_SHA, strlen(key), key, VALUE);
     if (ttl > 0) {
         char ttls[16];
         snprintf(buf + len, sizeof(buf) - (size_t)len, "$%d\r\n%d\r\n", snprintf(ttls, sizeof(ttls), "%d", ttl), ttl);
+    } else {
+        snprintf(buf + len, sizeof(buf) - (size_t)len, "$%d\r\n%s\r\n", RL_WAITER_ID_LEN, rl_engine_waiter_id(E));
     }
     return buf;
 }

@@ -48,13 +48,13 @@ static void a_readers_value_chooses_the_shared_scripts(void) {
     rl_buf b = {0};
     CHECK(rl_value_shared(READER));
     CHECK(!rl_value_shared(WRITER));
-    CHECK_INT(rl_cmd_release(&b, 1, "k", 1, READER, 0), 0);
+    CHECK_INT(rl_cmd_release(&b, 1, "k", 1, READER, "fedcba9876543210"), 0);
     CHECK(is_eval(&b, rl_shared_release_script, "k", READER, "wake"));
-    CHECK_INT(rl_cmd_release(&b, 1, "k", 1, READER, 1), 0);
+    CHECK_INT(rl_cmd_release(&b, 1, "k", 1, READER, NULL), 0);
     CHECK(is_eval(&b, rl_shared_release_script, "k", READER, "quiet"));
     CHECK_INT(rl_cmd_extend(&b, 1, "k", 1, READER, 900), 0);
     CHECK(is_eval(&b, rl_shared_extend_script, "k", READER, "900"));
-    CHECK_INT(rl_cmd_release(&b, 1, "k", 1, WRITER, 0), 0);
+    CHECK_INT(rl_cmd_release(&b, 1, "k", 1, WRITER, "fedcba9876543210"), 0);
     CHECK(holds(b.data, b.len, "EVALSHA") && !holds(b.data, b.len, RL_READERS_PREFIX));
     CHECK_INT(rl_cmd_extend(&b, 1, "k", 1, WRITER, 900), 0);
     CHECK(holds(b.data, b.len, "EVALSHA") && !holds(b.data, b.len, RL_READERS_PREFIX));

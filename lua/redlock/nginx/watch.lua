@@ -156,11 +156,10 @@ end
 --- messages'), and a semaphore's waiter after a quorum of them. So this
 --- counts as a quorum of messages heard on its watch (handed), and its
 --- waiters as one (listeners): the woken request neither waits for more
---- nor spreads out its attempt. For a semaphore, whose turn it is stays
---- the nodes' to say: a waiter elsewhere ahead of the worker in their
---- queues still gets the slot. For a plain lock the nodes' SET NX takes
---- this attempt first (docs/nginx.md, "Hand-off": a known unfairness across
---- workers).
+--- nor spreads out its attempt. Whose turn it is stays the nodes' to
+--- say, for a semaphore and a plain lock alike: a waiter elsewhere ahead of
+--- the worker in their queues still gets the slot or the lock, and this
+--- attempt is refused (docs/waiting.md, "Whose turn it is").
 function _M.hand_off(hub, resource, value)
     if value ~= nil then _M.forget_slot(hub, resource, value) end
     local c = hub.chans[resource]
