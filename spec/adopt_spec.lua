@@ -229,10 +229,12 @@ describe("dlm:adopt", function()
         local redlock = require "redlock"
         local how = arg[1]
         local dlm = redlock.default()
+        local ttl = how == "env-ttl" and tonumber(os.getenv("REDLOCK_TTL_MS")) or 4000
         local lock, err = dlm:adopt(os.getenv("REDLOCK_RESOURCE"), os.getenv("REDLOCK_VALUE"),
-                                    { ttl = 4000, keepalive = how ~= "extend" })
+                                    { ttl = ttl, keepalive = how ~= "extend" and how ~= "env-ttl" })
         if not lock then io.stderr:write("adopt failed: ", tostring(err), "\n") os.exit(3) end
         io.stdout:write("adopted ", lock.value:sub(1, 8), "\n")
+        if how == "env-ttl" then return end
         if how == "extend" then
           assert(lock:extend(6000))
           io.stdout:write("extended\n")
@@ -276,6 +278,21 @@ describe("dlm:adopt", function()
       assert.matches("lock on '" .. r:gsub("%p", "%%%0") .. "' lost; stopping %S+ %(pid %d+%): SIGKILL %(no validity left%)",
         out)
       assert.is_true(ms < 8000, ms) -- the script would run 10 s: it was stopped
+      assert.are.equal(0, on_nodes(r))
+    end)
+
+    -- Before, exec did not say its ttl: an adopter without keep-alive took
+    -- the client's default (10 s), and with exec --ttl 45s the key lapsed
+    -- 10 s after the adoption, until exec's next extension 15 s after its last.
+    it("tells the command its ttl (REDLOCK_TTL_MS): an adopter that takes it leaves the nodes exec's lease", function()
+      local r = res("exec-ttl")
+      local out, rc = proc.sh(("cd %s && env %s %s exec --ttl 30s %s -- sh -c "
+        .. "'echo ttl=$REDLOCK_TTL_MS; %s run adopter.lua env-ttl && redis-cli -p %d PTTL %s'"):format(
+        q(TMP), ENV, q(BIN), q(r), q(BIN), cl.ports[1], q(r)))
+      assert.are.equal(0, rc, out)
+      assert.matches("ttl=30000\nadopted %S+\n", out)
+      local pttl = tonumber(out:match("adopted %S+\n(%-?%d+)"))
+      assert.is_true(pttl ~= nil and pttl > 20000, out)
       assert.are.equal(0, on_nodes(r))
     end)
 

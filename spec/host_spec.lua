@@ -945,6 +945,12 @@ sh -c 'sleep %s; echo late > %s'
       assert.are.equal(value, seen)
       assert.is_true(tonumber(validity) > 9000, out)
       assert.is_true(gone_everywhere("env:r"))
+      -- -v says the whole value (before: its first 8 characters, the label alone) and the ttl
+      out, rc = redlock([[exec -v --ttl 20s env:r -- sh -c 'echo "$REDLOCK_VALUE $REDLOCK_TTL_MS"']], ENV)
+      assert.are.equal(0, rc, out)
+      value = ("\n" .. out):match("\n(%S+) 20000\n")
+      assert.is_truthy(value, out)
+      assert.matches("redlock: locked 'env:r' (value " .. value .. ", valid ", out, 1, true)
     end)
 
     it("exits 128+N when the command dies of signal N, 127/126 when it cannot run", function()

@@ -225,6 +225,33 @@ describe("keep-alive", function()
     dlm2:close()
   end)
 
+  -- Before: an unlock after one that failed (two nodes stopped) said "not
+  -- held" with the words of a lost lock, though the value that was gone
+  -- was that first unlock's doing, its release run once the nodes resumed.
+  it("says so when an unlock finds our value gone after an unlock that failed", function()
+    local r = res("unlock_again")
+    local lock = assert(dlm:lock(r, { ttl = 3000, keepalive = true }))
+    assert(cl:kill(2, "STOP"))
+    assert(cl:kill(3, "STOP"))
+    local ok, err = lock:unlock()
+    assert(cl:kill(2, "CONT"))
+    assert(cl:kill(3, "CONT"))
+    assert.is_nil(ok)
+    assert.are.equal("unavailable", err)
+    assert(cluster.await_all(cl, function(i) return not cluster.exists(cl, i, r), "still there" end, 10000, nil, dlm))
+    local detail
+    ok, err, detail = lock:unlock()
+    assert.is_nil(ok)
+    assert.are.equal("not held", err)
+    assert.matches("an earlier unlock of this lock failed", detail.message, 1, true)
+    -- a first unlock that finds it gone says nothing of the kind
+    local other = assert(dlm:lock(r, { ttl = 3000 }))
+    for i = 1, cl.n do cluster.del(cl, i, r) end
+    ok, err, detail = other:unlock()
+    assert.are.equal("not held", err)
+    assert.is_nil(detail.message)
+  end)
+
   -- Before: the keeper went on extending with the ttl it was first handed.
   it("goes on with the ttl of a manual extend", function()
     local r = res("extend")

@@ -357,9 +357,29 @@ d:close()
         local given = child("tls", "REDLOCK_CACERT=/nonexistent/ca.pem")
         proc.rmdir(dir)
         assert.equal("locked " .. cl.urls[1] .. "\n", plain)
-        assert.truthy(missing:find("refused: .*tls.cafile '/nonexistent/ca.pem'"), missing)
+        assert.truthy(missing:find("refused: redlock.default(): REDLOCK_CACERT '/nonexistent/ca.pem'", 1, true),
+          missing)
         assert.equal("locked " .. cl.urls[1] .. "\n", given)
       end)
+
+    -- Before: default() raised new()'s refusal ("bad argument #1 to 'new'"),
+    -- named tls.cafile for REDLOCK_CACERT, and without servers told a plain
+    -- LuaJIT program to pass --servers, a flag of the host only.
+    it("refuses what the environment gave default() as default()'s, naming the variables (a fresh process)", function()
+      local function child(env)
+        return proc.sh(("env -u REDLOCK_SERVERS -u REDLOCK_CACERT %s LUA_PATH=%s LUA_CPATH=%s luajit -e %s 2>&1")
+          :format(env, proc.quote(package.path), proc.quote(package.cpath),
+            proc.quote("print(select(2, pcall(require('redlock').default)))")))
+      end
+      assert.equal("redlock.default(): server 1: 'redis://127.0.0.1:99999': port must be a number from 1 to 65535"
+        .. " (the servers from REDLOCK_SERVERS)\n", child("REDLOCK_SERVERS=redis://127.0.0.1:99999"))
+      assert.equal("redlock.default(): REDLOCK_CACERT '/nonexistent/ca.pem': No such file or directory\n",
+        child("REDLOCK_SERVERS=" .. cl.urls[1] .. " REDLOCK_CACERT=/nonexistent/ca.pem"))
+      local none = child("")
+      assert.truthy(none:find("^no servers configured: set REDLOCK_SERVERS"), none)
+      assert.truthy(none:find("redlock.configure", 1, true), none)
+      assert.is_nil(none:find("--servers", 1, true), none)
+    end)
 
     -- Before: these were passed over: servers = { u1, u2, u3, replicas = 1 }
     -- granted locks without waiting for any replica, { "h1", nil, "h2" }

@@ -669,7 +669,7 @@ describe("the waiters of two nginx workers under wrk", function()
   -- worker made every acquisition and the other's requests all failed busy
   -- after their 3 s. The nodes now keep a released lock from the releasing
   -- worker for the waiter they woke elsewhere: the worker's attempts are
-  -- refused until that one came (or stopped listening, or 1 s went by).
+  -- refused until that one came (or stopped listening, or 100 ms went by).
   it("share a plain lock: each worker's requests get it, none fails busy, and no two hold it at once", function()
     local w = assert(srv:wrk("/plain", { threads = 2, connections = 40, seconds = 3, timeout = 25 }))
     local body, most, now, got0, busy0, got1, busy1

@@ -190,6 +190,12 @@ describe("semaphore", function()
       "bad argument #2 to 'try_lock' (shared cannot go with limit: a semaphore's slots are exclusive holds)")
     assert.has_error(function() dlm:lock_many({ r }, { limit = 2 }) end,
       "bad argument #2 to 'lock_many' (limit cannot go with lock_many: take a semaphore with lock, try_lock or with_lock)")
+    -- the slot keys an acquire names: at most 1 MiB (before: raised by the
+    -- engine, not as a bad argument)
+    local long = r .. ("k"):rep(1001 - #r)
+    assert.has_error(function() dlm:try_lock(long, { limit = 1024 }) end,
+      "bad argument #2 to 'try_lock' (limit 1024 with a key of 1001 bytes would name 1049600 bytes of slot keys "
+        .. "in every acquire (at most 1048576): take a smaller limit or a shorter resource)")
     -- no key of r anywhere (other tests' tails may still be ending on the nodes)
     for i = 1, 5 do assert.are.equal("", (cl:cli(i, "KEYS", "*" .. r .. "*"))) end
   end)

@@ -286,6 +286,19 @@ describe("redlock status", function()
     assert.matches("up: 2 of 3 nodes answer (quorum 2)", out, 1, true)
   end)
 
+  -- Before: status read 'redlock:xr' for REDLOCK_PREFIX=redlock:x, and
+  -- passed over a --cacert file that is not there; exec and run refuse both.
+  it("refuses a reserved prefix and a TLS file that is not there, as exec and run do (64)", function()
+    local out, rc = proc.sh(("env REDLOCK_PREFIX=redlock:x %s status --servers %s r"):format(q(BIN), q(servers)))
+    assert.equals(64, rc, out)
+    assert.matches("REDLOCK_PREFIX 'redlock:x' starts with \"redlock:\"", out, 1, true)
+    out, rc = status("--cacert /nonexistent/ca.pem r")
+    assert.equals(64, rc, out)
+    assert.matches("--cacert '/nonexistent/ca.pem': No such file or directory", out, 1, true)
+    out, rc = status("--cacert /nonexistent/ca.pem")
+    assert.equals(64, rc, out)
+  end)
+
   it("without RESOURCE shows every node's state and latency", function()
     local out, rc = status()
     assert.equals(0, rc, out)

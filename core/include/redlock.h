@@ -477,7 +477,7 @@ int rl_on_slot(rl_client *c, int kind, const char *resource, size_t len, int slo
  *     own channel "redlock:wake:" .. id .. ":" .. key. A queued waiter that
  *     no longer listens there (gone, or given up) is dropped and the next
  *     one tried, at most 8 per release. A waiter of another client woken
- *     has its turn over the releasing client: for 1 s or until it
+ *     has its turn over the releasing client: for 100 ms or until it
  *     attempts, whichever is first, the node refuses the releasing
  *     client's waiter attempts (rl_begin_acquire_queued; a first attempt,
  *     rl_begin_acquire, is no waiter's); one that no longer listens has no

@@ -32,8 +32,11 @@ const char rl_extend_script[] =
  * node without LPOS, before Redis 6.0.6, moves it to the end). A waiter
  * woken by a release of another client has its turn (RL_TURN_PREFIX):
  * until it attempts, the releasing client's attempts are refused without
- * a SET, unless the waiter woken no longer listens on its wake channel
- * (gone, or given up: its turn ends). The waiter woken ends its turn by
+ * a SET. The turn ends when the releasing client finds the lock taken
+ * again (by the waiter woken, or by someone first: a client older than
+ * turns takes the lock without ending them), or the waiter woken not
+ * listening on its wake channel (gone, or given up; or a node that will
+ * not say: a user not allowed PUBSUB). The waiter woken ends its turn by
  * asking: granted, or refused (a caller outside the queue took the lock
  * first) and put back at the queue's front, to be woken first again. The
  * queue lives a minute past the last refused attempt of a waiter in it.
@@ -50,8 +53,9 @@ const char rl_acquire_queued_script[] =
     "local t, woken, by = redis.pcall(\"get\",T) "
     "if type(t) == \"string\" then woken, by = string.match(t, \"^(%x+) (%x+)$\") end "
     "if woken == w then redis.pcall(\"del\",T) "
-    "elseif by == w then local s = redis.pcall(\"pubsub\",NUM,\"" RL_WAKE_PREFIX "\"..woken..\":\"..B) "
-    "if type(s) == \"table\" and s[2] == 0 then redis.pcall(\"del\",T) by = nil end end "
+    "elseif by == w then local s = redis.pcall(\"exists\",KEYS[1]) == 0 and "
+    "redis.pcall(\"pubsub\",NUM,\"" RL_WAKE_PREFIX "\"..woken..\":\"..B) "
+    "if type(s) ~= \"table\" or s.err or s[2] == 0 then redis.pcall(\"del\",T) by = nil end end "
     "if by ~= w and redis.call(\"set\",KEYS[1],ARGV[1],\"NX\",\"PX\",ARGV[2]) then "
     "local n = redis.pcall(\"llen\",q) "
     "if type(n) == \"number\" and n > 0 and n <= " STR(RL_QUEUE_MAX) " then redis.pcall(\"lrem\",q,0,w) end "
@@ -109,7 +113,7 @@ int rl_fence_token(const char *s, size_t len, long long *token) {
     return 1;
 }
 
-const char rl_release_sha[] = "c7de2d39914d1ad6d1360dcbbdd4e0e1f281f7f6";
+const char rl_release_sha[] = "7205bbba00977f9b6b2fe01cccf64e0a4c625512";
 const char rl_extend_sha[] = "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10";
 
 /* Byte i of prefix .. resource (i < plen + len). */

@@ -40,9 +40,12 @@ extern const char rl_extend_sha[];
  * the same process) would otherwise take it before the waiter woken could
  * ask. Nobody else is refused for it: queues of different nodes may
  * disagree on who was first, and a turn that bound every waiter would
- * split the votes among them. */
+ * split the votes among them. Short: the attempt it is for goes right
+ * behind the release; and a waiter woken that does not ask (stopped), or
+ * a client older than turns, which takes the lock without ending them,
+ * holds the releaser back for no longer. */
 #define RL_TURN_PREFIX "redlock:turn:"
-#define RL_TURN_MS 1000
+#define RL_TURN_MS 100
 
 /* Lua: is this node a cluster node? INFO's cluster section says, without
  * an error on a plain node (an error reply would count in its errorstats);

@@ -112,6 +112,18 @@ function _M.configure(opts)
     defaults = options.check_client("configure", opts)
 end
 
+-- What new() said of the configuration default() made (msg), as a refusal
+-- of default(): the servers and TLS settings named by the variables that
+-- gave them.
+local function default_refusal(msg, servers_from_env, tls_from_env)
+    msg = tostring(msg):gsub("^bad argument #1 to 'new' %((.*)%)$", "%1")
+    if tls_from_env then
+        for option, name in pairs(options.TLS_ENV) do msg = msg:gsub("tls%." .. option .. "%f[^%w_]", name) end
+    end
+    if servers_from_env and msg:find("^server") then msg = msg .. " (the servers from REDLOCK_SERVERS)" end
+    return "redlock.default(): " .. msg
+end
+
 --- A client built from redlock.configure{...} or REDLOCK_SERVERS (or the
 --- host's default_servers hook), and, unless configure gave tls, the
 --- REDLOCK_* TLS variables; made once.
@@ -119,17 +131,27 @@ function _M.default()
     if _M._default then return _M._default end
     local opts = {}
     for k, v in pairs(defaults) do opts[k] = v end
-    opts.tls = opts.tls or _M.tls_from_env()
+    local tls_from_env = opts.tls == nil and _M.tls_from_env()
+    opts.tls = opts.tls or tls_from_env or nil
+    local servers_from_env = false
     if not opts.servers then
         local from = on.default_servers
-        if from then opts.servers = from() else opts.servers = options.servers_from_env() end
+        if from then
+            opts.servers = from()
+        else
+            opts.servers = options.servers_from_env()
+            servers_from_env = opts.servers ~= nil
+        end
     end
     if not opts.servers then
-        error("no servers configured: pass --servers URL,URL,... or set REDLOCK_SERVERS "
-            .. "(`redlock dev` starts a throwaway local cluster and prints the line to use)", 2)
+        error("no servers configured: set REDLOCK_SERVERS (URLs separated by commas) or call "
+            .. "redlock.configure { servers = { ... } } first (`redlock dev` starts a throwaway local "
+            .. "cluster and prints the line to use)", 2)
     end
-    _M._default = _M.new(opts)
-    return _M._default
+    local ok, d = pcall(_M.new, opts)
+    if not ok then error(default_refusal(d, servers_from_env, tls_from_env), 2) end
+    _M._default = d
+    return d
 end
 
 --- The Prometheus text exposition of the clients given (closed ones are

@@ -339,11 +339,17 @@ function lock:unlock()
     if self.kept ~= nil then check_phase() end -- a phase without cosockets: say so first (release refuses anyway)
     local client = live_client(self.dlm, "unlock")
     local started, r = now(), take()
+    local sent_before = self.release_sent
     on_key(self.dlm, client, RELEASE, self.resource, self.slot, self.value, nil, r)
     local status, heard = r.status, r.heard
     if status ~= OK then
         after_release(self, started, status)
-        return failure_given(self.dlm, r)
+        local _, err, detail = failure_given(self.dlm, r)
+        if status == C.RL_STATUS_NOT_HELD and sent_before then
+            detail.message = "an earlier unlock of this lock failed, and its release may have reached the nodes "
+                .. "since (or the lock expired): our value is on no quorum"
+        end
+        return nil, err, detail
     end
     local detail = detail_of(self.dlm, r)
     give(r)

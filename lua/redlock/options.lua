@@ -374,6 +374,13 @@ local function lock_options(d, fname, resource, opts, keys, pos)
             if fname == "lock_many" then
                 argerror(pos, fname, "limit cannot go with lock_many: take a semaphore with lock, try_lock or with_lock")
             end
+            -- the acquire names every slot's key (as the engine counts them)
+            local keylen = #(d.prefix or "") + #resource
+            if opts.limit * (keylen + 24) > C.RL_MAX_SLOT_KEYS then
+                argerror(pos, fname, ("limit %d with a key of %d bytes would name %d bytes of slot keys in every "
+                    .. "acquire (at most %d): take a smaller limit or a shorter resource")
+                    :format(opts.limit, keylen, opts.limit * (keylen + 24), C.RL_MAX_SLOT_KEYS))
+            end
             limit = opts.limit
         end
     end

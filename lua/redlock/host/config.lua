@@ -24,7 +24,7 @@ _M.OPTIONS = {
     { name = "insecure", long = "insecure",
         help = "rediss://: do not verify the nodes' certificates ($REDLOCK_INSECURE=1)" },
     { name = "prefix", long = "prefix", arg = "PREFIX",
-        help = "prepended to RESOURCE to form the key (default: $REDLOCK_PREFIX)" },
+        help = "prepended to every resource name to form its key (default: $REDLOCK_PREFIX)" },
     { name = "label", long = "label", arg = "TEXT",
         help = "the holder's label in lock values, shown by `redlock status` (default: HOST:PID, 15 characters at most)" },
 }
@@ -157,6 +157,25 @@ function _M.tls_options(opts)
     end
     if next(t) == nil then return nil end
     return t
+end
+
+--- Whether the TLS files the command line and environment name can be
+--- read, as a client checks them when it is made (core/src/tls.c): true, or
+--- nil and why, naming the flag or variable that gave the file.
+function _M.check_tls_files(opts)
+    local t = _M.tls_options(opts)
+    for _, option in ipairs { "cafile", "certfile", "keyfile" } do
+        local path = t and t[option]
+        if path then
+            local f, err = io.open(path, "rb")
+            if not f then
+                return nil, _M.flag_message(("tls.%s '%s': %s"):format(option, path,
+                    tostring(err):match(": ([^:]+)$") or tostring(err)), opts)
+            end
+            f:close()
+        end
+    end
+    return true
 end
 
 --- The label this process's lock values carry: --label, else HOST:PID (the

@@ -102,7 +102,8 @@ flock(1) takes -c 'CMD'). With --shared (flock -s), the hold is shared:
 other shared holders of RESOURCE run beside COMMAND, and an exclusive one
 waits for all of them (a writer that waits keeps new shared holders out).
 COMMAND's environment has REDLOCK_RESOURCE,
-REDLOCK_VALUE (this holder's lock value) and REDLOCK_VALIDITY_MS, and with
+REDLOCK_VALUE (this holder's lock value), REDLOCK_VALIDITY_MS, REDLOCK_TTL_MS
+(the ttl redlock extends it with: an adopter passes it as its ttl), and with
 --fence REDLOCK_TOKEN: a fencing token greater than every token granted for
 RESOURCE before (a decimal integer up to 2^63-1: compare it as one, not as
 a double), for COMMAND to hand to the resource it writes.
@@ -350,12 +351,13 @@ function _M.run(opts, argv, k)
     end
     if opts.verbose then
         io.stderr:write(("redlock: locked '%s' (value %s, valid %d ms)\n")
-            :format(resource, lock.value:sub(1, 8), math.floor(lock.validity or ttl)))
+            :format(resource, lock.value, math.floor(lock.validity or ttl)))
     end
 
     sys.setenv("REDLOCK_RESOURCE", resource)
     sys.setenv("REDLOCK_VALUE", lock.value)
     sys.setenv("REDLOCK_VALIDITY_MS", math.floor(lock.validity or ttl))
+    sys.setenv("REDLOCK_TTL_MS", ttl) -- for an adopter: each extension sets the nodes' ttl for both holders
     -- (unset otherwise: COMMAND must not take an outer exec's token or slot for this lock's)
     sys.setenv("REDLOCK_TOKEN", lock.token and lock.token_string or nil)
     sys.setenv("REDLOCK_SLOT", lock.slot and tostring(lock.slot) or nil)

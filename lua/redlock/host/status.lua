@@ -340,6 +340,12 @@ function _M.run(opts, argv, k)
     -- is a usage error
     local ok, cerr = config.check_servers(servers)
     if not ok then return host.fail(EXIT.USAGE, "%s", cerr) end
+    -- and what exec and run refuse: a reserved prefix, a TLS file that
+    -- cannot be read (status makes no client: that would connect)
+    local pok, perr = config.check_label_and_prefix(opts)
+    if not pok then return host.fail(EXIT.USAGE, "%s", perr) end
+    local tok, terr = config.check_tls_files(opts)
+    if not tok then return host.fail(EXIT.USAGE, "%s", terr) end
     local n = #servers
     local quorum = math.floor(n / 2) + 1
     if resource == nil and opts.limit then return host.usage_error("status", "--limit needs RESOURCE") end
