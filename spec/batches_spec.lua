@@ -198,6 +198,25 @@ describe("a large batch that fails", function()
       dlm:close()
     end)
 
+    -- Before: each lock's validity counts from the call's start, and a batch
+    -- that took longer than that returned a group whose first locks had run
+    -- out (valid() false at once), which another client could take meanwhile.
+    it("lock_many that outlives its first locks' validity fails 'timeout' and leaves no key behind", function()
+      local dlm = redlock.new { servers = servers, node_timeout = 2000 }
+      assert(dlm:lock(("warm:%d"):format(proc.getpid()))):unlock()
+      for i = 1, 3 do px[i]:set("delay 200") end
+      local names = {}
+      for i = 1, 1200 do names[i] = ("outlived:%d:%d"):format(proc.getpid(), i) end
+      local locks, err, detail = dlm:lock_many(names, { ttl = 500, wait = 0 })
+      assert.is_nil(locks)
+      assert.equal("timeout", err)
+      assert.matches("ran out before the last was granted (ttl 500 ms)", detail.message, 1, true)
+      for i = 1, 3 do px[i]:set("pass") end
+      local ok, why = await_empty(cl, 10000)
+      assert(ok, why)
+      dlm:close()
+    end)
+
     it("2,000 acquires begun at once through the C API leave no key behind", function()
       local dlm = redlock.new { servers = servers, node_timeout = 50 }
       assert(dlm:lock(("warm:%d"):format(proc.getpid()))):unlock()

@@ -406,6 +406,12 @@ describe("fencing tokens", function()
       lock = assert(dlm:try_lock(r))
       assert.is_true((lock:unlock()))
       dlm:close()
+      -- redlock exec --fence, which waits as long as it takes, gives up at
+      -- once (69): no attempt can succeed (before: it tried forever)
+      local out, rc = proc.sh(("timeout 60 env REDLOCK_SERVERS=%s %s exec --fence %s -- true")
+        :format(proc.quote(table.concat(nodes.urls, ",")), proc.quote(BIN), proc.quote(r)))
+      assert.are.equal(69, rc, out)
+      assert.matches("fence counter is at its end", out, 1, true)
     end)
   end)
 

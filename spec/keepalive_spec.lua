@@ -248,6 +248,7 @@ describe("keep-alive", function()
     local other = assert(dlm:lock(r, { ttl = 3000 }))
     for i = 1, cl.n do cluster.del(cl, i, r) end
     ok, err, detail = other:unlock()
+    assert.is_nil(ok)
     assert.are.equal("not held", err)
     assert.is_nil(detail.message)
   end)

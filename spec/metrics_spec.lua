@@ -191,6 +191,30 @@ describe("metrics", function()
     b:close()
   end)
 
+  -- Before: a reply that came while the program was away between its calls
+  -- (an unlock's tail, read at the next call) was timed when it was read:
+  -- 600 ms pauses gave healthy nodes 600 and 1200 ms of reply time.
+  it("does not time replies that waited unread while the program was away, and times the rest", function()
+    local dlm = redlock.new { servers = cl.urls }
+    local r = res("away")
+    for _ = 1, 4 do
+      assert(dlm:lock(r, { ttl = 5000 }):unlock())
+      proc.sleep_ms(600) -- nobody reads the sockets
+    end
+    for i, n in ipairs(dlm:stats().nodes) do
+      local h = n.reply_ms
+      assert.equals(h.count, h.buckets[10].count, ("node %d: a reply timed over %d ms"):format(i, h.buckets[10].le_ms))
+    end
+    -- back to back, every reply is timed (but the last tails, maybe not read yet)
+    local before = {}
+    for i, n in ipairs(dlm:stats().nodes) do before[i] = n.reply_ms.count end
+    for _ = 1, 20 do assert(dlm:lock(r, { ttl = 5000 }):unlock()) end
+    for i, n in ipairs(dlm:stats().nodes) do
+      assert.is_true(n.reply_ms.count - before[i] >= 38, ("node %d: %d"):format(i, n.reply_ms.count - before[i]))
+    end
+    dlm:close()
+  end)
+
   it("counts nothing with stats = false", function()
     local dlm = redlock.new { servers = cl.urls, stats = false }
     cluster.drive(dlm)

@@ -177,3 +177,70 @@ describe("nginx /metrics", function()
     assert(histograms_whole(text))
   end)
 end)
+
+-- One worker, a dict with room for its entry of one 3-node hub and not of
+-- two. Before: the entry that grew past the room took the old one with it
+-- (nginx frees an entry before it takes room for a longer one), and the
+-- worker's counts left the sum; and a client with stats = false shared its
+-- hub with clients that count, so whichever came first decided for all.
+describe("nginx /metrics, one worker", function()
+  local cl, srv
+  setup(function()
+    cl = cluster.start(3)
+    local db1 = {}
+    for i, u in ipairs(cl.urls) do db1[i] = u .. "/1" end
+    srv = nginx.start_tree {
+      workers = 1,
+      http = "lua_shared_dict redlock_metrics 32k;",
+      init = ([[
+        redlock = require "redlock"
+        URLS, URLS1 = %s, %s
+      ]]):format(nginx.lua_list(cl.urls), nginx.lua_list(db1)),
+      init_worker = [[ assert(require("redlock.nginx.metrics").start("redlock_metrics", 0.2)) ]],
+      locations = {
+        [[location = /metrics { content_by_lua_block { require("redlock.nginx.metrics").serve("redlock_metrics") } }]],
+        [[location = /lock {
+            content_by_lua_block {
+              local dlm = redlock.new { servers = ngx.var.arg_db1 and URLS1 or URLS }
+              assert(dlm:try_lock("spec:nginx_metrics:one", { ttl = 5000 })):unlock()
+              ngx.say("ok")
+            }
+          }]],
+        [[location = /nostats {
+            content_by_lua_block {
+              local off = redlock.new { servers = URLS, stats = false, prefix = "spec:nostats:" }
+              local on = redlock.new { servers = URLS, prefix = "spec:nostats:" }
+              assert(off:try_lock("r", { ttl = 5000 })):unlock()
+              assert(on:try_lock("r", { ttl = 5000 })):unlock()
+              ngx.say(off:stats().operations.acquire.ok, " ", on:stats().operations.acquire.ok)
+            }
+          }]],
+      },
+    }
+  end)
+  teardown(function()
+    nginx.stop_all()
+    cluster.stop_all()
+  end)
+
+  local ok_sample = 'redlock_operations_total{kind="acquire",outcome="ok"}'
+
+  it("keeps a worker's previous entry when the dict has no room for its larger one", function()
+    assert.equals(200, (srv:get("/lock")))
+    local _, text = srv:get("/metrics")
+    assert.equals(1, sample(text, ok_sample), text)
+    assert.equals(200, (srv:get("/lock?db1=1"))) -- a second hub: its series do not fit
+    local said = "this worker's counts were not written (no memory)"
+    local deadline = proc.now_ms() + 5000
+    while not srv:error_log():find(said, 1, true) and proc.now_ms() < deadline do proc.sleep_ms(50) end
+    assert.matches(said, srv:error_log(), 1, true)
+    _, text = srv:get("/metrics")
+    assert.equals(1, sample(text, ok_sample), text)
+  end)
+
+  it("counts for a client with stats on beside one with stats off", function()
+    local status, body = srv:get("/nostats")
+    assert.equals(200, status, body)
+    assert.equals("0 1\n", body)
+  end)
+end)

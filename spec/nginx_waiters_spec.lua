@@ -401,6 +401,29 @@ local FULL = [[
     }
   }]]
 
+-- The location: /count holds a lock, starts 3 waiters of it one after the
+-- other, and answers what dlm:stats() said of the waiters then, and once
+-- all of them are done.
+local COUNT = [[
+  location = /count {
+    content_by_lua_block {
+      local r = "count:" .. ngx.now() .. ":" .. math.random(1e9)
+      local held = assert(DLM:lock(r, { ttl = 10000 }))
+      local threads = {}
+      for i = 1, 3 do
+        threads[i] = ngx.thread.spawn(function()
+          local lk = DLM:lock(r, { ttl = 10000, wait = 20000 })
+          if lk then lk:unlock() end
+        end)
+        AWAIT(threads[i])
+      end
+      local waiting = DLM:stats().waiters
+      held:unlock()
+      for i = 1, 3 do ngx.thread.wait(threads[i]) end
+      ngx.say(waiting, " ", DLM:stats().waiters)
+    }
+  }]]
+
 describe("the waiters of one nginx worker", function()
   local cl, srv
 
@@ -415,7 +438,7 @@ describe("the waiters of one nginx worker", function()
         PORT1 = %d
         DLM5 = redlock.new { servers = %s, node_timeout = 5000 } -- waits 5 s for a stopped node
       ]]):format(nginx.lua_list(cl.urls), cl.urls[1], nginx.lua_list(cl.urls), cl.ports[1], nginx.lua_list(cl.urls)),
-      locations = { LINE, BEHIND, KILLED, REUSE, LAPSE, FULL },
+      locations = { LINE, BEHIND, KILLED, REUSE, LAPSE, FULL, COUNT },
     }
   end)
   teardown(function()
@@ -454,6 +477,12 @@ describe("the waiters of one nginx worker", function()
     local status, body = srv:get("/full?case=dropped", { timeout_ms = 30000 })
     assert.equal(200, status, tostring(body) .. "\n" .. srv:error_log():sub(-2000))
     assert.equal("took it", body:match("^[^\n]*"), "the waiter, within 10 s of a 30 s slot: " .. body)
+  end)
+
+  -- Before: the engine's count, of resources watched (the hub watches each
+  -- once for all of the worker's requests): 1 for 3 waiters.
+  it("count in dlm:stats() and /metrics each one, not each resource", function()
+    assert.equal("3 0", get("/count"))
   end)
 
   it("take a lock in the order they began to wait", function()

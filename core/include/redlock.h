@@ -771,6 +771,13 @@ void rl_engine_node_wrote(rl_engine *e, int node, size_t n, double now_ms);
  * RL_WANT_CLOSE, and is closed there, once, like any other. */
 int rl_engine_node_feed(rl_engine *e, int node, const char *data, size_t len, double now_ms);
 
+/* Optional: on (1), the replies fed from now on waited in their sockets
+ * while the driver was not reading (its caller was away, and the first look
+ * at the sockets found them ready): when each came is unknown, and until
+ * the driver says 0 they are not timed (rl_node_stats.reply), only used. A
+ * driver that reads whenever bytes come never calls it. */
+void rl_engine_untimed_reads(rl_engine *e, int on);
+
 /* Optional: bytes written to node but not yet taken by its end (the send
  * queue, SIOCOUTQ), so the stall watchdog can tell a slow link from a hung
  * node. A driver that cannot tell never calls it. */
@@ -1142,7 +1149,8 @@ typedef struct rl_node_stats {
     unsigned long long lost;         /* connections the driver reported failed or lost */
     unsigned long long step_checks;  /* step checks (ECHO of a nonce) sent, suspect nodes' probes included */
     unsigned long long suspected;    /* times the node was found not answering (it became suspect) */
-    rl_histogram reply;              /* from a command being queued to its reply (rounds, tails, cleanups) */
+    rl_histogram reply;              /* from a command being queued to its reply (rounds, tails, cleanups;
+                                        not those read after waiting unread: rl_engine_untimed_reads) */
     unsigned long long moved;        /* a cluster node: MOVED replies met (the map was refreshed; followed
                                         unless the command had been redirected 5 times) */
     unsigned long long ask;          /* a cluster node: ASK replies met (followed once per command) */

@@ -134,10 +134,32 @@ void rl_client_flush_subscribers(rl_client *c) {
     flush_links(c, 1);
 }
 
+/* Replies read after the loop had not polled for this long, by a poll that
+ * came back at once, may have waited in their sockets since anywhere in
+ * that gap: not timed (rl_engine_untimed_reads). Polls inside one call
+ * follow each other within microseconds; a caller away between its calls
+ * leaves a gap. */
+#define READ_GAP_MS 1.0
+#define AT_ONCE_MS 0.05
+
 static void on_prepare(EV_P_ ev_prepare *w, int revents) {
     (void)loop;
     (void)revents;
-    rl_client_flush(w->data);
+    rl_client *c = w->data;
+    rl_client_flush(c);
+    rl_engine_untimed_reads(c->engine, 0);
+    c->poll_began = rl_now_ms();
+}
+
+/* After a poll, before anything it found is read (the highest priority). */
+static void on_check(EV_P_ ev_check *w, int revents) {
+    (void)loop;
+    (void)revents;
+    rl_client *c = w->data;
+    double now = rl_now_ms();
+    int after_gap = c->poll_ended > 0 && c->poll_began - c->poll_ended > READ_GAP_MS;
+    rl_engine_untimed_reads(c->engine, after_gap && now - c->poll_began < AT_ONCE_MS);
+    c->poll_ended = now;
 }
 
 /* libev runs an overdue timer before I/O that arrived in the same loop
@@ -158,7 +180,11 @@ static void on_deadline(EV_P_ ev_timer *w, int revents) {
 
 void rl_client_catch_up(rl_client *c, double now_ms) {
     double due = rl_engine_deadline(c->engine);
-    if (due >= 0 && due <= now_ms) advance(c, now_ms);
+    if (due < 0 || due > now_ms) return;
+    /* (outside the loop: what it reads may have waited since the last poll) */
+    rl_engine_untimed_reads(c->engine, c->poll_ended > 0 && now_ms - c->poll_ended > READ_GAP_MS);
+    advance(c, now_ms);
+    rl_engine_untimed_reads(c->engine, 0);
 }
 
 /* ---- the client ---- */
@@ -238,6 +264,11 @@ rl_client *rl_client_new(const char *const *urls, int nurls, const rl_options *o
     c->flusher.data = c;
     ev_prepare_start(c->loop, &c->flusher);
     ev_unref(c->loop); /* the flusher alone does not keep the loop running */
+    ev_check_init(&c->gauge, on_check);
+    c->gauge.data = c;
+    ev_set_priority(&c->gauge, EV_MAXPRI);
+    ev_check_start(c->loop, &c->gauge);
+    ev_unref(c->loop); /* nor does the gauge */
 
     /* Every name is looked up at once and waited for together, so N slow
      * names cost one connect_timeout, not N. Rounds never wait for a lookup. */
@@ -365,6 +396,8 @@ static void close_connections(rl_client *c, double deadline_ms) {
     }
     ev_ref(c->loop);
     ev_prepare_stop(c->loop, &c->flusher);
+    ev_ref(c->loop);
+    ev_check_stop(c->loop, &c->gauge);
     ev_loop_destroy(c->loop); /* its epoll descriptor too, not at rl_client_free */
     c->loop = NULL;
     c->closed = 1;

@@ -19,6 +19,9 @@ struct rl_client {
     rl_url *shard_addrs[RL_MAX_SHARDS]; /* where each shard is, once its links are first wanted */
     int nlinks;              /* links placed (links[0 .. nlinks) know where they connect) */
     ev_prepare flusher;      /* before the loop polls: write what was queued */
+    ev_check gauge;          /* after it polls: whether what it found waited unread (rl_engine_untimed_reads) */
+    double poll_began;       /* when the loop last began to poll (rl_now_ms) */
+    double poll_ended;       /* when it last came back from one (0: never) */
     ev_timer deadline;       /* the engine's next deadline */
     double armed_at;         /* when the deadline timer fires (0: not armed) */
     ev_timer run_timer;      /* bounds rl_run / rl_sleep */

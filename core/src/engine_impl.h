@@ -103,6 +103,7 @@ struct rl_engine {
     rl_deadlines deadlines;  /* the current phase's deadline of every op in ROUND, TAIL or CLEANUP */
     rl_keep keep;            /* the keep-alive schedule (keep.c) */
     rl_stats stats;          /* what stats.c counts (the streams and keep-alive count their own) */
+    int untimed_reads;       /* rl_engine_untimed_reads: replies fed now are not timed */
     char label[RL_LABEL_MAX + 1]; /* carried at the start of every lock value made ("": none) */
 };
 

@@ -55,7 +55,11 @@ void rl_count_cleanup(rl_engine *e) {
 }
 
 void rl_count_reply(rl_engine *e, int node, double sent_ms) {
-    if (!e->opts.no_stats) rl_histogram_add(&e->stats.node[node].reply, e->now - sent_ms);
+    if (!e->opts.no_stats && !e->untimed_reads) rl_histogram_add(&e->stats.node[node].reply, e->now - sent_ms);
+}
+
+void rl_engine_untimed_reads(rl_engine *e, int on) {
+    e->untimed_reads = on != 0;
 }
 
 void rl_count_late(rl_engine *e, rl_op *op, int node) {

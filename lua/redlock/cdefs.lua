@@ -192,6 +192,7 @@ size_t rl_engine_node_output(rl_engine *e, int node, const char **data);
 void rl_engine_node_wrote(rl_engine *e, int node, size_t n, double now_ms);
 int rl_engine_node_feed(rl_engine *e, int node, const char *data, size_t len, double now_ms);
 void rl_engine_node_unsent(rl_engine *e, int node, long long bytes);
+void rl_engine_untimed_reads(rl_engine *e, int on);
 unsigned rl_engine_suspects_due(rl_engine *e, double now_ms);
 int rl_engine_node_unanswered(const rl_engine *e, int node);
 const char *rl_engine_node_errstr(const rl_engine *e, int node);

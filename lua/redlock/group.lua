@@ -74,6 +74,18 @@ local function attempt_many_with(d, client, resources, ttl, begin)
         release_all_started(d, client, locks)
         return nil, err, detail
     end
+    -- every lock must still be valid now: a lock's validity counts from the
+    -- call's start, and a batch that takes longer outlives its first locks,
+    -- which somebody else may then hold
+    local now = C.rl_now_ms()
+    for i = 1, #locks do
+        if locks[i].valid_until <= now then
+            release_all_started(d, client, locks)
+            return refusal(d, "timeout", ("the batch took %d ms, and the lock on '%s' ran out before the last was "
+                .. "granted (ttl %d ms): lock fewer names at once, or give a longer ttl")
+                :format(now - started, locks[i].resource, ttl))
+        end
+    end
     return setmetatable(locks, group_mt)
 end
 

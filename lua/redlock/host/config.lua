@@ -338,10 +338,23 @@ function _M.client(opts)
     return dlm
 end
 
+-- Whether a failed attempt's detail says that a quorum of nodes refused
+-- the fence counter (at its end, or not a counter): no attempt can succeed
+-- before somebody repairs it (docs/fencing.md).
+local function counter_refused(detail)
+    if type(detail) ~= "table" or not detail.quorum then return false end
+    local n = 0
+    for _, node in ipairs(detail) do
+        if type(node.error) == "string" and node.error:find("^fence counter ") then n = n + 1 end
+    end
+    return n >= detail.quorum
+end
+
 --- Acquire resource with keep-alive. o: ttl, margin, policy, nonblock, wait, fence, shared,
 -- and unreachable: function(err, detail, ms) called after each failed
 -- attempt that was not "busy", with how long the attempts have failed that
--- way. Without nonblock, wait or policy, waits as long as it takes.
+-- way. Without nonblock, wait or policy, waits as long as it takes; but
+-- not for a fence counter that a quorum refuses (it gives up at once).
 function _M.lock(dlm, resource, o)
     local sys = require "redlock.host.sys"
     local lopts = { ttl = o.ttl, keepalive = true, margin = o.margin, fence = o.fence or false,
@@ -353,6 +366,8 @@ function _M.lock(dlm, resource, o)
     lopts.retry = function(attempt, err, detail)
         if err == "busy" then
             since = nil
+        elseif counter_refused(detail) then
+            return nil
         elseif o.unreachable then
             since = since or sys.now_ms()
             o.unreachable(err, detail, sys.now_ms() - since)

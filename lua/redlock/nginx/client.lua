@@ -165,7 +165,7 @@ function client:errstr() return self.err end
 function client:node_name(i) return self.hub.names[i] end
 function client:quorum() return self.hub.quorum end
 -- the hub's engine: every client of the worker's configuration, and its kept locks
-function client:stats(out) C.rl_engine_stats(self.hub.e, out) end
+function client:stats(out) watch.stats(self.hub, out) end
 function client:engine() return self.hub end
 
 -- The hub is the worker's, shared with every client of the same

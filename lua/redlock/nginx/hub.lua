@@ -157,9 +157,10 @@ local function config_key(urls, n, opts, t)
         parts[#parts + 1] = #u .. ":" .. u
     end
     local prefix = (opts.prefix ~= nil and opts.prefix_len > 0) and ffi_string(opts.prefix, opts.prefix_len) or ""
-    parts[#parts + 1] = ("%d,%d,%d,%d,%d,%d,%.17g,%d,%d:%s"):format(opts.node_timeout_ms, opts.connect_timeout_ms,
+    -- (no_stats too: the engine counts for every client of its hub, or for none)
+    parts[#parts + 1] = ("%d,%d,%d,%d,%d,%d,%.17g,%d,%d,%d:%s"):format(opts.node_timeout_ms, opts.connect_timeout_ms,
         opts.reconnect_min_ms, opts.reconnect_max_ms, opts.stall_reset_ms, opts.quorum, opts.drift_factor,
-        opts.replicas, #prefix, prefix)
+        opts.replicas, opts.no_stats, #prefix, prefix)
     -- TLS: clients that verify differently, or show another certificate, get hubs of their own
     parts[#parts + 1] = "tls " .. (t.verify and 1 or 0)
     for _, f in ipairs(tls.STRINGS) do

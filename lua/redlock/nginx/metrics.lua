@@ -18,8 +18,8 @@
 --   location = /metrics { content_by_lua_block { require("redlock.nginx.metrics").serve("redlock_metrics") } }
 
 local ffi = require "ffi"
-local C = require("redlock.cdefs").lib
 local hub_mod = require "redlock.nginx.hub"
+local watch = require "redlock.nginx.watch"
 local stats = require "redlock.stats"
 local metrics = require "redlock.metrics"
 
@@ -46,7 +46,7 @@ end
 local function worker_samples()
     local map = {}
     for _, hub in pairs(hub_mod.all()) do
-        C.rl_engine_stats(hub.e, buf)
+        watch.stats(hub, buf)
         local names = {}
         for i = 1, hub.n do names[i] = hub.names[i - 1] end
         metrics.samples(stats.table(buf, names), map)
@@ -73,10 +73,18 @@ local function add_encoded(sum, text)
     end
 end
 
+local last_written -- this worker's entry as it last wrote it
+
 local function push(dict)
-    local ok, err = dict:safe_set(ENTRY_PREFIX .. tostring(ngx.worker.id() or 0), encode(worker_samples()),
-        entry_ttl_s)
-    if not ok then return nil, err end
+    local key, text = ENTRY_PREFIX .. tostring(ngx.worker.id() or 0), encode(worker_samples())
+    local ok, err = dict:safe_set(key, text, entry_ttl_s)
+    if not ok then
+        -- a value of another size frees the old one before it takes room for
+        -- itself: without room, both are gone; the old one goes back
+        if last_written then dict:safe_set(key, last_written, entry_ttl_s) end
+        return nil, err
+    end
+    last_written = text
     return true
 end
 

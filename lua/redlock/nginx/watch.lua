@@ -255,6 +255,16 @@ function _M.sweep_watches(hub)
     end
 end
 
+--- The hub's engine's counts into out (an rl_stats), with the waiters as the
+--- worker's waits count them: the engine watches a resource once for all of
+--- the worker's requests that wait for it, and counts watches, not waits.
+function _M.stats(hub, out)
+    C.rl_engine_stats(hub.e, out)
+    local n = 0
+    for _, c in pairs(hub.chans) do n = n + c.refs end
+    out.waiters = n
+end
+
 --- The hub stopped for good (idle, the worker exiting): whatever was still
 --- watched is forgotten (a call killed while it waited never unwatches).
 function _M.forget_watches(hub)
