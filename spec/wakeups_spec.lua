@@ -6,7 +6,7 @@
 --     thousands of times a second).
 --   - Only a release's message wakes a waiter (a positive number on a
 --     resource's channel, "1" on a wake channel), and wake-ups earn at most
---     a few extra attempts per delay of the policy, whatever is published.
+--     a few extra attempts per 100 ms of a delay, whatever is published.
 --   - A message larger than the cap (64 KB) ends the subscriber connection
 --     instead of being buffered whole; it is opened again, and the waiter
 --     still gets the lock.
@@ -22,11 +22,12 @@ local lua_list = nginx.lua_list
 
 -- Attempts a waiting lock() makes with retry.fixed(1000, 3), the policy
 -- counting 3 (the first attempt, and the one after each of two delays):
--- plus the waiter's first queued attempt, and at most 4 on wake-ups per
--- delay (redlock/wait.lua's WAKE_ATTEMPTS).
+-- plus the waiter's first queued attempt, and at most 4 on wake-ups in
+-- each 100 ms of a delay (redlock/wait.lua's WAKE_ATTEMPTS, WAKE_WINDOW_MS:
+-- windows from the delay's start, 10 in each delay of 1000 ms).
 local COUNTED = 3
 local QUIET_MAX = COUNTED + 1
-local FLOOD_MAX = QUIET_MAX + 2 * 4
+local FLOOD_MAX = QUIET_MAX + 2 * (1000 / 100) * 4
 
 -- A policy that counts how often it was asked: policy, and a function
 -- returning the count.

@@ -387,22 +387,23 @@ void rl_cluster_map_reply(rl_engine *e, int i, rl_stream *s, const rl_reply *rep
 /* See cluster.h. */
 void rl_cluster_ask_map(rl_engine *e, int i) {
     rl_cluster *c = e->clusters[i];
-    if (c->asking) {
+    if (c->asking && !(c->asked && rl_stream_suspect(c->asked))) {
         c->refresh = 1;
         return;
     }
+    c->asking = 0; /* (a reply that comes after all is read as any map) */
     static const char cmd[] = "*2\r\n$7\r\nCLUSTER\r\n$5\r\nNODES\r\n";
     rl_ticket t = {-1, 0, RL_KIND_TOPOLOGY, e->now, 0, 0, 0, 0, 0, 0, 0};
     /* each stream once per spell: the seed's (bit 0), then the shards' (bit k + 1) */
     int sent = !(c->tried & 1) && e->nodes[i].state != RL_STREAM_DOWN &&
                rl_stream_send(&e->nodes[i], cmd, sizeof(cmd) - 1, t, e->now) == 0;
-    if (sent) c->tried |= 1;
+    if (sent) c->tried |= 1, c->asked = &e->nodes[i];
     for (int k = 0; k < e->nshards && !sent; k++) {
         rl_shard *sh = e->shards[k];
         unsigned long long bit = 2ull << k;
         sent = sh->node == i && !(c->tried & bit) && sh->st.state != RL_STREAM_DOWN &&
                rl_shard_send(sh, cmd, sizeof(cmd) - 1, t) == 0;
-        if (sent) c->tried |= bit;
+        if (sent) c->tried |= bit, c->asked = &sh->st;
     }
     if (sent) {
         c->asking = 1;

@@ -81,6 +81,7 @@ typedef struct rl_cluster {
     unsigned char owner[RL_HASH_SLOTS]; /* each hash slot's shard number + 1; 0: not served (or not known) */
     int known;           /* a map was read */
     int asking;          /* a CLUSTER NODES is in flight */
+    rl_stream *asked;    /* on this stream (the seed's, or a shard's: shards live as long as the engine) */
     int refresh;         /* a MOVED came since it was sent: ask again once it is in */
     int full;            /* the map in use names a master no shard was left for (RL_MAX_SHARDS) */
     unsigned long long tried; /* the streams asked in this spell: bit 0 the seed's, bit k + 1 shard k's */
@@ -156,7 +157,9 @@ rl_shard *rl_cluster_shard_at(struct rl_engine *e, int i, const char *host, int 
 
 /* Ask node i's cluster for its map: CLUSTER NODES on the seed's stream,
  * or on the first shard that will take it. Unless one is in flight (then
- * once more after it). */
+ * once more after it); one in flight on a stream that has become suspect
+ * is given up (a stopped seed keeps its connection: it neither answers nor
+ * fails), and the next stream of this spell is asked. */
 void rl_cluster_ask_map(struct rl_engine *e, int i);
 
 /* A command for node i could not reach the shard serving its slot (the

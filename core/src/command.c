@@ -297,6 +297,13 @@ int rl_cmd_with_base(rl_buf *dst, const rl_buf *src, const char *base, size_t ba
     const char *key = nk ? read_bulk(&p, end, &key_len) : NULL;
     int is_eval = verb && ((verb_len == 4 && memcmp(verb, "EVAL", 4) == 0) || (verb_len == 7 && memcmp(verb, "EVALSHA", 7) == 0));
     if (!key || !is_eval || nk_len != 1 || nk[0] != '1') return 1;
+    /* the extend script names no other key: it goes as it is (a base, no
+     * stored key, made a slot in migration answer TRYAGAIN on both sides
+     * until it ended, where the key alone runs wherever it is) */
+    if ((verb_len == 7 && script_len == SHA_LEN && memcmp(script, rl_extend_sha, SHA_LEN) == 0) ||
+        (verb_len == 4 && script_len == sizeof(rl_extend_script) - 1 &&
+         memcmp(script, rl_extend_script, script_len) == 0))
+        return 1;
     if (rl_buf_reserve(dst, src->len + baselen + 2 * HEADER_MAX) != 0) return -1;
     char *o = put_header(dst->data, '*', argc + 1);
     o = put_bulk(o, verb, verb_len);

@@ -195,8 +195,9 @@ int rl_cmd_commit(rl_buf *b, const char *key, size_t keylen, const char *base, s
 
 /* Write into dst the command src (an EVAL or EVALSHA of one key, as the
  * scripts that start with RL_BASE are sent) with base as a second key: the
- * form a cluster node gets. 0, 1 when src is not such a command (dst is
- * then empty: src goes as it is), or -1 when out of memory. */
+ * form a cluster node gets. 0, 1 when src is not such a command, or is the
+ * extend script, which names no other key (dst is then empty: src goes as
+ * it is), or -1 when out of memory. */
 int rl_cmd_with_base(rl_buf *dst, const rl_buf *src, const char *base, size_t baselen);
 
 /* Append AUTH [user] password to b, after its content, if password is not

@@ -234,6 +234,38 @@ static void lost_master_asks_for_the_map(void) {
     rl_engine_free(E);
 }
 
+/* Before: a seed that was asked for the map and then stopped answering
+ * (a stopped process keeps its connection: no reply, no error) kept the
+ * ask in flight for good, and no other stream was asked: the master its
+ * cluster promoted was never found. Now an ask on a stream that has
+ * become suspect (the stall watchdog found it silent) is given up, and the
+ * next stream of the spell asked. */
+static void a_seed_that_does_not_answer_the_map_is_passed(void) {
+    start(NULL);
+    map_known(1);
+    rl_engine_node_down(E, SHARD(0), "connection refused", 10); /* 7001 (foo's) is gone */
+    acquire_foo_refused(20);
+    CHECK(strstr(drain(SEED, 20), "CLUSTER\r\n$5\r\nNODES") != NULL); /* and the seed never answers */
+    for (double t = 100; t <= 1000; t += 100) rl_engine_advance(E, t);
+    acquire_foo_refused(1030);
+    CHECK(strstr(drain(SEED, 1030), "CLUSTER") == NULL); /* (its probes only) */
+    CHECK(strstr(drain(SHARD(1), 1030), "CLUSTER\r\n$5\r\nNODES") != NULL); /* 7000 asked instead */
+    feed_map(SHARD(1),
+             "id0 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-8191\n"
+             "id1 127.0.0.1:7001@17001 master,fail - 0 0 2 disconnected\n"
+             "id2 127.0.0.1:7002@17002 master - 0 0 3 connected 8192-16383\n",
+             1031);
+    CHECK_INT(rl_engine_node_port(E, SHARD(2)), 7002);
+    connect_node(SHARD(2), 1032);
+    rl_result r;
+    int id = rl_engine_begin_acquire(E, "foo", 3, 10000, 1040);
+    CHECK(strstr(drain(SHARD(2), 1040), "$3\r\nfoo\r\n") != NULL);
+    CHECK_INT(feed(SHARD(2), "+OK\r\n", 1041), RL_OK);
+    CHECK_INT(rl_engine_take(E, id, &r), 1);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    rl_engine_free(E);
+}
+
 static void bad_cluster_urls(void) {
     char err[RL_ERR_LEN];
     const char *nodb[] = {"redis-cluster://127.0.0.1:7000+127.0.0.1:7001/2"};
@@ -590,6 +622,7 @@ int main(void) {
     fenced_counter_and_watch_in_the_slot();
     map_from_the_next_seed();
     lost_master_asks_for_the_map();
+    a_seed_that_does_not_answer_the_map_is_passed();
     bad_cluster_urls();
     moved_write_waits_on_its_new_shard();
     tryagain_goes_again_after_a_pause();

@@ -206,13 +206,18 @@ local function head_start_owed(d, a)
     return until_ms - now()
 end
 
--- Attempts on wake-ups between two of the policy's attempts, at most: a
--- release heard after that, within the same delay, is left to the policy's
--- next attempt. Anyone who may publish on a node can send messages that
--- look like ours; this bounds what a flood of them costs (the policy's
--- attempts times 1 + this), while a waiter that keeps losing real hand-offs
--- still gets this many tries per delay.
+-- Attempts on wake-ups in each WAKE_WINDOW_MS of a delay of the policy, at
+-- most: a release heard after that is attempted on once the window is
+-- over. Anyone who may publish on a node can send messages that look like
+-- ours; this bounds what a flood of them costs (this many attempts a
+-- window), while a waiter that keeps losing real hand-offs still gets this
+-- many tries a window. Per window, not per delay: attempts that fail in a
+-- burst (a semaphore's waiters whose nodes do not agree yet undo what they
+-- got, and each undo wakes the queue again) used up a delay's wake-ups in
+-- milliseconds, and with retry.fixed(2000) every waiter then slept out its
+-- 2 s while slots were free (docs/semaphore.md).
 local WAKE_ATTEMPTS = 4
+local WAKE_WINDOW_MS = 100
 
 -- A waiter: one lock call between its attempts, made once its first attempt
 -- failed or when a head start is owed before it.
@@ -310,15 +315,18 @@ local function retries(w, owed)
         if notify then
             -- a release heard within the delay earns an extra attempt that the
             -- policy does not count (a busy resource would otherwise use up
-            -- its attempts in wake-ups), WAKE_ATTEMPTS of them at most; the
-            -- policy's attempt comes when the delay has passed
-            local wake_by, extra = now() + delay, 0
+            -- its attempts in wake-ups), WAKE_ATTEMPTS of them a window at
+            -- most; the policy's attempt comes when the delay has passed
+            local wake_by, extra, window_end = now() + delay, 0, now() + WAKE_WINDOW_MS
             while true do
                 local woke = sleep_until(client, a, seen, delay, line_since) == 1
-                if woke and extra == wake_attempts then
-                    -- this delay's wake-ups are used up: sleep out the rest
-                    sleep_out(client, a, wake_by, line_since)
-                    woke = false
+                -- (the windows: WAKE_WINDOW_MS each from the delay's start)
+                while now() >= window_end do extra, window_end = 0, window_end + WAKE_WINDOW_MS end
+                if woke and extra >= wake_attempts then
+                    -- this window's wake-ups are used up: sleep out the rest
+                    -- of it (or of the delay), then attempt on this release
+                    sleep_out(client, a, math.min(window_end, wake_by), line_since)
+                    extra, window_end = 0, window_end + WAKE_WINDOW_MS
                 elseif woke and w.kind.slots then
                     quorum_of_wakes(client, a, seen, d.quorum, line_since)
                 elseif woke then
