@@ -211,6 +211,31 @@ describe("redlock status on a cluster node", function()
     lock:unlock()
   end)
 
+  -- Before: a stopped first seed (its connection taken, nothing answered)
+  -- used up the probe's whole 500 ms, and the next seed was never asked.
+  it("asks the next seed when the first one is stopped", function()
+    local list = { ("redis-cluster://127.0.0.1:%d+127.0.0.1:%d"):format(c.ports[1], c.ports[2]), plain.urls[1],
+                   plain.urls[2] }
+    assert(proc.kill(c.pids[1], "STOP"))
+    local out, rc = status(list)
+    assert(proc.kill(c.pids[1], "CONT"))
+    assert.equals(0, rc, out)
+    assert.matches("up: 3 of 3 nodes answer (quorum 2)", out, 1, true)
+  end)
+
+  -- Before: a redis-cluster:// URL of a server without cluster support was
+  -- read as a cluster node (its fence counter looked for under the key's
+  -- base), though the engine refuses its vote.
+  it("gives a redis-cluster:// URL of a plain server as an error, as the engine does", function()
+    local port = plain.urls[1]:match(":(%d+)$")
+    local list = { "redis-cluster://127.0.0.1:" .. port, plain.urls[2], c.url }
+    local out, rc = status(list, q(res("plain")))
+    assert.matches("error  seed 127%.0%.0%.1:" .. port .. ": not a cluster node %(cluster support disabled%)", out)
+    assert.equals(1, rc, out)
+    out = status(list)
+    assert.matches("up: 2 of 3 nodes answer (quorum 2)", out, 1, true)
+  end)
+
   it("reads a rediss-cluster:// node over TLS, MOVED followed to a TLS master", function()
     local tls = require "helpers.tls"
     local pki = tls.make()

@@ -424,16 +424,23 @@ static int take_counter(probe *p) {
     return rc;
 }
 
-static const char *info_server[2] = {"INFO", "server"};
-static size_t info_server_lens[2] = {4, 6};
+/* INFO server (its run_id); on a cluster node, and its cluster section. */
+static const char *info_server[3] = {"INFO", "server", "cluster"};
+static size_t info_server_lens[3] = {4, 6, 7};
+#define INFO_ARGS(p) ((p)->cluster ? 3 : 2)
 
 /* Take the reply to INFO server: the server's run_id into p->out (two URLs
- * may name one server). Return 0, or -1 with the probe failed. */
+ * may name one server). On a cluster node, a server without cluster
+ * support fails the probe: the engine refuses its vote, and its keys are
+ * named otherwise (a lock's counter <key>:fence, not <base>:fence). Return
+ * 0, or -1 with the probe failed. */
 static int take_run_id(probe *p) {
     redisReply *v = take(p, "INFO", WANT(REDIS_REPLY_STRING));
     if (v == NULL) return -1;
     rl_reply_run_id(v->str, v->len, p->out->run_id);
+    int plain = p->cluster && strstr(v->str, "cluster_enabled:1") == NULL;
     freeReplyObject(v);
+    if (plain) return fail(p->out, RL_HOST_PROBE_ENODE, "not a cluster node (cluster support disabled): use redis://");
     return 0;
 }
 
@@ -447,7 +454,8 @@ static int look(probe *p, const probe_keys *k) {
     if (k == NULL) {
         const char *ping[1] = {"PING"};
         size_t pinglen[1] = {4};
-        if (append(p, 1, ping, pinglen) != REDIS_OK || append(p, 2, info_server, info_server_lens) != REDIS_OK)
+        if (append(p, 1, ping, pinglen) != REDIS_OK ||
+            append(p, INFO_ARGS(p), info_server, info_server_lens) != REDIS_OK)
             return fail_io(p, "PING");
         redisReply *r = take(p, "PING", WANT(REDIS_REPLY_STATUS));
         if (r == NULL) return -1;
@@ -459,7 +467,8 @@ static int look(probe *p, const probe_keys *k) {
     size_t getlens[2] = {3, k->key.len}, fencelens[2] = {3, k->fence.len}, pttllens[2] = {4, k->key.len};
     if (append_keyed(p, 2, get, getlens) != REDIS_OK ||
         (k->fence.len && append_keyed(p, 2, fence, fencelens) != REDIS_OK) ||
-        append_keyed(p, 2, pttl, pttllens) != REDIS_OK || append(p, 2, info_server, info_server_lens) != REDIS_OK)
+        append_keyed(p, 2, pttl, pttllens) != REDIS_OK ||
+        append(p, INFO_ARGS(p), info_server, info_server_lens) != REDIS_OK)
         return fail_io(p, "GET");
     if (take_string(p, "GET", out->value, sizeof(out->value), &out->value_len, &out->value_digest, &out->exists) != 0 ||
         (k->fence.len && take_counter(p) != 0))
@@ -572,12 +581,20 @@ static void say_where(probe *p, const char *what, const rl_url *u) {
 
 /* A cluster node: its seeds in order until one answers (connects and
  * replies), then where MOVED and ASK send the probe, RL_CLUSTER_REDIRECTS
- * times at most, all within the probe's deadline. */
+ * times at most, all within the probe's deadline. Each seed gets an equal
+ * share of what is left for it and the seeds after it: a stopped seed
+ * (connected, silent) took the whole deadline before, and the seeds after
+ * it were never asked. */
 static int probe_cluster(probe *p, const char *url, const probe_keys *k, const rl_host_tls *tls) {
     rl_url u;
-    int rc = -1, got;
+    int rc = -1, got, seeds = 0;
+    while (rl_cluster_seed(url, seeds, &u, p->out->errstr, sizeof(p->out->errstr)) == 1) seeds++;
+    double deadline = p->deadline;
     for (int s = 0; (got = rl_cluster_seed(url, s, &u, p->out->errstr, sizeof(p->out->errstr))) == 1; s++) {
+        double share = (deadline - mono_ms()) / (seeds - s > 0 ? seeds - s : 1);
+        p->deadline = mono_ms() + share < deadline ? mono_ms() + share : deadline;
         rc = read_server(p, &u, k, tls);
+        p->deadline = deadline;
         if (rc != 0) say_where(p, "seed ", &u);
         if (rc == 0 || p->replied || left_ms(p) <= 0) break;
     }
