@@ -199,6 +199,25 @@ static void acquire_foo_refused(double t) {
     CHECK_INT(r.status, RL_STATUS_UNAVAILABLE);
 }
 
+/* The map, asked on link at 1031, names the replica the cluster promoted
+ * (7002, shard 2) for 7001's slots: an acquire of foo goes there and is
+ * granted. */
+static void promoted_serves_foo(int link) {
+    feed_map(link,
+             "id0 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-8191\n"
+             "id1 127.0.0.1:7001@17001 master,fail - 0 0 2 disconnected\n"
+             "id2 127.0.0.1:7002@17002 master - 0 0 3 connected 8192-16383\n",
+             1031);
+    CHECK_INT(rl_engine_node_port(E, SHARD(2)), 7002);
+    connect_node(SHARD(2), 1032);
+    rl_result r;
+    int id = rl_engine_begin_acquire(E, "foo", 3, 10000, 1040);
+    CHECK(strstr(drain(SHARD(2), 1040), "$3\r\nfoo\r\n") != NULL);
+    CHECK_INT(feed(SHARD(2), "+OK\r\n", 1041), RL_OK);
+    CHECK_INT(rl_engine_take(E, id, &r), 1);
+    CHECK_INT(r.status, RL_STATUS_OK);
+}
+
 /* A master that is gone sends no MOVED: a command it cannot take asks for
  * the map again (at most once a second while it stays unreachable), and
  * the map names the replica the cluster promoted. */
@@ -216,21 +235,8 @@ static void lost_master_asks_for_the_map(void) {
     }
     acquire_foo_refused(1030);
     CHECK(strstr(drain(SEED, 1030), "CLUSTER\r\n$5\r\nNODES") != NULL);
-    /* the replica (7002) now serves 7001's slots */
-    feed_map(SEED,
-             "id0 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-8191\n"
-             "id1 127.0.0.1:7001@17001 master,fail - 0 0 2 disconnected\n"
-             "id2 127.0.0.1:7002@17002 master - 0 0 3 connected 8192-16383\n",
-             1031);
+    promoted_serves_foo(SEED);
     CHECK_INT(rl_engine_links(E), 8);
-    CHECK_INT(rl_engine_node_port(E, SHARD(2)), 7002);
-    connect_node(SHARD(2), 1032);
-    rl_result r;
-    int id = rl_engine_begin_acquire(E, "foo", 3, 10000, 1040);
-    CHECK(strstr(drain(SHARD(2), 1040), "$3\r\nfoo\r\n") != NULL);
-    CHECK_INT(feed(SHARD(2), "+OK\r\n", 1041), RL_OK);
-    CHECK_INT(rl_engine_take(E, id, &r), 1);
-    CHECK_INT(r.status, RL_STATUS_OK);
     rl_engine_free(E);
 }
 
@@ -250,19 +256,7 @@ static void a_seed_that_does_not_answer_the_map_is_passed(void) {
     acquire_foo_refused(1030);
     CHECK(strstr(drain(SEED, 1030), "CLUSTER") == NULL); /* (its probes only) */
     CHECK(strstr(drain(SHARD(1), 1030), "CLUSTER\r\n$5\r\nNODES") != NULL); /* 7000 asked instead */
-    feed_map(SHARD(1),
-             "id0 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-8191\n"
-             "id1 127.0.0.1:7001@17001 master,fail - 0 0 2 disconnected\n"
-             "id2 127.0.0.1:7002@17002 master - 0 0 3 connected 8192-16383\n",
-             1031);
-    CHECK_INT(rl_engine_node_port(E, SHARD(2)), 7002);
-    connect_node(SHARD(2), 1032);
-    rl_result r;
-    int id = rl_engine_begin_acquire(E, "foo", 3, 10000, 1040);
-    CHECK(strstr(drain(SHARD(2), 1040), "$3\r\nfoo\r\n") != NULL);
-    CHECK_INT(feed(SHARD(2), "+OK\r\n", 1041), RL_OK);
-    CHECK_INT(rl_engine_take(E, id, &r), 1);
-    CHECK_INT(r.status, RL_STATUS_OK);
+    promoted_serves_foo(SHARD(1));
     rl_engine_free(E);
 }
 
