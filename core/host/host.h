@@ -243,6 +243,11 @@ typedef struct rl_host_tls {
 int rl_host_probe(const char *url, const char *key, size_t keylen, int what, int timeout_ms,
                   const rl_host_tls *tls, rl_host_probe_result *out);
 
+/* Check tls as a client's TLS context takes it (its files read, core/src/
+ * tls.c), connecting nowhere. Return 0, or -1 with out->errstr saying why
+ * (out->err RL_HOST_PROBE_EINVAL). */
+int rl_host_check_tls(const rl_host_tls *tls, rl_host_probe_result *out);
+
 #pragma GCC visibility pop
 
 #endif

@@ -501,6 +501,13 @@ static rl_tls *tls_context(const rl_host_tls *o, rl_host_probe_result *out) {
     return ctx;
 }
 
+int rl_host_check_tls(const rl_host_tls *tls, rl_host_probe_result *out) {
+    rl_tls *ctx = tls_context(tls, out);
+    if (ctx == NULL) return -1;
+    rl_tls_free(ctx);
+    return 0;
+}
+
 /* AUTH, SELECT and look over TLS on p->c's socket. */
 static int probe_tls(probe *p, const rl_url *u, const probe_keys *k, const rl_host_tls *o) {
     rl_tls *ctx = tls_context(o, p->out);

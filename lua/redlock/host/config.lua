@@ -159,23 +159,14 @@ function _M.tls_options(opts)
     return t
 end
 
---- Whether the TLS files the command line and environment name can be
---- read, as a client checks them when it is made (core/src/tls.c): true, or
---- nil and why, naming the flag or variable that gave the file.
-function _M.check_tls_files(opts)
-    local t = _M.tls_options(opts)
-    for _, option in ipairs { "cafile", "certfile", "keyfile" } do
-        local path = t and t[option]
-        if path then
-            local f, err = io.open(path, "rb")
-            if not f then
-                return nil, _M.flag_message(("tls.%s '%s': %s"):format(option, path,
-                    tostring(err):match(": ([^:]+)$") or tostring(err)), opts)
-            end
-            f:close()
-        end
-    end
-    return true
+--- Whether the TLS settings of the command line and environment make a
+--- TLS context, as a client's do when it is made (core/src/tls.c: the same
+--- check, connecting nowhere): true, or nil and why, naming the flag or
+--- variable that gave the file.
+function _M.check_tls(opts)
+    local ok, err = require("redlock.host.sys").check_tls(_M.tls_options(opts))
+    if ok then return true end
+    return nil, _M.flag_message(err, opts)
 end
 
 --- The label this process's lock values carry: --label, else HOST:PID (the

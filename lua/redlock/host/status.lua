@@ -344,7 +344,7 @@ function _M.run(opts, argv, k)
     -- cannot be read (status makes no client: that would connect)
     local pok, perr = config.check_label_and_prefix(opts)
     if not pok then return host.fail(EXIT.USAGE, "%s", perr) end
-    local tok, terr = config.check_tls_files(opts)
+    local tok, terr = config.check_tls(opts)
     if not tok then return host.fail(EXIT.USAGE, "%s", terr) end
     local n = #servers
     local quorum = math.floor(n / 2) + 1

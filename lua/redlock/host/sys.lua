@@ -49,6 +49,7 @@ if not pcall(ffi.typeof, "rl_host_timespec") then
     } rl_host_tls;
     int rl_host_probe(const char *url, const char *key, size_t keylen, int what, int timeout_ms,
                       const rl_host_tls *tls, rl_host_probe_result *out);
+    int rl_host_check_tls(const rl_host_tls *tls, rl_host_probe_result *out);
     int rl_host_libc_setenv(const char *name, const char *value, int overwrite) asm("setenv");
     int rl_host_libc_unsetenv(const char *name) asm("unsetenv");
     char *rl_host_libc_strerror(int errnum) asm("strerror");
@@ -179,15 +180,26 @@ local probe_result = ffi.new("rl_host_probe_result")
 -- node's name.
 local probe_tls = ffi.new("rl_host_tls")
 
+-- tls (a table of strings, which stay alive in it through the call) as an rl_host_tls.
+local function host_tls(tls)
+    if not tls then return nil end
+    local t = probe_tls
+    t.cafile, t.capath, t.certfile = tls.cafile, tls.capath, tls.certfile
+    t.keyfile, t.server_name = tls.keyfile, tls.server_name
+    t.verify = tls.verify == false and 0 or 1
+    return t
+end
+
+--- Whether tls's files make a TLS context, as a client's do (rl_host_check_tls):
+--- true, or nil and why ("tls.cafile '/x': ...").
+function _M.check_tls(tls)
+    if not tls or C.rl_host_check_tls(host_tls(tls), probe_result) == 0 then return true end
+    return nil, ffi.string(probe_result.errstr)
+end
+
 function _M.probe(url, key, timeout_ms, tls, what)
     local r = probe_result
-    if tls then -- its strings, pointed to here, stay alive in tls through the call
-        local t = probe_tls
-        t.cafile, t.capath, t.certfile = tls.cafile, tls.capath, tls.certfile
-        t.keyfile, t.server_name = tls.keyfile, tls.server_name
-        t.verify = tls.verify == false and 0 or 1
-    end
-    local rc = C.rl_host_probe(url, key, key and #key or 0, what or 0, timeout_ms, tls and probe_tls or nil, r)
+    local rc = C.rl_host_probe(url, key, key and #key or 0, what or 0, timeout_ms, host_tls(tls), r)
     if rc ~= 0 then
         return nil, ffi.string(r.errstr), r.err, ffi.string(r.name)
     end
