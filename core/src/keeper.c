@@ -14,7 +14,9 @@
  * touching the mutex (inherited). Every keeper is listed in a process-wide
  * registry so rl_keeper_release_all can reach them from an exit path or a
  * signal-handling thread, and from the exit handler that the first keeper
- * registers (atexit), so that exit() with locks still kept releases them. */
+ * registers (atexit), so that exit() with locks still kept releases them.
+ * The registry's mutex is never held across a wait, and an atfork handler
+ * takes it around fork(), so a child finds it free. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -41,15 +43,21 @@ struct rl_keeper {
     int release_count;
     double release_deadline;
     struct rl_keeper *next_keeper;
+    int users;             /* rl_keeper_release_all calls waiting on it (registry_mu): free waits for 0 */
     pid_t pid;             /* the process that made it (a forked child inherits it, not its thread) */
 };
 
 /* What the exit handler waits at most for the releases it starts. */
 #define RL_KEEPER_EXIT_RELEASE_MS 1000
 
+/* The registry: held only while the list or a keeper's users change, never
+ * while a release is waited for, and taken around fork() (an atfork
+ * handler), so that a child never inherits it locked by a thread it does
+ * not have. */
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t registry_unused = PTHREAD_COND_INITIALIZER; /* some keeper's users fell */
 static rl_keeper *registry;
-static pthread_once_t exit_handler_once = PTHREAD_ONCE_INIT;
+static pthread_once_t process_handlers_once = PTHREAD_ONCE_INIT;
 
 /* 1 if k was made before fork() in another process: the caller is a forked
  * child, which must leave k's mutex, thread and sockets (the parent's) alone. */
@@ -112,8 +120,17 @@ static void release_at_exit(void) {
     rl_keeper_release_all(RL_KEEPER_EXIT_RELEASE_MS);
 }
 
-static void register_exit_handler(void) {
+static void lock_registry(void) {
+    pthread_mutex_lock(&registry_mu);
+}
+
+static void unlock_registry(void) {
+    pthread_mutex_unlock(&registry_mu);
+}
+
+static void register_process_handlers(void) {
     atexit(release_at_exit);
+    pthread_atfork(lock_registry, unlock_registry, unlock_registry);
 }
 
 /* Free k's client (its loop lets go of the mutex while it waits) and k.
@@ -151,7 +168,7 @@ rl_keeper *rl_keeper_new(const char *const *urls, int nurls, const rl_options *o
         free_keeper(k);
         return snprintf(err, errlen, "cannot start the keep-alive thread"), NULL;
     }
-    pthread_once(&exit_handler_once, register_exit_handler);
+    pthread_once(&process_handlers_once, register_process_handlers);
     k->pid = getpid();
     pthread_mutex_lock(&registry_mu);
     k->next_keeper = registry;
@@ -179,6 +196,9 @@ void rl_keeper_free(rl_keeper *k) {
     pthread_cond_broadcast(&k->released);
     pthread_mutex_unlock(&k->mu);
     pthread_join(k->thread, NULL);
+    pthread_mutex_lock(&registry_mu); /* an rl_keeper_release_all still waiting on k lets go of it first */
+    while (k->users > 0) pthread_cond_wait(&registry_unused, &registry_mu);
+    pthread_mutex_unlock(&registry_mu);
     rl_engine_keep_clear(k->engine); /* freeing the client serves its tails: begin nothing more */
     free_keeper(k);
 }
@@ -282,20 +302,45 @@ int rl_keeper_release(rl_keeper *k, int timeout_ms) {
     return await_release(k, deadline);
 }
 
+/* This process's keepers (not those a forked child inherited: their
+ * threads stayed in the parent, and may have held their mutexes at the
+ * fork; their sockets are the parent's), each marked in use so that
+ * rl_keeper_free waits for unpin. Return how many, with *out a malloc'd
+ * array (NULL when there are none or memory ran out). */
+static int pin_own(rl_keeper ***out) {
+    int n = 0;
+    pid_t self = getpid();
+    *out = NULL;
+    pthread_mutex_lock(&registry_mu);
+    for (rl_keeper *k = registry; k; k = k->next_keeper) n += k->pid == self;
+    rl_keeper **own = n ? malloc((size_t)n * sizeof(*own)) : NULL;
+    n = 0;
+    for (rl_keeper *k = registry; k && own; k = k->next_keeper)
+        if (k->pid == self) {
+            k->users++;
+            own[n++] = k;
+        }
+    pthread_mutex_unlock(&registry_mu);
+    *out = own;
+    return n;
+}
+
+static void unpin(rl_keeper **own, int n) {
+    pthread_mutex_lock(&registry_mu);
+    for (int i = 0; i < n; i++) own[i]->users--;
+    pthread_cond_broadcast(&registry_unused);
+    pthread_mutex_unlock(&registry_mu);
+    free(own);
+}
+
 int rl_keeper_release_all(int timeout_ms) {
     int total = 0;
     if (timeout_ms < 0) timeout_ms = 0;
     double deadline = rl_now_ms() + timeout_ms;
-    pid_t self = getpid();
-    pthread_mutex_lock(&registry_mu);
-    /* every keeper of this process releases at once; then collect the
-     * answers. One inherited by a forked child is left alone: its thread
-     * stayed in the parent (and may have held its mutex at the fork), and its
-     * sockets are the parent's. */
-    for (rl_keeper *k = registry; k; k = k->next_keeper)
-        if (k->pid == self) ask_release(k, deadline);
-    for (rl_keeper *k = registry; k; k = k->next_keeper)
-        if (k->pid == self) total += await_release(k, deadline);
-    pthread_mutex_unlock(&registry_mu);
+    rl_keeper **own;
+    int n = pin_own(&own); /* the registry is not held while they release (see registry_mu) */
+    for (int i = 0; i < n; i++) ask_release(own[i], deadline); /* all at once, then the answers */
+    for (int i = 0; i < n; i++) total += await_release(own[i], deadline);
+    unpin(own, n);
     return total;
 }

@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -888,6 +889,78 @@ static void keeper_inherited_by_forked_children(void) {
     free(r);
 }
 
+/* A thread's rl_keeper_release_all, for fork_while_a_thread_releases_all. */
+static void *release_all_in_a_thread(void *released) {
+    *(int *)released = rl_keeper_release_all(1500);
+    return NULL;
+}
+
+/* fork() while another thread's rl_keeper_release_all waits for a slow
+ * release (two nodes stopped): the child makes a keeper of its own, calls
+ * rl_keeper_release_all and exits (the exit handler calls it again) within
+ * a bound. Each of these used to wait for ever for the process-wide
+ * registry's mutex, which the other thread held for its whole wait at the
+ * fork. */
+static void fork_while_a_thread_releases_all(void) {
+    enum { CHILD_BOUND_MS = 3000 };
+    char err[RL_ERR_LEN];
+    rl_options o;
+    rl_options_init(&o);
+    o.node_timeout_ms = 1000;
+    rl_client *c = rl_client_new(url_list, NODES, NULL, err, sizeof(err));
+    rl_keeper *k = rl_keeper_new(url_list, NODES, &o, err, sizeof(err));
+    rl_result *r = calloc(1, sizeof(*r));
+    CHECK(c && k && r);
+    double t0 = rl_now_ms();
+    CHECK_INT(verdict(rl_acquire(c, "fork:releasing", 14, 10000, r), r), RL_STATUS_OK);
+    CHECK(rl_keeper_add(k, "fork:releasing", 14, r->value, 10000, t0 + r->validity_ms, 0, err, sizeof(err)) >= 0);
+    kill(pids[0], SIGSTOP);
+    kill(pids[1], SIGSTOP);
+    int released = -1;
+    pthread_t releaser;
+    CHECK(pthread_create(&releaser, NULL, release_all_in_a_thread, &released) == 0);
+    usleep(200 * 1000); /* well inside its wait for the stopped nodes */
+    fflush(NULL);
+    pid_t child = fork();
+    if (child == 0) {
+        rl_keeper *own = rl_keeper_new(url_list, NODES, NULL, err, sizeof(err));
+        int bad = own == NULL || rl_keeper_release_all(100) != 0;
+        rl_keeper_free(own);
+        for (int i = 0; i < NODES; i++) pids[i] = 0; /* the nodes are the parent's to stop */
+#if defined(__SANITIZE_ADDRESS__)
+        _exit(bad); /* see inherited_keepers_in_the_child */
+#else
+        exit(bad);
+#endif
+    }
+    CHECK(child > 0);
+    int status = -1;
+    pid_t got = 0;
+    for (double give_up = rl_now_ms() + CHILD_BOUND_MS; child > 0 && got == 0 && rl_now_ms() < give_up;) {
+        got = waitpid(child, &status, WNOHANG);
+        if (got == 0) usleep(5000);
+    }
+    if (child > 0 && got == 0) {
+        fprintf(stderr, "test_client: the child still runs after %d ms\n", CHILD_BOUND_MS);
+        kill(child, SIGKILL);
+        waitpid(child, &status, 0);
+    }
+    CHECK(got == child && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    pthread_join(releaser, NULL);
+    CHECK_INT(released, 0); /* one node of three answered: no quorum */
+    kill(pids[0], SIGCONT);
+    kill(pids[1], SIGCONT);
+    rl_keeper_free(k); /* its releases reach the nodes that ran again */
+    int left = NODES;
+    for (double give_up = rl_now_ms() + 2000; left > 0 && rl_now_ms() < give_up; usleep(10 * 1000)) {
+        left = 0;
+        for (int i = 0; i < NODES; i++) left += !node_holds(i, "fork:releasing", "");
+    }
+    CHECK_INT(left, 0);
+    rl_client_free(c);
+    free(r);
+}
+
 int main(void) {
     if (!have_redis_server()) {
         printf("test_client: redis-server not found, skipped\n");
@@ -918,6 +991,7 @@ int main(void) {
     keeper_hung_extensions();
     client_made_before_fork(c, r);
     keeper_inherited_by_forked_children();
+    fork_while_a_thread_releases_all();
     /* freeing with operations in flight abandons them cleanly */
     rl_begin_acquire(c, "abandoned", 9, 1000);
     rl_client_free(c);
