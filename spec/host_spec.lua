@@ -30,14 +30,16 @@ local function redlock(args, env)
 end
 
 --- Start `redlock ARGS` in the background; return a handle with pid, and
--- :wait(ms) -> exit status, output (nil on timeout).
+-- :wait(ms) -> exit status, output (nil on timeout). via: words that run
+-- redlock in the same process (`env --ignore-signal=CHLD`: sh, which starts
+-- it, sets SIGCHLD back to its default).
 local bg_count = 0
-local function bg(args, env)
+local function bg(args, env, via)
   bg_count = bg_count + 1
   local base = ("%s/bg%d"):format(TMP, bg_count)
-  os.execute(("cd %s && ( env %s sh -c 'echo $$ > %s.pid; exec \"$0\" \"$@\"' %s %s > %s.out 2>&1;"
+  os.execute(("cd %s && ( env %s sh -c 'echo $$ > %s.pid; exec \"$0\" \"$@\"' %s%s %s > %s.out 2>&1;"
     .. " echo $? > %s.rc.tmp; mv %s.rc.tmp %s.rc ) < /dev/null > /dev/null 2>&1 &")
-    :format(q(TMP), env or "", q(base), q(BIN), args, q(base), q(base), q(base), q(base)))
+    :format(q(TMP), env or "", q(base), via and via .. " " or "", q(BIN), args, q(base), q(base), q(base), q(base)))
   local pid
   for _ = 1, 500 do
     pid = tonumber(read_file(base .. ".pid") or "")
@@ -1380,6 +1382,56 @@ echo end >> %s
       local rc, out = job:wait(10000)
       assert.are.equal(0, rc, out)
       assert.is_true(gone_everywhere("group:keep"))
+    end)
+
+    -- Before: started with SIGCHLD ignored (a caller's setting, inherited),
+    -- the kernel reaped COMMAND: exec exited 1 the moment sh ended, released
+    -- the lock while the group's background job still ran (a second holder
+    -- got in), and `sh -c 'exit 5'` gave 1; os.execute in a script gave -1.
+    it("started with SIGCHLD ignored, keeps the lock for the command's process group and exits with its status",
+      function()
+      local job = bg([[exec group:ignchld -- sh -c 'sleep 2 & echo $! > ignchld.pid; exit 5']], ENV,
+        "env --ignore-signal=CHLD")
+      local sleeper
+      assert.is_true(eventually(function()
+        sleeper = tonumber(read_file(TMP .. "/ignchld.pid") or "")
+        return sleeper
+      end), job.output())
+      finally(function() proc.kill(sleeper, "KILL") end)
+      sleep_ms(300)
+      assert.is_true(proc.alive(sleeper))
+      assert.is_nil(job:wait(0), "exec exited while the command's background sleep still ran:\n" .. job.output())
+      assert.is_not_nil(get(1, "group:ignchld"))
+      local rc, out = job:wait(10000)
+      assert.are.equal(5, rc, out)
+      assert.is_true(gone_everywhere("group:ignchld"))
+      script("ignchld.lua", [[print(os.execute("exit 3"))]]) -- LuaJIT: the wait status, 3 << 8
+      out, rc = redlock("run ignchld.lua", "--ignore-signal=CHLD " .. ENV)
+      assert.are.equal(0, rc, out)
+      assert.are.equal("768\n", out)
+    end)
+
+    -- Before: started with them blocked (the mask is inherited), redlock
+    -- never saw SIGTERM: the command ran to its end and exec exited 0.
+    it("started with SIGINT, SIGTERM, SIGHUP and SIGQUIT blocked, still ends on SIGTERM (143), lock released",
+      function()
+      local job = bg("exec blocked:r -- sleep 30", ENV, "env --block-signal=INT,TERM,HUP,QUIT")
+      finally(function() if not job:wait(0) then job:signal("KILL") end end)
+      assert.is_true(eventually(function() return get(1, "blocked:r") ~= nil end), job.output())
+      job:signal("TERM")
+      local rc, out = job:wait(5000)
+      assert.are.equal(143, rc, out)
+      assert.is_true(gone_everywhere("blocked:r"))
+    end)
+
+    -- Before: a path longer than 4095 bytes was cut there, and the program at
+    -- the cut ran under the lock (here /bin/echo, exit 0).
+    it("a command path too long to use is an error (126), not another program", function()
+      local path = "/" .. ("./"):rep(2043) .. "bin/echo" -- 4095 bytes
+      local out, rc = redlock("exec longpath:r -- " .. q(path .. "-not-this"), ENV)
+      assert.are.equal(126, rc, out)
+      assert.matches("File name too long", out, 1, true)
+      assert.is_true(gone_everywhere("longpath:r"))
     end)
 
     it("with --kill-group, stops what the command left in its process group (SIGTERM, then SIGKILL"

@@ -255,12 +255,11 @@ static int decode(int st) {
 
 /* Find file in PATH like execvp(3) would, before forking (the child of a
  * threaded process should only make async-signal-safe calls). Return 0 with
- * out filled, or an errno: ENOENT (nowhere), EACCES (found, not executable). */
+ * out filled, or an errno: ENOENT (nowhere), EACCES (found, not executable),
+ * ENAMETOOLONG (a path longer than outlen). */
 static int resolve(const char *file, char *out, size_t outlen) {
-    if (strchr(file, '/')) {
-        snprintf(out, outlen, "%s", file);
-        return 0;
-    }
+    if (strchr(file, '/')) /* a path cut short would run another program */
+        return snprintf(out, outlen, "%s", file) < (int)outlen ? 0 : ENAMETOOLONG;
     const char *path = getenv("PATH");
     if (path == NULL || *path == '\0') path = "/usr/local/bin:/usr/bin:/bin";
     int found_unexecutable = 0;
@@ -344,8 +343,9 @@ static int spawn(const char *file, int search, const char *const *argv, int flag
             *errnum = e;
             return -1;
         }
-    } else {
-        snprintf(path, sizeof(path), "%s", file);
+    } else if (snprintf(path, sizeof(path), "%s", file) >= (int)sizeof(path)) {
+        *errnum = ENAMETOOLONG;
+        return -1;
     }
     size_t argc = 0;
     while (argv[argc] != NULL) argc++;

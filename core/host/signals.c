@@ -3,6 +3,8 @@
  * whatever the Lua thread is doing (a long loop, os.execute, a blocking read).
  * SIGHUP and SIGQUIT ignored when the host started stay ignored (nohup; a
  * non-interactive shell's `cmd &`); SIGINT and SIGTERM are always the host's.
+ * All four are unblocked (a caller may start us with them blocked), and
+ * SIGCHLD is back at its default (ignored, the kernel would reap COMMAND).
  *
  * The handler only writes the signal number into a pipe; a dedicated thread
  * reads it and does the work no handler may do: stop the supervised child,
@@ -195,6 +197,17 @@ int rl_host_signals_start(void) {
     for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
         if (!(leaves_ignored(sigs[i]) && rl_host_ignored_at_start(sigs[i])) && sigaction(sigs[i], &sa, NULL) != 0)
             return -1;
+    /* SIGCHLD ignored by whoever started us would have the kernel reap our
+     * children: waitpid could not tell how COMMAND ended, and the lock would
+     * not wait for its process group. */
+    sa.sa_handler = SIG_DFL;
+    if (sigaction(SIGCHLD, &sa, NULL) != 0) return -1;
+    /* Ours to end on even when the caller started us with them blocked (the
+     * handlers are in place first: one pending is caught, not fatal). */
+    sigset_t ours;
+    sigemptyset(&ours);
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) sigaddset(&ours, sigs[i]);
+    pthread_sigmask(SIG_UNBLOCK, &ours, NULL);
     return 0;
 }
 
