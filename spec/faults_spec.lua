@@ -322,6 +322,28 @@ describe("faults", function()
       recovers()
     end)
 
+    -- Before: the validity, what was left at the decision, was counted from
+    -- before the round, taking its time off twice: a grant that took more
+    -- than half its validity came back with none left (valid() false at
+    -- once, with_lock raising "lost" with nothing lost).
+    it("counts a slow grant's validity from its decision (replies of 3 nodes delayed 1200 ms)", function()
+      local slow = redlock.new { servers = servers, ttl = 2000, node_timeout = 1800 }
+      finally(function() slow:close() end)
+      for i = 1, 5 do assert(await_vote(slow, cl, i, COMEBACK_MS)) end
+      for i = 1, 3 do px[i]:set("delay 1200") end
+      local r = res("slowgrant")
+      local ms, lock, err, detail = timed(slow.try_lock, slow, r)
+      assert.is_nil(err, tostring(err) .. " " .. cluster.show(detail))
+      assert.is_true(ms >= 1100, ("took %.1f ms"):format(ms))
+      local left = lock:remaining()
+      assert.is_true(lock:valid(), ("remaining %.1f ms of a validity of %d"):format(left, lock.validity))
+      assert.is_true(left > 0 and left <= lock.validity, ("remaining %.1f ms of %d"):format(left, lock.validity))
+      -- the keys, set no earlier than the round's start, outlast it
+      assert.is_true(#holders(cl, r, lock.value) >= 3)
+      recovers()
+      assert(lock:unlock())
+    end)
+
     for _, mode in ipairs { "delay 1000", "stall", "blackhole" } do
       it(("gives up after about one node timeout when a majority is '%s', and recovers"):format(mode), function()
         for i = 1, 3 do px[i]:set(mode) end

@@ -225,6 +225,34 @@ describe("keep-alive", function()
     dlm2:close()
   end)
 
+  -- Before: after an unlock that failed (two nodes stopped), the lock stayed
+  -- valid and check() passed, though its release ran on those nodes as soon
+  -- as they resumed and another client could take the lock at once (for
+  -- ever without keep-alive; until its next extension with it).
+  for _, keepalive in ipairs { false, true } do
+    it(("makes a lock lost at once when its unlock fails (keepalive = %s)"):format(tostring(keepalive)), function()
+      local r = res("unlock_failed")
+      local lock = assert(dlm:lock(r, { ttl = 3000, keepalive = keepalive }))
+      assert(cl:kill(2, "STOP"))
+      assert(cl:kill(3, "STOP"))
+      local ok, err = lock:unlock()
+      assert(cl:kill(2, "CONT"))
+      assert(cl:kill(3, "CONT"))
+      assert.is_nil(ok)
+      assert.are.equal("unavailable", err)
+      assert.is_true(lock:lost())
+      assert.is_false(lock:valid())
+      assert.is_true(lock:remaining() <= 0)
+      local checked, why = pcall(lock.check, lock)
+      assert.is_false(checked)
+      assert.matches("is no longer held (an unlock of it failed: its release may have run on the nodes)", why, 1, true)
+      assert(cluster.await_all(cl, function(i) return not cluster.exists(cl, i, r), "still there" end, 10000, nil, dlm))
+      local other = assert(dlm:try_lock(r)) -- the release ran on the nodes that resumed
+      assert(other:unlock())
+      assert.is_true(lock:lost()) -- and stays lost
+    end)
+  end
+
   -- Before: an unlock after one that failed (two nodes stopped) said "not
   -- held" with the words of a lost lock, though the value that was gone
   -- was that first unlock's doing, its release run once the nodes resumed.

@@ -186,7 +186,10 @@ typedef struct rl_result {
     int taken;               /* nodes that voted against */
     int failed;              /* nodes that errored or timed out */
     double elapsed_ms;       /* from before the first send to the decision */
-    double validity_ms;      /* acquire/extend: ttl - elapsed - drift; > 0 exactly when status is OK */
+    double validity_ms;      /* acquire/extend: ttl - elapsed - drift, left at the decision; > 0
+                                exactly when status is OK. The lock is valid until the clock
+                                reading before the call + elapsed_ms + validity_ms (its keys were
+                                set no earlier than that reading, and last ttl from then) */
     long long token;         /* a fenced acquire whose status is OK: its fencing token, 1 to
                                 LLONG_MAX (2^63-1), exact; else 0 */
     int heard;               /* release: nodes (of those counted before the decision) where a waiter
@@ -334,7 +337,8 @@ int rl_begin_release_quiet(rl_client *c, const char *resource, size_t len, const
  * grant stands only if the commit reaches a quorum; if it does not, the
  * lock is released like any failed acquire and status says why (NOT_HELD:
  * our value was gone from too many nodes; UNAVAILABLE; TIMEOUT: no validity
- * left). validity_ms counts from before the first round.
+ * left). elapsed_ms covers both rounds, and validity_ms is what was left
+ * at the commit's decision.
  * Counters are exact up to 2^63-1, the end of Redis' INCR: a node whose
  * counter is there, or holds anything but a positive integer (another type,
  * "0", "-5", "abc"), writes nothing and votes as an error whose text names
@@ -921,7 +925,8 @@ double rl_engine_held_until(const rl_engine *e, int id);
  *     the last successful extension's answer (from the add, at first), or
  *     halfway to the moment it would be lost when that is sooner than two
  *     such thirds away (a grant or extension that took long); its
- *     validity is then the extension's, from when the extension began.
+ *     validity is then the extension's: its validity_ms from its decision
+ *     (when it began + elapsed_ms).
  *     Extensions are begun at most once every 10 ms: those falling due in
  *     between go out together, at most 10 ms late.
  *   - An extension that fails (unavailable, timeout) is tried again after
@@ -955,7 +960,7 @@ enum {
 };
 
 /* Keep a held lock from now_ms on. valid_until_ms: when its validity ends
- * (the clock reading before the acquire + validity_ms). Return an id (>= 0;
+ * (the clock reading before the acquire + elapsed_ms + validity_ms). Return an id (>= 0;
  * the id of a lock removed or dropped names nothing from then on: it comes
  * back only after its place has been used 1,024 times more) or RL_ERR
  * with the reason in rl_engine_errstr (resource empty, value not
@@ -1052,9 +1057,9 @@ rl_keeper *rl_keeper_new(const char *const *urls, int nurls, const rl_options *o
 void rl_keeper_free(rl_keeper *k);
 
 /* Hand a held lock to the keeper (rl_engine_keep_add, on rl_now_ms()):
- * valid_until_ms is rl_now_ms() before the acquire + its validity. Return an
- * id (>= 0) or RL_ERR with the reason in err (in a forked child, for a keeper
- * made before fork(), always). */
+ * valid_until_ms is rl_now_ms() before the acquire + elapsed_ms +
+ * validity_ms. Return an id (>= 0) or RL_ERR with the reason in err (in a
+ * forked child, for a keeper made before fork(), always). */
 int rl_keeper_add(rl_keeper *k, const char *resource, size_t len, const char *value,
                   int ttl_ms, double valid_until_ms, int margin_ms, char *err, size_t errlen);
 /* The same for a semaphore's slot held (rl_engine_keep_add_slot). */

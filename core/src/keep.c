@@ -243,11 +243,11 @@ void rl_keep_result(rl_keep *k, rl_keep_ref ref, const rl_result *r, double now)
     if (r->status == RL_STATUS_OK && x->extend_ttl != x->ttl_ms) {
         /* The owner extended to another ttl meanwhile (rl_engine_keep_update):
          * nodes may hold either; count the shorter, extend again at once. */
-        double until = x->extend_start + r->validity_ms;
+        double until = x->extend_start + r->elapsed_ms + r->validity_ms;
         if (until < x->valid_until) x->valid_until = until;
         x->next_due = now;
     } else if (r->status == RL_STATUS_OK) {
-        x->valid_until = x->extend_start + r->validity_ms;
+        x->valid_until = x->extend_start + r->elapsed_ms + r->validity_ms; /* from the decision */
         x->next_due = due_after(x, now);
     } else if (r->status == RL_STATUS_NOT_HELD) {
         /* our value is gone from a quorum: nothing is left of the validity

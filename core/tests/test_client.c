@@ -600,7 +600,7 @@ static void keeper_extends_and_releases(void) {
     CHECK_INT(wait_ready(c, r), 0);
     double t0 = rl_now_ms();
     CHECK_INT(verdict(rl_acquire(c, "kept", 4, 300, r), r), RL_STATUS_OK);
-    int id = rl_keeper_add(k, "kept", 4, r->value, 300, t0 + r->validity_ms, 0, err, sizeof(err));
+    int id = rl_keeper_add(k, "kept", 4, r->value, 300, t0 + r->elapsed_ms + r->validity_ms, 0, err, sizeof(err));
     CHECK(id >= 0);
     rl_sleep(c, 900); /* three ttls */
     double until = 0;
@@ -643,7 +643,8 @@ static void keeper_extends_many_ttls(void) {
         double t0 = rl_now_ms();
         CHECK_INT(verdict(rl_acquire(c, name, strlen(name), ttl, r), r), RL_STATUS_OK);
         memcpy(values[i], r->value, sizeof(values[i]));
-        ids[i] = rl_keeper_add(k, name, strlen(name), r->value, ttl, t0 + r->validity_ms, 0, err, sizeof(err));
+        double until = t0 + r->elapsed_ms + r->validity_ms;
+        ids[i] = rl_keeper_add(k, name, strlen(name), r->value, ttl, until, 0, err, sizeof(err));
         CHECK(ids[i] >= 0);
     }
     int gone[2] = {3, 20};
@@ -846,7 +847,8 @@ static void keeper_inherited_by_forked_children(void) {
         double t0 = rl_now_ms();
         CHECK_INT(verdict(rl_acquire(c, name, strlen(name), TTL, r), r), RL_STATUS_OK);
         memcpy(values[i], r->value, sizeof(values[i]));
-        ids[i] = rl_keeper_add(k, name, strlen(name), r->value, TTL, t0 + r->validity_ms, 0, err, sizeof(err));
+        double until = t0 + r->elapsed_ms + r->validity_ms;
+        ids[i] = rl_keeper_add(k, name, strlen(name), r->value, TTL, until, 0, err, sizeof(err));
         CHECK(ids[i] >= 0);
     }
     for (int n = 0; n < FORKS; n++) {
@@ -913,7 +915,8 @@ static void fork_while_a_thread_releases_all(void) {
     CHECK(c && k && r);
     double t0 = rl_now_ms();
     CHECK_INT(verdict(rl_acquire(c, "fork:releasing", 14, 10000, r), r), RL_STATUS_OK);
-    CHECK(rl_keeper_add(k, "fork:releasing", 14, r->value, 10000, t0 + r->validity_ms, 0, err, sizeof(err)) >= 0);
+    double until = t0 + r->elapsed_ms + r->validity_ms;
+    CHECK(rl_keeper_add(k, "fork:releasing", 14, r->value, 10000, until, 0, err, sizeof(err)) >= 0);
     kill(pids[0], SIGSTOP);
     kill(pids[1], SIGSTOP);
     int released = -1;

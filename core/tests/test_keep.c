@@ -86,7 +86,7 @@ static void finish(void) {
 /* ---- the tests ---- */
 
 /* Extended every third of ttl - margin, counted from the last answer; the
- * validity is the extension's, from when it began. Rounds stay inside. */
+ * validity is the extension's, from its decision. Rounds stay inside. */
 static void extends_every_third(void) {
     start(1000);
     int id = rl_engine_keep_add(E, "k", 1, VALUE, 3000, 3900, 0, 1000);
@@ -96,15 +96,15 @@ static void extends_every_third(void) {
     advance_expect(1999, "");
     advance_expect(2000, script("k", 3000));
     CHECK_INT(rl_engine_inflight(E), 1);
-    answer(OK1, 2010); /* validity 3000 - 10 - (30 + 2) from 2000 */
+    answer(OK1, 2010); /* validity 3000 - 10 - (30 + 2) from the decision at 2010 */
     CHECK_INT(state(id, 2010), RL_KEEP_HELD);
-    CHECK(until(id, 2010) == 4958);
+    CHECK(until(id, 2010) == 4968);
     CHECK_INT(rl_engine_inflight(E), 0);
     CHECK(keep_at() == 3010);
     advance_expect(3009, "");
     advance_expect(3010, script("k", 3000));
     answer(OK1, 3020);
-    CHECK(until(id, 3020) == 5968);
+    CHECK(until(id, 3020) == 5978);
     /* with a margin: every (ttl - margin) / 3 */
     CHECK_INT(rl_engine_keep_add(E, "m", 1, VALUE, 3000, 6000, 1500, 3020), 1);
     CHECK(keep_at() == 3520);
@@ -122,15 +122,15 @@ static void slow_rounds_are_extended_in_time(void) {
     int id = rl_engine_keep_add(E, "k", 1, VALUE, 900, 1184, 0, 1000);
     CHECK(keep_at() == 1092);
     advance_expect(1092, script("k", 900));
-    answer(OK1, 1442); /* 350 ms: validity 900 - 350 - (9 + 2) from 1092 */
+    answer(OK1, 1442); /* 350 ms: validity 900 - 350 - (9 + 2) from 1442 */
     CHECK_INT(state(id, 1442), RL_KEEP_HELD);
-    CHECK(until(id, 1442) == 1631);
-    CHECK(keep_at() == 1536.5);
-    advance_expect(1537, script("k", 900));
-    answer(OK1, 1547);
-    CHECK_INT(state(id, 1547), RL_KEEP_HELD);
-    CHECK(until(id, 1547) == 2416);
-    CHECK(keep_at() == 1847); /* a quick one: the period again */
+    CHECK(until(id, 1442) == 1981);
+    CHECK(keep_at() == 1711.5); /* two periods (2042) would be past 1981 */
+    advance_expect(1712, script("k", 900));
+    answer(OK1, 1722);
+    CHECK_INT(state(id, 1722), RL_KEEP_HELD);
+    CHECK(until(id, 1722) == 2601);
+    CHECK(keep_at() == 2022); /* a quick one: the period again */
     finish();
 }
 
@@ -174,7 +174,7 @@ static void failed_extension_is_retried(void) {
     CHECK(until(id, 2161) == 3900);
     advance_expect(2260, script("k", 3000));
     answer(OK1, 2270);
-    CHECK(until(id, 2270) == 5218);
+    CHECK(until(id, 2270) == 5228);
     /* a short ttl retries after ttl / 10 */
     int s = rl_engine_keep_add(E, "s", 1, VALUE, 600, 2870, 0, 2270);
     advance_expect(2470, script("s", 600));
@@ -247,11 +247,11 @@ static void update_while_in_flight(void) {
     /* the owner's extend to 9000, begun at 2004, left validity to 12904 */
     CHECK_INT(rl_engine_keep_update(E, id, 9000, 2004, 12904, 2006), RL_OK);
     CHECK(until(id, 2006) == 3900);
-    answer(OK1, 2010); /* ours, with the old ttl: 2000 + 2958 */
+    answer(OK1, 2010); /* ours, with the old ttl: 2010 + 2958 */
     CHECK(until(id, 2010) == 3900);
     advance_expect(2010, script("k", 9000));
-    answer(OK1, 2020); /* 9000 - 10 - 92 from 2010 */
-    CHECK(until(id, 2020) == 10908);
+    answer(OK1, 2020); /* 9000 - 10 - 92 from 2020 */
+    CHECK(until(id, 2020) == 10918);
     CHECK(keep_at() == 5020);
     /* an update with no extension of ours overlapping: the owner's counts */
     CHECK_INT(rl_engine_keep_update(E, id, 6000, 3000, 8900, 3001), RL_OK);
@@ -261,7 +261,7 @@ static void update_while_in_flight(void) {
     advance_expect(5001, script("k", 6000));
     answer(OK1, 5011);
     CHECK_INT(rl_engine_keep_update(E, id, 7000, 4990, 11000, 5012), RL_OK);
-    CHECK(until(id, 5012) == 10929);
+    CHECK(until(id, 5012) == 10939); /* ours: 6000 - 10 - 62 from 5011 */
     advance_expect(5012, script("k", 7000));
     CHECK_INT(rl_engine_keep_update(E, id, 0, 5012, 11000, 5013), RL_ERR);
     finish();
@@ -309,8 +309,8 @@ static void owner_extension_takes_back_a_lost_lock(void) {
     answer(OK1, 3425); /* ours from 1834: it would count from before the loss */
     CHECK(until(id, 3425) == 5400);
     advance_expect(3430, script("k", 3000)); /* again at once */
-    answer(OK1, 3440);                       /* 3000 - 10 - 32 from 3430 */
-    CHECK(until(id, 3440) == 6388);
+    answer(OK1, 3440);                       /* 3000 - 10 - 32 from 3440 */
+    CHECK(until(id, 3440) == 6398);
     CHECK_INT(state(id, 3440), RL_KEEP_HELD);
     finish();
 

@@ -50,6 +50,15 @@ local function token_of(r)
     return t, ("%d"):format(t)
 end
 
+--- When the validity of a grant or extension (round r, begun at started)
+--- runs out. The validity is what was left at the decision (ttl less the
+--- round's time and the drift allowance), so it counts from the decision:
+--- started + the round's time. (The keys were set no earlier than started
+--- and last ttl from then: this is started + ttl less the drift allowance.)
+local function validity_end(started, r)
+    return started + r.elapsed_ms + floor(r.validity_ms)
+end
+
 --- The lock that round r granted on client d (started: rl_now_ms before it).
 local function new_lock(d, resource, ttl, started, r)
     local token, token_string = token_of(r)
@@ -64,7 +73,7 @@ local function new_lock(d, resource, ttl, started, r)
         token_string = token_string, -- the same in decimal (for JSON, headers, the environment)
         slot = r.slot ~= 0 and r.slot or nil, -- a semaphore's lock: the slot held (1 to its limit)
         shared = r.value[C.RL_VALUE_LEN - 1] == SHARED_CHAR, -- a shared (read) hold
-        valid_until = started + floor(r.validity_ms),
+        valid_until = validity_end(started, r),
         extensions = 0,
         released = false,
         kept = nil,
@@ -232,22 +241,23 @@ function lock:check()
             .. (self.closed and " when its client was closed" or ""), 2)
     end
     if self:lost() then
-        error("lost: the lock on '" .. self.resource .. "' is no longer held", 2)
+        error("lost: the lock on '" .. self.resource .. "' is no longer held"
+            .. (self.unlock_failed and " (an unlock of it failed: its release may have run on the nodes)" or ""), 2)
     end
     return self
 end
 
 -- After an extend that was sent and failed, the lock is held no longer
 -- than both what it had and what the round may have left: nodes that took
--- the new ttl drop the key by started + the new ttl's validity, and "not
--- held" means our value is gone from too many nodes for a quorum.
+-- the new ttl (no earlier than started) drop the key by started + the new
+-- ttl less the drift allowance, and "not held" means our value is gone from
+-- too many nodes for a quorum.
 local function after_failed_extend(lk, ttl, started, r)
     local until_
     if r.status == C.RL_STATUS_NOT_HELD then
         until_ = started
     else
-        local elapsed = now() - started
-        until_ = started + ttl - elapsed - (ttl * lk.dlm.options.drift_factor + 2)
+        until_ = started + ttl - (ttl * lk.dlm.options.drift_factor + 2)
     end
     kept_state(lk)  -- a kept lock: start from the keeper's latest validity
     if until_ < lk.valid_until then lk.valid_until = until_ end
@@ -288,7 +298,7 @@ function lock:extend(ttl)
     self.extensions = self.extensions + 1
     self.ttl = ttl
     self.validity = floor(r.validity_ms)
-    self.valid_until = started + self.validity
+    self.valid_until = validity_end(started, r)
     local detail = detail_of(self.dlm, r)
     give(r)
     -- the keeper goes on with this ttl, not the one it was handed; if it
@@ -303,21 +313,21 @@ function lock:extend(ttl)
 end
 
 --- The release of lk, begun at started, came back with status (lk.release_sent
---- says one was). Done: lk is
---- released (keep-alive lets go of it). "Not held": our value is gone from
---- too many nodes, so lk is lost at once, and keep-alive lets go of it too.
---- Anything else leaves lk as it was (still kept, if it was) until an
---- unlock succeeds.
+--- says one was). Done: lk is released (keep-alive lets go of it). Anything
+--- else: the release may have run on some nodes from started on (a failed
+--- unlock is not undone), and "not held" says our value is gone from too
+--- many nodes already; either way lk is lost from started, and keep-alive
+--- lets go of it. It stays listed for close() until an unlock succeeds.
 function _M.after_release(lk, started, status)
     lk.release_sent = true -- (whatever it says, a release may have run on the nodes)
+    stop_keeping(lk)
     if status == OK then
-        stop_keeping(lk)
         lk.released = true
         forget(lk)
-    elseif status == C.RL_STATUS_NOT_HELD then
-        stop_keeping(lk)
-        if started < lk.valid_until then lk.valid_until = started end
+        return
     end
+    if status ~= C.RL_STATUS_NOT_HELD then lk.unlock_failed = true end -- (check() says so)
+    if started < lk.valid_until then lk.valid_until = started end
 end
 local after_release = _M.after_release
 
@@ -326,9 +336,9 @@ local after_release = _M.after_release
 --- on a quorum: it expired or was taken over). Decided at quorum: a node that
 --- had not answered by then is "pending" in detail, and the client sends it
 --- the rest (a late NOSCRIPT gets its EVAL) on its next calls, or close().
---- After a failure the lock may be unlocked again (say, once nodes are
---- back): keep-alive goes on extending a kept lock until then, and "not
---- held" makes the lock lost. Once it succeeded, unlocking again returns
+--- After a failure the lock is lost (its release may have run on some
+--- nodes; keep-alive stops) and may be unlocked again (say, once nodes are
+--- back) to finish the release. Once it succeeded, unlocking again returns
 --- nil, "invalid", detail.
 function lock:unlock()
     check_self(self, lock_mt, "unlock", "a lock", "lock:unlock()")
