@@ -381,6 +381,43 @@ local SCENARIOS = {
     end,
     check = function(out) assert.equal("done", out) end,
   },
+  {
+    -- Before: the first lock_many of a fresh process or worker compiled a
+    -- trace that kept the call's closures, and with them the group, alive:
+    -- keep-alive extended its 200 locks for as long as the trace lived.
+    name = "releases the kept locks of a lock_many group collected without unlock(), while the holder runs on",
+    setup = function(ctx) return { urls = ctx.cl.urls, r = res("droppedmany"), n = 200 } end,
+    holder = [[
+      return function(T, A)
+        local dlm = require("redlock").new { servers = A.urls }
+        do
+          local names = {}
+          for i = 1, A.n do names[i] = A.r .. ":" .. i end
+          local group = dlm:lock_many(names, { ttl = 30000, keepalive = true })
+          if not group then return "not held" end
+          T.mark("held")
+          T.await("seen")
+        end
+        collectgarbage()
+        collectgarbage()
+        T.mark("dropped")
+        T.await("gone", 10000) -- alive until the spec saw the keys go: exiting releases too
+        dlm:close()
+        return "done"
+      end]],
+    drive = function(ctx, dir)
+      local first, last = ctx.args.r .. ":1", ctx.args.r .. ":" .. ctx.args.n
+      assert(proc.wait_file(dir .. "/held", 10000))
+      assert(cluster.await_all(ctx.cl, function(i) return cluster.pttl(ctx.cl, i, last) > 25000 end, 3000))
+      proc.write_file(dir .. "/seen", "1")
+      assert(proc.wait_file(dir .. "/dropped", 10000))
+      local gone, why = cluster.await_value(ctx.cl, first, nil, 5000) -- well within the 30 s ttl
+      if gone then gone, why = cluster.await_value(ctx.cl, last, nil, 5000) end
+      proc.write_file(dir .. "/gone", "1")
+      assert(gone, why)
+    end,
+    check = function(out) assert.equal("done", out) end,
+  },
 }
 
 -- The transports: start(ctx) once, then run(dir) starts one holder and

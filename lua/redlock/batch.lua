@@ -59,53 +59,67 @@ _M.WINDOW_BYTES = 256 * 1024
 --- A done() for results nobody reads.
 function _M.ignore() end
 
---- n operations in flight together: begin(i) starts the i-th (its id; a
---- negative number when it cannot start; nil when there is nothing to
---- start) and returns the length of its name second, done(i, got, r) takes
---- its result from r, a buffer of the run's own, read before done returns
---- (got false: none came, the reason is client:errstr()). At most WINDOW operations and WINDOW_BYTES of names
---- are in flight. While the client is full, the operations begun so far are
---- taken to make room, else earlier tails are let end, all within one
---- room_deadline. stop(), if given, says when to begin no more; a begin that
---- fails then ends the beginning too. Returns nil, or why the first
---- operation that could not start failed.
-function _M.run(d, client, n, begin, done, stop)
-    local ids, sizes, begun, taken, bytes, deadline, why = {}, {}, 0, 0, 0, nil, nil
-    local window, window_bytes, r = _M.WINDOW, _M.WINDOW_BYTES, take_result()
-    local function take_one()
-        taken = taken + 1
-        local id = ids[taken]
-        if id then done(taken, client:wait(id, r) == RL_OK, r) end
-        bytes = bytes - sizes[taken]
-        ids[taken], sizes[taken] = nil, nil
-    end
-    local function take(upto)
-        while taken < upto do take_one() end
-    end
+-- Take the next result of run t (its state: see run) and hand it to done.
+local function take_one(t)
+    local taken = t.taken + 1
+    t.taken = taken
+    local id = t.ids[taken]
+    if id then t.ops.done(t.s, taken, t.client:wait(id, t.r) == RL_OK, t.r) end
+    t.bytes = t.bytes - t.sizes[taken]
+    t.ids[taken], t.sizes[taken] = nil, nil
+end
+
+local function take_upto(t, upto)
+    while t.taken < upto do take_one(t) end
+end
+
+--- n operations in flight together: ops.begin(s, i) starts the i-th (its
+--- id; a negative number when it cannot start; nil when there is nothing
+--- to start) and returns the length of its name second, ops.done(s, i, got,
+--- r) takes its result from r, a buffer of the run's own, read before done
+--- returns (got false: none came, the reason is client:errstr()). At most
+--- WINDOW operations and WINDOW_BYTES of names are in flight. While the
+--- client is full, the operations begun so far are taken to make room, else
+--- earlier tails are let end, all within one room_deadline. ops.stop(s), if
+--- there is one, says when to begin no more; a begin that fails then ends
+--- the beginning too. Returns nil, or why the first operation that could
+--- not start failed.
+---
+--- ops holds functions made once, at load (never closures made per call),
+--- and everything of the call is in s: a compiled trace of this loop keeps
+--- the functions it calls alive as long as it lives, and with a closure
+--- made per call it kept that call's state, the locks of a lock_many
+--- included, alive (and kept alive by keep-alive) until the trace was
+--- flushed.
+function _M.run(d, client, n, ops, s)
+    local t = { client = client, ops = ops, s = s, ids = {}, sizes = {}, taken = 0, bytes = 0, r = take_result() }
+    local begin, stop = ops.begin, ops.stop
+    local begun, deadline, why = 0, nil, nil
+    local window, window_bytes = _M.WINDOW, _M.WINDOW_BYTES
     for i = 1, n do
-        if begun - taken >= window or bytes >= window_bytes then
-            while begun - taken > window / 2 or bytes > window_bytes / 2 do take_one() end
+        if begun - t.taken >= window or t.bytes >= window_bytes then
+            while begun - t.taken > window / 2 or t.bytes > window_bytes / 2 do take_one(t) end
         end
-        if stop and (why or stop()) then break end
-        local id, size = begin(i)
+        if stop and (why or stop(s)) then break end
+        local id, size = begin(s, i)
         while id == RL_ERR_FULL do
-            if taken < begun then
-                take(begun)
+            if t.taken < begun then
+                take_upto(t, begun)
             else
                 deadline = deadline or room_deadline(d)
                 if C.rl_now_ms() >= deadline then break end
                 client:sleep(1)
             end
-            id, size = begin(i)
+            id, size = begin(s, i)
         end
         if id and id < 0 then why = why or ffi_string(client:errstr()) end
-        ids[i] = id and id >= 0 and id
-        sizes[i] = ids[i] and size or 0
-        bytes = bytes + sizes[i]
+        t.ids[i] = id and id >= 0 and id
+        t.sizes[i] = t.ids[i] and size or 0
+        t.bytes = t.bytes + t.sizes[i]
         begun = i
     end
-    take(begun)
-    give_result(r)
+    take_upto(t, begun)
+    give_result(t.r)
     return why
 end
 

@@ -33,15 +33,46 @@ _M.mt = group_mt
 -- nobody is woken by a lock given back unused, neither the other waiters of
 -- the resource nor this waiter itself, which would otherwise hear its own
 -- releases and try again at once, over and over (redlock.h, "Hand-off").
-local function release_all_started(d, client, locks)
-    run(d, client, #locks, function(i)
-        local lk = locks[i]
+-- (The batches' functions take their call's state as s, and are made once:
+-- see redlock.batch's run.)
+local GIVE_BACK = {
+    begin = function(s, i)
+        local lk = s.locks[i]
         lk.released = true
-        local id = client:begin_release_quiet(lk.resource, #lk.resource, lk.value)
+        local id = s.client:begin_release_quiet(lk.resource, #lk.resource, lk.value)
         if id >= 0 then forget(lk) end
         return id, #lk.resource
-    end, ignore)
+    end,
+    done = ignore,
+}
+
+local function release_all_started(d, client, locks)
+    run(d, client, #locks, GIVE_BACK, { client = client, locks = locks })
 end
+
+-- One attempt's acquires (attempt_many_with): s.locks gets the granted, s.err
+-- and s.detail the first failure, s.unknown why a result never came.
+local ACQUIRE = {
+    begin = function(s, i)
+        local name = s.resources[i]
+        return s.begin(s.client, name, #name, s.ttl), #name
+    end,
+    done = function(s, i, got, r)
+        if not got then
+            -- no result (inside nginx: the hub gave up): not a lock
+            s.unknown = s.unknown or ffi_string(s.client:errstr())
+            s.err = s.err or "unavailable"
+        elseif r.status == OK then
+            local locks = s.locks
+            locks[#locks + 1] = new_lock(s.d, s.resources[i], s.ttl, s.started, r)
+        elseif not s.err then
+            local _
+            _, s.err, s.detail = failure(s.d, r)
+            s.detail.resource = s.resources[i]
+        end
+    end,
+    stop = function(s) return s.err ~= nil end,
+}
 
 -- One all-or-nothing attempt: every acquire in flight together (begin:
 -- the client's begin_acquire, begin_acquire_fenced or begin_acquire_shared). With every operation
@@ -49,30 +80,16 @@ end
 -- refusal the rest are not begun.
 local function attempt_many_with(d, client, resources, ttl, begin)
     local started = C.rl_now_ms()
-    local locks, err, detail, unknown = {}, nil, nil, nil
-    local why = run(d, client, #resources, function(i)
-        return begin(client, resources[i], #resources[i], ttl), #resources[i]
-    end, function(i, got, r)
-        if not got then
-            -- no result (inside nginx: the hub gave up): not a lock
-            unknown = unknown or ffi_string(client:errstr())
-            err = err or "unavailable"
-        elseif r.status == OK then
-            locks[#locks + 1] = new_lock(d, resources[i], ttl, started, r)
-        elseif not err then
-            local _
-            _, err, detail = failure(d, r)
-            detail.resource = resources[i]
-        end
-    end, function() return err ~= nil end)
-    unknown = why or unknown
+    local s = { d = d, client = client, resources = resources, ttl = ttl, begin = begin, started = started, locks = {} }
+    local unknown = run(d, client, #resources, ACQUIRE, s) or s.unknown
+    local locks = s.locks
     if unknown then
         release_all_started(d, client, locks)
         raise("redlock: " .. unknown)
     end
-    if err then
+    if s.err then
         release_all_started(d, client, locks)
-        return nil, err, detail
+        return nil, s.err, s.detail
     end
     -- every lock must still be valid now: a lock's validity counts from the
     -- call's start, and a batch that takes longer outlives its first locks,
@@ -106,6 +123,30 @@ _M.PLAIN = { try = attempt_many }
 _M.FENCED = { try = attempt_many_fenced }
 _M.SHARED = { try = attempt_many_shared }
 
+-- A group's releases (group:unlock): s.ok, s.err, s.detail the first
+-- failure, s.missing why a result never came.
+local RELEASE = {
+    begin = function(s, i)
+        local lk = s.group[i]
+        if lk.released then return nil end
+        return s.client:begin_release(lk.resource, #lk.resource, lk.value), #lk.resource
+    end,
+    done = function(s, i, got, r)
+        local lk = s.group[i]
+        if not got then
+            s.missing = s.missing or ffi_string(s.client:errstr())
+            return
+        end
+        after_release(lk, s.started, r.status)
+        if r.status == OK then
+            if r.heard > 0 then mark_head_start(s.d, lk.resource) end
+        elseif s.ok then
+            s.ok, s.err, s.detail = failure(s.d, r)
+            s.detail.resource = lk.resource
+        end
+    end,
+}
+
 --- Release every lock of the group that is not released yet; true, or nil,
 --- err, detail of the first failure. As with one lock: a lock whose release
 --- failed may be unlocked again, and a group already unlocked returns nil,
@@ -120,27 +161,10 @@ function group:unlock()
     if not any then return refusal(d, "invalid", "the locks were already unlocked") end
     check_phase() -- a phase without cosockets: say so first (release refuses anyway)
     local client = live_client(d, "unlock")
-    local ok, err, detail, missing = true, nil, nil, nil
-    local started = C.rl_now_ms()
-    local refused = run(d, client, #self, function(i)
-        local lk = self[i]
-        if lk.released then return nil end
-        return client:begin_release(lk.resource, #lk.resource, lk.value), #lk.resource
-    end, function(i, got, r)
-        if not got then
-            missing = missing or ffi_string(client:errstr())
-            return
-        end
-        after_release(self[i], started, r.status)
-        if r.status == OK then
-            if r.heard > 0 then mark_head_start(d, self[i].resource) end
-        elseif ok then
-            ok, err, detail = failure(d, r)
-            detail.resource = self[i].resource
-        end
-    end) or missing
+    local s = { d = d, client = client, group = self, started = C.rl_now_ms(), ok = true }
+    local refused = run(d, client, #self, RELEASE, s) or s.missing
     if refused then raise("redlock: " .. refused) end
-    return ok, err, detail
+    return s.ok, s.err, s.detail
 end
 
 --- Extend every lock of the group; true, or the first failure.

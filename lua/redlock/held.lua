@@ -83,6 +83,18 @@ function _M.forget(lk)
     lk.dlm.live[lk] = nil
 end
 
+-- close()'s releases (a batch's functions, made once: see redlock.batch's run).
+local RELEASE_HELD = {
+    begin = function(s, i)
+        local resource, slot = s.resources[i], s.slots[i]
+        if slot > 0 then
+            return s.client:begin_on_slot(RELEASE, resource, #resource, slot, s.values[i], 0), #resource
+        end
+        return s.client:begin_release(resource, #resource, s.values[i]), #resource
+    end,
+    done = batch.ignore,
+}
+
 --- For close(): every lock object made and not released yet is marked
 --- released (stop(lk) first: the keeper lets go of it); then every lock
 --- listed, its object alive or not, is released, all in flight together,
@@ -103,13 +115,8 @@ function _M.release_all(d, client, stop)
             values[n], resources[n], slots[n] = value, resource, d.held_slot[value] or 0
         end
     end
-    batch.run(d, client, #values, function(i)
-        local resource = resources[i]
-        if slots[i] > 0 then
-            return client:begin_on_slot(RELEASE, resource, #resource, slots[i], values[i], 0), #resource
-        end
-        return client:begin_release(resource, #resource, values[i]), #resource
-    end, batch.ignore)
+    batch.run(d, client, #values, RELEASE_HELD, { client = client, values = values, resources = resources,
+        slots = slots })
     d.live, d.held, d.held_until, d.held_slot, d.held_n = setmetatable({}, WEAK_KEYS), {}, {}, {}, 0
 end
 
