@@ -556,6 +556,26 @@ describe("redlock inside nginx", function()
     assert.equal("true", timer, body .. log())
   end)
 
+  -- Before: lock calls raised in server_rewrite_by_lua*, which has
+  -- cosockets ("no redlock call can run in nginx's server_rewrite phase").
+  it("takes locks in server_rewrite_by_lua*", function()
+    srv = start {
+      workers = 1,
+      init = init_code(cl.urls),
+      locations = { PING, [[
+        server_rewrite_by_lua_block {
+          if ngx.var.uri == "/srw" then
+            local lock, err = DLM:lock("spec:nginx_lock:server_rewrite")
+            ngx.say(lock and tostring(lock:unlock()) or ("fail " .. tostring(err)))
+            return ngx.exit(200)
+          end
+        }]] },
+    }
+    local status, body = srv:get("/srw")
+    assert.equal(200, status, log())
+    assert.equal("true\n", body, log())
+  end)
+
   -- Fencing tokens from nginx and from a plain LuaJIT client (the libev
   -- transport) on one resource: one sequence, strictly increasing.
   it("hands out fencing tokens that increase across requests and transports", function()

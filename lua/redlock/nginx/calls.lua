@@ -25,15 +25,16 @@ local UNCLAIMED_MS = 1000
 local _M = { STALE_MS = STALE_MS, UNCLAIMED_MS = UNCLAIMED_MS, RESULT_SIZE = RESULT_SIZE }
 
 -- The phases where nginx offers cosockets (ngx.get_phase()).
-local COSOCKET_PHASES = { rewrite = true, access = true, content = true, timer = true,
-                          ssl_cert = true, ssl_session_fetch = true }
+local COSOCKET_PHASES = { server_rewrite = true, rewrite = true, access = true, content = true, timer = true,
+                          ssl_cert = true, ssl_session_fetch = true, ssl_client_hello = true }
 
 --- nil, or why no lock call can run in this phase.
 function _M.phase_refusal()
     local phase = ngx.get_phase()
     if COSOCKET_PHASES[phase] then return nil end
     return ("no redlock call can run in nginx's %s phase: it has no cosockets (and blocking the worker is not an option); "
-        .. "lock in rewrite_by_lua*, access_by_lua*, content_by_lua* or an ngx.timer callback"):format(phase)
+        .. "lock in server_rewrite_by_lua*, rewrite_by_lua*, access_by_lua*, content_by_lua* or an ngx.timer "
+        .. "callback"):format(phase)
 end
 
 --- Wake hub's loop (work posted, a reader fed replies).

@@ -194,6 +194,19 @@ function _M.all()
     return hubs
 end
 
+-- The engine's finalizer, which clears alive.on first. When the worker's
+-- Lua state closes (lua_close, at exit or reload) every finalizer runs, in
+-- no particular order: a kept lock's guard (redlock.keep) that comes after
+-- the engine's must not call into it (redlock.nginx.keep checks alive.on).
+-- It holds alive, never the hub or the engine, so the engine can be
+-- collected.
+local function engine_finalizer(alive)
+    return function(e)
+        alive.on = false
+        C.rl_engine_free(e)
+    end
+end
+
 --- The worker's hub for a client of these rl_client_new arguments (its
 --- configuration: the same servers and options share one), made on first
 --- use; nil with errbuf filled on bad arguments.
@@ -210,7 +223,9 @@ function _M.get(urls, n, opts, errbuf, errlen)
         C.rl_engine_free(e)
         return nil
     end
-    hub = new_hub(ffi.gc(e, C.rl_engine_free), n, opts, t)
+    local alive = { on = true }
+    hub = new_hub(ffi.gc(e, engine_finalizer(alive)), n, opts, t)
+    hub.alive = alive
     hubs[key] = hub
     for i = 0, n - 1 do
         if hub.tlss[i] then tls.notes(hub); break end

@@ -136,8 +136,9 @@ end
 -- (reload, quit), where ngx.timer.at crashed the worker. The hub runs while
 -- it keeps a lock, and releases this one within its slice (HUB_SLICE_MS).
 function keeper:drop(id)
-    if not self.entries[id] then return RL_ERR end
     local hub = self.hub
+    -- (a guard's finalizer after the engine's, as the worker's Lua state closes)
+    if not self.entries[id] or not hub.alive.on then return RL_ERR end
     -- a semaphore's slot: the worker's waiters may attempt again
     if self.slots[id] > 0 then watch.forget_slot(hub, self.entries[id], self.values[id]) end
     forget(self, id)
