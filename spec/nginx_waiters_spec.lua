@@ -90,10 +90,12 @@ local BEHIND = [[
         if c then for _ in pairs(c.line) do n = n + 1 end end
         return n
       end
-      local H = assert(DLM:lock(r, { ttl = 20000 }))
+      -- expired: the holder's lock runs out unreleased (a holder that died),
+      -- and the first waits out a long delay of its own policy
+      local H = assert(DLM:lock(r, { ttl = case == "expired" and 800 or 20000 }))
       local got = {}
       local L = ngx.thread.spawn(function()
-        local lk = DLM:lock(r, { ttl = 10000, retry = retry.forever() })
+        local lk = DLM:lock(r, { ttl = 10000, retry = case == "expired" and retry.fixed(3000, 2) or retry.forever() })
         got.L = lk and "got" or "fail"
         if lk then lk:unlock() end
       end)
@@ -116,6 +118,15 @@ local BEHIND = [[
         ngx.thread.wait(B)
         ngx.say("B=", got.B, " before the release=", tostring(got.H == nil))
         ngx.thread.kill(release)
+      elseif case == "expired" then
+        local B = ngx.thread.spawn(function()
+          local lk, err = DLM:lock(r, { ttl = 10000, wait = 1500 })
+          got.B = lk and "got" or tostring(err)
+          if lk then lk:unlock() end
+        end)
+        ngx.thread.wait(B)
+        ngx.thread.wait(L)
+        ngx.say("B=", got.B, " L=", got.L)
       elseif case == "nonlined" then
         local threads = {}
         for i = 1, 40 do
@@ -550,6 +561,13 @@ describe("the waiters of one nginx worker", function()
   it("yield to the first when their retry delay is 0, and give up when their policy does", function()
     assert.equal("yielded=true B=busy", behind("zero"))
     assert.equal("B=busy before the release=true", behind("bound"))
+  end)
+
+  -- Before: B, behind a first that slept out a 3 s delay of its policy,
+  -- never attempted and failed busy at the end of its wait, though the
+  -- lock had run out (unreleased: nothing woke the first) long before.
+  it("make an attempt of their own before they give up, if they were never first", function()
+    assert.equal("B=got L=got", behind("expired"))
   end)
 
   it("leave no trace in the line when they do not stand in it (shared, fenced)", function()

@@ -280,6 +280,7 @@ local function retries(w, owed)
     -- only a waiter in line sleeps as one (its place among the sleepers)
     local line_since = in_line and since or nil
     local got
+    local tried = w.err ~= nil and not w.behind -- (an attempt made before the retries)
     if owed then
         if sleep_until(client, a, seen, ceil(owed), line_since) == 1 then wake_jitter(client, a) end
         seen = heard(client, a)
@@ -291,9 +292,23 @@ local function retries(w, owed)
     local queued = notify and w.kind.queued
     if queued then try = queued end
     local ticket = w.kind.slots and C.rl_wall_ms() or nil
+    -- A waiter in line that gives up (its policy or its wait at an end)
+    -- without ever having been first makes one attempt of its own first, so
+    -- that it fails busy only when the nodes say so: the first may be
+    -- sleeping out a long delay of its own policy past a lock that expired
+    -- (no release to wake it).
+    local function give_up()
+        if not tried and in_line and (not slots or slots - client:slots_held(a, #a) > 0) then
+            local last
+            last, err, detail = try(d, client, a, b, ticket)
+            if last then return last end
+        end
+        return nil, err, detail
+    end
     local time_left = owed or w.deadline == nil or now() < w.deadline
     if (queued or owed) and time_left then
         if first() then
+            tried = true
             got, err, detail = try(d, client, a, b, ticket)
             if got then return got end
         elseif err == nil then
@@ -303,13 +318,13 @@ local function retries(w, owed)
     end
     while true do
         local delay = policy_delay(w.policy, n, err, detail)
-        if not delay then return nil, err, detail end
+        if not delay then return give_up() end
         -- closed by the policy, or by another coroutine while it yielded?
         live_client(d, single and "lock" or "lock_many")
         if delay < 1 and in_line and not first() then delay = 1 end
         if w.deadline then
             local left = w.deadline - now()
-            if left <= 0 then return nil, err, detail end
+            if left <= 0 then return give_up() end
             if delay > left then delay = left end
         end
         if notify then
@@ -336,7 +351,7 @@ local function retries(w, owed)
                 delay = floor(wake_by - now())
                 if not woke or delay <= 0 then break end
                 if first() then
-                    extra = extra + 1
+                    extra, tried = extra + 1, true
                     -- (a failure here is superseded by the policy's attempt below)
                     got = try(d, client, a, b, ticket)
                     if got then return got end
@@ -347,6 +362,7 @@ local function retries(w, owed)
         end
         n = n + 1
         if first() then
+            tried = true
             got, err, detail = try(d, client, a, b, ticket)
             if got then return got end
         end
@@ -394,6 +410,7 @@ function _M.with_retries(d, client, kind, a, b, policy, wait)
         local w = waiter(d, client, kind, a, b, policy, deadline)
         local _
         _, w.err, w.detail = results.refusal(d, "busy", "other calls of this client wait for it first")
+        w.behind = true
         return watched_retries(w)
     end
     if owed > 0 then
