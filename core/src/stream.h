@@ -6,7 +6,8 @@
  *   - AUTH/SELECT/INFO first on a fresh connection; nothing else goes out
  *     until they have succeeded; SCRIPT LOAD of our scripts after them;
  *   - INFO's run_id: a server that already votes through another node of
- *     the same engine (its peers) is refused like a failed AUTH;
+ *     the same engine (its peers), connected and set up, is refused like a
+ *     failed AUTH;
  *   - the connect deadline, which bounds the connect with its TLS
  *     handshake, and then the setup, and reconnecting with doubling backoff;
  *   - the step check (ECHO of a nonce) of a stream whose replies may no
@@ -115,7 +116,7 @@ typedef struct rl_stream {
     double setup_ms;         /* when the connection was asked for (its setup queued behind it) */
     char seen_id[RL_RUN_ID_LEN + 1];  /* run_id the setup's INFO reported on this connection, or "" */
     char run_id[RL_RUN_ID_LEN + 1];   /* the server this node last voted for ("" if it never said);
-                                         kept while down, so the server keeps its one voter */
+                                         it counts only while the node is up (voter_of) */
     rl_reader reader;
     rl_stream_counts counts; /* connection events (stats.h), kept across connections */
 

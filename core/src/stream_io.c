@@ -273,10 +273,18 @@ static void step_reply(rl_stream *s, const rl_reply *reply, double now_ms) {
     rl_stream_drop(s, RL_OUT_OF_STEP, 1, now_ms);
 }
 
-/* The peer that already votes for server run_id, or -1. */
+/* The peer that votes for server run_id now (connected, its setup done),
+ * or -1. One that voted for it and is down or idle now does not count: the
+ * server's voter is whichever of its nodes is set up first, so a node that
+ * only claimed another's run_id (an impostor, a proxy passing INFO on)
+ * holds that server's vote only while it stays connected. */
 static int voter_of(const rl_stream *s, const char *run_id) {
-    for (int j = 0; j < s->npeers; j++)
-        if (j != s->index && s->peers[j].run_id[0] && strcmp(s->peers[j].run_id, run_id) == 0) return j;
+    for (int j = 0; j < s->npeers; j++) {
+        const rl_stream *p = &s->peers[j];
+        if (j != s->index && p->state == RL_STREAM_UP && !p->holding && p->run_id[0] &&
+            strcmp(p->run_id, run_id) == 0)
+            return j;
+    }
     return -1;
 }
 

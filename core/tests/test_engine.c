@@ -1652,6 +1652,52 @@ static void setup_same_run_id_refused(void) {
     rl_engine_free(E);
 }
 
+/* Before: a node that claimed another's run_id first (an impostor, or a
+ * real node slow to start) kept that server's vote for good, even once its
+ * own connection was gone: the server's node was refused on every
+ * reconnect. Now a down node holds no vote: the server's node, set up
+ * again, votes, and the claimant coming back is the one refused. */
+static void run_id_of_a_node_down_is_free(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_acquire(E, "r", 1, 10000, 0);
+    bring_up(0, run_id(5), 0); /* node 1 claims server 5 */
+    CHECK_INT(rl_engine_node_connected(E, 1, 1, 0), RL_OK);
+    CHECK_STR(drain(1, 0), plain_setup());
+    char both[300];
+    snprintf(both, sizeof(both), "%s%s", info_reply(run_id(5)), LOADS_REPLY);
+    CHECK_INT(feed(1, both, 1), RL_ERR); /* node 2, server 5 itself: refused while node 1 is up */
+    bring_up(2, run_id(2), 1);
+    drain(0, 1);
+    drain(2, 1);
+    CHECK_INT(feed(0, "+OK\r\n", 2), RL_OK);
+    CHECK_INT(feed(2, "+OK\r\n", 2), RL_OK);
+    CHECK_INT(take(id).status, RL_STATUS_OK);
+    rl_engine_node_down(E, 1, NULL, 3);
+    rl_engine_node_down(E, 0, "connection lost: Connection reset by peer", 3); /* the claimant is gone */
+    /* node 2's next connection, after its backoff: set up, it votes */
+    rl_engine_advance(E, 2000);
+    id = rl_engine_begin_acquire(E, "s", 1, 10000, 2000);
+    bring_up(1, run_id(5), 2000);
+    drain(1, 2000);
+    drain(2, 2000);
+    CHECK_INT(feed(1, "+OK\r\n", 2001), RL_OK);
+    CHECK_INT(feed(2, "+OK\r\n", 2001), RL_OK);
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    CHECK_INT(r.node[1].state, RL_NODE_OK);
+    /* node 1 back, claiming server 5 again: now it is the one refused */
+    id = rl_engine_begin_acquire(E, "t", 1, 10000, 4000);
+    rl_engine_advance(E, 4000);
+    CHECK_INT(rl_engine_node_wants(E, 0) & RL_WANT_CONNECT, RL_WANT_CONNECT);
+    CHECK_INT(rl_engine_node_connected(E, 0, 1, 4000), RL_OK);
+    CHECK_STR(drain(0, 4000), plain_setup());
+    CHECK_INT(feed(0, both, 4001), RL_ERR);
+    char want[300];
+    snprintf(want, sizeof(want), "same server as node 2 (run_id %s)", run_id(5));
+    CHECK_STR(rl_engine_node_errstr(E, 0), want);
+    rl_engine_free(E);
+}
+
 /* ---- 9. detaching a pooled connection ---- */
 
 /* Detach after every reply is clean (1); the next command wants CONNECT at
@@ -2574,6 +2620,7 @@ int main(void) {
     reply_of_wrong_type_drops_the_connection();
     setup_auth_and_select_refused();
     setup_same_run_id_refused();
+    run_id_of_a_node_down_is_free();
     detach_clean_and_with_reply_outstanding();
     silent_node_becomes_suspect_and_gets_only_probes();
     suspect_rejoins_at_its_first_bytes();
