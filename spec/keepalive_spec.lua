@@ -229,17 +229,24 @@ describe("keep-alive", function()
   -- valid and check() passed, though its release ran on those nodes as soon
   -- as they resumed and another client could take the lock at once (for
   -- ever without keep-alive; until its next extension with it).
+  -- A lock on r whose unlock failed with nodes 2 and 3 stopped (they run
+  -- again when it returns, the release queued for them with it).
+  local function unlock_failed(r, keepalive)
+    local lock = assert(dlm:lock(r, { ttl = 3000, keepalive = keepalive }))
+    assert(cl:kill(2, "STOP"))
+    assert(cl:kill(3, "STOP"))
+    local ok, err = lock:unlock()
+    assert(cl:kill(2, "CONT"))
+    assert(cl:kill(3, "CONT"))
+    assert.is_nil(ok)
+    assert.are.equal("unavailable", err)
+    return lock
+  end
+
   for _, keepalive in ipairs { false, true } do
     it(("makes a lock lost at once when its unlock fails (keepalive = %s)"):format(tostring(keepalive)), function()
       local r = res("unlock_failed")
-      local lock = assert(dlm:lock(r, { ttl = 3000, keepalive = keepalive }))
-      assert(cl:kill(2, "STOP"))
-      assert(cl:kill(3, "STOP"))
-      local ok, err = lock:unlock()
-      assert(cl:kill(2, "CONT"))
-      assert(cl:kill(3, "CONT"))
-      assert.is_nil(ok)
-      assert.are.equal("unavailable", err)
+      local lock = unlock_failed(r, keepalive)
       assert.is_true(lock:lost())
       assert.is_false(lock:valid())
       assert.is_true(lock:remaining() <= 0)
@@ -258,17 +265,9 @@ describe("keep-alive", function()
   -- was that first unlock's doing, its release run once the nodes resumed.
   it("says so when an unlock finds our value gone after an unlock that failed", function()
     local r = res("unlock_again")
-    local lock = assert(dlm:lock(r, { ttl = 3000, keepalive = true }))
-    assert(cl:kill(2, "STOP"))
-    assert(cl:kill(3, "STOP"))
-    local ok, err = lock:unlock()
-    assert(cl:kill(2, "CONT"))
-    assert(cl:kill(3, "CONT"))
-    assert.is_nil(ok)
-    assert.are.equal("unavailable", err)
+    local lock = unlock_failed(r, true)
     assert(cluster.await_all(cl, function(i) return not cluster.exists(cl, i, r), "still there" end, 10000, nil, dlm))
-    local detail
-    ok, err, detail = lock:unlock()
+    local ok, err, detail = lock:unlock()
     assert.is_nil(ok)
     assert.are.equal("not held", err)
     assert.matches("an earlier unlock of this lock failed", detail.message, 1, true)

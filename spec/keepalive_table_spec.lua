@@ -44,6 +44,53 @@ end
 -- holder's code (a function(T, A), see helpers/keep_holder.lua); drive(ctx,
 -- dir) runs in the spec while the holder does; check(result, ctx) judges
 -- what the holder returned; teardown(ctx) always runs.
+-- A scenario: the kept lock (n: a lock_many group of n names) whose
+-- object the holder drops without unlock() is released by keep-alive while
+-- the holder runs on.
+local function dropped(what, tag, n)
+  return {
+    name = "releases " .. what .. " whose object was collected without unlock(), while the holder runs on",
+    setup = function(ctx) return { urls = ctx.cl.urls, r = res(tag), n = n } end,
+    holder = [[
+      return function(T, A)
+        local dlm = require("redlock").new { servers = A.urls }
+        do
+          local held
+          if A.n then
+            local names = {}
+            for i = 1, A.n do names[i] = A.r .. ":" .. i end
+            held = dlm:lock_many(names, { ttl = 30000, keepalive = true })
+          else
+            held = dlm:lock(A.r, { ttl = 30000, keepalive = true })
+          end
+          if not held then return "not held" end
+          T.mark("held")
+          T.await("seen")
+        end
+        collectgarbage()
+        collectgarbage()
+        T.mark("dropped")
+        T.await("gone", 10000) -- alive until the spec saw the keys go: exiting releases too
+        dlm:close()
+        return "done"
+      end]],
+    drive = function(ctx, dir)
+      local keys = n and { ctx.args.r .. ":1", ctx.args.r .. ":" .. n } or { ctx.args.r }
+      assert(proc.wait_file(dir .. "/held", 10000))
+      assert(cluster.await_all(ctx.cl, function(i) return cluster.pttl(ctx.cl, i, keys[#keys]) > 25000 end, 3000))
+      proc.write_file(dir .. "/seen", "1")
+      assert(proc.wait_file(dir .. "/dropped", 10000))
+      local gone, why = true, nil
+      for _, key in ipairs(keys) do
+        if gone then gone, why = cluster.await_value(ctx.cl, key, nil, 5000) end -- well within the 30 s ttl
+      end
+      proc.write_file(dir .. "/gone", "1")
+      assert(gone, why)
+    end,
+    check = function(out) assert.equal("done", out) end,
+  }
+end
+
 local SCENARIOS = {
   {
     name = "extends again at once when the owner's extend overlaps one in flight (the shorter validity counts)",
@@ -351,73 +398,11 @@ local SCENARIOS = {
       if ctx.own then ctx.own:stop() end
     end,
   },
-  {
-    name = "releases a kept lock whose object was collected without unlock(), while the holder runs on",
-    setup = function(ctx) return { urls = ctx.cl.urls, r = res("dropped") } end,
-    holder = [[
-      return function(T, A)
-        local dlm = require("redlock").new { servers = A.urls }
-        do
-          local lock = dlm:lock(A.r, { ttl = 30000, keepalive = true })
-          if not lock then return "not held" end
-          T.mark("held")
-          T.await("seen")
-        end
-        collectgarbage()
-        collectgarbage()
-        T.mark("dropped")
-        T.await("gone", 10000) -- alive until the spec saw the key go: exiting releases too
-        dlm:close()
-        return "done"
-      end]],
-    drive = function(ctx, dir)
-      assert(proc.wait_file(dir .. "/held", 10000))
-      assert(cluster.await_all(ctx.cl, function(i) return cluster.pttl(ctx.cl, i, ctx.args.r) > 25000 end, 3000))
-      proc.write_file(dir .. "/seen", "1")
-      assert(proc.wait_file(dir .. "/dropped", 10000))
-      local gone, why = cluster.await_value(ctx.cl, ctx.args.r, nil, 5000) -- well within the 30 s ttl
-      proc.write_file(dir .. "/gone", "1")
-      assert(gone, why)
-    end,
-    check = function(out) assert.equal("done", out) end,
-  },
-  {
-    -- Before: the first lock_many of a fresh process or worker compiled a
-    -- trace that kept the call's closures, and with them the group, alive:
-    -- keep-alive extended its 200 locks for as long as the trace lived.
-    name = "releases the kept locks of a lock_many group collected without unlock(), while the holder runs on",
-    setup = function(ctx) return { urls = ctx.cl.urls, r = res("droppedmany"), n = 200 } end,
-    holder = [[
-      return function(T, A)
-        local dlm = require("redlock").new { servers = A.urls }
-        do
-          local names = {}
-          for i = 1, A.n do names[i] = A.r .. ":" .. i end
-          local group = dlm:lock_many(names, { ttl = 30000, keepalive = true })
-          if not group then return "not held" end
-          T.mark("held")
-          T.await("seen")
-        end
-        collectgarbage()
-        collectgarbage()
-        T.mark("dropped")
-        T.await("gone", 10000) -- alive until the spec saw the keys go: exiting releases too
-        dlm:close()
-        return "done"
-      end]],
-    drive = function(ctx, dir)
-      local first, last = ctx.args.r .. ":1", ctx.args.r .. ":" .. ctx.args.n
-      assert(proc.wait_file(dir .. "/held", 10000))
-      assert(cluster.await_all(ctx.cl, function(i) return cluster.pttl(ctx.cl, i, last) > 25000 end, 3000))
-      proc.write_file(dir .. "/seen", "1")
-      assert(proc.wait_file(dir .. "/dropped", 10000))
-      local gone, why = cluster.await_value(ctx.cl, first, nil, 5000) -- well within the 30 s ttl
-      if gone then gone, why = cluster.await_value(ctx.cl, last, nil, 5000) end
-      proc.write_file(dir .. "/gone", "1")
-      assert(gone, why)
-    end,
-    check = function(out) assert.equal("done", out) end,
-  },
+  dropped("a kept lock", "dropped"),
+  -- Before: the first lock_many of a fresh process or worker compiled a
+  -- trace that kept the call's closures, and with them the group, alive:
+  -- keep-alive extended its 200 locks for as long as the trace lived.
+  dropped("the kept locks of a lock_many group", "droppedmany", 200),
 }
 
 -- The transports: start(ctx) once, then run(dir) starts one holder and

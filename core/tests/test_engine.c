@@ -1624,6 +1624,14 @@ static void setup_auth_and_select_refused(void) {
     rl_engine_free(E);
 }
 
+/* Nodes a and b (set up) get the command in flight and grant it at t. */
+static void both_grant(int a, int b, double t) {
+    drain(a, t);
+    drain(b, t);
+    CHECK_INT(feed(a, "+OK\r\n", t), RL_OK);
+    CHECK_INT(feed(b, "+OK\r\n", t), RL_OK);
+}
+
 /* Two nodes whose INFO names the same server: the second to finish its
  * setup is refused and wants CLOSE; its vote fails with the reason. */
 static void setup_same_run_id_refused(void) {
@@ -1641,10 +1649,7 @@ static void setup_same_run_id_refused(void) {
     CHECK_STR(rl_engine_node_errstr(E, 1), want);
     CHECK_INT(drain(1, 1)[0], 0);
     bring_up(2, run_id(2), 1);
-    drain(0, 1);
-    drain(2, 1);
-    CHECK_INT(feed(0, "+OK\r\n", 2), RL_OK);
-    CHECK_INT(feed(2, "+OK\r\n", 2), RL_OK);
+    both_grant(0, 2, 2);
     rl_result r = take(id);
     CHECK_INT(r.status, RL_STATUS_OK);
     CHECK_INT(r.node[1].state, RL_NODE_ERROR);
@@ -1667,10 +1672,7 @@ static void run_id_of_a_node_down_is_free(void) {
     snprintf(both, sizeof(both), "%s%s", info_reply(run_id(5)), LOADS_REPLY);
     CHECK_INT(feed(1, both, 1), RL_ERR); /* node 2, server 5 itself: refused while node 1 is up */
     bring_up(2, run_id(2), 1);
-    drain(0, 1);
-    drain(2, 1);
-    CHECK_INT(feed(0, "+OK\r\n", 2), RL_OK);
-    CHECK_INT(feed(2, "+OK\r\n", 2), RL_OK);
+    both_grant(0, 2, 2);
     CHECK_INT(take(id).status, RL_STATUS_OK);
     rl_engine_node_down(E, 1, NULL, 3);
     rl_engine_node_down(E, 0, "connection lost: Connection reset by peer", 3); /* the claimant is gone */
@@ -1678,10 +1680,7 @@ static void run_id_of_a_node_down_is_free(void) {
     rl_engine_advance(E, 2000);
     id = rl_engine_begin_acquire(E, "s", 1, 10000, 2000);
     bring_up(1, run_id(5), 2000);
-    drain(1, 2000);
-    drain(2, 2000);
-    CHECK_INT(feed(1, "+OK\r\n", 2001), RL_OK);
-    CHECK_INT(feed(2, "+OK\r\n", 2001), RL_OK);
+    both_grant(1, 2, 2001);
     rl_result r = take(id);
     CHECK_INT(r.status, RL_STATUS_OK);
     CHECK_INT(r.node[1].state, RL_NODE_OK);
