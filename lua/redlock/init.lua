@@ -306,9 +306,10 @@ end
 
 -- Why lk, with_lock's lock, is no longer held now that its function has
 -- returned, or nil: it is valid, or the function released it itself (a
--- release is no loss).
+-- release is no loss, nor is one that failed while the lock was valid: it
+-- ended the lock's validity, since it may have run on the nodes).
 local function lost_by_now(lk)
-    if lk.released or lk:valid() then return nil end
+    if lk.released or lk.unlock_failed or lk:valid() then return nil end
     if lk.kept ~= nil then return "keep-alive could not extend it in time, or found it gone" end
     return "its validity ran out before the function returned"
 end

@@ -326,7 +326,9 @@ function _M.after_release(lk, started, status)
         forget(lk)
         return
     end
-    if status ~= C.RL_STATUS_NOT_HELD then lk.unlock_failed = true end -- (check() says so)
+    -- a lock still valid when the failed release began was ended by it
+    -- (check() says so; with_lock counts it a release, not a loss)
+    if status ~= C.RL_STATUS_NOT_HELD and lk.valid_until - (lk.margin or 0) > started then lk.unlock_failed = true end
     if started < lk.valid_until then lk.valid_until = started end
 end
 local after_release = _M.after_release
