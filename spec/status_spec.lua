@@ -215,6 +215,18 @@ describe("redlock status", function()
     assert.matches("slot 1   ev\\x1b[31mil\\x0a/a... on 3 of 3 nodes", out, 1, true)
   end)
 
+  -- Before: only slot 1 was looked at, so a semaphore whose holders had
+  -- taken other slots (a holder's slot is drawn at random) showed as free
+  -- with no word of a semaphore.
+  it("says a free RESOURCE looks like a semaphore when a slot other than the first is held", function()
+    local r = res("slot3")
+    for i = 1, 3 do cl:cli(i, "SET", "redlock:slot:3:" .. r, ("%040x"):format(7), "PX", "60000") end
+    local out, rc = status(q(r))
+    for i = 1, 3 do cl:cli(i, "DEL", "redlock:slot:3:" .. r) end
+    assert.equals(1, rc, out)
+    assert.matches("looks like a semaphore (its slot 3 is held): redlock status --limit L", out, 1, true)
+  end)
+
   -- Mark RESOURCE as held shared on every node by the holders values (each
   -- with a minute left), as redlock exec --shared leaves it.
   local function share(r, values)

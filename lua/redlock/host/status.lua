@@ -57,7 +57,8 @@ Options:
 %s
 
 A semaphore's RESOURCE shows as free (its slots are keys of their own):
-status then says that it looks like one. With --limit L, RESOURCE is a
+status then says that it looks like one (its waiters left its limit, or
+one of its first 8 slots is held). With --limit L, RESOURCE is a
 semaphore: one line per slot (its key redlock:slot:<k>:<key>; on a cluster
 node redlock:slot:<k>:<base>, docs/cluster.md) saying which
 value holds it on how many nodes, and its holder's label ("unknown" where
@@ -309,24 +310,32 @@ local function slots_status(opts, servers, key, limit, resource, quorum)
     return worst >= quorum and EXIT.OK or EXIT.UNAVAILABLE
 end
 
+-- The slots a free RESOURCE's hint looks at: a holder takes a slot in a
+-- random order, so the first alone is held by one holder in L.
+local HINT_SLOTS = 8
+
 -- A free RESOURCE may be a semaphore's (its slots are keys of their own):
--- say so when its first slot is held on a node, or its waiters left a
--- limit. rows: the nodes' rows of the probe of RESOURCE (those that did not
--- answer are not asked again).
+-- say so when one of its first HINT_SLOTS slots is held on a node, or its
+-- waiters left a limit. rows: the nodes' rows of the probe of RESOURCE
+-- (those that did not answer are not asked again).
 local function semaphore_hint(opts, servers, key, resource, rows)
     local failed = {}
     for idx, row in ipairs(rows) do
         if row.state == "error" then failed[idx] = row end
     end
     local limit = limit_left(opts, servers, key, failed)
-    local first_held = false
-    local srows, answers = probe_all(opts, servers, key, failed, 1)
-    if srows then
-        for _, r in pairs(answers) do first_held = first_held or r.exists end
+    local held_slot
+    for slot = 1, limit and 0 or HINT_SLOTS do
+        local srows, answers = probe_all(opts, servers, key, failed, slot)
+        if srows then
+            for _, r in pairs(answers) do held_slot = held_slot or (r.exists and slot) end
+        end
+        if held_slot then break end
     end
-    if limit or first_held then
+    if limit or held_slot then
         print(("'%s' looks like a semaphore (%s): redlock status --limit %s %s shows its slots"):format(resource,
-            limit and ("its waiters say limit " .. limit) or "its slot 1 is held", limit or "L", resource))
+            limit and ("its waiters say limit " .. limit) or ("its slot %d is held"):format(held_slot),
+            limit or "L", resource))
     end
 end
 
