@@ -341,9 +341,8 @@ function dlm:with_lock(resource, opts, fn, ...)
     local lost = lost_by_now(lk)
     -- fn's own release, failed here, may have deleted our value there since
     local fn_released = lk.release_sent
-    -- a release that failed is nobody's to try again: the keeper does
-    local released, why = lk:unlock()
-    if not released and not lk.released then keep.let_go(lk) end
+    -- (a release that failed: the keeper releases a kept lock in the background)
+    local _, why = lk:unlock()
     if owner ~= nil then keep.own(lk, nil) end -- (the frame holds owner until here)
     if not out[1] then error(out[2], 0) end
     if not lost and why == "not held" and not fn_released then

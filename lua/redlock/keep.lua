@@ -84,10 +84,9 @@ local function keep(lk, margin)
     return true
 end
 
---- A kept lock whose release failed and that nobody will release again
---- (with_lock's, keep_or_release's): keep-alive stops, and the keeper
---- releases it, as it does a lock whose object was collected. Keep-alive
---- going on after a failed unlock is for a caller that may try again.
+--- A kept lock whose release failed (redlock.lock's after_release): keep-alive
+--- stops, and the keeper releases it, as it does a lock whose object was
+--- collected.
 function _M.let_go(lk)
     if lk.kept ~= nil and lk.dlm.keeper ~= nil then lk.dlm.keeper:drop(lk.kept) end
     if lk.guard ~= nil then ffi_gc(lk.guard, nil) end
@@ -113,7 +112,7 @@ function _M.keep_or_release(locks, margin)
         if not ok then
             for j = 1, #locks do
                 local lk = locks[j]
-                if not lk.released and not lk:unlock() and not lk.released then _M.let_go(lk) end
+                if not lk.released then lk:unlock() end -- (a failure: the keeper releases a kept one)
             end
             raise("redlock: " .. why)
         end

@@ -29,7 +29,7 @@ local detail_of, failure, failure_given, refusal = results.detail_of, results.fa
     results.refusal
 local again_when_full = batch.again_when_full
 local hold_until, forget = held.hold_until, held.forget
-local kept_state, keep_update, stop_keeping = keep.state, keep.update, keep.stop
+local kept_state, keep_update, stop_keeping, let_go = keep.state, keep.update, keep.stop, keep.let_go
 local mark_head_start = wait.mark_head_start
 local check_self, check_ms, argerror, live_client, check_phase =
     check.self, check.ms, check.argerror, check.live_client, check.phase
@@ -316,16 +316,20 @@ end
 --- says one was). Done: lk is released (keep-alive lets go of it). Anything
 --- else: the release may have run on some nodes from started on (a failed
 --- unlock is not undone), and "not held" says our value is gone from too
---- many nodes already; either way lk is lost from started, and keep-alive
---- lets go of it. It stays listed for close() until an unlock succeeds.
+--- many nodes already; either way lk is lost from started. A kept lock is
+--- then extended no more and its keeper releases it in the background, as
+--- it does a lock whose object was collected; one not kept stays listed
+--- for close(). Either way unlock() may be tried again.
 function _M.after_release(lk, started, status)
     lk.release_sent = true -- (whatever it says, a release may have run on the nodes)
-    stop_keeping(lk)
     if status == OK then
+        stop_keeping(lk)
         lk.released = true
         forget(lk)
         return
     end
+    kept_state(lk) -- (a kept lock: its keeper's latest validity)
+    let_go(lk)
     -- a lock still valid when the failed release began was ended by it
     -- (check() says so; with_lock counts it a release, not a loss)
     if status ~= C.RL_STATUS_NOT_HELD and lk.valid_until - (lk.margin or 0) > started then lk.unlock_failed = true end

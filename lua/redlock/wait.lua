@@ -265,6 +265,7 @@ local function retries(w, owed)
     local notify = d.notify
     local seen = notify and heard(client, a)
     local single, in_line = type(a) == "string", lined(d, w.kind, a)
+    local fname = single and "lock" or "lock_many" -- (for the closed client's error)
     -- a semaphore's waiters of one client attempt together, as many as
     -- slots the client does not hold: none while its calls hold every slot
     -- (an attempt could only be refused; their releases wake the next, and
@@ -298,7 +299,7 @@ local function retries(w, owed)
     -- sleeping out a long delay of its own policy past a lock that expired
     -- (no release to wake it).
     local function give_up()
-        if not tried and in_line and (not slots or slots - client:slots_held(a, #a) > 0) then
+        if not tried and in_line and d.client == client and (not slots or slots - client:slots_held(a, #a) > 0) then
             local last
             last, err, detail = try(d, client, a, b, ticket)
             if last then return last end
@@ -320,7 +321,7 @@ local function retries(w, owed)
         local delay = policy_delay(w.policy, n, err, detail)
         if not delay then return give_up() end
         -- closed by the policy, or by another coroutine while it yielded?
-        live_client(d, single and "lock" or "lock_many")
+        live_client(d, fname)
         if delay < 1 and in_line and not first() then delay = 1 end
         if w.deadline then
             local left = w.deadline - now()
@@ -350,6 +351,7 @@ local function retries(w, owed)
                 seen = heard(client, a)
                 delay = floor(wake_by - now())
                 if not woke or delay <= 0 then break end
+                live_client(d, fname) -- (closed by another coroutine while this one slept?)
                 if first() then
                     extra, tried = extra + 1, true
                     -- (a failure here is superseded by the policy's attempt below)
@@ -361,6 +363,7 @@ local function retries(w, owed)
             nap(client, delay)
         end
         n = n + 1
+        live_client(d, fname) -- (closed by another coroutine while this one slept?)
         if first() then
             tried = true
             got, err, detail = try(d, client, a, b, ticket)
