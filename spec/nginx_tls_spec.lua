@@ -226,8 +226,11 @@ describe("redlock inside nginx over TLS", function()
   -- Before: a directory as keyfile said "tls.keyfile '...' is empty", a
   -- missing file "cannot read tls.certfile: <path>: No such file...".
   it("refuses to make a client whose certificate or key cannot be read, naming the option, the file and why", function()
-    local missing, empty = pki.dir .. "/missing.crt", pki.dir .. "/empty.key"
+    local missing, empty, encrypted = pki.dir .. "/missing.crt", pki.dir .. "/empty.key", pki.dir .. "/encrypted.key"
     proc.write_file(empty, "")
+    local out, rc = proc.sh(("openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -aes256 -pass pass:pw -out %s")
+      :format(proc.quote(encrypted)))
+    assert.equal(0, rc, out)
     local cases = {
       { ("certfile = %q, keyfile = %q"):format(missing, pki.client_key),
         ("tls.certfile '%s': No such file or directory"):format(missing) },
@@ -238,6 +241,14 @@ describe("redlock inside nginx over TLS", function()
       { ("certfile = %q, keyfile = %q"):format(pki.client_cert, pki.dir .. "/missing.key"),
         ("tls.keyfile '%s': No such file or directory"):format(pki.dir .. "/missing.key") },
       { ("certfile = %q, keyfile = %q"):format(pki.client_cert, empty), ("tls.keyfile '%s': empty"):format(empty) },
+      -- Before: nginx made the client, and every handshake failed ("ssl set
+      -- client private key failed"); an encrypted key had OpenSSL ask for its
+      -- passphrase on the worker's stdin (a worker started in a terminal or
+      -- under a supervisor's pipe waited there for ever)
+      { ("certfile = %q, keyfile = %q"):format(pki.client_cert, pki.server_key),
+        ("tls.keyfile '%s': the key does not match tls.certfile"):format(pki.server_key) },
+      { ("certfile = %q, keyfile = %q"):format(pki.client_cert, encrypted),
+        ("tls.keyfile '%s': the key is encrypted (a passphrase cannot be given)"):format(encrypted) },
     }
     local locations = { PING }
     for k, case in ipairs(cases) do

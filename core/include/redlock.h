@@ -129,6 +129,14 @@ typedef struct rl_tls_options {
     int verify;               /* 1 (default): verify the chain and the host name or IP; 0: don't */
 } rl_tls_options;
 
+/* Check the TLS files of tls as a client for rediss:// nodes loads them
+ * (rl_client_new), connecting nowhere: RL_OK, or RL_ERR with the reason in
+ * err, naming the option and the file ("tls.keyfile '...': the key is
+ * encrypted (a passphrase cannot be given)", "... the key does not match
+ * tls.certfile"). For drivers that do TLS with other means (nginx's
+ * cosockets) and want the client's own checks of the files. */
+int rl_tls_check(const rl_tls_options *tls, char *err, size_t errlen);
+
 /* Client options. Fill with rl_options_init, then change what you need. */
 typedef struct rl_options {
     int node_timeout_ms;     /* longest wait for one node's reply in a round (default 50) */

@@ -294,6 +294,13 @@ void rl_tls_free(rl_tls *t) {
     free(t);
 }
 
+int rl_tls_check(const rl_tls_options *tls, char *err, size_t errlen) {
+    rl_tls *t = rl_tls_new(tls, err, errlen);
+    if (t == NULL) return RL_ERR;
+    rl_tls_free(t);
+    return RL_OK;
+}
+
 /* ---- sessions ---- */
 
 int rl_tls_start(rl_tls *t, rl_tls_session *s, int fd, const char *host, char *err, size_t errlen) {

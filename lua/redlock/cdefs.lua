@@ -66,6 +66,8 @@ typedef struct rl_tls_options {
     int verify;
 } rl_tls_options;
 
+int rl_tls_check(const rl_tls_options *tls, char *err, size_t errlen);
+
 typedef struct rl_options {
     int node_timeout_ms;
     int connect_timeout_ms;

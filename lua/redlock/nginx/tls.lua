@@ -82,6 +82,19 @@ local function read_file(path, what)
     return s
 end
 
+local check_opts = ffi.new("rl_tls_options")
+local check_err = ffi.new("char[?]", C.RL_ERR_LEN)
+
+-- The client certificate c.certfile and its key (c.keyfile, or in the same
+-- file) as the C client checks them (rl_tls_check): nil, or why not.
+local function check_pair(c)
+    check_opts.certfile, check_opts.keyfile = c.certfile, c.keyfile
+    local rc = C.rl_tls_check(check_opts, check_err, C.RL_ERR_LEN)
+    check_opts.certfile, check_opts.keyfile = nil, nil
+    if rc ~= C.RL_OK then return ffi_string(check_err) end
+    return nil
+end
+
 -- Load what a TLS hub needs from nginx (the client certificate, parsed
 -- once) and check that this ngx_lua has it. nil, or why not.
 function _M.load(c)
@@ -108,6 +121,11 @@ function _M.load(c)
             pem, err = read_file(c.keyfile, "keyfile")
             if not pem then return err end
         end
+        -- the client's own checks of the pair before the key is parsed: a
+        -- key that does not match, or one that is encrypted (its parse would
+        -- have OpenSSL ask for a passphrase on the worker's stdin, and wait)
+        local why = check_pair(c)
+        if why then return why end
         local key, kerr = ssl.parse_pem_priv_key(pem)
         if not key then
             return ("tls.%s '%s': %s"):format(c.keyfile and "keyfile" or "certfile (no tls.keyfile: its key)",
