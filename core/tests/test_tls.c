@@ -157,6 +157,12 @@ static void bad_options(void) {
     o.tls.keyfile = ca_key;
     CHECK(rl_client_new(url_list, NODES, &o, err, sizeof(err)) == NULL);
     CHECK(strstr(err, "does not match tls.certfile") != NULL);
+    /* rl_tls_check: the same checks, no client */
+    CHECK_INT(rl_tls_check(&o.tls, err, sizeof(err)), RL_ERR);
+    snprintf(want, sizeof(want), "tls.keyfile '%s': the key does not match tls.certfile", ca_key);
+    CHECK_STR(err, want);
+    o.tls.keyfile = key;
+    CHECK_INT(rl_tls_check(&o.tls, err, sizeof(err)), RL_OK);
     rl_options_init(&o);
     o.tls.keyfile = key;
     CHECK(rl_client_new(url_list, NODES, &o, err, sizeof(err)) == NULL);
