@@ -380,7 +380,8 @@ function _M.run(opts, argv, k)
             -- COMMAND, or a process it handed the lock to (dlm:adopt with
             -- REDLOCK_VALUE), released it before the group ended
             host.fail(code, "'%s' was no longer held when %s's process group ended (released by a process it"
-                .. " was handed to, or expired); exiting with %s's status %d", resource, command[1], command[1], code)
+                .. " was handed to, expired, or dropped by nodes that restarted); exiting with %s's status %d",
+                resource, command[1], command[1], code)
         elseif opts.verbose then
             io.stderr:write(("redlock: released '%s'\n"):format(resource))
         end
