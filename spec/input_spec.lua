@@ -118,7 +118,9 @@ describe("input", function()
       raises(function() dlm:try_lock({}) end, "resource")
       raises(function() dlm:with_lock("", {}, function() end) end, "resource")
       raises(function() dlm:lock_many({ "a", "" }) end, "resource")
-      raises(function() dlm:lock_many({}) end, "resource")
+      raises(function() dlm:lock_many({}) end, "got an empty table")
+      -- Before: "got an empty table" for a table with keys but no [1]
+      raises(function() dlm:lock_many({ [2] = "a" }) end, "got a table with no %[1%]")
     end)
 
     it("reject ttl <= 0 or not a number", function()

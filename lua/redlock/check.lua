@@ -144,7 +144,8 @@ _M.resource = check_resource
 function _M.resources(d, fname, resources)
     if type(resources) ~= "table" or #resources == 0 then
         argerror(1, fname, "resources must be a non-empty list of strings, got " ..
-            (type(resources) == "table" and "an empty table" or show(resources)))
+            (type(resources) ~= "table" and show(resources) or next(resources) == nil and "an empty table"
+                or "a table with no [1]"))
     end
     if #resources > C.RL_ID_SLOTS then
         argerror(1, fname, ("resources may list at most %d names, got %d"):format(C.RL_ID_SLOTS, #resources))
