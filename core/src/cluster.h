@@ -206,6 +206,12 @@ void rl_cluster_retry_advance(struct rl_engine *e);
 /* Drop every kept command (the engine is being freed). */
 void rl_cluster_retry_free(struct rl_engine *e);
 
+/* The TRYAGAIN that a command of the operation at slot (of generation
+ * gen) met on cluster node i and that keeps it waiting to go again, told
+ * in out ("TRYAGAIN ... (the slot still migrating after N sends)"): 1, or
+ * 0 when none waits. For a vote whose node timeout ends meanwhile. */
+int rl_cluster_retry_text(const struct rl_engine *e, int slot, unsigned gen, int i, char *out, size_t cap);
+
 /* 1 if a command is kept to go to shard sh again, else 0. */
 int rl_cluster_retry_holds(const struct rl_engine *e, const rl_shard *sh);
 

@@ -7,6 +7,7 @@
  * queue. The migration of a slot usually takes milliseconds, so a few sends
  * within the node timeout turn what was a failed vote into an answer. Part
  * of the engine: no I/O, no clock. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,4 +113,17 @@ void rl_cluster_retry_free(rl_engine *e) {
     free(e->retries);
     e->retries = NULL;
     e->nretries = e->capretries = 0;
+}
+
+/* See cluster.h. */
+int rl_cluster_retry_text(const rl_engine *e, int slot, unsigned gen, int i, char *out, size_t cap) {
+    for (int k = 0; k < e->nretries; k++) {
+        const rl_retry *r = &e->retries[k];
+        if (r->sh->node == i && r->t.slot == slot && r->t.gen == gen) {
+            snprintf(out, cap, "%s (the slot still migrating after %d send%s)", r->refusal.str, r->t.tryagains,
+                     r->t.tryagains == 1 ? "" : "s");
+            return 1;
+        }
+    }
+    return 0;
 }

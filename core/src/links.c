@@ -129,6 +129,13 @@ void rl_engine_node_down(rl_engine *e, int node, const char *why, double now_ms)
     }
     if (s) rl_stream_down(s, why, clock_at(e, now_ms));
     else if (j >= 0) rl_subs_down(&e->subs, j, why, clock_at(e, now_ms));
+    /* A master's connection lost, with or without commands in flight: the
+     * cluster may have moved it (a failover, the node restarted at another
+     * address), so its map is asked for again now, while a node that knows
+     * the new one may still be reachable (one refresh a while at most). */
+    unsigned bit = 0;
+    rl_shard *sh = s ? link_shard(e, node, &bit) : NULL;
+    if (sh && bit == 1) rl_cluster_shard_unreachable(e, sh->node);
 }
 
 int rl_engine_node_detach(rl_engine *e, int node, double now_ms) {

@@ -395,7 +395,8 @@ int rl_op_cleanup_out(rl_engine *e, const rl_op *op) {
 /* The round's node timeout passed: every node yet to vote times out. One
  * whose connection is still being made or set up says so (and how long it
  * has been at it); the connection goes on until its connect deadline. One
- * whose write said yes and whose WAIT is still blocked says that. */
+ * whose write said yes and whose WAIT is still blocked says that, and one
+ * whose command waits to go again after a TRYAGAIN says what it met. */
 static void op_expire_round(rl_engine *e, rl_op *op) {
     char why[RL_NODE_ERR_LEN];
     for (int i = 0; i < e->nnodes; i++) {
@@ -403,7 +404,8 @@ static void op_expire_round(rl_engine *e, rl_op *op) {
         if (op->round.held & (1u << i))
             snprintf(why, sizeof(why), "no reply to WAIT within %d ms: the write is on the node, not known on %d %s",
                      e->opts.node_timeout_ms, e->replicas.want[i], e->replicas.want[i] == 1 ? "replica" : "replicas");
-        else if (!rl_stream_setup_text(rl_route(e, i, op->hslot), e->now, why, sizeof(why)))
+        else if (!rl_stream_setup_text(rl_route(e, i, op->hslot), e->now, why, sizeof(why)) &&
+                 !rl_cluster_retry_text(e, op->slot, op->gen, i, why, sizeof(why)))
             continue;
         if (rl_round_vote(&op->round, i, RL_NODE_TIMEOUT, why, e->now)) break;
     }
