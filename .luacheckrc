@@ -15,6 +15,8 @@ files["lua/redlock/nginx/*.lua"] = { read_globals = { "ngx" } }
 -- Specs run under busted (luacheck gives *_spec.lua files its std already);
 -- their helpers are plain LuaJIT.
 files["spec/**/*_spec.lua"] = { std = "+busted" }
+-- (and so do the sanitizer specs, run by name: spec/sanitizers/*_asan.lua)
+files["spec/sanitizers/*_asan.lua"] = { std = "+busted" }
 
 -- The benchmark summary prints Markdown tables: a header row is one long
 -- string.
