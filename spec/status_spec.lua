@@ -333,4 +333,29 @@ describe("redlock status", function()
     assert.matches("2  " .. cl.urls[2] .. "  error  PING: no answer within 500 ms", out, 1, true)
     assert.matches("down: 1 of 3 nodes answer (quorum 2)", out, 1, true)
   end)
+
+  -- Before: the nodes were asked one after another, each given 500 ms: five
+  -- stopped nodes made `redlock status` wait 2.5 s at least. Asked at once,
+  -- they share one 500 ms (the bound below leaves room for a slow start).
+  it("asks every node at once: stopped nodes cost one timeout between them", function()
+    local five = cluster.start(5)
+    finally(function() five:stop() end)
+    for i = 1, 5 do assert(five:kill(i, "STOP")) end
+    local list = q(table.concat(five.urls, ","))
+    local t0 = proc.now_ms()
+    local out, rc = proc.sh(("%s status --servers %s %s"):format(q(BIN), list, q(res("stopped"))))
+    local with_key_ms = proc.now_ms() - t0
+    t0 = proc.now_ms()
+    local pings, prc = proc.sh(("%s status --servers %s"):format(q(BIN), list))
+    local ping_ms = proc.now_ms() - t0
+    for i = 1, 5 do assert(five:kill(i, "CONT")) end
+    assert.equals(69, rc, out)
+    assert.equals(69, prc, pings)
+    for i = 1, 5 do
+      assert.matches(("%d  %s  error  [%%w ]+: no answer within 500 ms"):format(i, five.urls[i]:gsub("%p", "%%%0")), out)
+      assert.matches(("%d  %s  error  PING: no answer within 500 ms"):format(i, five.urls[i]:gsub("%p", "%%%0")), pings)
+    end
+    assert.is_true(with_key_ms < 2000, ("%.0f ms:\n%s"):format(with_key_ms, out))
+    assert.is_true(ping_ms < 2000, ("%.0f ms:\n%s"):format(ping_ms, pings))
+  end)
 end)

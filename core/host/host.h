@@ -5,10 +5,12 @@
  * paths.c   finds the Lua modules next to the executable (build tree or install prefix);
  * signals.c turns SIGINT/SIGTERM/SIGHUP/SIGQUIT into "stop the child, release every kept lock, exit";
  * proc.c    starts and supervises child processes (exec, os.execute, demo workers);
- * probe.c   reads what one node holds under a key (redlock status), over TLS too.
+ * probe.c   reads what one node holds under a key (redlock status), over TLS too;
+ * probe_all.c runs those reads on every node at once.
  *
  * Dependencies go one way: main.c uses the others, signals.c uses proc.c (to
- * stop the supervised child); proc.c, paths.c and probe.c use none of them.
+ * stop the supervised child), probe_all.c uses probe.c; proc.c, paths.c and
+ * probe.c use none of them.
  *
  * The rl_host_* functions of the "exported for the FFI" section are exported
  * from the executable (-Wl,-E) for the LuaJIT FFI; lua/redlock/host/sys.lua
@@ -242,6 +244,15 @@ typedef struct rl_host_tls {
  * RL_HOST_PROBE_EINVAL). */
 int rl_host_probe(const char *url, const char *key, size_t keylen, int what, int timeout_ms,
                   const rl_host_tls *tls, rl_host_probe_result *out);
+
+/* probe_all.c: rl_host_probe(urls[i], key, keylen, what, timeout_ms, tls,
+ * &out[i]) for each of the n nodes at once, each on a thread of its own
+ * (inline when one cannot start), so that all of them take timeout_ms at
+ * most, not n times it; rc[i] is each probe's return value. Return 0 once
+ * every probe has ended, or -1 (nothing probed) for n <= 0, a NULL array,
+ * or no memory. */
+int rl_host_probe_all(const char *const *urls, int n, const char *key, size_t keylen, int what, int timeout_ms,
+                      const rl_host_tls *tls, rl_host_probe_result *out, int *rc);
 
 /* Check tls as a client's TLS context takes it (its files read, core/src/
  * tls.c), connecting nowhere. Return 0, or -1 with out->errstr saying why

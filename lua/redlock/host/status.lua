@@ -4,8 +4,8 @@
 -- Without, per node whether it answers and how fast. With --limit L, per
 -- slot of the semaphore RESOURCE, the value most nodes hold and its label.
 --
--- Reads the nodes directly (rl_host_probe in core/host/probe.c, hiredis'
--- blocking API behind a plain struct), so it shows what is really on each
+-- Reads the nodes directly, all at once (rl_host_probe in core/host/probe.c,
+-- hiredis' blocking API behind a plain struct, on a thread per node), so it shows what is really on each
 -- node, whatever client wrote it; a Redis Cluster node at the master
 -- serving the key's slot, under the names the engine gives its keys there. It never takes part in a lock: holders
 -- pay nothing for it (the label travels in the value they write anyway).
@@ -125,8 +125,8 @@ local function label_of(value)
 end
 _M.label_of = label_of
 
--- Probe every node (key nil: PING; what: sys.probe's, nil for the lock
--- key); rows, the probes that answered, and
+-- Probe every node at once (key nil: PING; what: sys.probe's, nil for the
+-- lock key); rows, the probes that answered, and
 -- their number; or nil and the exit status of a usage error. failed: the
 -- rows of nodes that did not answer an earlier probe (index -> row), not
 -- asked again (each would cost TIMEOUT_MS again); the nodes that do not
@@ -134,21 +134,26 @@ _M.label_of = label_of
 local function probe_all(opts, servers, key, failed, what)
     local tls = config.tls_options(opts)
     local rows, answers, answered = {}, {}, 0
+    local asked, urls = {}, {}
     for idx, url in ipairs(servers) do
         if failed and failed[idx] then
             rows[idx] = failed[idx]
         else
-            local r, perr, kind, name = sys.probe(url, key, TIMEOUT_MS, tls, what)
-            if not r and kind == sys.PROBE_EINVAL then
-                return nil, host.fail(EXIT.USAGE, "%s", config.flag_message(perr, opts))
-            end
-            rows[idx] = { name = r and r.name or name, state = "error", info = perr }
-            if r then
-                answered = answered + 1
-                answers[idx] = r
-            elseif failed then
-                failed[idx] = rows[idx]
-            end
+            asked[#asked + 1], urls[#urls + 1] = idx, url
+        end
+    end
+    local found = sys.probe_all(urls, key, TIMEOUT_MS, tls, what)
+    for i, idx in ipairs(asked) do
+        local r, perr, kind, name = unpack(found[i], 1, 4)
+        if not r and kind == sys.PROBE_EINVAL then
+            return nil, host.fail(EXIT.USAGE, "%s", config.flag_message(perr, opts))
+        end
+        rows[idx] = { name = r and r.name or name, state = "error", info = perr }
+        if r then
+            answered = answered + 1
+            answers[idx] = r
+        elseif failed then
+            failed[idx] = rows[idx]
         end
     end
     -- one server named twice (two spellings of its address) votes once, as

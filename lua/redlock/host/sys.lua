@@ -49,6 +49,8 @@ if not pcall(ffi.typeof, "rl_host_timespec") then
     } rl_host_tls;
     int rl_host_probe(const char *url, const char *key, size_t keylen, int what, int timeout_ms,
                       const rl_host_tls *tls, rl_host_probe_result *out);
+    int rl_host_probe_all(const char *const *urls, int n, const char *key, size_t keylen, int what,
+                          int timeout_ms, const rl_host_tls *tls, rl_host_probe_result *out, int *rc);
     int rl_host_check_tls(const rl_host_tls *tls, rl_host_probe_result *out);
     int rl_host_libc_setenv(const char *name, const char *value, int overwrite) asm("setenv");
     int rl_host_libc_unsetenv(const char *name) asm("unsetenv");
@@ -197,9 +199,8 @@ function _M.check_tls(tls)
     return nil, ffi.string(probe_result.errstr)
 end
 
-function _M.probe(url, key, timeout_ms, tls, what)
-    local r = probe_result
-    local rc = C.rl_host_probe(url, key, key and #key or 0, what or 0, timeout_ms, host_tls(tls), r)
+-- What the probe that filled r found (see _M.probe).
+local function probe_found(r, rc)
     if rc ~= 0 then
         return nil, ffi.string(r.errstr), r.err, ffi.string(r.name)
     end
@@ -225,6 +226,28 @@ function _M.probe(url, key, timeout_ms, tls, what)
         latency_ms = r.latency_ms,
         run_id = r.run_id[0] ~= 0 and ffi.string(r.run_id) or nil,
     }
+end
+
+function _M.probe(url, key, timeout_ms, tls, what)
+    local r = probe_result
+    return probe_found(r, C.rl_host_probe(url, key, key and #key or 0, what or 0, timeout_ms, host_tls(tls), r))
+end
+
+--- _M.probe of every URL in urls at once (rl_host_probe_all: the nodes that
+-- do not answer take timeout_ms between them): a list of { r, err, kind,
+-- name }, one per URL in order, each what _M.probe returns for it.
+function _M.probe_all(urls, key, timeout_ms, tls, what)
+    local n = #urls
+    if n == 0 then return {} end
+    local curls = ffi.new("const char *[?]", n, urls)
+    local out = ffi.new("rl_host_probe_result[?]", n)
+    local rcs = ffi.new("int[?]", n)
+    if C.rl_host_probe_all(curls, n, key, key and #key or 0, what or 0, timeout_ms, host_tls(tls), out, rcs) ~= 0 then
+        error("redlock: out of memory probing " .. n .. " nodes")
+    end
+    local found = {}
+    for i = 1, n do found[i] = { probe_found(out[i - 1], rcs[i - 1]) } end
+    return found
 end
 
 --- With on true, SIGINT/SIGTERM/SIGHUP/SIGQUIT are only recorded; poll pending_signal().
