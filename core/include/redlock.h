@@ -606,7 +606,7 @@ int rl_client_listening(const rl_client *c);
  * UNSUBSCRIBE as watches come and go, the messages parsed and counted, its
  * reconnect backoff; see "Hand-off"). A *driver* owns the sockets and
  * the clock; every call that can change anything takes now_ms, a reading of
- * a monotonic clock in milliseconds (rl_now_ms, or ngx.now() * 1000), and
+ * a monotonic clock in milliseconds (rl_now_ms, inside nginx too), and
  * the engine never calls back into the driver. rl_client is the engine with
  * a libev driver; inside nginx, lua/redlock drives one over cosockets.
  *
@@ -1207,7 +1207,8 @@ double rl_stats_bucket_ms(int i);
  * "extend", "fenced", "commit", "slot"), or NULL. */
 const char *rl_stats_kind_word(int kind);
 
-/* Monotonic clock in milliseconds (CLOCK_MONOTONIC). */
+/* Monotonic clock in milliseconds (CLOCK_BOOTTIME: it goes on while the
+ * machine is suspended, as the nodes' expiries do). */
 double rl_now_ms(void);
 
 /* The wall clock in milliseconds since the epoch (CLOCK_REALTIME): a

@@ -299,14 +299,14 @@ void rl_client_arm_run_timer(rl_client *c, int ms) {
 
 int rl_client_arm_run_at(rl_client *c, double deadline_ms) {
     if (c->run_fd < 0) {
-        c->run_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+        c->run_fd = timerfd_create(CLOCK_BOOTTIME, TFD_NONBLOCK | TFD_CLOEXEC);
         if (c->run_fd < 0) return -1;
         ev_io_init(&c->run_fd_watcher, on_run_fd, c->run_fd, EV_READ);
         c->run_fd_watcher.data = c;
         ev_io_start(c->loop, &c->run_fd_watcher);
         ev_unref(c->loop); /* it alone does not keep the loop running */
     }
-    /* rl_now_ms is CLOCK_MONOTONIC too. A deadline at or before 0 (or NaN)
+    /* rl_now_ms is CLOCK_BOOTTIME too. A deadline at or before 0 (or NaN)
      * would disarm: 1 ns fires at once. Past about 285 years of uptime
      * (HUGE_VAL: no limit) the timer is set there, within long long. */
     double at = deadline_ms > 1e-6 ? deadline_ms : 1e-6;

@@ -264,11 +264,17 @@ int rl_keeper_drop(rl_keeper *k, int id) {
     return rc;
 }
 
-/* A CLOCK_MONOTONIC time (what the keeper's condition variable waits on). */
+/* The CLOCK_MONOTONIC time (what the keeper's condition variable waits on;
+ * condition variables take no CLOCK_BOOTTIME) when rl_now_ms will read ms. */
 static struct timespec monotonic_at(double ms) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double at = (double)now.tv_sec * 1000 + (double)now.tv_nsec / 1e6 + (ms - rl_now_ms());
     struct timespec ts;
-    ts.tv_sec = (time_t)(ms / 1000);
-    ts.tv_nsec = (long)((ms - (double)ts.tv_sec * 1000) * 1e6);
+    ts.tv_sec = (time_t)(at / 1000);
+    ts.tv_nsec = (long)((at - (double)ts.tv_sec * 1000) * 1e6);
+    if (ts.tv_nsec < 0) ts.tv_nsec = 0;
+    if (ts.tv_nsec > 999999999) ts.tv_nsec = 999999999;
     return ts;
 }
 

@@ -75,7 +75,7 @@ local code_box = ffi.new("int[1]")
 
 --- Monotonic clock in milliseconds (the same clock as rl_now_ms).
 function _M.now_ms()
-    C.rl_host_libc_clock_gettime(1, ts)
+    C.rl_host_libc_clock_gettime(7, ts) -- CLOCK_BOOTTIME
     return tonumber(ts.tv_sec) * 1000 + tonumber(ts.tv_nsec) / 1e6
 end
 
