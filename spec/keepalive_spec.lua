@@ -292,6 +292,31 @@ describe("keep-alive", function()
     assert.is_true(lock:remaining() > 20000)
     assert(lock:unlock())
   end)
+
+  -- Before: the keeper went on with the longer ttl it had; a node the
+  -- failed extend had not reached could run it after the keeper's next
+  -- extension (on the keeper's connections) and keep the key the shorter
+  -- ttl only, while the lock counted the longer.
+  it("goes on with the shorter ttl of a manual extend that failed", function()
+    local r = res("failed_shorter")
+    local lock = assert(dlm:lock(r, { ttl = 6000, keepalive = true }))
+    assert(cl:kill(2, "STOP"))
+    assert(cl:kill(3, "STOP"))
+    local ok, err = pcall(function()
+      local done, why = lock:extend(3000)
+      assert.is_nil(done)
+      assert.are_not.equal("not held", why)
+    end)
+    assert(cl:kill(2, "CONT"))
+    assert(cl:kill(3, "CONT"))
+    assert(ok, err)
+    assert.are.equal(3000, lock.ttl)
+    proc.sleep_ms(1500) -- the keeper's extensions, every third of the ttl
+    assert.is_true(lock:valid())
+    local pttl = min_pttl(cl, r)
+    assert.is_true(pttl > 0 and pttl <= 3000, "PTTL after the keeper's extensions: " .. pttl)
+    assert(lock:unlock())
+  end)
 end)
 
 -- Before: valid() said false, but lost() said false too and check()

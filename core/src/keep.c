@@ -224,6 +224,47 @@ double rl_keep_deadline(const rl_keep *k) {
     return at;
 }
 
+/* Whether every node ran round r (pending: unless it is still to answer):
+ * one that timed out, or whose connection was lost or absent (an error, to
+ * be safe), may still run the command later, or never. */
+static int all_ran(const rl_result *r, int pending) {
+    for (int i = 0; i < r->nodes; i++) {
+        int s = r->node[i].state;
+        if (s == RL_NODE_TIMEOUT || s == RL_NODE_ERROR || (s == RL_NODE_PENDING && !pending)) return 0;
+    }
+    return 1;
+}
+
+/* Our extension of x (to ttl; round seq) may still reach a node that has
+ * not run it. */
+static void unsettle(rl_kept *x, int ttl, unsigned seq) {
+    if (x->unsettled_ttl == 0 || ttl < x->unsettled_ttl) x->unsettled_ttl = ttl;
+    x->unsettled_seq = seq;
+}
+
+/* Round seq of ours ran on every node: so did every earlier one (ours go
+ * out on one connection per node, in order). */
+static void settle(rl_kept *x, unsigned seq) {
+    if (x->unsettled_ttl > 0 && seq >= x->unsettled_seq) x->unsettled_ttl = 0;
+}
+
+void rl_keep_settled(rl_keep *k, rl_keep_ref ref, const rl_result *r) {
+    if (ref.entry < 0 || ref.entry >= k->n || k->entries[ref.entry].state == 0) return;
+    if (r->op == RL_OP_EXTEND && all_ran(r, 1)) settle(&k->entries[ref.entry], ref.seq);
+}
+
+/* The owner's extension to ttl_ms, begun at started_ms and valid until
+ * valid_until_ms, counted down to what an extension of ours of a shorter
+ * ttl that was decided before every node answered it (x->unsettled_ttl)
+ * leaves: it goes out on connections of its own, not the owner's, and a
+ * node it reaches after the owner's keeps the key for its ttl from then on,
+ * no earlier than the owner's start: valid_until_ms less the difference in
+ * ttl. */
+static double unsettled_until(const rl_kept *x, int ttl_ms, double valid_until_ms) {
+    if (x->unsettled_ttl <= 0 || x->unsettled_ttl >= ttl_ms) return valid_until_ms;
+    return valid_until_ms - (ttl_ms - x->unsettled_ttl);
+}
+
 void rl_keep_result(rl_keep *k, rl_keep_ref ref, const rl_result *r, double now) {
     if (ref.entry < 0 || ref.entry >= k->n) return;
     rl_kept *x = &k->entries[ref.entry];
@@ -234,6 +275,8 @@ void rl_keep_result(rl_keep *k, rl_keep_ref ref, const rl_result *r, double now)
         release_done(k, ref.entry, r->status == RL_STATUS_OK);
         return;
     }
+    if (all_ran(r, 0)) settle(x, ref.seq);
+    else unsettle(x, x->extend_ttl, ref.seq);
     if (x->state != RL_KEEP_HELD) {
         /* lost by time meanwhile; a quorum without our value still ends
          * what validity the owner's extension could take back (take_back) */
@@ -372,13 +415,14 @@ int rl_engine_keep_state(rl_engine *e, int id, double *valid_until_ms, double no
 static int take_back(rl_keep *k, int i, int ttl_ms, double started_ms, double valid_until_ms, double now) {
     rl_kept *x = &k->entries[i];
     if (x->valid_until <= x->extend_start) return RL_ERR;
-    double until = valid_until_ms;
+    double until = unsettled_until(x, ttl_ms, valid_until_ms);
     if ((x->busy || x->extend_start >= started_ms) && x->extend_ttl < ttl_ms) {
         double ours = x->extend_start + x->extend_ttl - (started_ms + ttl_ms - valid_until_ms);
         if (ours < until) until = ours;
     }
     if (until - x->margin_ms <= now) return RL_ERR;
-    if (x->busy) {
+    if (x->busy) { /* its answer is not waited for: it may still reach a node */
+        unsettle(x, x->extend_ttl, x->seq);
         x->seq++;
         x->busy = 0;
     }
@@ -406,10 +450,12 @@ int rl_engine_keep_update(rl_engine *e, int id, int ttl_ms, double started_ms, d
         return RL_ERR;
     }
     x->ttl_ms = ttl_ms;
-    if (x->busy || x->extend_start >= started_ms) {
-        /* One of ours overlapped the owner's: nodes may hold either ttl.
-         * Count the shorter validity and extend again at once. */
-        if (valid_until_ms < x->valid_until) x->valid_until = valid_until_ms;
+    double until = unsettled_until(x, ttl_ms, valid_until_ms);
+    if (x->busy || x->extend_start >= started_ms || until < valid_until_ms) {
+        /* One of ours overlapped the owner's, or may still reach a node
+         * after it: nodes may hold either ttl. Count the shorter validity
+         * and extend again at once (behind ours, on our connections). */
+        if (until < x->valid_until) x->valid_until = until;
         x->next_due = now;
     } else {
         x->valid_until = valid_until_ms;

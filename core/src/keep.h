@@ -39,6 +39,10 @@ typedef struct rl_kept {
     double next_due;        /* when to extend next */
     double extend_start;    /* when the extension in flight (or the last one) began */
     int extend_ttl;         /* the ttl that extension asked for */
+    int unsettled_ttl;      /* > 0: an extension of ours with this ttl (the shortest of them) was
+                               decided before every node answered it, and may still reach a node
+                               after an extension of the owner's on another connection */
+    unsigned unsettled_seq; /* the latest such extension (its seq) */
     unsigned seq;           /* rounds begun for the entry over all its uses: names the one in flight */
     unsigned gen;           /* uses of the entry that ended: part of its id */
     unsigned char busy;     /* a round of it (number seq) is in flight */
@@ -76,5 +80,10 @@ void rl_keep_advance(rl_engine *e, rl_keep *k, double now);
 
 /* The result of a round the schedule began (decided at now). */
 void rl_keep_result(rl_keep *k, rl_keep_ref ref, const rl_result *r, double now);
+
+/* An extension the schedule began has had its tail answered: every node
+ * that had not answered by the decision (r: the result then) has replied
+ * since, unless r now says a node's connection was lost (RL_NODE_ERROR). */
+void rl_keep_settled(rl_keep *k, rl_keep_ref ref, const rl_result *r);
 
 #endif

@@ -368,8 +368,14 @@ void rl_op_reply_from(rl_engine *e, rl_stream *s, int node, rl_ticket t, const r
             decided = rl_round_reply(&op->round, node, reply, errstr, e->now);
         }
         if (decided) op_round_decided(e, op, 0);
-    } else if (op->owed == 0) {
-        op_quiet(e, op); /* the tail, or the cleanup, is complete */
+    } else {
+        /* a keep-alive extension's tail node whose connection was lost: it
+         * may run the command later, or never */
+        if (!reply && op->phase == OP_TAIL && op->kept.entry >= 0) op->res.node[node].state = RL_NODE_ERROR;
+        if (op->owed == 0) {
+            if (op->phase == OP_TAIL && op->kept.entry >= 0) rl_keep_settled(&e->keep, op->kept, &op->res);
+            op_quiet(e, op); /* the tail, or the cleanup, is complete */
+        }
     }
 }
 

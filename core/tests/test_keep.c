@@ -267,6 +267,55 @@ static void update_while_in_flight(void) {
     finish();
 }
 
+/* One of ours was decided before every node answered it (node 3's answer
+ * held back): it may still reach node 3 after the owner's extension to a
+ * longer ttl, which goes out on another connection, and leave the key there
+ * only its ttl. The owner's counts no longer than that (its validity less
+ * the difference in ttl, and never above ours), and ours goes again at
+ * once with the owner's ttl, behind the held-back one. Once every node
+ * answered one of ours, an owner's extension counts in full. */
+static void unanswered_extension_caps_the_owners(void) {
+    start(1000);
+    int id = rl_engine_keep_add(E, "k", 1, VALUE, 3000, 3900, 0, 1000);
+    advance_expect(2000, script("k", 3000));
+    feed_ok(0, OK1, 2010);
+    feed_ok(1, OK1, 2010); /* decided: 3000 - 10 - 32 from 2010 */
+    CHECK(until(id, 2010) == 4968);
+    /* the owner's extend to 9000, begun at 2005, left validity to 10913 */
+    CHECK_INT(rl_engine_keep_update(E, id, 9000, 2005, 10913, 2020), RL_OK);
+    CHECK(until(id, 2020) == 4913); /* 10913 less 6000 */
+    advance_expect(2020, script("k", 9000));
+    feed_ok(2, OK1, 2025); /* the held-back answer: ours ran everywhere */
+    feed_ok(0, OK1, 2030);
+    feed_ok(1, OK1, 2030); /* decided: 9000 - 10 - 92 from 2030 */
+    CHECK(until(id, 2030) == 10928);
+    /* the owner's extend to 12000 (from 2500) while node 3 owes that answer */
+    CHECK_INT(rl_engine_keep_update(E, id, 12000, 2500, 14378, 2540), RL_OK);
+    CHECK(until(id, 2540) == 10928); /* 14378 - 3000 = 11378: ours' is lower */
+    finish();
+
+    /* once every node answered ours, an owner's extension counts in full */
+    start(1000);
+    id = rl_engine_keep_add(E, "k", 1, VALUE, 3000, 3900, 0, 1000);
+    advance_expect(2000, script("k", 3000));
+    answer(OK1, 2010); /* node 3 answers in the tail */
+    CHECK_INT(rl_engine_keep_update(E, id, 12000, 2500, 14378, 2540), RL_OK);
+    CHECK(until(id, 2540) == 14378);
+    finish();
+
+    /* taken back after a loss: ours unanswered by one node caps it too */
+    start(1000);
+    id = rl_engine_keep_add(E, "k", 1, VALUE, 3000, 3900, 500, 1000);
+    advance_expect(1834, script("k", 3000));
+    feed_ok(0, FAIL, 1840);
+    feed_ok(1, FAIL, 1840); /* two errors decide it, node 3 unanswered */
+    CHECK_INT(state(id, 3400), RL_KEEP_LOST);
+    /* the owner's extend to 9000, begun at 3300, valid to 12200: 6000 less */
+    CHECK_INT(rl_engine_keep_update(E, id, 9000, 3300, 12200, 3420), RL_OK);
+    CHECK(until(id, 3420) == 6200);
+    finish();
+}
+
 /* Lost for want of time while the owner's own extension was in flight:
  * that extension, confirmed by a quorum, takes the lock back (held, and
  * extended again at once; the answer to ours begun before the loss no
@@ -444,6 +493,7 @@ int main(void) {
     lost_when_not_held();
     lost_on_time();
     update_while_in_flight();
+    unanswered_extension_caps_the_owners();
     owner_extension_takes_back_a_lost_lock();
     value_found_gone_is_not_taken_back();
     drop_releases();

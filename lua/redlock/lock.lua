@@ -261,7 +261,11 @@ local function after_failed_extend(lk, ttl, started, r)
     end
     kept_state(lk)  -- a kept lock: start from the keeper's latest validity
     if until_ < lk.valid_until then lk.valid_until = until_ end
-    -- the keeper goes on with the ttl it had, counting the lower validity
+    -- The keeper goes on counting the lower validity, with the shorter of
+    -- the two ttls: a node this round had not reached may run it after the
+    -- keeper's next extension (which goes out on connections of its own),
+    -- and keep the key only this ttl from then on.
+    if lk.kept ~= nil and ttl < lk.ttl then lk.ttl = ttl end
     keep_update(lk, lk.ttl, started)
 end
 
