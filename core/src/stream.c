@@ -60,7 +60,13 @@ static void answer_all(rl_stream *s, const char *why, long long written, double 
 /* The connection is gone: say why, answer every unanswered command with
  * that, and reconnect after the backoff. close_it: the driver still has the
  * socket and is asked to close it. */
+/* The connection ends: one that was set up voted for its server until now. */
+static void stop_voting(rl_stream *s, double now_ms) {
+    if (s->state == RL_STREAM_UP && !s->holding && s->run_id[0]) s->voted_until_ms = now_ms;
+}
+
 void rl_stream_drop(rl_stream *s, const char *why, int close_it, double now_ms) {
+    stop_voting(s, now_ms);
     if (why != s->errstr) snprintf(s->errstr, sizeof(s->errstr), "%s", why);
     memcpy(s->lost, s->errstr, sizeof(s->lost));
     if (close_it) s->wants |= RL_WANT_CLOSE;
@@ -139,6 +145,7 @@ int rl_stream_detach(rl_stream *s, double now_ms) {
     snprintf(s->errstr, sizeof(s->errstr), "%s", clean ? "connection detached" : "connection closed with replies outstanding");
     s->wants &= ~(RL_WANT_CONNECT | RL_WANT_CLOSE);
     long long written = s->written_total;
+    stop_voting(s, now_ms);
     clear_connection(s);
     s->state = RL_STREAM_IDLE;
     answer_all(s, s->errstr, written, now_ms);

@@ -288,8 +288,66 @@ static int voter_of(const rl_stream *s, const char *run_id) {
     return -1;
 }
 
+/* The peer that voted for server run_id last through a connection that
+ * has ended since (it is down, idle or being set up again), and when that
+ * connection ended (*until); or -1. */
+static int former_voter_of(const rl_stream *s, const char *run_id, double *until) {
+    int found = -1;
+    for (int j = 0; j < s->npeers; j++) {
+        const rl_stream *p = &s->peers[j];
+        if (j != s->index && p->voted_until_ms > 0 && strcmp(p->run_id, run_id) == 0 &&
+            (found < 0 || p->voted_until_ms > *until)) {
+            found = j;
+            *until = p->voted_until_ms;
+        }
+    }
+    return found;
+}
+
+/* The commands held behind the setup that rl_stream_withdraw takes back:
+ * those queued by until (their rounds began by then). */
+typedef struct held_before {
+    double until;
+    rl_ticket *taken;
+    unsigned n, cap;
+} held_before;
+
+static int take_held_before(void *ctx, int node, rl_ticket t) {
+    held_before *h = ctx;
+    (void)node;
+    if (t.sent_ms > h->until || h->n == h->cap) return 0;
+    h->taken[h->n++] = t;
+    return 1;
+}
+
+/* s takes over the vote for its server from node former + 1, whose
+ * connection ended at until. A round that began before then may have had
+ * that node's vote for the server already, and must not get a second one
+ * through s: the commands held behind s's setup that were queued by then
+ * fail, never having been sent. Return 0, or -1 when s was dropped (out of
+ * memory). */
+static int fail_votes_cast_before(rl_stream *s, int former, double until, double now_ms) {
+    if (s->ring_count == 0) return 0;
+    held_before h = {until, malloc(s->ring_count * sizeof(rl_ticket)), 0, s->ring_count};
+    if (h.taken == NULL) {
+        rl_stream_drop(s, "connection reset: out of memory", 1, now_ms);
+        return -1;
+    }
+    rl_stream_withdraw(s, take_held_before, &h);
+    char why[RL_NODE_ERR_LEN];
+    snprintf(why, sizeof(why), "same server as node %d, which may have voted in this round", former + 1);
+    for (unsigned i = 0; i < h.n; i++) {
+        h.taken[i].unsent = 1;
+        s->on_reply(s->owner, s->index, h.taken[i], NULL, why);
+    }
+    free(h.taken);
+    return 0;
+}
+
 /* Every setup reply is in and none refused: the node votes for the server
- * INFO named, unless another node already does. Commands held back may go. */
+ * INFO named, unless another node already does. Commands held back may go,
+ * but for those a node that voted for the same server before may have had
+ * its vote in. */
 static void setup_done(rl_stream *s, double now_ms) {
     int other = s->seen_id[0] ? voter_of(s, s->seen_id) : -1;
     if (other >= 0) {
@@ -297,6 +355,9 @@ static void setup_done(rl_stream *s, double now_ms) {
         rl_stream_drop(s, s->errstr, 1, now_ms);
         return;
     }
+    double until = 0;
+    int former = s->seen_id[0] ? former_voter_of(s, s->seen_id, &until) : -1;
+    if (former >= 0 && fail_votes_cast_before(s, former, until, now_ms) != 0) return;
     memcpy(s->run_id, s->seen_id, sizeof(s->run_id));
     s->backoff_ms = s->opts->reconnect_min_ms;
     s->lost[0] = '\0';

@@ -1697,6 +1697,47 @@ static void run_id_of_a_node_down_is_free(void) {
     rl_engine_free(E);
 }
 
+/* Two nodes name one server (two spellings of its address), the second
+ * still being set up when a round begins. The first votes in the round for
+ * the server, then its connection ends, and the second, set up now, votes
+ * for the server from then on. Its copy of the round's command, held behind
+ * its setup, fails unsent: the server has voted in that round already (an
+ * extend counted twice was "held" with one server of two holding it). A
+ * round begun after that counts the server through the second node. */
+static void a_server_votes_once_in_a_round_across_its_nodes(void) {
+    static const char value[] = "0123456789abcdef0123456789abcdef01234567";
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_extend(E, "r", 1, value, 10000, 0);
+    bring_up(0, run_id(1), 0); /* node 1: server 1 */
+    CHECK_INT(rl_engine_node_connected(E, 1, 1, 0), RL_OK);
+    CHECK_STR(drain(1, 0), plain_setup()); /* node 2 (server 1 too): set up later */
+    bring_up(2, run_id(3), 0);
+    drain(0, 1);
+    drain(2, 1);
+    CHECK_INT(feed(0, ":1\r\n", 1), RL_OK); /* server 1 says held, through node 1 */
+    CHECK_INT(feed(2, ":0\r\n", 1), RL_OK); /* server 3: not held */
+    rl_engine_node_down(E, 0, "connection lost: Connection reset by peer", 2);
+    char both[300];
+    snprintf(both, sizeof(both), "%s%s", info_reply(run_id(1)), LOADS_REPLY);
+    CHECK_INT(feed(1, both, 3), RL_OK);
+    CHECK_STR(drain(1, 3), ""); /* the round's extend is not sent there */
+    rl_result r = take(id);
+    CHECK(r.status != RL_STATUS_OK);
+    CHECK_INT(r.ok, 1);
+    CHECK_INT(r.node[1].state, RL_NODE_ERROR);
+    CHECK_STR(r.node[1].errstr, "same server as node 1, which may have voted in this round");
+    /* a round begun now: node 2 votes for server 1 */
+    id = rl_engine_begin_extend(E, "r", 1, value, 10000, 4);
+    CHECK(drain(1, 4)[0] != '\0');
+    drain(2, 4);
+    CHECK_INT(feed(1, ":1\r\n", 5), RL_OK);
+    CHECK_INT(feed(2, ":1\r\n", 5), RL_OK);
+    r = take(id);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    CHECK_INT(r.node[1].state, RL_NODE_OK);
+    rl_engine_free(E);
+}
+
 /* ---- 9. detaching a pooled connection ---- */
 
 /* Detach after every reply is clean (1); the next command wants CONNECT at
@@ -2620,6 +2661,7 @@ int main(void) {
     setup_auth_and_select_refused();
     setup_same_run_id_refused();
     run_id_of_a_node_down_is_free();
+    a_server_votes_once_in_a_round_across_its_nodes();
     detach_clean_and_with_reply_outstanding();
     silent_node_becomes_suspect_and_gets_only_probes();
     suspect_rejoins_at_its_first_bytes();
