@@ -1064,6 +1064,16 @@ rl_keeper *rl_keeper_new(const char *const *urls, int nurls, const rl_options *o
  * keeper made before fork() (leaked: see above). */
 void rl_keeper_free(rl_keeper *k);
 
+/* Do what rl_keeper_free does (the thread stopped, the connections closed
+ * within the same bounds), but keep k's memory: every later call returns
+ * RL_ERR (rl_keeper_add and _add_slot with "this keeper was closed"),
+ * rl_keeper_release returns 0 and rl_keeper_stats gives zeros. For a caller
+ * that cannot know whether a call on k is still running further up its
+ * stack (code run by a garbage collector's finalizer, say): rl_keeper_free
+ * later frees what is left. Closing twice, NULL, or in a forked child a
+ * keeper made before fork(), does nothing. */
+void rl_keeper_close(rl_keeper *k);
+
 /* Hand a held lock to the keeper (rl_engine_keep_add, on rl_now_ms()):
  * valid_until_ms is rl_now_ms() before the acquire + elapsed_ms +
  * validity_ms. Return an id (>= 0) or RL_ERR with the reason in err (in a

@@ -45,6 +45,7 @@ struct rl_keeper {
     struct rl_keeper *next_keeper;
     int users;             /* rl_keeper_release_all calls waiting on it (registry_mu): free waits for 0 */
     pid_t pid;             /* the process that made it (a forked child inherits it, not its thread) */
+    int closed;            /* rl_keeper_close ran: no thread, no client; only the memory is left */
 };
 
 /* What the exit handler waits at most for the releases it starts. */
@@ -63,6 +64,11 @@ static pthread_once_t process_handlers_once = PTHREAD_ONCE_INIT;
  * child, which must leave k's mutex, thread and sockets (the parent's) alone. */
 static int inherited(const rl_keeper *k) {
     return k->pid != getpid();
+}
+
+/* 1 if k may not be used: inherited, or closed (its client is gone). */
+static int unusable(const rl_keeper *k) {
+    return inherited(k) || k->closed;
 }
 
 static void unlock_mu(void *mu) {
@@ -133,14 +139,20 @@ static void register_process_handlers(void) {
     pthread_atfork(lock_registry, unlock_registry, unlock_registry);
 }
 
-/* Free k's client (its loop lets go of the mutex while it waits) and k.
- * After rl_keeper_release, the client's last waits (rl_client_free's) end
+/* Free k's client (its loop lets go of the mutex while it waits). After
+ * rl_keeper_release, the client's last waits (rl_client_free's) end
  * by that release's deadline: the releases had their time, and what the
  * caller was told is the longest it waits. */
-static void free_keeper(rl_keeper *k) {
+static void free_client(rl_keeper *k) {
     pthread_mutex_lock(&k->mu);
     rl_client_free_by(k->client, k->release_deadline > 0 ? k->release_deadline : HUGE_VAL);
+    k->client = NULL;
+    k->engine = NULL;
     pthread_mutex_unlock(&k->mu);
+}
+
+/* Free what is left of k once its client is gone. */
+static void free_memory(rl_keeper *k) {
     pthread_mutex_destroy(&k->mu);
     pthread_cond_destroy(&k->released);
     free(k);
@@ -165,7 +177,8 @@ rl_keeper *rl_keeper_new(const char *const *urls, int nurls, const rl_options *o
     pthread_condattr_destroy(&attr);
     rl_client_share(k->client, unlock_mu, lock_mu, &k->mu);
     if (pthread_create(&k->thread, NULL, keeper_main, k) != 0) {
-        free_keeper(k);
+        free_client(k);
+        free_memory(k);
         return snprintf(err, errlen, "cannot start the keep-alive thread"), NULL;
     }
     pthread_once(&process_handlers_once, register_process_handlers);
@@ -177,13 +190,9 @@ rl_keeper *rl_keeper_new(const char *const *urls, int nurls, const rl_options *o
     return k;
 }
 
-void rl_keeper_free(rl_keeper *k) {
-    /* A forked child frees nothing: freeing the client would take the mutex
-     * (the thread may have been in the engine at the fork) and stopping the
-     * thread would join one that is not there. The memory stays allocated,
-     * the child's copies of the sockets open and the keeper in the registry
-     * (where rl_keeper_release_all passes it by) until the child exits. */
-    if (!k || inherited(k)) return;
+/* Out of the registry, the thread stopped, the client freed: what is left
+ * of k is its memory. */
+static void close_keeper(rl_keeper *k) {
     pthread_mutex_lock(&registry_mu);
     for (rl_keeper **p = &registry; *p; p = &(*p)->next_keeper)
         if (*p == k) {
@@ -200,7 +209,24 @@ void rl_keeper_free(rl_keeper *k) {
     while (k->users > 0) pthread_cond_wait(&registry_unused, &registry_mu);
     pthread_mutex_unlock(&registry_mu);
     rl_engine_keep_clear(k->engine); /* freeing the client serves its tails: begin nothing more */
-    free_keeper(k);
+    free_client(k);
+    k->closed = 1;
+}
+
+void rl_keeper_close(rl_keeper *k) {
+    if (!k || unusable(k)) return;
+    close_keeper(k);
+}
+
+void rl_keeper_free(rl_keeper *k) {
+    /* A forked child frees nothing: freeing the client would take the mutex
+     * (the thread may have been in the engine at the fork) and stopping the
+     * thread would join one that is not there. The memory stays allocated,
+     * the child's copies of the sockets open and the keeper in the registry
+     * (where rl_keeper_release_all passes it by) until the child exits. */
+    if (!k || inherited(k)) return;
+    if (!k->closed) close_keeper(k);
+    free_memory(k);
 }
 
 int rl_keeper_add(rl_keeper *k, const char *resource, size_t len, const char *value, int ttl_ms,
@@ -210,8 +236,10 @@ int rl_keeper_add(rl_keeper *k, const char *resource, size_t len, const char *va
 
 int rl_keeper_add_slot(rl_keeper *k, const char *resource, size_t len, int slot, const char *value, int ttl_ms,
                        double valid_until_ms, int margin_ms, char *err, size_t errlen) {
-    if (inherited(k)) {
-        if (err && errlen) snprintf(err, errlen, "this keeper was made before fork(): make a new one in the child");
+    if (unusable(k)) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s", k->closed ? "this keeper was closed"
+                                                  : "this keeper was made before fork(): make a new one in the child");
         return RL_ERR;
     }
     pthread_mutex_lock(&k->mu);
@@ -223,7 +251,7 @@ int rl_keeper_add_slot(rl_keeper *k, const char *resource, size_t len, int slot,
 }
 
 int rl_keeper_state(rl_keeper *k, int id, double *valid_until_ms) {
-    if (inherited(k)) return RL_ERR;
+    if (unusable(k)) return RL_ERR;
     pthread_mutex_lock(&k->mu);
     int state = rl_engine_keep_state(k->engine, id, valid_until_ms, rl_now_ms());
     pthread_mutex_unlock(&k->mu);
@@ -231,7 +259,7 @@ int rl_keeper_state(rl_keeper *k, int id, double *valid_until_ms) {
 }
 
 void rl_keeper_stats(rl_keeper *k, rl_stats *out) {
-    if (inherited(k)) {
+    if (unusable(k)) {
         memset(out, 0, sizeof(*out));
         return;
     }
@@ -241,7 +269,7 @@ void rl_keeper_stats(rl_keeper *k, rl_stats *out) {
 }
 
 int rl_keeper_update(rl_keeper *k, int id, int ttl_ms, double started_ms, double valid_until_ms) {
-    if (inherited(k)) return RL_ERR;
+    if (unusable(k)) return RL_ERR;
     pthread_mutex_lock(&k->mu);
     int rc = rl_engine_keep_update(k->engine, id, ttl_ms, started_ms, valid_until_ms, rl_now_ms());
     pthread_mutex_unlock(&k->mu);
@@ -249,7 +277,7 @@ int rl_keeper_update(rl_keeper *k, int id, int ttl_ms, double started_ms, double
 }
 
 int rl_keeper_remove(rl_keeper *k, int id) {
-    if (inherited(k)) return RL_ERR;
+    if (unusable(k)) return RL_ERR;
     pthread_mutex_lock(&k->mu);
     int rc = rl_engine_keep_remove(k->engine, id);
     pthread_mutex_unlock(&k->mu);
@@ -257,7 +285,7 @@ int rl_keeper_remove(rl_keeper *k, int id) {
 }
 
 int rl_keeper_drop(rl_keeper *k, int id) {
-    if (inherited(k)) return RL_ERR;
+    if (unusable(k)) return RL_ERR;
     pthread_mutex_lock(&k->mu);
     int rc = rl_engine_keep_drop(k->engine, id, rl_now_ms());
     pthread_mutex_unlock(&k->mu);
@@ -301,7 +329,7 @@ static int await_release(rl_keeper *k, double deadline) {
 }
 
 int rl_keeper_release(rl_keeper *k, int timeout_ms) {
-    if (!k || inherited(k)) return 0;
+    if (!k || unusable(k)) return 0;
     if (timeout_ms < 0) timeout_ms = 0;
     double deadline = rl_now_ms() + timeout_ms;
     ask_release(k, deadline);

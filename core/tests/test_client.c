@@ -625,6 +625,42 @@ static void keeper_extends_and_releases(void) {
     rl_client_free(c);
 }
 
+/* A closed keeper has stopped (its kept lock is no longer extended) and
+ * refuses every call, its memory kept until rl_keeper_free. */
+static void keeper_closed_refuses_calls(void) {
+    char err[RL_ERR_LEN];
+    rl_client *c = rl_client_new(url_list, NODES, NULL, err, sizeof(err));
+    rl_keeper *k = rl_keeper_new(url_list, NODES, NULL, err, sizeof(err));
+    rl_result *r = calloc(1, sizeof(*r));
+    CHECK(c && k);
+    CHECK_INT(wait_ready(c, r), 0);
+    double t0 = rl_now_ms();
+    CHECK_INT(verdict(rl_acquire(c, "closed", 6, 300, r), r), RL_STATUS_OK);
+    int id = rl_keeper_add(k, "closed", 6, r->value, 300, t0 + r->elapsed_ms + r->validity_ms, 0, err, sizeof(err));
+    CHECK(id >= 0);
+    rl_keeper_close(k);
+    rl_keeper_close(k); /* twice: nothing */
+    CHECK_INT(rl_keeper_state(k, id, NULL), RL_ERR);
+    CHECK_INT(rl_keeper_update(k, id, 300, rl_now_ms(), rl_now_ms() + 200), RL_ERR);
+    CHECK_INT(rl_keeper_drop(k, id), RL_ERR);
+    CHECK_INT(rl_keeper_remove(k, id), RL_ERR);
+    CHECK_INT(rl_keeper_release(k, 100), 0);
+    CHECK_INT(rl_keeper_add(k, "closed", 6, r->value, 300, rl_now_ms() + 200, 0, err, sizeof(err)), RL_ERR);
+    CHECK_STR(err, "this keeper was closed");
+    rl_stats st;
+    rl_keeper_stats(k, &st);
+    CHECK(st.nodes == 0 && st.keep_extends[0] == 0);
+    rl_sleep(c, 400); /* past the ttl: nobody extends it */
+    rl_result *other = calloc(1, sizeof(*other));
+    CHECK_INT(verdict(rl_acquire(c, "closed", 6, 300, other), other), RL_STATUS_OK);
+    rl_release(c, "closed", 6, other->value, other);
+    free(other);
+    free(r);
+    rl_keeper_free(k);
+    rl_keeper_close(NULL);
+    rl_client_free(c);
+}
+
 /* Locks with many different ttls all stay extended (the keeper wakes for the
  * earliest deadline, whichever entry it is); removed ones are left to expire
  * and their slots are reused. */
@@ -990,6 +1026,7 @@ int main(void) {
     dead_and_stalled_nodes(c, r);
     tails_run_after_the_decision();
     keeper_extends_and_releases();
+    keeper_closed_refuses_calls();
     keeper_extends_many_ttls();
     keeper_hung_extensions();
     client_made_before_fork(c, r);

@@ -140,6 +140,9 @@
 --                         does nothing
 --   release(bound_ms)     release every lock still kept, within about bound_ms
 --   free()                stop; what is still kept is neither extended nor released
+--   close()               free() for a keeper a frame up the stack may still hold (a
+--                         finalizer's close()): every later call refuses, and its
+--                         memory is left to the collector
 
 local in_nginx = type(ngx) == "table" and type(ngx.socket) == "table" and type(ngx.get_phase) == "function"
 return require(in_nginx and "redlock.cosocket" or "redlock.libev")

@@ -242,6 +242,7 @@ void rl_engine_keep_clear(rl_engine *e);
 typedef struct rl_keeper rl_keeper;
 rl_keeper *rl_keeper_new(const char *const *urls, int nurls, const rl_options *opts, char *err, size_t errlen);
 void rl_keeper_free(rl_keeper *k);
+void rl_keeper_close(rl_keeper *k);
 int rl_keeper_add(rl_keeper *k, const char *resource, size_t len, const char *value, int ttl_ms,
                   double valid_until_ms, int margin_ms, char *err, size_t errlen);
 int rl_keeper_add_slot(rl_keeper *k, const char *resource, size_t len, int slot, const char *value,

@@ -59,9 +59,14 @@ local function keeper_of(d)
         k = backend.keeper_new(d, errbuf, RELEASE_BOUND_MS)
         if k == nil then return nil, "cannot start keep-alive: " .. ffi_string(errbuf) end
         local live = d.keeper_live
+        local drop = drop_guard_for(k, live) -- allocates: a finalizer may close d here
+        if d.client == nil then
+            k:close()
+            return nil, "cannot start keep-alive: the client was closed"
+        end
         live.on = true
         d.keeper = k
-        d.drop_guard = drop_guard_for(k, live)
+        d.drop_guard = drop
     end
     return k
 end
@@ -165,7 +170,7 @@ function _M.close(d)
         d.keeper_live.on = false
         d.keeper = nil
         k:release(RELEASE_BOUND_MS)
-        k:free()
+        k:close() -- its memory to the collector: a finalizer's close() may run while a call holds k
     end
 end
 

@@ -163,6 +163,7 @@ ffi.metatype("struct rl_keeper", { __index = {
     stats = C.rl_keeper_stats,
     own = function() end, -- one process: no owners to tell apart
     free = function(k) C.rl_keeper_free(ffi.gc(k, nil)) end,
+    close = C.rl_keeper_close,
 } })
 
 _M.name = "libev"

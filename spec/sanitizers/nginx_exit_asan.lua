@@ -8,25 +8,9 @@
 local nginx = require "helpers.nginx"
 local cluster = require "helpers.cluster"
 local proc = require "helpers.proc"
+local asan = require "helpers.asan"
 
 local res = cluster.names("asan")
-
--- The ASan runtime the compiler links against (gcc or clang, as cmake used).
-local function libasan()
-  for _, cc in ipairs { "gcc", "clang", "clang-14" } do
-    local out, rc = proc.sh(cc .. " -print-file-name=libasan.so 2>/dev/null")
-    local path = rc == 0 and out and out:match("^%s*(.-)%s*$")
-    if path and path:sub(1, 1) == "/" and io.open(path, "rb") then return path end
-  end
-  error("no libasan.so found (gcc -print-file-name=libasan.so)")
-end
-
--- Every report the runtimes wrote (log_path=<dir>/asan: asan.<pid>, and
--- ubsan.<pid>), concatenated; "" when there is none.
-local function reports(dir)
-  local q = proc.quote(dir)
-  return (proc.sh("cat " .. q .. "/asan.* " .. q .. "/ubsan.* 2>/dev/null"))
-end
 
 describe("nginx with the core under ASan", function()
   local cl, dir
@@ -48,11 +32,7 @@ describe("nginx with the core under ASan", function()
   -- engine: heap-use-after-free in rl_engine_begin_release.
   it("lets a worker exit with kept locks still referenced, its engine freed first or last", function()
     local srv = nginx.start_tree {
-      env = {
-        LD_PRELOAD = libasan(),
-        ASAN_OPTIONS = "detect_leaks=0:abort_on_error=0:log_path=" .. dir .. "/asan",
-        UBSAN_OPTIONS = "print_stacktrace=1:log_path=" .. dir .. "/ubsan",
-      },
+      env = asan.env(dir),
       init = ([[
         redlock = require "redlock"
         ffi = require "ffi"
@@ -84,10 +64,10 @@ describe("nginx with the core under ASan", function()
     local log = srv:error_log()
     assert(srv:stop { keep = true })
     proc.rmdir(srv.prefix)
-    local found = reports(dir)
+    local found = asan.reports(dir)
     assert.are.equal("", found, "sanitizer report:\n" .. found .. "\nerror log:\n" .. log)
     assert.is_true(exited, "the worker did not exit on QUIT within 8 s:\n" .. log)
     assert.is_nil(log:find("exited on signal", 1, true), log)
-    assert.is_nil(log:find("exited with code", 1, true), log)
+    assert.is_nil(log:find("exited with code [1-9]"), log)
   end)
 end)

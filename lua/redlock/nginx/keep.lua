@@ -173,6 +173,7 @@ end
 function keeper:free()
     for id in pairs(self.entries) do self:remove(id) end
 end
+keeper.close = keeper.free
 
 --- The keeper of client d (a redlock.new table): its kept locks are
 --- extended by the hub of d's client while the worker runs.
