@@ -1672,6 +1672,21 @@ exit 3
       assert.is_nil(seen:find("end"), seen)
     end)
 
+    -- Before: the group had ended while redlock was stopped, and redlock,
+    -- continued, released and exited with the command's status 0, though
+    -- another had taken the lock while the command still ran.
+    it("stopped itself past its validity while the command ended: exit 75, not the command's status", function()
+      local started = TMP .. "/ended.started"
+      local job = bg(("exec --ttl 1000 ended:r -- sh -c 'echo go > %s; sleep 0.5'"):format(q(started)), ENV)
+      assert.is_true(eventually(function() return read_file(started) end), job.output())
+      assert.is_true(job:signal("STOP"))
+      sleep_ms(2000) -- the command ends, and the ttl runs out, while redlock is stopped
+      assert.is_true(job:signal("CONT"))
+      local rc, out = job:wait(10000)
+      assert.are.equal(75, rc, out)
+      assert.matches("lock on 'ended:r' lost before sh's process group ended", out, 1, true)
+    end)
+
     it("passes no fencing token or slot of an outer exec to a command whose lock has none", function()
       local out, rc = redlock("exec plainenv:r -- env", "REDLOCK_TOKEN=999 REDLOCK_SLOT=5 " .. ENV)
       assert.are.equal(0, rc, out)

@@ -419,7 +419,18 @@ function _M.run(opts, argv, k)
             end
         end
         if status ~= nil and sys.now_ms() >= next_group_check then
-            if not sys.group_alive(pid) then return finish(status) end
+            if not sys.group_alive(pid) then
+                if config.lost(lock) or config.remaining(lock) <= 0 then
+                    -- the group ended when nothing could vouch for the lock any more
+                    -- (redlock was stopped past the validity, say): not a clean end
+                    sys.forget(pid)
+                    config.release(lock)
+                    return host.fail(EXIT.LOST, "lock on '%s' lost before %s's process group ended (it exited %d"
+                        .. " with no validity left, or the lock found gone); exiting %d", resource, command[1],
+                        status, EXIT.LOST)
+                end
+                return finish(status)
+            end
             next_group_check = sys.now_ms() + GROUP_POLL_MS
         end
         if config.lost(lock) or config.remaining(lock) <= grace + POLL_MS then
