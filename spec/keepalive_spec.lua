@@ -267,10 +267,32 @@ describe("keep-alive", function()
     local r = res("unlock_again")
     local lock = unlock_failed(r, true)
     assert(cluster.await_all(cl, function(i) return not cluster.exists(cl, i, r), "still there" end, 10000, nil, dlm))
+    -- (before: extend said keep-alive had found it lost)
+    local extended, why, extend_detail = lock:extend()
+    assert.is_nil(extended)
+    assert.are.equal("expired", why)
+    assert.matches("an unlock of it failed", extend_detail.message, 1, true)
     local ok, err, detail = lock:unlock()
     assert.is_nil(ok)
     assert.are.equal("not held", err)
     assert.matches("an earlier unlock of this lock failed", detail.message, 1, true)
+    -- a group's lock says the same (before: no message)
+    local rs = { res("group_again_a"), res("group_again_b") }
+    local group = assert(dlm:lock_many(rs, { ttl = 3000 }))
+    assert(cl:kill(2, "STOP"))
+    assert(cl:kill(3, "STOP"))
+    local gok = group:unlock()
+    assert(cl:kill(2, "CONT"))
+    assert(cl:kill(3, "CONT"))
+    assert.is_nil(gok)
+    for _, name in ipairs(rs) do
+      assert(cluster.await_all(cl, function(i) return not cluster.exists(cl, i, name), "still there" end, 10000, nil,
+        dlm))
+    end
+    local gagain, gerr, gdetail = group:unlock()
+    assert.is_nil(gagain)
+    assert.are.equal("not held", gerr)
+    assert.matches("an earlier unlock of this lock failed", gdetail.message, 1, true)
     -- a first unlock that finds it gone says nothing of the kind
     local other = assert(dlm:lock(r, { ttl = 3000 }))
     for i = 1, cl.n do cluster.del(cl, i, r) end

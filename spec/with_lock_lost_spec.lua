@@ -50,6 +50,25 @@ describe("with_lock whose lock is lost while the function runs", function()
       :format(r), err)
   end)
 
+  -- Before: close() marked the lost lock released: lost() false, check()
+  -- "unlocked", and with_lock returned the function's results.
+  it("raises when the function closed its client after it found the lock lost", function()
+    local r = res("closed")
+    local seen
+    local err = raised(dlm, r, { ttl = 200, keepalive = false }, function(lk)
+      proc.sleep_ms(400)
+      assert(other:try_lock(r, { ttl = 5000 }))
+      dlm:close()
+      seen = { lost = lk:lost(), valid = lk:valid(), check = select(2, pcall(lk.check, lk)) }
+      return "done"
+    end)
+    assert.is_true(seen.lost)
+    assert.is_false(seen.valid)
+    assert.matches("lost: the lock on '" .. r .. "' was no longer held when its client was closed", seen.check, 1, true)
+    assert.are.equal(("lock on '%s' was lost while the function ran: it was no longer held when its client was closed")
+      :format(r), err)
+  end)
+
   it("raises when keep-alive cannot extend the lock: a majority of nodes stopped for longer than the ttl", function()
     local r = res("stopped")
     local saw_lost = false

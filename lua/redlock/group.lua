@@ -137,12 +137,14 @@ local RELEASE = {
             s.missing = s.missing or ffi_string(s.client:errstr())
             return
         end
+        local sent_before = lk.release_sent
         after_release(lk, s.started, r.status)
         if r.status == OK then
             if r.heard > 0 then mark_head_start(s.d, lk.resource) end
         elseif s.ok then
             s.ok, s.err, s.detail = failure(s.d, r)
             s.detail.resource = lk.resource
+            if r.status == C.RL_STATUS_NOT_HELD and sent_before then s.detail.message = lock.AGAIN_NOT_HELD end
         end
     end,
 }

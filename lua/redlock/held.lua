@@ -96,14 +96,16 @@ local RELEASE_HELD = {
 }
 
 --- For close(): every lock object made and not released yet is marked
---- released (stop(lk) first: the keeper lets go of it); then every lock
---- listed, its object alive or not, is released, all in flight together,
---- and the lists start empty.
+--- released (stop(lk) first: the keeper lets go of it), and one that was
+--- lost by then stays lost (lk.lost_at_close); then every lock listed, its
+--- object alive or not, is released, all in flight together, and the lists
+--- start empty.
 function _M.release_all(d, client, stop)
     for lk in pairs(d.live) do
         if not lk.released then
+            local lost = lk:lost()
             stop(lk)
-            lk.released, lk.closed = true, true
+            lk.released, lk.closed, lk.lost_at_close = true, true, lost or nil
         end
     end
     -- a copy: making room may yield (inside nginx), and another coroutine's

@@ -309,6 +309,7 @@ end
 -- release is no loss, nor is one that failed while the lock was valid: it
 -- ended the lock's validity, since it may have run on the nodes).
 local function lost_by_now(lk)
+    if lk.lost_at_close then return "it was no longer held when its client was closed" end
     if lk.released or lk.unlock_failed or lk:valid() then return nil end
     if lk.kept ~= nil then return "keep-alive could not extend it in time, or found it gone" end
     return "its validity ran out before the function returned"

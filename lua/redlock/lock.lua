@@ -222,10 +222,11 @@ end
 
 --- True once the lock is known to be gone: an extension or unlock found our
 --- value gone, keep-alive failed, or validity (less a keep-alive margin) ran
---- out. False for a lock that was unlocked (check() says so).
+--- out. False for a lock that was unlocked (check() says so), unless its
+--- client's close() released it once it was lost.
 function lock:lost()
     check_self(self, lock_mt, "lost", "a lock", "lock:lost()")
-    if self.released then return false end
+    if self.released then return self.lost_at_close == true end
     local state = kept_state(self)
     if state ~= nil then return state == C.RL_KEEP_LOST end
     return self.valid_until - (self.margin or 0) - now() <= 0
@@ -236,6 +237,9 @@ end
 --- otherwise.
 function lock:check()
     check_self(self, lock_mt, "check", "a lock", "lock:check()")
+    if self.lost_at_close then
+        error("lost: the lock on '" .. self.resource .. "' was no longer held when its client was closed", 2)
+    end
     if self.released then
         error("unlocked: the lock on '" .. self.resource .. "' was released"
             .. (self.closed and " when its client was closed" or ""), 2)
@@ -285,6 +289,10 @@ function lock:extend(ttl)
         return refusal(self.dlm, "invalid", ("extension limit (%d) reached"):format(max))
     end
     if self:lost() then
+        if self.release_sent then
+            return refusal(self.dlm, "expired", "the lock was lost: an unlock of it failed, and its release may have"
+                .. " run on the nodes")
+        end
         -- lk.margin is set once keep-alive takes the lock, and stays; without
         -- keep-alive a lock is lost exactly when no validity is left
         if self.margin == nil then return refusal(self.dlm, "expired", "no validity left to extend") end
@@ -341,6 +349,11 @@ function _M.after_release(lk, started, status)
 end
 local after_release = _M.after_release
 
+-- What an unlock that found our value on no quorum says after an earlier
+-- unlock of the same lock failed.
+_M.AGAIN_NOT_HELD = "an earlier unlock of this lock failed, and its release may have reached the nodes since (or the"
+    .. " lock expired): our value is on no quorum"
+
 --- Release the lock on every node. true, nil, detail once a quorum deleted
 --- our value, or nil, err, detail ("not held" when our value was no longer
 --- on a quorum: it expired or was taken over). Decided at quorum: a node that
@@ -365,10 +378,7 @@ function lock:unlock()
     if status ~= OK then
         after_release(self, started, status)
         local _, err, detail = failure_given(self.dlm, r)
-        if status == C.RL_STATUS_NOT_HELD and sent_before then
-            detail.message = "an earlier unlock of this lock failed, and its release may have reached the nodes "
-                .. "since (or the lock expired): our value is on no quorum"
-        end
+        if status == C.RL_STATUS_NOT_HELD and sent_before then detail.message = _M.AGAIN_NOT_HELD end
         return nil, err, detail
     end
     local detail = detail_of(self.dlm, r)
