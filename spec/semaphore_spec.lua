@@ -558,6 +558,33 @@ describe("semaphore", function()
     proc.rmdir(dir)
   end)
 
+  -- Before: each stopped waiter reached was kept a full second from when it
+  -- was reached, one after another: four of them kept the free slot idle
+  -- over four seconds, and a live waiter behind them with a 4 s bound gave
+  -- up, busy, with nobody holding the semaphore.
+  it("a line of stopped waiters keeps a free slot idle about a second, not a second each", function()
+    local r, dir = res("stopped_line"), proc.tmpdir()
+    local queue = "redlock:squeue:" .. r
+    local holder = assert(dlm:lock(r, { limit = 1 }))
+    local stopped = {}
+    for n = 1, 4 do
+      stopped[n] = slot_waiter(dir, r, "s" .. n)
+      assert(cluster.await_all(cl, function(i)
+        return tonumber(cluster.call(cl, i, "ZCARD", queue)) == n, "queued"
+      end, 20000), proc.read_file(("%s/s%d.out"):format(dir, n)))
+    end
+    for _, pid in ipairs(stopped) do proc.kill(pid, "STOP") end
+    local t0 = proc.now_ms()
+    assert(holder:unlock())
+    local lk, err = dlm:lock(r, { limit = 1, wait = 4000 })
+    local waited = proc.now_ms() - t0
+    for _, pid in ipairs(stopped) do proc.kill(pid, "KILL") end
+    for _, pid in ipairs(stopped) do proc.wait_gone(pid, 5000) end
+    proc.rmdir(dir)
+    assert(lk, ("%s after %.0f ms"):format(tostring(err), waited))
+    assert(lk:unlock())
+  end)
+
   it("a release wakes every waiter whose turn it is, the one woken before included", function()
     -- Before, only the waiter whose turn had just come (place F-1) was
     -- woken: one woken earlier whose attempt failed kept its free slot and

@@ -132,6 +132,13 @@ int rl_fence_token(const char *s, size_t len, long long *token);
 #define RL_LIMIT_PREFIX "redlock:limit:"
 #define RL_KEPT_PREFIX "redlock:kept:"
 #define RL_SEM_KEEP_MS 1000
+/* A waiter that moves up to a turn because one ahead of it was dropped for
+ * having been kept too long is kept this long, not RL_SEM_KEEP_MS: it was
+ * woken on the spot, and a live one asks within a round trip. So a line of
+ * k stopped waiters keeps a free slot idle for RL_SEM_KEEP_MS + (k - 1) x
+ * RL_SEM_MOVED_UP_MS (and the time until someone asks after each), not k
+ * seconds. */
+#define RL_SEM_MOVED_UP_MS 250
 extern const char rl_acquire_slot_script[];
 extern const char rl_acquire_slot_sha[];
 extern const char rl_release_slot_script[];

@@ -54,7 +54,10 @@
  * the node's clock, unless it is marked already: its RL_SEM_KEEP_MS to
  * come count from its first turn (so does the first caller behind it that
  * asks after that drop it, whatever its policy's delay); one dropped loses
- * its mark. Answers 2 when someone heard it, else 1. */
+ * its mark. One that moves up because a waiter kept too long was dropped
+ * in this pass is kept RL_SEM_MOVED_UP_MS only (a line of stopped waiters
+ * would otherwise keep the slot idle a second each). Answers 2 when
+ * someone heard it, else 1. */
 #define RL_SLOT_TURN \
     RL_PUBLISHING \
     "local function turn(k, l, q) " \
@@ -63,7 +66,7 @@
     "f = l - redis.call(\"exists\",unpack(names)) end " \
     "local n = redis.pcall(\"zcard\",q) " \
     "if f > 0 and type(n) == \"number\" and n <= " STR(RL_QUEUE_MAX) " then " \
-    "local i, sent, woke, K, now = 0, 0, 0, \"" RL_KEPT_PREFIX "\"..k " \
+    "local i, sent, woke, K, now, late = 0, 0, 0, \"" RL_KEPT_PREFIX "\"..k " \
     "while i < f and f <= n and sent < 8 do " \
     "local e = redis.pcall(\"zrange\",q,i,i) e = type(e) == \"table\" and e[1] if type(e) ~= \"string\" then break end " \
     "sent = sent + 1 " \
@@ -71,8 +74,9 @@
     "local t = tonumber(redis.pcall(\"hget\",K,e)) " \
     "local s = (not t or now - t <= " STR(RL_SEM_KEEP_MS) ") and redis.pcall((pub()),\"" RL_WAKE_PREFIX "\"..e..\":\"..k,1) " \
     "if type(s) == \"number\" and s > 0 then woke, i = woke + 1, i + 1 " \
-    "if not t then redis.pcall(\"hset\",K,e,now) end " \
-    "else redis.pcall(\"zrem\",q,e) redis.pcall(\"hdel\",K,e) n = n - 1 end end " \
+    "if not t then redis.pcall(\"hset\",K,e,late and now - (" STR(RL_SEM_KEEP_MS - RL_SEM_MOVED_UP_MS) ") or now) end " \
+    "else if t and s == false then late = true end " \
+    "redis.pcall(\"zrem\",q,e) redis.pcall(\"hdel\",K,e) n = n - 1 end end " \
     "if woke > 0 then redis.pcall(\"pexpire\",K,60000) return 2 end " \
     "end " \
     "if f == 0 then return 1 end " \
@@ -94,7 +98,9 @@
  * dead waiters drains 16 at a time, not one); so is one that still listens
  * but was first found kept more than RL_SEM_KEEP_MS ago by the node's clock
  * (stopped, hung, or cut off with its connection open: it would keep the
- * slot idle until its connection dies). Found so by a caller that asks
+ * slot idle until its connection dies; one found kept for the first time
+ * after such a drop in the same pass is kept RL_SEM_MOVED_UP_MS only, not
+ * a second more). Found so by a caller that asks
  * again (a waiter in the queue already) or has no queue (try_lock): a
  * waiter's first refusal, the commonest (the sem benchmark's releaser that
  * asks again at once), neither marks nor drops: marking on every refusal
@@ -133,7 +139,7 @@ const char rl_acquire_slot_script[] =
     "end "
     "place() "
     "if #free > 0 and r >= #free then "
-    "local i, live, looked, dropped, kept = 0, 0, 0, 0, {} "
+    "local i, live, looked, dropped, kept, late = 0, 0, 0, 0, {} "
     "local tm, now = (w == \"\" or inq) and redis.pcall(\"time\") "
     "if type(tm) == \"table\" then now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000) end "
     "while live < #free and looked < 16 do "
@@ -142,8 +148,9 @@ const char rl_acquire_slot_script[] =
     "local s = redis.pcall(\"pubsub\",select(2, pub()),\"" RL_WAKE_PREFIX "\"..e..\":\"..k) "
     "local gone = type(s) == \"table\" and s[2] == 0 "
     "if not gone and now then local t = tonumber(redis.pcall(\"hget\",K,e)) "
-    "if not t then redis.pcall(\"hset\",K,e,now) redis.pcall(\"pexpire\",K,60000) "
-    "elseif now - t > " STR(RL_SEM_KEEP_MS) " then gone = true end end "
+    "if not t then redis.pcall(\"hset\",K,e,late and now - (" STR(RL_SEM_KEEP_MS - RL_SEM_MOVED_UP_MS) ") or now) "
+    "redis.pcall(\"pexpire\",K,60000) "
+    "elseif now - t > " STR(RL_SEM_KEEP_MS) " then gone, late = true, true end end "
     "if gone then redis.pcall(\"zrem\",q,e) redis.pcall(\"hdel\",K,e) dropped = dropped + 1 "
     "else live, i, kept[#kept + 1] = live + 1, i + 1, e end end "
     "if dropped > 0 then "
@@ -266,7 +273,7 @@ static char *put_ticket(char *p, double ticket_ms) {
     return put_bulk(p, digits, (size_t)(put_uint(digits, us) - digits));
 }
 
-const char rl_acquire_slot_sha[] = "bed90c0e19584024a2b6fe0cf5184a790cda4759";
+const char rl_acquire_slot_sha[] = "cff062e5db02a2e1d5a4068ecd397f1eb39bf2a8";
 
 int rl_cmd_acquire_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *value, int ttl_ms,
                         const char *waiter, double ticket, const int *order, int limit) {
@@ -286,7 +293,7 @@ int rl_cmd_acquire_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, c
     return 0;
 }
 
-const char rl_release_slot_sha[] = "30abfa1bfbc35cde0a0074f552ea95b87d56c676";
+const char rl_release_slot_sha[] = "955c188169afc387f8ae5a19543f46ee8146e1a1";
 
 int rl_cmd_release_slot(rl_buf *b, int by_sha, const char *key, size_t keylen, const char *sem, size_t semlen,
                         const char *value, int quiet) {
