@@ -1968,6 +1968,8 @@ exit 3
         { "--servers " .. cl.urls[1] .. "," .. cl.urls[1], "one server would vote twice" },
         { "--servers " .. cl.urls[1] .. " --label 'a b'", "--label must be" },
         { "--servers " .. cl.urls[1] .. " --prefix redlock:", [[--prefix 'redlock:' starts with "redlock:"]] },
+        -- (before: 17 nodes started, and every worker died on "too many servers")
+        { "--nodes 17", "--nodes must be from 1 to 16, got 17" },
       } do
         local out, rc = redlock("demo --workers 1 --rounds 1 " .. case[1], "-u REDLOCK_SERVERS")
         assert.are.equal(64, rc, case[1] .. ": " .. out)

@@ -179,6 +179,12 @@ describe("cmake --install", function()
       assert.are.equal("", out)
     end)
 
+    -- Before: the URL line's continuation was a paragraph of its own,
+    -- hanging under --servers-file.
+    it("that keeps the server URL forms in one item", function()
+      assert.matches("\n.TP\nURL:\nredis://[^\n]*\nfor TLS [^\n]*\nunix:///", page)
+    end)
+
     it("with a section for every command of redlock --help", function()
       local help = sh(q(proc.build .. "/redlock") .. " --help")
       local block = assert(help:match("\nCommands:\n(.-)\n\n"), help)

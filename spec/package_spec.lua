@@ -272,6 +272,15 @@ describe("the source rock", function()
     assert.are.equal(proc.read_file(("%s/rocks/redlock-%s-1.rockspec"):format(proc.root, VERSION)), out)
   end)
 
+  -- Before: untracked files (a servers file with a password, build logs)
+  -- went into the tarball too.
+  it("packs the files git tracks, and nothing else", function()
+    local listed = sh(("unzip -p %s redlock-%s.tar.gz | tar tzf - | grep -v '/$' | sed 's,^redlock-%s/,,' | sort")
+      :format(q(ROCK), VERSION, VERSION))
+    local tracked = sh(("cd %s && git ls-files | sort"):format(q(proc.root)))
+    assert.are.equal(tracked, listed)
+  end)
+
   it("installs with luarocks into a fresh tree, offline", function()
     local out, rc = sh(("cd %s && env -u LUA_PATH -u LUA_CPATH -u LUA_INIT "
       .. "timeout 600 luarocks --lua-version=5.1 --tree %s install %s")

@@ -23,7 +23,7 @@ local SPEC = config.spec {
     { name = "workers", long = "workers", arg = "N", check = "count", help = "worker processes (4)" },
     { name = "rounds", long = "rounds", arg = "N", check = "count", help = "acquisitions per worker (5)" },
     { name = "nodes", long = "nodes", arg = "N", check = "count",
-        help = "nodes of the throwaway cluster (5)" },
+        help = "nodes of the throwaway cluster, 1 to 16 (5)" },
 }
 _M.SPEC = SPEC
 
@@ -123,6 +123,9 @@ end
 function _M.run(opts, argv, k)
     if argv[k] ~= nil then return host.usage_error("demo", "unexpected '" .. argv[k] .. "'") end
     local nworkers, rounds, nnodes = opts.workers or 4, opts.rounds or 5, opts.nodes or 5
+    if nnodes > 16 then -- a client's most (RL_MAX_NODES), as redlock dev says
+        return host.usage_error("demo", ("--nodes must be from 1 to 16, got %d"):format(nnodes))
+    end
     local exe = (package.loaded["redlock.host.self"] or {}).exe or arg[0]
 
     sys.defer_signals(true) -- Ctrl-C must reach the cleanup below

@@ -111,9 +111,9 @@ Commands:
 Servers (for run, exec, status, demo):
   --servers URL,URL,...   or the environment variable REDLOCK_SERVERS
   --servers-file FILE     one URL a line, # comments: keeps passwords out of argv
-  URL: redis://[[user]:password@]host:port[/db][?replicas=N], rediss://...
-       for TLS (certificates verified against the system's CAs), or
-       unix:///path/to.sock[?db=N][&replicas=N]
+  URL:  redis://[[user]:password@]host:port[/db][?replicas=N], rediss://...
+        for TLS (certificates verified against the system's CAs), or
+        unix:///path/to.sock[?db=N][&replicas=N]
   TLS:  --cacert FILE, --cacertdir DIR, --cert FILE, --key FILE, --sni NAME
         and --insecure, or REDLOCK_CACERT, REDLOCK_CACERTDIR, REDLOCK_CERT,
         REDLOCK_KEY, REDLOCK_SNI, REDLOCK_INSECURE=1 (the flags win)
