@@ -1,7 +1,7 @@
 # manpage.cmake — make redlock(1) from the host's own help texts (cmake -P).
 #
 #   cmake -DREDLOCK=path/to/redlock -DHELP2MAN=help2man -DINCLUDE=redlock.h2m
-#         -DVERSION=0.3.0 -DOUT=redlock.1 -P manpage.cmake
+#         -DVERSION=0.4.0 -DOUT=redlock.1 -P manpage.cmake
 #
 # help2man turns `redlock --help` into the page; every command listed under
 # "Commands:" there gets a section of its own, made by help2man from

@@ -47,8 +47,9 @@ endif()
 # Off in the rockspecs: LuaRocks passes no CMAKE_INSTALL_PREFIX, so the doc
 # directory would be /usr/local's, outside the rock's tree.
 if(REDLOCK_INSTALL_DOCS)
+  # docs/ as in the checkout, so that README's links (docs/*.md) hold
   install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
-  install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR} FILES_MATCHING PATTERN "*.md")
+  install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs FILES_MATCHING PATTERN "*.md")
   # The license and the changelog under their own names; the package has them
   # as Debian's copyright and changelog.gz instead (below).
   install(FILES LICENSE CHANGELOG.md DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT plain)

@@ -149,6 +149,15 @@ describe("cmake --install", function()
     for _, file in ipairs(lua_modules()) do
       assert.is_true(exists(prefix .. file), "not installed: " .. file)
     end
+    -- README's links to the pages hold where they are installed
+    -- (before: the pages were installed beside README, not in docs/).
+    local readme = proc.read_file(prefix .. "/share/doc/redlock/README.md")
+    local linked = 0
+    for page in readme:gmatch("%]%((docs/[%w%-]+%.md)") do
+      linked = linked + 1
+      assert.is_true(exists(prefix .. "/share/doc/redlock/" .. page), "README links to " .. page .. ", not installed")
+    end
+    assert.is_true(linked >= 5, "README links to " .. linked .. " pages")
     -- Debian's doc files are the package's alone.
     assert.is_false(exists(prefix .. "/share/doc/redlock/copyright"))
     assert.is_false(exists(prefix .. "/share/doc/redlock/changelog.Debian.gz"))

@@ -67,9 +67,9 @@ extern "C" {
  * of the library built from this tree and as the packages. Before 1.0 a new
  * minor version may change the API and the ABI (the shared library's soname
  * is libredlock.so.MAJOR.MINOR); a patch version changes neither. */
-#define RL_VERSION "0.3.0"
+#define RL_VERSION "0.4.0"
 #define RL_VERSION_MAJOR 0
-#define RL_VERSION_MINOR 3
+#define RL_VERSION_MINOR 4
 #define RL_VERSION_PATCH 0
 
 #define RL_OK 0

@@ -32,7 +32,7 @@ local shell_quote, pid_alive, wait_exit = sys.shell_quote, sys.pid_alive, sys.wa
 local now_ms, sleep_ms, run = sys.now_ms, sys.sleep_ms, sys.run
 local launch, await, cli_prefix = node.launch, node.await, node.cli_prefix
 
-local _M = { _VERSION = "0.3.0" }
+local _M = { _VERSION = "0.4.0" }
 local mt = { __index = {} }
 local cluster = mt.__index
 

@@ -52,7 +52,7 @@ local LOCK_PLAIN, LOCK_FENCED, LOCK_SHARED = lock.PLAIN, lock.FENCED, lock.SHARE
 local MANY_PLAIN, MANY_FENCED, MANY_SHARED = group.PLAIN, group.FENCED, group.SHARED
 local semaphore = lock.semaphore
 
-local _M = { _VERSION = "0.3.0", retry = retry }
+local _M = { _VERSION = "0.4.0", retry = retry }
 _M.core_version = ffi_string(C.rl_version())
 _M.status_words, _M.node_words = results.status_words, results.node_words
 _M._OPTIONS = options.NAMES

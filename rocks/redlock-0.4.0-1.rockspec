@@ -1,16 +1,16 @@
 rockspec_format = "3.0"
 package = "redlock"
-version = "0.3.0-1"
+version = "0.4.0-1"
 
--- The release rockspec of 0.3.0. scripts/pack-rock makes the source tarball
--- redlock-0.3.0.tar.gz from the checkout and packs it with this file (luarocks
--- pack) into redlock-0.3.0-1.src.rock, which builds anywhere, offline:
---   scripts/pack-rock                                   # build-pkg/redlock-0.3.0-1.src.rock
---   luarocks --lua-version=5.1 install build-pkg/redlock-0.3.0-1.src.rock
+-- The release rockspec of 0.4.0. scripts/pack-rock makes the source tarball
+-- redlock-0.4.0.tar.gz from the checkout and packs it with this file (luarocks
+-- pack) into redlock-0.4.0-1.src.rock, which builds anywhere, offline:
+--   scripts/pack-rock                                   # build-pkg/redlock-0.4.0-1.src.rock
+--   luarocks --lua-version=5.1 install build-pkg/redlock-0.4.0-1.src.rock
 -- source.url names that tarball: inside the .src.rock it sits beside this file.
 source = {
-  url = "redlock-0.3.0.tar.gz",
-  dir = "redlock-0.3.0",
+  url = "redlock-0.4.0.tar.gz",
+  dir = "redlock-0.4.0",
 }
 
 description = {
