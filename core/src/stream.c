@@ -62,7 +62,10 @@ static void answer_all(rl_stream *s, const char *why, long long written, double 
  * socket and is asked to close it. */
 /* The connection ends: one that was set up voted for its server until now. */
 static void stop_voting(rl_stream *s, double now_ms) {
-    if (s->state == RL_STREAM_UP && !s->holding && s->run_id[0]) s->voted_until_ms = now_ms;
+    if (s->state == RL_STREAM_UP && !s->holding && s->run_id[0]) {
+        memcpy(s->voted_id, s->run_id, sizeof(s->voted_id));
+        s->voted_until_ms = now_ms;
+    }
 }
 
 void rl_stream_drop(rl_stream *s, const char *why, int close_it, double now_ms) {

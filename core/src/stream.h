@@ -117,7 +117,9 @@ typedef struct rl_stream {
     char seen_id[RL_RUN_ID_LEN + 1];  /* run_id the setup's INFO reported on this connection, or "" */
     char run_id[RL_RUN_ID_LEN + 1];   /* the server this node last voted for ("" if it never said);
                                          it counts only while the node is up (voter_of) */
-    double voted_until_ms;   /* when the last connection that voted for run_id ended (0: none) */
+    char voted_id[RL_RUN_ID_LEN + 1]; /* the server the last connection that voted ended voting for */
+    double voted_until_ms;   /* and when that connection ended (0: none); kept whatever the
+                                node's later connections reach */
     rl_reader reader;
     rl_stream_counts counts; /* connection events (stats.h), kept across connections */
 

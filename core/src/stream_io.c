@@ -295,7 +295,7 @@ static int former_voter_of(const rl_stream *s, const char *run_id, double *until
     int found = -1;
     for (int j = 0; j < s->npeers; j++) {
         const rl_stream *p = &s->peers[j];
-        if (j != s->index && p->voted_until_ms > 0 && strcmp(p->run_id, run_id) == 0 &&
+        if (j != s->index && p->voted_until_ms > 0 && strcmp(p->voted_id, run_id) == 0 &&
             (found < 0 || p->voted_until_ms > *until)) {
             found = j;
             *until = p->voted_until_ms;
