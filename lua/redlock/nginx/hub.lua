@@ -179,7 +179,8 @@ local function new_hub(e, n, opts, t)
         e = e, n = n, res = ffi_new("rl_result"), waiters = {},
         kept = {}, orphans = {},                      -- ids of kept locks still extended (redlock.nginx.keep)
         owners = setmetatable({}, { __mode = "v" }),  -- kept lock's id -> ngx.ctx of who kept it
-        socks = {}, readers = {}, gen = {}, up = {}, hosts = {}, ports = {}, names = {},
+        socks = {}, readers = {}, writers = {}, wakers = {}, failed = {}, gen = {}, up = {}, hosts = {}, ports = {},
+        names = {},
         work = nil, running = false, started_at = nil, token = nil, last_call = 0, now = 0, connects = 0, ended = {},
         node_timeout = opts.node_timeout_ms, connect_timeout = opts.connect_timeout_ms,
         slots_held = {}, quorum = C.rl_engine_quorum(e),

@@ -1,9 +1,23 @@
 -- redlock.nginx.links: the hub's connections (redlock.h, "Links": per node
 -- a command connection and, once something is watched, a subscriber
 -- connection). One light thread per link connects and reads, feeding what
--- arrives to the engine; the hub's loop does what the engine wants (close,
--- connect, write: service) and shuts every link when it stops. Only the
--- loop's coroutine calls these, and the readers it spawned.
+-- arrives to the engine; another writes what the engine has for the link.
+-- The hub's loop does what the engine wants (close, connect, wake the
+-- writer: service) and shuts every link when it stops. Only the loop's
+-- coroutine calls these, and the readers and writers it spawned; a reader
+-- or writer that finds its connection gone leaves the closing to the loop
+-- (only the loop may kill the other thread of the link).
+--
+-- The writer is a thread of its own so that a node whose end stops taking
+-- bytes (a stopped process: its kernel buffers fill) blocks only its own
+-- link. It sends a chunk at a time and reports each as written, and its
+-- sends have no short timeout: the engine decides about such a node (it
+-- turns suspect, or its watchdog resets the connection) as it does for the
+-- libev driver. Before, the loop sent itself, with the node timeout as the
+-- send timeout: a stopped node's connection was closed with commands still
+-- in its kernel, which it ran on resuming, after what went out on its next
+-- connection (a failed acquire's cleanup, a release), and their keys stayed
+-- for their ttl.
 
 local ffi = require "ffi"
 local bit = require "bit"
@@ -12,11 +26,13 @@ local calls = require "redlock.nginx.calls"
 local tls = require "redlock.nginx.tls"
 local watch = require "redlock.nginx.watch"
 
+local semaphore = require "ngx.semaphore"
+
 local ngx = ngx
 local ffi_string, ffi_new, band = ffi.string, ffi.new, bit.band
 local now_ms = C.rl_now_ms
 local co_running, co_status = coroutine.running, coroutine.status
-local tostring, table_remove = tostring, table.remove
+local tostring, table_remove, pairs, next = tostring, table.remove, pairs, next
 local wake, deliver, fail_waiters = calls.wake, calls.deliver, calls.fail_waiters
 local open, lost_reason, post_heard = tls.open, tls.lost_reason, watch.post_heard
 
@@ -24,6 +40,9 @@ local RL_OK = C.RL_OK
 local WANT_WRITE, WANT_CONNECT, WANT_CLOSE = C.RL_WANT_WRITE, C.RL_WANT_CONNECT, C.RL_WANT_CLOSE
 local READ_CHUNK = 65536
 local READ_TIMEOUT_MS = 3600000 -- a reader waits this long for bytes, then again (the engine times replies)
+local WRITE_CHUNK = 16384       -- a writer reports its progress a chunk at a time (the watchdog judges it)
+local WRITE_TIMEOUT_MS = 3600000 -- a chunk may wait this long for room (the engine judges a link that takes nothing)
+local IDLE_WRITER_S = 3600      -- a writer with nothing to write waits this long to be posted, then again
 
 local out_ptr = ffi_new("const char *[1]")
 
@@ -66,52 +85,91 @@ end
 -- Close link i's socket. Its reader, if any, is killed first: only the
 -- coroutine that spawned it (the hub's loop) may, and only the loop calls
 -- this while readers run.
+-- Kill th, link i's reader or writer, unless it is the caller or has ended
+-- (one that ended on its own is reaped by the loop: see reap).
+local function kill(th)
+    if th and co_status(th) ~= "dead" and th ~= co_running() then ngx.thread.kill(th) end
+end
+
 local function close_node(hub, i)
     hub.gen[i] = hub.gen[i] + 1
     hub.up[i] = false
-    local r = hub.readers[i]
-    hub.readers[i] = nil
-    -- (one that ended on its own is reaped by the loop: see reader)
-    if r and co_status(r) ~= "dead" and r ~= co_running() then ngx.thread.kill(r) end
+    local r, w = hub.readers[i], hub.writers[i]
+    hub.readers[i], hub.writers[i], hub.wakers[i] = nil, nil, nil
+    kill(r)
+    kill(w)
     local sock = hub.socks[i]
     hub.socks[i] = nil
     if sock then sock:close() end
 end
 
--- Link i's connection failed or ended, seen by its own reader: forget the
--- socket (the reader is about to return) and tell the engine. A subscriber
--- link's reason goes to the error log, once per reason (not once per retry):
--- it costs wake-ups, which nothing else would show.
-local function lost_node(hub, i, why)
+-- Link i's connection (of generation gen) failed or ended, seen by its
+-- reader or its writer, which is about to return: the loop closes it and
+-- tells the engine (close_failed). A subscriber link's reason goes to the
+-- error log, once per reason (not once per retry): it costs wake-ups, which
+-- nothing else would show.
+local function lost_node(hub, i, why, gen)
+    if hub.gen[i] ~= gen or hub.failed[i] then return end
     if is_subscriber(hub, i) and hub.said[i] ~= why then
         ngx.log(ngx.WARN, "redlock: subscriber of ", hub.names[i], ": ", why)
     end
     hub.said[i] = why
-    hub.gen[i] = hub.gen[i] + 1
     hub.up[i] = false
-    hub.readers[i] = nil
-    local sock = hub.socks[i]
-    hub.socks[i] = nil
-    if sock then sock:close() end
-    C.rl_engine_node_down(hub.e, i, why, now_ms())
+    hub.failed[i] = why
     wake(hub)
 end
 
--- Write what the engine has for link i (everything queued since the last
--- turn, in one send), and what was queued while that send yielded.
-local function write_node(hub, i)
-    local e, gen = hub.e, hub.gen[i]
-    while hub.up[i] and hub.gen[i] == gen do
+-- Close the links whose reader or writer found their connection gone.
+local function close_failed(hub)
+    for i, why in pairs(hub.failed) do
+        hub.failed[i] = nil
+        close_node(hub, i)
+        C.rl_engine_node_down(hub.e, i, why, now_ms())
+    end
+end
+
+-- Link i's writer (of generation gen): what the engine has for the link, a
+-- chunk at a time, each reported written once the socket took it; then it
+-- waits until the loop posts it (waker) and goes on.
+local function write_node(hub, i, gen, waker)
+    local e = hub.e
+    while hub.gen[i] == gen do
         local len = tonumber(C.rl_engine_node_output(e, i, out_ptr))
-        if len == 0 then return end
-        local sent, err = hub.socks[i]:send(ffi_string(out_ptr[0], len))
-        if hub.gen[i] ~= gen then return end -- closed while the send yielded
-        if not sent then
-            close_node(hub, i)
-            C.rl_engine_node_down(e, i, lost_reason(hub, i, err), now_ms())
-            return
+        if len == 0 then
+            waker:wait(IDLE_WRITER_S)
+        else
+            if len > WRITE_CHUNK then len = WRITE_CHUNK end
+            local sent, err = hub.socks[i]:send(ffi_string(out_ptr[0], len))
+            if hub.gen[i] ~= gen then return end -- closed while the send yielded
+            if not sent then return lost_node(hub, i, lost_reason(hub, i, err), gen) end
+            C.rl_engine_node_wrote(e, i, len, now_ms())
+            wake(hub) -- the engine may want more done now (a deadline, a round decided)
         end
-        C.rl_engine_node_wrote(e, i, len, now_ms())
+    end
+end
+
+local function writer(hub, i, gen, waker)
+    write_node(hub, i, gen, waker)
+    hub.ended[#hub.ended + 1] = co_running()
+end
+
+-- Have link i's writer write what the engine has for it: start one, or
+-- post the one waiting.
+local function start_writing(hub, i)
+    if not hub.up[i] then return end
+    local w = hub.wakers[i]
+    if w and hub.writers[i] and co_status(hub.writers[i]) ~= "dead" then
+        if w:count() < 1 then w:post(1) end
+        return
+    end
+    local gen = hub.gen[i]
+    w = semaphore.new(0)
+    hub.wakers[i] = w
+    local th, err = ngx.thread.spawn(writer, hub, i, gen, w)
+    if not th then
+        lost_node(hub, i, "cannot start a light thread: " .. tostring(err), gen)
+    elseif co_status(th) ~= "dead" and hub.gen[i] == gen then
+        hub.writers[i] = th
     end
 end
 
@@ -122,9 +180,9 @@ local function read_node(hub, i, gen)
     local e = hub.e
     local sock = ngx.socket.tcp()
     hub.socks[i] = sock
-    local ok, err = open(hub, i, sock, READ_TIMEOUT_MS)
+    local ok, err = open(hub, i, sock, READ_TIMEOUT_MS, WRITE_TIMEOUT_MS)
     if hub.gen[i] ~= gen then return end
-    if not ok then return lost_node(hub, i, err) end
+    if not ok then return lost_node(hub, i, err, gen) end
     if C.rl_engine_node_connected(e, i, 1, now_ms()) ~= RL_OK then
         -- the engine no longer wants it (it gave up on the connect meanwhile)
         hub.gen[i] = hub.gen[i] + 1
@@ -141,11 +199,8 @@ local function read_node(hub, i, gen)
         if data then
             hub.fed[i] = true
             if C.rl_engine_node_feed(e, i, data, #data, now_ms()) ~= RL_OK then
-                -- the engine dropped the connection (it asks for a close too)
-                hub.gen[i] = hub.gen[i] + 1
+                -- the engine dropped the connection: it asks the loop to close it
                 hub.up[i] = false
-                hub.socks[i], hub.readers[i] = nil, nil
-                sock:close()
                 hub.now = now_ms()
                 deliver(hub)
                 return wake(hub)
@@ -158,13 +213,13 @@ local function read_node(hub, i, gen)
                 wake(hub)
             end
         elseif rerr ~= "timeout" then
-            return lost_node(hub, i, lost_reason(hub, i, rerr))
+            return lost_node(hub, i, lost_reason(hub, i, rerr), gen)
         end
     end
 end
 
 -- A light thread that ends on its own stays a zombie until its parent (the
--- loop) waits for it: it files itself for the loop to reap.
+-- loop) waits for it: it files itself for the loop to reap (so does a writer).
 local function reader(hub, i, gen)
     read_node(hub, i, gen)
     hub.ended[#hub.ended + 1] = co_running()
@@ -204,13 +259,14 @@ function _M.service(hub)
     local asked = true
     while asked do
         asked = false
+        if next(hub.failed) ~= nil then close_failed(hub) end
         local i = C.rl_engine_next_wanting(e, -1)
         while i >= 0 do
             if i >= hub.placed then _M.place(hub) end
             local w = C.rl_engine_node_wants(e, i)
             if band(w, WANT_CLOSE) ~= 0 then close_node(hub, i) end
             if band(w, WANT_CONNECT) ~= 0 then connect_node(hub, i) end
-            if band(w, WANT_WRITE) ~= 0 then write_node(hub, i) end
+            if band(w, WANT_WRITE) ~= 0 then start_writing(hub, i) end
             asked = asked or band(w, WANT_CLOSE + WANT_CONNECT) ~= 0
             i = C.rl_engine_next_wanting(e, i)
         end
@@ -221,6 +277,7 @@ end
 function _M.shut(hub, why)
     local now = now_ms()
     hub.now = now
+    for i in pairs(hub.failed) do hub.failed[i] = nil end
     for i = 0, hub.placed - 1 do
         local up, connecting = hub.up[i], hub.socks[i] ~= nil
         close_node(hub, i)

@@ -212,12 +212,13 @@ local function refuse_nameless(hub, i)
     return nil, NO_NAME
 end
 
--- Connect sock to node i (read_timeout: its reads' timeout) and, for a rediss:// node, do the TLS handshake
+-- Connect sock to node i (read_timeout, send_timeout: its reads' and sends' timeouts once connected) and, for a
+-- rediss:// node, do the TLS handshake
 -- within what is left of connect_timeout. true, or nil and why (the node's
 -- reason). The engine is told of the handshake (its connect deadline then
 -- says the handshake timed out, as ours does). A TLS link to verify with no
 -- name to verify against fails at once (see refuse_nameless).
-function _M.open(hub, i, sock, read_timeout)
+function _M.open(hub, i, sock, read_timeout, send_timeout)
     if hub.tlss[i] and hub.tls.verify and hub.snis[i] == nil then return refuse_nameless(hub, i) end
     local t0 = now_ms()
     sock:settimeouts(hub.connect_timeout, hub.node_timeout, read_timeout)
@@ -229,7 +230,10 @@ function _M.open(hub, i, sock, read_timeout)
     end
     if not ok and err == "timeout" then return nil, ("connect timed out after %d ms"):format(hub.connect_timeout) end
     if not ok then return nil, "connect failed: " .. tostring(err) end
-    if not hub.tlss[i] then return true end
+    if not hub.tlss[i] then
+        sock:settimeouts(hub.connect_timeout, send_timeout, read_timeout)
+        return true
+    end
     C.rl_engine_node_handshaking(hub.e, i)
     local left = math.floor(hub.connect_timeout - (now_ms() - t0))
     if left < 1 then return nil, ("TLS handshake timed out after %d ms"):format(hub.connect_timeout) end
@@ -246,6 +250,7 @@ function _M.open(hub, i, sock, read_timeout)
         return nil, handshake_reason(hub, i, herr)
     end
     hub.sessions[i] = sess -- resumed by the next connection to the node
+    sock:settimeouts(hub.connect_timeout, send_timeout, read_timeout)
     return true
 end
 
