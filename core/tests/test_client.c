@@ -589,6 +589,19 @@ static void tails_run_after_the_decision(void) {
     free(r);
 }
 
+/* Once c is ready: acquire name (ttl 300) with c into r, and hand it to k;
+ * the keeper's id. */
+static int acquire_kept(rl_client *c, rl_keeper *k, const char *name, rl_result *r) {
+    char err[RL_ERR_LEN];
+    size_t len = strlen(name);
+    CHECK_INT(wait_ready(c, r), 0);
+    double t0 = rl_now_ms();
+    CHECK_INT(verdict(rl_acquire(c, name, len, 300, r), r), RL_STATUS_OK);
+    int id = rl_keeper_add(k, name, len, r->value, 300, t0 + r->elapsed_ms + r->validity_ms, 0, err, sizeof(err));
+    CHECK(id >= 0);
+    return id;
+}
+
 static void keeper_extends_and_releases(void) {
     char err[RL_ERR_LEN];
     rl_options o;
@@ -597,11 +610,7 @@ static void keeper_extends_and_releases(void) {
     rl_keeper *k = rl_keeper_new(url_list, NODES, &o, err, sizeof(err));
     rl_result *r = calloc(1, sizeof(*r));
     CHECK(c && k);
-    CHECK_INT(wait_ready(c, r), 0);
-    double t0 = rl_now_ms();
-    CHECK_INT(verdict(rl_acquire(c, "kept", 4, 300, r), r), RL_STATUS_OK);
-    int id = rl_keeper_add(k, "kept", 4, r->value, 300, t0 + r->elapsed_ms + r->validity_ms, 0, err, sizeof(err));
-    CHECK(id >= 0);
+    int id = acquire_kept(c, k, "kept", r);
     rl_sleep(c, 900); /* three ttls */
     double until = 0;
     CHECK_INT(rl_keeper_state(k, id, &until), RL_KEEP_HELD);
@@ -633,11 +642,7 @@ static void keeper_closed_refuses_calls(void) {
     rl_keeper *k = rl_keeper_new(url_list, NODES, NULL, err, sizeof(err));
     rl_result *r = calloc(1, sizeof(*r));
     CHECK(c && k);
-    CHECK_INT(wait_ready(c, r), 0);
-    double t0 = rl_now_ms();
-    CHECK_INT(verdict(rl_acquire(c, "closed", 6, 300, r), r), RL_STATUS_OK);
-    int id = rl_keeper_add(k, "closed", 6, r->value, 300, t0 + r->elapsed_ms + r->validity_ms, 0, err, sizeof(err));
-    CHECK(id >= 0);
+    int id = acquire_kept(c, k, "closed", r);
     rl_keeper_close(k);
     rl_keeper_close(k); /* twice: nothing */
     CHECK_INT(rl_keeper_state(k, id, NULL), RL_ERR);

@@ -4,8 +4,11 @@
 --   local asan = require "helpers.asan"
 --   local env = asan.env(dir)   -- LD_PRELOAD, ASAN_OPTIONS, UBSAN_OPTIONS (reports into dir)
 --   asan.reports(dir)           -- every report written there, "" for none
+--   asan.nodes(setup, teardown, state, stop)  -- in a describe: 3 nodes (state.cl) and a
+--                                             -- report dir (state.dir), gone afterwards
 
 local proc = require "helpers.proc"
+local cluster = require "helpers.cluster"
 
 local M = {}
 
@@ -33,6 +36,22 @@ end
 function M.reports(dir)
   local q = proc.quote(dir)
   return (proc.sh("cat " .. q .. "/asan.* " .. q .. "/ubsan.* 2>/dev/null"))
+end
+
+--- Register, with busted's setup and teardown, three nodes (state.cl) and a
+--- directory for reports (state.dir) for a describe block of a spec run on
+--- build-asan; stop (optional) runs first at the teardown.
+function M.nodes(setup, teardown, state, stop)
+  setup(function()
+    assert(proc.build:match("asan"), "run with REDLOCK_BUILD_DIR=build-asan, not " .. proc.build)
+    state.cl = cluster.start(3)
+    state.dir = proc.tmpdir()
+  end)
+  teardown(function()
+    if stop then stop() end
+    cluster.stop_all()
+    if state.dir then proc.rmdir(state.dir) end
+  end)
 end
 
 return M

@@ -11,18 +11,8 @@ local asan = require "helpers.asan"
 local res = cluster.names("keeper_close")
 
 describe("a finalizer's close() during the first keep-alive lock", function()
-  local cl, dir
-
-  setup(function()
-    assert(proc.build:match("asan"), "run with REDLOCK_BUILD_DIR=build-asan, not " .. proc.build)
-    cl = cluster.start(3)
-    dir = proc.tmpdir()
-  end)
-
-  teardown(function()
-    cluster.stop_all()
-    if dir then proc.rmdir(dir) end
-  end)
+  local state = {}
+  asan.nodes(setup, teardown, state)
 
   -- Before: close() freed the keeper that keeper_of (drop_guard_for) had
   -- just published, and the lock went on to rl_keeper_add on freed memory
@@ -31,6 +21,7 @@ describe("a finalizer's close() during the first keep-alive lock", function()
   for _, at in ipairs { "keeper_new", "drop_guard_for" } do
     it("refuses the lock, touching no freed memory, when it runs at " .. at, function()
       local r = res(at)
+      local cl, dir = state.cl, state.dir
       local env = asan.env(dir)
       env.LUA_PATH, env.LUA_CPATH = package.path, proc.build .. "/?.so;;"
       local words = { "env" }

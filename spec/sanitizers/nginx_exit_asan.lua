@@ -13,24 +13,14 @@ local asan = require "helpers.asan"
 local res = cluster.names("asan")
 
 describe("nginx with the core under ASan", function()
-  local cl, dir
-
-  setup(function()
-    assert(proc.build:match("asan"), "run with REDLOCK_BUILD_DIR=build-asan, not " .. proc.build)
-    cl = cluster.start(3)
-    dir = proc.tmpdir()
-  end)
-
-  teardown(function()
-    nginx.stop_all()
-    cluster.stop_all()
-    if dir then proc.rmdir(dir) end
-  end)
+  local state = {}
+  asan.nodes(setup, teardown, state, nginx.stop_all)
 
   -- Before (3656909's parent): at QUIT, lua_close ran the engine's finalizer
   -- before the kept locks' guards, whose release then called into the freed
   -- engine: heap-use-after-free in rl_engine_begin_release.
   it("lets a worker exit with kept locks still referenced, its engine freed first or last", function()
+    local cl, dir = state.cl, state.dir
     local srv = nginx.start_tree {
       env = asan.env(dir),
       init = ([[
