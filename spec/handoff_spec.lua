@@ -356,35 +356,6 @@ describe("hand-off to waiters", function()
     assert(ok, err)
   end)
 
-  -- Before: a release with nobody queued that told listeners counted as
-  -- heard, and the releaser's next lock of the resource waited a head start
-  -- for them; a subscriber that never asks (a stopped process) cost every
-  -- lock and unlock cycle of another client that head start, for good.
-  it("counts a release as heard only when it woke a queued waiter, not when it told listeners", function()
-    local ffi = require "ffi"
-    local lib = require("redlock.cdefs").lib
-    local r = res("told")
-    local holder = redlock.new { servers = cl.urls }
-    local listener = redlock.new { servers = cl.urls, notify = true }
-    local out = ffi.new("rl_result")
-    local ok, err = pcall(function()
-      local lk = assert(holder:lock(r))
-      assert(cluster.await_value(cl, r, lk.value, 5000, nil, holder))
-      assert.equal(0, lib.rl_watch(listener.client, r, #r)) -- listens, never asks
-      await_subscribers("redlock:released:" .. r, { listener })
-      local seen = lib.rl_heard(listener.client, r, #r)
-      assert.equal(0, lib.rl_release(holder.client, r, #r, lk.value, out))
-      assert.equal(lib.RL_STATUS_OK, out.status)
-      assert.equal(0, out.heard)
-      assert.equal(1, lib.rl_sleep_until(listener.client, r, #r, seen, 5000)) -- told all the same
-      lk.released = true
-      lib.rl_unwatch(listener.client, r, #r)
-    end)
-    listener:close()
-    holder:close()
-    assert(ok, err)
-  end)
-
   -- Anyone who may write to the nodes can fill a queue: with 2,000,000
   -- entries a waiter's script scanned it twice (LPOS refused, LREM granted),
   -- ~40-120 ms each, beyond the node timeout, so a free lock stayed

@@ -200,10 +200,9 @@ typedef struct rl_result {
                                 set no earlier than that reading, and last ttl from then) */
     long long token;         /* a fenced acquire whose status is OK: its fencing token, 1 to
                                 LLONG_MAX (2^63-1), exact; else 0 */
-    int heard;               /* release: nodes (of those counted before the decision) where it woke
-                                a queued waiter; a releaser about to lock the resource again should
-                                give that waiter a head start (listeners told with nobody queued
-                                do not count: none of them is known to be about to ask) */
+    int heard;               /* release: nodes (of those counted before the decision) where a waiter
+                                was subscribed to hear it; a releaser about to lock the resource
+                                again should give that waiter a head start */
     int slot;                /* a semaphore's acquire whose status is OK: the slot held (1 to its
                                 limit); an operation on a slot: that slot; else 0 */
     char value[RL_VALUE_LEN + 1];       /* the lock value (acquire: freshly generated), NUL-terminated */

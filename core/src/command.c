@@ -113,7 +113,7 @@ int rl_fence_token(const char *s, size_t len, long long *token) {
     return 1;
 }
 
-const char rl_release_sha[] = "89e6bb3439889760a6e52a29b00668077976018d";
+const char rl_release_sha[] = "7205bbba00977f9b6b2fe01cccf64e0a4c625512";
 const char rl_extend_sha[] = "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10";
 
 /* Byte i of prefix .. resource (i < plen + len). */

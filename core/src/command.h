@@ -68,11 +68,8 @@ extern const char rl_extend_sha[];
 
 /* What a release that emptied the key runs to wake waiters (Lua, the tail
  * of a script whose KEYS[1] is the key; see rl_release_script): the first
- * queued waiter still listening, else a broadcast; it returns 2 if it woke
- * a queued waiter, 3 if it told the listeners of the broadcast (nobody
- * queued: none of them is about to ask, as far as the node knows; a
- * subscriber that never asks, a stopped process say, must not earn the
- * releaser's head starts for good), else 1. R: a Lua expression, the releasing client's waiter
+ * queued waiter still listening, else a broadcast; it returns 2 if it
+ * published, else 1. R: a Lua expression, the releasing client's waiter
  * id, or nil: a waiter of another client woken has its turn over it
  * (RL_TURN_PREFIX). Names and publishing as RL_BASE says. */
 #define RL_WAKE_WAITERS(R)                                                                           \
@@ -83,7 +80,7 @@ extern const char rl_extend_sha[];
     "redis.pcall(\"set\",\"" RL_TURN_PREFIX "\"..B,w..\" \"..R,\"PX\"," STR(RL_TURN_MS) ") end return 2 end end " \
     "local c = \"redlock:released:\"..B local s = redis.pcall(\"pubsub\",NUM,c) "                    \
     "local k = type(s) == \"table\" and tonumber(s[2]) or 0 "                                        \
-    "if k > 0 and type(redis.pcall(PUB,c,k)) == \"number\" then return 3 end return 1 "
+    "if k > 0 and type(redis.pcall(PUB,c,k)) == \"number\" then return 2 end return 1 "
 
 /* A semaphore waiter's ticket (ms, rl_wall_ms() when its wait began) is
  * below this: the nodes score their queues by it in whole µs, which a

@@ -200,10 +200,8 @@ static int classify(int kind, int limit, const rl_reply *reply, long long *count
             return RL_NODE_OK;
         }
     } else if (reply->type == RL_REPLY_INTEGER &&
-               (reply->integer == 0 || reply->integer == 1 ||
-                (kind == RL_OP_RELEASE && (reply->integer == 2 || reply->integer == 3)))) {
-        /* a release's 2: deleted, and a queued waiter woken; 3: deleted, and listeners told */
-        return reply->integer >= 1 ? RL_NODE_OK : RL_NODE_TAKEN;
+               (reply->integer == 0 || reply->integer == 1 || (kind == RL_OP_RELEASE && reply->integer == 2))) {
+        return reply->integer >= 1 ? RL_NODE_OK : RL_NODE_TAKEN; /* a release's 2: deleted, and a waiter heard it */
     }
     snprintf(why, whylen, "unexpected reply (type %d)", reply->type);
     return RL_NODE_ERROR;

@@ -24,7 +24,7 @@ static void encodes_set_nx_px(void) {
 static void encodes_scripts_by_sha_and_by_source(void) {
     rl_buf b = {0};
     CHECK_INT(rl_cmd_release(&b, 1, "k", 1, V, "fedcba9876543210"), 0);
-    const char want[] = "*6\r\n$7\r\nEVALSHA\r\n$40\r\n89e6bb3439889760a6e52a29b00668077976018d\r\n$1\r\n1\r\n"
+    const char want[] = "*6\r\n$7\r\nEVALSHA\r\n$40\r\n7205bbba00977f9b6b2fe01cccf64e0a4c625512\r\n$1\r\n1\r\n"
                         "$1\r\nk\r\n$40\r\n0123456789abcdef0123456789abcdef01234567\r\n$16\r\nfedcba9876543210\r\n";
     CHECK_INT(b.len, sizeof(want) - 1);
     CHECK(memcmp(b.data, want, b.len) == 0);

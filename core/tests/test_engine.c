@@ -17,7 +17,7 @@
  * reply belongs (the node's error text says what came, and for what). */
 #define STEP_CHECK_CROSSED "connection reset: a step check (ECHO) got another reply (replies out of step?)"
 #define INT_FOR_SET "connection reset: an integer reply where SET's was expected (replies out of step?)"
-#define RELEASE_SHA "89e6bb3439889760a6e52a29b00668077976018d"
+#define RELEASE_SHA "7205bbba00977f9b6b2fe01cccf64e0a4c625512"
 #define EXTEND_SHA "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10"
 #define VALUE "0123456789abcdef0123456789abcdef01234567"
 #define NOSCRIPT "-NOSCRIPT No matching script. Please use EVAL.\r\n"

@@ -10,7 +10,7 @@
 #include "fake_driver.h"
 #include "redlock.h"
 
-#define RELEASE_SHA "89e6bb3439889760a6e52a29b00668077976018d"
+#define RELEASE_SHA "7205bbba00977f9b6b2fe01cccf64e0a4c625512"
 #define EXTEND_SHA "36e94d1c6e02fcefaa7ee5d79eee614dbac55f10"
 #define VALUE "0123456789abcdef0123456789abcdef01234567"
 #define OK1 ":1\r\n"
