@@ -256,10 +256,12 @@ void rl_keep_settled(rl_keep *k, rl_keep_ref ref, const rl_result *r) {
 /* The owner's extension to ttl_ms, begun at started_ms and valid until
  * valid_until_ms, counted down to what an extension of ours of a shorter
  * ttl that was decided before every node answered it (x->unsettled_ttl)
- * leaves: it goes out on connections of its own, not the owner's, and a
- * node it reaches after the owner's keeps the key for its ttl from then on,
- * no earlier than the owner's start: valid_until_ms less the difference in
- * ttl. */
+ * leaves: a keeper thread's goes out on connections of its own, not the
+ * owner's, and a node it reaches after the owner's keeps the key for its
+ * ttl from then on, no earlier than the owner's start: valid_until_ms less
+ * the difference in ttl. (Inside nginx the owner's goes out behind ours on
+ * the same connection, so the cap is not needed there; it costs one
+ * extension more.) */
 static double unsettled_until(const rl_kept *x, int ttl_ms, double valid_until_ms) {
     if (x->unsettled_ttl <= 0 || x->unsettled_ttl >= ttl_ms) return valid_until_ms;
     return valid_until_ms - (ttl_ms - x->unsettled_ttl);
