@@ -157,15 +157,17 @@ end
 -- post the one waiting.
 local function start_writing(hub, i)
     if not hub.up[i] then return end
-    local w = hub.wakers[i]
-    if w and hub.writers[i] and co_status(hub.writers[i]) ~= "dead" then
+    local th = hub.writers[i]
+    if th and co_status(th) ~= "dead" then -- (a writer and its waker are set together)
+        local w = hub.wakers[i]
         if w:count() < 1 then w:post(1) end
         return
     end
     local gen = hub.gen[i]
-    w = semaphore.new(0)
+    local w = semaphore.new(0)
     hub.wakers[i] = w
-    local th, err = ngx.thread.spawn(writer, hub, i, gen, w)
+    local err
+    th, err = ngx.thread.spawn(writer, hub, i, gen, w)
     if not th then
         lost_node(hub, i, "cannot start a light thread: " .. tostring(err), gen)
     elseif co_status(th) ~= "dead" and hub.gen[i] == gen then
