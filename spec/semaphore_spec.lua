@@ -298,11 +298,22 @@ describe("semaphore", function()
     -- a node that does not answer is asked once, not once per slot, and shown
     local function conns(i) return tonumber(cl:cli(i, "INFO", "stats"):match("total_connections_received:(%d+)")) end
     local before = conns(5)
+    -- (a slot held on exactly 3 nodes, node 5 among them, has no quorum among the
+    -- 4 that answer: count what the answering nodes hold; before, the spec
+    -- expected 2 and failed when the two holders' nodes fell that way)
+    local quorate = 0
+    for s = 1, 2 do
+      local on = 0
+      for i = 1, 4 do
+        if cluster.exists(cl, i, ("redlock:slot:%d:%s"):format(s, r)) then on = on + 1 end
+      end
+      if on >= 3 then quorate = quorate + 1 end
+    end
     assert(proc.kill(cl.pids[5], "STOP"))
     out, rc = host("status --limit 8 " .. proc.quote(r))
     assert(proc.kill(cl.pids[5], "CONT"))
-    assert.are.equal(0, rc, out)
-    assert.matches("2 of 8 slots held by a quorum", out)
+    assert.are.equal(0, rc, out) -- (4 of 5 nodes answer: a quorum to tell)
+    assert.matches(quorate .. " of 8 slots held by a quorum", out, 1, true)
     assert.matches("nodes that did not answer:\n +5 +redis://[^\n]+", out)
     assert.is_nil(out:find("\t", 1, true), out) -- (print given a gsub's count too)
     assert.are.equal(before + 1 + 1, conns(5)) -- the status's one probe, and the INFO's own connection
