@@ -686,6 +686,39 @@ describe("hand-off to waiters", function()
     assert.is_true(#h >= 0.8 * total, #h .. " of " .. total)
   end)
 
+  it("stops giving head starts nobody uses: a subscriber that never asks", function()
+    -- A stopped waiter's process stays subscribed: every release is heard,
+    -- and a client that locks again at once waited out the 8 ms head start
+    -- each time (300 cycles: 2.6 s against 0.1 s). After a wasted one the
+    -- next 1, 2, 4, ... up to 64 releases give none.
+    local dlm = redlock.new { servers = cl.urls }
+    local r = res("nobody-asks")
+    local dir = proc.tmpdir()
+    local pids = {}
+    for i = 1, 3 do
+      pids[i] = proc.spawn({ "redis-cli", "-p", tostring(cl.ports[i]), "SUBSCRIBE", "redlock:released:" .. r },
+                           { out = dir .. "/sub" .. i })
+    end
+    local waited = 0
+    local ok, err = pcall(function()
+      for i = 1, 3 do proc.wait_file(dir .. "/sub" .. i) end
+      for _ = 1, 200 do
+        local t0 = proc.now_ms()
+        local lk = assert(dlm:lock(r, { ttl = 5000 }))
+        -- a head start is waited out to its end: 8 ms at least
+        if proc.now_ms() - t0 >= 8 then waited = waited + 1 end
+        assert(lk:unlock())
+      end
+    end)
+    for _, pid in ipairs(pids) do proc.stop(pid) end
+    proc.rmdir(dir)
+    dlm:close()
+    assert(ok, err)
+    -- the backoff makes about 9 of 200; a slow machine may take 8 ms on a
+    -- few more for reasons of its own
+    assert.is_true(waited <= 40, waited .. " of 200 lock calls waited a head start")
+  end)
+
   it("keeps a semaphore's won wait subscribed a while, not a lock's, nor a failed wait's", function()
     -- rl_unwatch_won: a worker that takes a semaphore in a loop subscribes
     -- once, not around every call

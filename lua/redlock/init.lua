@@ -98,6 +98,8 @@ function _M.new(opts)
         urls = urls,
         head_starts = {},     -- resource -> until when a waiter that heard our release goes first
         head_start_n = 0,     -- entries in head_starts
+        head_start_skips = {}, -- resource -> { left, next }: releases that give none, after one wasted
+        head_start_skip_n = 0, -- entries in head_start_skips
     }
     held.init(d)              -- live, held, held_until, ...: the locks close() releases
     keep.init(d)              -- keeper, keeper_live

@@ -177,8 +177,24 @@ end
 -- it, ~100% with it. Without waiters a release is not marked, and costs nothing.
 local HEAD_START_MS = 2 * WAKE_JITTER_MS
 
---- Client d released resource, and waiters heard it: mark it.
+-- A head start that nobody used (it ran out with no release heard, and the
+-- releaser's attempt then found the resource free) was wasted: a subscriber
+-- that listens and never asks (a stopped waiter's process) makes every
+-- release heard, and without this a client that locks the resource again at
+-- once would wait out every head start, 8 ms a lock. After a wasted one, the
+-- client's next releases of the resource give none: 1, then 2, 4, ... up to
+-- HEAD_START_SKIPS_MAX after wastes in a row. One used (a release heard
+-- during it, or the resource found busy after it) ends that.
+local HEAD_START_SKIPS_MAX = 64
+
+--- Client d released resource, and waiters heard it: mark it, unless a
+--- wasted head start says to skip this one.
 function _M.mark_head_start(d, resource)
+    local skip = d.head_start_skips[resource]
+    if skip and skip.left > 0 then
+        skip.left = skip.left - 1
+        return
+    end
     local marks, t = d.head_starts, now()
     if d.head_start_n >= 64 then -- forget the marks that ran out (resources not locked again)
         local n = 0
@@ -191,19 +207,52 @@ function _M.mark_head_start(d, resource)
     marks[resource] = t + HEAD_START_MS
 end
 
--- The latest head start that a (list of) resource(s) still owes; its marks go.
+-- The latest head start that a (list of) resource(s) still owes, and the
+-- resources that owe one (a list); their marks go.
 local function head_start_owed(d, a)
     if d.head_start_n == 0 then return 0 end
-    local marks, until_ms = d.head_starts, 0
+    local marks, until_ms, owing = d.head_starts, 0, nil
     for i = 1, type(a) == "string" and 1 or #a do
         local r = type(a) == "string" and a or a[i]
         local u = marks[r]
         if u then
             marks[r], d.head_start_n = nil, d.head_start_n - 1
             if u > until_ms then until_ms = u end
+            owing = owing or {}
+            owing[#owing + 1] = r
         end
     end
-    return until_ms - now()
+    return until_ms - now(), owing
+end
+
+-- The head start that the resources in owing waited out was used (true),
+-- wasted (false), or neither can be told (nil: the attempt after it failed
+-- other than busy, or was not made).
+local function head_start_ended(d, owing, used)
+    if owing == nil or used == nil then return end
+    local skips = d.head_start_skips
+    for _, r in ipairs(owing) do
+        local skip = skips[r]
+        if used then
+            if skip then skips[r], d.head_start_skip_n = nil, d.head_start_skip_n - 1 end
+        elseif skip then
+            skip.left, skip.next = skip.next, math.min(2 * skip.next, HEAD_START_SKIPS_MAX)
+        else
+            if d.head_start_skip_n >= 64 then -- forget them all: the worst is one head start more each
+                skips = {}
+                d.head_start_skips, d.head_start_skip_n = skips, 0
+            end
+            skips[r], d.head_start_skip_n = { left = 1, next = 2 }, d.head_start_skip_n + 1
+        end
+    end
+end
+
+-- Whether the attempt that followed a head start says it was used: a lock
+-- taken, wasted; refused busy, used; anything else, unknown.
+local function used_by_outcome(got, err)
+    if got then return false end
+    if err == "busy" then return true end
+    return nil
 end
 
 -- Attempts on wake-ups in each WAKE_WINDOW_MS of a delay of the policy, at
@@ -282,8 +331,14 @@ local function retries(w, owed)
     local line_since = in_line and since or nil
     local got
     local tried = w.err ~= nil and not w.behind -- (an attempt made before the retries)
+    local owing -- (resources whose head start is waited out below, until its attempt tells)
     if owed then
-        if sleep_until(client, a, seen, ceil(owed), line_since) == 1 then wake_jitter(client, a) end
+        if sleep_until(client, a, seen, ceil(owed), line_since) == 1 then
+            wake_jitter(client, a)
+            head_start_ended(d, w.owing, true)
+        else
+            owing = w.owing
+        end
         seen = heard(client, a)
     end
     -- a waiter of one plain lock joins the queue at once, rather than after
@@ -311,6 +366,7 @@ local function retries(w, owed)
         if first() then
             tried = true
             got, err, detail = try(d, client, a, b, ticket)
+            head_start_ended(d, owing, used_by_outcome(got, err))
             if got then return got end
         elseif err == nil then
             local _
@@ -408,7 +464,7 @@ end
 --- A lock (or group), or nil, err, detail.
 function _M.with_retries(d, client, kind, a, b, policy, wait)
     local deadline = wait and now() + wait
-    local owed = head_start_owed(d, a)
+    local owed, owing = head_start_owed(d, a)
     if lined(d, kind, a) and client:waiting(a, #a) > 0 then
         local w = waiter(d, client, kind, a, b, policy, deadline)
         local _
@@ -417,8 +473,14 @@ function _M.with_retries(d, client, kind, a, b, policy, wait)
         return watched_retries(w)
     end
     if owed > 0 then
-        if d.notify then return watched_retries(waiter(d, client, kind, a, b, policy, deadline), owed) end
+        if d.notify then
+            local w = waiter(d, client, kind, a, b, policy, deadline)
+            w.owing = owing
+            return watched_retries(w, owed)
+        end
         nap(client, ceil(owed))
+    else
+        owing = nil
     end
     if d.notify and kind.slots and (deadline == nil or now() < deadline) then
         -- a semaphore's waiter listens from the start: its first attempt is
@@ -427,6 +489,7 @@ function _M.with_retries(d, client, kind, a, b, policy, wait)
         return watched_retries(waiter(d, client, kind, a, b, policy, deadline))
     end
     local got, err, detail = kind.try(d, client, a, b)
+    head_start_ended(d, owing, used_by_outcome(got, err))
     if got then return got end
     local w = waiter(d, client, kind, a, b, policy, deadline)
     w.err, w.detail = err, detail
