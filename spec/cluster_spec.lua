@@ -243,6 +243,41 @@ describe("cluster nodes", function()
     dlm:close()
   end)
 
+  -- Before: only a refused connection named the master; a stopped one's
+  -- vote said "no reply within 100 ms", then "not answering for N ms", of
+  -- a node whose URL lists every seed.
+  it("names the master in a failed vote's text, whichever way it failed", function()
+    local c = rcluster.start(3)
+    local dlm = client({ servers = { { cluster = c.seeds } }, node_timeout = 100 })
+    local name = names_on_every_master(c, "named")[1]
+    assert(dlm:lock(name)):unlock() -- the map is known
+    local j = rcluster.owner(c, name)
+    local master = "(master 127.0.0.1:" .. c.ports[j] .. ")"
+    proc.kill(c.pids[j], "STOP")
+    local texts = {}
+    for _ = 1, 3 do -- timed out, then suspect
+      local lock, err, detail = dlm:try_lock(name)
+      assert.is_nil(lock)
+      assert.equals("unavailable", err)
+      texts[#texts + 1] = detail[1].error
+      dlm.client:sleep(150)
+    end
+    -- a new client's first connection to it, in its setup
+    local fresh = client({ servers = { { cluster = c.seeds } }, node_timeout = 100 })
+    local _, _, detail = fresh:try_lock(name)
+    texts[#texts + 1] = detail[1].error
+    proc.kill(c.pids[j], "CONT")
+    fresh:close()
+    dlm:close()
+    rcluster.stop(c)
+    assert.matches("no reply within 100 ms", texts[1], 1, true)
+    assert.matches("suspect", texts[3], 1, true)
+    for i, text in ipairs(texts) do
+      assert.matches(master, text, 1, true)
+      assert.is_nil(text:find("(master", text:find("(master", 1, true) + 1, true), i .. ": " .. text)
+    end
+  end)
+
   it("a master that cannot be reached is one failed vote: the others decide, within the node timeout", function()
     local c = rcluster.start(3)
     local servers = { { cluster = cs[1].seeds }, { cluster = cs[2].seeds }, { cluster = c.seeds } }

@@ -433,6 +433,22 @@ rl_stream *rl_route(rl_engine *e, int i, int hslot) {
     return &e->shards[c->owner[hslot] - 1]->st;
 }
 
+/* See cluster.h. */
+void rl_cluster_name_masters(rl_engine *e, rl_result *res, int hslot) {
+    for (int i = 0; i < res->nodes && i < e->nnodes; i++) {
+        rl_node_result *n = &res->node[i];
+        if (e->clusters[i] == NULL || n->state != RL_NODE_TIMEOUT) continue;
+        const rl_stream *s = rl_route(e, i, hslot);
+        if (s == &e->nodes[i] || strstr(n->errstr, "(master ") != NULL) continue;
+        char address[sizeof(s->url->host) + 8], master[sizeof(address) + 16];
+        rl_url_address(s->url, address, sizeof(address));
+        int mlen = snprintf(master, sizeof(master), " (master %s)", address);
+        size_t len = strlen(n->errstr);
+        if (mlen < 0 || len + (size_t)mlen >= sizeof(n->errstr)) continue; /* the text as it is, whole */
+        memcpy(n->errstr + len, master, (size_t)mlen + 1);
+    }
+}
+
 /* Keep a command for node i until its first map is in (asking for it). */
 static int wait_for_map(rl_engine *e, int i, int hslot, const char *cmd, size_t len, rl_ticket t) {
     rl_cluster *c = e->clusters[i];

@@ -131,6 +131,15 @@ void rl_cluster_seed_reply(void *owner, int node, rl_ticket t, const rl_reply *r
  * served). */
 rl_stream *rl_route(struct rl_engine *e, int i, int hslot);
 
+/* The votes of res's cluster nodes that timed out (silence: "no reply
+ * within 100 ms", a suspect's "not answering ...", a setup unanswered)
+ * and do not name a master yet get " (master host:port)" of the master
+ * serving hslot, where it fits (RL_NODE_ERR_LEN): a seed list of three
+ * addresses does not say which one is stopped. A lost connection names
+ * its master already (rl_engine_node_down); an error reply is the
+ * master's own words, kept whole. */
+void rl_cluster_name_masters(struct rl_engine *e, rl_result *res, int hslot);
+
 /* Send a command to node i for hslot (rl_stream_send's contract: 0, or -1
  * with the reason in rl_route(e, i, hslot)->errstr). */
 int rl_route_send(struct rl_engine *e, int i, int hslot, const char *cmd, size_t len, rl_ticket t);

@@ -46,6 +46,7 @@ static void start_timer(rl_engine *e, rl_op *op) {
  * (a keep-alive round's, to the schedule). */
 static void op_publish(rl_engine *e, rl_op *op) {
     op->res.token = op->round.kind == RL_ROUND_COMMIT && op->res.status == RL_STATUS_OK ? op->token : 0;
+    if (e->nclusters > 0) rl_cluster_name_masters(e, &op->res, op->hslot);
     if (op->kept.entry >= 0) {
         e->inflight--;
         rl_keep_result(&e->keep, op->kept, &op->res, e->now);
