@@ -60,12 +60,21 @@ static void answer_all(rl_stream *s, const char *why, long long written, double 
 /* The connection is gone: say why, answer every unanswered command with
  * that, and reconnect after the backoff. close_it: the driver still has the
  * socket and is asked to close it. */
-/* The connection ends: one that was set up voted for its server until now. */
+/* The connection ends: one that was set up voted for its server until now.
+ * Recorded in that server's record, else in the oldest one. */
 static void stop_voting(rl_stream *s, double now_ms) {
-    if (s->state == RL_STREAM_UP && !s->holding && s->run_id[0]) {
-        memcpy(s->voted_id, s->run_id, sizeof(s->voted_id));
-        s->voted_until_ms = now_ms;
+    if (s->state != RL_STREAM_UP || s->holding || !s->run_id[0]) return;
+    rl_ended_vote *record = &s->voted[0];
+    for (int k = 0; k < RL_ENDED_VOTES; k++) {
+        rl_ended_vote *v = &s->voted[k];
+        if (v->until_ms > 0 && strcmp(v->id, s->run_id) == 0) {
+            record = v;
+            break;
+        }
+        if (v->until_ms < record->until_ms) record = v;
     }
+    memcpy(record->id, s->run_id, sizeof(record->id));
+    record->until_ms = now_ms;
 }
 
 void rl_stream_drop(rl_stream *s, const char *why, int close_it, double now_ms) {
@@ -441,6 +450,7 @@ int rl_stream_restart(rl_stream *s, int index) {
     rl_stream_free(s);
     rl_stream_init(s, was.url, index, was.opts, was.on_reply, was.owner, was.peers, was.npeers);
     s->counts = was.counts;
+    memcpy(s->voted, was.voted, sizeof(s->voted)); /* its ended connections' votes still count */
     s->conn = was.conn + 1; /* a mark taken on a connection before (rl_stream_passed) is of one gone */
     s->reader.keep_top = was.reader.keep_top;
     s->reader.max_string = was.reader.max_string;

@@ -64,6 +64,18 @@ enum {
     RL_STREAM_UP = 3           /* connected; the setup may still be unanswered (holding) */
 };
 
+/* A server a node's connection voted for until that connection ended
+ * (rl_stream.voted). A node keeps the last RL_ENDED_VOTES servers it
+ * voted for: a round lasts at most a node timeout and its tail, and a
+ * node reconnects at most once per reconnect backoff, so more servers than
+ * that within one round would take a node moving between addresses faster
+ * than it can connect. */
+#define RL_ENDED_VOTES 4
+typedef struct rl_ended_vote {
+    char id[RL_RUN_ID_LEN + 1]; /* the server's run_id */
+    double until_ms;            /* when the connection that voted for it ended (0: an empty record) */
+} rl_ended_vote;
+
 typedef struct rl_stream {
     const rl_url *url;
     int index;
@@ -117,9 +129,9 @@ typedef struct rl_stream {
     char seen_id[RL_RUN_ID_LEN + 1];  /* run_id the setup's INFO reported on this connection, or "" */
     char run_id[RL_RUN_ID_LEN + 1];   /* the server this node last voted for ("" if it never said);
                                          it counts only while the node is up (voter_of) */
-    char voted_id[RL_RUN_ID_LEN + 1]; /* the server the last connection that voted ended voting for */
-    double voted_until_ms;   /* and when that connection ended (0: none); kept whatever the
-                                node's later connections reach */
+    rl_ended_vote voted[RL_ENDED_VOTES]; /* the servers this node's ended connections voted
+                                for, each with when its last such connection ended; kept
+                                whatever the node's later connections reach */
     rl_reader reader;
     rl_stream_counts counts; /* connection events (stats.h), kept across connections */
 

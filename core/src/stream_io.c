@@ -289,16 +289,18 @@ static int voter_of(const rl_stream *s, const char *run_id) {
 }
 
 /* The peer that voted for server run_id last through a connection that
- * has ended since (it is down, idle or being set up again), and when that
+ * has ended since (whatever it is connected to now), and when that
  * connection ended (*until); or -1. */
 static int former_voter_of(const rl_stream *s, const char *run_id, double *until) {
     int found = -1;
     for (int j = 0; j < s->npeers; j++) {
-        const rl_stream *p = &s->peers[j];
-        if (j != s->index && p->voted_until_ms > 0 && strcmp(p->voted_id, run_id) == 0 &&
-            (found < 0 || p->voted_until_ms > *until)) {
-            found = j;
-            *until = p->voted_until_ms;
+        if (j == s->index) continue;
+        for (int k = 0; k < RL_ENDED_VOTES; k++) {
+            const rl_ended_vote *v = &s->peers[j].voted[k];
+            if (v->until_ms > 0 && strcmp(v->id, run_id) == 0 && (found < 0 || v->until_ms > *until)) {
+                found = j;
+                *until = v->until_ms;
+            }
         }
     }
     return found;
