@@ -276,7 +276,7 @@ describe("dlm:adopt", function()
       assert.are.equal(75, rc, out)
       assert.matches("released\n", out)
       -- our value is gone from the nodes: no validity left, so SIGKILL at once
-      assert.matches("lock on '" .. r:gsub("%p", "%%%0") .. "' lost; stopping %S+ %(pid %d+%): SIGKILL %(no validity left%)",
+      assert.matches("lock on '" .. r:gsub("%p", "%%%0") .. "' lost; stopped %S+ %(pid %d+%): SIGKILL %(no validity left%)",
         out)
       assert.is_true(ms < 8000, ms) -- the script would run 10 s: it was stopped
       assert.are.equal(0, on_nodes(r))

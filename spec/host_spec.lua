@@ -1208,7 +1208,7 @@ echo end >> %s
         local exited_at = wall_ms()
         assert.are.equal(75, rc, out)
         -- the grace period, or what is left of it before the validity's safety margin
-        local grace = tonumber(out:match(("lock on '%s' lost; stopping sh %%(pid %%d+%%): SIGTERM, SIGKILL after (%%d+) ms")
+        local grace = tonumber(out:match(("lock on '%s' lost; stopped sh %%(pid %%d+%%): SIGTERM, SIGKILL after (%%d+) ms")
           :format(key:gsub("%p", "%%%0"))))
         assert(grace and grace > 0 and grace <= case.grace, out)
         local term_at = tonumber((read_file(marks) or ""):match("TERM (%d+)"))
@@ -1242,7 +1242,7 @@ echo end >> %s
       local rc, out = job:wait(5000)
       local exited_at = wall_ms()
       assert.are.equal(75, rc, out)
-      assert.matches("lock on 'stolen:r' lost; stopping sh %(pid %d+%): SIGKILL %(no validity left%)", out)
+      assert.matches("lock on 'stolen:r' lost; stopped sh %(pid %d+%): SIGKILL %(no validity left%)", out)
       assert.is_nil((read_file(marks) or ""):find("TERM"), "the command got SIGTERM")
       assert.is_nil((read_file(marks) or ""):find("end"), "the command ran to its end")
       -- found by the next extension (every ttl/3), not at the validity's end
@@ -1347,6 +1347,65 @@ echo end >> %s
       sleep_ms(3000)
       assert.is_nil(read_file(marker), "the command's child wrote after redlock died")
       for _, pid in ipairs(proc.live_in_group(pgrp)) do proc.kill(pid, "KILL") end
+    end)
+
+    -- Before: the watcher was in redlock's own process group, and a SIGKILL to
+    -- that group (`timeout -s KILL`, `kill -9 %job`, a supervisor ending the
+    -- job) took it along: what COMMAND had started ran on, unlocked.
+    it("a SIGKILL to redlock's whole process group does not take the watcher with it", function()
+      local tag = tostring(wall_ms() % 100000)
+      -- setsid: redlock leads a group (and session) of its own, as a job does
+      local job = bg(("exec --ttl 6000 --grace 300 groupkill:r -- sh -c 'echo $$ > groupkill.pid; "
+        .. "sleep 62.%s & wait'"):format(tag), ENV, "setsid")
+      local pgrp
+      assert.is_true(eventually(function()
+        pgrp = tonumber(read_file(TMP .. "/groupkill.pid") or "")
+        return pgrp and #proc.live_with_arg("62." .. tag) == 1
+      end), job.output())
+      finally(function()
+        for _, pid in ipairs(proc.live_in_group(pgrp)) do proc.kill(pid, "KILL") end
+      end)
+      assert.are.equal(job.pid, tonumber(proc.sh("ps -o pgid= -p " .. job.pid):match("%d+")))
+      proc.kill(-job.pid, "KILL")
+      assert.are.equal(137, (job:wait(5000)))
+      assert.is_true(eventually(function() return #proc.live_in_group(pgrp) == 0 end, 3000),
+        "the command's group outlived redlock's")
+    end)
+
+    -- Before: the message about a lost lock went to stderr before COMMAND was
+    -- stopped, and a stderr nobody read (a full pipe) blocked it there: COMMAND
+    -- ran on past the validity, beside the next holder.
+    it("lock lost: stops COMMAND in time though its stderr is a full pipe nobody reads", function()
+      local fifo, captured, marks = TMP .. "/fullerr.fifo", TMP .. "/fullerr.captured", TMP .. "/fullerr.marks"
+      assert.is_true(os.execute("mkfifo " .. q(fifo)) == 0)
+      -- the reader has the pipe open from the start, and reads only after 5 s
+      os.execute(("cd %s && sh -c 'echo $$ > fullerr.reader; sleep 5; exec cat > %s' < %s > /dev/null 2>&1 &")
+        :format(q(TMP), q(captured), q(fifo)))
+      finally(function()
+        local reader = tonumber(read_file(TMP .. "/fullerr.reader") or "")
+        if reader then proc.stop(reader) end
+      end)
+      -- COMMAND fills the pipe (64 KiB), then works, dating each step
+      local child = script("fullerr.sh", ([[
+head -c 65536 /dev/zero >&2
+exec 2>/dev/null
+i=0; while [ $i -lt 500 ]; do date +%%s%%3N >> %s; sleep 0.01; i=$((i+1)); done
+echo end >> %s
+]]):format(q(marks), q(marks)))
+      os.execute(("cd %s && ( env %s %s exec --ttl 1500 --grace 300 fullerr:r -- sh %s 2>%s > fullerr.out;"
+        .. " echo $? > fullerr.rc ) < /dev/null > /dev/null 2>&1 &"):format(q(TMP), ENV, q(BIN), child, q(fifo)))
+      assert.is_true(eventually(function() return (read_file(marks) or ""):find("\n") end), "COMMAND did not start")
+      sleep_ms(200)
+      finally(function() for i = 3, 5 do cl:kill(i, "CONT") end end)
+      for i = 3, 5 do cl:kill(i, "STOP") end
+      local silent_at = wall_ms()
+      assert.is_true(eventually(function() return read_file(TMP .. "/fullerr.rc") end, 10000), "exec did not end")
+      local last = 0
+      for t in (read_file(marks) or ""):gmatch("(%d+)\n") do last = math.max(last, tonumber(t)) end
+      assert.is_nil((read_file(marks) or ""):find("end"), "the command ran to its end")
+      assert.is_true(last - silent_at < 1500, ("COMMAND worked %d ms after the nodes stopped"):format(last - silent_at))
+      assert.are.equal("75", (read_file(TMP .. "/fullerr.rc"):match("%d+")))
+      assert.is_true(eventually(function() return (read_file(captured) or ""):find("lost; stopped sh", 1, true) end))
     end)
 
     -- Before: exec released the lock as soon as the command itself exited,
@@ -1456,7 +1515,7 @@ exit 3
         for _, pid in ipairs(pgrp and proc.live_in_group(pgrp) or {}) do proc.kill(pid, "KILL") end
       end)
       assert.are.equal(3, rc, out)
-      assert.matches("stopping the rest of its process group", out, 1, true)
+      assert.matches("stopped the rest of its process group", out, 1, true)
       assert.are.equal(0, #proc.live_in_group(pgrp), "part of the group outlived exec")
       assert.are.equal(0, #proc.live_with_arg("31." .. tag))
       local m = read_file(marks) or ""
@@ -1501,7 +1560,7 @@ exit 3
         local rc, out = job:wait(5000)
         assert.are.equal(case.rc, rc, out)
         if case.rc == 75 then
-          assert.matches(("lock on '%s' lost; stopping what sh %%(pid %%d+, exited 0%%) left in its process group")
+          assert.matches(("lock on '%s' lost; stopped what sh %%(pid %%d+, exited 0%%) left in its process group")
             :format(key:gsub("%p", "%%%0")), out)
           for i = 1, 3 do assert.are.equal("thief", get(i, key)) end
         end
@@ -1665,7 +1724,7 @@ exit 3
       assert.is_true(job:signal("CONT"))
       local rc, out = job:wait(10000)
       assert.are.equal(75, rc, out)
-      assert.matches("lock on 'late:r' lost; stopping sh %(pid %d+%): SIGKILL %(no validity left%)", out)
+      assert.matches("lock on 'late:r' lost; stopped sh %(pid %d+%): SIGKILL %(no validity left%)", out)
       -- (a SIGTERM would let the command's handler run while another may hold the lock)
       local seen = read_file(marks) or ""
       assert.is_nil(seen:find("TERM"), seen)

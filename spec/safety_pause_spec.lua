@@ -141,7 +141,7 @@ echo end >> %s]]):format(marks, marks, marks)
     safety.report(7, { { "variant", "exec" }, { "ttl_ms", TTL }, { "pause_ms", cont_wall - stopped_wall },
       { "killed_after_ms", gone_wall - keys_gone_wall }, { "killed_after_cont_ms", gone_wall - cont_wall } })
     assert.is_true(rb.acquired == 1, rb.line)
-    assert.is_truthy(text:find("lost; stopping sh", 1, true), text)
+    assert.is_truthy(text:find("lost; stopped sh", 1, true), text)
     assert.is_truthy(text:find("SIGKILL (no validity left)", 1, true), text)
     assert.is_nil(seen:find("TERM"), "the command got SIGTERM after its lock ran out: " .. text)
     assert.is_nil(seen:find("end"), "the command ran to its end")

@@ -195,6 +195,10 @@ static void watcher(int fd, pid_t pgrp, int grace_ms) {
     static const int ign[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTTOU, SIGTTIN, SIGTSTP};
     struct sigaction sa;
     sigset_t none;
+    /* a group of its own: a SIGKILL to the host's group (`timeout -s KILL`,
+     * `kill -9 %job`, a supervisor ending the job) must not take the
+     * watcher with the host (the host sets it too, for the moment between) */
+    setpgid(0, 0);
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = SIG_IGN;
     sigemptyset(&sa.sa_mask);
@@ -243,6 +247,7 @@ static void start_watcher(pid_t pgrp, int grace_ms) {
         close(fds[1]);
         return;
     }
+    setpgid(w, w);
     sup.watch_fd = fds[1];
     sup.watcher = w;
 }

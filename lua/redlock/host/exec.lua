@@ -183,6 +183,12 @@ local function load_policy(path)
     return policy
 end
 
+--- Say something while the command runs, if stderr takes it at once
+-- (sys.say_now): a stderr nobody reads must not hold up the supervision.
+local function say_now(fmt, ...)
+    sys.say_now("redlock: " .. host.redact(fmt:format(...)) .. "\n")
+end
+
 --- Stop the child's process group: SIGTERM, then SIGKILL after grace_ms
 -- (at once, without SIGTERM or SIGCONT first, when grace_ms is 0). status:
 -- the child's exit status if it has been reaped already. Return the child's
@@ -402,14 +408,14 @@ function _M.run(opts, argv, k)
                 status = code
                 if sys.group_alive(pid) then
                     if opts.kill_group then
-                        if opts.verbose then
-                            io.stderr:write(("redlock: %s exited (%d); stopping the rest of its process group %d:"
-                                .. " SIGTERM, SIGKILL after %d ms\n"):format(command[1], code, pid, grace))
-                        end
                         stop_child(pid, grace, status)
+                        if opts.verbose then
+                            say_now("%s exited (%d); stopped the rest of its process group %d: SIGTERM, SIGKILL"
+                                .. " after %d ms", command[1], code, pid, grace)
+                        end
                     elseif opts.verbose then
-                        io.stderr:write(("redlock: %s exited (%d); keeping '%s' until the rest of its process group %d"
-                            .. " has exited\n"):format(command[1], code, resource, pid))
+                        say_now("%s exited (%d); keeping '%s' until the rest of its process group %d has exited",
+                            command[1], code, resource, pid)
                     end
                 end
             elseif what == "gone" then
@@ -439,16 +445,19 @@ function _M.run(opts, argv, k)
             -- then SIGKILL comes at once (no SIGCONT first)
             local g = math.max(0, math.min(grace, math.floor(config.remaining(lock)) - safety))
             local how = g > 0 and ("SIGTERM, SIGKILL after %d ms"):format(g) or "SIGKILL (no validity left)"
-            if status == nil then
-                host.fail(EXIT.LOST, "lock on '%s' lost; stopping %s (pid %d): %s", resource, command[1], pid, how)
-            else
-                host.fail(EXIT.LOST, "lock on '%s' lost; stopping what %s (pid %d, exited %d) left in its"
-                    .. " process group: %s", resource, command[1], pid, status, how)
-            end
+            -- the command is stopped first, and said so after: a write to a
+            -- stderr nobody reads (a full pipe) would block, the command
+            -- running on while another holder takes the lock
+            local exited = status
             stop_child(pid, g, status)
             sys.forget(pid)
             config.release(lock)
-            return EXIT.LOST
+            if exited == nil then
+                return host.fail(EXIT.LOST, "lock on '%s' lost; stopped %s (pid %d): %s", resource, command[1], pid,
+                    how)
+            end
+            return host.fail(EXIT.LOST, "lock on '%s' lost; stopped what %s (pid %d, exited %d) left in its"
+                .. " process group: %s", resource, command[1], pid, exited, how)
         end
         config.sleep(dlm, POLL_MS)
     end

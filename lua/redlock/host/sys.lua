@@ -3,6 +3,7 @@
 -- functions the subcommands need. Only usable inside the host executable.
 
 local ffi = require "ffi"
+local bit = require "bit"
 local C = ffi.C
 
 local _M = {}
@@ -59,6 +60,9 @@ if not pcall(ffi.typeof, "rl_host_timespec") then
     int rl_host_libc_gethostname(char *name, size_t len) asm("gethostname");
     int rl_host_libc_isatty(int fd) asm("isatty");
     int rl_host_libc_clock_gettime(int clk, rl_host_timespec *ts) asm("clock_gettime");
+    typedef struct { int fd; short events; short revents; } rl_host_pollfd;
+    int rl_host_libc_poll(rl_host_pollfd *fds, unsigned long n, int timeout) asm("poll");
+    long rl_host_libc_write(int fd, const void *buf, size_t n) asm("write");
   ]]
 end
 
@@ -72,6 +76,19 @@ local FENCE_STRING, FENCE_OTHER_TYPE = 1, 2
 
 local ts = ffi.new("rl_host_timespec")
 local code_box = ffi.new("int[1]")
+
+local stderr_poll = ffi.new("rl_host_pollfd[1]")
+stderr_poll[0].fd, stderr_poll[0].events = 2, 4 -- POLLOUT
+
+--- Write text to stderr only if that cannot block (a pipe whose reader has
+-- stopped reading, a terminal stopped with Ctrl-S): true if written, false
+-- if dropped. For what the host says while it supervises a command: a
+-- blocked write there would keep it from stopping the command in time.
+-- A short text (up to 4 KiB) goes whole into a pipe that polls writable.
+function _M.say_now(text)
+    if C.rl_host_libc_poll(stderr_poll, 1, 0) ~= 1 or bit.band(stderr_poll[0].revents, 4) == 0 then return false end
+    return C.rl_host_libc_write(2, text, #text) > 0
+end
 
 --- Monotonic clock in milliseconds (the same clock as rl_now_ms).
 function _M.now_ms()
