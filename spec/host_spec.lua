@@ -1372,6 +1372,26 @@ echo end >> %s
         "the command's group outlived redlock's")
     end)
 
+    -- Before: -v's "keeping ..." message went through a redaction whose
+    -- patterns took time quadratic in a run of letters: with a 30 kB
+    -- RESOURCE the supervision stalled 6 to 8 s there, and the group ran on
+    -- that long after its lock was lost (ttl 1.5 s).
+    it("-v with a 30 kB RESOURCE: a lost lock still stops what COMMAND left running, in time", function()
+      local tag = tostring(wall_ms() % 100000)
+      local r = ("r"):rep(30000)
+      local job = bg(("exec -v --ttl 1500 %s -- sh -c 'sleep 63.%s & exit 0'"):format(r, tag), ENV)
+      assert.is_true(eventually(function() return #proc.live_with_arg("63." .. tag) == 1 end), job.output())
+      finally(function() for _, pid in ipairs(proc.live_with_arg("63." .. tag)) do proc.kill(pid, "KILL") end end)
+      sleep_ms(500)
+      for i = 1, cl.n do cl:cli(i, "FLUSHALL") end -- the lock's keys go: lost at the next extension
+      local lost_at = wall_ms()
+      assert.is_true(eventually(function() return #proc.live_with_arg("63." .. tag) == 0 end, 15000))
+      local took = wall_ms() - lost_at
+      local rc, out = job:wait(5000)
+      assert.are.equal(75, rc, out)
+      assert.is_true(took < 1500, ("the group ran %d ms after its lock was lost"):format(took))
+    end)
+
     -- Before: the message about a lost lock went to stderr before COMMAND was
     -- stopped, and a stderr nobody read (a full pipe) blocked it there: COMMAND
     -- ran on past the validity, beside the next holder.

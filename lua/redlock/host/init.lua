@@ -38,12 +38,60 @@ local function redact_cut(scheme, user, rest)
     return scheme .. user .. ":***"
 end
 
+-- What ends a URL's user part, and what ends its password.
+local USER_END, PASSWORD_END = "[:/@%s'\",]", "[@%s'\",]"
+
+-- One pass of redact over text: whole (true), scheme://user:secret@ ->
+-- scheme://user:***@; else a URL cut before its '@' (redact_cut). As
+-- text:gsub with the patterns "(%a[%w+.-]*://[^:/@%s'\",]*:)[^@%s'\",]*@"
+-- and "(%a[%w+.-]*://)([^:/@%s'\",]*):([^@%s'\",]*)" would, in linear time:
+-- gsub tries such a pattern at every byte, and each try at a letter runs
+-- to the end of its run of letters, so a 30 kB resource name in a message
+-- took seconds (spec/host_spec.lua compares the two forms).
+local function redact_pass(text, whole)
+    local out, done, search = {}, 1, 1
+    local stop_from, stop_at = 1, 0 -- no PASSWORD_END in [stop_from, stop_at), one at stop_at
+    local function password_end(x)
+        if x < stop_from or x > stop_at then stop_from, stop_at = x, text:find(PASSWORD_END, x) or #text + 1 end
+        return stop_at
+    end
+    while true do
+        local s = text:find("://", search, true)
+        if not s then break end
+        search = s + 3
+        -- the scheme: the run of [%w+.-] before "://", from its first letter
+        local b = s
+        while b > done and text:find("^[%w+.-]", b - 1) do b = b - 1 end
+        b = text:find("%a", b)
+        local user_end = text:find(USER_END, s + 3) or #text + 1
+        if b and b < s and text:byte(user_end) == 58 then -- ':'
+            local e = password_end(user_end + 1)
+            local repl
+            if whole then
+                if text:byte(e) == 64 then repl = text:sub(b, user_end) .. "***@" end -- '@'
+            else
+                repl = redact_cut(text:sub(b, s + 2), text:sub(s + 3, user_end - 1), text:sub(user_end + 1, e - 1))
+                e = e - 1
+            end
+            if repl then
+                out[#out + 1] = text:sub(done, b - 1)
+                out[#out + 1] = repl
+                done = e + 1
+            end
+            if repl or not whole then search = math.max(search, e + 1) end
+        end
+    end
+    if done == 1 then return text end
+    out[#out + 1] = text:sub(done)
+    return table.concat(out)
+end
+
 --- text with the password of every URL in it replaced by ***
 -- (scheme://user:secret@... -> scheme://user:***@...), also of a URL cut
 -- before its '@' (scheme://user:secret -> scheme://user:***).
 function _M.redact(text)
-    text = text:gsub("(%a[%w+.-]*://[^:/@%s'\",]*:)[^@%s'\",]*@", "%1***@")
-    return (text:gsub("(%a[%w+.-]*://)([^:/@%s'\",]*):([^@%s'\",]*)", redact_cut))
+    if not text:find("://", 1, true) then return text end
+    return redact_pass(redact_pass(text, true), false)
 end
 
 --- s with its control bytes written as \xNN: what nodes send (errors,
