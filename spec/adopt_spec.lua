@@ -297,6 +297,24 @@ describe("dlm:adopt", function()
       assert.are.equal(0, on_nodes(r))
     end)
 
+    -- Before: COMMAND was not told exec's --prefix, and an adopter following
+    -- the docs looked for RESOURCE without it: "not held".
+    it("tells the command the prefix (REDLOCK_PREFIX), from --prefix too: the adopter finds the key", function()
+      local r = res("exec-prefix")
+      local out, rc = proc.sh(("cd %s && env %s %s exec --prefix app: %s -- sh -c "
+        .. "'echo prefix=$REDLOCK_PREFIX; %s run adopter.lua release'"):format(q(TMP), ENV, q(BIN), q(r), q(BIN)))
+      assert.are.equal(0, rc, out)
+      assert.matches("prefix=app:\nadopted %S+\nreleased\n", out)
+      assert.are.equal(0, on_nodes("app:" .. r))
+      -- without a prefix it is unset, one from the environment included
+      out, rc = proc.sh(("cd %s && env %s REDLOCK_PREFIX=env: %s exec --prefix '' %s -- sh -c "
+        .. "'echo prefix=${REDLOCK_PREFIX-unset}; %s run adopter.lua release'"):format(q(TMP), ENV, q(BIN), q(r),
+        q(BIN)))
+      assert.are.equal(0, rc, out)
+      assert.matches("prefix=unset\nadopted %S+\nreleased\n", out)
+      assert.are.equal(0, on_nodes(r))
+    end)
+
     it("a script that adopts and extends: exec still holds the lock and releases it at the end, silently", function()
       local r = res("exec-extend")
       local out, rc = exec(r, "extend")

@@ -364,6 +364,8 @@ function _M.run(opts, argv, k)
     sys.setenv("REDLOCK_VALUE", lock.value)
     sys.setenv("REDLOCK_VALIDITY_MS", math.floor(lock.validity or ttl))
     sys.setenv("REDLOCK_TTL_MS", ttl) -- for an adopter: each extension sets the nodes' ttl for both holders
+    -- an adopter's client forms the same key: the prefix in use, also one from --prefix (none: unset)
+    sys.setenv("REDLOCK_PREFIX", dlm.prefix)
     -- (unset otherwise: COMMAND must not take an outer exec's token or slot for this lock's)
     sys.setenv("REDLOCK_TOKEN", lock.token and lock.token_string or nil)
     sys.setenv("REDLOCK_SLOT", lock.slot and tostring(lock.slot) or nil)
