@@ -162,13 +162,14 @@ describe("dlm:adopt", function()
       assert.matches(pattern, tostring(e))
       assert.matches("adopt_spec.lua:%d+:", tostring(e)) -- raised at the caller's line
     end
-    local bad_value = "bad argument #2 to 'adopt' %(value must be a lock value %(40 characters: hex after an optional"
+    local bad_value = "bad argument #2 to 'adopt' %(value must be a lock value %(40 characters: lowercase hex after an optional"
       .. " label and '/', the last an 's' for a shared hold%), got "
     raises(bad_value .. "nil%)", r, nil)
     raises(bad_value .. "string \"abc\"%)", r, "abc")
     raises("bad argument #2 to 'adopt'", r, good:sub(1, 39))
     raises("bad argument #2 to 'adopt'", r, good .. "0")
     raises("bad argument #2 to 'adopt'", r, good:sub(1, 39) .. "g")
+    raises(bad_value, r, good:upper()) -- the core makes lowercase values only: it could only be "not held"
     raises("bad argument #2 to 'adopt'", r, 42)
     raises("bad argument #1 to 'adopt' %(resource must be a non%-empty string", "", good)
     raises("bad argument #1 to 'adopt' %(resource string \"redlock:x\" is reserved", "redlock:x", good)

@@ -388,14 +388,15 @@ local function lock_options(d, fname, resource, opts, keys, pos)
 end
 _M.lock_options = lock_options
 
--- A lock value as the core makes it: RL_VALUE_LEN characters, hex after
--- an optional holder label and '/' (1 to RL_LABEL_MAX printable characters,
--- no '/', no space), the last an 's' for a shared hold.
+-- A lock value as the core makes it: RL_VALUE_LEN characters, lowercase
+-- hex after an optional holder label and '/' (1 to RL_LABEL_MAX printable
+-- characters, no '/', no space), the last an 's' for a shared hold. (An
+-- uppercase one, which the core never makes, could only be "not held".)
 local function lock_value(v)
     if type(v) ~= "string" or #v ~= C.RL_VALUE_LEN then return false end
     local label, rest = v:match("^([^/]*)/(.*)$")
     if label and not (#label <= C.RL_LABEL_MAX and label:match("^[!-.0-~]+$")) then return false end
-    return (rest or v):match("^%x+[%xs]$") ~= nil
+    return (rest or v):match("^[0-9a-f]+[0-9a-fs]$") ~= nil
 end
 
 --- dlm:adopt's arguments (options at position 3): ttl, keepalive, margin,
@@ -403,7 +404,7 @@ end
 function _M.adopt_options(d, fname, resource, value, opts)
     check_resource(d, 1, fname, resource)
     if not lock_value(value) then
-        argerror(2, fname, ("value must be a lock value (%d characters: hex after an optional label and '/',"
+        argerror(2, fname, ("value must be a lock value (%d characters: lowercase hex after an optional label and '/',"
             .. " the last an 's' for a shared hold), got %s"):format(C.RL_VALUE_LEN, show(value)))
     end
     local ttl, _, _, keepalive, margin = lock_options(d, fname, resource, opts, ADOPT_KEYS, 3)
