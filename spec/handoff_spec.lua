@@ -78,18 +78,29 @@ describe("hand-off to waiters", function()
   lazy_setup(function() cl = cluster.start(3) end)
   teardown(function() cluster.stop_all() end)
 
-  it("publishes a release on redlock:released:<key> from every node it deletes from, saying who listened", function()
-    local dlm = redlock.new { servers = cl.urls, prefix = "pfx:" }
-    local r = res("publish")
+  -- Run fn(dir) while a redis-cli on each node listens on channel (what it
+  -- hears in dir/subN); return pcall's ok, err, the listeners stopped.
+  local function with_listeners(channel, fn)
     local dir = proc.tmpdir()
     local pids = {}
     for i = 1, 3 do
-      pids[i] = proc.spawn({ "redis-cli", "-p", tostring(cl.ports[i]), "SUBSCRIBE", "redlock:released:pfx:" .. r },
+      pids[i] = proc.spawn({ "redis-cli", "-p", tostring(cl.ports[i]), "SUBSCRIBE", channel },
                            { out = dir .. "/sub" .. i })
     end
-    local lk
     local ok, err = pcall(function()
       for i = 1, 3 do proc.wait_file(dir .. "/sub" .. i) end
+      fn(dir)
+    end)
+    for _, pid in ipairs(pids) do proc.stop(pid) end
+    proc.rmdir(dir)
+    return ok, err
+  end
+
+  it("publishes a release on redlock:released:<key> from every node it deletes from, saying who listened", function()
+    local dlm = redlock.new { servers = cl.urls, prefix = "pfx:" }
+    local r = res("publish")
+    local lk
+    local ok, err = with_listeners("redlock:released:pfx:" .. r, function(dir)
       lk = assert(dlm:lock(r))
       -- granted (and released) at quorum: a node still in its connection
       -- setup gets its commands at the client's next I/O, so keep it busy
@@ -106,8 +117,6 @@ describe("hand-off to waiters", function()
                        proc.read_file(dir .. "/sub" .. i))
       end
     end)
-    for _, pid in ipairs(pids) do proc.stop(pid) end
-    proc.rmdir(dir)
     dlm:close()
     assert(ok, err)
   end)
@@ -693,15 +702,8 @@ describe("hand-off to waiters", function()
     -- next 1, 2, 4, ... up to 64 releases give none.
     local dlm = redlock.new { servers = cl.urls }
     local r = res("nobody-asks")
-    local dir = proc.tmpdir()
-    local pids = {}
-    for i = 1, 3 do
-      pids[i] = proc.spawn({ "redis-cli", "-p", tostring(cl.ports[i]), "SUBSCRIBE", "redlock:released:" .. r },
-                           { out = dir .. "/sub" .. i })
-    end
     local waited = 0
-    local ok, err = pcall(function()
-      for i = 1, 3 do proc.wait_file(dir .. "/sub" .. i) end
+    local ok, err = with_listeners("redlock:released:" .. r, function()
       for _ = 1, 200 do
         local t0 = proc.now_ms()
         local lk = assert(dlm:lock(r, { ttl = 5000 }))
@@ -710,8 +712,6 @@ describe("hand-off to waiters", function()
         assert(lk:unlock())
       end
     end)
-    for _, pid in ipairs(pids) do proc.stop(pid) end
-    proc.rmdir(dir)
     dlm:close()
     assert(ok, err)
     -- the backoff makes about 9 of 200; a slow machine may take 8 ms on a
