@@ -241,6 +241,26 @@ describe("hostile nodes", function()
       end
       dlm:close()
     end)
+
+    -- Before: a server that does not know AUTH (renamed away) says so with
+    -- the arguments, the password among them, and that text was shown
+    -- whole: in detail, by `redlock status` and by `redlock exec`.
+    it("never shows the password a node repeats in its refusal", function()
+      local one = cluster.start(1, { args = { "--rename-command", "AUTH", "" } })
+      local url = "redis://alice:hunter2@127.0.0.1:" .. one.ports[1]
+      local dlm = redlock.new { servers = { url }, node_timeout = NODE_TIMEOUT }
+      local lock, err, detail = dlm:try_lock(res("echoed"))
+      dlm:close()
+      local status = proc.sh(("%s status --servers %s %s 2>&1"):format(proc.quote(proc.build .. "/redlock"),
+        proc.quote(url), res("echoed")))
+      one:stop()
+      assert.is_nil(lock)
+      assert.equal("unavailable", err)
+      assert.matches("AUTH refused: ERR unknown command 'AUTH'", detail[1].error, 1, true)
+      assert.is_nil(detail[1].error:find("hunter2", 1, true), detail[1].error)
+      assert.matches("unknown command 'AUTH'", status, 1, true)
+      assert.is_nil(status:find("hunter2", 1, true), status)
+    end)
   end)
 
   describe("one server listed twice", function()

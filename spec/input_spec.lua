@@ -55,10 +55,13 @@ describe("input", function()
       "unix://",
       "unix:///tmp/x.sock?db=abc",
     }
+    -- what is not a port after "host:" may be a password cut from its host
+    -- ("user:top,secret@h" split at the comma): the message hides it
+    local shown = { ["redis://127.0.0.1:abc"] = "redis://127.0.0.1:***", ["redis://127.0.0.1:-1"] = "redis://127.0.0.1:***" }
     for _, url in ipairs(bad_urls) do
       it(("rejects the malformed URL %q naming the server and the URL"):format(url), function()
         local e = raises(function() redlock.new { servers = { url } } end, "server")
-        if url ~= "" then assert.matches(url, e, 1, true) end
+        if url ~= "" then assert.matches(shown[url] or url, e, 1, true) end
         -- also when it hides among good ones: the message says which one
         e = raises(function() redlock.new { servers = { cl.urls[1], url, cl.urls[2] } } end, "server")
         assert.matches("2", e, 1, true)

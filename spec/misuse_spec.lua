@@ -375,6 +375,10 @@ d:close()
         .. " (the servers from REDLOCK_SERVERS)\n", child("REDLOCK_SERVERS=redis://127.0.0.1:99999"))
       assert.equal("redlock.default(): REDLOCK_CACERT '/nonexistent/ca.pem': No such file or directory\n",
         child("REDLOCK_SERVERS=" .. cl.urls[1] .. " REDLOCK_CACERT=/nonexistent/ca.pem"))
+      -- Before: a password with a comma, split there, was shown up to the comma
+      local split = child("REDLOCK_SERVERS=redis://alice:topsecret,2024@127.0.0.1:6379")
+      assert.is_nil(split:find("topsecret", 1, true), split)
+      assert.truthy(split:find("server 1: 'redis://alice:***'", 1, true), split)
       local none = child("")
       assert.truthy(none:find("^no servers configured: set REDLOCK_SERVERS"), none)
       assert.truthy(none:find("redlock.configure", 1, true), none)

@@ -303,7 +303,12 @@ static int prepare(probe *p, const rl_url *u) {
             lens[1] = lens[2];
             argc = 2;
         }
-        if (expect_status(p, "AUTH", argc, argv, lens) != 0) return -1;
+        if (expect_status(p, "AUTH", argc, argv, lens) != 0) {
+            char said[sizeof(p->out->errstr)];
+            rl_url_scrub(u, p->out->errstr, said, sizeof(said));
+            memcpy(p->out->errstr, said, sizeof(said));
+            return -1;
+        }
     }
     if (u->db) {
         char db[16];

@@ -383,8 +383,14 @@ static void internal_reply(rl_stream *s, rl_ticket t, const rl_reply *reply, dou
     if (t.kind == REDO) return; /* a release sent again: whatever it found */
     if (t.kind == SETUP_INFO) {
         memcpy(s->seen_id, reply->run_id, sizeof(s->seen_id));
+    } else if (reply->type == RL_REPLY_ERROR && t.kind == SETUP_AUTH) {
+        char said[sizeof(s->errstr)];
+        rl_url_scrub(s->url, reply->str, said, sizeof(said));
+        set_err(s, "AUTH refused: ", said);
+        rl_stream_drop(s, s->errstr, 1, now_ms);
+        return;
     } else if (reply->type == RL_REPLY_ERROR) {
-        set_err(s, t.kind == SETUP_AUTH ? "AUTH refused: " : "SELECT refused: ", reply->str);
+        set_err(s, "SELECT refused: ", reply->str);
         rl_stream_drop(s, s->errstr, 1, now_ms);
         return;
     }

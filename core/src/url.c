@@ -29,14 +29,25 @@ static void shown_url(const char *text, char *out, size_t cap) {
         snprintf(tmp, sizeof(tmp), "%.*s***%.*s", (int)(keep_to - text) > SHOWN_MAX ? SHOWN_MAX : (int)(keep_to - text),
                  text, SHOWN_MAX, at);
     } else {
-        /* no '@': ":REST" (no user, or no host) where REST is no port is a
-         * password cut from its host (a list split inside it): not shown.
-         * ("host:abc" is shown: more likely a port mistyped than a user.) */
-        const char *colon = scheme_end && at == NULL && strncmp(text, "unix://", 7) != 0 && start[0] == ':' ? start
-                                                                                                         : NULL;
+        /* no '@': "[user]:REST" where REST is no port (digits, ending the
+         * address or followed by '+' as in a cluster's list) is a password
+         * cut from its host (a list split inside it: "user:top,secret@h"):
+         * not shown. ("host:63790x" is hidden too: a port mistyped is
+         * named by the reason after the URL.) */
+        const char *colon = NULL;
+        if (scheme_end && strncmp(text, "unix://", 7) != 0) {
+            size_t authority = strcspn(start, "/?#");
+            const char *host_end = start;
+            if (*start == '[') {
+                const char *bracket = memchr(start, ']', authority);
+                host_end = bracket ? bracket + 1 : start + authority;
+            }
+            colon = memchr(host_end, ':', authority - (size_t)(host_end - start));
+        }
         size_t rest = colon ? strcspn(colon + 1, "/?#") : 0;
         size_t digits = colon ? strspn(colon + 1, "0123456789") : 0;
-        if (colon && rest > 0 && digits < rest)
+        int port = digits > 0 && (digits == rest || colon[1 + digits] == '+');
+        if (colon && rest > 0 && !port)
             snprintf(tmp, sizeof(tmp), "%.*s***%.*s", (int)(colon + 1 - text) > SHOWN_MAX ? SHOWN_MAX : (int)(colon + 1 - text),
                      text, SHOWN_MAX, colon + 1 + rest);
         else
@@ -218,4 +229,22 @@ int rl_url_same_server(const rl_url *a, const rl_url *b) {
     if (a->kind != b->kind) return 0;
     if (a->kind == RL_URL_UNIX) return strcmp(a->path, b->path) == 0;
     return a->port == b->port && strcasecmp(canonical_host(a->host), canonical_host(b->host)) == 0;
+}
+
+/* See url.h. */
+void rl_url_scrub(const rl_url *u, const char *text, char *out, size_t cap) {
+    if (cap == 0) return;
+    size_t n = strlen(text);
+    const char *args = strstr(text, ", with args beginning with:");
+    if (args) n = (size_t)(args - text);
+    size_t plen = strlen(u->password), o = 0;
+    for (size_t i = 0; i < n && o + 1 < cap;) {
+        if (plen > 0 && n - i >= plen && memcmp(text + i, u->password, plen) == 0) {
+            for (const char *m = "***"; *m && o + 1 < cap; m++) out[o++] = *m;
+            i += plen;
+        } else {
+            out[o++] = text[i++];
+        }
+    }
+    out[o] = '\0';
 }

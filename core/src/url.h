@@ -30,6 +30,13 @@ int rl_url_parse(const char *text, rl_url *u, char *err, size_t errlen);
 /* Write a TCP URL's "host:port" into buf (an IPv6 address in brackets). */
 void rl_url_address(const rl_url *u, char *buf, size_t len);
 
+/* Write into out (size cap) text, what a node said to u's AUTH, with u's
+ * password nowhere in it: Redis repeats a command it does not know with its
+ * arguments (a renamed AUTH: "ERR unknown command 'AUTH', with args
+ * beginning with: 'user' 'secret'"), and that part is cut; any other
+ * occurrence of the password becomes "***". */
+void rl_url_scrub(const rl_url *u, const char *text, char *out, size_t cap);
+
 /* Return 1 if a and b name the same server (whatever their db or password),
  * comparing hosts case-insensitively with "localhost" as 127.0.0.1. */
 int rl_url_same_server(const rl_url *a, const rl_url *b);

@@ -100,7 +100,30 @@ static void same_server(void) {
     CHECK(rl_url_same_server(&a, &b));
 }
 
+/* A password never shows in what parse errors quote, nor in what a node
+ * said to AUTH. */
+static void passwords_hidden(void) {
+    CHECK_INT(parse("redis://alice:topsecret"), -1); /* "alice:topsecret,2024@h" split at the comma */
+    CHECK(strstr(err, "'redis://alice:***'") != NULL);
+    CHECK(strstr(err, "topsecret") == NULL);
+    CHECK_INT(parse("redis://[::1]:pw"), -1);
+    CHECK(strstr(err, "pw") == NULL);
+    CHECK_INT(parse("redis://127.0.0.1:70000"), -1); /* a port stays */
+    CHECK(strstr(err, "127.0.0.1:70000") != NULL);
+    CHECK_INT(parse("redis-cluster://h1:99999+h2:2"), -1);
+    CHECK(strstr(err, "h1:99999+h2:2") != NULL);
+    CHECK_INT(parse("redis://alice:hunter2@127.0.0.1:7000"), 0);
+    char out[128];
+    rl_url_scrub(&u, "ERR unknown command 'AUTH', with args beginning with: 'alice' 'hunter2' ", out, sizeof(out));
+    CHECK_STR(out, "ERR unknown command 'AUTH'");
+    rl_url_scrub(&u, "says hunter2, twice: hunter2", out, sizeof(out));
+    CHECK_STR(out, "says ***, twice: ***");
+    rl_url_scrub(&u, "WRONGPASS invalid username-password pair", out, 10);
+    CHECK_STR(out, "WRONGPASS");
+}
+
 int main(void) {
+    passwords_hidden();
     tcp_urls();
     tls_urls();
     unix_urls();
