@@ -174,6 +174,38 @@ describe("faults", function()
     end)
   end)
 
+  -- Before: between two calls of a plain-LuaJIT client nobody reads its
+  -- sockets, and a connection the server closed meanwhile (its `timeout`,
+  -- CLIENT KILL, a proxy's idle timeout) took the next command and lost it:
+  -- try_lock said unavailable, and an unlock after a long hold failed
+  -- ("connection lost: closed by the server"), the key left for its ttl.
+  describe("connections the servers close while idle", function()
+    local cl
+    lazy_setup(function() cl = cluster.start(3) end)
+    lazy_teardown(function() if cl then cl:stop() end end)
+
+    local function close_idle_connections()
+      for i = 1, cl.n do cl:cli(i, "CLIENT", "KILL", "TYPE", "NORMAL") end
+      proc.sleep_ms(50)
+    end
+
+    it("are found before the next call's commands go out: it is decided as if nothing happened", function()
+      local dlm = redlock.new { servers = cl.urls, node_timeout = 500 }
+      local r = res("idle-closed")
+      for _ = 1, 3 do
+        close_idle_connections()
+        local lock, err, detail = dlm:try_lock(r, { ttl = 60000 })
+        assert.is_truthy(lock, tostring(err) .. " " .. cluster.show(detail))
+        close_idle_connections() -- while it is held
+        local released, why = lock:unlock()
+        assert.is_true(released, tostring(why))
+        for i = 1, cl.n do assert.equal(-2, cluster.pttl(cl, i, r)) end
+      end
+      assert.is_true(dlm:stats().nodes[1].lost >= 6)
+      dlm:close()
+    end)
+  end)
+
   describe("stalled nodes (SIGSTOP)", function()
     local cl, dlm
     local stopped = {}

@@ -1037,8 +1037,11 @@ void rl_engine_keep_clear(rl_engine *e);
  * to the same nodes (an rl_client, whose engine keeps the locks by the rules
  * above); it extends the locks handed to it without any help from the
  * calling thread (which may be busy in a long computation or a blocking
- * call). All rl_keeper_* functions are thread-safe; what a kept lock's
- * state is, they read from the engine, under the keeper's mutex.
+ * call). All rl_keeper_* functions are thread-safe, rl_keeper_close
+ * included (a call that meets a close from another thread returns as after
+ * it); but rl_keeper_free ends k's memory: no call on k may run beside it
+ * or come after it. What a kept lock's state is, they read from the
+ * engine, under the keeper's mutex.
  * A keeper does not survive fork(): its thread stays in the parent (and may
  * hold the mutex at the fork), its sockets are the parent's. In a forked
  * child, the calls on a keeper made before fork() return at once without

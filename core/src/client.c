@@ -178,6 +178,16 @@ static void on_deadline(EV_P_ ev_timer *w, int revents) {
     advance(w->data, rl_now_ms());
 }
 
+void rl_client_take_after_gap(rl_client *c, double now_ms) {
+    if (c->poll_ended > 0 && now_ms - c->poll_ended <= READ_GAP_MS) return; /* (0: never polled) */
+    rl_engine_untimed_reads(c->engine, 1); /* (they may have waited since the last poll) */
+    /* twice: a read that finds replies stops short of the EOF behind them */
+    rl_evsock_take_ready(c->links, c->nlinks);
+    rl_evsock_take_ready(c->links, c->nlinks);
+    rl_engine_untimed_reads(c->engine, 0);
+    c->poll_ended = now_ms;
+}
+
 void rl_client_catch_up(rl_client *c, double now_ms) {
     double due = rl_engine_deadline(c->engine);
     if (due < 0 || due > now_ms) return;
@@ -381,6 +391,7 @@ static void close_connections(rl_client *c, double deadline_ms) {
     for (int i = 0; i < c->nlinks; i++) {
         if (forked) rl_evsock_disown(&c->links[i]);
         else rl_evsock_free(&c->links[i]);
+        rl_engine_node_detach(c->engine, i, rl_now_ms()); /* its gauges: not up, not listening */
     }
     for (int k = 0; k < RL_MAX_SHARDS; k++) {
         free(c->shard_addrs[k]);

@@ -52,6 +52,7 @@ static int begun(rl_client *c, int id) {
  * answering again votes in this round. */
 static double now_hearing_suspects(rl_client *c) {
     double now = rl_now_ms();
+    rl_client_take_after_gap(c, now);
     rl_client_catch_up(c, now);
     unsigned due = rl_engine_suspects_due(c->engine, now);
     if (due) rl_evsock_take_ready_of(c->links, c->nnodes, due);

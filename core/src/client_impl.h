@@ -55,6 +55,15 @@ void rl_client_flush(rl_client *c);
  * it), as the deadline timer would have. */
 void rl_client_catch_up(rl_client *c, double now_ms);
 
+/* Between calls nobody reads the sockets: a connection the server closed
+ * meanwhile (its idle timeout, CLIENT KILL, a proxy's) would take the next
+ * command and lose it (the node's vote failed, "connection lost: closed by
+ * the server"). A call that begins after a gap in the polls takes what the
+ * sockets have first: such an EOF ends that connection before anything is
+ * queued on it (and a new one is made for the command at once, the stream
+ * having owed nothing), replies that came meanwhile are read (untimed). */
+void rl_client_take_after_gap(rl_client *c, double now_ms);
+
 /* Write what the subscriber links have queued (a watch's SUBSCRIBE). Then
  * service. */
 void rl_client_flush_subscribers(rl_client *c);

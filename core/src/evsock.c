@@ -113,8 +113,9 @@ void rl_evsock_flush(rl_evsock *s) {
     }
 }
 
-/* The connection is up (and through TLS): tell the engine, read, write. */
-static void up(rl_evsock *s) {
+/* The connection is up (and through TLS): tell the engine, read, and write
+ * what it queues at once, unless flush is 0 (the caller reads first). */
+static void up(rl_evsock *s, int flush) {
     del_read(s);
     del_write(s);
     if (rl_engine_node_connected(s->engine, s->link, 1, rl_now_ms()) != RL_OK) {
@@ -122,7 +123,7 @@ static void up(rl_evsock *s) {
         return;
     }
     add_read(s);
-    rl_evsock_flush(s);
+    if (flush) rl_evsock_flush(s);
 }
 
 /* Take the handshake a step; when it is done, the connection is up. */
@@ -138,11 +139,11 @@ static void handshake(rl_evsock *s) {
         del_read(s);
         add_write(s);
     } else {
-        up(s);
+        up(s, 1);
     }
 }
 
-static void connected(rl_evsock *s) {
+static void connected(rl_evsock *s, int flush) {
     del_write(s);
     if (rl_conn_finish_connect(&s->conn) != 0) {
         rl_engine_node_down(s->engine, s->link, s->conn.errstr, rl_now_ms());
@@ -150,7 +151,7 @@ static void connected(rl_evsock *s) {
         rl_engine_node_handshaking(s->engine, s->link);
         handshake(s);
     } else {
-        up(s);
+        up(s, flush);
     }
 }
 
@@ -190,7 +191,7 @@ static void on_writable(EV_P_ ev_io *w, int revents) {
     (void)revents;
     rl_evsock *s = w->data;
     if (s->conn.connecting) {
-        connected(s);
+        connected(s, 1);
     } else if (s->conn.handshaking) {
         handshake(s);
     } else {
@@ -236,7 +237,8 @@ void rl_evsock_take_ready_of(rl_evsock *socks, int n, unsigned which) {
     for (int i = 0; i < n && k < RL_MAX_LINKS; i++) {
         rl_evsock *s = &socks[i];
         if (s->conn.fd < 0 || (i < 32 && !(which & (1u << i)))) continue;
-        short ev = s->conn.connecting ? POLLOUT : POLLIN;
+        /* (a connect made long ago may have been closed since: POLLIN too) */
+        short ev = s->conn.connecting ? POLLOUT | POLLIN : POLLIN;
         if (s->conn.handshaking && s->conn.want == RL_TLS_WANT_WRITE) ev = POLLOUT;
         p[k] = (struct pollfd){.fd = s->conn.fd, .events = ev};
         idx[k++] = i;
@@ -245,9 +247,21 @@ void rl_evsock_take_ready_of(rl_evsock *socks, int n, unsigned which) {
     for (int j = 0; ready && j < k; j++) {
         rl_evsock *s = &socks[idx[j]];
         if (!p[j].revents || s->conn.fd != p[j].fd) continue;
-        if (s->conn.connecting) connected(s);
-        else if (s->conn.handshaking) handshake(s);
-        else drain(s);
+        if (s->conn.connecting) {
+            /* a connect made long ago that the server has closed since (it
+             * sends nothing first): its end is read before anything is
+             * written, so that the engine makes a new one at once */
+            int closed_since = (p[j].revents & (POLLIN | POLLHUP)) != 0;
+            connected(s, !closed_since);
+            if (closed_since && s->conn.fd == p[j].fd && !s->conn.connecting && !s->conn.handshaking) {
+                drain(s);
+                if (s->conn.fd >= 0) rl_evsock_flush(s);
+            }
+        } else if (s->conn.handshaking) {
+            handshake(s);
+        } else {
+            drain(s);
+        }
     }
 }
 

@@ -19,6 +19,7 @@
  * takes it around fork(), so a child finds it free. */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +46,8 @@ struct rl_keeper {
     struct rl_keeper *next_keeper;
     int users;             /* rl_keeper_release_all calls waiting on it (registry_mu): free waits for 0 */
     pid_t pid;             /* the process that made it (a forked child inherits it, not its thread) */
-    int closed;            /* rl_keeper_close ran: no thread, no client; only the memory is left */
+    atomic_int closing;    /* an rl_keeper_close (or free) has begun: a second one does nothing */
+    atomic_int closed;     /* it ended: no thread, no client; only the memory is left */
 };
 
 /* What the exit handler waits at most for the releases it starts. */
@@ -66,9 +68,20 @@ static int inherited(const rl_keeper *k) {
     return k->pid != getpid();
 }
 
-/* 1 if k may not be used: inherited, or closed (its client is gone). */
+/* 1 if k may not be used: inherited, or closed (its client is gone). A
+ * call that passes may still find k closed once it holds k's mutex (another
+ * thread's rl_keeper_close): engine_of says so. */
 static int unusable(const rl_keeper *k) {
-    return inherited(k) || k->closed;
+    return inherited(k) || atomic_load(&k->closed);
+}
+
+/* k's engine, with k's mutex taken; or NULL, nothing taken, when k was
+ * closed meanwhile. */
+static rl_engine *engine_of(rl_keeper *k) {
+    pthread_mutex_lock(&k->mu);
+    if (k->engine != NULL) return k->engine;
+    pthread_mutex_unlock(&k->mu);
+    return NULL;
 }
 
 static void unlock_mu(void *mu) {
@@ -145,9 +158,10 @@ static void register_process_handlers(void) {
  * caller was told is the longest it waits. */
 static void free_client(rl_keeper *k) {
     pthread_mutex_lock(&k->mu);
+    if (k->engine != NULL) rl_engine_keep_clear(k->engine); /* freeing the client serves its tails: begin nothing more */
+    k->engine = NULL; /* (a call that takes the mutex while the client's last waits let go of it finds none) */
     rl_client_free_by(k->client, k->release_deadline > 0 ? k->release_deadline : HUGE_VAL);
     k->client = NULL;
-    k->engine = NULL;
     pthread_mutex_unlock(&k->mu);
 }
 
@@ -208,13 +222,19 @@ static void close_keeper(rl_keeper *k) {
     pthread_mutex_lock(&registry_mu); /* an rl_keeper_release_all still waiting on k lets go of it first */
     while (k->users > 0) pthread_cond_wait(&registry_unused, &registry_mu);
     pthread_mutex_unlock(&registry_mu);
-    rl_engine_keep_clear(k->engine); /* freeing the client serves its tails: begin nothing more */
     free_client(k);
-    k->closed = 1;
+    atomic_store(&k->closed, 1);
+}
+
+/* The first caller to close k closes it; 0 for any other (it is closed, or
+ * being closed by another thread). */
+static int claim_close(rl_keeper *k) {
+    int open = 0;
+    return atomic_compare_exchange_strong(&k->closing, &open, 1);
 }
 
 void rl_keeper_close(rl_keeper *k) {
-    if (!k || unusable(k)) return;
+    if (!k || inherited(k) || !claim_close(k)) return;
     close_keeper(k);
 }
 
@@ -225,7 +245,7 @@ void rl_keeper_free(rl_keeper *k) {
      * the child's copies of the sockets open and the keeper in the registry
      * (where rl_keeper_release_all passes it by) until the child exits. */
     if (!k || inherited(k)) return;
-    if (!k->closed) close_keeper(k);
+    if (claim_close(k)) close_keeper(k);
     free_memory(k);
 }
 
@@ -238,56 +258,59 @@ int rl_keeper_add_slot(rl_keeper *k, const char *resource, size_t len, int slot,
                        double valid_until_ms, int margin_ms, char *err, size_t errlen) {
     if (unusable(k)) {
         if (err && errlen)
-            snprintf(err, errlen, "%s", k->closed ? "this keeper was closed"
-                                                  : "this keeper was made before fork(): make a new one in the child");
+            snprintf(err, errlen, "%s", inherited(k) ? "this keeper was made before fork(): make a new one in the child"
+                                                     : "this keeper was closed");
         return RL_ERR;
     }
-    pthread_mutex_lock(&k->mu);
-    int id = rl_engine_keep_add_slot(k->engine, resource, len, slot, value, ttl_ms, valid_until_ms, margin_ms,
-                                     rl_now_ms());
-    if (id < 0 && err && errlen) snprintf(err, errlen, "%s", rl_engine_errstr(k->engine));
+    rl_engine *e = engine_of(k);
+    if (e == NULL) {
+        if (err && errlen) snprintf(err, errlen, "this keeper was closed");
+        return RL_ERR;
+    }
+    int id = rl_engine_keep_add_slot(e, resource, len, slot, value, ttl_ms, valid_until_ms, margin_ms, rl_now_ms());
+    if (id < 0 && err && errlen) snprintf(err, errlen, "%s", rl_engine_errstr(e));
     pthread_mutex_unlock(&k->mu);
     return id;
 }
 
 int rl_keeper_state(rl_keeper *k, int id, double *valid_until_ms) {
-    if (unusable(k)) return RL_ERR;
-    pthread_mutex_lock(&k->mu);
-    int state = rl_engine_keep_state(k->engine, id, valid_until_ms, rl_now_ms());
+    rl_engine *e = unusable(k) ? NULL : engine_of(k);
+    if (e == NULL) return RL_ERR;
+    int state = rl_engine_keep_state(e, id, valid_until_ms, rl_now_ms());
     pthread_mutex_unlock(&k->mu);
     return state;
 }
 
 void rl_keeper_stats(rl_keeper *k, rl_stats *out) {
-    if (unusable(k)) {
+    rl_engine *e = unusable(k) ? NULL : engine_of(k);
+    if (e == NULL) {
         memset(out, 0, sizeof(*out));
         return;
     }
-    pthread_mutex_lock(&k->mu);
-    rl_engine_stats(k->engine, out);
+    rl_engine_stats(e, out);
     pthread_mutex_unlock(&k->mu);
 }
 
 int rl_keeper_update(rl_keeper *k, int id, int ttl_ms, double started_ms, double valid_until_ms) {
-    if (unusable(k)) return RL_ERR;
-    pthread_mutex_lock(&k->mu);
-    int rc = rl_engine_keep_update(k->engine, id, ttl_ms, started_ms, valid_until_ms, rl_now_ms());
+    rl_engine *e = unusable(k) ? NULL : engine_of(k);
+    if (e == NULL) return RL_ERR;
+    int rc = rl_engine_keep_update(e, id, ttl_ms, started_ms, valid_until_ms, rl_now_ms());
     pthread_mutex_unlock(&k->mu);
     return rc;
 }
 
 int rl_keeper_remove(rl_keeper *k, int id) {
-    if (unusable(k)) return RL_ERR;
-    pthread_mutex_lock(&k->mu);
-    int rc = rl_engine_keep_remove(k->engine, id);
+    rl_engine *e = unusable(k) ? NULL : engine_of(k);
+    if (e == NULL) return RL_ERR;
+    int rc = rl_engine_keep_remove(e, id);
     pthread_mutex_unlock(&k->mu);
     return rc;
 }
 
 int rl_keeper_drop(rl_keeper *k, int id) {
-    if (unusable(k)) return RL_ERR;
-    pthread_mutex_lock(&k->mu);
-    int rc = rl_engine_keep_drop(k->engine, id, rl_now_ms());
+    rl_engine *e = unusable(k) ? NULL : engine_of(k);
+    if (e == NULL) return RL_ERR;
+    int rc = rl_engine_keep_drop(e, id, rl_now_ms());
     pthread_mutex_unlock(&k->mu);
     return rc;
 }

@@ -78,6 +78,15 @@ static void stop_voting(rl_stream *s, double now_ms) {
 }
 
 void rl_stream_drop(rl_stream *s, const char *why, int close_it, double now_ms) {
+    /* a connection ended by its other end with nothing it was sent left
+     * unanswered (the server's idle timeout, CLIENT KILL, a proxy's): the
+     * oldest command owed (the setup's first, on a fresh connection) was
+     * never wholly written, nor anything after it. The stream is idle
+     * then, as if never connected: the next command makes a connection at
+     * once, not after the backoff (and none is made before one needs it:
+     * a server that keeps closing them costs a connection per command). */
+    int idle = !close_it && s->state == RL_STREAM_UP &&
+               (s->ring_count == 0 || s->ring[s->ring_head].end > s->written_total);
     stop_voting(s, now_ms);
     if (why != s->errstr) snprintf(s->errstr, sizeof(s->errstr), "%s", why);
     memcpy(s->lost, s->errstr, sizeof(s->lost));
@@ -87,8 +96,14 @@ void rl_stream_drop(rl_stream *s, const char *why, int close_it, double now_ms) 
     s->wants &= ~RL_WANT_CONNECT;
     long long written = s->written_total;
     clear_connection(s);
-    schedule_reconnect(s, now_ms);
+    if (idle) {
+        s->state = RL_STREAM_IDLE;
+        s->idle_after_loss = 1;
+    } else {
+        schedule_reconnect(s, now_ms);
+    }
     answer_all(s, s->errstr, written, now_ms);
+    if (idle && s->redo_count > 0) rl_stream_open(s, now_ms); /* releases kept: they go now */
 }
 
 void rl_stream_reset(rl_stream *s, const char *why, double now_ms) {
@@ -261,7 +276,8 @@ static int put_setup_first(rl_stream *s, double now_ms) {
 void rl_stream_open(rl_stream *s, double now_ms) {
     if (connected_or_connecting(s)) return;
     s->counts.connects++;
-    if (s->state == RL_STREAM_DOWN) s->counts.reconnects++;
+    if (s->state == RL_STREAM_DOWN || s->idle_after_loss) s->counts.reconnects++;
+    s->idle_after_loss = 0;
     s->state = RL_STREAM_CONNECTING;
     s->handshaking = 0;
     s->setup_ms = now_ms;

@@ -129,6 +129,8 @@ typedef struct rl_stream {
     char seen_id[RL_RUN_ID_LEN + 1];  /* run_id the setup's INFO reported on this connection, or "" */
     char run_id[RL_RUN_ID_LEN + 1];   /* the server this node last voted for ("" if it never said);
                                          it counts only while the node is up (voter_of) */
+    int idle_after_loss;     /* idle since a connection its server ended owing nothing (rl_stream_drop):
+                                the next one made counts as a reconnect */
     rl_ended_vote voted[RL_ENDED_VOTES]; /* the servers this node's ended connections voted
                                 for, each with when its last such connection ended; kept
                                 whatever the node's later connections reach */

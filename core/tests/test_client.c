@@ -153,8 +153,16 @@ static void a_closed_client_refuses_calls(rl_client *probe, rl_result *r) {
     memcpy(kept, r->value, sizeof(kept));
     CHECK(rl_begin_acquire(c, "closed:open", 11, 30000) >= 0);
     CHECK_INT(rl_watch(c, "closed:kept", 11), RL_OK);
+    rl_sleep(c, 200);
+    CHECK(rl_client_listening(c) > 0);
     rl_client_close(c);
     rl_client_close(c); /* twice: nothing more */
+    /* its gauges say so (before: still listening, still up) */
+    CHECK_INT(rl_client_listening(c), 0);
+    rl_stats *st = calloc(1, sizeof(*st));
+    rl_client_stats(c, st);
+    for (int i = 0; i < NODES; i++) CHECK_INT(st->node[i].up, 0);
+    free(st);
     CHECK_INT(rl_begin_acquire(c, "closed:x", 8, 1000), RL_ERR);
     CHECK(strstr(rl_client_errstr(c), "this client was closed") != NULL);
     CHECK_INT(rl_acquire(c, "closed:x", 8, 1000, r), RL_ERR);
@@ -666,6 +674,40 @@ static void keeper_closed_refuses_calls(void) {
     rl_client_free(c);
 }
 
+/* rl_keeper_close from one thread while others call the keeper, or close
+ * it too: every other call returns RL_ERR or works, none touches a freed
+ * engine, and a second close does nothing (before: a NULL engine read, or
+ * both closers joining the thread and one hanging for good). */
+static void *keeper_state_loop(void *arg) {
+    rl_keeper *k = arg;
+    for (int i = 0; i < 100000 && rl_keeper_state(k, 0, NULL) != RL_ERR; i++) continue;
+    rl_stats *st = calloc(1, sizeof(*st));
+    for (int i = 0; i < 1000; i++) rl_keeper_stats(k, st); /* zeros once closed */
+    free(st);
+    return NULL;
+}
+
+static void *keeper_closer(void *arg) {
+    rl_keeper_close(arg);
+    return NULL;
+}
+
+static void keeper_closed_while_in_use(void) {
+    char err[RL_ERR_LEN];
+    for (int round = 0; round < 10; round++) {
+        rl_keeper *k = rl_keeper_new(url_list, NODES, NULL, err, sizeof(err));
+        CHECK(k != NULL);
+        pthread_t user, closer;
+        pthread_create(&user, NULL, keeper_state_loop, k);
+        pthread_create(&closer, NULL, keeper_closer, k);
+        rl_keeper_close(k);
+        pthread_join(closer, NULL);
+        pthread_join(user, NULL);
+        CHECK_INT(rl_keeper_state(k, 0, NULL), RL_ERR);
+        rl_keeper_free(k);
+    }
+}
+
 /* Locks with many different ttls all stay extended (the keeper wakes for the
  * earliest deadline, whichever entry it is); removed ones are left to expire
  * and their slots are reused. */
@@ -1032,6 +1074,7 @@ int main(void) {
     tails_run_after_the_decision();
     keeper_extends_and_releases();
     keeper_closed_refuses_calls();
+    keeper_closed_while_in_use();
     keeper_extends_many_ttls();
     keeper_hung_extensions();
     client_made_before_fork(c, r);

@@ -118,12 +118,15 @@ static void test_scripted_counts(void) {
     }
     CHECK_INT(s->inflight + s->tails_running, 0);
 
-    /* node 3's connection fails: it is lost, then asked for again */
+    /* node 3's connection ends while idle: it is lost, then asked for again
+     * by the next command */
     rl_engine_node_down(E, 2, "connection lost: test", 1000);
-    rl_engine_advance(E, 1000 + o.reconnect_min_ms);
     s = stats();
     CHECK_INT(s->node[2].lost, 1);
     CHECK_INT(s->node[2].up, 0);
+    CHECK_INT(s->node[2].connects, 1);
+    rl_engine_begin_acquire(E, "again", 5, 10000, 1001);
+    s = stats();
     CHECK_INT(s->node[2].connects, 2);
     CHECK_INT(s->node[2].reconnects, 1);
     rl_engine_free(E);
