@@ -18,6 +18,14 @@
  * the password (what sits between the user's ':' and the last '@', or the
  * whole userinfo when it has no ':') replaced by "***", and cut to SHOWN_MAX
  * bytes with "..." after. Unix socket URLs carry no password. */
+/* 1 if text begins with a URL's scheme and "://" (a list split at the
+ * wrong character: "host:1;redis://host:2" shows the mistake). */
+static int scheme_at(const char *text) {
+    if (!isalpha((unsigned char)*text)) return 0;
+    size_t n = 1 + strspn(text + 1, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-");
+    return strncmp(text + n, "://", 3) == 0;
+}
+
 static void shown_url(const char *text, char *out, size_t cap) {
     char tmp[SHOWN_MAX * 2 + 8];
     const char *scheme_end = strstr(text, "://");
@@ -30,7 +38,8 @@ static void shown_url(const char *text, char *out, size_t cap) {
                  text, SHOWN_MAX, at);
     } else {
         /* no '@': "[user]:REST" where REST is no port (digits, ending the
-         * address or followed by '+' as in a cluster's list) is a password
+         * address, followed by '+' as in a cluster's list, or by ';' or '|'
+         * and another URL: a list split at the wrong character) is a password
          * cut from its host (a list split inside it: "user:top,secret@h"):
          * not shown. ("host:63790x" is hidden too: a port mistyped is
          * named by the reason after the URL.) */
@@ -46,7 +55,9 @@ static void shown_url(const char *text, char *out, size_t cap) {
         }
         size_t rest = colon ? strcspn(colon + 1, "/?#") : 0;
         size_t digits = colon ? strspn(colon + 1, "0123456789") : 0;
-        int port = digits > 0 && (digits == rest || colon[1 + digits] == '+');
+        int port = digits > 0 && (digits == rest || colon[1 + digits] == '+' ||
+                                  ((colon[1 + digits] == ';' || colon[1 + digits] == '|') &&
+                                   scheme_at(colon + 2 + digits)));
         if (colon && rest > 0 && !port)
             snprintf(tmp, sizeof(tmp), "%.*s***%.*s", (int)(colon + 1 - text) > SHOWN_MAX ? SHOWN_MAX : (int)(colon + 1 - text),
                      text, SHOWN_MAX, colon + 1 + rest);

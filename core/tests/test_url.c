@@ -112,6 +112,10 @@ static void passwords_hidden(void) {
     CHECK(strstr(err, "127.0.0.1:70000") != NULL);
     CHECK_INT(parse("redis-cluster://h1:99999+h2:2"), -1);
     CHECK(strstr(err, "h1:99999+h2:2") != NULL);
+    CHECK_INT(parse("redis://127.0.0.1:1;redis://127.0.0.1:2"), -1); /* a list split at the wrong character */
+    CHECK(strstr(err, "redis://127.0.0.1:1;redis://127.0.0.1:2") != NULL);
+    CHECK_INT(parse("redis://alice:12;secret"), -1);
+    CHECK(strstr(err, "secret") == NULL);
     CHECK_INT(parse("redis://alice:hunter2@127.0.0.1:7000"), 0);
     char out[128];
     rl_url_scrub(&u, "ERR unknown command 'AUTH', with args beginning with: 'alice' 'hunter2' ", out, sizeof(out));

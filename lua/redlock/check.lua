@@ -82,14 +82,16 @@ function _M.show_url(v)
     if not head then head, rest = "", v end
     local userinfo, tail = rest:match("^(.*)(@[^@]*)$")
     if userinfo then return show(head .. (userinfo:match("^[^:]*:") or "") .. "***" .. tail) end
-    -- no '@': "[user]:REST" where REST is no port (digits, ending the address
-    -- or followed by '+' as in a cluster's list) is a password cut from its
-    -- host (a list split inside it: "user:top,secret@h"): not shown
+    -- no '@': "[user]:REST" where REST is no port (digits, ending the address,
+    -- followed by '+' as in a cluster's list, or by ';' or '|' and another URL:
+    -- a list split at the wrong character) is a password cut from its host (a
+    -- list split inside it: "user:top,secret@h"): not shown
     local authority, after = rest:match("^([^/?#]*)(.*)$")
     local host_end = authority:sub(1, 1) == "[" and (authority:find("]", 1, true) or #authority) or 0
     local colon = authority:find(":", host_end + 1, true)
-    local port = colon and authority:sub(colon + 1)
-    if head ~= "" and port and port ~= "" and not port:match("^%d+$") and not port:match("^%d+%+") then
+    local port = colon and (authority:sub(colon + 1) .. after)
+    if head ~= "" and port and port ~= "" and not port:match("^%d+$") and not port:match("^%d+[+/?#]")
+            and not port:match("^%d+[;|]%a[%w+.-]*://") then
         return show(head .. authority:sub(1, colon) .. "***" .. after)
     end
     return show(v)
