@@ -57,9 +57,6 @@ static void answer_all(rl_stream *s, const char *why, long long written, double 
     }
 }
 
-/* The connection is gone: say why, answer every unanswered command with
- * that, and reconnect after the backoff. close_it: the driver still has the
- * socket and is asked to close it. */
 /* The connection ends: one that was set up voted for its server until now.
  * Recorded in that server's record, else in the oldest one. */
 static void stop_voting(rl_stream *s, double now_ms) {
@@ -77,6 +74,9 @@ static void stop_voting(rl_stream *s, double now_ms) {
     record->until_ms = now_ms;
 }
 
+/* The connection is gone: say why, answer every unanswered command with
+ * that, and reconnect after the backoff (or, idle, when a command needs
+ * it). close_it: the driver still has the socket and is asked to close it. */
 void rl_stream_drop(rl_stream *s, const char *why, int close_it, double now_ms) {
     /* a connection ended by its other end with nothing it was sent left
      * unanswered (the server's idle timeout, CLIENT KILL, a proxy's): the

@@ -178,7 +178,10 @@ int rl_stream_connected(rl_stream *s, int fresh, double now_ms);
 
 /* The driver's connection failed or ended (why says how): every command on
  * it is answered with why (its resend tickets' commands are kept first, see
- * rl_stream_redo), and the stream reconnects after its backoff. */
+ * rl_stream_redo), and the stream reconnects after its backoff; but a
+ * connection set up that ended with nothing it was sent unanswered (the
+ * server closed it while idle) leaves the stream idle: no backoff, the next
+ * command connects at once (at once too if releases were kept). */
 void rl_stream_down(rl_stream *s, const char *why, double now_ms);
 
 /* The driver stops using the connection (a pooled connection handed back).
