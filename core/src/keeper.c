@@ -75,9 +75,10 @@ static int unusable(const rl_keeper *k) {
     return inherited(k) || atomic_load(&k->closed);
 }
 
-/* k's engine, with k's mutex taken; or NULL, nothing taken, when k was
- * closed meanwhile. */
+/* k's engine, with k's mutex taken; or NULL, nothing taken, when k may not
+ * be used (unusable) or was closed meanwhile. */
 static rl_engine *engine_of(rl_keeper *k) {
+    if (unusable(k)) return NULL;
     pthread_mutex_lock(&k->mu);
     if (k->engine != NULL) return k->engine;
     pthread_mutex_unlock(&k->mu);
@@ -274,7 +275,7 @@ int rl_keeper_add_slot(rl_keeper *k, const char *resource, size_t len, int slot,
 }
 
 int rl_keeper_state(rl_keeper *k, int id, double *valid_until_ms) {
-    rl_engine *e = unusable(k) ? NULL : engine_of(k);
+    rl_engine *e = engine_of(k);
     if (e == NULL) return RL_ERR;
     int state = rl_engine_keep_state(e, id, valid_until_ms, rl_now_ms());
     pthread_mutex_unlock(&k->mu);
@@ -282,7 +283,7 @@ int rl_keeper_state(rl_keeper *k, int id, double *valid_until_ms) {
 }
 
 void rl_keeper_stats(rl_keeper *k, rl_stats *out) {
-    rl_engine *e = unusable(k) ? NULL : engine_of(k);
+    rl_engine *e = engine_of(k);
     if (e == NULL) {
         memset(out, 0, sizeof(*out));
         return;
@@ -292,7 +293,7 @@ void rl_keeper_stats(rl_keeper *k, rl_stats *out) {
 }
 
 int rl_keeper_update(rl_keeper *k, int id, int ttl_ms, double started_ms, double valid_until_ms) {
-    rl_engine *e = unusable(k) ? NULL : engine_of(k);
+    rl_engine *e = engine_of(k);
     if (e == NULL) return RL_ERR;
     int rc = rl_engine_keep_update(e, id, ttl_ms, started_ms, valid_until_ms, rl_now_ms());
     pthread_mutex_unlock(&k->mu);
@@ -300,7 +301,7 @@ int rl_keeper_update(rl_keeper *k, int id, int ttl_ms, double started_ms, double
 }
 
 int rl_keeper_remove(rl_keeper *k, int id) {
-    rl_engine *e = unusable(k) ? NULL : engine_of(k);
+    rl_engine *e = engine_of(k);
     if (e == NULL) return RL_ERR;
     int rc = rl_engine_keep_remove(e, id);
     pthread_mutex_unlock(&k->mu);
@@ -308,7 +309,7 @@ int rl_keeper_remove(rl_keeper *k, int id) {
 }
 
 int rl_keeper_drop(rl_keeper *k, int id) {
-    rl_engine *e = unusable(k) ? NULL : engine_of(k);
+    rl_engine *e = engine_of(k);
     if (e == NULL) return RL_ERR;
     int rc = rl_engine_keep_drop(e, id, rl_now_ms());
     pthread_mutex_unlock(&k->mu);
