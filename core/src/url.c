@@ -14,10 +14,6 @@
  * a caller's RL_ERR_LEN buffer behind a "server N: " prefix. */
 #define SHOWN_MAX 96
 
-/* Write into out (size cap >= SHOWN_MAX + 4) text as error texts quote it:
- * the password (what sits between the user's ':' and the last '@', or the
- * whole userinfo when it has no ':') replaced by "***", and cut to SHOWN_MAX
- * bytes with "..." after. Unix socket URLs carry no password. */
 /* 1 if text begins with a URL's scheme and "://" (a list split at the
  * wrong character: "host:1;redis://host:2" shows the mistake). */
 static int scheme_at(const char *text) {
@@ -26,6 +22,10 @@ static int scheme_at(const char *text) {
     return strncmp(text + n, "://", 3) == 0;
 }
 
+/* Write into out (size cap >= SHOWN_MAX + 4) text as error texts quote it:
+ * the password (what sits between the user's ':' and the last '@', or the
+ * whole userinfo when it has no ':') replaced by "***", and cut to SHOWN_MAX
+ * bytes with "..." after. Unix socket URLs carry no password. */
 static void shown_url(const char *text, char *out, size_t cap) {
     char tmp[SHOWN_MAX * 2 + 8];
     const char *scheme_end = strstr(text, "://");

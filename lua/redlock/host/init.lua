@@ -47,7 +47,7 @@ local USER_END, PASSWORD_END = "[:/@%s'\",]", "[@%s'\",]"
 -- and "(%a[%w+.-]*://)([^:/@%s'\",]*):([^@%s'\",]*)" would, in linear time:
 -- gsub tries such a pattern at every byte, and each try at a letter runs
 -- to the end of its run of letters, so a 30 kB resource name in a message
--- took seconds (spec/host_spec.lua compares the two forms).
+-- took seconds (spec/host_redact_spec.lua compares the two forms).
 local function redact_pass(text, whole)
     local out, done, search = {}, 1, 1
     local stop_from, stop_at = 1, 0 -- no PASSWORD_END in [stop_from, stop_at), one at stop_at
