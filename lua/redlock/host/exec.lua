@@ -450,16 +450,15 @@ function _M.run(opts, argv, k)
             -- the command is stopped first, and said so after: a write to a
             -- stderr nobody reads (a full pipe) would block, the command
             -- running on while another holder takes the lock
-            local exited = status
             stop_child(pid, g, status)
             sys.forget(pid)
             config.release(lock)
-            if exited == nil then
+            if status == nil then
                 return host.fail(EXIT.LOST, "lock on '%s' lost; stopped %s (pid %d): %s", resource, command[1], pid,
                     how)
             end
             return host.fail(EXIT.LOST, "lock on '%s' lost; stopped what %s (pid %d, exited %d) left in its"
-                .. " process group: %s", resource, command[1], pid, exited, how)
+                .. " process group: %s", resource, command[1], pid, status, how)
         end
         config.sleep(dlm, POLL_MS)
     end
