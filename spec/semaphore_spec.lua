@@ -123,6 +123,35 @@ describe("semaphore", function()
     a:unlock(); b:unlock()
   end)
 
+  -- Before: the semaphore decided as soon as a refusal and the dead node's
+  -- error left no quorum, and said unavailable (exit 69 for `redlock exec
+  -- -n --limit`), where a plain lock waits for the node that may hold it
+  -- too and says busy.
+  it("a full semaphore says busy with a node down, as a held lock does", function()
+    local three = cluster.start(3)
+    local holder = redlock.new { servers = three.urls }
+    local asker = redlock.new { servers = three.urls }
+    local ok, err = pcall(function()
+      local sem, plain = res("full-down"), res("held-down")
+      assert(holder:lock(sem, { limit = 1, ttl = 60000 }))
+      assert(holder:lock(plain, { ttl = 60000 }))
+      assert(asker:try_lock(res("warm"))):unlock()
+      three:kill(3, "KILL")
+      for _ = 1, 10 do
+        local _, why, detail = asker:try_lock(plain)
+        assert.equal("busy", why, cluster.show(detail))
+        _, why, detail = asker:try_lock(sem, { limit = 1 })
+        assert.equal("busy", why, cluster.show(detail))
+        _, why, detail = asker:lock(sem, { limit = 1, wait = 0 })
+        assert.equal("busy", why, cluster.show(detail))
+      end
+    end)
+    holder:close()
+    asker:close()
+    three:stop()
+    assert(ok, err)
+  end)
+
   it("limit 1 is a lock on slot 1's key; with_lock and keep-alive work on slots", function()
     local r = res("one")
     local a = assert(dlm:lock(r, { limit = 1 }))

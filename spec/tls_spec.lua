@@ -307,6 +307,24 @@ describe("TLS (libev driver)", function()
       dlm:close()
     end)
 
+    -- A client made and then left alone (a plain-LuaJIT program between
+    -- calls: nobody drives its handshakes) past the servers' idle timeout.
+    -- Before: the first call failed on every node ("TLS handshake failed:
+    -- connection closed by the server").
+    it("a handshake the server ended while the program was away: the first call connects again at once", function()
+      for i = 1, 3 do assert.equal("OK", (tcl:cli(i, "CONFIG", "SET", "timeout", "1"))) end
+      local ok, err = pcall(function()
+        local dlm = redlock.new { servers = tcl.urls, tls = { cafile = pki.ca }, quorum = 3 }
+        os.execute("sleep 2.5") -- not rl_sleep: the client's loop must not run
+        local lk, why, detail = dlm:try_lock(res("unused"))
+        assert.is_truthy(lk, tostring(why) .. " " .. require("helpers.cluster").show(detail))
+        assert.is_true(lk:unlock())
+        dlm:close()
+      end)
+      for i = 1, 3 do tcl:cli(i, "CONFIG", "SET", "timeout", "0") end
+      assert(ok, err)
+    end)
+
     -- Before: any connection a server that had asked for a client
     -- certificate ended before its first reply was "server requires a client
     -- certificate", a close_notify too (a TLS proxy with optional client

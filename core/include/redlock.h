@@ -763,6 +763,14 @@ void rl_engine_node_handshaking(rl_engine *e, int node);
  * engine asks for a new connection after its reconnect backoff. */
 void rl_engine_node_down(rl_engine *e, int node, const char *why, double now_ms);
 
+/* A connection made earlier and never driven since (still connecting or in
+ * its TLS handshake: a program that runs the driver only during its calls)
+ * was found ended by its server at the driver's first look after a gap in
+ * its polls (the server's idle timeout outran the handshake). With nothing
+ * queued for the node, it is idle again, as if never connected: no backoff,
+ * the next command connects at once; otherwise as rl_engine_node_down. */
+void rl_engine_node_closed_unused(rl_engine *e, int node, const char *why, double now_ms);
+
 /* The driver is done with the node's connection for now (a cosocket put
  * back in its pool). Return 1 if the connection is clean (set up, every
  * command answered, nothing unwritten) and may be reused; 0 if it must be

@@ -182,8 +182,8 @@ void rl_client_take_after_gap(rl_client *c, double now_ms) {
     if (c->poll_ended > 0 && now_ms - c->poll_ended <= READ_GAP_MS) return; /* (0: never polled) */
     rl_engine_untimed_reads(c->engine, 1); /* (they may have waited since the last poll) */
     /* twice: a read that finds replies stops short of the EOF behind them */
-    rl_evsock_take_ready(c->links, c->nlinks);
-    rl_evsock_take_ready(c->links, c->nlinks);
+    rl_evsock_take_after_gap(c->links, c->nlinks);
+    rl_evsock_take_after_gap(c->links, c->nlinks);
     rl_engine_untimed_reads(c->engine, 0);
     c->poll_ended = now_ms;
 }

@@ -127,11 +127,14 @@ static void up(rl_evsock *s, int flush) {
 }
 
 /* Take the handshake a step; when it is done, the connection is up. */
-static void handshake(rl_evsock *s) {
+static void handshake_as(rl_evsock *s, int after_gap) {
     int rc = rl_conn_handshake(&s->conn);
     if (rc == RL_CONN_FAIL) {
         rl_evsock_close(s);
-        rl_engine_node_down(s->engine, s->link, s->conn.errstr, rl_now_ms());
+        /* after a gap: a handshake begun before it, that nobody drove, may
+         * have outlived the server's idle timeout */
+        if (after_gap) rl_engine_node_closed_unused(s->engine, s->link, s->conn.errstr, rl_now_ms());
+        else rl_engine_node_down(s->engine, s->link, s->conn.errstr, rl_now_ms());
     } else if (rc == RL_CONN_AGAIN && s->conn.want == RL_TLS_WANT_READ) {
         del_write(s);
         add_read(s);
@@ -143,16 +146,26 @@ static void handshake(rl_evsock *s) {
     }
 }
 
-static void connected(rl_evsock *s, int flush) {
+static void handshake(rl_evsock *s) {
+    handshake_as(s, 0);
+}
+
+/* The connect has ended: up, or on to the TLS handshake (after_gap: see
+ * handshake_as), or failed. */
+static void connected_as(rl_evsock *s, int flush, int after_gap) {
     del_write(s);
     if (rl_conn_finish_connect(&s->conn) != 0) {
         rl_engine_node_down(s->engine, s->link, s->conn.errstr, rl_now_ms());
     } else if (s->conn.handshaking) {
         rl_engine_node_handshaking(s->engine, s->link);
-        handshake(s);
+        handshake_as(s, after_gap);
     } else {
         up(s, flush);
     }
+}
+
+static void connected(rl_evsock *s, int flush) {
+    connected_as(s, flush, 0);
 }
 
 /* Bytes read, to the engine; nonzero when it has dropped the connection. */
@@ -222,8 +235,10 @@ void rl_evsock_init(rl_evsock *s, struct ev_loop *loop, rl_engine *e, int link, 
     s->readable.data = s->writable.data = s->resolving.data = s;
 }
 
-void rl_evsock_take_ready(rl_evsock *socks, int n) {
-    rl_evsock_take_ready_of(socks, n, ~0u);
+static void take_ready_of(rl_evsock *socks, int n, unsigned which, int after_gap);
+
+static void take_ready(rl_evsock *socks, int n, int after_gap) {
+    take_ready_of(socks, n, ~0u, after_gap);
     for (int i = 0; i < n; i++) {
         rl_evsock *s = &socks[i];
         if (s->conn.fd >= 0 && !s->conn.connecting && !s->conn.handshaking)
@@ -231,7 +246,19 @@ void rl_evsock_take_ready(rl_evsock *socks, int n) {
     }
 }
 
+void rl_evsock_take_ready(rl_evsock *socks, int n) {
+    take_ready(socks, n, 0);
+}
+
+void rl_evsock_take_after_gap(rl_evsock *socks, int n) {
+    take_ready(socks, n, 1);
+}
+
 void rl_evsock_take_ready_of(rl_evsock *socks, int n, unsigned which) {
+    take_ready_of(socks, n, which, 0);
+}
+
+static void take_ready_of(rl_evsock *socks, int n, unsigned which, int after_gap) {
     struct pollfd p[RL_MAX_LINKS];
     int idx[RL_MAX_LINKS], k = 0;
     for (int i = 0; i < n && k < RL_MAX_LINKS; i++) {
@@ -252,13 +279,13 @@ void rl_evsock_take_ready_of(rl_evsock *socks, int n, unsigned which) {
              * sends nothing first): its end is read before anything is
              * written, so that the engine makes a new one at once */
             int closed_since = (p[j].revents & (POLLIN | POLLHUP)) != 0;
-            connected(s, !closed_since);
+            connected_as(s, !closed_since, after_gap);
             if (closed_since && s->conn.fd == p[j].fd && !s->conn.connecting && !s->conn.handshaking) {
                 drain(s);
                 if (s->conn.fd >= 0) rl_evsock_flush(s);
             }
         } else if (s->conn.handshaking) {
-            handshake(s);
+            handshake_as(s, after_gap);
         } else {
             drain(s);
         }

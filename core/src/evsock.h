@@ -67,6 +67,12 @@ void rl_evsock_flush(rl_evsock *s);
  * late. */
 void rl_evsock_take_ready(rl_evsock *socks, int n);
 
+/* rl_evsock_take_ready at the first look after a gap in the polls: a TLS
+ * handshake begun before it that fails now is reported as a connection
+ * that had outlived its server's idle timeout unused
+ * (rl_engine_node_closed_unused), not as a node down. */
+void rl_evsock_take_after_gap(rl_evsock *socks, int n);
+
 /* Take what the sockets of socks[i] whose bit i is set in which already
  * have, without waiting (the send queues are not asked). */
 void rl_evsock_take_ready_of(rl_evsock *socks, int n, unsigned which);

@@ -138,6 +138,13 @@ void rl_engine_node_down(rl_engine *e, int node, const char *why, double now_ms)
     if (sh && bit == 1) rl_cluster_shard_unreachable(e, sh->node);
 }
 
+void rl_engine_node_closed_unused(rl_engine *e, int node, const char *why, double now_ms) {
+    rl_stream *s = node_of(e, node);
+    if (stale(e, node)) return;
+    if (s != NULL && rl_stream_unused(s)) rl_stream_closed_unused(s, why, clock_at(e, now_ms));
+    else rl_engine_node_down(e, node, why, now_ms);
+}
+
 int rl_engine_node_detach(rl_engine *e, int node, double now_ms) {
     rl_stream *s = node_of(e, node);
     int j = sub_of(e, node);

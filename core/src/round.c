@@ -53,7 +53,8 @@ static int best_slot(const rl_round *r, int *votes) {
 
 /* A semaphore's acquire is decided when one slot has a quorum of votes, or
  * when no slot can reach one any more: the slot with the most votes, with
- * every node still to answer added, is short of a quorum; with settle_loss
+ * every node still to answer added, is short of a quorum, and those nodes
+ * cannot make the difference between busy and unavailable; with settle_loss
  * (a queued waiter's acquire, which sleeps after a loss anyway), only once
  * every node has voted or timed out, so that its cleanup goes only to the
  * nodes that took a slot for it, not to every node yet to answer. Two different
@@ -65,7 +66,15 @@ static int best_slot(const rl_round *r, int *votes) {
 static int slot_decide(rl_round *r, double now_ms) {
     rl_result *res = r->res;
     int votes, slot = best_slot(r, &votes), voted = res->ok;
-    if (votes < res->quorum && r->pending > 0 && (votes + r->pending >= res->quorum || r->settle_loss)) return 0;
+    /* against the best slot: refusals and votes for other slots. As for a
+     * lock (try_decide), the nodes still to answer may be what makes it
+     * busy: one node down must not turn busy into unavailable by failing
+     * first (their node timeout bounds the wait) */
+    int against = res->taken + voted - votes, spare = res->nodes - res->quorum;
+    int may_be_busy = against <= spare && against + r->pending > spare;
+    if (votes < res->quorum && r->pending > 0 &&
+        (votes + r->pending >= res->quorum || r->settle_loss || may_be_busy))
+        return 0;
     res->ok = votes;
     res->taken += voted - votes;
     res->elapsed_ms = now_ms - r->start_ms;

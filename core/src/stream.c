@@ -77,16 +77,11 @@ static void stop_voting(rl_stream *s, double now_ms) {
 /* The connection is gone: say why, answer every unanswered command with
  * that, and reconnect after the backoff (or, idle, when a command needs
  * it). close_it: the driver still has the socket and is asked to close it. */
-void rl_stream_drop(rl_stream *s, const char *why, int close_it, double now_ms) {
-    /* a connection ended by its other end with nothing it was sent left
-     * unanswered (the server's idle timeout, CLIENT KILL, a proxy's): the
-     * oldest command owed (the setup's first, on a fresh connection) was
-     * never wholly written, nor anything after it. The stream is idle
-     * then, as if never connected: the next command makes a connection at
-     * once, not after the backoff (and none is made before one needs it:
-     * a server that keeps closing them costs a connection per command). */
-    int idle = !close_it && s->state == RL_STREAM_UP &&
-               (s->ring_count == 0 || s->ring[s->ring_head].end > s->written_total);
+/* rl_stream_drop, idle or not as the caller says. Idle: the stream is as
+ * if never connected, and the next command makes a connection at once, not
+ * after the backoff (and none is made before one needs it: a server that
+ * keeps closing them costs a connection per command). */
+static void drop_as(rl_stream *s, const char *why, int close_it, int idle, double now_ms) {
     stop_voting(s, now_ms);
     if (why != s->errstr) snprintf(s->errstr, sizeof(s->errstr), "%s", why);
     memcpy(s->lost, s->errstr, sizeof(s->lost));
@@ -106,6 +101,16 @@ void rl_stream_drop(rl_stream *s, const char *why, int close_it, double now_ms) 
     if (idle && s->redo_count > 0) rl_stream_open(s, now_ms); /* releases kept: they go now */
 }
 
+void rl_stream_drop(rl_stream *s, const char *why, int close_it, double now_ms) {
+    /* idle: a connection ended by its other end with nothing it was sent
+     * left unanswered (the server's idle timeout, CLIENT KILL, a proxy's):
+     * the oldest command owed (the setup's first, on a fresh connection)
+     * was never wholly written, nor anything after it */
+    int idle = !close_it && s->state == RL_STREAM_UP &&
+               (s->ring_count == 0 || s->ring[s->ring_head].end > s->written_total);
+    drop_as(s, why, close_it, idle, now_ms);
+}
+
 void rl_stream_reset(rl_stream *s, const char *why, double now_ms) {
     if (connected_or_connecting(s)) rl_stream_drop(s, why, 1, now_ms);
 }
@@ -114,11 +119,21 @@ void rl_stream_down(rl_stream *s, const char *why, double now_ms) {
     if (connected_or_connecting(s)) rl_stream_drop(s, why && *why ? why : "connection lost", 0, now_ms);
 }
 
+int rl_stream_unused(const rl_stream *s) {
+    return s->state == RL_STREAM_CONNECTING && s->ring_count == 0;
+}
+
+void rl_stream_closed_unused(rl_stream *s, const char *why, double now_ms) {
+    if (rl_stream_unused(s)) drop_as(s, why && *why ? why : "connection lost", 0, 1, now_ms);
+}
+
 /* When the connection's current step began: the connect (with its TLS
  * handshake) when it was asked for, then when the driver took the ask, the
  * setup when the driver reported it connected (it may take the ask and
  * report that late: neither step is judged on the time nobody drove the
  * engine). */
+static int asked_only(const rl_stream *s);
+
 static double setup_began(const rl_stream *s) {
     return s->connect_by_ms - s->opts->connect_timeout_ms;
 }
@@ -129,7 +144,8 @@ int rl_stream_setup_text(const rl_stream *s, double now_ms, char *buf, size_t le
                        : s->handshaking         ? "TLS handshake under way"
                                                 : "still connecting";
     double since = now_ms - setup_began(s);
-    int n = snprintf(buf, len, "%s, %.0f of %d ms", what, since > 0 ? since : 0, s->opts->connect_timeout_ms);
+    int n = asked_only(s) ? snprintf(buf, len, "connect not begun yet: the driver has not run since it was asked for")
+                          : snprintf(buf, len, "%s, %.0f of %d ms", what, since > 0 ? since : 0, s->opts->connect_timeout_ms);
     if (s->lost[0] && n >= 0 && (size_t)n < len) snprintf(buf + n, len - (size_t)n, " (last: %s)", s->lost);
     return 1;
 }
@@ -335,6 +351,12 @@ static void become_suspect(rl_stream *s, double silent_ms, double now_ms) {
     else rl_stream_check_step(s, now_ms);                 /* the probe, unless a check is in flight already */
 }
 
+/* A connect asked for that the driver has not taken yet (rl_stream_take_wants):
+ * it has not begun, so it can neither time out nor make the node suspect. */
+static int asked_only(const rl_stream *s) {
+    return s->state == RL_STREAM_CONNECTING && (s->wants & RL_WANT_CONNECT);
+}
+
 /* When the node becomes suspect if it stays silent (0: not now):
  *   - a connection being made or set up: a node timeout after that step
  *     began, with no reply yet (the connection itself lives on until its
@@ -346,7 +368,7 @@ static void become_suspect(rl_stream *s, double silent_ms, double now_ms) {
  *     answer what it has not received, and the watchdog judges a link that
  *     takes nothing. */
 static double suspicion_due(const rl_stream *s) {
-    if (s->suspect) return 0;
+    if (s->suspect || asked_only(s)) return 0;
     if (in_setup(s)) return setup_began(s) + s->opts->node_timeout_ms;
     if (s->state != RL_STREAM_UP || !s->step_check || s->ring_count == 0) return 0;
     if (s->ring[s->ring_head].end > s->written_total - s->unsent) return 0;
@@ -397,12 +419,6 @@ static void watchdog_look(rl_stream *s, double now_ms) {
     } else if (now_ms - since >= s->opts->stall_reset_ms) {
         become_suspect(s, silent_since(s), now_ms);
     }
-}
-
-/* A connect asked for that the driver has not taken yet (rl_stream_take_wants):
- * it has not begun, so it cannot time out. */
-static int asked_only(const rl_stream *s) {
-    return s->state == RL_STREAM_CONNECTING && (s->wants & RL_WANT_CONNECT);
 }
 
 /* The earliest of two moments, either of which may be 0 (none). */

@@ -184,6 +184,17 @@ int rl_stream_connected(rl_stream *s, int fresh, double now_ms);
  * command connects at once (at once too if releases were kept). */
 void rl_stream_down(rl_stream *s, const char *why, double now_ms);
 
+/* 1 if the stream's connection is still being made (connecting, or in its
+ * TLS handshake) with nothing queued on it yet. */
+int rl_stream_unused(const rl_stream *s);
+
+/* Such an unused connection (rl_stream_unused; else nothing is done) ended
+ * by its server: made before a gap in the driver's polls and never driven,
+ * it outlived the server's idle timeout. The stream is idle afterwards, as
+ * rl_stream_down leaves a connection set up that owed nothing: why is kept
+ * as the last loss, the next command connects at once. */
+void rl_stream_closed_unused(rl_stream *s, const char *why, double now_ms);
+
 /* The driver stops using the connection (a pooled connection handed back).
  * Return 1 if it is clean (set up, nothing unanswered or unwritten: it may
  * be reused), 0 if not (the driver must close it; its commands are answered

@@ -189,6 +189,7 @@ void rl_engine_node_open(rl_engine *e, int node, double now_ms);
 int rl_engine_node_connected(rl_engine *e, int node, int fresh, double now_ms);
 void rl_engine_node_handshaking(rl_engine *e, int node);
 void rl_engine_node_down(rl_engine *e, int node, const char *why, double now_ms);
+void rl_engine_node_closed_unused(rl_engine *e, int node, const char *why, double now_ms);
 int rl_engine_node_detach(rl_engine *e, int node, double now_ms);
 size_t rl_engine_node_output(rl_engine *e, int node, const char **data);
 void rl_engine_node_wrote(rl_engine *e, int node, size_t n, double now_ms);
