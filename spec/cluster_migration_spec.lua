@@ -152,6 +152,53 @@ describe("a slot migrating under 4 locking processes", function()
     assert(ok, err)
   end)
 
+  -- Redis 7 ends the sharded subscriptions to a slot its master gives up
+  -- (it pushes a sunsubscribe). Before, the engine ignored that push and
+  -- went on counting on a subscription the slot's master no longer had:
+  -- once the slot had moved away and back, a waiter heard no release and
+  -- slept out its retry delay (2.7 s of a 5 s poll). Now it asks for the
+  -- map and subscribes again where the slot is.
+  it("a waiter whose slot moved away and back subscribes again and is woken by the release", function()
+    local c = rcluster.start(3)
+    local ok, err = pcall(function()
+      local redlock = require "redlock"
+      local lib = require("redlock.cdefs").lib
+      local holder = redlock.new { servers = { c.url } }
+      local waiter = redlock.new { servers = { c.url } }
+      local name = res("moved-back")
+      local channel = "redlock:released:{" .. name .. "}"
+      local slot = rcluster.slot(c, name)
+      local home = rcluster.slot_owner(c, slot)
+      local function subscribers()
+        return tonumber(rcluster.cli(c, home, "PUBSUB", "SHARDNUMSUB", channel):match("\n(%d+)$"))
+      end
+      local function await_subscribed(what)
+        local deadline = proc.now_ms() + 5000
+        while subscribers() ~= 1 do
+          assert(proc.now_ms() < deadline, what)
+          lib.rl_sleep(waiter.client, 20) -- the waiter's loop runs meanwhile
+        end
+      end
+      local held = assert(holder:lock(name, { ttl = 30000 }))
+      assert.is_nil((waiter:try_lock(name))) -- (the waiter learns the map)
+      assert.equal(0, lib.rl_watch(waiter.client, name, #name))
+      await_subscribed("the waiter never subscribed")
+      migrate(c, slot, home, home % c.n + 1, 0)
+      migrate(c, slot, home % c.n + 1, home, 0)
+      await_subscribed("the waiter did not subscribe again once its slot was back")
+      local heard = lib.rl_heard(waiter.client, name, #name)
+      local before = proc.now_ms()
+      assert.is_true(held:unlock())
+      assert.equal(1, lib.rl_sleep_until(waiter.client, name, #name, heard, 3000))
+      assert.is_true(proc.now_ms() - before < 2000)
+      lib.rl_unwatch(waiter.client, name, #name)
+      holder:close()
+      waiter:close()
+    end)
+    rcluster.stop(c)
+    assert(ok, err)
+  end)
+
   -- Redis 7 names a redirection's target as cluster-preferred-endpoint-type
   -- says: "unknown-endpoint" names no host ("MOVED 3999 :6381": the node
   -- that replied), "hostname" the hostname the master announces (the map

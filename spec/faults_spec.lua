@@ -336,6 +336,28 @@ describe("faults", function()
       for i = 1, 3 do assert(await_vote(dlm, cl, i, COMEBACK_MS)) end
     end
 
+    -- Before: only a suspect node's release was kept; one begun while the
+    -- node waited out its reconnect backoff (its connection reset with an
+    -- extend unanswered) was dropped, unlock() said true on the others'
+    -- votes, and node 1 kept the key for its whole ttl.
+    it("a release begun while a node waits out its reconnect backoff goes on its next connection", function()
+      local r = res("backoff")
+      local lock = assert(dlm:try_lock(r, { ttl = 60000 }))
+      px[1]:set("delay " .. (NODE_TIMEOUT * 3))
+      assert.is_true((lock:extend(60000)))             -- decided without node 1, which owes its reply
+      px[1]:set("reset"); proc.sleep_ms(30); px[1]:set("pass") -- that connection ends, unanswered
+      local ok, err, detail = lock:unlock()
+      assert.is_true(ok, tostring(err))
+      assert.is_nil(detail and detail[1] and detail[1].error and detail[1].error:find("not kept"))
+      local deadline = proc.now_ms() + 5000
+      while cluster.exists(cl, 1, r) and proc.now_ms() < deadline do
+        local other = dlm:try_lock(res("drive"))
+        if other then other:unlock() end
+        proc.sleep_ms(20)
+      end
+      assert.is_false(cluster.exists(cl, 1, r), "node 1 kept the key")
+    end)
+
     it("grants locks through the proxies", function()
       local r = res("pass")
       local lock = assert(dlm:try_lock(r))

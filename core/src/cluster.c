@@ -131,10 +131,18 @@ static int serves(void *owner, int j, const rl_watched *w) {
     return sh && w->hslot >= 0 && e->clusters[sh->node]->owner[w->hslot] == sh->number + 1;
 }
 
+/* See rl_subs.lost_shard. */
+static void lost_shard(void *owner, int j) {
+    rl_engine *e = owner;
+    const rl_shard *sh = rl_cluster_shard(e, j - e->nnodes);
+    if (sh) rl_cluster_ask_map(e, sh->node);
+}
+
 void rl_cluster_subs(rl_engine *e) {
     if (e->nclusters == 0) return;
     e->subs.clusters = 1;
     e->subs.serves = serves;
+    e->subs.lost_shard = lost_shard;
     e->subs.owner = e;
     for (int k = 0; k < e->nshards; k++) rl_subs_add(&e->subs, &e->shards[k]->url);
 }

@@ -319,7 +319,10 @@ void rl_op_reply_from(rl_engine *e, rl_stream *s, int node, rl_ticket t, const r
     if (reply && !write_of_wait) rl_count_reply(e, node, t.sent_ms);
     /* A SET whose connection ended before it was written never ran: no
      * cleanup needs to reach that node later. */
-    if (!reply && t.unsent && t.gen == op->set_gen && t.kind != RL_ROUND_REPLICAS) op->sent &= ~(1u << node);
+    if (!reply && t.unsent && t.gen == op->set_gen && t.kind != RL_ROUND_REPLICAS) {
+        op->sent &= ~(1u << node);
+        if (op->res.op == RL_OP_ACQUIRE) rl_skipped_note(&s->skipped, op->res.value); /* (see not_sent) */
+    }
     if (op->gen != t.gen) {
         /* A late reply to an earlier phase or operation. A late NOSCRIPT has
          * no round left to fall back to EVAL for (which would have loaded
@@ -447,19 +450,20 @@ void rl_op_timeout(rl_engine *e, rl_op *op) {
     }
 }
 
-/* A round's command was not sent to node i, which has stopped answering
- * (see rl_stream_suspect). An acquire's value is noted: its key is not
- * there. A release of a value not noted is kept (and goes out behind what
- * waits on the connection): the key may be there (its SET went out before
- * the node stopped). */
-static void skip_suspect(rl_engine *e, rl_op *op, int i, int first) {
+/* A round's command that node i could not take (suspect, or down until
+ * its reconnect backoff has passed). An acquire's value is noted: its key
+ * is not there. A release of a value not noted is kept (and goes out behind
+ * what waits on the connection, or on the next one): the key may be there
+ * (its SET went out before the node stopped or its connection ended); its
+ * vote says so if it cannot be kept. */
+static void not_sent(rl_engine *e, rl_op *op, int i, int first) {
     rl_stream *s = rl_route(e, i, op->hslot);
-    rl_count_late(e, op, i); /* its vote is lost to its silence, as a timeout */
+    static const char not_kept[] = "; release not kept";
     if (op->res.op == RL_OP_ACQUIRE && first) {
         rl_skipped_note(&s->skipped, op->res.value);
     } else if (op->round.kind == RL_OP_RELEASE && !rl_skipped_take(&s->skipped, op->res.value) &&
-               keep_release(e, op, i) != 0) {
-        rl_text_join(s->errstr, sizeof(s->errstr), s->errstr, "; release not kept");
+               keep_release(e, op, i) != 0 && strstr(s->errstr, not_kept) == NULL) {
+        rl_text_join(s->errstr, sizeof(s->errstr), s->errstr, not_kept);
     }
 }
 
@@ -486,7 +490,9 @@ void rl_op_send_round(rl_engine *e, rl_op *op, int kind, double start_ms, int fi
             op->owed |= 1u << i;
         } else {
             failed |= 1u << i;
-            if (rl_stream_suspect(rl_route(e, i, op->hslot))) skip_suspect(e, op, i, first);
+            /* a suspect's vote is lost to its silence, as a timeout */
+            if (rl_stream_suspect(rl_route(e, i, op->hslot))) rl_count_late(e, op, i);
+            not_sent(e, op, i, first);
         }
     }
     for (int i = 0; i < e->nnodes && op->gen == gen && op->phase == OP_ROUND; i++) {

@@ -155,10 +155,25 @@ static int put_command(rl_subs *s, int j, const char *verb, const rl_watched *w,
     return rc;
 }
 
+/* A shard's server ended or refused a subscription: one it ended that a
+ * live watch still wants (not the answer to our own SUNSUBSCRIBE), or any
+ * MOVED, sends the engine to the cluster's map (lost_shard). */
+static void shard_lost(rl_subs *s, rl_substream *n, const char *ch, size_t clen) {
+    int id = ch ? rl_names_find(&s->by_shard_channel, ch, clen) : -1;
+    if ((ch == NULL || (id >= 0 && rl_watched_live(&s->w[id]))) && s->lost_shard)
+        s->lost_shard(s->owner, (int)(n - s->nodes));
+}
+
 /* One reply: a release's message counts; confirmations and AUTH's OK pass
- * (a confirmed SUBSCRIBE starts the backoff over); an error reply (a refused
- * AUTH or SUBSCRIBE) drops the connection. Return -1 then, else 0. */
+ * (a confirmed SUBSCRIBE starts the backoff over); a shard's subscription
+ * ended by its server, or refused with MOVED, asks for the map again; any
+ * other error reply (a refused AUTH or SUBSCRIBE) drops the connection.
+ * Return -1 then, else 0. */
 static int on_reply(rl_subs *s, rl_substream *n, const rl_reply *r, double now_ms) {
+    if (r->type == RL_REPLY_ERROR && n->sharded && strncmp(r->str, "MOVED ", 6) == 0) {
+        shard_lost(s, n, NULL, 0);
+        return 0;
+    }
     if (r->type == RL_REPLY_ERROR) {
         rl_text_join(n->errstr, sizeof(n->errstr), "refused: ", r->str);
         fail(s, n, n->errstr, 1, now_ms);
@@ -173,6 +188,8 @@ static int on_reply(rl_subs *s, rl_substream *n, const rl_reply *r, double now_m
         rl_subs_message(s, ch, clen, payload, plen, n->sharded);
     } else if ((klen == 9 && memcmp(kind, "subscribe", 9) == 0) || (klen == 10 && memcmp(kind, "ssubscribe", 10) == 0)) {
         n->backoff_ms = 0;
+    } else if (n->sharded && klen == 12 && memcmp(kind, "sunsubscribe", 12) == 0) {
+        shard_lost(s, n, ch, clen);
     }
     return 0;
 }

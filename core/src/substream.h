@@ -97,6 +97,11 @@ typedef struct rl_subs {
     int nsubs;               /* streams in nodes[]: one per node, then one per shard (rl_subs_add) */
     /* Which watches stream j serves (NULL: all): the engine's routing. */
     int (*serves)(void *owner, int j, const rl_watched *w);
+    /* Shard stream j's server ended a live watch's subscription (Redis 7
+     * ends the sharded subscriptions of a slot it gives up) or refused one
+     * (MOVED): the engine asks for the cluster's map again, whose reading
+     * subscribes every watch where its slot is now (rl_subs_rerouted). */
+    void (*lost_shard)(void *owner, int j);
     void *owner;
     rl_substream nodes[RL_MAX_NODES + RL_MAX_SHARDS];
 } rl_subs;

@@ -160,6 +160,35 @@ static void fenced_counter_and_watch_in_the_slot(void) {
     rl_engine_free(E);
 }
 
+/* Redis 7 ends the sharded subscriptions of a slot its master gives up (an
+ * unasked sunsubscribe) and refuses SSUBSCRIBE for a slot it does not serve
+ * (MOVED): either asks for the map, whose reading subscribes the watch
+ * again (here on the same shard: the slot moved away and back), and the
+ * subscriber's connection stays. The answer to our own SUNSUBSCRIBE (the
+ * last waiter gone) asks for nothing. Before, the push was ignored (the
+ * watch heard no more releases) and MOVED dropped the connection. */
+static void a_subscription_the_shard_ended_asks_for_the_map(void) {
+    start(NULL);
+    map_known(1);
+    CHECK(rl_engine_watch(E, "foo", 3, 2) >= 0);
+    CHECK_INT(rl_engine_node_connected(E, SHARD_SUB(0), 1, 2), RL_OK);
+    CHECK(strstr(drain(SHARD_SUB(0), 2), "SSUBSCRIBE") != NULL);
+    const char *ended = "*3\r\n$12\r\nsunsubscribe\r\n$22\r\nredlock:released:{foo}\r\n:1\r\n";
+    CHECK_INT(feed(SHARD_SUB(0), ended, 3), RL_OK);
+    CHECK(strstr(drain(SEED, 3), "CLUSTER\r\n$5\r\nNODES") != NULL);
+    feed_map(SEED, MAP, 4);
+    CHECK(strstr(drain(SHARD_SUB(0), 4), "$10\r\nSSUBSCRIBE\r\n$22\r\nredlock:released:{foo}") != NULL);
+    CHECK_INT(feed(SHARD_SUB(0), "-MOVED 12182 127.0.0.1:7000\r\n", 5), RL_OK);
+    CHECK_INT(rl_engine_node_wants(E, SHARD_SUB(0)) & RL_WANT_CLOSE, 0);
+    CHECK(strstr(drain(SEED, 5), "CLUSTER\r\n$5\r\nNODES") != NULL);
+    feed_map(SEED, MAP, 6);
+    rl_engine_unwatch(E, "foo", 3, 7);
+    drain(SHARD_SUB(0), 7);
+    CHECK_INT(feed(SHARD_SUB(0), ended, 8), RL_OK);
+    CHECK_INT(drain(SEED, 8)[0], '\0');
+    rl_engine_free(E);
+}
+
 /* The first seed cannot be reached: the map comes from the next one, and
  * the command waiting for it goes; with no seed left, it fails its vote. */
 static void map_from_the_next_seed(void) {
@@ -622,6 +651,7 @@ int main(void) {
     reads_a_long_map();
     redirects_are_bounded();
     fenced_counter_and_watch_in_the_slot();
+    a_subscription_the_shard_ended_asks_for_the_map();
     map_from_the_next_seed();
     lost_master_asks_for_the_map();
     a_seed_that_does_not_answer_the_map_is_passed();

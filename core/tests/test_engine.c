@@ -1610,6 +1610,100 @@ static void release_lost_with_its_connection_goes_on_the_next(void) {
     rl_engine_free(E);
 }
 
+/* A release begun while a node waits out its reconnect backoff (its
+ * connection was lost after the SET went out: a CLIENT KILL, a reset) is
+ * kept for the node's next connection: a failed vote, but the key goes.
+ * Before, only a suspect node's release was kept: this one was dropped,
+ * unlock() said true on the others' votes, and the key stood for its ttl. */
+static void release_begun_during_the_backoff_goes_on_the_next_connection(void) {
+    rl_options o;
+    rl_options_init(&o);
+    o.reconnect_min_ms = 50;
+    E = engine(urls5, 3, &o);
+    int id = rl_engine_begin_acquire(E, "r", 1, 60000, 0);
+    bring_up_all(3, 0);
+    for (int i = 0; i < 3; i++) {
+        drain(i, 0);
+        CHECK_INT(feed(i, "+OK\r\n", 1), RL_OK);
+    }
+    rl_result held = take(id);
+    CHECK_INT(held.status, RL_STATUS_OK);
+    id = rl_engine_begin_extend(E, "r", 1, held.value, 60000, 2);
+    for (int i = 0; i < 3; i++) drain(i, 2);
+    for (int i = 1; i < 3; i++) CHECK_INT(feed(i, ":1\r\n", 3), RL_OK);
+    CHECK_INT(take(id).status, RL_STATUS_OK);
+    rl_engine_node_down(E, 0, "connection lost: Connection reset by peer", 4); /* owing the extend */
+    id = rl_engine_begin_release(E, "r", 1, held.value, 5);
+    for (int i = 1; i < 3; i++) {
+        drain(i, 5);
+        CHECK_INT(feed(i, ":1\r\n", 6), RL_OK);
+    }
+    rl_result r = take(id);
+    CHECK_INT(r.status, RL_STATUS_OK);
+    CHECK_INT(r.node[0].state, RL_NODE_ERROR);
+    CHECK_STR(r.node[0].errstr, "connection lost: Connection reset by peer");
+    CHECK_INT(rl_engine_unwritten(E), 1);
+    rl_engine_advance(E, 54); /* the backoff is over */
+    CHECK_INT(rl_engine_node_connected(E, 0, 1, 54), RL_OK);
+    CHECK_STR(drain(0, 54), plain_setup());
+    CHECK_INT(feed(0, info_reply(run_id(0)), 55), RL_OK);
+    CHECK_INT(feed(0, LOADS_REPLY, 55), RL_OK);
+    CHECK(strstr(drain(0, 55), held.value) != NULL);
+    CHECK_INT(feed(0, ":1\r\n", 56), RL_OK);
+    CHECK_INT(rl_engine_unwritten(E), 0);
+    /* but a release of a lock whose SET never went out there (its connect
+     * failed: a dead node) is not kept: nothing to undo, nothing to wait for */
+    rl_engine_node_down(E, 0, "connection lost: closed by the server", 60); /* owing nothing: idle */
+    id = rl_engine_begin_acquire(E, "q", 1, 60000, 61);
+    CHECK_INT(rl_engine_node_wants(E, 0) & RL_WANT_CONNECT, RL_WANT_CONNECT);
+    rl_engine_node_down(E, 0, "connect failed: Connection refused", 61);
+    for (int i = 1; i < 3; i++) {
+        drain(i, 61);
+        CHECK_INT(feed(i, "+OK\r\n", 62), RL_OK);
+    }
+    held = take(id);
+    CHECK_INT(held.status, RL_STATUS_OK);
+    id = rl_engine_begin_release(E, "q", 1, held.value, 63);
+    for (int i = 1; i < 3; i++) {
+        drain(i, 63);
+        CHECK_INT(feed(i, ":1\r\n", 64), RL_OK);
+    }
+    CHECK_INT(take(id).status, RL_STATUS_OK);
+    CHECK_INT(rl_engine_unwritten(E), 0);
+    rl_engine_free(E);
+}
+
+/* A node whose setup was never answered (stopped, or refusing, since
+ * before the client first reached it) never had a command past a setup
+ * written to it: no key of ours is there, and a release queued behind its
+ * setup and taken back when it turns suspect is not kept. Before, it was,
+ * and close() waited for that node up to the reconnect cap plus the
+ * connect timeout (2 s with the defaults), where a dead node cost nothing. */
+static void a_node_never_set_up_keeps_no_release(void) {
+    E = engine(urls5, 3, NULL);
+    int id = rl_engine_begin_acquire(E, "r", 1, 10000, 0);
+    for (int i = 0; i < 2; i++) bring_up(i, run_id(i), 0);
+    CHECK_INT(rl_engine_node_wants(E, 2) & RL_WANT_CONNECT, RL_WANT_CONNECT);
+    CHECK_INT(rl_engine_node_connected(E, 2, 1, 0), RL_OK);
+    CHECK_STR(drain(2, 0), plain_setup()); /* never answered */
+    for (int i = 0; i < 2; i++) {
+        drain(i, 0);
+        CHECK_INT(feed(i, "+OK\r\n", 1), RL_OK);
+    }
+    rl_result held = take(id);
+    CHECK_INT(held.status, RL_STATUS_OK);
+    id = rl_engine_begin_release(E, "r", 1, held.value, 2); /* node 2's waits behind its setup */
+    for (int i = 0; i < 2; i++) {
+        drain(i, 2);
+        CHECK_INT(feed(i, ":1\r\n", 3), RL_OK);
+    }
+    CHECK_INT(take(id).status, RL_STATUS_OK);
+    rl_engine_advance(E, 60); /* node 2 is suspect: what waits behind its setup is taken back */
+    CHECK_INT(rl_engine_unwritten(E), 0);
+    CHECK_INT(drain(2, 60)[0], 0);
+    rl_engine_free(E);
+}
+
 /* A release kept for a node that stays away is dropped once the longest
  * ttl the client asked for (with its drift allowance) has passed since it
  * was kept: the key it would delete has expired, and keeping it would keep
@@ -2829,6 +2923,8 @@ int main(void) {
     cleanup_after_a_reset_goes_on_the_next_connection();
     cleanup_unwritten_when_the_connection_ends_is_kept();
     release_lost_with_its_connection_goes_on_the_next();
+    release_begun_during_the_backoff_goes_on_the_next_connection();
+    a_node_never_set_up_keeps_no_release();
     kept_release_is_dropped_after_the_longest_ttl();
     reply_of_wrong_type_drops_the_connection();
     setup_auth_and_select_refused();
