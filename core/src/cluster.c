@@ -132,10 +132,11 @@ static int serves(void *owner, int j, const rl_watched *w) {
 }
 
 /* See rl_subs.lost_shard. */
-static void lost_shard(void *owner, int j) {
+static void lost_shard(void *owner, int j, int refused) {
     rl_engine *e = owner;
     const rl_shard *sh = rl_cluster_shard(e, j - e->nnodes);
-    if (sh) rl_cluster_ask_map(e, sh->node);
+    if (sh && refused) rl_cluster_shard_unreachable(e, sh->node); /* (at most once a while) */
+    else if (sh) rl_cluster_ask_map(e, sh->node);
 }
 
 void rl_cluster_subs(rl_engine *e) {

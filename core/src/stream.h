@@ -129,8 +129,6 @@ typedef struct rl_stream {
     char seen_id[RL_RUN_ID_LEN + 1];  /* run_id the setup's INFO reported on this connection, or "" */
     char run_id[RL_RUN_ID_LEN + 1];   /* the server this node last voted for ("" if it never said);
                                          it counts only while the node is up (voter_of) */
-    int ever_set_up;         /* a connection's setup was answered once: before that, nothing queued
-                                behind a setup was ever written to the node (it holds no key of ours) */
     int idle_after_loss;     /* idle since a connection its server ended owing nothing (rl_stream_drop):
                                 the next one made counts as a reconnect */
     rl_ended_vote voted[RL_ENDED_VOTES]; /* the servers this node's ended connections voted
@@ -289,9 +287,6 @@ void rl_stream_withdraw(rl_stream *s, int (*take)(void *owner, int node, rl_tick
  * queued on the next connection once its setup has succeeded (at once if
  * one is ready), and sent again on every later connection until it has
  * been written; its reply is ignored. An idle stream asks for a connection.
- * A stream none of whose connections was ever set up keeps nothing: no
- * command behind a setup ever reached its node, so no key of ours is there
- * (a node stopped or refusing since before the client first reached it).
  * Return 0, or -1 if out of memory or past RL_REDO_MAX bytes kept (the key
  * then stays until its ttl). */
 #define RL_REDO_MAX (1 << 20)

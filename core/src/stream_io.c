@@ -232,7 +232,6 @@ void rl_stream_flush_redo(rl_stream *s, double now_ms) {
 }
 
 int rl_stream_redo(rl_stream *s, const char *cmd, size_t len, double now_ms) {
-    if (!s->ever_set_up) return 0; /* no SET of ours ever reached the node: nothing to undo */
     if (s->redo.len + len > RL_REDO_MAX || rl_buf_reserve(&s->redo, len) != 0) return -1;
     if (lens_reserve(&s->redo_lens, &s->redo_cap, s->redo_count) != 0) return -1;
     memcpy(s->redo.data + s->redo.len, cmd, len);
@@ -365,7 +364,6 @@ static void setup_done(rl_stream *s, double now_ms) {
     s->backoff_ms = s->opts->reconnect_min_ms;
     s->lost[0] = '\0';
     s->holding = 0;
-    s->ever_set_up = 1;
     rl_stream_flush_redo(s, now_ms);
 }
 

@@ -157,11 +157,11 @@ static int put_command(rl_subs *s, int j, const char *verb, const rl_watched *w,
 
 /* A shard's server ended or refused a subscription: one it ended that a
  * live watch still wants (not the answer to our own SUNSUBSCRIBE), or any
- * MOVED, sends the engine to the cluster's map (lost_shard). */
+ * MOVED (ch NULL), sends the engine to the cluster's map (lost_shard). */
 static void shard_lost(rl_subs *s, rl_substream *n, const char *ch, size_t clen) {
     int id = ch ? rl_names_find(&s->by_shard_channel, ch, clen) : -1;
     if ((ch == NULL || (id >= 0 && rl_watched_live(&s->w[id]))) && s->lost_shard)
-        s->lost_shard(s->owner, (int)(n - s->nodes));
+        s->lost_shard(s->owner, (int)(n - s->nodes), ch == NULL);
 }
 
 /* One reply: a release's message counts; confirmations and AUTH's OK pass

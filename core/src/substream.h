@@ -98,10 +98,12 @@ typedef struct rl_subs {
     /* Which watches stream j serves (NULL: all): the engine's routing. */
     int (*serves)(void *owner, int j, const rl_watched *w);
     /* Shard stream j's server ended a live watch's subscription (Redis 7
-     * ends the sharded subscriptions of a slot it gives up) or refused one
-     * (MOVED): the engine asks for the cluster's map again, whose reading
-     * subscribes every watch where its slot is now (rl_subs_rerouted). */
-    void (*lost_shard)(void *owner, int j);
+     * ends the sharded subscriptions of a slot it gives up) or refused
+     * one (MOVED): the engine asks for the cluster's map again, whose
+     * reading subscribes every watch where its slot is now
+     * (rl_subs_rerouted); after a refusal at most once a while, since a map
+     * that still names the refusing master would have it refuse again. */
+    void (*lost_shard)(void *owner, int j, int refused);
     void *owner;
     rl_substream nodes[RL_MAX_NODES + RL_MAX_SHARDS];
 } rl_subs;
