@@ -520,6 +520,29 @@ os.exit(5, true)
   -- busy extending short locks. Before: closing the Lua state ran the
   -- keeper's finalizer, which waited for that mutex in the child forever
   -- (one child in a few hung).
+  -- The release on the way out (rl_keeper_release_all) waits as long as
+  -- the nodes go on deciding releases, its bound counting only once they
+  -- stop. Before, the bound was a fixed time from the start: a group of
+  -- 65,536 kept names left 6,000 to 29,000 of them on every node (script
+  -- end, os.exit, an error, SIGTERM under `redlock run`), the nodes
+  -- answering all along. Here 20,000 names and a bound of 200 ms, which
+  -- the releases alone outlast.
+  it("releases a large kept group whole, however long that takes while the nodes decide", function()
+    local r = res("group")
+    local dlm = redlock.new { servers = cl.urls, ttl = 60000 }
+    local names = {}
+    for i = 1, 20000 do names[i] = r .. ":" .. i end
+    assert(dlm:lock_many(names, { keepalive = true }))
+    local released = require("redlock.cdefs").lib.rl_keeper_release_all(200)
+    local left = {}
+    for i = 1, 3 do
+      left[i] = tonumber((cl:cli(i, "EVAL", "return #redis.call('KEYS', ARGV[1])", "0", r .. ":*")))
+    end
+    dlm:close()
+    assert.are.equal(20000, released)
+    assert.are.same({ 0, 0, 0 }, left)
+  end)
+
   it("lets a forked child leave by os.exit(code, true) at once, releasing nothing of the parent's", function()
     local r = res("fork")
     local out, got = child(dir, PRELUDE .. [=[

@@ -1119,16 +1119,18 @@ int rl_keeper_remove(rl_keeper *k, int id);
 int rl_keeper_drop(rl_keeper *k, int id);
 
 /* Release every lock k still keeps (held, lost, or dropped and not yet
- * released), waiting at most about timeout_ms (never without bound); they
- * are RELEASED from then on (releases not decided by then go on while the
+ * released), waiting while the nodes go on deciding releases and at most
+ * about timeout_ms once none has been decided for that long (nodes that do
+ * not answer), 30 s at most in all (never without bound); they are
+ * RELEASED from then on (releases not decided by then go on while the
  * keeper lives). For a keeper about to be freed with locks nobody will
  * release otherwise. Return the number of locks a quorum released by then.
  * NULL is ignored (0), and so, in a forked child, is a keeper made before
  * fork(): its locks are the parent's. */
 int rl_keeper_release(rl_keeper *k, int timeout_ms);
 
-/* rl_keeper_release for every keeper in this process, all at once and
- * within one timeout_ms. For exit paths and signal-handling threads (not for signal
+/* rl_keeper_release for every keeper in this process, all at once, with
+ * one timeout_ms. For exit paths and signal-handling threads (not for signal
  * handlers themselves). Return the number of locks released.
  * The first rl_keeper_new registers an exit handler (atexit) that calls this
  * with a 1000 ms bound, so exit() with locks still kept releases them; a

@@ -43,6 +43,7 @@ struct rl_keeper {
     int release_requested; /* rl_keeper_release_all asks; the thread answers */
     int release_count;
     double release_deadline;
+    double release_quiet_ms; /* how long the release waits once no release is decided (the caller's timeout) */
     struct rl_keeper *next_keeper;
     int users;             /* rl_keeper_release_all calls waiting on it (registry_mu): free waits for 0 */
     pid_t pid;             /* the process that made it (a forked child inherits it, not its thread) */
@@ -50,8 +51,17 @@ struct rl_keeper {
     atomic_int closed;     /* it ended: no thread, no client; only the memory is left */
 };
 
-/* What the exit handler waits at most for the releases it starts. */
+/* What the exit handler waits at most for the releases it starts, once
+ * none is being decided any more. */
 #define RL_KEEPER_EXIT_RELEASE_MS 1000
+
+/* A release of every kept lock waits this long at most in all, however
+ * long its releases go on being decided (a group of 65,536 names takes
+ * about 1.5 s on loopback). */
+#define RL_KEEPER_RELEASE_MAX_MS 30000
+
+/* How often the wait for releases looks whether any was decided. */
+#define RL_KEEPER_PROGRESS_LOOK_MS 50
 
 /* The registry: held only while the list or a keeper's users change, never
  * while a release is waited for, and taken around fork() (an atfork
@@ -103,18 +113,36 @@ static int unfinished(const rl_engine *e) {
     return rl_engine_tails(e) + rl_engine_unwritten(e);
 }
 
+/* Drive the client while busy() counts something, until k's release
+ * deadline; whenever the count has fallen since the last look, the deadline
+ * moves to quiet_ms from now (no later than cap): a large group's releases
+ * are waited for as long as the nodes go on deciding them, and a node that
+ * stops answering costs quiet_ms. */
+static void run_while_deciding(rl_keeper *k, int (*busy)(const rl_engine *), double quiet_ms, double cap) {
+    int before = busy(k->engine);
+    while (before > 0) {
+        double left = k->release_deadline - rl_now_ms();
+        if (left < 1) return;
+        rl_client_run_while(k->client, busy, left < RL_KEEPER_PROGRESS_LOOK_MS ? (int)left : RL_KEEPER_PROGRESS_LOOK_MS);
+        int after = busy(k->engine);
+        double later = rl_now_ms() + quiet_ms;
+        if (after < before && later > k->release_deadline) k->release_deadline = later < cap ? later : cap;
+        before = after;
+    }
+}
+
 /* Release every lock kept (the engine begins the releases, a window at a
  * time) and drive the client until they are decided, then until the nodes
  * outside the quorum have their releases too (a caller about to exit would
- * leave those keys for their ttl), or the deadline has come; count those a
- * quorum confirmed. Mutex held (let go while the loop waits). */
+ * leave those keys for their ttl), or the deadline has come (moved on while
+ * releases are decided: run_while_deciding); count those a quorum
+ * confirmed. Mutex held (let go while the loop waits). */
 static void release_held(rl_keeper *k) {
     int released = 0;
-    rl_engine_keep_release_all(k->engine, rl_now_ms());
-    double left = k->release_deadline - rl_now_ms();
-    if (left >= 1) rl_client_run_while(k->client, releasing, (int)left);
-    left = k->release_deadline - rl_now_ms();
-    if (left >= 1) rl_client_run_while(k->client, unfinished, (int)left);
+    double now = rl_now_ms(), cap = now + RL_KEEPER_RELEASE_MAX_MS;
+    rl_engine_keep_release_all(k->engine, now);
+    run_while_deciding(k, releasing, k->release_quiet_ms, cap);
+    run_while_deciding(k, unfinished, k->release_quiet_ms, cap);
     rl_engine_keep_releasing(k->engine, &released);
     k->release_count = released;
     k->release_requested = 0;
@@ -330,23 +358,27 @@ static struct timespec monotonic_at(double ms) {
     return ts;
 }
 
-/* Ask k's thread to release everything k keeps by deadline. */
-static void ask_release(rl_keeper *k, double deadline) {
+/* Ask k's thread to release everything k keeps by deadline, which moves on
+ * to quiet_ms after each release decided (release_held). */
+static void ask_release(rl_keeper *k, double deadline, int quiet_ms) {
     pthread_mutex_lock(&k->mu);
     k->release_requested = 1;
     k->release_deadline = deadline;
+    k->release_quiet_ms = quiet_ms;
     pthread_mutex_unlock(&k->mu);
 }
 
-/* Wait for k's answer to ask_release, a little past the deadline at most.
- * Return the number of releases a quorum confirmed (0 when the thread did
- * not answer in time). */
-static int await_release(rl_keeper *k, double deadline) {
+/* Wait for k's answer to ask_release, a little past its deadline at most
+ * (which the thread moves on while releases are decided). Return the number
+ * of releases a quorum confirmed (0 when the thread did not answer in time). */
+static int await_release(rl_keeper *k) {
     int count = 0;
     pthread_mutex_lock(&k->mu);
-    struct timespec give_up = monotonic_at(deadline + 100);
-    while (k->release_requested && !k->stop)
-        if (pthread_cond_timedwait(&k->released, &k->mu, &give_up) != 0) break;
+    while (k->release_requested && !k->stop) {
+        double until = k->release_deadline + 100;
+        struct timespec give_up = monotonic_at(until);
+        if (pthread_cond_timedwait(&k->released, &k->mu, &give_up) != 0 && k->release_deadline + 100 <= until) break;
+    }
     if (!k->release_requested) count = k->release_count;
     pthread_mutex_unlock(&k->mu);
     return count;
@@ -356,8 +388,8 @@ int rl_keeper_release(rl_keeper *k, int timeout_ms) {
     if (!k || unusable(k)) return 0;
     if (timeout_ms < 0) timeout_ms = 0;
     double deadline = rl_now_ms() + timeout_ms;
-    ask_release(k, deadline);
-    return await_release(k, deadline);
+    ask_release(k, deadline, timeout_ms);
+    return await_release(k);
 }
 
 /* This process's keepers (not those a forked child inherited: their
@@ -397,8 +429,8 @@ int rl_keeper_release_all(int timeout_ms) {
     double deadline = rl_now_ms() + timeout_ms;
     rl_keeper **own;
     int n = pin_own(&own); /* the registry is not held while they release (see registry_mu) */
-    for (int i = 0; i < n; i++) ask_release(own[i], deadline); /* all at once, then the answers */
-    for (int i = 0; i < n; i++) total += await_release(own[i], deadline);
+    for (int i = 0; i < n; i++) ask_release(own[i], deadline, timeout_ms); /* all at once, then the answers */
+    for (int i = 0; i < n; i++) total += await_release(own[i]);
     unpin(own, n);
     return total;
 }
