@@ -1121,7 +1121,9 @@ int rl_keeper_drop(rl_keeper *k, int id);
 /* Release every lock k still keeps (held, lost, or dropped and not yet
  * released), waiting while the nodes go on deciding releases and at most
  * about timeout_ms once none has been decided for that long (nodes that do
- * not answer), 30 s at most in all (never without bound); they are
+ * not answer), 10 s at most in all (never without bound; a call while the
+ * releases an earlier one began are still undecided goes on within the
+ * earlier one's 10 s); they are
  * RELEASED from then on (releases not decided by then go on while the
  * keeper lives). For a keeper about to be freed with locks nobody will
  * release otherwise. Return the number of locks a quorum released by then.

@@ -493,7 +493,7 @@ int rl_route_send(rl_engine *e, int i, int hslot, const char *cmd, size_t len, r
         snprintf(slot, sizeof(slot), "hash slot %d is not served", hslot);
         if (c->full) rl_cluster_no_shard(e, slot, e->nodes[i].errstr, sizeof(e->nodes[i].errstr));
         else snprintf(e->nodes[i].errstr, sizeof(e->nodes[i].errstr), "CLUSTERDOWN %s", slot);
-        rl_cluster_ask_map(e, i);
+        rl_cluster_shard_unreachable(e, i); /* the map again, at most once a while: not per command */
         return -1;
     }
     if (rl_shard_send(e->shards[c->owner[hslot] - 1], cmd, len, t) == 0) return 0;

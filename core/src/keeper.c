@@ -44,6 +44,7 @@ struct rl_keeper {
     int release_count;
     double release_deadline;
     double release_quiet_ms; /* how long the release waits once no release is decided (the caller's timeout) */
+    double release_cap;      /* when the release of the locks now being released must end at the latest */
     struct rl_keeper *next_keeper;
     int users;             /* rl_keeper_release_all calls waiting on it (registry_mu): free waits for 0 */
     pid_t pid;             /* the process that made it (a forked child inherits it, not its thread) */
@@ -57,8 +58,9 @@ struct rl_keeper {
 
 /* A release of every kept lock waits this long at most in all, however
  * long its releases go on being decided (a group of 65,536 names takes
- * about 1.5 s on loopback). */
-#define RL_KEEPER_RELEASE_MAX_MS 30000
+ * about 1.5 s on loopback); a later one while some are still undecided
+ * (the host's exit, then its Lua state's finalizer) does not start it over. */
+#define RL_KEEPER_RELEASE_MAX_MS 10000
 
 /* How often the wait for releases looks whether any was decided. */
 #define RL_KEEPER_PROGRESS_LOOK_MS 50
@@ -139,10 +141,11 @@ static void run_while_deciding(rl_keeper *k, int (*busy)(const rl_engine *), dou
  * confirmed. Mutex held (let go while the loop waits). */
 static void release_held(rl_keeper *k) {
     int released = 0;
-    double now = rl_now_ms(), cap = now + RL_KEEPER_RELEASE_MAX_MS;
+    double now = rl_now_ms();
+    if (releasing(k->engine) == 0) k->release_cap = now + RL_KEEPER_RELEASE_MAX_MS; /* (else: still going) */
     rl_engine_keep_release_all(k->engine, now);
-    run_while_deciding(k, releasing, k->release_quiet_ms, cap);
-    run_while_deciding(k, unfinished, k->release_quiet_ms, cap);
+    run_while_deciding(k, releasing, k->release_quiet_ms, k->release_cap);
+    run_while_deciding(k, unfinished, k->release_quiet_ms, k->release_cap);
     rl_engine_keep_releasing(k->engine, &released);
     k->release_count = released;
     k->release_requested = 0;
